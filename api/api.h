@@ -1,0 +1,19 @@
+/* The HTTP API (v1) of gpujobd, served by libmicrohttpd. api/ turns HTTP into validated calls
+ * to the scheduler and the store's readers, and results into HTTP; it owns no state of its own
+ * beyond the server handle, and it is the only part of gpujobd that includes libmicrohttpd. */
+#pragma once
+
+#include "daemon/config.h"
+#include "daemon/sched.h"
+
+typedef struct api_server api_server_t;
+
+/* Starts serving on cfg->listen (and cfg->unix_socket when set) with a thread pool. Logs the
+ * address it bound ("listening on http://127.0.0.1:PORT"), port 0 resolved. */
+int api_server_start(const config_t *cfg, sched_t *sched, api_server_t **ret);
+/* The TCP port actually bound. */
+int api_server_port(const api_server_t *srv);
+/* Stops accepting new submissions: from now on they answer 503 (reads still work). */
+void api_server_stop_intake(api_server_t *srv);
+/* Closes the listening sockets, ends every connection and frees the server. Accepts NULL. */
+void api_server_free(api_server_t *srv);

@@ -1,0 +1,78 @@
+/* gpujobd's configuration: one table of keys (config.c) read from an INI file with inih and
+ * overridden by command-line flags. Every key is documented in config/gpujobd.conf. */
+#pragma once
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct config {
+    /* [server] */
+    char listen[256];          /* "HOST:PORT"; port 0 picks a free one (logged) */
+    char unix_socket[PATH_MAX]; /* "" for none */
+    char state_dir[PATH_MAX];
+    char backend[8];           /* "auto", "cuda", "cpu" */
+    char log_level[8];         /* "error", "warn", "info", "debug" */
+    int http_threads;
+    int max_connections;
+    int drain_timeout_ms;      /* SIGTERM: how long running work may take to finish */
+
+    /* [limits] */
+    uint64_t max_body_bytes;     /* one HTTP request body */
+    uint64_t max_tensor_bytes;   /* one tensor */
+    int max_jobs_per_request;    /* array submissions */
+    int max_queued_per_user;     /* queued jobs of one owner; past it, 429 */
+    int max_running_per_user;
+    uint64_t max_inline_output_bytes; /* outputs up to this are inlined in job JSON */
+    int max_wait_ms;             /* longest long-poll a client may ask for */
+
+    /* [scheduler] */
+    int max_batch;               /* jobs in one batched launch */
+    int max_delay_us;            /* how long a partial batch may wait for company */
+    int commit_delay_us;         /* group-commit window for submissions */
+    int default_deadline_ms;     /* 0: none */
+    int max_attempts;            /* runs of one job across restarts before it fails */
+    int cpu_threads;             /* CPU backend workers; 0 = number of cores */
+
+    /* [store] */
+    uint64_t inline_blob_bytes;  /* tensors up to this live in SQLite rows, larger in files */
+    bool sync_full;              /* synchronous=FULL (fsync each commit) vs NORMAL */
+    int retention_s;             /* finished jobs and their outputs expire after this */
+    int checkpoint_interval_s;   /* WAL checkpoint timer */
+    int gc_interval_s;           /* retention sweep timer */
+
+    /* [gpu] (CUDA backend) */
+    char devices[256];           /* "all", "0,2", or GPU UUIDs */
+    int streams_per_device;
+    uint64_t device_memory_cap;  /* bytes per device the pool may hold; 0 = 90% of total */
+} config_t;
+
+/* Fills every field with its default. */
+void config_defaults(config_t *cfg);
+/* Reads an INI file over cfg. Unknown sections or keys and bad values are errors: returns
+ * -EINVAL with "FILE:LINE: [section] key: reason" in err; -errno when the file can't be read. */
+int config_load_file(config_t *cfg, const char *path, char *err, size_t err_size);
+/* Sets one key by its INI name ("section.key", e.g. "limits.max_body_bytes") from a string,
+ * checking type and bounds. 0 or -EINVAL with a reason naming the key in err. */
+int config_set(config_t *cfg, const char *section, const char *key, const char *value, char *err,
+               size_t err_size);
+/* Checks relations between keys (e.g. listen parses as HOST:PORT). 0 or -EINVAL. */
+int config_validate(const config_t *cfg, char *err, size_t err_size);
+/* Splits cfg->listen into host and port. 0 or -EINVAL. */
+int config_listen_addr(const config_t *cfg, char *host, size_t host_size, int *port);
+
+typedef enum config_action {
+    CONFIG_ACTION_RUN,
+    CONFIG_ACTION_CHECK,   /* --check-config: validate and exit */
+    CONFIG_ACTION_VERSION, /* --version */
+    CONFIG_ACTION_HELP,    /* --help */
+} config_action_t;
+
+/* Builds the configuration from gpujobd's command line: defaults, then the --config file (if
+ * given), then the other flags (--listen, --unix-socket, --state-dir, --backend, --log-level)
+ * over it, then config_validate().
+ * 0, or -EINVAL with a message naming the flag or key in err. */
+int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_action,
+                     char *err, size_t err_size);
+/* The --help text. */
+const char *config_usage(void);

@@ -1,0 +1,50 @@
+/* The executor interface: how the scheduler hands batches of jobs to a backend (the CPU
+ * worker pool, the CUDA device workers, or a test's fake) and learns that they finished.
+ *
+ * The scheduler calls submit() on its loop thread; submit never blocks on the work. The
+ * executor runs the batch on a thread of its own and then calls the `done` callback, from that
+ * thread, exactly once per accepted batch. The scheduler installs `done` and `done_ud` (in
+ * sched_set_executor) before the first submit. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "job.h"
+#include "store.h"
+
+typedef struct exec_batch {
+    int n;           /* jobs, all with the same call.batch_key (n == 1 for unbatchable calls) */
+    job_t **jobs;    /* borrowed from the scheduler for the batch's lifetime */
+    /* Written by the executor before done(): each job's outputs (out[j].data, malloc'd) and,
+     * for a job that failed, its error_code/message; plus run_device, gpu_ns and
+     * batch_size. A job left with error_code "" succeeded. */
+    void *sched_priv; /* the scheduler's own */
+} exec_batch_t;
+
+typedef void (*exec_done_fn)(exec_batch_t *batch, void *ud);
+
+typedef struct executor executor_t;
+
+typedef struct executor_ops {
+    const char *name; /* "cpu", "cuda" */
+    /* Accepts a batch; 0, or -EAGAIN when it has no free slot (try later). */
+    int (*submit)(executor_t *ex, exec_batch_t *batch);
+    /* Batches it could accept right now. */
+    int (*free_slots)(executor_t *ex);
+    /* Describes the backend and its devices for /v1/info; a new reference. */
+    json_t *(*describe)(executor_t *ex);
+    /* Stops taking work, waits up to timeout_ms for running batches (their done callbacks
+     * still run), then joins the threads and frees everything. */
+    void (*destroy)(executor_t *ex, int timeout_ms);
+} executor_ops_t;
+
+struct executor {
+    const executor_ops_t *ops;
+    exec_done_fn done;
+    void *done_ud;
+};
+
+/* The CPU backend: cfg->cpu_threads workers running the ops' CPU references. Input bytes that
+ * are not in memory are read through store readers opened on cfg. */
+int exec_cpu_new(const config_t *cfg, executor_t **ret);

@@ -1,0 +1,130 @@
+#include "job.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+static const char *const state_names[JOB_STATE_COUNT] = {
+    [JOB_QUEUED] = "queued",       [JOB_RUNNING] = "running",
+    [JOB_SUCCEEDED] = "succeeded", [JOB_FAILED] = "failed",
+    [JOB_CANCELLED] = "cancelled",
+};
+
+const char *job_state_name(job_state_t s)
+{
+    return s < JOB_STATE_COUNT ? state_names[s] : "invalid";
+}
+
+int job_state_parse(const char *name, job_state_t *ret)
+{
+    for (int i = 0; name && i < JOB_STATE_COUNT; i++)
+        if (strcmp(name, state_names[i]) == 0) {
+            *ret = (job_state_t)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+bool job_state_is_final(job_state_t s)
+{
+    return s == JOB_SUCCEEDED || s == JOB_FAILED || s == JOB_CANCELLED;
+}
+
+job_t *job_new(void)
+{
+    job_t *job = calloc(1, sizeof *job);
+    if (job) {
+        job->device = -1;
+        job->run_device = -1;
+    }
+    return job;
+}
+
+static void tensor_clear(job_tensor_t *t)
+{
+    free(t->data);
+    free(t->blob);
+    t->data = NULL;
+    t->blob = NULL;
+}
+
+void job_free(job_t *job)
+{
+    if (!job)
+        return;
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        tensor_clear(&job->in[j]);
+        tensor_clear(&job->out[j]);
+    }
+    free(job->params_json);
+    free(job);
+}
+
+void job_drop_data(job_t *job)
+{
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        job_tensor_t *ts[2] = {&job->in[j], &job->out[j]};
+        for (int k = 0; k < 2; k++)
+            if (ts[k]->blob) {
+                free(ts[k]->data);
+                ts[k]->data = NULL;
+            }
+    }
+}
+
+void job_set_error(job_t *job, const char *code, const char *fmt, ...)
+{
+    snprintf(job->error_code, sizeof job->error_code, "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(job->error_message, sizeof job->error_message, fmt, ap);
+    va_end(ap);
+}
+
+buffer_t *buffer_new(void)
+{
+    return calloc(1, sizeof(buffer_t));
+}
+
+void buffer_free(buffer_t *buf)
+{
+    if (!buf)
+        return;
+    free(buf->data);
+    free(buf->blob);
+    free(buf);
+}
+
+int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void id_new(char prefix, char ret[ID_SIZE])
+{
+    static atomic_uint sequence;
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
+        rnd = (uint32_t)now_us() * 2654435761u;
+    uint64_t ms = (uint64_t)(now_us() / 1000) & 0xffffffffffffULL;
+    unsigned seq = atomic_fetch_add(&sequence, 1) & 0xffff;
+    snprintf(ret, ID_SIZE, "%c%012" PRIx64 "%04x%08" PRIx32, prefix, ms, seq, rnd);
+}
+
+bool id_valid(char prefix, const char *s)
+{
+    if (!s || s[0] != prefix || strlen(s) != 25)
+        return false;
+    for (const char *p = s + 1; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return false;
+    return true;
+}

@@ -1,0 +1,93 @@
+/* gpujobd: the process. Reads the configuration, opens the store, starts the scheduler with
+ * its backend and the HTTP server, and waits for signals: SIGTERM/SIGINT stop intake, drain
+ * running work within the configured bound and exit 0, leaving queued jobs for the next start;
+ * SIGHUP is logged (reloading limits comes with the users issue). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "backend.h"
+#include "config.h"
+#include "log.h"
+#include "sched.h"
+#include "store.h"
+
+static int run_daemon(const config_t *cfg)
+{
+    /* Block the signals in every thread; this one waits for them with sigwait(). */
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    store_t *st = NULL;
+    sched_t *sched = NULL;
+    executor_t *ex = NULL;
+    api_server_t *api = NULL;
+    int r = store_open(cfg, &st);
+    if (r < 0) {
+        log_error("Failed to open the store in '%s': %s", cfg->state_dir, strerror(-r));
+        return 1;
+    }
+    r = sched_new(cfg, st, &sched);
+    if (r >= 0)
+        r = backend_new(cfg, &ex);
+    if (r >= 0) {
+        sched_set_executor(sched, ex);
+        r = sched_start(sched);
+    }
+    if (r >= 0)
+        r = api_server_start(cfg, sched, &api);
+    if (r < 0) {
+        log_error("Failed to start: %s", strerror(-r));
+        sched_free(sched);
+        store_close(st);
+        return 1;
+    }
+    log_info("gpujobd %s ready", GPUJOBD_VERSION);
+
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&signals, &sig) != 0)
+            continue;
+        if (sig == SIGHUP) {
+            log_info("SIGHUP: nothing to reload yet");
+            continue;
+        }
+        log_info("%s: stopping intake and draining", strsignal(sig));
+        break;
+    }
+    api_server_stop_intake(api);
+    sched_stop(sched);
+    api_server_free(api);
+    sched_free(sched);
+    store_close(st);
+    log_info("stopped");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    config_t cfg;
+    config_action_t action;
+    char err[512] = "";
+    if (config_from_args(&cfg, argc, argv, &action, err, sizeof err) < 0) {
+        fprintf(stderr, "gpujobd: %s\n", err);
+        return 2;
+    }
+    switch (action) {
+    case CONFIG_ACTION_HELP: fputs(config_usage(), stdout); return 0;
+    case CONFIG_ACTION_VERSION: printf("gpujobd %s\n", GPUJOBD_VERSION); return 0;
+    case CONFIG_ACTION_CHECK: printf("configuration OK\n"); return 0;
+    case CONFIG_ACTION_RUN: break;
+    }
+    log_level_t level = LOG_INFO;
+    log_level_parse(cfg.log_level, &level);
+    log_set_level(level);
+    return run_daemon(&cfg);
+}

@@ -1,0 +1,103 @@
+/* The durable store: every job and buffer, in SQLite (WAL mode) under the state directory.
+ *
+ * Threads: the store_t (the write connection) belongs to the scheduler's loop thread alone.
+ * Any other thread reads through a store_reader_t of its own (a read-only connection; WAL lets
+ * readers run beside the writer). store_blob_write() may be called from any thread.
+ *
+ * Tensor bytes up to cfg->inline_blob_bytes live in SQLite rows; larger ones in files under
+ * STATE_DIR/blobs/, written and fsync'd before the row that names them is committed. A
+ * tensor's or buffer's `blob` field is the store's locator for its bytes: opaque elsewhere.
+ *
+ * State transitions are enforced here and nowhere else: queued -> running | cancelled | failed,
+ * running -> succeeded | failed | cancelled | queued (re-queue after a restart or a device
+ * fault). Any other change is refused with -EBUSY and leaves the row as it was. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "job.h"
+
+typedef struct store store_t;
+typedef struct store_reader store_reader_t;
+
+/* Opens (creating if needed) STATE_DIR/gpujobd.db and STATE_DIR/blobs/, migrating the schema
+ * to the current version. */
+int store_open(const config_t *cfg, store_t **ret);
+void store_close(store_t *st);
+
+/* Persists tensor bytes that are too large for a row: writes them to a new file under
+ * blobs/ (fsync'd) and returns its locator in *ret_blob (malloc'd). Any thread. For data of
+ * at most inline_blob_bytes it does nothing and sets *ret_blob = NULL: the row keeps them. */
+int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_blob);
+
+/* Transactions (loop thread). Writes between begin and commit are one transaction; the group
+ * commit of the scheduler uses them. Without begin, each write commits by itself. */
+int store_begin(store_t *st);
+int store_commit(store_t *st);
+int store_rollback(store_t *st);
+
+/* Inserts new queued jobs with their input tensors (descriptors, and bytes for in-memory
+ * tensors: inline in the row when small, else the blob the caller got from store_blob_write,
+ * set in the tensor's blob field). On success each persisted tensor's blob is set. -EEXIST
+ * when an (owner, idempotency_key) pair is already taken. */
+int store_job_insert(store_t *st, job_t *job);
+
+/* Applies job->state as the new state, checking the transition from the stored state; writes
+ * the timestamps, attempts, run_device, gpu_ns, batch_size and error fields, and on success
+ * the outputs (descriptors and bytes, as for inputs). -EBUSY for an illegal transition,
+ * -ENOENT for an unknown id. */
+int store_job_update(store_t *st, const job_t *job);
+
+/* After a restart: jobs left `running` go back to `queued` with attempts + 1, or to `failed`
+ * with error code "daemon_restarted" once attempts reach max_attempts. Then calls cb for every
+ * queued job (oldest first), with its input descriptors and blob locators (no bytes loaded);
+ * cb takes ownership of the job. */
+int store_recover(store_t *st, int max_attempts, void (*cb)(job_t *job, void *ud), void *ud);
+
+/* Deletes finished jobs (and their tensors and blob files) that finished before cutoff_us.
+ * *ret_deleted: how many jobs. */
+int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted);
+/* PRAGMA wal_checkpoint(TRUNCATE) when no reader is in the way, else PASSIVE. */
+int store_checkpoint(store_t *st);
+
+int store_buffer_insert(store_t *st, buffer_t *buf);  /* sets buf->blob */
+/* -ENOENT when missing or not owned by owner (owner NULL: any). */
+int store_buffer_delete(store_t *st, const char *owner, const char *id);
+
+/* --- reads: any thread, each with its own reader --- */
+int store_reader_open(const config_t *cfg, store_reader_t **ret);
+void store_reader_close(store_reader_t *rd);
+
+/* A job with its tensors' descriptors and locators, no bytes. -ENOENT when missing. */
+int store_job_get(store_reader_t *rd, const char *id, job_t **ret);
+/* The job id an (owner, idempotency key) pair created, or -ENOENT. */
+int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char *key,
+                              char ret_id[ID_SIZE]);
+
+typedef struct store_list_query {
+    const char *owner;   /* NULL: every owner (admins) */
+    int state;           /* a job_state_t, or -1 for any */
+    const char *op;      /* NULL for any */
+    const char *after;   /* cursor: ids strictly greater; NULL from the start */
+    int limit;           /* 1..1000 */
+} store_list_query_t;
+/* Jobs in id order; *ret_jobs is a malloc'd array of n owned jobs. */
+int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***ret_jobs,
+                    size_t *ret_n);
+
+/* Reads a tensor's or buffer's bytes by locator into a new malloc'd block. */
+int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void **ret_data);
+
+int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret);
+
+typedef struct store_usage {
+    char owner[OWNER_SIZE];
+    int64_t jobs_by_state[JOB_STATE_COUNT];
+    int64_t run_us;      /* sum over finished jobs */
+    int64_t gpu_ns;
+    int64_t buffers, buffer_bytes;
+} store_usage_t;
+int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret);

@@ -1,0 +1,132 @@
+/* The op table: every op gpujobd can run, behind one interface.
+ *
+ * kernels/ knows nothing of HTTP, SQLite or the scheduler. A caller (the daemon) fills an
+ * op_call_t with the descriptors of the inputs it was given, asks the op to validate it with its
+ * JSON params (which also yields the output descriptors, a batch key and a cost estimate), and
+ * then runs the call on the CPU, or n >= 1 calls with the same batch key at once on CUDA.
+ *
+ * Conventions: functions return 0 or a negative errno; on failure they fill *err with the path
+ * of the offending field ("params.alpha", "inputs.a.shape") and a message meant for the user. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OP_MAX_TENSORS 8
+#define OP_PARAMS_BYTES 96
+#define OP_BATCH_KEY_LEN 128
+
+typedef struct op_error {
+    char field[64]; /* "" when the error concerns no single field */
+    char message[256];
+} op_error_t;
+
+/* Fills *err (when err is not NULL) and returns code; printf-style message. */
+int op_error(op_error_t *err, int code, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+typedef struct op_cost {
+    double bytes; /* bytes read + written by the op's kernels */
+    double flops; /* arithmetic operations (a multiply-add counts 2) */
+} op_cost_t;
+
+struct op_def;
+
+/* One validated call of an op. The caller fills op, in[] and has_in[] (slots in the order of
+ * op->input_names; has_in[j] false for an absent optional input); validate() fills the rest.
+ * The struct is plain data: it may be copied and compared with memcmp after memset(0). */
+typedef struct op_call {
+    const struct op_def *op;
+    /* The op's parsed params: a POD struct of the op's own, at most OP_PARAMS_BYTES. */
+    union {
+        unsigned char bytes[OP_PARAMS_BYTES];
+        double align_;
+    } params;
+    tensor_desc_t in[OP_MAX_TENSORS];
+    bool has_in[OP_MAX_TENSORS];
+    int n_out;
+    const char *out_names[OP_MAX_TENSORS]; /* static strings */
+    tensor_desc_t out[OP_MAX_TENSORS];
+    op_cost_t cost;
+    /* Calls with equal keys may run together in one run_cuda(); "" means never batch. */
+    char batch_key[OP_BATCH_KEY_LEN];
+} op_call_t;
+
+#define OP_PARAMS(call, type) ((type *)(void *)(call)->params.bytes)
+
+/* What a CUDA run may use. All memory comes from the caller: device pointers for the tensors,
+ * and scratch from the caller's stream-ordered pool. Types are void* so that C code without the
+ * CUDA headers can hold this struct. */
+typedef struct op_cuda_ctx {
+    void *stream; /* cudaStream_t; every launch and copy goes on it */
+    void *blaslt; /* cublasLtHandle_t owned by the device worker */
+    int device;   /* CUDA device ordinal, current on the calling thread */
+    /* Stream-ordered scratch memory. Returns NULL when the pool cannot satisfy the request; the
+     * op then fails with -ENOMEM. Freed memory may be reused by later work on the stream. */
+    void *(*scratch_alloc)(void *pool, size_t bytes);
+    void (*scratch_free)(void *pool, void *ptr);
+    void *pool;
+} op_cuda_ctx_t;
+
+typedef struct op_def {
+    const char *name;
+    const char *summary;            /* one line for /v1/info */
+    int n_inputs;                   /* slots in input_names */
+    const char *const *input_names; /* e.g. {"x", "y"} */
+    uint32_t required_inputs;       /* bit j set: input j is required */
+    const char *const *param_names; /* NULL-terminated; others are rejected */
+
+    /* Parses params (may be NULL: all defaults), checks dtypes and shapes of call->in, and
+     * fills call->params, n_out, out_names, out, cost and batch_key. The caller has already
+     * checked required inputs are present and each descriptor passed tensor_desc_check(). */
+    int (*validate)(const json_t *params, op_call_t *call, op_error_t *err);
+
+    /* Runs one validated call on host memory. in[j] is NULL for an absent optional input;
+     * out[j] is writable memory of call->out[j]'s size (its contents undefined on entry). */
+    int (*run_cpu)(const op_call_t *call, const void *const *in, void *const *out, op_error_t *err);
+
+    /* Runs n validated calls with equal batch keys on ctx->stream, asynchronously: it returns
+     * once the work is queued. in[i][j] / out[i][j] are device pointers of call i. A CUDA error
+     * is returned (-EIO, message from cudaGetErrorString), never aborted on. NULL when gpujobd
+     * was built without CUDA. */
+    int (*run_cuda)(const op_cuda_ctx_t *ctx, int n, const op_call_t *const *calls,
+                    const void *const *const *in, void *const *const *out, op_error_t *err);
+} op_def_t;
+
+/* The table. op_find returns NULL for an unknown name. */
+const op_def_t *op_find(const char *name);
+int op_count(void);
+const op_def_t *op_at(int i);
+/* Index of an input name in op->input_names, or -1. */
+int op_input_index(const op_def_t *op, const char *name);
+
+/* Checks that params is NULL or an object whose keys are all in op->param_names. */
+int op_params_check_keys(const op_def_t *op, const json_t *params, op_error_t *err);
+/* Typed param getters: absent (or JSON null) gives the default; a wrong type is an error
+ * naming "params.<key>". */
+int op_param_bool(const json_t *params, const char *key, bool dflt, bool *ret, op_error_t *err);
+int op_param_double(const json_t *params, const char *key, double dflt, double *ret,
+                    op_error_t *err);
+/* An integer in [lo, hi]. */
+int op_param_int(const json_t *params, const char *key, int64_t dflt, int64_t lo, int64_t hi,
+                 int64_t *ret, op_error_t *err);
+/* An integer or a pair [h, w] (conv2d's stride, padding, dilation), each in [lo, hi]. */
+int op_param_pair(const json_t *params, const char *key, int64_t dflt, int64_t lo, int64_t hi,
+                  int64_t ret[2], op_error_t *err);
+
+#ifdef GPUJOB_WITH_CUDA
+#define OP_CUDA(fn) fn
+#else
+#define OP_CUDA(fn) NULL
+#endif
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,76 @@
+/* The one table of ops. Each op family's file exports its op_def_t; adding an op is one line
+ * here. */
+#include "op.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Weak until every family has landed: the table lists what is linked. */
+#define OP_DECLARE(name) extern const op_def_t name __attribute__((weak))
+OP_DECLARE(op_add);
+OP_DECLARE(op_mul);
+OP_DECLARE(op_saxpy);
+OP_DECLARE(op_sum);
+OP_DECLARE(op_dot);
+OP_DECLARE(op_sort);
+OP_DECLARE(op_gemm);
+OP_DECLARE(op_conv2d);
+OP_DECLARE(op_quantize);
+OP_DECLARE(op_dequantize);
+
+static const op_def_t *const all_ops[] = {
+    &op_add,  &op_mul,  &op_saxpy,  &op_sum,      &op_dot,
+    &op_sort, &op_gemm, &op_conv2d, &op_quantize, &op_dequantize,
+};
+
+static const op_def_t *linked_ops[sizeof all_ops / sizeof all_ops[0]];
+static int n_linked = -1;
+
+static void table_init(void)
+{
+    if (n_linked >= 0) return;
+    int n = 0;
+    for (size_t i = 0; i < sizeof all_ops / sizeof all_ops[0]; i++)
+        if (all_ops[i]) linked_ops[n++] = all_ops[i];
+    n_linked = n;
+}
+
+int op_count(void)
+{
+    table_init();
+    return n_linked;
+}
+
+const op_def_t *op_at(int i)
+{
+    table_init();
+    return i >= 0 && i < n_linked ? linked_ops[i] : NULL;
+}
+
+const op_def_t *op_find(const char *name)
+{
+    table_init();
+    for (int i = 0; name && i < n_linked; i++)
+        if (strcmp(linked_ops[i]->name, name) == 0) return linked_ops[i];
+    return NULL;
+}
+
+int op_input_index(const op_def_t *op, const char *name)
+{
+    for (int j = 0; j < op->n_inputs; j++)
+        if (strcmp(op->input_names[j], name) == 0) return j;
+    return -1;
+}
+
+int op_error(op_error_t *err, int code, const char *field, const char *fmt, ...)
+{
+    if (!err) return code;
+    snprintf(err->field, sizeof err->field, "%s", field ? field : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return code;
+}

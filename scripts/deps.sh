@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what gpujobd needs to build and test on Debian 12 (bookworm), skipping what is
+# already there. Runs apt-get as root, or through sudo.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libuv1-dev
+      libsqlite3-dev check libsubunit-dev libinih-dev libcurl4-openssl-dev curl python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "deps.sh: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
