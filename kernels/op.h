@@ -67,6 +67,7 @@ typedef struct op_call {
 typedef struct op_cuda_ctx {
     void *stream; /* cudaStream_t; every launch and copy goes on it */
     void *blaslt; /* cublasLtHandle_t owned by the device worker */
+    void *blas;   /* cublasHandle_t owned by the device worker, bound to this stream */
     int device;   /* CUDA device ordinal, current on the calling thread */
     /* Stream-ordered scratch memory. Returns NULL when the pool cannot satisfy the request; the
      * op then fails with -ENOMEM. Freed memory may be reused by later work on the stream. */
