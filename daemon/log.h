@@ -13,11 +13,7 @@ int log_level_parse(const char *name, log_level_t *ret);
 void log_set_level(log_level_t level);
 void log_write(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define log_at(level, ...)                                                                     \
-    do {                                                                                       \
-        if ((level) <= log_max_level)                                                          \
-            log_write((level), __VA_ARGS__);                                                   \
-    } while (0)
+#define log_at(level, ...) ((level) <= log_max_level ? log_write((level), __VA_ARGS__) : (void)0)
 #define log_error(...) log_at(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) log_at(LOG_WARN, __VA_ARGS__)
 #define log_info(...) log_at(LOG_INFO, __VA_ARGS__)

@@ -22,8 +22,10 @@ typedef struct sched_result {
                                   -EAGAIN over a per-user limit, -ESHUTDOWN draining,
                                   -EEXIST idempotency conflict, -EIO store failure */
     const char *message;       /* for err != 0; may be NULL */
-    job_t *const *jobs;        /* submit: the jobs as committed; wait/cancel: the job */
+    job_t *const *jobs;        /* submit: the jobs as committed; wait/cancel: the job. Output
+                                  bytes are in out[j].data (in memory) during the callback. */
     size_t n_jobs;
+    bool replayed;             /* submit: an Idempotency-Key matched; jobs are the first ones */
     const buffer_t *buffer;    /* buffer operations */
 } sched_result_t;
 

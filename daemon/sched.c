@@ -1,0 +1,1435 @@
+/* The scheduler's loop. Everything below runs on the loop thread except the public entry
+ * points (which post a message and wake the loop) and on_batch_done (which runs on an executor
+ * thread and posts the finished batch).
+ *
+ * In memory the loop keeps every job that is not final: an entry per job, indexed by id; per
+ * user a heap of queued entries (priority, then arrival); per batch key a FIFO of queued
+ * entries, from which batches are cut; a heap of deadlines. A job leaves memory when it ends;
+ * reads of finished jobs go to the store. */
+#include "sched.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "log.h"
+#include "strmap.h"
+
+/* Recent usage decays with this half-life: fair share looks at the last minute or so. */
+#define USAGE_HALF_LIFE_US 30e6
+
+struct entry;
+
+typedef struct waiter {
+    struct waiter *next;
+    struct entry *entry;
+    struct sched *s;
+    sched_reply_fn reply;
+    void *token;
+    uv_timer_t timer;
+} waiter_t;
+
+typedef struct user {
+    char owner[OWNER_SIZE];
+    struct entry **heap; /* queued entries: highest priority, then oldest, first */
+    int heap_len, heap_cap;
+    int running;
+    double usage_us;     /* decayed device (or CPU) time, charged at dispatch, corrected at end */
+    int64_t usage_at;
+    unsigned skip_round; /* dispatch round in which this user's next batch is held back */
+} user_t;
+
+typedef struct keyq {
+    struct entry *head, *tail;
+    int len;
+    char key[];
+} keyq_t;
+
+typedef struct entry {
+    job_t *job;
+    user_t *user;
+    uint64_t seq;
+    int heap_pos;     /* in user->heap, -1 when not queued */
+    int deadline_pos; /* in s->deadlines, -1 when none */
+    keyq_t *keyq;     /* while queued with a batch key */
+    struct entry *kprev, *knext;
+    waiter_t *waiters;
+    bool cancelled_while_running;
+    double charged_us;
+} entry_t;
+
+typedef enum msg_kind {
+    MSG_SUBMIT,
+    MSG_WAIT,
+    MSG_CANCEL,
+    MSG_BUF_PUT,
+    MSG_BUF_DELETE,
+    MSG_DONE,
+    MSG_STOP,
+} msg_kind_t;
+
+typedef struct msg {
+    struct msg *next;
+    msg_kind_t kind;
+    sched_reply_fn reply;
+    void *token;
+    job_t **jobs;
+    size_t n;
+    bool *replayed; /* submit: per job, set when its idempotency key already existed */
+    bool any_owner;
+    char owner[OWNER_SIZE];
+    char id[ID_SIZE];
+    int timeout_ms;
+    buffer_t *buf;
+    exec_batch_t *batch;
+} msg_t;
+
+struct sched {
+    const config_t *cfg;
+    store_t *st;
+    store_reader_t *rd; /* the loop's own reader, for finished jobs */
+    executor_t *ex;
+
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_timer_t commit_timer, dispatch_timer, deadline_timer, gc_timer, checkpoint_timer,
+        drain_timer;
+    pthread_t thread;
+    bool thread_started;
+
+    pthread_mutex_t lock; /* guards the inbox */
+    msg_t *inbox_head, *inbox_tail;
+    atomic_bool accepting;
+    atomic_bool loop_gone;
+
+    /* Loop thread only. */
+    msg_t *pending_head, *pending_tail; /* awaiting the group commit */
+    bool commit_scheduled;
+    strmap_t *entries, *users, *keyqs;
+    entry_t **deadlines;
+    int n_deadlines, cap_deadlines;
+    uint64_t next_seq;
+    int batches_in_flight;
+    unsigned round;
+    bool stopping;
+
+    atomic_long queued, running, submitted_total, succeeded_total, failed_total,
+        cancelled_total, batches_total, batched_jobs_total;
+};
+
+typedef struct sched_batch {
+    exec_batch_t batch;
+    sched_t *s;
+    int64_t dispatched_us;
+} sched_batch_t;
+
+static void dispatch(sched_t *s);
+
+static void reply_err(sched_reply_fn reply, void *token, int err, const char *message)
+{
+    sched_result_t res = {.err = err, .message = message};
+    reply(token, &res);
+}
+
+static void reply_jobs(sched_reply_fn reply, void *token, job_t *const *jobs, size_t n,
+                       bool replayed)
+{
+    sched_result_t res = {.jobs = jobs, .n_jobs = n, .replayed = replayed};
+    reply(token, &res);
+}
+
+/* ---------------------------------------------------------------- heaps and queues */
+
+static bool entry_before(const entry_t *a, const entry_t *b)
+{
+    if (a->job->priority != b->job->priority)
+        return a->job->priority > b->job->priority;
+    return a->seq < b->seq;
+}
+
+static void user_heap_swap(user_t *u, int i, int j)
+{
+    entry_t *t = u->heap[i];
+    u->heap[i] = u->heap[j];
+    u->heap[j] = t;
+    u->heap[i]->heap_pos = i;
+    u->heap[j]->heap_pos = j;
+}
+
+static void user_heap_fix(user_t *u, int i)
+{
+    while (i > 0 && entry_before(u->heap[i], u->heap[(i - 1) / 2])) {
+        user_heap_swap(u, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, best = i;
+        if (l < u->heap_len && entry_before(u->heap[l], u->heap[best]))
+            best = l;
+        if (r < u->heap_len && entry_before(u->heap[r], u->heap[best]))
+            best = r;
+        if (best == i)
+            return;
+        user_heap_swap(u, i, best);
+        i = best;
+    }
+}
+
+static int user_heap_push(user_t *u, entry_t *e)
+{
+    if (u->heap_len == u->heap_cap) {
+        int cap = u->heap_cap ? 2 * u->heap_cap : 16;
+        entry_t **h = realloc(u->heap, (size_t)cap * sizeof *h);
+        if (!h)
+            return -ENOMEM;
+        u->heap = h;
+        u->heap_cap = cap;
+    }
+    e->heap_pos = u->heap_len;
+    u->heap[u->heap_len++] = e;
+    user_heap_fix(u, e->heap_pos);
+    return 0;
+}
+
+static void user_heap_remove(user_t *u, entry_t *e)
+{
+    int i = e->heap_pos;
+    if (i < 0)
+        return;
+    u->heap_len--;
+    if (i != u->heap_len) {
+        u->heap[i] = u->heap[u->heap_len];
+        u->heap[i]->heap_pos = i;
+        user_heap_fix(u, i);
+    }
+    e->heap_pos = -1;
+}
+
+static void deadline_swap(sched_t *s, int i, int j)
+{
+    entry_t *t = s->deadlines[i];
+    s->deadlines[i] = s->deadlines[j];
+    s->deadlines[j] = t;
+    s->deadlines[i]->deadline_pos = i;
+    s->deadlines[j]->deadline_pos = j;
+}
+
+static void deadline_fix(sched_t *s, int i)
+{
+    while (i > 0 && s->deadlines[i]->job->deadline_us <
+                        s->deadlines[(i - 1) / 2]->job->deadline_us) {
+        deadline_swap(s, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, best = i;
+        if (l < s->n_deadlines &&
+            s->deadlines[l]->job->deadline_us < s->deadlines[best]->job->deadline_us)
+            best = l;
+        if (r < s->n_deadlines &&
+            s->deadlines[r]->job->deadline_us < s->deadlines[best]->job->deadline_us)
+            best = r;
+        if (best == i)
+            return;
+        deadline_swap(s, i, best);
+        i = best;
+    }
+}
+
+static void deadline_arm(sched_t *s);
+
+static int deadline_push(sched_t *s, entry_t *e)
+{
+    if (s->n_deadlines == s->cap_deadlines) {
+        int cap = s->cap_deadlines ? 2 * s->cap_deadlines : 64;
+        entry_t **d = realloc(s->deadlines, (size_t)cap * sizeof *d);
+        if (!d)
+            return -ENOMEM;
+        s->deadlines = d;
+        s->cap_deadlines = cap;
+    }
+    e->deadline_pos = s->n_deadlines;
+    s->deadlines[s->n_deadlines++] = e;
+    deadline_fix(s, e->deadline_pos);
+    if (e->deadline_pos == 0)
+        deadline_arm(s);
+    return 0;
+}
+
+static void deadline_remove(sched_t *s, entry_t *e)
+{
+    int i = e->deadline_pos;
+    if (i < 0)
+        return;
+    s->n_deadlines--;
+    if (i != s->n_deadlines) {
+        s->deadlines[i] = s->deadlines[s->n_deadlines];
+        s->deadlines[i]->deadline_pos = i;
+        deadline_fix(s, i);
+    }
+    e->deadline_pos = -1;
+}
+
+static void keyq_remove(sched_t *s, entry_t *e)
+{
+    keyq_t *q = e->keyq;
+    if (!q)
+        return;
+    if (e->kprev)
+        e->kprev->knext = e->knext;
+    else
+        q->head = e->knext;
+    if (e->knext)
+        e->knext->kprev = e->kprev;
+    else
+        q->tail = e->kprev;
+    e->kprev = e->knext = NULL;
+    e->keyq = NULL;
+    if (--q->len == 0) {
+        strmap_remove(s->keyqs, q->key);
+        free(q);
+    }
+}
+
+static int keyq_append(sched_t *s, entry_t *e)
+{
+    const char *key = e->job->call.batch_key;
+    keyq_t *q = strmap_get(s->keyqs, key);
+    if (!q) {
+        size_t len = strlen(key);
+        q = calloc(1, sizeof *q + len + 1);
+        if (!q)
+            return -ENOMEM;
+        memcpy(q->key, key, len + 1);
+        if (strmap_put(s->keyqs, q->key, q) < 0) {
+            free(q);
+            return -ENOMEM;
+        }
+    }
+    e->keyq = q;
+    e->kprev = q->tail;
+    e->knext = NULL;
+    if (q->tail)
+        q->tail->knext = e;
+    else
+        q->head = e;
+    q->tail = e;
+    q->len++;
+    return 0;
+}
+
+static user_t *user_get(sched_t *s, const char *owner)
+{
+    user_t *u = strmap_get(s->users, owner);
+    if (u)
+        return u;
+    u = calloc(1, sizeof *u);
+    if (!u)
+        return NULL;
+    snprintf(u->owner, sizeof u->owner, "%s", owner);
+    u->usage_at = now_us();
+    if (strmap_put(s->users, u->owner, u) < 0) {
+        free(u);
+        return NULL;
+    }
+    return u;
+}
+
+static void user_charge(user_t *u, double us)
+{
+    int64_t now = now_us();
+    u->usage_us = u->usage_us * exp2(-(double)(now - u->usage_at) / USAGE_HALF_LIFE_US) + us;
+    u->usage_at = now;
+}
+
+/* Takes a queued entry out of every queue structure (not out of s->entries). */
+static void entry_unqueue(sched_t *s, entry_t *e)
+{
+    user_heap_remove(e->user, e);
+    keyq_remove(s, e);
+    deadline_remove(s, e);
+}
+
+/* Makes a committed queued job schedulable. On allocation failure the job stays in the store
+ * and is picked up at the next start. */
+static int enqueue(sched_t *s, job_t *job)
+{
+    entry_t *e = calloc(1, sizeof *e);
+    user_t *u = user_get(s, job->owner);
+    if (!e || !u) {
+        free(e);
+        return -ENOMEM;
+    }
+    e->job = job;
+    e->user = u;
+    e->seq = s->next_seq++;
+    e->heap_pos = e->deadline_pos = -1;
+    int r = strmap_put(s->entries, job->id, e);
+    if (r >= 0)
+        r = user_heap_push(u, e);
+    if (r >= 0 && job->call.batch_key[0])
+        r = keyq_append(s, e);
+    if (r >= 0 && job->deadline_us)
+        r = deadline_push(s, e);
+    if (r < 0) {
+        entry_unqueue(s, e);
+        strmap_remove(s->entries, job->id);
+        free(e);
+        return r;
+    }
+    atomic_fetch_add(&s->queued, 1);
+    return 0;
+}
+
+/* --------------------------------------------------------------------- job endings */
+
+static void waiter_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+/* Replies to every waiter of e with job (its final or current state) and drops them. */
+static void waiters_reply(entry_t *e, const job_t *job)
+{
+    for (waiter_t *w = e->waiters, *next; w; w = next) {
+        next = w->next;
+        uv_timer_stop(&w->timer);
+        reply_jobs(w->reply, w->token, (job_t *const *)&job, 1, false);
+        uv_close((uv_handle_t *)&w->timer, waiter_closed);
+    }
+    e->waiters = NULL;
+}
+
+static void count_final(sched_t *s, job_state_t state)
+{
+    if (state == JOB_SUCCEEDED)
+        atomic_fetch_add(&s->succeeded_total, 1);
+    else if (state == JOB_FAILED)
+        atomic_fetch_add(&s->failed_total, 1);
+    else if (state == JOB_CANCELLED)
+        atomic_fetch_add(&s->cancelled_total, 1);
+}
+
+/* Ends a queued job (cancelled or failed) in the store and in memory. When reply is given, it
+ * is answered with the ended job before the job is freed. */
+static int end_queued(sched_t *s, entry_t *e, job_state_t state, const char *code,
+                      const char *message, sched_reply_fn reply, void *token)
+{
+    job_t *job = e->job;
+    job->state = state;
+    job->finished_us = now_us();
+    job_set_error(job, code, "%s", message);
+    int r = store_job_update(s->st, job);
+    if (r < 0) {
+        /* The store refused: the job keeps its stored state and stays queued here. */
+        job->state = JOB_QUEUED;
+        job->finished_us = 0;
+        job->error_code[0] = job->error_message[0] = '\0';
+        return r;
+    }
+    entry_unqueue(s, e);
+    strmap_remove(s->entries, job->id);
+    atomic_fetch_sub(&s->queued, 1);
+    count_final(s, state);
+    if (reply)
+        reply_jobs(reply, token, &job, 1, false);
+    waiters_reply(e, job);
+    job_free(job);
+    free(e);
+    return 0;
+}
+
+/* --------------------------------------------------------------------- group commit */
+
+static void commit_pending(sched_t *s);
+
+static void on_commit_timer(uv_timer_t *t)
+{
+    commit_pending(t->data);
+}
+
+static void schedule_commit(sched_t *s)
+{
+    if (s->commit_scheduled)
+        return;
+    s->commit_scheduled = true;
+    /* libuv timers have millisecond resolution: a window under 1 ms commits on the next loop
+     * iteration, which still groups everything that arrived meanwhile. */
+    uv_timer_start(&s->commit_timer, on_commit_timer, (uint64_t)s->cfg->commit_delay_us / 1000,
+                   0);
+}
+
+static void msg_free(msg_t *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; m->jobs && i < m->n; i++)
+        job_free(m->jobs[i]);
+    free(m->jobs);
+    free(m->replayed);
+    buffer_free(m->buf);
+    free(m);
+}
+
+/* Writes every pending submission and buffer in one transaction, then answers them. */
+static void commit_pending(sched_t *s)
+{
+    s->commit_scheduled = false;
+    msg_t *pending = s->pending_head;
+    s->pending_head = s->pending_tail = NULL;
+    if (!pending)
+        return;
+
+    int r = store_begin(s->st);
+    for (msg_t *m = pending; m && r >= 0; m = m->next) {
+        if (m->kind == MSG_BUF_PUT) {
+            r = store_buffer_insert(s->st, m->buf);
+            continue;
+        }
+        for (size_t i = 0; i < m->n && r >= 0; i++) {
+            r = store_job_insert(s->st, m->jobs[i]);
+            if (r == -EEXIST) {
+                m->replayed[i] = true;
+                r = 0;
+            }
+        }
+    }
+    if (r >= 0)
+        r = store_commit(s->st);
+    if (r < 0) {
+        store_rollback(s->st);
+        log_error("group commit failed: %s", strerror(-r));
+    }
+
+    for (msg_t *m = pending, *next; m; m = next) {
+        next = m->next;
+        if (r < 0) {
+            reply_err(m->reply, m->token, -EIO, "the store could not commit the request");
+        } else if (m->kind == MSG_BUF_PUT) {
+            sched_result_t res = {.buffer = m->buf};
+            m->reply(m->token, &res);
+        } else {
+            /* Replayed submissions answer with the job the key created first. */
+            job_t **first = calloc(m->n, sizeof *first);
+            bool all_replayed = first != NULL;
+            for (size_t i = 0; first && i < m->n; i++) {
+                char id[ID_SIZE];
+                if (!m->replayed[i] ||
+                    store_job_find_idempotent(s->rd, m->jobs[i]->owner,
+                                              m->jobs[i]->idempotency_key, id) < 0 ||
+                    store_job_get(s->rd, id, &first[i]) < 0)
+                    all_replayed = false;
+            }
+            job_t **shown = calloc(m->n, sizeof *shown);
+            for (size_t i = 0; shown && i < m->n; i++)
+                shown[i] = first && first[i] ? first[i] : m->jobs[i];
+            if (shown)
+                reply_jobs(m->reply, m->token, shown, m->n, all_replayed);
+            else
+                reply_err(m->reply, m->token, -ENOMEM, NULL);
+            for (size_t i = 0; i < m->n; i++) {
+                job_free(first ? first[i] : NULL);
+                if (m->replayed[i])
+                    continue;
+                job_t *job = m->jobs[i];
+                m->jobs[i] = NULL;
+                /* Keep small inputs in memory for the run; large ones are read back then. */
+                for (int j = 0; j < OP_MAX_TENSORS; j++)
+                    if (job->in[j].nbytes > s->cfg->inline_blob_bytes && job->in[j].blob) {
+                        free(job->in[j].data);
+                        job->in[j].data = NULL;
+                    }
+                atomic_fetch_add(&s->submitted_total, 1);
+                if (enqueue(s, job) < 0) {
+                    log_error("job %s committed but not queued (out of memory): it runs after a "
+                              "restart",
+                              job->id);
+                    job_free(job);
+                }
+            }
+            free(first);
+            free(shown);
+        }
+        msg_free(m);
+    }
+    dispatch(s);
+}
+
+/* ------------------------------------------------------------------------ dispatch */
+
+static user_t *pick_user_best;
+
+static void pick_user_visit(const char *key, void *value, void *ud)
+{
+    (void)key;
+    sched_t *s = ud;
+    user_t *u = value;
+    if (u->heap_len == 0 || u->running >= s->cfg->max_running_per_user ||
+        u->skip_round == s->round)
+        return;
+    user_charge(u, 0); /* bring the decay up to date */
+    user_t *b = pick_user_best;
+    if (!b || u->usage_us < b->usage_us ||
+        (u->usage_us == b->usage_us && u->heap[0]->seq < b->heap[0]->seq))
+        pick_user_best = u;
+}
+
+/* The user with queued work, under its running limit, with the least recent usage. */
+static user_t *pick_user(sched_t *s)
+{
+    pick_user_best = NULL;
+    strmap_foreach(s->users, pick_user_visit, s);
+    return pick_user_best;
+}
+
+/* A rough run-time estimate used to charge a user at dispatch, corrected when the batch
+ * ends: fair share must see work the moment it is handed out. */
+static double estimate_us(const job_t *job)
+{
+    return 5.0 + job->call.cost.bytes / 1e4 + job->call.cost.flops / 1e6;
+}
+
+static void on_dispatch_timer(uv_timer_t *t)
+{
+    dispatch(t->data);
+}
+
+static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why);
+
+/* Cuts batches while the executor has free slots. A partial batch whose oldest job has
+ * waited less than max_delay_us is held back while other batches are in flight, so that
+ * company can arrive; with the executor idle it goes at once. */
+static void dispatch(sched_t *s)
+{
+    if (s->stopping || !s->ex)
+        return;
+    s->round++;
+    int64_t hold_until = 0;
+    sched_batch_t *ready[64];
+    int n_ready = 0;
+    int slots = s->ex->ops->free_slots(s->ex);
+    while (n_ready < slots && n_ready < (int)(sizeof ready / sizeof ready[0])) {
+        user_t *u = pick_user(s);
+        if (!u)
+            break;
+        entry_t *top = u->heap[0];
+        keyq_t *q = top->keyq;
+        int want = q ? (q->len < s->cfg->max_batch ? q->len : s->cfg->max_batch) : 1;
+        int64_t now = now_us();
+        if (q && want < s->cfg->max_batch && s->cfg->max_delay_us > 0 &&
+            s->batches_in_flight + n_ready > 0 &&
+            now - q->head->job->created_us < s->cfg->max_delay_us) {
+            int64_t until = q->head->job->created_us + s->cfg->max_delay_us;
+            if (!hold_until || until < hold_until)
+                hold_until = until;
+            u->skip_round = s->round;
+            continue;
+        }
+        sched_batch_t *sb = calloc(1, sizeof *sb);
+        job_t **jobs = calloc((size_t)want, sizeof *jobs);
+        if (!sb || !jobs) {
+            free(sb);
+            free(jobs);
+            break;
+        }
+        sb->s = s;
+        sb->batch.jobs = jobs;
+        sb->batch.sched_priv = sb;
+        entry_t *e = q ? q->head : top;
+        /* The chosen user's top job leads; with a batch key, its FIFO fills the rest. */
+        if (q && e != top) {
+            jobs[sb->batch.n++] = top->job;
+            entry_unqueue(s, top);
+        }
+        while (e && sb->batch.n < want) {
+            entry_t *next = e->knext;
+            jobs[sb->batch.n++] = e->job;
+            entry_unqueue(s, e);
+            e = next;
+        }
+        ready[n_ready++] = sb;
+        for (int i = 0; i < sb->batch.n; i++) {
+            job_t *job = jobs[i];
+            entry_t *je = strmap_get(s->entries, job->id);
+            job->state = JOB_RUNNING;
+            job->started_us = now;
+            job->attempts++;
+            job->batch_size = sb->batch.n;
+            je->user->running++;
+            je->charged_us = estimate_us(job);
+            user_charge(je->user, je->charged_us);
+        }
+    }
+
+    if (n_ready > 0) {
+        int r = store_begin(s->st);
+        for (int b = 0; b < n_ready && r >= 0; b++)
+            for (int i = 0; i < ready[b]->batch.n && r >= 0; i++)
+                r = store_job_update(s->st, ready[b]->batch.jobs[i]);
+        if (r >= 0)
+            r = store_commit(s->st);
+        if (r < 0)
+            store_rollback(s->st);
+        for (int b = 0; b < n_ready; b++) {
+            sched_batch_t *sb = ready[b];
+            long n = sb->batch.n;
+            atomic_fetch_sub(&s->queued, n);
+            atomic_fetch_add(&s->running, n);
+            s->batches_in_flight++;
+            sb->dispatched_us = now_us();
+            if (r < 0) {
+                fail_dispatched(s, sb, "the store could not record the start");
+                continue;
+            }
+            atomic_fetch_add(&s->batches_total, 1);
+            if (n > 1)
+                atomic_fetch_add(&s->batched_jobs_total, n);
+            int er = s->ex->ops->submit(s->ex, &sb->batch);
+            if (er < 0)
+                fail_dispatched(s, sb, strerror(-er));
+        }
+    }
+    if (hold_until) {
+        int64_t wait_us = hold_until - now_us();
+        uv_timer_start(&s->dispatch_timer, on_dispatch_timer,
+                       wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
+    }
+}
+
+/* ---------------------------------------------------------------- batch completion */
+
+/* Executor thread: persists large outputs off the loop, then hands the batch to the loop. */
+static void on_batch_done(exec_batch_t *batch, void *ud)
+{
+    sched_t *s = ud;
+    for (int i = 0; i < batch->n; i++) {
+        job_t *job = batch->jobs[i];
+        for (int j = 0; !job->error_code[0] && j < job->call.n_out; j++) {
+            job_tensor_t *t = &job->out[j];
+            if (t->data && !t->blob && t->nbytes > s->cfg->inline_blob_bytes) {
+                int r = store_blob_write(s->st, t->data, t->nbytes, &t->blob);
+                if (r < 0)
+                    job_set_error(job, "store_failed", "could not persist output '%s': %s",
+                                  t->name, strerror(-r));
+            }
+        }
+    }
+    msg_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        /* Nothing sane to do without memory: the jobs stay `running` in the store and are
+         * re-queued at the next start. */
+        log_error("out of memory reporting a finished batch");
+        return;
+    }
+    m->kind = MSG_DONE;
+    m->batch = batch;
+    pthread_mutex_lock(&s->lock);
+    if (s->inbox_tail)
+        s->inbox_tail->next = m;
+    else
+        s->inbox_head = m;
+    s->inbox_tail = m;
+    pthread_mutex_unlock(&s->lock);
+    uv_async_send(&s->wake);
+}
+
+static void maybe_finish_stop(sched_t *s);
+
+static void finish_batch(sched_t *s, sched_batch_t *sb)
+{
+    exec_batch_t *batch = &sb->batch;
+    int64_t now = now_us();
+    double share_us = batch->n ? (double)(now - sb->dispatched_us) / batch->n : 0;
+    int r = store_begin(s->st);
+    for (int i = 0; i < batch->n; i++) {
+        job_t *job = batch->jobs[i];
+        entry_t *e = strmap_get(s->entries, job->id);
+        if (e->cancelled_while_running)
+            continue;
+        job->finished_us = now;
+        job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
+        if (r >= 0) {
+            int ur = store_job_update(s->st, job);
+            if (ur < 0)
+                log_error("job %s: could not record its end: %s", job->id, strerror(-ur));
+        }
+    }
+    if (r >= 0)
+        r = store_commit(s->st);
+    if (r < 0) {
+        store_rollback(s->st);
+        log_error("could not commit a finished batch: its jobs run again after a restart");
+    }
+    for (int i = 0; i < batch->n; i++) {
+        job_t *job = batch->jobs[i];
+        entry_t *e = strmap_get(s->entries, job->id);
+        e->user->running--;
+        user_charge(e->user, share_us - e->charged_us);
+        if (!e->cancelled_while_running) {
+            count_final(s, job->state);
+            waiters_reply(e, job);
+        }
+        strmap_remove(s->entries, job->id);
+        job_free(job);
+        free(e);
+    }
+    atomic_fetch_sub(&s->running, batch->n);
+    s->batches_in_flight--;
+    free(batch->jobs);
+    free(sb);
+}
+
+/* A batch that never reached the executor: its jobs fail with the reason. */
+static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why)
+{
+    for (int i = 0; i < sb->batch.n; i++)
+        job_set_error(sb->batch.jobs[i], "dispatch_failed", "%s", why);
+    finish_batch(s, sb);
+}
+
+/* ------------------------------------------------------------- waits and cancels */
+
+static void on_wait_timeout(uv_timer_t *t)
+{
+    waiter_t *w = t->data;
+    entry_t *e = w->entry;
+    for (waiter_t **p = &e->waiters; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    reply_jobs(w->reply, w->token, (job_t *const *)&e->job, 1, false);
+    uv_close((uv_handle_t *)&w->timer, waiter_closed);
+}
+
+/* The in-memory entry for id if owner may see it; NULL otherwise. */
+static entry_t *entry_find(sched_t *s, const msg_t *m)
+{
+    entry_t *e = strmap_get(s->entries, m->id);
+    if (e && !m->any_owner && strcmp(e->job->owner, m->owner) != 0)
+        return NULL;
+    return e;
+}
+
+/* A finished (or unknown) job from the store, for waits and cancels of jobs not in memory.
+ * Replies -ENOENT when missing or not the caller's; otherwise calls reply with it. */
+static job_t *stored_job(sched_t *s, const msg_t *m)
+{
+    job_t *job = NULL;
+    if (store_job_get(s->rd, m->id, &job) < 0 ||
+        (!m->any_owner && strcmp(job->owner, m->owner) != 0)) {
+        job_free(job);
+        reply_err(m->reply, m->token, -ENOENT, "no such job");
+        return NULL;
+    }
+    return job;
+}
+
+static void handle_wait(sched_t *s, msg_t *m)
+{
+    entry_t *e = entry_find(s, m);
+    if (!e) {
+        job_t *job = stored_job(s, m);
+        if (job)
+            reply_jobs(m->reply, m->token, &job, 1, false);
+        job_free(job);
+        return;
+    }
+    if (m->timeout_ms <= 0 || s->stopping) {
+        reply_jobs(m->reply, m->token, &e->job, 1, false);
+        return;
+    }
+    waiter_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        reply_err(m->reply, m->token, -ENOMEM, NULL);
+        return;
+    }
+    w->entry = e;
+    w->s = s;
+    w->reply = m->reply;
+    w->token = m->token;
+    uv_timer_init(&s->loop, &w->timer);
+    w->timer.data = w;
+    uv_timer_start(&w->timer, on_wait_timeout, (uint64_t)m->timeout_ms, 0);
+    w->next = e->waiters;
+    e->waiters = w;
+}
+
+static void handle_cancel(sched_t *s, msg_t *m)
+{
+    entry_t *e = entry_find(s, m);
+    if (!e) {
+        job_t *job = stored_job(s, m);
+        if (job)
+            reply_err(m->reply, m->token, -EBUSY, "the job has already ended");
+        job_free(job);
+        return;
+    }
+    job_t *job = e->job;
+    if (job->state == JOB_QUEUED) {
+        int r = end_queued(s, e, JOB_CANCELLED, "cancelled", "cancelled by request", m->reply,
+                           m->token);
+        if (r < 0)
+            reply_err(m->reply, m->token, r, "the store refused the cancellation");
+        return;
+    }
+    if (e->cancelled_while_running) {
+        reply_err(m->reply, m->token, -EBUSY, "the job is already cancelled");
+        return;
+    }
+    /* Running: the launch finishes and its result is discarded. The executor may be writing
+     * the job's outputs and error fields right now, so the store gets a copy made of the
+     * fields the loop owns. */
+    job_t *rec = job_new();
+    if (!rec) {
+        reply_err(m->reply, m->token, -ENOMEM, NULL);
+        return;
+    }
+    memcpy(rec->id, job->id, sizeof rec->id);
+    memcpy(rec->owner, job->owner, sizeof rec->owner);
+    rec->call = job->call;
+    rec->priority = job->priority;
+    rec->device = job->device;
+    rec->deadline_us = job->deadline_us;
+    rec->attempts = job->attempts;
+    rec->created_us = job->created_us;
+    rec->started_us = job->started_us;
+    rec->finished_us = now_us();
+    rec->state = JOB_CANCELLED;
+    job_set_error(rec, "cancelled", "cancelled by request while running");
+    int r = store_job_update(s->st, rec);
+    if (r < 0) {
+        reply_err(m->reply, m->token, r, "the store refused the cancellation");
+    } else {
+        e->cancelled_while_running = true;
+        count_final(s, JOB_CANCELLED);
+        reply_jobs(m->reply, m->token, &rec, 1, false);
+        waiters_reply(e, rec);
+    }
+    job_free(rec);
+}
+
+/* ------------------------------------------------------------------------ deadlines */
+
+static void on_deadline_timer(uv_timer_t *t)
+{
+    sched_t *s = t->data;
+    int64_t now = now_us();
+    while (s->n_deadlines > 0 && s->deadlines[0]->job->deadline_us <= now) {
+        entry_t *e = s->deadlines[0];
+        if (end_queued(s, e, JOB_FAILED, "deadline_exceeded",
+                       "the deadline passed while the job was queued", NULL, NULL) < 0)
+            deadline_remove(s, e); /* leave it queued; do not spin on it */
+    }
+    deadline_arm(s);
+}
+
+static void deadline_arm(sched_t *s)
+{
+    if (s->n_deadlines == 0) {
+        uv_timer_stop(&s->deadline_timer);
+        return;
+    }
+    int64_t wait_us = s->deadlines[0]->job->deadline_us - now_us();
+    uv_timer_start(&s->deadline_timer, on_deadline_timer,
+                   wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
+}
+
+/* ------------------------------------------------------------- maintenance timers */
+
+static void on_gc_timer(uv_timer_t *t)
+{
+    sched_t *s = t->data;
+    int deleted = 0;
+    int r = store_gc(s->st, now_us() - (int64_t)s->cfg->retention_s * 1000000, &deleted);
+    if (r < 0)
+        log_error("retention sweep failed: %s", strerror(-r));
+    else if (deleted)
+        log_info("retention: removed %d finished jobs", deleted);
+}
+
+static void on_checkpoint_timer(uv_timer_t *t)
+{
+    sched_t *s = t->data;
+    int r = store_checkpoint(s->st);
+    if (r < 0)
+        log_warn("WAL checkpoint failed: %s", strerror(-r));
+}
+
+/* ----------------------------------------------------------------------- the loop */
+
+static void stop_waiter(const char *key, void *value, void *ud)
+{
+    (void)key;
+    (void)ud;
+    entry_t *e = value;
+    waiters_reply(e, e->job);
+}
+
+static void maybe_finish_stop(sched_t *s)
+{
+    if (!s->stopping || s->batches_in_flight > 0)
+        return;
+    uv_timer_stop(&s->drain_timer);
+    uv_stop(&s->loop);
+}
+
+static void on_drain_timer(uv_timer_t *t)
+{
+    sched_t *s = t->data;
+    log_warn("drain timeout: %d batches still running; their jobs re-run after the next start",
+             s->batches_in_flight);
+    uv_stop(&s->loop);
+}
+
+static void handle_msg(sched_t *s, msg_t *m)
+{
+    switch (m->kind) {
+    case MSG_SUBMIT:
+    case MSG_BUF_PUT:
+        if (m->kind == MSG_SUBMIT && m->n > 0) {
+            user_t *u = user_get(s, m->jobs[0]->owner);
+            if (u && u->heap_len + (long)m->n > s->cfg->max_queued_per_user) {
+                reply_err(m->reply, m->token, -EAGAIN, "too many queued jobs for this user");
+                msg_free(m);
+                return;
+            }
+        }
+        m->next = NULL;
+        if (s->pending_tail)
+            s->pending_tail->next = m;
+        else
+            s->pending_head = m;
+        s->pending_tail = m;
+        if (s->stopping)
+            commit_pending(s); /* the loop is about to end: no window */
+        else
+            schedule_commit(s);
+        return;
+    case MSG_WAIT: handle_wait(s, m); break;
+    case MSG_CANCEL: handle_cancel(s, m); break;
+    case MSG_BUF_DELETE: {
+        int r = store_buffer_delete(s->st, m->any_owner ? NULL : m->owner, m->id);
+        if (r < 0)
+            reply_err(m->reply, m->token, r, r == -ENOENT ? "no such buffer" : NULL);
+        else {
+            sched_result_t res = {0};
+            m->reply(m->token, &res);
+        }
+        break;
+    }
+    case MSG_DONE:
+        finish_batch(s, m->batch->sched_priv);
+        maybe_finish_stop(s);
+        dispatch(s);
+        break;
+    case MSG_STOP:
+        s->stopping = true;
+        commit_pending(s); /* accepted submissions are committed: they run after restart */
+        strmap_foreach(s->entries, stop_waiter, NULL);
+        uv_timer_start(&s->drain_timer, on_drain_timer, (uint64_t)s->cfg->drain_timeout_ms, 0);
+        maybe_finish_stop(s);
+        break;
+    }
+    msg_free(m);
+}
+
+static void on_wake(uv_async_t *a)
+{
+    sched_t *s = a->data;
+    pthread_mutex_lock(&s->lock);
+    msg_t *m = s->inbox_head;
+    s->inbox_head = s->inbox_tail = NULL;
+    pthread_mutex_unlock(&s->lock);
+    while (m) {
+        msg_t *next = m->next;
+        m->next = NULL;
+        handle_msg(s, m);
+        m = next;
+    }
+}
+
+static void *loop_thread(void *arg)
+{
+    sched_t *s = arg;
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+    atomic_store(&s->loop_gone, true);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ public entry points */
+
+/* Posts a message to the loop; after the loop has gone, answers -ESHUTDOWN at once. */
+static void post(sched_t *s, msg_t *m)
+{
+    pthread_mutex_lock(&s->lock);
+    bool gone = atomic_load(&s->loop_gone);
+    if (!gone) {
+        if (s->inbox_tail)
+            s->inbox_tail->next = m;
+        else
+            s->inbox_head = m;
+        s->inbox_tail = m;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (gone) {
+        reply_err(m->reply, m->token, -ESHUTDOWN, "the daemon is stopping");
+        msg_free(m);
+        return;
+    }
+    uv_async_send(&s->wake);
+}
+
+static msg_t *msg_new(msg_kind_t kind, sched_reply_fn reply, void *token)
+{
+    msg_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        reply_err(reply, token, -ENOMEM, NULL);
+        return NULL;
+    }
+    m->kind = kind;
+    m->reply = reply;
+    m->token = token;
+    return m;
+}
+
+static void msg_set_target(msg_t *m, const char *owner, const char *id)
+{
+    m->any_owner = owner == NULL;
+    snprintf(m->owner, sizeof m->owner, "%s", owner ? owner : "");
+    snprintf(m->id, sizeof m->id, "%s", id);
+}
+
+/* Writes tensors too large for a row to blob files, on the caller's thread. */
+static int persist_large(sched_t *s, job_tensor_t *t)
+{
+    if (!t->data || t->blob || t->nbytes <= s->cfg->inline_blob_bytes)
+        return 0;
+    return store_blob_write(s->st, t->data, t->nbytes, &t->blob);
+}
+
+void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token)
+{
+    msg_t *m = msg_new(MSG_SUBMIT, reply, token);
+    if (!m) {
+        for (size_t i = 0; i < n; i++)
+            job_free(jobs[i]);
+        free(jobs);
+        return;
+    }
+    m->jobs = jobs;
+    m->n = n;
+    m->replayed = calloc(n ? n : 1, sizeof *m->replayed);
+    if (!m->replayed) {
+        reply_err(reply, token, -ENOMEM, NULL);
+        msg_free(m);
+        return;
+    }
+    if (!atomic_load(&s->accepting)) {
+        reply_err(reply, token, -ESHUTDOWN, "the daemon is stopping");
+        msg_free(m);
+        return;
+    }
+    int64_t now = now_us();
+    for (size_t i = 0; i < n; i++) {
+        job_t *job = jobs[i];
+        id_new('j', job->id);
+        job->created_us = now;
+        job->state = JOB_QUEUED;
+        for (int j = 0; j < OP_MAX_TENSORS; j++) {
+            int r = persist_large(s, &job->in[j]);
+            if (r < 0) {
+                reply_err(reply, token, -EIO, "could not persist an input tensor");
+                msg_free(m);
+                return;
+            }
+        }
+    }
+    post(s, m);
+}
+
+void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms,
+                sched_reply_fn reply, void *token)
+{
+    msg_t *m = msg_new(MSG_WAIT, reply, token);
+    if (!m)
+        return;
+    msg_set_target(m, owner, id);
+    m->timeout_ms = timeout_ms;
+    post(s, m);
+}
+
+void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
+                  void *token)
+{
+    msg_t *m = msg_new(MSG_CANCEL, reply, token);
+    if (!m)
+        return;
+    msg_set_target(m, owner, id);
+    post(s, m);
+}
+
+void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token)
+{
+    msg_t *m = msg_new(MSG_BUF_PUT, reply, token);
+    if (!m) {
+        buffer_free(buf);
+        return;
+    }
+    m->buf = buf;
+    if (!atomic_load(&s->accepting)) {
+        reply_err(reply, token, -ESHUTDOWN, "the daemon is stopping");
+        msg_free(m);
+        return;
+    }
+    id_new('b', buf->id);
+    buf->created_us = now_us();
+    if (buf->data && buf->nbytes > s->cfg->inline_blob_bytes &&
+        store_blob_write(s->st, buf->data, buf->nbytes, &buf->blob) < 0) {
+        reply_err(reply, token, -EIO, "could not persist the buffer");
+        msg_free(m);
+        return;
+    }
+    post(s, m);
+}
+
+void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
+                         void *token)
+{
+    msg_t *m = msg_new(MSG_BUF_DELETE, reply, token);
+    if (!m)
+        return;
+    msg_set_target(m, owner, id);
+    post(s, m);
+}
+
+void sched_get_stats(sched_t *s, sched_stats_t *ret)
+{
+    *ret = (sched_stats_t){
+        .accepting = atomic_load(&s->accepting),
+        .queued = atomic_load(&s->queued),
+        .running = atomic_load(&s->running),
+        .submitted_total = atomic_load(&s->submitted_total),
+        .succeeded_total = atomic_load(&s->succeeded_total),
+        .failed_total = atomic_load(&s->failed_total),
+        .cancelled_total = atomic_load(&s->cancelled_total),
+        .batches_total = atomic_load(&s->batches_total),
+        .batched_jobs_total = atomic_load(&s->batched_jobs_total),
+    };
+}
+
+json_t *sched_describe_backend(sched_t *s)
+{
+    return s->ex ? s->ex->ops->describe(s->ex) : json_null();
+}
+
+/* ------------------------------------------------------------------- life cycle */
+
+static void init_timer(sched_t *s, uv_timer_t *t)
+{
+    uv_timer_init(&s->loop, t);
+    t->data = s;
+}
+
+int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
+{
+    sched_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->cfg = cfg;
+    s->st = st;
+    int r = store_reader_open(cfg, &s->rd);
+    if (r >= 0)
+        r = strmap_new(&s->entries);
+    if (r >= 0)
+        r = strmap_new(&s->users);
+    if (r >= 0)
+        r = strmap_new(&s->keyqs);
+    if (r >= 0)
+        r = uv_loop_init(&s->loop);
+    if (r < 0) {
+        store_reader_close(s->rd);
+        strmap_free(s->entries);
+        strmap_free(s->users);
+        strmap_free(s->keyqs);
+        free(s);
+        return r;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    uv_async_init(&s->loop, &s->wake, on_wake);
+    s->wake.data = s;
+    init_timer(s, &s->commit_timer);
+    init_timer(s, &s->dispatch_timer);
+    init_timer(s, &s->deadline_timer);
+    init_timer(s, &s->gc_timer);
+    init_timer(s, &s->checkpoint_timer);
+    init_timer(s, &s->drain_timer);
+    *ret = s;
+    return 0;
+}
+
+void sched_set_executor(sched_t *s, executor_t *ex)
+{
+    ex->done = on_batch_done;
+    ex->done_ud = s;
+    s->ex = ex;
+}
+
+/* A recovered job carries its op, params text and input descriptors; its op_call_t is
+ * rebuilt by validating again, as at submission. */
+static int job_revalidate(job_t *job, op_error_t *err)
+{
+    const op_def_t *op = job->call.op;
+    if (!op)
+        return op_error(err, -EINVAL, "op", "unknown op");
+    json_error_t jerr;
+    json_t *params = job->params_json ? json_loads(job->params_json, 0, &jerr) : NULL;
+    memset(&job->call, 0, sizeof job->call);
+    job->call.op = op;
+    for (int j = 0; j < op->n_inputs; j++) {
+        job->call.has_in[j] = job->in[j].name[0] != '\0';
+        job->call.in[j] = job->in[j].desc;
+    }
+    int r = op_params_check_keys(op, params, err);
+    if (r >= 0)
+        r = op->validate(params, &job->call, err);
+    json_decref(params);
+    return r;
+}
+
+static void recover_one(job_t *job, void *ud)
+{
+    sched_t *s = ud;
+    op_error_t err = {0};
+    if (job_revalidate(job, &err) < 0) {
+        job->state = JOB_FAILED;
+        job->finished_us = now_us();
+        job_set_error(job, "invalid_after_restart", "%s: %s", err.field, err.message);
+        if (store_job_update(s->st, job) < 0)
+            log_error("job %s: could not record its failure", job->id);
+        job_free(job);
+        return;
+    }
+    if (enqueue(s, job) < 0) {
+        log_error("job %s could not be re-queued (out of memory)", job->id);
+        job_free(job);
+    }
+}
+
+int sched_start(sched_t *s)
+{
+    int r = store_recover(s->st, s->cfg->max_attempts, recover_one, s);
+    if (r < 0)
+        return log_error_errno(r, "recovering jobs from the store failed: %s", strerror(-r));
+    long queued = atomic_load(&s->queued);
+    if (queued > 0)
+        log_info("recovered %ld queued jobs", queued);
+    uv_timer_start(&s->gc_timer, on_gc_timer, 1000, (uint64_t)s->cfg->gc_interval_s * 1000);
+    uv_timer_start(&s->checkpoint_timer, on_checkpoint_timer,
+                   (uint64_t)s->cfg->checkpoint_interval_s * 1000,
+                   (uint64_t)s->cfg->checkpoint_interval_s * 1000);
+    deadline_arm(s);
+    uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0); /* recovered jobs */
+    atomic_store(&s->accepting, true);
+    r = pthread_create(&s->thread, NULL, loop_thread, s);
+    if (r != 0)
+        return -r;
+    s->thread_started = true;
+    return 0;
+}
+
+void sched_stop(sched_t *s)
+{
+    if (!s || !s->thread_started)
+        return;
+    atomic_store(&s->accepting, false);
+    msg_t *m = calloc(1, sizeof *m);
+    if (m) {
+        m->kind = MSG_STOP;
+        post(s, m);
+    }
+    pthread_join(s->thread, NULL);
+    s->thread_started = false;
+    if (s->ex) {
+        s->ex->ops->destroy(s->ex, s->batches_in_flight ? 0 : s->cfg->drain_timeout_ms);
+        s->ex = NULL;
+    }
+}
+
+static void free_entry(const char *key, void *value, void *ud)
+{
+    (void)key;
+    (void)ud;
+    entry_t *e = value;
+    /* Jobs of batches still in an executor (after a drain timeout) are not freed: a worker may
+     * still hold them, and the process is about to exit. */
+    if (e->job->state == JOB_QUEUED) {
+        job_free(e->job);
+        free(e);
+    }
+}
+
+static void free_value(const char *key, void *value, void *ud)
+{
+    (void)key;
+    (void)ud;
+    user_t *u = value;
+    free(u->heap);
+    free(u);
+}
+
+static void free_keyq(const char *key, void *value, void *ud)
+{
+    (void)key;
+    (void)ud;
+    free(value);
+}
+
+/* At the end only the scheduler's own handles are left (waiters were answered at stop); they
+ * live inside sched_t, so closing needs no callback. */
+static void close_any(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+void sched_free(sched_t *s)
+{
+    if (!s)
+        return;
+    if (s->thread_started)
+        sched_stop(s);
+    if (s->ex)
+        s->ex->ops->destroy(s->ex, 0);
+    /* Answer whatever is left in the inbox, and close every handle. */
+    pthread_mutex_lock(&s->lock);
+    msg_t *m = s->inbox_head;
+    s->inbox_head = s->inbox_tail = NULL;
+    atomic_store(&s->loop_gone, true);
+    pthread_mutex_unlock(&s->lock);
+    while (m) {
+        msg_t *next = m->next;
+        if (m->kind != MSG_DONE && m->kind != MSG_STOP && m->reply)
+            reply_err(m->reply, m->token, -ESHUTDOWN, "the daemon is stopping");
+        msg_free(m);
+        m = next;
+    }
+    uv_walk(&s->loop, close_any, NULL);
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&s->loop);
+    strmap_foreach(s->entries, free_entry, NULL);
+    strmap_foreach(s->users, free_value, NULL);
+    strmap_foreach(s->keyqs, free_keyq, NULL);
+    strmap_free(s->entries);
+    strmap_free(s->users);
+    strmap_free(s->keyqs);
+    free(s->deadlines);
+    store_reader_close(s->rd);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}

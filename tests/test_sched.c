@@ -1,0 +1,511 @@
+/* The scheduler against a real store and a fake executor that the test drives by hand: which
+ * batches it is handed, in which order, and how jobs end. */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/config.h"
+#include "daemon/sched.h"
+#include "daemon/store.h"
+
+/* ------------------------------------------------------------------ fake executor */
+
+typedef struct fake_exec {
+    executor_t base;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int slots;               /* batches it accepts before the test completes some */
+    exec_batch_t *got[4096]; /* every batch handed over, in order */
+    int n_got, n_done;
+} fake_exec_t;
+
+static int fake_submit(executor_t *base, exec_batch_t *b)
+{
+    fake_exec_t *f = (fake_exec_t *)base;
+    pthread_mutex_lock(&f->lock);
+    int r = -EAGAIN;
+    if (f->n_got - f->n_done < f->slots) {
+        f->got[f->n_got++] = b;
+        pthread_cond_broadcast(&f->cond);
+        r = 0;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return r;
+}
+
+static int fake_free_slots(executor_t *base)
+{
+    fake_exec_t *f = (fake_exec_t *)base;
+    pthread_mutex_lock(&f->lock);
+    int n = f->slots - (f->n_got - f->n_done);
+    pthread_mutex_unlock(&f->lock);
+    return n > 0 ? n : 0;
+}
+
+static json_t *fake_describe(executor_t *base)
+{
+    return json_pack("{s:s}", "name", "fake");
+}
+
+static void fake_destroy(executor_t *base, int timeout_ms)
+{
+}
+
+static const executor_ops_t fake_ops = {"fake", fake_submit, fake_free_slots, fake_describe,
+                                        fake_destroy};
+
+/* Waits until the executor holds at least n batches in total. */
+static void fake_wait_batches(fake_exec_t *f, int n)
+{
+    pthread_mutex_lock(&f->lock);
+    for (int i = 0; f->n_got < n && i < 500; i++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&f->cond, &f->lock, &ts);
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* Completes batch i: every job succeeds with zero-filled outputs. */
+static void fake_complete(fake_exec_t *f, int i)
+{
+    exec_batch_t *b = f->got[i];
+    for (int k = 0; k < b->n; k++) {
+        job_t *job = b->jobs[k];
+        for (int j = 0; j < job->call.n_out; j++) {
+            job_tensor_t *t = &job->out[j];
+            snprintf(t->name, sizeof t->name, "%s", job->call.out_names[j]);
+            t->desc = job->call.out[j];
+            t->nbytes = tensor_desc_bytes(&t->desc);
+            t->data = calloc(1, t->nbytes ? t->nbytes : 1);
+        }
+        job->batch_size = b->n;
+    }
+    pthread_mutex_lock(&f->lock);
+    f->n_done++;
+    pthread_mutex_unlock(&f->lock);
+    f->base.done(b, f->base.done_ud);
+}
+
+/* ------------------------------------------------------------------ fixtures */
+
+static char state_dir[] = "/tmp/gj-sched-XXXXXX";
+static config_t cfg;
+static store_t *st;
+static sched_t *sched;
+static fake_exec_t *fake;
+
+static void setup(void)
+{
+    strcpy(state_dir, "/tmp/gj-sched-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(state_dir));
+    config_defaults(&cfg);
+    snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", state_dir);
+    cfg.sync_full = false;
+    cfg.max_delay_us = 0;
+    ck_assert_int_eq(store_open(&cfg, &st), 0);
+    ck_assert_int_eq(sched_new(&cfg, st, &sched), 0);
+    fake = calloc(1, sizeof *fake);
+    fake->base.ops = &fake_ops;
+    pthread_mutex_init(&fake->lock, NULL);
+    pthread_cond_init(&fake->cond, NULL);
+    sched_set_executor(sched, &fake->base);
+}
+
+static void teardown(void)
+{
+    /* Finish whatever is still in the executor so the scheduler's stop does not wait. */
+    for (int i = fake->n_done; i < fake->n_got; i++)
+        fake_complete(fake, i);
+    sched_stop(sched);
+    sched_free(sched);
+    store_close(st);
+    free(fake);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", state_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+typedef struct reply_box {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    int err;
+    char ids[64][ID_SIZE];
+    job_state_t states[64];
+    size_t n;
+    bool replayed;
+} reply_box_t;
+
+static void on_reply(void *token, const sched_result_t *res)
+{
+    reply_box_t *b = token;
+    pthread_mutex_lock(&b->lock);
+    b->err = res->err;
+    b->n = res->n_jobs;
+    b->replayed = res->replayed;
+    for (size_t i = 0; i < res->n_jobs && i < 64; i++) {
+        snprintf(b->ids[i], ID_SIZE, "%s", res->jobs[i]->id);
+        b->states[i] = res->jobs[i]->state;
+    }
+    b->done = true;
+    pthread_cond_broadcast(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+}
+
+static void box_init(reply_box_t *b)
+{
+    memset(b, 0, sizeof *b);
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_cond_init(&b->cond, NULL);
+}
+
+static void box_wait(reply_box_t *b)
+{
+    pthread_mutex_lock(&b->lock);
+    while (!b->done)
+        pthread_cond_wait(&b->cond, &b->lock);
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* A validated `add` job on f32 vectors of n elements. */
+static job_t *add_job(const char *owner, int n, int priority)
+{
+    const op_def_t *op = op_find("add");
+    ck_assert_ptr_nonnull(op);
+    job_t *job = job_new();
+    snprintf(job->owner, sizeof job->owner, "%s", owner);
+    job->priority = priority;
+    job->call.op = op;
+    job->params_json = strdup("{}");
+    for (int j = 0; j < 2; j++) {
+        job_tensor_t *t = &job->in[j];
+        snprintf(t->name, sizeof t->name, "%s", op->input_names[j]);
+        t->desc = (tensor_desc_t){DTYPE_F32, 1, {n}};
+        t->nbytes = tensor_desc_bytes(&t->desc);
+        t->data = calloc(1, t->nbytes);
+        job->call.in[j] = t->desc;
+        job->call.has_in[j] = true;
+    }
+    op_error_t err;
+    ck_assert_int_eq(op->validate(NULL, &job->call, &err), 0);
+    return job;
+}
+
+/* Submits jobs (taking them) and waits for the commit; returns the ids in box. */
+static void submit(reply_box_t *box, job_t **jobs, size_t n)
+{
+    job_t **arr = calloc(n, sizeof *arr);
+    memcpy(arr, jobs, n * sizeof *arr);
+    box_init(box);
+    sched_submit(sched, arr, n, on_reply, box);
+    box_wait(box);
+    ck_assert_int_eq(box->err, 0);
+}
+
+static job_state_t stored_state(const char *id)
+{
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    job_t *job = NULL;
+    ck_assert_int_eq(store_job_get(rd, id, &job), 0);
+    job_state_t s = job->state;
+    job_free(job);
+    store_reader_close(rd);
+    return s;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+START_TEST(test_jobs_with_equal_batch_keys_go_out_as_one_batch)
+{
+    fake->slots = 0; /* hold everything queued while the jobs arrive */
+    job_t *jobs[10];
+    for (int i = 0; i < 10; i++)
+        jobs[i] = add_job("alice", 100 + i, 0);
+    reply_box_t box;
+    submit(&box, jobs, 10);
+    ck_assert_int_eq(box.n, 10);
+
+    /* Opening one slot: the next dispatch (a new submission wakes it) takes all ten and the new
+     * job, same key, in one batch. */
+    fake->slots = 1;
+    job_t *more = add_job("alice", 7, 0);
+    submit(&box, &more, 1);
+    fake_wait_batches(fake, 1);
+    ck_assert_int_eq(fake->n_got, 1);
+    ck_assert_int_eq(fake->got[0]->n, 11);
+    fake_complete(fake, 0);
+
+    reply_box_t w;
+    box_init(&w);
+    sched_wait(sched, "alice", box.ids[0], 5000, on_reply, &w);
+    box_wait(&w);
+    ck_assert_int_eq(w.err, 0);
+    ck_assert_int_eq(w.states[0], JOB_SUCCEEDED);
+    ck_assert_int_eq(stored_state(box.ids[0]), JOB_SUCCEEDED);
+}
+END_TEST
+
+START_TEST(test_max_batch_caps_batch_size)
+{
+    cfg.max_batch = 4;
+    fake->slots = 0;
+    job_t *jobs[10];
+    for (int i = 0; i < 10; i++)
+        jobs[i] = add_job("alice", 10, 0);
+    reply_box_t box;
+    submit(&box, jobs, 10);
+    fake->slots = 8;
+    job_t *more = add_job("bob", 3, 0); /* wakes the dispatcher */
+    submit(&box, &more, 1);
+    fake_wait_batches(fake, 3);
+    ck_assert_int_eq(fake->n_got, 3);
+    int total = 0;
+    for (int i = 0; i < fake->n_got; i++) {
+        ck_assert_int_le(fake->got[i]->n, 4);
+        total += fake->got[i]->n;
+    }
+    ck_assert_int_eq(total, 11);
+}
+END_TEST
+
+START_TEST(test_fair_share_serves_a_small_user_before_a_big_backlog_drains)
+{
+    cfg.max_batch = 1; /* one job per batch makes the order of service visible */
+    fake->slots = 0;
+    job_t *jobs[50];
+    for (int i = 0; i < 50; i++)
+        jobs[i] = add_job("big", 1000, 0);
+    reply_box_t box;
+    submit(&box, jobs, 50);
+    fake->slots = 1;
+    job_t *small = add_job("small", 1000, 0);
+    submit(&box, &small, 1);
+    char small_id[ID_SIZE];
+    strcpy(small_id, box.ids[0]);
+
+    /* Run batches one at a time; the small user's job must come within the first few. */
+    int position = -1;
+    for (int i = 0; i < 10 && position < 0; i++) {
+        fake_wait_batches(fake, i + 1);
+        ck_assert_int_eq(fake->n_got, i + 1);
+        if (strcmp(fake->got[i]->jobs[0]->id, small_id) == 0)
+            position = i;
+        fake_complete(fake, i);
+    }
+    ck_assert_int_ge(position, 0);
+    ck_assert_int_le(position, 2);
+}
+END_TEST
+
+START_TEST(test_priority_orders_one_users_queue)
+{
+    cfg.max_batch = 1;
+    fake->slots = 0;
+    job_t *low = add_job("alice", 10, -5);
+    job_t *high = add_job("alice", 11, 50);
+    reply_box_t box_low, box_high;
+    submit(&box_low, &low, 1);
+    submit(&box_high, &high, 1);
+    fake->slots = 1;
+    job_t *wake = add_job("alice", 12, 0);
+    reply_box_t box;
+    submit(&box, &wake, 1);
+    fake_wait_batches(fake, 1);
+    ck_assert_str_eq(fake->got[0]->jobs[0]->id, box_high.ids[0]);
+}
+END_TEST
+
+START_TEST(test_cancel_queued_job_never_runs)
+{
+    fake->slots = 0;
+    job_t *job = add_job("alice", 10, 0);
+    reply_box_t box;
+    submit(&box, &job, 1);
+    reply_box_t c;
+    box_init(&c);
+    sched_cancel(sched, "alice", box.ids[0], on_reply, &c);
+    box_wait(&c);
+    ck_assert_int_eq(c.err, 0);
+    ck_assert_int_eq(c.states[0], JOB_CANCELLED);
+    fake->slots = 4;
+    job_t *other = add_job("alice", 10, 0);
+    reply_box_t b2;
+    submit(&b2, &other, 1);
+    fake_wait_batches(fake, 1);
+    for (int i = 0; i < fake->n_got; i++)
+        for (int k = 0; k < fake->got[i]->n; k++)
+            ck_assert_str_ne(fake->got[i]->jobs[k]->id, box.ids[0]);
+    ck_assert_int_eq(stored_state(box.ids[0]), JOB_CANCELLED);
+
+    /* A second cancel finds the job final. */
+    box_init(&c);
+    sched_cancel(sched, "alice", box.ids[0], on_reply, &c);
+    box_wait(&c);
+    ck_assert_int_eq(c.err, -EBUSY);
+}
+END_TEST
+
+START_TEST(test_other_users_cannot_see_or_cancel_a_job)
+{
+    fake->slots = 0;
+    job_t *job = add_job("alice", 10, 0);
+    reply_box_t box;
+    submit(&box, &job, 1);
+    reply_box_t c;
+    box_init(&c);
+    sched_cancel(sched, "mallory", box.ids[0], on_reply, &c);
+    box_wait(&c);
+    ck_assert_int_eq(c.err, -ENOENT);
+    box_init(&c);
+    sched_wait(sched, "mallory", box.ids[0], 0, on_reply, &c);
+    box_wait(&c);
+    ck_assert_int_eq(c.err, -ENOENT);
+    ck_assert_int_eq(stored_state(box.ids[0]), JOB_QUEUED);
+}
+END_TEST
+
+START_TEST(test_deadline_fails_a_job_left_queued)
+{
+    fake->slots = 0;
+    job_t *job = add_job("alice", 10, 0);
+    job->deadline_us = now_us() + 50 * 1000;
+    reply_box_t box;
+    submit(&box, &job, 1);
+    reply_box_t w;
+    box_init(&w);
+    sched_wait(sched, "alice", box.ids[0], 5000, on_reply, &w);
+    box_wait(&w);
+    ck_assert_int_eq(w.states[0], JOB_FAILED);
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    job_t *stored = NULL;
+    ck_assert_int_eq(store_job_get(rd, box.ids[0], &stored), 0);
+    ck_assert_str_eq(stored->error_code, "deadline_exceeded");
+    job_free(stored);
+    store_reader_close(rd);
+}
+END_TEST
+
+START_TEST(test_wait_times_out_with_the_current_state)
+{
+    fake->slots = 0;
+    job_t *job = add_job("alice", 10, 0);
+    reply_box_t box;
+    submit(&box, &job, 1);
+    reply_box_t w;
+    box_init(&w);
+    int64_t t0 = now_us();
+    sched_wait(sched, "alice", box.ids[0], 100, on_reply, &w);
+    box_wait(&w);
+    ck_assert_int_ge(now_us() - t0, 90 * 1000);
+    ck_assert_int_eq(w.err, 0);
+    ck_assert_int_eq(w.states[0], JOB_QUEUED);
+}
+END_TEST
+
+START_TEST(test_idempotent_resubmission_returns_the_first_job)
+{
+    fake->slots = 0;
+    job_t *a = add_job("alice", 10, 0);
+    strcpy(a->idempotency_key, "key-1");
+    reply_box_t first;
+    submit(&first, &a, 1);
+    ck_assert(!first.replayed);
+    job_t *b = add_job("alice", 10, 0);
+    strcpy(b->idempotency_key, "key-1");
+    reply_box_t second;
+    submit(&second, &b, 1);
+    ck_assert(second.replayed);
+    ck_assert_str_eq(second.ids[0], first.ids[0]);
+    /* The same key from another user is another job. */
+    job_t *c = add_job("bob", 10, 0);
+    strcpy(c->idempotency_key, "key-1");
+    reply_box_t third;
+    submit(&third, &c, 1);
+    ck_assert(!third.replayed);
+    ck_assert_str_ne(third.ids[0], first.ids[0]);
+}
+END_TEST
+
+START_TEST(test_queued_jobs_survive_a_stop_and_run_after_restart)
+{
+    fake->slots = 0;
+    job_t *jobs[5];
+    for (int i = 0; i < 5; i++)
+        jobs[i] = add_job("alice", 10, 0);
+    reply_box_t box;
+    submit(&box, jobs, 5);
+    sched_stop(sched);
+    sched_free(sched);
+
+    ck_assert_int_eq(sched_new(&cfg, st, &sched), 0);
+    fake->n_got = fake->n_done = 0;
+    fake->slots = 4;
+    sched_set_executor(sched, &fake->base);
+    ck_assert_int_eq(sched_start(sched), 0);
+    fake_wait_batches(fake, 1);
+    ck_assert_int_ge(fake->n_got, 1);
+    int total = 0;
+    for (int i = 0; i < fake->n_got; i++)
+        total += fake->got[i]->n;
+    ck_assert_int_eq(total, 5);
+}
+END_TEST
+
+START_TEST(test_submissions_after_stop_answer_shutdown)
+{
+    sched_stop(sched);
+    job_t *job = add_job("alice", 10, 0);
+    job_t **arr = calloc(1, sizeof *arr);
+    arr[0] = job;
+    reply_box_t box;
+    box_init(&box);
+    sched_submit(sched, arr, 1, on_reply, &box);
+    box_wait(&box);
+    ck_assert_int_eq(box.err, -ESHUTDOWN);
+}
+END_TEST
+
+static void start_sched(void)
+{
+    setup();
+    ck_assert_int_eq(sched_start(sched), 0);
+}
+
+int main(void)
+{
+    Suite *s = suite_create("sched");
+    TCase *tc = tcase_create("sched");
+    tcase_add_checked_fixture(tc, start_sched, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_jobs_with_equal_batch_keys_go_out_as_one_batch);
+    tcase_add_test(tc, test_max_batch_caps_batch_size);
+    tcase_add_test(tc, test_fair_share_serves_a_small_user_before_a_big_backlog_drains);
+    tcase_add_test(tc, test_priority_orders_one_users_queue);
+    tcase_add_test(tc, test_cancel_queued_job_never_runs);
+    tcase_add_test(tc, test_other_users_cannot_see_or_cancel_a_job);
+    tcase_add_test(tc, test_deadline_fails_a_job_left_queued);
+    tcase_add_test(tc, test_wait_times_out_with_the_current_state);
+    tcase_add_test(tc, test_idempotent_resubmission_returns_the_first_job);
+    tcase_add_test(tc, test_queued_jobs_survive_a_stop_and_run_after_restart);
+    tcase_add_test(tc, test_submissions_after_stop_answer_shutdown);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
