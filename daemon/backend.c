@@ -7,13 +7,30 @@
 
 int backend_new(const config_t *cfg, executor_t **ret)
 {
-    if (strcmp(cfg->backend, "cuda") == 0) {
-        /* The CUDA device workers are the next step (DESIGN §1, the CUDA backend issue); until
-         * they land, asking for them is an error rather than a silent fallback. */
-        log_error("backend 'cuda' was asked for, but this build has no CUDA executor yet");
-        return -EOPNOTSUPP;
+    bool want_cuda = strcmp(cfg->backend, "cuda") == 0;
+    if (strcmp(cfg->backend, "cpu") != 0) {
+#ifdef GPUJOB_WITH_CUDA
+        if (want_cuda || cuda_device_count() > 0) {
+            int r = exec_cuda_new(cfg, ret);
+            if (r >= 0 || want_cuda) {
+                if (r >= 0)
+                    log_info("backend: cuda");
+                else
+                    log_error("backend 'cuda': no usable GPU: %s", strerror(-r));
+                return r;
+            }
+            log_warn("backend auto: the GPUs could not be used (%s), using the CPU",
+                     strerror(-r));
+        } else {
+            log_info("backend auto: no GPU found, using the CPU");
+        }
+#else
+        if (want_cuda) {
+            log_error("backend 'cuda': this gpujobd was built without CUDA");
+            return -EOPNOTSUPP;
+        }
+        log_info("backend auto: built without CUDA, using the CPU");
+#endif
     }
-    if (strcmp(cfg->backend, "auto") == 0)
-        log_info("backend auto: no CUDA executor in this build yet, using the CPU");
     return exec_cpu_new(cfg, ret);
 }

@@ -48,3 +48,10 @@ struct executor {
 /* The CPU backend: cfg->cpu_threads workers running the ops' CPU references. Input bytes that
  * are not in memory are read through store readers opened on cfg. */
 int exec_cpu_new(const config_t *cfg, executor_t **ret);
+
+#ifdef GPUJOB_WITH_CUDA
+/* CUDA devices present (0 when there is no driver or no GPU). */
+int cuda_device_count(void);
+/* The CUDA backend: a worker per selected GPU (cfg->devices). -ENODEV when none is usable. */
+int exec_cuda_new(const config_t *cfg, executor_t **ret);
+#endif

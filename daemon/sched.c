@@ -295,9 +295,12 @@ static void keyq_remove(sched_t *s, entry_t *e)
     }
 }
 
+/* Jobs batch together when their ops say so (equal batch keys) and they may run on the same
+ * device (equal pins). */
 static int keyq_append(sched_t *s, entry_t *e)
 {
-    const char *key = e->job->call.batch_key;
+    char key[OP_BATCH_KEY_LEN + 16];
+    snprintf(key, sizeof key, "%s@%d", e->job->call.batch_key, e->job->device);
     keyq_t *q = strmap_get(s->keyqs, key);
     if (!q) {
         size_t len = strlen(key);

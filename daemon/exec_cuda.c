@@ -1,0 +1,649 @@
+/* The CUDA backend: one worker thread per GPU behind the executor interface.
+ *
+ * A worker owns its device: a few slots, each a CUDA stream with its own cuBLAS/cuBLASLt
+ * handles and a pinned staging buffer, and the device's stream-ordered memory pool. A batch
+ * runs on one slot as: inputs packed into pinned staging → one H2D copy → the op's run_cuda on
+ * all n calls at once → one D2H copy of all outputs → a host function on the stream that wakes
+ * the worker. The worker then unpacks the outputs, records the GPU time (CUDA events) and
+ * reports the batch. Several slots keep copies of one batch overlapping compute of another.
+ * No thread spins: the worker sleeps on a condition variable between events. */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "executor.h"
+#include "log.h"
+
+#define ALIGN 256
+
+typedef struct device_worker device_worker_t;
+
+typedef struct slot {
+    device_worker_t *dw;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    cublasHandle_t blas;
+    cudaEvent_t start, stop;
+    void *pinned; /* staging, grown on demand, reused across batches */
+    size_t pinned_size;
+    void *d_in, *d_out; /* device memory of the running batch, from the pool */
+    size_t in_bytes, out_bytes;
+    exec_batch_t *batch; /* NULL when free */
+    bool finished;       /* set by the stream's host function */
+    size_t reserved;     /* bytes counted against the device cap */
+} slot_t;
+
+struct device_worker {
+    struct cuda_exec *ex;
+    int device;
+    char name[256];
+    char uuid[64];
+    int cc_major, cc_minor, sms;
+    size_t mem_total;
+    size_t cap;          /* bytes the pool may hand to batches */
+    size_t in_use;       /* reserved by running batches */
+    cudaMemPool_t pool;
+    pthread_t thread;
+    int n_slots;
+    slot_t *slots;
+    exec_batch_t **queue; /* accepted, not yet on a slot */
+    int q_head, q_len, q_cap;
+    bool failed;          /* could not initialise: takes no work */
+};
+
+typedef struct cuda_exec {
+    executor_t base;
+    const config_t *cfg;
+    pthread_mutex_t lock; /* guards every worker's queue, slots and flags */
+    pthread_cond_t cond;  /* any change a worker may be waiting for */
+    bool stopping;
+    int n_devices;
+    device_worker_t *devices;
+} cuda_exec_t;
+
+static size_t align_up(size_t n)
+{
+    return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+/* Bytes of a batch's inputs and outputs, each tensor aligned. */
+static void batch_sizes(const exec_batch_t *b, size_t *ret_in, size_t *ret_out)
+{
+    size_t in = 0, out = 0;
+    for (int i = 0; i < b->n; i++) {
+        const op_call_t *c = &b->jobs[i]->call;
+        for (int j = 0; j < c->op->n_inputs; j++)
+            if (c->has_in[j])
+                in += align_up(tensor_desc_bytes(&c->in[j]));
+        for (int j = 0; j < c->n_out; j++)
+            out += align_up(tensor_desc_bytes(&c->out[j]));
+    }
+    *ret_in = in;
+    *ret_out = out;
+}
+
+static void *pool_alloc(void *pool, size_t bytes)
+{
+    slot_t *slot = pool;
+    void *p = NULL;
+    if (cudaMallocFromPoolAsync(&p, bytes ? bytes : 1, slot->dw->pool, slot->stream) !=
+        cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void pool_free(void *pool, void *ptr)
+{
+    slot_t *slot = pool;
+    if (ptr)
+        cudaFreeAsync(ptr, slot->stream);
+}
+
+static void CUDART_CB on_stream_done(void *arg)
+{
+    /* Runs on a CUDA runtime thread: no CUDA calls here, only the wake-up. */
+    slot_t *slot = arg;
+    cuda_exec_t *ex = slot->dw->ex;
+    pthread_mutex_lock(&ex->lock);
+    slot->finished = true;
+    pthread_cond_broadcast(&ex->cond);
+    pthread_mutex_unlock(&ex->lock);
+}
+
+static int grow_pinned(slot_t *slot, size_t bytes)
+{
+    if (slot->pinned_size >= bytes)
+        return 0;
+    cudaFreeHost(slot->pinned);
+    slot->pinned = NULL;
+    slot->pinned_size = 0;
+    size_t size = bytes < (1 << 20) ? (1 << 20) : bytes + bytes / 4;
+    if (cudaMallocHost(&slot->pinned, size) != cudaSuccess) {
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    slot->pinned_size = size;
+    return 0;
+}
+
+static void fail_batch(exec_batch_t *b, const char *code, const char *message)
+{
+    for (int i = 0; i < b->n; i++)
+        if (!b->jobs[i]->error_code[0])
+            job_set_error(b->jobs[i], code, "%s", message);
+}
+
+/* Queues a batch on a free slot. Returns 0 when the work is on the stream (completion comes
+ * through on_stream_done), or a negative errno after failing the batch's jobs. */
+static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
+{
+    device_worker_t *dw = slot->dw;
+    char why[ERROR_MESSAGE_SIZE];
+    for (int i = 0; i < b->n; i++) {
+        job_t *job = b->jobs[i];
+        job->run_device = dw->device;
+        job->batch_size = b->n;
+        for (int j = 0; j < job->call.op->n_inputs; j++) {
+            job_tensor_t *t = &job->in[j];
+            if (!job->call.has_in[j] || t->data)
+                continue;
+            int r = -ENOENT;
+            if (t->buffer_id[0]) {
+                buffer_t *buf = NULL;
+                r = store_buffer_get(rd, t->buffer_id, &buf);
+                if (r >= 0)
+                    r = buf->data ? (t->data = buf->data, buf->data = NULL, 0)
+                                  : store_blob_read(rd, buf->blob, buf->nbytes, &t->data);
+                buffer_free(buf);
+            } else if (t->blob) {
+                r = store_blob_read(rd, t->blob, t->nbytes, &t->data);
+            }
+            if (r < 0) {
+                snprintf(why, sizeof why, "input '%s' could not be read", t->name);
+                fail_batch(b, "input_unavailable", why);
+                return r;
+            }
+        }
+    }
+
+    size_t in_bytes, out_bytes;
+    batch_sizes(b, &in_bytes, &out_bytes);
+    if (grow_pinned(slot, in_bytes > out_bytes ? in_bytes : out_bytes) < 0) {
+        fail_batch(b, "out_of_memory", "no pinned host memory for staging");
+        return -ENOMEM;
+    }
+    cudaSetDevice(dw->device);
+    slot->d_in = pool_alloc(slot, in_bytes);
+    slot->d_out = pool_alloc(slot, out_bytes);
+    if (!slot->d_in || !slot->d_out) {
+        pool_free(slot, slot->d_in);
+        pool_free(slot, slot->d_out);
+        slot->d_in = slot->d_out = NULL;
+        fail_batch(b, "out_of_memory", "the device memory pool is exhausted");
+        return -ENOMEM;
+    }
+    slot->in_bytes = in_bytes;
+    slot->out_bytes = out_bytes;
+
+    /* Pack inputs, and lay out device pointers for every call. */
+    const op_call_t **calls = calloc((size_t)b->n, sizeof *calls);
+    const void **in_ptrs = calloc((size_t)b->n * OP_MAX_TENSORS, sizeof *in_ptrs);
+    void **out_ptrs = calloc((size_t)b->n * OP_MAX_TENSORS, sizeof *out_ptrs);
+    const void *const **ins = calloc((size_t)b->n, sizeof *ins);
+    void *const **outs = calloc((size_t)b->n, sizeof *outs);
+    int r = 0;
+    if (!calls || !in_ptrs || !out_ptrs || !ins || !outs) {
+        r = -ENOMEM;
+        fail_batch(b, "out_of_memory", "no host memory for the launch");
+        goto out;
+    }
+    size_t in_off = 0, out_off = 0;
+    for (int i = 0; i < b->n; i++) {
+        job_t *job = b->jobs[i];
+        calls[i] = &job->call;
+        ins[i] = in_ptrs + (size_t)i * OP_MAX_TENSORS;
+        outs[i] = out_ptrs + (size_t)i * OP_MAX_TENSORS;
+        for (int j = 0; j < job->call.op->n_inputs; j++) {
+            if (!job->call.has_in[j])
+                continue;
+            memcpy((char *)slot->pinned + in_off, job->in[j].data, job->in[j].nbytes);
+            in_ptrs[(size_t)i * OP_MAX_TENSORS + j] = (char *)slot->d_in + in_off;
+            in_off += align_up(job->in[j].nbytes);
+        }
+        for (int j = 0; j < job->call.n_out; j++) {
+            out_ptrs[(size_t)i * OP_MAX_TENSORS + j] = (char *)slot->d_out + out_off;
+            out_off += align_up(tensor_desc_bytes(&job->call.out[j]));
+        }
+    }
+    cudaError_t e = cudaMemcpyAsync(slot->d_in, slot->pinned, in_bytes, cudaMemcpyHostToDevice,
+                                    slot->stream);
+    cudaEventRecord(slot->start, slot->stream);
+    op_cuda_ctx_t ctx = {
+        .stream = slot->stream,
+        .blaslt = slot->lt,
+        .blas = slot->blas,
+        .device = dw->device,
+        .scratch_alloc = pool_alloc,
+        .scratch_free = pool_free,
+        .pool = slot,
+    };
+    op_error_t err = {0};
+    if (e == cudaSuccess &&
+        calls[0]->op->run_cuda(&ctx, b->n, calls, ins, outs, &err) < 0) {
+        r = -EIO;
+        fail_batch(b, "op_failed", err.message);
+    }
+    cudaEventRecord(slot->stop, slot->stream);
+    if (r == 0 && e == cudaSuccess)
+        e = cudaMemcpyAsync(slot->pinned, slot->d_out, out_bytes, cudaMemcpyDeviceToHost,
+                            slot->stream);
+    if (e == cudaSuccess)
+        e = cudaLaunchHostFunc(slot->stream, on_stream_done, slot);
+    if (e != cudaSuccess) {
+        snprintf(why, sizeof why, "CUDA: %s", cudaGetErrorString(e));
+        fail_batch(b, "cuda_error", why);
+        cudaGetLastError();
+        r = -EIO;
+    }
+    if (r < 0) {
+        /* Let whatever was queued drain before the memory goes back to the pool. */
+        cudaStreamSynchronize(slot->stream);
+        cudaGetLastError();
+        pool_free(slot, slot->d_in);
+        pool_free(slot, slot->d_out);
+        slot->d_in = slot->d_out = NULL;
+    }
+out:
+    free(calls);
+    free(in_ptrs);
+    free(out_ptrs);
+    free(ins);
+    free(outs);
+    return r;
+}
+
+/* After the stream finished: outputs out of staging, GPU time shared by cost, memory back. */
+static void complete(slot_t *slot)
+{
+    exec_batch_t *b = slot->batch;
+    float ms = 0;
+    cudaError_t e = cudaEventElapsedTime(&ms, slot->start, slot->stop);
+    if (e == cudaSuccess)
+        e = cudaStreamQuery(slot->stream);
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+        char why[ERROR_MESSAGE_SIZE];
+        snprintf(why, sizeof why, "CUDA: %s", cudaGetErrorString(e));
+        fail_batch(b, "cuda_error", why);
+        cudaGetLastError();
+    }
+    double total_cost = 0;
+    for (int i = 0; i < b->n; i++)
+        total_cost += b->jobs[i]->call.cost.bytes + b->jobs[i]->call.cost.flops + 1;
+    size_t out_off = 0;
+    for (int i = 0; i < b->n; i++) {
+        job_t *job = b->jobs[i];
+        const op_call_t *c = &job->call;
+        job->gpu_ns = (int64_t)(ms * 1e6 * (c->cost.bytes + c->cost.flops + 1) / total_cost);
+        for (int j = 0; j < c->n_out; j++) {
+            job_tensor_t *t = &job->out[j];
+            uint64_t nbytes = tensor_desc_bytes(&c->out[j]);
+            if (!job->error_code[0]) {
+                snprintf(t->name, sizeof t->name, "%s", c->out_names[j]);
+                t->desc = c->out[j];
+                t->nbytes = nbytes;
+                t->data = malloc(nbytes ? nbytes : 1);
+                if (t->data)
+                    memcpy(t->data, (char *)slot->pinned + out_off, nbytes);
+                else
+                    job_set_error(job, "out_of_memory", "no host memory for output '%s'",
+                                  t->name);
+            }
+            out_off += align_up(nbytes);
+        }
+    }
+    pool_free(slot, slot->d_in);
+    pool_free(slot, slot->d_out);
+    slot->d_in = slot->d_out = NULL;
+}
+
+static void *device_thread(void *arg)
+{
+    device_worker_t *dw = arg;
+    cuda_exec_t *ex = dw->ex;
+    cudaSetDevice(dw->device);
+    store_reader_t *rd = NULL;
+    if (store_reader_open(ex->cfg, &rd) < 0)
+        log_error("gpu %d: cannot open a store reader", dw->device);
+
+    pthread_mutex_lock(&ex->lock);
+    for (;;) {
+        /* Finished slots first: they free memory and slots for the queue. */
+        slot_t *done = NULL;
+        for (int k = 0; k < dw->n_slots && !done; k++)
+            if (dw->slots[k].batch && dw->slots[k].finished)
+                done = &dw->slots[k];
+        if (done) {
+            exec_batch_t *b = done->batch;
+            pthread_mutex_unlock(&ex->lock);
+            complete(done);
+            pthread_mutex_lock(&ex->lock);
+            dw->in_use -= done->reserved;
+            done->reserved = 0;
+            done->batch = NULL;
+            done->finished = false;
+            pthread_mutex_unlock(&ex->lock);
+            ex->base.done(b, ex->base.done_ud);
+            pthread_mutex_lock(&ex->lock);
+            continue;
+        }
+        slot_t *free_slot = NULL;
+        for (int k = 0; k < dw->n_slots && !free_slot; k++)
+            if (!dw->slots[k].batch)
+                free_slot = &dw->slots[k];
+        if (free_slot && dw->q_len > 0) {
+            exec_batch_t *b = dw->queue[dw->q_head];
+            size_t in_bytes, out_bytes;
+            batch_sizes(b, &in_bytes, &out_bytes);
+            size_t need = in_bytes + out_bytes;
+            bool too_big = need > dw->cap;
+            /* Over the cap with others running: wait for memory to come back. */
+            if (!too_big && dw->in_use + need > dw->cap && dw->in_use > 0) {
+                pthread_cond_wait(&ex->cond, &ex->lock);
+                continue;
+            }
+            dw->q_head = (dw->q_head + 1) % dw->q_cap;
+            dw->q_len--;
+            free_slot->batch = b;
+            free_slot->reserved = too_big ? 0 : need;
+            dw->in_use += free_slot->reserved;
+            pthread_mutex_unlock(&ex->lock);
+            int r;
+            if (too_big) {
+                fail_batch(b, "exceeds_device_memory",
+                           "the job needs more device memory than the configured cap");
+                r = -E2BIG;
+            } else if (!rd) {
+                fail_batch(b, "store_failed", "the device worker cannot read the store");
+                r = -EIO;
+            } else {
+                r = launch(free_slot, b, rd);
+            }
+            pthread_mutex_lock(&ex->lock);
+            if (r < 0)
+                free_slot->finished = true; /* report it through the same path */
+            continue;
+        }
+        bool busy = false;
+        for (int k = 0; k < dw->n_slots; k++)
+            busy |= dw->slots[k].batch != NULL;
+        if (ex->stopping && dw->q_len == 0 && !busy)
+            break;
+        pthread_cond_wait(&ex->cond, &ex->lock);
+    }
+    pthread_mutex_unlock(&ex->lock);
+    store_reader_close(rd);
+    return NULL;
+}
+
+static int worker_init(cuda_exec_t *ex, device_worker_t *dw, int device)
+{
+    dw->ex = ex;
+    dw->device = device;
+    struct cudaDeviceProp prop;
+    if (cudaSetDevice(device) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+        return -ENODEV;
+    snprintf(dw->name, sizeof dw->name, "%s", prop.name);
+    const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+    snprintf(dw->uuid, sizeof dw->uuid,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+    dw->cc_major = prop.major;
+    dw->cc_minor = prop.minor;
+    dw->sms = prop.multiProcessorCount;
+    dw->mem_total = prop.totalGlobalMem;
+    dw->cap = ex->cfg->device_memory_cap ? ex->cfg->device_memory_cap
+                                         : (size_t)(0.9 * (double)prop.totalGlobalMem);
+    if (cudaDeviceGetDefaultMemPool(&dw->pool, device) != cudaSuccess)
+        return -ENODEV;
+    /* Keep freed memory in the pool up to the cap instead of returning it at every sync. */
+    uint64_t threshold = dw->cap;
+    cudaMemPoolSetAttribute(dw->pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+
+    dw->n_slots = ex->cfg->streams_per_device > 0 ? ex->cfg->streams_per_device : 1;
+    dw->slots = calloc((size_t)dw->n_slots, sizeof *dw->slots);
+    dw->q_cap = 2 * dw->n_slots;
+    dw->queue = calloc((size_t)dw->q_cap, sizeof *dw->queue);
+    if (!dw->slots || !dw->queue)
+        return -ENOMEM;
+    for (int k = 0; k < dw->n_slots; k++) {
+        slot_t *s = &dw->slots[k];
+        s->dw = dw;
+        if (cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess ||
+            cudaEventCreate(&s->start) != cudaSuccess ||
+            cudaEventCreate(&s->stop) != cudaSuccess ||
+            cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS ||
+            cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
+            cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
+            return -ENODEV;
+    }
+    return 0;
+}
+
+static void worker_release(device_worker_t *dw)
+{
+    if (!dw->slots)
+        return;
+    cudaSetDevice(dw->device);
+    for (int k = 0; k < dw->n_slots; k++) {
+        slot_t *s = &dw->slots[k];
+        if (s->stream)
+            cudaStreamSynchronize(s->stream);
+        if (s->blas)
+            cublasDestroy(s->blas);
+        if (s->lt)
+            cublasLtDestroy(s->lt);
+        if (s->start)
+            cudaEventDestroy(s->start);
+        if (s->stop)
+            cudaEventDestroy(s->stop);
+        if (s->stream)
+            cudaStreamDestroy(s->stream);
+        cudaFreeHost(s->pinned);
+    }
+    free(dw->slots);
+    free(dw->queue);
+    dw->slots = NULL;
+}
+
+/* The device with room in its queue and the fewest batches ahead, honouring a pinned device
+ * (all jobs of a batch share it: the scheduler's batch key includes the pin). */
+static int cuda_submit(executor_t *base, exec_batch_t *b)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    int pin = b->jobs[0]->device;
+    pthread_mutex_lock(&ex->lock);
+    device_worker_t *best = NULL;
+    int best_load = 0;
+    for (int d = 0; d < ex->n_devices && !ex->stopping; d++) {
+        device_worker_t *dw = &ex->devices[d];
+        if (dw->failed || dw->q_len == dw->q_cap || (pin >= 0 && dw->device != pin))
+            continue;
+        int load = dw->q_len;
+        for (int k = 0; k < dw->n_slots; k++)
+            load += dw->slots[k].batch != NULL;
+        if (!best || load < best_load) {
+            best = dw;
+            best_load = load;
+        }
+    }
+    int r = -EAGAIN;
+    if (best) {
+        best->queue[(best->q_head + best->q_len) % best->q_cap] = b;
+        best->q_len++;
+        pthread_cond_broadcast(&ex->cond);
+        r = 0;
+    } else if (pin >= 0) {
+        bool exists = false;
+        for (int d = 0; d < ex->n_devices; d++)
+            exists |= ex->devices[d].device == pin && !ex->devices[d].failed;
+        if (!exists) {
+            /* Nothing will ever take it: fail the batch through the normal path. */
+            fail_batch(b, "no_such_device", "the pinned device does not exist here");
+            pthread_mutex_unlock(&ex->lock);
+            ex->base.done(b, ex->base.done_ud);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&ex->lock);
+    return r;
+}
+
+static int cuda_free_slots(executor_t *base)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    int n = 0;
+    for (int d = 0; d < ex->n_devices && !ex->stopping; d++)
+        if (!ex->devices[d].failed)
+            n += ex->devices[d].q_cap - ex->devices[d].q_len;
+    pthread_mutex_unlock(&ex->lock);
+    return n;
+}
+
+static json_t *cuda_describe(executor_t *base)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    json_t *devices = json_array();
+    for (int d = 0; d < ex->n_devices; d++) {
+        device_worker_t *dw = &ex->devices[d];
+        size_t free_b = 0, total_b = 0;
+        pthread_mutex_lock(&ex->lock);
+        size_t in_use = dw->in_use;
+        pthread_mutex_unlock(&ex->lock);
+        cudaSetDevice(dw->device);
+        cudaMemGetInfo(&free_b, &total_b);
+        char cc[16];
+        snprintf(cc, sizeof cc, "%d.%d", dw->cc_major, dw->cc_minor);
+        json_array_append_new(
+            devices, json_pack("{s:i, s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:i, s:s}", "index",
+                               dw->device, "name", dw->name, "uuid", dw->uuid,
+                               "compute_capability", cc, "sms", dw->sms, "memory_total",
+                               (json_int_t)total_b, "memory_free", (json_int_t)free_b,
+                               "pool_cap", (json_int_t)dw->cap, "pool_in_use",
+                               (json_int_t)in_use, "streams", dw->n_slots, "state",
+                               dw->failed ? "failed" : "ready"));
+    }
+    return json_pack("{s:s, s:o}", "name", "cuda", "devices", devices);
+}
+
+static void cuda_destroy(executor_t *base, int timeout_ms)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    ex->stopping = true;
+    pthread_cond_broadcast(&ex->cond);
+    pthread_mutex_unlock(&ex->lock);
+    /* Device work is bounded (kernels finish); the workers drain their queues and exit. */
+    for (int d = 0; d < ex->n_devices; d++)
+        if (!ex->devices[d].failed)
+            pthread_join(ex->devices[d].thread, NULL);
+    for (int d = 0; d < ex->n_devices; d++)
+        worker_release(&ex->devices[d]);
+    pthread_mutex_destroy(&ex->lock);
+    pthread_cond_destroy(&ex->cond);
+    free(ex->devices);
+    free(ex);
+}
+
+static const executor_ops_t cuda_ops = {
+    .name = "cuda",
+    .submit = cuda_submit,
+    .free_slots = cuda_free_slots,
+    .describe = cuda_describe,
+    .destroy = cuda_destroy,
+};
+
+/* Parses cfg->devices ("all", or a comma list of ordinals or UUIDs) against what is present. */
+static bool device_selected(const char *spec, int ordinal, const char *uuid)
+{
+    if (strcmp(spec, "all") == 0)
+        return true;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        char *end;
+        long v = strtol(tok, &end, 10);
+        if ((*end == '\0' && v == ordinal) || strcmp(tok, uuid) == 0)
+            return true;
+    }
+    return false;
+}
+
+int cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+int exec_cuda_new(const config_t *cfg, executor_t **ret)
+{
+    int present = cuda_device_count();
+    if (present == 0)
+        return -ENODEV;
+    cuda_exec_t *ex = calloc(1, sizeof *ex);
+    device_worker_t *devices = calloc((size_t)present, sizeof *devices);
+    if (!ex || !devices) {
+        free(ex);
+        free(devices);
+        return -ENOMEM;
+    }
+    ex->base.ops = &cuda_ops;
+    ex->cfg = cfg;
+    ex->devices = devices;
+    pthread_mutex_init(&ex->lock, NULL);
+    pthread_cond_init(&ex->cond, NULL);
+    for (int d = 0; d < present; d++) {
+        device_worker_t *dw = &ex->devices[ex->n_devices];
+        int r = worker_init(ex, dw, d);
+        if (r < 0) {
+            log_error("gpu %d: initialisation failed: %s", d, strerror(-r));
+            worker_release(dw);
+            memset(dw, 0, sizeof *dw);
+            continue;
+        }
+        if (!device_selected(cfg->devices, d, dw->uuid)) {
+            worker_release(dw);
+            memset(dw, 0, sizeof *dw);
+            continue;
+        }
+        ex->n_devices++;
+        log_info("gpu %d: %s (%s), compute %d.%d, %d SMs, %.1f GiB, pool cap %.1f GiB, %d "
+                 "streams",
+                 d, dw->name, dw->uuid, dw->cc_major, dw->cc_minor, dw->sms,
+                 (double)dw->mem_total / (1 << 30), (double)dw->cap / (1 << 30), dw->n_slots);
+    }
+    if (ex->n_devices == 0) {
+        cuda_destroy(&ex->base, 0);
+        return -ENODEV;
+    }
+    for (int d = 0; d < ex->n_devices; d++) {
+        device_worker_t *dw = &ex->devices[d];
+        if (pthread_create(&dw->thread, NULL, device_thread, dw) != 0)
+            dw->failed = true;
+    }
+    *ret = &ex->base;
+    return 0;
+}
