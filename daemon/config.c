@@ -1,0 +1,939 @@
+/* The configuration: one table of keys (config_keys below) drives the defaults, the INI file,
+ * the command-line flags, --check-config and the --help text, so that a key exists in all of
+ * them or in none. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <ini.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+
+typedef enum config_type {
+    CONFIG_STRING, /* char[]: length bounded by the field's size, optional check() */
+    CONFIG_ENUM,   /* char[]: one of choices, stored in its canonical spelling */
+    CONFIG_BOOL,   /* bool */
+    CONFIG_INT,    /* int in [min, max]; durations are ints in the unit their name ends with */
+    CONFIG_SIZE,   /* uint64_t bytes in [umin, umax], with an optional K/M/G/T suffix */
+} config_type_t;
+
+/* Checks a string value; 0, or -EINVAL with the reason (no key name) in reason. */
+typedef int (*config_check_fn)(const char *value, char *reason, size_t reason_size);
+
+typedef struct config_key {
+    const char *section;
+    const char *name;
+    config_type_t type;
+    size_t offset; /* of the field in config_t */
+    size_t size;   /* of the field: a string's capacity including its NUL */
+    int64_t min, max;
+    uint64_t umin, umax;
+    const char *const *choices; /* CONFIG_ENUM: NULL-terminated */
+    config_check_fn check;      /* CONFIG_STRING: NULL for any string that fits */
+    const char *def;            /* the default, parsed like a value from the file */
+    const char *help;
+} config_key_t;
+
+static int check_listen(const char *value, char *reason, size_t reason_size);
+static int check_unix_socket(const char *value, char *reason, size_t reason_size);
+static int check_not_empty(const char *value, char *reason, size_t reason_size);
+static int check_devices(const char *value, char *reason, size_t reason_size);
+
+static const char *const backend_choices[] = {"auto", "cuda", "cpu", NULL};
+static const char *const log_level_choices[] = {"error", "warn", "info", "debug", NULL};
+
+/* Each macro refuses, at compile time, a field whose C type does not match the key's type: the
+ * array size below is negative (an error) unless _Generic picks the expected type. */
+#define FIELD_OF_TYPE(field, ctype)                                                                \
+    .offset = offsetof(config_t, field) +                                                          \
+              0 * sizeof(char[_Generic(((config_t *)0)->field, ctype : 1, default                  \
+                                       : -1)]),                                                    \
+    .size = sizeof(((config_t *)0)->field)
+#define FIELD_STRING(field)                                                                        \
+    .offset = offsetof(config_t, field) +                                                          \
+              0 * sizeof(char[_Generic(&((config_t *)0)->field[0], char * : 1, default             \
+                                       : -1)]),                                                    \
+    .size = sizeof(((config_t *)0)->field)
+
+#define KEY_STRING(sec, field, chk, dflt, hlp)                                                     \
+    {                                                                                              \
+        .section = sec, .name = #field, .type = CONFIG_STRING, FIELD_STRING(field), .check = chk,  \
+        .def = dflt, .help = hlp                                                                   \
+    }
+#define KEY_ENUM(sec, field, list, dflt, hlp)                                                      \
+    {                                                                                              \
+        .section = sec, .name = #field, .type = CONFIG_ENUM, FIELD_STRING(field), .choices = list, \
+        .def = dflt, .help = hlp                                                                   \
+    }
+#define KEY_BOOL(sec, field, dflt, hlp)                                                            \
+    {                                                                                              \
+        .section = sec, .name = #field, .type = CONFIG_BOOL, FIELD_OF_TYPE(field, bool),           \
+        .def = dflt, .help = hlp                                                                   \
+    }
+#define KEY_INT(sec, field, lo, hi, dflt, hlp)                                                     \
+    {                                                                                              \
+        .section = sec, .name = #field, .type = CONFIG_INT, FIELD_OF_TYPE(field, int), .min = lo,  \
+        .max = hi, .def = dflt, .help = hlp                                                        \
+    }
+#define KEY_SIZE(sec, field, lo, hi, dflt, hlp)                                                    \
+    {                                                                                              \
+        .section = sec, .name = #field, .type = CONFIG_SIZE, FIELD_OF_TYPE(field, uint64_t),       \
+        .umin = lo, .umax = hi, .def = dflt, .help = hlp                                           \
+    }
+
+#define KIB (UINT64_C(1) << 10)
+#define MIB (UINT64_C(1) << 20)
+#define GIB (UINT64_C(1) << 30)
+#define TIB (UINT64_C(1) << 40)
+
+static const config_key_t config_keys[] = {
+    KEY_STRING("server", listen, check_listen, "127.0.0.1:8080",
+               "TCP address HOST:PORT (IPv6 as [::1]:8080); port 0 picks a free one"),
+    KEY_STRING("server", unix_socket, check_unix_socket, "",
+               "also serve on this Unix socket, whose peer uid is the user; empty for none"),
+    KEY_STRING("server", state_dir, check_not_empty, "/var/lib/gpujobd",
+               "directory of the job database and blob files"),
+    KEY_ENUM("server", backend, backend_choices, "auto",
+             "auto (cuda when a GPU is present, else cpu), cuda or cpu"),
+    KEY_ENUM("server", log_level, log_level_choices, "info", "error, warn, info or debug"),
+    KEY_INT("server", http_threads, 1, 1024, "8", "HTTP worker threads"),
+    KEY_INT("server", max_connections, 1, 1000000, "1024", "open HTTP connections at once"),
+    KEY_INT("server", drain_timeout_ms, 0, 3600000, "30000",
+            "on SIGTERM, how long running work may take to finish (ms)"),
+
+    KEY_SIZE("limits", max_body_bytes, KIB, 64 * GIB, "256MiB", "one HTTP request body (bytes)"),
+    KEY_SIZE("limits", max_tensor_bytes, KIB, TIB, "4GiB", "one tensor (bytes)"),
+    KEY_INT("limits", max_jobs_per_request, 1, 1000000, "10000", "jobs in one array submission"),
+    KEY_INT("limits", max_queued_per_user, 1, 100000000, "100000",
+            "queued jobs of one user; past it, 429"),
+    KEY_INT("limits", max_running_per_user, 1, 1000000, "1024", "running jobs of one user"),
+    KEY_SIZE("limits", max_inline_output_bytes, 0, GIB, "64KiB",
+             "outputs up to this size are inlined in a job's JSON (bytes)"),
+    KEY_INT("limits", max_wait_ms, 0, 86400000, "300000",
+            "longest long-poll a client may ask for (ms)"),
+
+    KEY_INT("scheduler", max_batch, 1, 65536, "256", "jobs in one batched launch"),
+    KEY_INT("scheduler", max_delay_us, 0, 1000000, "200",
+            "how long a partial batch may wait for company (us)"),
+    KEY_INT("scheduler", commit_delay_us, 0, 1000000, "1000",
+            "group-commit window for submissions (us)"),
+    KEY_INT("scheduler", default_deadline_ms, 0, INT_MAX, "0",
+            "deadline of jobs that give none (ms); 0 for none"),
+    KEY_INT("scheduler", max_attempts, 1, 100, "3",
+            "runs of one job across restarts before it fails"),
+    KEY_INT("scheduler", cpu_threads, 0, 1024, "0", "CPU backend workers; 0 for one per core"),
+
+    KEY_SIZE("store", inline_blob_bytes, 0, 512 * MIB, "65536",
+             "tensors up to this size live in database rows, larger ones in files (bytes)"),
+    KEY_BOOL("store", sync_full, "true", "fsync every commit (synchronous=FULL) or not (NORMAL)"),
+    KEY_INT("store", retention_s, 60, INT_MAX, "604800",
+            "finished jobs and their outputs expire after this (s)"),
+    KEY_INT("store", checkpoint_interval_s, 1, 86400, "60", "WAL checkpoint period (s)"),
+    KEY_INT("store", gc_interval_s, 1, 86400, "300", "retention sweep period (s)"),
+
+    KEY_STRING("gpu", devices, check_devices, "all",
+               "GPUs to use: all, or a list of indices or UUIDs such as 0,2"),
+    KEY_INT("gpu", streams_per_device, 1, 64, "4", "CUDA streams per GPU"),
+    KEY_SIZE("gpu", device_memory_cap, 0, UINT64_MAX, "0",
+             "device memory the pool may hold per GPU (bytes); 0 for 90% of the total"),
+};
+
+#define CONFIG_KEY_COUNT (sizeof config_keys / sizeof config_keys[0])
+
+static const char *const config_sections[] = {"server", "limits", "scheduler", "store", "gpu"};
+
+/* Longest part of a user-supplied value quoted back in a message. */
+#define QUOTE_MAX 128
+
+static void *field_of(config_t *cfg, const config_key_t *key)
+{
+    return (char *)cfg + key->offset;
+}
+
+static const void *const_field_of(const config_t *cfg, const config_key_t *key)
+{
+    return (const char *)cfg + key->offset;
+}
+
+/* snprintf into err, tolerating a NULL or empty buffer so that callers may pass none. */
+static void __attribute__((format(printf, 3, 4)))
+err_printf(char *err, size_t err_size, const char *fmt, ...)
+{
+    if (!err || err_size == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+}
+
+static const config_key_t *key_find(const char *section, const char *name)
+{
+    for (size_t i = 0; i < CONFIG_KEY_COUNT; i++)
+        if (strcmp(config_keys[i].section, section) == 0 && strcmp(config_keys[i].name, name) == 0)
+            return &config_keys[i];
+    return NULL;
+}
+
+static bool section_exists(const char *section)
+{
+    for (size_t i = 0; i < sizeof config_sections / sizeof config_sections[0]; i++)
+        if (strcmp(config_sections[i], section) == 0) return true;
+    return false;
+}
+
+/* Finds section/name in the table, or explains why not in reason (unknown section, unknown key,
+ * or a key that lives in another section). */
+static const config_key_t *key_lookup(const char *section, const char *name, char *reason,
+                                      size_t reason_size)
+{
+    const config_key_t *key = key_find(section, name);
+    if (key) return key;
+    if (!section_exists(section)) {
+        snprintf(reason, reason_size,
+                 "unknown section '%.*s' (sections: server, limits, scheduler, store, gpu)",
+                 QUOTE_MAX, section);
+        return NULL;
+    }
+    for (size_t i = 0; i < CONFIG_KEY_COUNT; i++)
+        if (strcmp(config_keys[i].name, name) == 0) {
+            snprintf(reason, reason_size, "unknown key '%.*s' in [%s] (it belongs in [%s])",
+                     QUOTE_MAX, name, section, config_keys[i].section);
+            return NULL;
+        }
+    snprintf(reason, reason_size, "unknown key '%.*s' in [%s]", QUOTE_MAX, name, section);
+    return NULL;
+}
+
+/* Writes n as the largest binary unit that divides it exactly ("256MiB", "65537"). */
+static void size_format(uint64_t n, char *buf, size_t buf_size)
+{
+    static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
+    static const uint64_t scales[] = {TIB, GIB, MIB, KIB};
+    for (size_t i = 0; n != 0 && i < 4; i++)
+        if (n % scales[i] == 0) {
+            snprintf(buf, buf_size, "%" PRIu64 "%s", n / scales[i], units[i]);
+            return;
+        }
+    snprintf(buf, buf_size, "%" PRIu64, n);
+}
+
+static int parse_int(const char *value, int64_t min, int64_t max, int64_t *ret, char *reason,
+                     size_t reason_size)
+{
+    /* strtoll would skip leading blanks: a plain integer starts with a digit or a sign. */
+    if (!isdigit((unsigned char)value[0]) &&
+        !((value[0] == '-' || value[0] == '+') && isdigit((unsigned char)value[1]))) {
+        snprintf(reason, reason_size, "expected an integer, got '%.*s'", QUOTE_MAX, value);
+        return -EINVAL;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long n = strtoll(value, &end, 10);
+    if (*end != '\0') {
+        snprintf(reason, reason_size, "expected an integer, got '%.*s'", QUOTE_MAX, value);
+        return -EINVAL;
+    }
+    if (errno == ERANGE || n < min || n > max) {
+        snprintf(reason, reason_size, "%.*s is out of range (%" PRId64 "..%" PRId64 ")", QUOTE_MAX,
+                 value, min, max);
+        return -EINVAL;
+    }
+    *ret = n;
+    return 0;
+}
+
+/* A whole number of bytes with an optional binary suffix: K and KiB are both 1024, M and MiB
+ * 1024^2, and so on; a space may separate the number from its suffix. */
+static int parse_size(const char *value, uint64_t min, uint64_t max, uint64_t *ret, char *reason,
+                      size_t reason_size)
+{
+    static const struct {
+        const char *suffix;
+        uint64_t scale;
+    } suffixes[] = {
+        {"", 1},    {"K", KIB},   {"KiB", KIB}, {"M", MIB},   {"MiB", MIB},
+        {"G", GIB}, {"GiB", GIB}, {"T", TIB},   {"TiB", TIB},
+    };
+    if (!isdigit((unsigned char)value[0])) {
+        snprintf(reason, reason_size,
+                 "expected a size in bytes with an optional K, M, G, T, KiB, MiB, GiB or TiB "
+                 "suffix, got '%.*s'",
+                 QUOTE_MAX, value);
+        return -EINVAL;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(value, &end, 10);
+    bool overflow = errno == ERANGE;
+    while (*end == ' ')
+        end++;
+    uint64_t scale = 0;
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
+        if (strcmp(end, suffixes[i].suffix) == 0) scale = suffixes[i].scale;
+    if (scale == 0) {
+        snprintf(reason, reason_size,
+                 "bad size suffix '%.*s' in '%.*s' (expected K, M, G, T, KiB, MiB, GiB or TiB)",
+                 QUOTE_MAX, end, QUOTE_MAX, value);
+        return -EINVAL;
+    }
+    char lo[32], hi[32];
+    size_format(min, lo, sizeof lo);
+    size_format(max, hi, sizeof hi);
+    if (overflow || n > UINT64_MAX / scale || n * scale < min || n * scale > max) {
+        snprintf(reason, reason_size, "%.*s is out of range (%s..%s)", QUOTE_MAX, value, lo, hi);
+        return -EINVAL;
+    }
+    *ret = n * scale;
+    return 0;
+}
+
+static int parse_bool(const char *value, bool *ret, char *reason, size_t reason_size)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(value, yes[i]) == 0) {
+            *ret = true;
+            return 0;
+        }
+        if (strcasecmp(value, no[i]) == 0) {
+            *ret = false;
+            return 0;
+        }
+    }
+    snprintf(reason, reason_size, "expected true/false, yes/no, on/off or 1/0, got '%.*s'",
+             QUOTE_MAX, value);
+    return -EINVAL;
+}
+
+/* Values are matched ignoring case ("CPU"); a field set directly must hold the canonical
+ * spelling, since the rest of the daemon compares with strcmp(). */
+static int parse_enum(const char *value, const char *const *choices, bool ignore_case,
+                      const char **ret, char *reason, size_t reason_size)
+{
+    char list[128] = "";
+    for (size_t i = 0; choices[i]; i++) {
+        if ((ignore_case ? strcasecmp(value, choices[i]) : strcmp(value, choices[i])) == 0) {
+            *ret = choices[i];
+            return 0;
+        }
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", choices[i]);
+    }
+    snprintf(reason, reason_size, "expected one of %s, got '%.*s'", list, QUOTE_MAX, value);
+    return -EINVAL;
+}
+
+/* Splits "HOST:PORT" or "[IPV6]:PORT"; the host comes back without brackets, ready for
+ * getaddrinfo(). Outputs are written only on success. */
+static int listen_parse(const char *value, char *host, size_t host_size, int *ret_port,
+                        char *reason, size_t reason_size)
+{
+    const char *host_start = value, *host_end = NULL, *port = NULL;
+    if (value[0] == '[') {
+        host_start = value + 1;
+        host_end = strchr(host_start, ']');
+        if (host_end && host_end[1] == ':') port = host_end + 2;
+    } else {
+        host_end = strrchr(value, ':');
+        if (host_end) port = host_end + 1;
+        /* A bare IPv6 address cannot be told apart from its port. */
+        if (host_end && memchr(value, ':', (size_t)(host_end - value))) {
+            snprintf(reason, reason_size,
+                     "expected HOST:PORT, got '%.*s' (write IPv6 addresses as [::1]:8080)",
+                     QUOTE_MAX, value);
+            return -EINVAL;
+        }
+    }
+    if (!port || host_end == host_start) {
+        snprintf(reason, reason_size, "expected HOST:PORT (IPv6 as [::1]:8080), got '%.*s'",
+                 QUOTE_MAX, value);
+        return -EINVAL;
+    }
+    int64_t port_number = 0;
+    if (port[0] == '+' || port[0] == '-' ||
+        parse_int(port, 0, 65535, &port_number, reason, reason_size) < 0) {
+        snprintf(reason, reason_size, "port '%.*s' in '%.*s' is not a number in 0..65535",
+                 QUOTE_MAX, port, QUOTE_MAX, value);
+        return -EINVAL;
+    }
+    size_t host_len = (size_t)(host_end - host_start);
+    if (host && host_len >= host_size) {
+        snprintf(reason, reason_size, "host in '%.*s' is longer than %zu bytes", QUOTE_MAX, value,
+                 host_size - 1);
+        return -EINVAL;
+    }
+    if (host) {
+        memcpy(host, host_start, host_len);
+        host[host_len] = '\0';
+    }
+    *ret_port = (int)port_number;
+    return 0;
+}
+
+static int check_listen(const char *value, char *reason, size_t reason_size)
+{
+    int port = 0;
+    return listen_parse(value, NULL, 0, &port, reason, reason_size);
+}
+
+static int check_unix_socket(const char *value, char *reason, size_t reason_size)
+{
+    /* bind() takes at most sizeof(sun_path) - 1 bytes of path; say so now, not at startup. */
+    size_t max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+    if (strlen(value) > max) {
+        snprintf(reason, reason_size,
+                 "'%.*s...' is longer than %zu bytes, the limit of a Unix socket path", QUOTE_MAX,
+                 value, max);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int check_not_empty(const char *value, char *reason, size_t reason_size)
+{
+    if (value[0] == '\0') {
+        snprintf(reason, reason_size, "must not be empty");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* "all", or a comma-separated list of indices and GPU/MIG UUIDs, each named once. */
+static int check_devices(const char *value, char *reason, size_t reason_size)
+{
+    if (strcmp(value, "all") == 0) return 0;
+    const char *p = value;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        bool is_index = len > 0 && len <= 4 && strspn(p, "0123456789") == len;
+        bool is_uuid = len > 4 && (strncmp(p, "GPU-", 4) == 0 || strncmp(p, "MIG-", 4) == 0) &&
+                       strcspn(p, " \t") >= len;
+        if (!is_index && !is_uuid) {
+            snprintf(reason, reason_size,
+                     "expected 'all' or a comma-separated list of device indices or UUIDs "
+                     "(GPU-..., MIG-...), got '%.*s'",
+                     QUOTE_MAX, value);
+            return -EINVAL;
+        }
+        for (const char *q = value; q < p; q += strcspn(q, ",") + 1)
+            if (strcspn(q, ",") == len && strncmp(q, p, len) == 0) {
+                snprintf(reason, reason_size, "device '%.*s' is listed twice in '%.*s'", (int)len,
+                         p, QUOTE_MAX, value);
+                return -EINVAL;
+            }
+        if (p[len] == '\0') return 0;
+        p += len + 1;
+    }
+}
+
+/* Parses value for key and stores it in cfg; cfg is untouched on error, and reason says why
+ * (without naming the key: callers add the file, line or flag). */
+static int key_set(config_t *cfg, const config_key_t *key, const char *value, char *reason,
+                   size_t reason_size)
+{
+    /* A value in double quotes means the same as without them, as in most INI dialects. */
+    char unquoted[PATH_MAX + 2];
+    size_t len = strlen(value);
+    if (len >= 2 && value[0] == '"' && value[len - 1] == '"' && len - 2 < sizeof unquoted) {
+        memcpy(unquoted, value + 1, len - 2);
+        unquoted[len - 2] = '\0';
+        value = unquoted;
+        len -= 2;
+    }
+
+    void *field = field_of(cfg, key);
+    switch (key->type) {
+    case CONFIG_STRING:
+        if (len >= key->size) {
+            snprintf(reason, reason_size, "'%.*s...' is longer than %zu bytes", QUOTE_MAX, value,
+                     key->size - 1);
+            return -EINVAL;
+        }
+        if (key->check && key->check(value, reason, reason_size) < 0) return -EINVAL;
+        /* Zero the tail too, so that equal configurations compare equal byte for byte. */
+        memset(field, 0, key->size);
+        memcpy(field, value, len);
+        return 0;
+    case CONFIG_ENUM: {
+        const char *choice = NULL;
+        if (parse_enum(value, key->choices, true, &choice, reason, reason_size) < 0) return -EINVAL;
+        memset(field, 0, key->size);
+        snprintf(field, key->size, "%s", choice);
+        return 0;
+    }
+    case CONFIG_BOOL:
+        return parse_bool(value, (bool *)field, reason, reason_size);
+    case CONFIG_INT: {
+        int64_t n = 0;
+        if (parse_int(value, key->min, key->max, &n, reason, reason_size) < 0) return -EINVAL;
+        *(int *)field = (int)n;
+        return 0;
+    }
+    case CONFIG_SIZE:
+        return parse_size(value, key->umin, key->umax, (uint64_t *)field, reason, reason_size);
+    }
+    snprintf(reason, reason_size, "internal error: unknown key type");
+    return -EINVAL;
+}
+
+/* Checks the value a field holds now against its key, as key_set() would have. */
+static int key_check(const config_t *cfg, const config_key_t *key, char *reason, size_t reason_size)
+{
+    const void *field = const_field_of(cfg, key);
+    switch (key->type) {
+    case CONFIG_STRING:
+    case CONFIG_ENUM: {
+        if (!memchr(field, '\0', key->size)) {
+            snprintf(reason, reason_size, "is not a terminated string");
+            return -EINVAL;
+        }
+        if (key->type == CONFIG_ENUM) {
+            const char *choice = NULL;
+            return parse_enum(field, key->choices, false, &choice, reason, reason_size);
+        }
+        return key->check ? key->check(field, reason, reason_size) : 0;
+    }
+    case CONFIG_BOOL:
+        return 0;
+    case CONFIG_INT: {
+        int n = *(const int *)field;
+        if (n < key->min || n > key->max) {
+            snprintf(reason, reason_size, "%d is out of range (%" PRId64 "..%" PRId64 ")", n,
+                     key->min, key->max);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    case CONFIG_SIZE: {
+        uint64_t n = *(const uint64_t *)field;
+        if (n < key->umin || n > key->umax) {
+            char lo[32], hi[32];
+            size_format(key->umin, lo, sizeof lo);
+            size_format(key->umax, hi, sizeof hi);
+            snprintf(reason, reason_size, "%" PRIu64 " is out of range (%s..%s)", n, lo, hi);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    }
+    return 0;
+}
+
+void config_defaults(config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+        /* The defaults are constants that tests parse too: this cannot fail. */
+        char reason[256];
+        key_set(cfg, &config_keys[i], config_keys[i].def, reason, sizeof reason);
+    }
+}
+
+int config_set(config_t *cfg, const char *section, const char *key, const char *value, char *err,
+               size_t err_size)
+{
+    if (!cfg || !section || !key || !value) {
+        err_printf(err, err_size, "config_set: missing section, key or value");
+        return -EINVAL;
+    }
+    char reason[512];
+    const config_key_t *k = key_lookup(section, key, reason, sizeof reason);
+    if (!k || key_set(cfg, k, value, reason, sizeof reason) < 0) {
+        err_printf(err, err_size, "%.*s.%.*s: %s", QUOTE_MAX, section, QUOTE_MAX, key, reason);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* State of one config_load_file(): inih calls ini_read_line() for every line and ini_handle()
+ * for every key, so the reader's count is the handler's line number. */
+typedef struct ini_load {
+    config_t cfg; /* the file is applied to this copy, copied out only if all of it is good */
+    const char *path;
+    FILE *file;
+    int line;
+    int err_line;                   /* line of the first error found by us, 0 if none */
+    int err_errno;                  /* a read error */
+    int key_line[CONFIG_KEY_COUNT]; /* where each key was set, to refuse a second setting */
+    char err[1024];
+} ini_load_t;
+
+static char *ini_read_line(char *str, int num, void *stream)
+{
+    ini_load_t *load = stream;
+    /* Stop at the first error: what follows would only be reported after it. */
+    if (load->err_line || load->err_errno) return NULL;
+    if (!fgets(str, num, load->file)) {
+        if (ferror(load->file)) load->err_errno = errno ? errno : EIO;
+        return NULL;
+    }
+    load->line++;
+    /* inih would read the rest of a line longer than its buffer as a line of its own. */
+    if (!strchr(str, '\n') && !feof(load->file)) {
+        load->err_line = load->line;
+        snprintf(load->err, sizeof load->err, "%s:%d: line longer than %d characters", load->path,
+                 load->line, num - 2);
+        return NULL;
+    }
+    return str;
+}
+
+static int ini_handle(void *user, const char *section, const char *name, const char *value)
+{
+    ini_load_t *load = user;
+    if (load->err_line) return 0;
+    char reason[512];
+    const config_key_t *key = NULL;
+    if (section[0] == '\0') {
+        snprintf(load->err, sizeof load->err,
+                 "%s:%d: %.*s: key outside any section (sections: server, limits, scheduler, "
+                 "store, gpu)",
+                 load->path, load->line, QUOTE_MAX, name);
+        load->err_line = load->line;
+        return 0;
+    }
+    key = key_lookup(section, name, reason, sizeof reason);
+    if (key) {
+        size_t index = (size_t)(key - config_keys);
+        if (load->key_line[index]) {
+            snprintf(reason, sizeof reason, "set twice (first on line %d)", load->key_line[index]);
+            key = NULL;
+        } else if (key_set(&load->cfg, key, value, reason, sizeof reason) < 0) {
+            key = NULL;
+        } else {
+            load->key_line[index] = load->line;
+        }
+    }
+    if (!key) {
+        snprintf(load->err, sizeof load->err, "%s:%d: [%.*s] %.*s: %s", load->path, load->line,
+                 QUOTE_MAX, section, QUOTE_MAX, name, reason);
+        load->err_line = load->line;
+        return 0;
+    }
+    return 1;
+}
+
+int config_load_file(config_t *cfg, const char *path, char *err, size_t err_size)
+{
+    if (!cfg || !path) {
+        err_printf(err, err_size, "config_load_file: missing configuration or path");
+        return -EINVAL;
+    }
+    ini_load_t *load = calloc(1, sizeof *load);
+    if (!load) {
+        err_printf(err, err_size, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    load->cfg = *cfg;
+    load->path = path;
+    load->file = fopen(path, "re");
+    if (!load->file) {
+        int r = -errno;
+        err_printf(err, err_size, "cannot read '%s': %s", path, strerror(-r));
+        free(load);
+        return r;
+    }
+    int line = ini_parse_stream(ini_read_line, load, ini_handle, load);
+    fclose(load->file);
+
+    int r = 0;
+    if (line > 0 && (load->err_line == 0 || line < load->err_line)) {
+        err_printf(err, err_size, "%s:%d: syntax error: expected '[section]' or 'key = value'",
+                   path, line);
+        r = -EINVAL;
+    } else if (load->err_line) {
+        err_printf(err, err_size, "%s", load->err);
+        r = -EINVAL;
+    } else if (load->err_errno) {
+        r = -load->err_errno;
+        err_printf(err, err_size, "cannot read '%s': %s", path, strerror(-r));
+    } else if (line < 0) {
+        r = -ENOMEM;
+        err_printf(err, err_size, "%s: out of memory", path);
+    } else {
+        *cfg = load->cfg;
+    }
+    free(load);
+    return r;
+}
+
+int config_listen_addr(const config_t *cfg, char *host, size_t host_size, int *port)
+{
+    if (!cfg || !host || host_size == 0 || !port) return -EINVAL;
+    char reason[256];
+    return listen_parse(cfg->listen, host, host_size, port, reason, sizeof reason);
+}
+
+int config_validate(const config_t *cfg, char *err, size_t err_size)
+{
+    if (!cfg) {
+        err_printf(err, err_size, "config_validate: no configuration");
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+        char reason[512];
+        if (key_check(cfg, &config_keys[i], reason, sizeof reason) < 0) {
+            err_printf(err, err_size, "%s.%s: %s", config_keys[i].section, config_keys[i].name,
+                       reason);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Flags that are not also single letters get values above any character. */
+enum {
+    OPT_LISTEN = 256,
+    OPT_UNIX_SOCKET,
+    OPT_STATE_DIR,
+    OPT_BACKEND,
+    OPT_LOG_LEVEL,
+    OPT_SET,
+    OPT_CHECK_CONFIG,
+};
+
+static const struct option config_options[] = {
+    {"config", required_argument, NULL, 'c'},
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"unix-socket", required_argument, NULL, OPT_UNIX_SOCKET},
+    {"state-dir", required_argument, NULL, OPT_STATE_DIR},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"set", required_argument, NULL, OPT_SET},
+    {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
+    {"version", no_argument, NULL, 'V'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* The leading ':' makes getopt report a missing argument as ':' rather than '?'. */
+static const char config_short_options[] = ":c:Vh";
+
+/* The flags that are shorthands for one key. */
+static const struct {
+    int opt;
+    const char *flag, *section, *key;
+} config_flag_keys[] = {
+    {OPT_LISTEN, "--listen", "server", "listen"},
+    {OPT_UNIX_SOCKET, "--unix-socket", "server", "unix_socket"},
+    {OPT_STATE_DIR, "--state-dir", "server", "state_dir"},
+    {OPT_BACKEND, "--backend", "server", "backend"},
+    {OPT_LOG_LEVEL, "--log-level", "server", "log_level"},
+};
+
+/* getopt_long accepts unambiguous abbreviations such as --list for --listen. */
+static int count_long_options_with_prefix(const char *prefix, int prefix_len)
+{
+    int count = 0;
+    for (const struct option *o = config_options; o->name; o++)
+        if (strncmp(o->name, prefix, (size_t)prefix_len) == 0) count++;
+    return count;
+}
+
+/* Names the option getopt just refused: argv[optind - 1] is the word that held it. */
+static void report_bad_option(int c, int argc, char **argv, char *err, size_t err_size)
+{
+    const char *word = optind >= 1 && optind - 1 < argc ? argv[optind - 1] : "";
+    int name_len = (int)strcspn(word, "=");
+    bool is_long = strncmp(word, "--", 2) == 0;
+    if (c == ':' && is_long)
+        err_printf(err, err_size, "option '%.*s' requires an argument", name_len, word);
+    else if (c == ':')
+        err_printf(err, err_size, "option '-%c' requires an argument", optopt);
+    else if (is_long && optopt != 0)
+        err_printf(err, err_size, "option '%.*s' does not take an argument", name_len, word);
+    else if (is_long && count_long_options_with_prefix(word + 2, name_len - 2) > 1)
+        err_printf(err, err_size, "ambiguous option '%.*s' (see --help)", name_len, word);
+    else if (is_long)
+        err_printf(err, err_size, "unknown option '%.*s' (see --help)", name_len, word);
+    else
+        err_printf(err, err_size, "unknown option '-%c' (see --help)", optopt);
+}
+
+/* Applies one "section.key=value" from --set. */
+static int apply_set_flag(config_t *cfg, const char *arg, char *err, size_t err_size)
+{
+    const char *dot = strchr(arg, '.');
+    const char *eq = strchr(arg, '=');
+    if (!dot || !eq || dot > eq || dot == arg || eq == dot + 1) {
+        err_printf(err, err_size, "--set: expected SECTION.KEY=VALUE, got '%.*s'", QUOTE_MAX, arg);
+        return -EINVAL;
+    }
+    char section[64], key[64];
+    size_t section_len = (size_t)(dot - arg), key_len = (size_t)(eq - dot - 1);
+    if (section_len >= sizeof section || key_len >= sizeof key) {
+        err_printf(err, err_size, "--set: unknown key '%.*s'", (int)(eq - arg), arg);
+        return -EINVAL;
+    }
+    memcpy(section, arg, section_len);
+    section[section_len] = '\0';
+    memcpy(key, dot + 1, key_len);
+    key[key_len] = '\0';
+    char reason[768];
+    if (config_set(cfg, section, key, eq + 1, reason, sizeof reason) < 0) {
+        err_printf(err, err_size, "--set: %s", reason);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* getopt keeps its position in globals: optind = 0 makes glibc start over, so that this may be
+ * called more than once (tests do). Not thread-safe, like getopt itself. */
+static void getopt_restart(void)
+{
+    optind = 0;
+    opterr = 0;
+}
+
+int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_action, char *err,
+                     size_t err_size)
+{
+    if (!cfg || !ret_action || argc < 0 || (argc > 0 && !argv)) {
+        err_printf(err, err_size, "config_from_args: missing argument");
+        return -EINVAL;
+    }
+    /* First pass: find errors in the command line, the action and the --config file, which is
+     * read before any other flag whatever its position. */
+    config_action_t action = CONFIG_ACTION_RUN;
+    bool help = false, version = false;
+    const char *config_path = NULL;
+    int c;
+    getopt_restart();
+    while (argc > 0 &&
+           (c = getopt_long(argc, argv, config_short_options, config_options, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            if (config_path) {
+                err_printf(err, err_size, "--config given twice ('%.*s' and '%.*s')", QUOTE_MAX,
+                           config_path, QUOTE_MAX, optarg);
+                return -EINVAL;
+            }
+            config_path = optarg;
+            break;
+        case 'h':
+            help = true;
+            break;
+        case 'V':
+            version = true;
+            break;
+        case OPT_CHECK_CONFIG:
+            action = CONFIG_ACTION_CHECK;
+            break;
+        case ':':
+        case '?':
+            report_bad_option(c, argc, argv, err, err_size);
+            return -EINVAL;
+        default:
+            break; /* key flags: applied in the second pass */
+        }
+    }
+    if (argc > 0 && optind < argc) {
+        err_printf(err, err_size, "unexpected argument '%.*s' (see --help)", QUOTE_MAX,
+                   argv[optind]);
+        return -EINVAL;
+    }
+
+    config_t *next = malloc(sizeof *next);
+    if (!next) {
+        err_printf(err, err_size, "out of memory");
+        return -ENOMEM;
+    }
+    config_defaults(next);
+    /* --help and --version answer without reading anything, so that they work whatever state
+     * the configuration is in. */
+    if (help || version) {
+        *cfg = *next;
+        free(next);
+        *ret_action = help ? CONFIG_ACTION_HELP : CONFIG_ACTION_VERSION;
+        return 0;
+    }
+
+    int r = 0;
+    if (config_path) r = config_load_file(next, config_path, err, err_size);
+
+    /* Second pass: the key flags, in command-line order, over the file. */
+    getopt_restart();
+    while (r >= 0 && argc > 0 &&
+           (c = getopt_long(argc, argv, config_short_options, config_options, NULL)) != -1) {
+        if (c == OPT_SET) {
+            r = apply_set_flag(next, optarg, err, err_size);
+            continue;
+        }
+        for (size_t i = 0; i < sizeof config_flag_keys / sizeof config_flag_keys[0]; i++) {
+            if (config_flag_keys[i].opt != c) continue;
+            char reason[768];
+            r = config_set(next, config_flag_keys[i].section, config_flag_keys[i].key, optarg,
+                           reason, sizeof reason);
+            if (r < 0) err_printf(err, err_size, "%s: %s", config_flag_keys[i].flag, reason);
+        }
+    }
+    if (r >= 0) r = config_validate(next, err, err_size);
+    if (r >= 0) {
+        *cfg = *next;
+        *ret_action = action;
+    }
+    free(next);
+    return r;
+}
+
+static const char config_usage_head[] =
+    "Usage: gpujobd [OPTION]...\n"
+    "Runs the GPU job daemon. Its settings are the defaults, then the --config file, then the\n"
+    "other options below over it, whatever their order on the command line.\n"
+    "\n"
+    "Options:\n"
+    "  -c, --config FILE            read settings from an INI file (see gpujobd.conf)\n"
+    "      --listen HOST:PORT       TCP address to serve on (server.listen); port 0 picks a\n"
+    "                               free one; IPv6 as [::1]:8080\n"
+    "      --unix-socket PATH       also serve on a Unix socket, whose peer uid is the user\n"
+    "                               (server.unix_socket)\n"
+    "      --state-dir DIR          job database and blobs (server.state_dir)\n"
+    "      --backend auto|cuda|cpu  where jobs run (server.backend)\n"
+    "      --log-level error|warn|info|debug\n"
+    "                               (server.log_level)\n"
+    "      --set SECTION.KEY=VALUE  set any key below, e.g. --set scheduler.max_batch=64\n"
+    "      --check-config           check the configuration, print 'configuration OK' and\n"
+    "                               exit 0, or print the error and exit 2\n"
+    "  -V, --version                print the version and exit\n"
+    "  -h, --help                   print this help and exit\n"
+    "\n"
+    "Keys, as [SECTION] KEY in the file or SECTION.KEY for --set, with their defaults.\n"
+    "Sizes take K, M, G, T, KiB, MiB, GiB or TiB (all powers of 1024); booleans are\n"
+    "true/false, yes/no, on/off or 1/0:\n";
+
+static char *config_usage_text;
+
+static void config_usage_build(void)
+{
+    size_t size = sizeof config_usage_head;
+    for (size_t i = 0; i < CONFIG_KEY_COUNT; i++)
+        size += strlen(config_keys[i].section) + strlen(config_keys[i].name) +
+                strlen(config_keys[i].def) + strlen(config_keys[i].help) + 16;
+    char *text = malloc(size);
+    if (!text) return;
+    size_t used = (size_t)snprintf(text, size, "%s", config_usage_head);
+    for (size_t i = 0; i < CONFIG_KEY_COUNT && used < size; i++) {
+        const config_key_t *key = &config_keys[i];
+        used +=
+            (size_t)snprintf(text + used, size - used, "  %s.%s = %s%s\n      %s\n", key->section,
+                             key->name, key->def, key->def[0] ? "" : "\"\"", key->help);
+    }
+    config_usage_text = text;
+}
+
+const char *config_usage(void)
+{
+    /* Built once from the table, so the help lists exactly the keys there are. */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, config_usage_build);
+    return config_usage_text ? config_usage_text : config_usage_head;
+}
