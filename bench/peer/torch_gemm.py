@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench/kernels/bench_gemm.c: the same cases, timed with CUDA events (warm-up,
+then the median of 20 or more runs), printed as CSV rows case,ms,bytes,flops.
+
+8192^3: torch.matmul on row-major [m, k] x [k, n] in bf16, f16, f32 with TF32 allowed (tf32)
+and disallowed (f32), and torch._int_mm for i8 -> i32. 4096 GEMMs of 64^3: torch.bmm on
+[4096, 64, 64] for both the batched and the strided case (one call in PyTorch either way), and
+a Python loop of 4096 torch.matmul calls for the loop case."""
+import torch
+
+
+def median_ms(fn, warmup=3, iters=20):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def row(name, ms, nbytes, flops):
+    print(f"{name},{ms:.6f},{nbytes:.0f},{flops:.0f}", flush=True)
+
+
+def operands(dtype, batch, m, n, k):
+    lead = (batch,) if batch > 1 else ()
+    if dtype == torch.int8:
+        a = torch.randint(-128, 128, lead + (m, k), device="cuda", dtype=torch.int8)
+        b = torch.randint(-128, 128, lead + (k, n), device="cuda", dtype=torch.int8)
+    else:
+        a = torch.rand(lead + (m, k), device="cuda", dtype=dtype) * 2 - 1
+        b = torch.rand(lead + (k, n), device="cuda", dtype=dtype) * 2 - 1
+    return a, b
+
+
+def cost(dtype, batch, m, n, k):
+    esize = torch.tensor([], dtype=dtype).element_size()
+    out_size = 4 if dtype == torch.int8 else esize
+    return batch * ((m * k + k * n) * esize + m * n * out_size), 2 * batch * m * n * k
+
+
+def big_cases():
+    n = 8192
+    for name, dtype, tf32 in (("bf16", torch.bfloat16, False), ("f16", torch.float16, False),
+                              ("tf32", torch.float32, True), ("f32", torch.float32, False),
+                              ("i8", torch.int8, False)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        a, b = operands(dtype, 1, n, n, n)
+        fn = (lambda: torch._int_mm(a, b)) if dtype == torch.int8 else (lambda: torch.matmul(a, b))
+        row(f"gemm/{name}/{n}x{n}x{n}", median_ms(fn), *cost(dtype, 1, n, n, n))
+        del a, b
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def small_cases():
+    batch, s = 4096, 64
+    for name, dtype in (("bf16", torch.bfloat16), ("f32", torch.float32)):
+        a, b = operands(dtype, batch, s, s, s)
+        nbytes, flops = cost(dtype, batch, s, s, s)
+        prefix = f"gemm/{name}/{s}x{s}x{s}x{batch}"
+        ms = median_ms(lambda: torch.bmm(a, b), iters=50)
+        row(prefix + "/batched", ms, nbytes, flops)
+        row(prefix + "/strided", ms, nbytes, flops)
+        a_list, b_list = list(a.unbind(0)), list(b.unbind(0))
+
+        def loop():
+            for x, y in zip(a_list, b_list):
+                torch.matmul(x, y)
+
+        row(prefix + "/loop", median_ms(loop, warmup=2, iters=20), nbytes, flops)
+
+
+def main():
+    print("case,ms,bytes,flops")
+    with torch.no_grad():
+        big_cases()
+        small_cases()
+
+
+if __name__ == "__main__":
+    main()

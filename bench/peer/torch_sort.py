@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench/kernels/bench_sort.c: the same cases, timed with CUDA events (warm-up,
+then the median of 20 runs), printed as CSV rows case,ms,bytes,flops.
+
+torch.sort always returns indices (int64) beside the sorted keys; the key-value case is
+torch.sort of the keys followed by gathering the values with those indices, which is how
+PyTorch code sorts pairs. u32 keys are torch.uint32 where this PyTorch sorts them, otherwise
+int32 (the same bytes and radix passes; a note goes to stderr)."""
+import sys
+
+import torch
+
+
+def median_ms(fn, warmup=3, iters=20):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def row(name, ms, nbytes, flops=0):
+    print(f"{name},{ms:.6f},{nbytes:.0f},{flops:.0f}", flush=True)
+
+
+def u32_keys(n):
+    keys = torch.randint(-2**31, 2**31, (n,), device="cuda", dtype=torch.int32)
+    try:
+        as_u32 = keys.view(torch.uint32)
+        torch.sort(as_u32[:16])
+        return as_u32
+    except (RuntimeError, TypeError, AttributeError) as e:
+        print(f"torch_sort: uint32 sort unavailable ({e}); timing int32 keys", file=sys.stderr)
+        return keys
+
+
+def main():
+    print("case,ms,bytes,flops")
+    n = 1 << 28
+    with torch.no_grad():
+        keys = u32_keys(n)
+        row("sort/u32/2^28", median_ms(lambda: torch.sort(keys)), 2 * 4 * n)
+        values = u32_keys(n)
+
+        def pairs():
+            sorted_keys, idx = torch.sort(keys)
+            return sorted_keys, values[idx]
+
+        row("sort/u32-u32/2^28", median_ms(pairs), 4 * 4 * n)
+        del keys, values
+        fkeys = torch.rand(n, device="cuda", dtype=torch.float32) * 2 - 1
+        row("sort/f32/2^28", median_ms(lambda: torch.sort(fkeys)), 2 * 4 * n)
+        del fkeys
+        rows = torch.rand(1000, 4096, device="cuda", dtype=torch.float32) * 2 - 1
+        row("sort/f32/1000x4096", median_ms(lambda: torch.sort(rows, dim=-1)), 2 * 4 * rows.numel())
+
+
+if __name__ == "__main__":
+    main()

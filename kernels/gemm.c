@@ -1,0 +1,217 @@
+/* The gemm op: validation, the CPU reference and the op table entry. The CUDA side is gemm.cu.
+ *
+ * out = alpha * op(a) * op(b) + beta * c, row-major, with leading dims as a batch. Floats
+ * accumulate in f32 on the GPU and in double here; i8 inputs give exact i32 results while they
+ * fit in 32 bits (beyond that the GPU wraps and this reference saturates). */
+#include "gemm.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const gemm_input_names[] = {"a", "b", "c"};
+static const char *const gemm_param_names[] = {"trans_a", "trans_b", "alpha", "beta", "tf32", NULL};
+
+/* cuBLAS takes int dimensions. */
+#define GEMM_MAX_DIM ((int64_t)INT32_MAX)
+
+static bool gemm_dtype_ok(dtype_t dt)
+{
+    return dt == DTYPE_F32 || dt == DTYPE_F16 || dt == DTYPE_BF16 || dt == DTYPE_I8;
+}
+
+/* An i8 gemm scales in int32: alpha and beta must be integers that fit. */
+static int gemm_check_int_scalar(const char *field, double v, op_error_t *err)
+{
+    if (v != floor(v) || v < INT32_MIN || v > INT32_MAX)
+        return op_error(err, -EINVAL, field, "%s must be a 32-bit integer for i8 inputs, not %g",
+                        field, v);
+    return 0;
+}
+
+static int gemm_parse_params(const json_t *params, gemm_params_t *p, op_error_t *err)
+{
+    int r = op_param_bool(params, "trans_a", false, &p->trans_a, err);
+    if (r == 0) r = op_param_bool(params, "trans_b", false, &p->trans_b, err);
+    if (r == 0) r = op_param_bool(params, "tf32", false, &p->tf32, err);
+    if (r == 0) r = op_param_double(params, "alpha", 1.0, &p->alpha, err);
+    if (r == 0) r = op_param_double(params, "beta", 0.0, &p->beta, err);
+    return r;
+}
+
+static int gemm_validate(const json_t *params, op_call_t *call, op_error_t *err)
+{
+    int r = op_params_check_keys(call->op, params, err);
+    if (r < 0) return r;
+    gemm_params_t p = {0};
+    r = gemm_parse_params(params, &p, err);
+    if (r < 0) return r;
+
+    const tensor_desc_t *a = &call->in[0], *b = &call->in[1], *c = &call->in[2];
+    char as[96], bs[96];
+    if (!gemm_dtype_ok(a->dtype))
+        return op_error(err, -EINVAL, "inputs.a.dtype",
+                        "gemm takes f32, f16, bf16 or i8 inputs, not %s", dtype_name(a->dtype));
+    if (b->dtype != a->dtype)
+        return op_error(err, -EINVAL, "inputs.b.dtype", "b must be %s like a, not %s",
+                        dtype_name(a->dtype), dtype_name(b->dtype));
+    if (a->ndim < 2)
+        return op_error(err, -EINVAL, "inputs.a.shape", "a must have at least 2 dims, not %s",
+                        tensor_shape_str(a, as, sizeof as));
+    if (b->ndim < 2)
+        return op_error(err, -EINVAL, "inputs.b.shape", "b must have at least 2 dims, not %s",
+                        tensor_shape_str(b, bs, sizeof bs));
+    p.dtype = a->dtype;
+    p.out_dtype = a->dtype == DTYPE_I8 ? DTYPE_I32 : a->dtype;
+    int64_t a_rows = a->shape[a->ndim - 2], a_cols = a->shape[a->ndim - 1];
+    int64_t b_rows = b->shape[b->ndim - 2], b_cols = b->shape[b->ndim - 1];
+    p.m = p.trans_a ? a_cols : a_rows;
+    p.k = p.trans_a ? a_rows : a_cols;
+    p.n = p.trans_b ? b_rows : b_cols;
+    int64_t kb = p.trans_b ? b_cols : b_rows;
+    if (kb != p.k)
+        return op_error(err, -EINVAL, "inputs.b.shape",
+                        "b %s%s does not match a %s%s: inner dims %lld and %lld differ",
+                        tensor_shape_str(b, bs, sizeof bs), p.trans_b ? " (transposed)" : "",
+                        tensor_shape_str(a, as, sizeof as), p.trans_a ? " (transposed)" : "",
+                        (long long)kb, (long long)p.k);
+    if (p.m > GEMM_MAX_DIM || p.n > GEMM_MAX_DIM || p.k > GEMM_MAX_DIM)
+        return op_error(err, -E2BIG, p.n > GEMM_MAX_DIM ? "inputs.b.shape" : "inputs.a.shape",
+                        "gemm dims m, n, k must each be below 2^31");
+
+    /* Leading dims: equal on both sides, or absent on one (that operand is shared). */
+    int lead_a = a->ndim - 2, lead_b = b->ndim - 2;
+    if (lead_a > 0 && lead_b > 0 &&
+        (lead_a != lead_b || memcmp(a->shape, b->shape, sizeof a->shape[0] * (size_t)lead_a)))
+        return op_error(err, -EINVAL, "inputs.b.shape", "the batch dims of b %s and a %s differ",
+                        tensor_shape_str(b, bs, sizeof bs), tensor_shape_str(a, as, sizeof as));
+    const tensor_desc_t *lead = lead_a > 0 ? a : b;
+    int n_lead = lead_a > 0 ? lead_a : lead_b;
+    p.a_batched = lead_a > 0;
+    p.b_batched = lead_b > 0;
+    tensor_desc_t out = {.dtype = p.out_dtype, .ndim = n_lead + 2};
+    p.batch = 1;
+    for (int i = 0; i < n_lead; i++) {
+        out.shape[i] = lead->shape[i];
+        p.batch *= lead->shape[i];
+    }
+    out.shape[n_lead] = p.m;
+    out.shape[n_lead + 1] = p.n;
+    /* With k = 0 the inputs are empty whatever m and n are, so the output may be huge. */
+    if (tensor_desc_check(&out, UINT64_MAX) < 0)
+        return op_error(err, -EOVERFLOW, "inputs.b.shape", "the output %s is too large",
+                        tensor_shape_str(&out, as, sizeof as));
+
+    if (p.tf32 && p.dtype != DTYPE_F32)
+        return op_error(err, -EINVAL, "params.tf32", "params.tf32 applies only to f32 inputs");
+    if (p.dtype == DTYPE_I8) {
+        r = gemm_check_int_scalar("params.alpha", p.alpha, err);
+        if (r == 0) r = gemm_check_int_scalar("params.beta", p.beta, err);
+        if (r < 0) return r;
+    }
+    p.has_c = call->has_in[2];
+    if (p.beta != 0 && !p.has_c)
+        return op_error(err, -EINVAL, "params.beta",
+                        "params.beta is %g but there is no input c to scale", p.beta);
+    if (p.has_c) {
+        if (c->dtype != p.out_dtype)
+            return op_error(err, -EINVAL, "inputs.c.dtype", "c must be %s, not %s",
+                            dtype_name(p.out_dtype), dtype_name(c->dtype));
+        if (!tensor_desc_equal(c, &out)) {
+            out.dtype = c->dtype;
+            return op_error(
+                err, -EINVAL, "inputs.c.shape", "c must have the output's shape %s, not %s",
+                tensor_shape_str(&out, as, sizeof as), tensor_shape_str(c, bs, sizeof bs));
+        }
+    }
+
+    memcpy(OP_PARAMS(call, gemm_params_t), &p, sizeof p);
+    call->n_out = 1;
+    call->out_names[0] = "out";
+    call->out[0] = out;
+    call->cost.flops = 2.0 * (double)p.batch * (double)p.m * (double)p.n * (double)p.k;
+    call->cost.bytes = (double)tensor_desc_bytes(a) + (double)tensor_desc_bytes(b) +
+                       (double)tensor_desc_bytes(&out) * (p.beta != 0 ? 2 : 1);
+    /* Calls batch together only when one pointer-array GEMM can run them all: the same shape,
+     * dtype, transposes, scalars and sharing. %a keeps alpha and beta exact. */
+    int len = snprintf(
+        call->batch_key, sizeof call->batch_key, "gemm/%s%s/%c%c/%lldx%lldx%lldx%lld/%c%c%c/%a/%a",
+        dtype_name(p.dtype), p.tf32 ? "-tf32" : "", p.trans_a ? 't' : 'n', p.trans_b ? 't' : 'n',
+        (long long)p.m, (long long)p.n, (long long)p.k, (long long)p.batch, p.a_batched ? 'a' : '-',
+        p.b_batched ? 'b' : '-', p.has_c ? 'c' : '-', p.alpha, p.beta);
+    if (len < 0 || (size_t)len >= sizeof call->batch_key) call->batch_key[0] = '\0';
+    return 0;
+}
+
+/* op(x)[i][j] of a row-major matrix of rows x cols (cols when not transposed). */
+static int64_t gemm_at(bool trans, int64_t i, int64_t j, int64_t rows_op, int64_t cols_op)
+{
+    return trans ? j * rows_op + i : i * cols_op + j;
+}
+
+static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *const *out,
+                        op_error_t *err)
+{
+    const gemm_params_t *p = OP_PARAMS((op_call_t *)call, gemm_params_t);
+    int64_t m = p->m, n = p->n, k = p->k;
+    bool use_c = p->has_c && p->beta != 0;
+    bool exact = p->dtype == DTYPE_I8;
+    double *acc = malloc((size_t)(n ? n : 1) * sizeof *acc);
+    int64_t *iacc = malloc((size_t)(n ? n : 1) * sizeof *iacc);
+    if (!acc || !iacc) {
+        free(acc);
+        free(iacc);
+        return op_error(err, -ENOMEM, "", "out of memory");
+    }
+    int64_t alpha_i = (int64_t)p->alpha, beta_i = (int64_t)p->beta;
+    for (int64_t z = 0; z < p->batch; z++) {
+        int64_t a0 = p->a_batched ? z * m * k : 0, b0 = p->b_batched ? z * k * n : 0;
+        int64_t o0 = z * m * n;
+        for (int64_t i = 0; i < m; i++) {
+            for (int64_t j = 0; j < n; j++) {
+                acc[j] = 0;
+                iacc[j] = 0;
+            }
+            for (int64_t q = 0; q < k; q++) {
+                double av = tensor_load(p->dtype, in[0], a0 + gemm_at(p->trans_a, i, q, m, k));
+                for (int64_t j = 0; j < n; j++) {
+                    double bv = tensor_load(p->dtype, in[1], b0 + gemm_at(p->trans_b, q, j, k, n));
+                    if (exact)
+                        iacc[j] += (int64_t)av * (int64_t)bv;
+                    else
+                        acc[j] += av * bv;
+                }
+            }
+            for (int64_t j = 0; j < n; j++) {
+                int64_t at = o0 + i * n + j;
+                double v;
+                if (exact) {
+                    int64_t r = alpha_i * iacc[j];
+                    if (use_c) r += beta_i * (int64_t)tensor_load(DTYPE_I32, in[2], at);
+                    v = (double)r;
+                } else {
+                    v = p->alpha * acc[j];
+                    if (use_c) v += p->beta * tensor_load(p->out_dtype, in[2], at);
+                }
+                tensor_store(p->out_dtype, out[0], at, v);
+            }
+        }
+    }
+    free(acc);
+    free(iacc);
+    return 0;
+}
+
+const op_def_t op_gemm = {
+    .name = "gemm",
+    .summary = "out = alpha*op(a)*op(b) + beta*c; f32/tf32, f16, bf16, i8->i32; leading dims batch",
+    .n_inputs = 3,
+    .input_names = gemm_input_names,
+    .required_inputs = (1u << 0) | (1u << 1),
+    .param_names = gemm_param_names,
+    .validate = gemm_validate,
+    .run_cpu = gemm_run_cpu,
+    .run_cuda = OP_CUDA(op_gemm_run_cuda),
+};
