@@ -1,0 +1,903 @@
+/* The durable store on SQLite: the write connection (the scheduler's loop thread), its schema
+ * and migrations, transactions, and every write. Reads are in store_read.c, blob files and
+ * locators in store_blob.c, the connection helpers in store_conn.c.
+ *
+ * Every write runs inside a savepoint, so that a failed write undoes only its own rows whether
+ * or not the caller has a transaction open; blob files a failed write created are removed at
+ * once. Files that become unreferenced by a commit (gc, buffer deletion) are removed only once
+ * that commit is done; files left behind by a crash or by a rolled-back transaction are swept
+ * at the next open. */
+#include "store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+#include "store_internal.h"
+
+#define GC_BATCH 256
+
+typedef char blob_file_t[4 + STORE_BLOB_NAME_LEN];
+
+struct store {
+    store_conn_t conn;
+    uint64_t inline_blob_bytes;
+    bool in_txn;
+    /* Files whose rows the open transaction deleted: removed when it commits. */
+    blob_file_t *unlink_on_commit;
+    size_t n_unlink, cap_unlink;
+};
+
+/* Schema migrations, in order. Version N is applied to a database at version N - 1, in one
+ * transaction that also sets user_version = N. Adding version 2 is adding one entry. */
+static const struct {
+    int version;
+    const char *sql;
+} migrations[] = {
+    {1, "CREATE TABLE jobs ("
+        "  id TEXT PRIMARY KEY,"
+        "  owner TEXT NOT NULL,"
+        "  op TEXT NOT NULL,"
+        "  params TEXT,"
+        "  priority INTEGER NOT NULL,"
+        "  device INTEGER NOT NULL,"
+        "  deadline_us INTEGER NOT NULL,"
+        "  state TEXT NOT NULL CHECK (state IN "
+        "    ('queued', 'running', 'succeeded', 'failed', 'cancelled')),"
+        "  attempts INTEGER NOT NULL DEFAULT 0,"
+        "  created_us INTEGER NOT NULL,"
+        "  started_us INTEGER NOT NULL DEFAULT 0,"
+        "  finished_us INTEGER NOT NULL DEFAULT 0,"
+        "  run_device INTEGER NOT NULL DEFAULT -1,"
+        "  gpu_ns INTEGER NOT NULL DEFAULT 0,"
+        "  batch_size INTEGER NOT NULL DEFAULT 0,"
+        "  error_code TEXT NOT NULL DEFAULT '',"
+        "  error_message TEXT NOT NULL DEFAULT '',"
+        "  idempotency_key TEXT"
+        ") WITHOUT ROWID;"
+        "CREATE UNIQUE INDEX jobs_idempotency ON jobs (owner, idempotency_key)"
+        "  WHERE idempotency_key IS NOT NULL;"
+        "CREATE INDEX jobs_owner_id ON jobs (owner, id);"
+        "CREATE INDEX jobs_state ON jobs (state, created_us, id);"
+        "CREATE INDEX jobs_finished ON jobs (finished_us)"
+        "  WHERE state IN ('succeeded', 'failed', 'cancelled');"
+        /* A rowid table: inline tensor bytes make rows large, which WITHOUT ROWID handles
+         * badly. */
+        "CREATE TABLE tensors ("
+        "  job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,"
+        "  role TEXT NOT NULL CHECK (role IN ('in', 'out')),"
+        "  slot INTEGER NOT NULL,"
+        "  name TEXT NOT NULL,"
+        "  dtype TEXT NOT NULL,"
+        "  shape TEXT NOT NULL,"
+        "  nbytes INTEGER NOT NULL,"
+        "  buffer_id TEXT,"
+        "  data BLOB,"
+        "  file TEXT,"
+        "  PRIMARY KEY (job_id, role, slot)"
+        ");"
+        "CREATE INDEX tensors_file ON tensors (file) WHERE file IS NOT NULL;"
+        "CREATE TABLE buffers ("
+        "  id TEXT PRIMARY KEY,"
+        "  owner TEXT NOT NULL,"
+        "  dtype TEXT NOT NULL,"
+        "  shape TEXT NOT NULL,"
+        "  nbytes INTEGER NOT NULL,"
+        "  resident INTEGER NOT NULL,"
+        "  created_us INTEGER NOT NULL,"
+        "  data BLOB,"
+        "  file TEXT"
+        ");"
+        "CREATE INDEX buffers_owner ON buffers (owner);"
+        "CREATE INDEX buffers_file ON buffers (file) WHERE file IS NOT NULL;"},
+};
+#define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
+
+_Static_assert(STORE_SCHEMA_VERSION == N_MIGRATIONS, "one migration per schema version");
+
+static int migrate(store_conn_t *conn)
+{
+    for (int i = 0; i < N_MIGRATIONS; i++) {
+        int r = store_exec(conn, "BEGIN IMMEDIATE");
+        if (r < 0) return r;
+        int version = 0;
+        r = store_user_version(conn, &version);
+        if (r == 0 && version == migrations[i].version - 1) {
+            char set_version[64];
+            snprintf(set_version, sizeof set_version, "PRAGMA user_version = %d",
+                     migrations[i].version);
+            r = store_exec(conn, migrations[i].sql);
+            if (r == 0) r = store_exec(conn, set_version);
+            if (r == 0)
+                log_info("store: migrated '%s' to schema version %d", conn->db_path,
+                         migrations[i].version);
+        }
+        if (r == 0) r = store_exec(conn, "COMMIT");
+        if (r < 0) {
+            if (!sqlite3_get_autocommit(conn->db)) store_exec(conn, "ROLLBACK");
+            return r;
+        }
+    }
+    return 0;
+}
+
+static int mkdir_if_missing(const char *path)
+{
+    if (mkdir(path, 0750) == 0 || errno == EEXIST) return 0;
+    return log_error_errno(-errno, "store: cannot create '%s': %s", path, strerror(errno));
+}
+
+static int configure_writer(store_conn_t *conn, bool sync_full)
+{
+    sqlite3_stmt *stmt;
+    if (sqlite3_prepare_v2(conn->db, "PRAGMA journal_mode = WAL", -1, &stmt, NULL) != SQLITE_OK)
+        return store_sql_error(conn, "setting journal_mode");
+    int r = 0;
+    if (sqlite3_step(stmt) != SQLITE_ROW)
+        r = store_sql_error(conn, "setting journal_mode");
+    else if (strcmp((const char *)sqlite3_column_text(stmt, 0), "wal") != 0)
+        r = log_error_errno(-EIO, "store: '%s' cannot use WAL mode (journal_mode is '%s')",
+                            conn->db_path, sqlite3_column_text(stmt, 0));
+    sqlite3_finalize(stmt);
+    if (r == 0)
+        r = store_exec(conn,
+                       sync_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
+    return r;
+}
+
+int store_open(const config_t *cfg, store_t **ret)
+{
+    int r = mkdir_if_missing(cfg->state_dir);
+    if (r < 0) return r;
+    store_t *st = calloc(1, sizeof *st);
+    if (!st) return -ENOMEM;
+    st->inline_blob_bytes = cfg->inline_blob_bytes;
+    r = store_conn_open(&st->conn, cfg->state_dir,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
+    if (r < 0) {
+        free(st);
+        return r;
+    }
+    int removed = 0;
+    r = mkdir_if_missing(st->conn.blobs_dir);
+    if (r == 0) r = configure_writer(&st->conn, cfg->sync_full);
+    if (r == 0) r = migrate(&st->conn);
+    if (r == 0) r = store_blob_sweep_orphans(&st->conn, &removed);
+    if (r < 0) {
+        store_close(st);
+        return r;
+    }
+    if (removed > 0)
+        log_info("store: removed %d blob file(s) that no committed row named", removed);
+    *ret = st;
+    return 0;
+}
+
+void store_close(store_t *st)
+{
+    if (!st) return;
+    if (st->in_txn) {
+        log_warn("store: closing with a transaction open: rolling it back");
+        store_rollback(st);
+    }
+    store_conn_close(&st->conn);
+    free(st->unlink_on_commit);
+    free(st);
+}
+
+int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_blob)
+{
+    if (nbytes <= st->inline_blob_bytes) {
+        *ret_blob = NULL;
+        return 0;
+    }
+    blob_file_t file;
+    int r = store_blob_file_write(st->conn.blobs_dir, data, nbytes, file);
+    if (r < 0) return r;
+    char *blob = store_locator_file(file);
+    if (!blob) {
+        store_blob_file_remove(st->conn.blobs_dir, file);
+        return -ENOMEM;
+    }
+    *ret_blob = blob;
+    return 0;
+}
+
+/* --- transactions --- */
+
+static void unlink_pending(store_t *st)
+{
+    for (size_t i = 0; i < st->n_unlink; i++)
+        store_blob_file_remove(st->conn.blobs_dir, st->unlink_on_commit[i]);
+    st->n_unlink = 0;
+}
+
+/* Removes files whose rows are gone: now when that deletion is committed, else at the commit of
+ * the caller's transaction. */
+static int unlink_after_commit(store_t *st, const blob_file_t *files, size_t n)
+{
+    if (!st->in_txn) {
+        for (size_t i = 0; i < n; i++)
+            store_blob_file_remove(st->conn.blobs_dir, files[i]);
+        return 0;
+    }
+    if (st->n_unlink + n > st->cap_unlink) {
+        size_t cap = st->cap_unlink ? st->cap_unlink * 2 : 64;
+        while (cap < st->n_unlink + n)
+            cap *= 2;
+        blob_file_t *grown = realloc(st->unlink_on_commit, cap * sizeof *grown);
+        /* Out of memory: the files stay, and the sweep at the next open removes them. */
+        if (!grown) return -ENOMEM;
+        st->unlink_on_commit = grown;
+        st->cap_unlink = cap;
+    }
+    memcpy(st->unlink_on_commit + st->n_unlink, files, n * sizeof *files);
+    st->n_unlink += n;
+    return 0;
+}
+
+int store_begin(store_t *st)
+{
+    if (st->in_txn)
+        return log_error_errno(-EBUSY, "store: store_begin with a transaction already open");
+    /* IMMEDIATE takes the write lock now, so that no write inside can fail on a lock upgrade. */
+    int r = store_exec(&st->conn, "BEGIN IMMEDIATE");
+    if (r == 0) st->in_txn = true;
+    return r;
+}
+
+int store_commit(store_t *st)
+{
+    if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_commit without store_begin");
+    int r = store_exec(&st->conn, "COMMIT");
+    if (r == 0) {
+        st->in_txn = false;
+        unlink_pending(st);
+    } else if (sqlite3_get_autocommit(st->conn.db)) {
+        /* SQLite rolled the transaction back itself: nothing is left to commit or undo. */
+        st->in_txn = false;
+        st->n_unlink = 0;
+    }
+    return r;
+}
+
+int store_rollback(store_t *st)
+{
+    if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_rollback without store_begin");
+    st->in_txn = false;
+    st->n_unlink = 0; /* the rows naming them are back */
+    if (sqlite3_get_autocommit(st->conn.db)) return 0;
+    return store_exec(&st->conn, "ROLLBACK");
+}
+
+/* --- one write: a savepoint around it --- */
+
+static int stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what)
+{
+    sqlite3_stmt *stmt = store_stmt(conn, id);
+    if (!stmt) return -EIO;
+    int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(conn, what);
+    sqlite3_reset(stmt);
+    return r;
+}
+
+static int write_begin(store_t *st)
+{
+    return stmt_run(&st->conn, STMT_SAVEPOINT, "starting a write");
+}
+
+/* Ends a write begun by write_begin: keeps it when r is 0 (committing it when no caller's
+ * transaction is open), else undoes it. Returns r, or the error of the release. */
+static int write_end(store_t *st, int r)
+{
+    if (r == 0 && (r = stmt_run(&st->conn, STMT_RELEASE, "committing a write")) == 0) return 0;
+    if (!sqlite3_get_autocommit(st->conn.db)) {
+        stmt_run(&st->conn, STMT_ROLLBACK_TO, "undoing a failed write");
+        stmt_run(&st->conn, STMT_RELEASE, "undoing a failed write");
+        if (!st->in_txn && !sqlite3_get_autocommit(st->conn.db)) store_exec(&st->conn, "ROLLBACK");
+    } else if (st->in_txn) {
+        log_error("store: SQLite rolled back the whole open transaction after an error");
+    }
+    return r;
+}
+
+/* --- tensors --- */
+
+/* Files written by one call, removed if the call fails. */
+typedef struct written_files {
+    blob_file_t files[2 * OP_MAX_TENSORS];
+    int n;
+} written_files_t;
+
+static void written_remove(store_t *st, const written_files_t *w)
+{
+    for (int i = 0; i < w->n; i++)
+        store_blob_file_remove(st->conn.blobs_dir, w->files[i]);
+}
+
+/* Checks a tensor's descriptor, byte count and the source of its bytes. field is the tensor's
+ * path ("inputs.x") for the message. */
+static int check_tensor(const char *owner_id, const char *field, const job_tensor_t *t)
+{
+    int r = tensor_desc_check(&t->desc, UINT64_MAX);
+    if (r < 0)
+        return log_error_errno(-EINVAL, "store: %s: %s.shape: not a valid dtype and shape",
+                               owner_id, field);
+    uint64_t bytes = tensor_desc_bytes(&t->desc);
+    if (t->nbytes != bytes)
+        return log_error_errno(
+            -EINVAL, "store: %s: %s.nbytes is %" PRIu64 " but its dtype and shape make %" PRIu64,
+            owner_id, field, t->nbytes, bytes);
+    store_locator_t loc;
+    if (t->blob && (store_locator_parse(t->blob, &loc) < 0 ||
+                    (loc.kind != STORE_LOCATOR_FILE && !t->data && t->nbytes > 0)))
+        return log_error_errno(-EINVAL, "store: %s: %s.blob '%s' is not a file blob", owner_id,
+                               field, t->blob);
+    if (!t->buffer_id[0] && !t->blob && !t->data && t->nbytes > 0)
+        return log_error_errno(-EINVAL, "store: %s: %s has no data, buffer or blob", owner_id,
+                               field);
+    return 0;
+}
+
+/* Decides where a tensor's bytes go (a buffer reference, the row, or a file, written now if
+ * the caller has not) and binds them to columns data_col and data_col + 1 (file). *ret_file
+ * is the file named, "" for none. */
+static int place_bytes(store_t *st, sqlite3_stmt *stmt, int data_col, const void *data,
+                       uint64_t nbytes, const char *blob, written_files_t *written,
+                       blob_file_t ret_file)
+{
+    store_locator_t loc;
+    ret_file[0] = '\0';
+    if (blob && store_locator_parse(blob, &loc) == 0 && loc.kind == STORE_LOCATOR_FILE) {
+        memcpy(ret_file, loc.file, sizeof loc.file);
+    } else if (nbytes > st->inline_blob_bytes) {
+        int r = store_blob_file_write(st->conn.blobs_dir, data, nbytes, ret_file);
+        if (r < 0) return r;
+        memcpy(written->files[written->n++], ret_file, sizeof(blob_file_t));
+    } else if (nbytes == 0) {
+        sqlite3_bind_zeroblob(stmt, data_col, 0);
+    } else {
+        sqlite3_bind_blob64(stmt, data_col, data, nbytes, SQLITE_STATIC);
+    }
+    if (ret_file[0]) sqlite3_bind_text(stmt, data_col + 1, ret_file, -1, SQLITE_TRANSIENT);
+    return 0;
+}
+
+/* Inserts one tensor row of job_id and returns the tensor's new locator in *ret_blob (NULL for
+ * a buffer reference). */
+static int insert_tensor(store_t *st, const char *job_id, bool output, int slot, const char *name,
+                         const job_tensor_t *t, written_files_t *written, char **ret_blob)
+{
+    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_TENSOR_INSERT);
+    if (!stmt) return -EIO;
+    char shape[TENSOR_MAX_DIMS * 21 + 3];
+    store_shape_format(&t->desc, shape, sizeof shape);
+    store_bind_text(stmt, 1, job_id, false);
+    store_bind_text(stmt, 2, output ? "out" : "in", false);
+    sqlite3_bind_int(stmt, 3, slot);
+    store_bind_text(stmt, 4, name, false);
+    store_bind_text(stmt, 5, dtype_name(t->desc.dtype), false);
+    store_bind_text(stmt, 6, shape, false);
+    sqlite3_bind_int64(stmt, 7, (sqlite3_int64)t->nbytes);
+    blob_file_t file = "";
+    if (t->buffer_id[0]) {
+        store_bind_text(stmt, 8, t->buffer_id, false);
+    } else {
+        int r = place_bytes(st, stmt, 9, t->data, t->nbytes, t->blob, written, file);
+        if (r < 0) return r;
+    }
+    int r =
+        sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "inserting a tensor");
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt); /* drop the SQLITE_STATIC pointer to the caller's bytes */
+    if (r < 0) return r;
+    char *blob = NULL;
+    if (!t->buffer_id[0]) {
+        blob = file[0] ? store_locator_file(file) : store_locator_tensor(job_id, output, slot);
+        if (!blob) return -ENOMEM;
+    }
+    *ret_blob = blob;
+    return 0;
+}
+
+static void free_blobs(char **blobs)
+{
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        free(blobs[j]);
+        blobs[j] = NULL;
+    }
+}
+
+/* Hands the new locators over to the tensors (freeing the ones they replace). */
+static void set_blobs(job_tensor_t *ts, char **blobs)
+{
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        if (!blobs[j]) continue;
+        free(ts[j].blob);
+        ts[j].blob = blobs[j];
+        blobs[j] = NULL;
+    }
+}
+
+/* Ids end up in locators and URLs: keep them to the alphabet id_new uses, plus '_' and '-'. */
+static bool id_ok(const char *id)
+{
+    size_t len = strnlen(id, ID_SIZE);
+    if (len == 0 || len >= ID_SIZE) return false;
+    store_locator_t loc;
+    char probe[STORE_LOCATOR_SIZE];
+    snprintf(probe, sizeof probe, "row:buffers/%s", id);
+    return store_locator_parse(probe, &loc) == 0;
+}
+
+static const char *input_name(const job_t *job, int j)
+{
+    return job->in[j].name[0] ? job->in[j].name : job->call.op->input_names[j];
+}
+
+static int check_job_for_insert(const job_t *job)
+{
+    const char *id = job->id[0] ? job->id : "new job";
+    if (!job->call.op || !job->call.op->name)
+        return log_error_errno(-EINVAL, "store: %s: op is not set", id);
+    if (job->id[0] && !id_ok(job->id))
+        return log_error_errno(-EINVAL, "store: id '%.*s' is not a valid id", ID_SIZE, job->id);
+    if (!job->owner[0]) return log_error_errno(-EINVAL, "store: %s: owner is empty", id);
+    if (job->state != JOB_QUEUED)
+        return log_error_errno(-EINVAL, "store: %s: state must be queued to insert, not %s", id,
+                               job_state_name(job->state));
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        if (!job->call.has_in[j]) continue;
+        char field[64];
+        if (j >= job->call.op->n_inputs)
+            return log_error_errno(-EINVAL, "store: %s: input slot %d: op '%s' has %d inputs", id,
+                                   j, job->call.op->name, job->call.op->n_inputs);
+        snprintf(field, sizeof field, "inputs.%s", input_name(job, j));
+        int r = check_tensor(id, field, &job->in[j]);
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+int store_job_insert(store_t *st, job_t *job)
+{
+    int r = check_job_for_insert(job);
+    if (r < 0) return r;
+    char id[ID_SIZE];
+    if (job->id[0])
+        memcpy(id, job->id, ID_SIZE);
+    else
+        id_new('j', id);
+    int64_t created_us = job->created_us ? job->created_us : now_us();
+
+    r = write_begin(st);
+    if (r < 0) return r;
+    written_files_t written = {.n = 0};
+    char *blobs[OP_MAX_TENSORS] = {0};
+    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_INSERT);
+    if (!stmt) r = -EIO;
+    if (r == 0) {
+        store_bind_text(stmt, 1, id, false);
+        store_bind_text(stmt, 2, job->owner, false);
+        store_bind_text(stmt, 3, job->call.op->name, false);
+        store_bind_text(stmt, 4, job->params_json, false);
+        sqlite3_bind_int(stmt, 5, job->priority);
+        sqlite3_bind_int(stmt, 6, job->device);
+        sqlite3_bind_int64(stmt, 7, job->deadline_us);
+        sqlite3_bind_int(stmt, 8, job->attempts);
+        sqlite3_bind_int64(stmt, 9, created_us);
+        store_bind_text(stmt, 10, job->idempotency_key, true);
+        r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "inserting a job");
+        sqlite3_reset(stmt);
+    }
+    for (int j = 0; r == 0 && j < OP_MAX_TENSORS; j++)
+        if (job->call.has_in[j])
+            r = insert_tensor(st, id, false, j, input_name(job, j), &job->in[j], &written,
+                              &blobs[j]);
+    r = write_end(st, r);
+    if (r < 0) {
+        written_remove(st, &written);
+        free_blobs(blobs);
+        return r;
+    }
+    memcpy(job->id, id, ID_SIZE);
+    job->created_us = created_us;
+    for (int j = 0; j < OP_MAX_TENSORS; j++)
+        if (job->call.has_in[j] && !job->in[j].name[0])
+            snprintf(job->in[j].name, sizeof job->in[j].name, "%s", input_name(job, j));
+    set_blobs(job->in, blobs);
+    return 0;
+}
+
+/* --- state changes --- */
+
+/* The states a job may be in for a change to `to`; -1 pads. */
+static const int allowed_from[JOB_STATE_COUNT][2] = {
+    [JOB_QUEUED] = {JOB_RUNNING, -1}, /* re-queue after a restart or a device fault */
+    [JOB_RUNNING] = {JOB_QUEUED, -1},         [JOB_SUCCEEDED] = {JOB_RUNNING, -1},
+    [JOB_FAILED] = {JOB_QUEUED, JOB_RUNNING}, [JOB_CANCELLED] = {JOB_QUEUED, JOB_RUNNING},
+};
+
+static const char *output_name(const job_t *job, int j)
+{
+    if (job->out[j].name[0]) return job->out[j].name;
+    return job->call.out_names[j] ? job->call.out_names[j] : "";
+}
+
+static int check_outputs(const job_t *job)
+{
+    if (job->call.n_out < 0 || job->call.n_out > OP_MAX_TENSORS)
+        return log_error_errno(-EINVAL, "store: %s: call.n_out %d is out of range", job->id,
+                               job->call.n_out);
+    for (int j = 0; j < job->call.n_out; j++) {
+        char field[64];
+        if (!output_name(job, j)[0])
+            return log_error_errno(-EINVAL, "store: %s: output %d has no name", job->id, j);
+        if (job->out[j].buffer_id[0])
+            return log_error_errno(-EINVAL, "store: %s: outputs.%s cannot be a buffer reference",
+                                   job->id, output_name(job, j));
+        snprintf(field, sizeof field, "outputs.%s", output_name(job, j));
+        int r = check_tensor(job->id, field, &job->out[j]);
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+/* 0 when job id exists (in *ret_state), -ENOENT when not. */
+static int job_state_of(store_t *st, const char *id, job_state_t *ret_state)
+{
+    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_STATE);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, id, false);
+    int rc = sqlite3_step(stmt);
+    int r = 0;
+    if (rc == SQLITE_ROW)
+        r = job_state_parse((const char *)sqlite3_column_text(stmt, 0), ret_state);
+    else
+        r = rc == SQLITE_DONE ? -ENOENT : store_sql_error(&st->conn, "reading a job's state");
+    sqlite3_reset(stmt);
+    return r;
+}
+
+static int update_row(store_t *st, const job_t *job)
+{
+    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_UPDATE);
+    if (!stmt) return -EIO;
+    /* A state's timestamp the caller left unset is the time of the change. */
+    int64_t now = now_us();
+    int64_t started = job->started_us == 0 && job->state == JOB_RUNNING ? now : job->started_us;
+    int64_t finished =
+        job->finished_us == 0 && job_state_is_final(job->state) ? now : job->finished_us;
+    store_bind_text(stmt, 1, job->id, false);
+    store_bind_text(stmt, 2, job_state_name(job->state), false);
+    sqlite3_bind_int(stmt, 3, job->attempts);
+    sqlite3_bind_int64(stmt, 4, started);
+    sqlite3_bind_int64(stmt, 5, finished);
+    sqlite3_bind_int(stmt, 6, job->run_device);
+    sqlite3_bind_int64(stmt, 7, job->gpu_ns);
+    sqlite3_bind_int(stmt, 8, job->batch_size);
+    store_bind_text(stmt, 9, job->error_code, false);
+    store_bind_text(stmt, 10, job->error_message, false);
+    const int *from = allowed_from[job->state];
+    store_bind_text(stmt, 11, job_state_name((job_state_t)from[0]), false);
+    store_bind_text(stmt, 12, job_state_name((job_state_t)(from[1] >= 0 ? from[1] : from[0])),
+                    false);
+    int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "updating a job");
+    sqlite3_reset(stmt);
+    if (r < 0) return r;
+    if (sqlite3_changes(st->conn.db) == 1) return 0;
+
+    job_state_t stored;
+    r = job_state_of(st, job->id, &stored);
+    if (r == -ENOENT) return -ENOENT;
+    if (r < 0) return r;
+    log_debug("store: %s: refused change from %s to %s", job->id, job_state_name(stored),
+              job_state_name(job->state));
+    return -EBUSY;
+}
+
+int store_job_update(store_t *st, const job_t *job)
+{
+    if ((unsigned)job->state >= JOB_STATE_COUNT)
+        return log_error_errno(-EINVAL, "store: %s: state %d is not a job state", job->id,
+                               (int)job->state);
+    if (!id_ok(job->id)) return log_error_errno(-EINVAL, "store: update of a job with no id");
+    int r = job->state == JOB_SUCCEEDED ? check_outputs(job) : 0;
+    if (r < 0) return r;
+
+    r = write_begin(st);
+    if (r < 0) return r;
+    written_files_t written = {.n = 0};
+    char *blobs[OP_MAX_TENSORS] = {0};
+    r = update_row(st, job);
+    for (int j = 0; r == 0 && job->state == JOB_SUCCEEDED && j < job->call.n_out; j++)
+        r = insert_tensor(st, job->id, true, j, output_name(job, j), &job->out[j], &written,
+                          &blobs[j]);
+    /* The job is const: the outputs' locators are read back with store_job_get. */
+    free_blobs(blobs);
+    r = write_end(st, r);
+    if (r < 0) written_remove(st, &written);
+    return r;
+}
+
+/* --- recovery --- */
+
+static int recover_states(store_t *st, int max_attempts)
+{
+    char requeue[160], fail[512];
+    snprintf(requeue, sizeof requeue,
+             "UPDATE jobs SET state = 'queued', attempts = attempts + 1 "
+             "WHERE state = 'running' AND attempts < %d",
+             max_attempts);
+    snprintf(fail, sizeof fail,
+             "UPDATE jobs SET state = 'failed', finished_us = %" PRId64 ", "
+             "error_code = 'daemon_restarted', "
+             "error_message = printf('the daemon restarted while the job was running, "
+             "after %%d attempt(s) (the limit is %d)', attempts) "
+             "WHERE state = 'running'",
+             now_us(), max_attempts);
+    int r = store_exec(&st->conn, "BEGIN IMMEDIATE");
+    if (r < 0) return r;
+    r = store_exec(&st->conn, requeue);
+    int requeued = sqlite3_changes(st->conn.db);
+    if (r == 0) r = store_exec(&st->conn, fail);
+    int failed = sqlite3_changes(st->conn.db);
+    if (r == 0) r = store_exec(&st->conn, "COMMIT");
+    if (r < 0) {
+        if (!sqlite3_get_autocommit(st->conn.db)) store_exec(&st->conn, "ROLLBACK");
+        return r;
+    }
+    if (requeued || failed)
+        log_info("store: recovery: %d running job(s) re-queued, %d failed after too many "
+                 "attempts",
+                 requeued, failed);
+    return 0;
+}
+
+/* The ids of every queued job, oldest first. */
+static int queued_ids(store_t *st, char (**ret_ids)[ID_SIZE], size_t *ret_n)
+{
+    sqlite3_stmt *stmt;
+    if (sqlite3_prepare_v2(st->conn.db,
+                           "SELECT id FROM jobs WHERE state = 'queued' ORDER BY created_us, id", -1,
+                           &stmt, NULL) != SQLITE_OK)
+        return store_sql_error(&st->conn, "listing queued jobs");
+    char(*ids)[ID_SIZE] = NULL;
+    size_t n = 0, cap = 0;
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 256;
+            char(*grown)[ID_SIZE] = realloc(ids, cap * sizeof *ids);
+            if (!grown) {
+                r = -ENOMEM;
+                break;
+            }
+            ids = grown;
+        }
+        store_column_copy(stmt, 0, ids[n++], ID_SIZE);
+    }
+    if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(&st->conn, "listing queued jobs");
+    sqlite3_finalize(stmt);
+    if (r < 0) {
+        free(ids);
+        return r;
+    }
+    *ret_ids = ids;
+    *ret_n = n;
+    return 0;
+}
+
+static int load_job(store_t *st, const char *id, job_t **ret)
+{
+    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_GET);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, id, false);
+    int rc = sqlite3_step(stmt);
+    int r = rc == SQLITE_ROW    ? store_job_from_row(&st->conn, stmt, ret)
+            : rc == SQLITE_DONE ? -ENOENT
+                                : store_sql_error(&st->conn, "reading a job");
+    sqlite3_reset(stmt);
+    return r;
+}
+
+int store_recover(store_t *st, int max_attempts, void (*cb)(job_t *job, void *ud), void *ud)
+{
+    if (st->in_txn) return log_error_errno(-EBUSY, "store: store_recover inside a transaction");
+    int r = recover_states(st, max_attempts);
+    if (r < 0) return r;
+    char(*ids)[ID_SIZE] = NULL;
+    size_t n = 0;
+    r = queued_ids(st, &ids, &n);
+    if (r < 0) return r;
+    /* Loaded one at a time, after the listing is finished, so that cb may use the store. */
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        job_t *job;
+        r = load_job(st, ids[i], &job);
+        if (r == 0) cb(job, ud);
+    }
+    free(ids);
+    if (r == 0 && n > 0) log_info("store: recovery: %zu queued job(s) handed back", n);
+    return r;
+}
+
+/* --- retention --- */
+
+/* Deletes up to GC_BATCH expired jobs; their files are appended to files (room for all the
+ * batch's). */
+static int gc_batch(store_t *st, int64_t cutoff_us, blob_file_t **files, size_t *n_files,
+                    int *ret_n)
+{
+    char ids[GC_BATCH][ID_SIZE];
+    int n = 0, r = 0;
+    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_GC_SELECT);
+    if (!stmt) return -EIO;
+    sqlite3_bind_int64(stmt, 1, cutoff_us);
+    sqlite3_bind_int(stmt, 2, GC_BATCH);
+    int rc;
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+        store_column_copy(stmt, 0, ids[n++], ID_SIZE);
+    if (rc != SQLITE_DONE) r = store_sql_error(&st->conn, "listing expired jobs");
+    sqlite3_reset(stmt);
+
+    for (int i = 0; r == 0 && i < n; i++) {
+        stmt = store_stmt(&st->conn, STMT_GC_FILES);
+        if (!stmt) return -EIO;
+        store_bind_text(stmt, 1, ids[i], false);
+        while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+            blob_file_t *grown = realloc(*files, (*n_files + 1) * sizeof **files);
+            if (!grown) {
+                r = -ENOMEM;
+                break;
+            }
+            *files = grown;
+            store_column_copy(stmt, 0, (*files)[(*n_files)++], sizeof(blob_file_t));
+        }
+        if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(&st->conn, "listing blob files");
+        sqlite3_reset(stmt);
+        if (r < 0) break;
+        stmt = store_stmt(&st->conn, STMT_GC_DELETE);
+        if (!stmt) return -EIO;
+        store_bind_text(stmt, 1, ids[i], false);
+        r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "deleting a job");
+        sqlite3_reset(stmt);
+    }
+    if (r == 0) *ret_n = n;
+    return r;
+}
+
+int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted)
+{
+    int deleted = 0, n = GC_BATCH, r = 0;
+    /* Batches keep each transaction (and the time the loop thread spends in it) short. */
+    while (r == 0 && n == GC_BATCH) {
+        blob_file_t *files = NULL;
+        size_t n_files = 0;
+        r = write_begin(st);
+        if (r < 0) break;
+        r = write_end(st, gc_batch(st, cutoff_us, &files, &n_files, &n));
+        if (r == 0) {
+            deleted += n;
+            /* Failing to queue a file removal only leaves it for the sweep at the next open. */
+            unlink_after_commit(st, files, n_files);
+        }
+        free(files);
+    }
+    if (r < 0) return r;
+    if (deleted > 0) log_debug("store: gc deleted %d finished job(s)", deleted);
+    *ret_deleted = deleted;
+    return 0;
+}
+
+int store_checkpoint(store_t *st)
+{
+    if (st->in_txn) return log_error_errno(-EBUSY, "store: store_checkpoint inside a transaction");
+    int log_frames = 0, done_frames = 0;
+    /* TRUNCATE must wait for readers; the loop thread must not, so try it without waiting
+     * and fall back to a PASSIVE checkpoint of what no reader still needs. */
+    sqlite3_busy_timeout(st->conn.db, 0);
+    int rc = sqlite3_wal_checkpoint_v2(st->conn.db, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log_frames,
+                                       &done_frames);
+    if (rc == SQLITE_BUSY)
+        rc = sqlite3_wal_checkpoint_v2(st->conn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log_frames,
+                                       &done_frames);
+    sqlite3_busy_timeout(st->conn.db, STORE_BUSY_TIMEOUT_MS);
+    if (rc != SQLITE_OK) return store_sql_error(&st->conn, "checkpointing the WAL");
+    log_debug("store: checkpoint: %d of %d WAL frames written back", done_frames, log_frames);
+    return 0;
+}
+
+/* --- buffers --- */
+
+int store_buffer_insert(store_t *st, buffer_t *buf)
+{
+    if (buf->id[0] && !id_ok(buf->id))
+        return log_error_errno(-EINVAL, "store: buffer id '%.*s' is not a valid id", ID_SIZE,
+                               buf->id);
+    if (!buf->owner[0]) return log_error_errno(-EINVAL, "store: buffer: owner is empty");
+    job_tensor_t as_tensor = {
+        .desc = buf->desc, .nbytes = buf->nbytes, .data = buf->data, .blob = buf->blob};
+    int r = check_tensor("buffer", "buffer", &as_tensor);
+    if (r < 0) return r;
+    char id[ID_SIZE];
+    if (buf->id[0])
+        memcpy(id, buf->id, ID_SIZE);
+    else
+        id_new('b', id);
+    int64_t created_us = buf->created_us ? buf->created_us : now_us();
+
+    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_BUFFER_INSERT);
+    if (!stmt) return -EIO;
+    char shape[TENSOR_MAX_DIMS * 21 + 3];
+    store_shape_format(&buf->desc, shape, sizeof shape);
+    store_bind_text(stmt, 1, id, false);
+    store_bind_text(stmt, 2, buf->owner, false);
+    store_bind_text(stmt, 3, dtype_name(buf->desc.dtype), false);
+    store_bind_text(stmt, 4, shape, false);
+    sqlite3_bind_int64(stmt, 5, (sqlite3_int64)buf->nbytes);
+    sqlite3_bind_int(stmt, 6, buf->resident);
+    sqlite3_bind_int64(stmt, 7, created_us);
+    written_files_t written = {.n = 0};
+    blob_file_t file;
+    r = place_bytes(st, stmt, 8, buf->data, buf->nbytes, buf->blob, &written, file);
+    if (r == 0) {
+        /* One statement: atomic by itself, no savepoint needed. */
+        r = sqlite3_step(stmt) == SQLITE_DONE ? 0
+                                              : store_sql_error(&st->conn, "inserting a buffer");
+    }
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    char *blob = NULL;
+    if (r == 0 && !(blob = file[0] ? store_locator_file(file) : store_locator_buffer(id))) {
+        r = -ENOMEM;
+        /* The row is in; take it out again so the failure leaves nothing behind. */
+        store_buffer_delete(st, NULL, id);
+        written.n = 0; /* store_buffer_delete queued or removed the file */
+    }
+    if (r < 0) {
+        written_remove(st, &written);
+        return r;
+    }
+    memcpy(buf->id, id, ID_SIZE);
+    buf->created_us = created_us;
+    free(buf->blob);
+    buf->blob = blob;
+    return 0;
+}
+
+static int buffer_delete_row(store_t *st, const char *owner, const char *id, blob_file_t ret_file)
+{
+    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_BUFFER_FILE);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, id, false);
+    store_bind_text(stmt, 2, owner, false);
+    int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_ROW) store_column_copy(stmt, 0, ret_file, sizeof(blob_file_t));
+    int r = rc == SQLITE_ROW    ? 0
+            : rc == SQLITE_DONE ? -ENOENT
+                                : store_sql_error(&st->conn, "reading a buffer");
+    sqlite3_reset(stmt);
+    if (r < 0) return r;
+    stmt = store_stmt(&st->conn, STMT_BUFFER_DELETE);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, id, false);
+    store_bind_text(stmt, 2, owner, false);
+    r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "deleting a buffer");
+    sqlite3_reset(stmt);
+    return r;
+}
+
+int store_buffer_delete(store_t *st, const char *owner, const char *id)
+{
+    if (!id) return -ENOENT;
+    blob_file_t file = "";
+    int r = write_begin(st);
+    if (r < 0) return r;
+    r = write_end(st, buffer_delete_row(st, owner, id, file));
+    if (r == 0 && file[0]) unlink_after_commit(st, (const blob_file_t *)&file, 1);
+    return r;
+}

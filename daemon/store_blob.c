@@ -1,0 +1,265 @@
+/* Blob files and locators. A file blob lives at blobs/<first two hex digits>/<32 hex digits>,
+ * a random name, so that no two writers (any thread) ever pick the same file and no directory
+ * grows past a 256th of the files. A file is complete and fsync'd, and its directory entry too,
+ * before its locator is handed out: a row naming it may then be committed. */
+#include "store_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static bool is_hex_name(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+    return s[len] == '\0' || s[len] == '/';
+}
+
+/* Ids in row locators come from our own rows; the check keeps a corrupted one harmless. */
+static bool is_id(const char *s, size_t len)
+{
+    if (len == 0 || len >= ID_SIZE) return false;
+    for (size_t i = 0; i < len; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
+              (s[i] >= 'A' && s[i] <= 'Z') || s[i] == '_' || s[i] == '-'))
+            return false;
+    return true;
+}
+
+static bool is_file_name(const char *file)
+{
+    return strlen(file) == 3 + STORE_BLOB_NAME_LEN && is_hex_name(file, 2) && file[2] == '/' &&
+           is_hex_name(file + 3, STORE_BLOB_NAME_LEN) && memcmp(file, file + 3, 2) == 0;
+}
+
+int store_locator_parse(const char *blob, store_locator_t *ret)
+{
+    store_locator_t loc = {0};
+    if (!blob) return -EINVAL;
+    if (strncmp(blob, "file:", 5) == 0) {
+        if (!is_file_name(blob + 5)) return -EINVAL;
+        loc.kind = STORE_LOCATOR_FILE;
+        memcpy(loc.file, blob + 5, 3 + STORE_BLOB_NAME_LEN + 1);
+    } else if (strncmp(blob, "row:buffers/", 12) == 0) {
+        const char *id = blob + 12;
+        if (!is_id(id, strlen(id))) return -EINVAL;
+        loc.kind = STORE_LOCATOR_BUFFER;
+        snprintf(loc.id, sizeof loc.id, "%s", id);
+    } else if (strncmp(blob, "row:tensors/", 12) == 0) {
+        const char *id = blob + 12;
+        const char *slash = strchr(id, '/');
+        if (!slash || !is_id(id, (size_t)(slash - id))) return -EINVAL;
+        const char *role = slash + 1;
+        if (strncmp(role, "in/", 3) == 0)
+            loc.output = false;
+        else if (strncmp(role, "out/", 4) == 0)
+            loc.output = true;
+        else
+            return -EINVAL;
+        const char *slot = role + (loc.output ? 4 : 3);
+        if (slot[0] < '0' || slot[0] > '9' || slot[1] != '\0' || slot[0] - '0' >= OP_MAX_TENSORS)
+            return -EINVAL;
+        loc.kind = STORE_LOCATOR_TENSOR;
+        memcpy(loc.id, id, (size_t)(slash - id));
+        loc.slot = slot[0] - '0';
+    } else {
+        return -EINVAL;
+    }
+    *ret = loc;
+    return 0;
+}
+
+char *store_locator_file(const char *file)
+{
+    char buf[STORE_LOCATOR_SIZE];
+    snprintf(buf, sizeof buf, "file:%s", file);
+    return strdup(buf);
+}
+
+char *store_locator_tensor(const char *job_id, bool output, int slot)
+{
+    char buf[STORE_LOCATOR_SIZE];
+    snprintf(buf, sizeof buf, "row:tensors/%s/%s/%d", job_id, output ? "out" : "in", slot);
+    return strdup(buf);
+}
+
+char *store_locator_buffer(const char *buffer_id)
+{
+    char buf[STORE_LOCATOR_SIZE];
+    snprintf(buf, sizeof buf, "row:buffers/%s", buffer_id);
+    return strdup(buf);
+}
+
+static int fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    int r = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return r;
+}
+
+/* Creates blobs_dir/<fan> if needed; a new entry makes the parent's fsync necessary so that the
+ * directory itself survives a crash. */
+static int fan_dir_ensure(const char *blobs_dir, const char *fan_path)
+{
+    if (mkdir(fan_path, 0750) == 0) return fsync_dir(blobs_dir);
+    return errno == EEXIST ? 0 : -errno;
+}
+
+static int write_all(int fd, const void *data, uint64_t nbytes)
+{
+    const char *p = data;
+    while (nbytes > 0) {
+        size_t chunk = nbytes > (1u << 30) ? (1u << 30) : (size_t)nbytes;
+        ssize_t n = write(fd, p, chunk);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        p += n;
+        nbytes -= (uint64_t)n;
+    }
+    return 0;
+}
+
+int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbytes,
+                          char ret_file[4 + STORE_BLOB_NAME_LEN])
+{
+    unsigned char rnd[STORE_BLOB_NAME_LEN / 2];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        return log_error_errno(-EIO, "store: getrandom failed: %s", strerror(errno));
+    char file[4 + STORE_BLOB_NAME_LEN];
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(file + 3 + 2 * i, 3, "%02x", rnd[i]);
+    memcpy(file, file + 3, 2);
+    file[2] = '/';
+
+    char fan_path[PATH_MAX + 8], path[PATH_MAX + 64];
+    snprintf(fan_path, sizeof fan_path, "%s/%.2s", blobs_dir, file);
+    if (snprintf(path, sizeof path, "%s/%s", blobs_dir, file) >= (int)sizeof path)
+        return log_error_errno(-ENAMETOOLONG, "store: blob path under '%s' too long", blobs_dir);
+
+    int r = fan_dir_ensure(blobs_dir, fan_path);
+    if (r < 0) return log_error_errno(r, "store: cannot create '%s': %s", fan_path, strerror(-r));
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return log_error_errno(-errno, "store: cannot create '%s': %s", path, strerror(errno));
+    r = write_all(fd, data, nbytes);
+    if (r == 0 && fsync(fd) < 0) r = -errno;
+    if (close(fd) < 0 && r == 0) r = -errno;
+    if (r == 0) r = fsync_dir(fan_path);
+    if (r < 0) {
+        unlink(path);
+        return log_error_errno(r, "store: writing blob '%s': %s", path, strerror(-r));
+    }
+    memcpy(ret_file, file, sizeof file);
+    return 0;
+}
+
+int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t nbytes, void **ret_data)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", blobs_dir, file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int r = -errno;
+        return log_error_errno(r == -ENOENT ? -ENOENT : r, "store: cannot open blob '%s': %s", path,
+                               strerror(-r));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != nbytes) {
+        close(fd);
+        return log_error_errno(-EIO, "store: blob '%s' holds %lld bytes, expected %llu", path,
+                               (long long)sb.st_size, (unsigned long long)nbytes);
+    }
+    char *data = malloc(nbytes ? nbytes : 1);
+    if (!data) {
+        close(fd);
+        return -ENOMEM;
+    }
+    uint64_t done = 0;
+    while (done < nbytes) {
+        size_t chunk = nbytes - done > (1u << 30) ? (1u << 30) : (size_t)(nbytes - done);
+        ssize_t n = read(fd, data + done, chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int r = n < 0 ? -errno : -EIO;
+            close(fd);
+            free(data);
+            return log_error_errno(r, "store: reading blob '%s': %s", path, strerror(-r));
+        }
+        done += (uint64_t)n;
+    }
+    close(fd);
+    *ret_data = data;
+    return 0;
+}
+
+void store_blob_file_remove(const char *blobs_dir, const char *file)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", blobs_dir, file);
+    if (unlink(path) < 0 && errno != ENOENT)
+        log_warn("store: cannot remove blob '%s': %s", path, strerror(errno));
+}
+
+static int file_referenced(store_conn_t *conn, const char *file, bool *ret)
+{
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_FILE_REFERENCED);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, file, false);
+    if (sqlite3_step(stmt) != SQLITE_ROW) return store_sql_error(conn, "checking a blob file");
+    *ret = sqlite3_column_int(stmt, 0) != 0;
+    sqlite3_reset(stmt);
+    return 0;
+}
+
+static int sweep_fan_dir(store_conn_t *conn, const char *fan, int *removed)
+{
+    char fan_path[PATH_MAX + 8];
+    snprintf(fan_path, sizeof fan_path, "%s/%s", conn->blobs_dir, fan);
+    DIR *dir = opendir(fan_path);
+    if (!dir) return errno == ENOENT ? 0 : -errno;
+    int r = 0;
+    struct dirent *de;
+    while (r == 0 && (de = readdir(dir))) {
+        char file[4 + STORE_BLOB_NAME_LEN + 8];
+        if (snprintf(file, sizeof file, "%s/%s", fan, de->d_name) >= (int)sizeof file ||
+            !is_file_name(file))
+            continue; /* not ours (or "." and ".."): leave it alone */
+        bool used = true;
+        r = file_referenced(conn, file, &used);
+        if (r == 0 && !used) {
+            store_blob_file_remove(conn->blobs_dir, file);
+            (*removed)++;
+        }
+    }
+    closedir(dir);
+    return r;
+}
+
+int store_blob_sweep_orphans(store_conn_t *conn, int *ret_removed)
+{
+    DIR *dir = opendir(conn->blobs_dir);
+    if (!dir)
+        return log_error_errno(-errno, "store: cannot open '%s': %s", conn->blobs_dir,
+                               strerror(errno));
+    int removed = 0, r = 0;
+    struct dirent *de;
+    while (r == 0 && (de = readdir(dir)))
+        if (strlen(de->d_name) == 2 && is_hex_name(de->d_name, 2))
+            r = sweep_fan_dir(conn, de->d_name, &removed);
+    closedir(dir);
+    if (r < 0) return r;
+    *ret_removed = removed;
+    return 0;
+}

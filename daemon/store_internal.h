@@ -1,0 +1,135 @@
+/* Private to the store's files (store.c, store_read.c, store_blob.c, store_ops.c): the
+ * connection with its statement cache, blob locators and files, and the ops that stand in for
+ * stored ops this build does not have. Nothing outside daemon/store*.c includes this. */
+#pragma once
+
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "job.h"
+
+#define STORE_SCHEMA_VERSION 1
+#define STORE_DB_NAME "gpujobd.db"
+#define STORE_BUSY_TIMEOUT_MS 5000
+
+/* Every cached statement, by purpose. The SQL texts live in store_conn.c. */
+typedef enum store_stmt_id {
+    STMT_JOB_INSERT,
+    STMT_TENSOR_INSERT,
+    STMT_JOB_UPDATE,
+    STMT_JOB_STATE,
+    STMT_JOB_GET,
+    STMT_TENSORS_OF_JOB,
+    STMT_JOB_FIND_IDEMPOTENT,
+    STMT_TENSOR_DATA,
+    STMT_BUFFER_INSERT,
+    STMT_BUFFER_GET,
+    STMT_BUFFER_DATA,
+    STMT_BUFFER_DELETE,
+    STMT_BUFFER_FILE,
+    STMT_USAGE_STATES,
+    STMT_USAGE_TIMES,
+    STMT_USAGE_BUFFERS,
+    STMT_GC_SELECT,
+    STMT_GC_FILES,
+    STMT_GC_DELETE,
+    STMT_FILE_REFERENCED,
+    STMT_SAVEPOINT,
+    STMT_RELEASE,
+    STMT_ROLLBACK_TO,
+    /* store_jobs_list: one statement per combination of filters (owner, state, op, after),
+     * so that each can use its index; STMT_LIST_FIRST + bitmask. */
+    STMT_LIST_FIRST,
+    STMT_COUNT = STMT_LIST_FIRST + 16
+} store_stmt_id_t;
+
+#define STORE_LIST_BY_OWNER 1
+#define STORE_LIST_BY_STATE 2
+#define STORE_LIST_BY_OP 4
+#define STORE_LIST_AFTER 8
+
+/* One SQLite connection (the writer's or a reader's) with its prepared statements. */
+typedef struct store_conn {
+    sqlite3 *db;
+    sqlite3_stmt *stmts[STMT_COUNT];
+    char db_path[PATH_MAX];
+    char blobs_dir[PATH_MAX];
+} store_conn_t;
+
+/* Opens conn->db_path with flags and sets busy_timeout and foreign_keys on it. */
+int store_conn_open(store_conn_t *conn, const char *state_dir, int flags);
+void store_conn_close(store_conn_t *conn);
+/* The cached statement, prepared on first use; reset and unbound, ready to bind. NULL after
+ * logging on failure. */
+sqlite3_stmt *store_stmt(store_conn_t *conn, store_stmt_id_t id);
+/* Logs SQLite's message for the connection once and returns -EIO (-EEXIST for a uniqueness
+ * violation, so that callers can tell an idempotency conflict apart). */
+int store_sql_error(store_conn_t *conn, const char *what);
+/* The schema version (PRAGMA user_version); -EPROTO, logged, when it is newer than this
+ * build's. */
+int store_user_version(store_conn_t *conn, int *ret);
+/* Runs SQL without results (pragmas, BEGIN, COMMIT). */
+int store_exec(store_conn_t *conn, const char *sql);
+/* Binds a C string, or NULL for NULL or "" when empty_is_null. */
+int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_null);
+/* Copies a text column into dst (truncating to size, always NUL-terminated). */
+void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size);
+
+/* Shapes in rows are compact JSON arrays, "[2,3]" ("[]" for a scalar). */
+void store_shape_format(const tensor_desc_t *d, char *buf, size_t size);
+int store_shape_parse(const char *text, tensor_desc_t *d);
+
+/* --- blobs (store_blob.c) --- */
+
+#define STORE_BLOB_NAME_LEN 32 /* hex digits of a file blob's random name */
+#define STORE_LOCATOR_SIZE 96
+
+typedef enum store_locator_kind {
+    STORE_LOCATOR_FILE,   /* "file:ab/ab0123..." under blobs/ */
+    STORE_LOCATOR_TENSOR, /* "row:tensors/<job id>/<in|out>/<slot>" */
+    STORE_LOCATOR_BUFFER, /* "row:buffers/<buffer id>" */
+} store_locator_kind_t;
+
+typedef struct store_locator {
+    store_locator_kind_t kind;
+    char file[4 + STORE_BLOB_NAME_LEN]; /* "ab/<name>" for FILE */
+    char id[ID_SIZE];                   /* job or buffer id for rows */
+    bool output;                        /* TENSOR: role "out" */
+    int slot;                           /* TENSOR */
+} store_locator_t;
+
+/* Parses a locator strictly (so that a corrupted row can never name a path outside blobs/).
+ * 0 or -EINVAL. */
+int store_locator_parse(const char *blob, store_locator_t *ret);
+/* A malloc'd locator string; NULL when out of memory. */
+char *store_locator_file(const char *file);
+char *store_locator_tensor(const char *job_id, bool output, int slot);
+char *store_locator_buffer(const char *buffer_id);
+
+/* Writes nbytes to a new fsync'd file under blobs_dir; *ret_file is its "ab/<name>". */
+int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbytes,
+                          char ret_file[4 + STORE_BLOB_NAME_LEN]);
+int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t nbytes, void **ret_data);
+/* Removes a blob file; a missing one is not an error (it was already collected). */
+void store_blob_file_remove(const char *blobs_dir, const char *file);
+/* Removes files under blobs/ that no row names: left by a crash between a blob's write and the
+ * commit of its row, or by a rolled-back transaction. Run at open, before any other thread
+ * can write blobs. *ret_removed: how many. */
+int store_blob_sweep_orphans(store_conn_t *conn, int *ret_removed);
+
+/* --- jobs read back (store_read.c) --- */
+
+/* Builds a job from a row of STMT_JOB_GET's columns (or a list statement's, which are the
+ * same), loading its tensors' descriptors and locators and resolving its op. */
+int store_job_from_row(store_conn_t *conn, sqlite3_stmt *row, job_t **ret);
+
+/* --- ops of stored jobs (store_ops.c) --- */
+
+/* Fills job->call from the stored op name, params and tensors. A known op re-validates the
+ * call so that params, outputs and batch key are as at submission. A job whose op this build
+ * does not have (or that the op no longer accepts) gets a stand-in op of the same name whose
+ * validate and run_cpu fail with a message saying so: the job keeps its name and tensors and
+ * fails cleanly if anyone tries to run it. */
+int store_ops_resolve(job_t *job, const char *op_name);

@@ -1,0 +1,344 @@
+/* Reads: read-only connections for any thread (WAL lets them run beside the writer), and the
+ * rebuilding of a job_t from its rows, which the writer's recovery uses too. Reads made of
+ * several statements run in one read transaction, so that they see one snapshot. */
+#include "store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "store_internal.h"
+
+#define LIST_LIMIT_MAX 1000
+
+struct store_reader {
+    store_conn_t conn;
+};
+
+int store_reader_open(const config_t *cfg, store_reader_t **ret)
+{
+    store_reader_t *rd = calloc(1, sizeof *rd);
+    if (!rd) return -ENOMEM;
+    int r = store_conn_open(&rd->conn, cfg->state_dir, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+    int version = 0;
+    if (r == 0) r = store_user_version(&rd->conn, &version);
+    if (r == 0 && version != STORE_SCHEMA_VERSION)
+        r = log_error_errno(-EPROTO,
+                            "store: '%s' has schema version %d, this gpujobd reads %d: open the "
+                            "store for writing first so that it migrates",
+                            rd->conn.db_path, version, STORE_SCHEMA_VERSION);
+    if (r < 0) {
+        store_reader_close(rd);
+        return r;
+    }
+    *ret = rd;
+    return 0;
+}
+
+void store_reader_close(store_reader_t *rd)
+{
+    if (!rd) return;
+    store_conn_close(&rd->conn);
+    free(rd);
+}
+
+static int read_begin(store_reader_t *rd)
+{
+    return store_exec(&rd->conn, "BEGIN");
+}
+
+/* Ends the read transaction; returns r (the read's own result) unless ending it failed. */
+static int read_end(store_reader_t *rd, int r)
+{
+    int e = store_exec(&rd->conn, "COMMIT");
+    return r < 0 ? r : e;
+}
+
+static int corrupt(const char *job_id, const char *what)
+{
+    return log_error_errno(-EIO, "store: job %s: stored %s is malformed", job_id, what);
+}
+
+/* Fills one tensor of job from a row of STMT_TENSORS_OF_JOB. */
+static int tensor_from_row(job_t *job, sqlite3_stmt *row)
+{
+    const char *role = (const char *)sqlite3_column_text(row, 0);
+    int slot = sqlite3_column_int(row, 1);
+    bool output = role && strcmp(role, "out") == 0;
+    if (slot < 0 || slot >= OP_MAX_TENSORS) return corrupt(job->id, "tensor slot");
+    job_tensor_t *t = output ? &job->out[slot] : &job->in[slot];
+    store_column_copy(row, 2, t->name, sizeof t->name);
+    if (dtype_parse((const char *)sqlite3_column_text(row, 3), &t->desc.dtype) < 0)
+        return corrupt(job->id, "tensor dtype");
+    if (store_shape_parse((const char *)sqlite3_column_text(row, 4), &t->desc) < 0)
+        return corrupt(job->id, "tensor shape");
+    t->nbytes = (uint64_t)sqlite3_column_int64(row, 5);
+    store_column_copy(row, 6, t->buffer_id, sizeof t->buffer_id);
+    const char *file = (const char *)sqlite3_column_text(row, 7);
+    if (file)
+        t->blob = store_locator_file(file);
+    else if (!t->buffer_id[0])
+        t->blob = store_locator_tensor(job->id, output, slot);
+    if ((file || !t->buffer_id[0]) && !t->blob) return -ENOMEM;
+    if (!output) {
+        job->call.has_in[slot] = true;
+        job->call.in[slot] = t->desc;
+    }
+    return 0;
+}
+
+static int load_tensors(store_conn_t *conn, job_t *job)
+{
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_TENSORS_OF_JOB);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, job->id, false);
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+        r = tensor_from_row(job, stmt);
+    if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(conn, "reading tensors");
+    sqlite3_reset(stmt);
+    return r;
+}
+
+int store_job_from_row(store_conn_t *conn, sqlite3_stmt *row, job_t **ret)
+{
+    job_t *job = job_new();
+    if (!job) return -ENOMEM;
+    int r = 0;
+    store_column_copy(row, 0, job->id, sizeof job->id);
+    store_column_copy(row, 1, job->owner, sizeof job->owner);
+    char op_name[128];
+    store_column_copy(row, 2, op_name, sizeof op_name);
+    const char *params = (const char *)sqlite3_column_text(row, 3);
+    if (params && !(job->params_json = strdup(params))) r = -ENOMEM;
+    job->priority = sqlite3_column_int(row, 4);
+    job->device = sqlite3_column_int(row, 5);
+    job->deadline_us = sqlite3_column_int64(row, 6);
+    if (r == 0 && job_state_parse((const char *)sqlite3_column_text(row, 7), &job->state) < 0)
+        r = corrupt(job->id, "state");
+    job->attempts = sqlite3_column_int(row, 8);
+    job->created_us = sqlite3_column_int64(row, 9);
+    job->started_us = sqlite3_column_int64(row, 10);
+    job->finished_us = sqlite3_column_int64(row, 11);
+    job->run_device = sqlite3_column_int(row, 12);
+    job->gpu_ns = sqlite3_column_int64(row, 13);
+    job->batch_size = sqlite3_column_int(row, 14);
+    store_column_copy(row, 15, job->error_code, sizeof job->error_code);
+    store_column_copy(row, 16, job->error_message, sizeof job->error_message);
+    store_column_copy(row, 17, job->idempotency_key, sizeof job->idempotency_key);
+    if (r == 0) r = load_tensors(conn, job);
+    if (r == 0) r = store_ops_resolve(job, op_name);
+    if (r < 0) {
+        job_free(job);
+        return r;
+    }
+    *ret = job;
+    return 0;
+}
+
+int store_job_get(store_reader_t *rd, const char *id, job_t **ret)
+{
+    if (!id) return -ENOENT;
+    int r = read_begin(rd);
+    if (r < 0) return r;
+    sqlite3_stmt *stmt = store_stmt(&rd->conn, STMT_JOB_GET);
+    if (!stmt) return read_end(rd, -EIO);
+    store_bind_text(stmt, 1, id, false);
+    int rc = sqlite3_step(stmt);
+    r = rc == SQLITE_ROW    ? store_job_from_row(&rd->conn, stmt, ret)
+        : rc == SQLITE_DONE ? -ENOENT
+                            : store_sql_error(&rd->conn, "reading a job");
+    sqlite3_reset(stmt);
+    return read_end(rd, r);
+}
+
+int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char *key,
+                              char ret_id[ID_SIZE])
+{
+    if (!owner || !key || !*key) return -ENOENT;
+    sqlite3_stmt *stmt = store_stmt(&rd->conn, STMT_JOB_FIND_IDEMPOTENT);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, owner, false);
+    store_bind_text(stmt, 2, key, false);
+    int rc = sqlite3_step(stmt);
+    int r = rc == SQLITE_ROW    ? 0
+            : rc == SQLITE_DONE ? -ENOENT
+                                : store_sql_error(&rd->conn, "finding an idempotency key");
+    if (r == 0) store_column_copy(stmt, 0, ret_id, ID_SIZE);
+    sqlite3_reset(stmt);
+    return r;
+}
+
+static void free_jobs(job_t **jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        job_free(jobs[i]);
+    free(jobs);
+}
+
+static int list_rows(store_reader_t *rd, sqlite3_stmt *stmt, int limit, job_t ***ret_jobs,
+                     size_t *ret_n)
+{
+    job_t **jobs = calloc((size_t)limit, sizeof *jobs);
+    if (!jobs) return -ENOMEM;
+    size_t n = 0;
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW && n < (size_t)limit)
+        if ((r = store_job_from_row(&rd->conn, stmt, &jobs[n])) == 0) n++;
+    if (r == 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
+        r = store_sql_error(&rd->conn, "listing jobs");
+    if (r < 0) {
+        free_jobs(jobs, n);
+        return r;
+    }
+    *ret_jobs = jobs;
+    *ret_n = n;
+    return 0;
+}
+
+int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***ret_jobs,
+                    size_t *ret_n)
+{
+    if (q->limit < 1 || q->limit > LIST_LIMIT_MAX)
+        return log_error_errno(-EINVAL, "store: list: limit %d is not in 1..%d", q->limit,
+                               LIST_LIMIT_MAX);
+    if (q->state != -1 && (q->state < 0 || q->state >= JOB_STATE_COUNT))
+        return log_error_errno(-EINVAL, "store: list: state %d is not a job state", q->state);
+    int mask = (q->owner ? STORE_LIST_BY_OWNER : 0) | (q->state >= 0 ? STORE_LIST_BY_STATE : 0) |
+               (q->op ? STORE_LIST_BY_OP : 0) | (q->after && *q->after ? STORE_LIST_AFTER : 0);
+    int r = read_begin(rd);
+    if (r < 0) return r;
+    sqlite3_stmt *stmt = store_stmt(&rd->conn, (store_stmt_id_t)(STMT_LIST_FIRST + mask));
+    if (!stmt) return read_end(rd, -EIO);
+    if (mask & STORE_LIST_BY_OWNER) store_bind_text(stmt, 1, q->owner, false);
+    if (mask & STORE_LIST_BY_STATE)
+        store_bind_text(stmt, 2, job_state_name((job_state_t)q->state), false);
+    if (mask & STORE_LIST_BY_OP) store_bind_text(stmt, 3, q->op, false);
+    if (mask & STORE_LIST_AFTER) store_bind_text(stmt, 4, q->after, false);
+    sqlite3_bind_int(stmt, 5, q->limit);
+    r = list_rows(rd, stmt, q->limit, ret_jobs, ret_n);
+    sqlite3_reset(stmt);
+    return read_end(rd, r);
+}
+
+/* Reads the data column of a one-row statement; -ENOENT when there is no such row or its
+ * bytes are not in the row. */
+static int read_row_data(store_reader_t *rd, sqlite3_stmt *stmt, const char *blob, uint64_t nbytes,
+                         void **ret_data)
+{
+    int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_ROW)
+        return rc == SQLITE_DONE ? -ENOENT : store_sql_error(&rd->conn, "reading a blob");
+    if (sqlite3_column_type(stmt, 0) != SQLITE_BLOB) return -ENOENT;
+    const void *bytes = sqlite3_column_blob(stmt, 0);
+    uint64_t len = (uint64_t)sqlite3_column_bytes(stmt, 0);
+    if (len != nbytes)
+        return log_error_errno(-EIO, "store: blob '%s' holds %llu bytes, expected %llu", blob,
+                               (unsigned long long)len, (unsigned long long)nbytes);
+    void *data = malloc(nbytes ? nbytes : 1);
+    if (!data) return -ENOMEM;
+    if (nbytes) memcpy(data, bytes, nbytes);
+    *ret_data = data;
+    return 0;
+}
+
+int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void **ret_data)
+{
+    store_locator_t loc;
+    if (store_locator_parse(blob, &loc) < 0)
+        return log_error_errno(-EINVAL, "store: '%s' is not a blob locator", blob ? blob : "");
+    if (loc.kind == STORE_LOCATOR_FILE)
+        return store_blob_file_read(rd->conn.blobs_dir, loc.file, nbytes, ret_data);
+    sqlite3_stmt *stmt = store_stmt(&rd->conn, loc.kind == STORE_LOCATOR_TENSOR ? STMT_TENSOR_DATA
+                                                                                : STMT_BUFFER_DATA);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, loc.id, false);
+    if (loc.kind == STORE_LOCATOR_TENSOR) {
+        store_bind_text(stmt, 2, loc.output ? "out" : "in", false);
+        sqlite3_bind_int(stmt, 3, loc.slot);
+    }
+    int r = read_row_data(rd, stmt, blob, nbytes, ret_data);
+    sqlite3_reset(stmt);
+    return r;
+}
+
+int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret)
+{
+    if (!id) return -ENOENT;
+    sqlite3_stmt *stmt = store_stmt(&rd->conn, STMT_BUFFER_GET);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, id, false);
+    int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_ROW) {
+        int r = rc == SQLITE_DONE ? -ENOENT : store_sql_error(&rd->conn, "reading a buffer");
+        sqlite3_reset(stmt);
+        return r;
+    }
+    buffer_t *buf = buffer_new();
+    int r = buf ? 0 : -ENOMEM;
+    if (r == 0) {
+        store_column_copy(stmt, 0, buf->id, sizeof buf->id);
+        store_column_copy(stmt, 1, buf->owner, sizeof buf->owner);
+        if (dtype_parse((const char *)sqlite3_column_text(stmt, 2), &buf->desc.dtype) < 0 ||
+            store_shape_parse((const char *)sqlite3_column_text(stmt, 3), &buf->desc) < 0)
+            r = log_error_errno(-EIO, "store: buffer %s: stored dtype or shape is malformed", id);
+        buf->nbytes = (uint64_t)sqlite3_column_int64(stmt, 4);
+        buf->resident = sqlite3_column_int(stmt, 5) != 0;
+        buf->created_us = sqlite3_column_int64(stmt, 6);
+        const char *file = (const char *)sqlite3_column_text(stmt, 7);
+        if (r == 0 && !(buf->blob = file ? store_locator_file(file) : store_locator_buffer(id)))
+            r = -ENOMEM;
+    }
+    sqlite3_reset(stmt);
+    if (r < 0) {
+        buffer_free(buf);
+        return r;
+    }
+    *ret = buf;
+    return 0;
+}
+
+static int usage_read(store_reader_t *rd, const char *owner, store_usage_t *u)
+{
+    sqlite3_stmt *stmt = store_stmt(&rd->conn, STMT_USAGE_STATES);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, owner, false);
+    int rc;
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        job_state_t s;
+        if (job_state_parse((const char *)sqlite3_column_text(stmt, 0), &s) == 0)
+            u->jobs_by_state[s] = sqlite3_column_int64(stmt, 1);
+    }
+    int r = rc == SQLITE_DONE ? 0 : store_sql_error(&rd->conn, "counting jobs");
+    sqlite3_reset(stmt);
+    if (r < 0) return r;
+
+    const store_stmt_id_t sums[2] = {STMT_USAGE_TIMES, STMT_USAGE_BUFFERS};
+    int64_t *dst[2][2] = {{&u->run_us, &u->gpu_ns}, {&u->buffers, &u->buffer_bytes}};
+    for (int i = 0; r == 0 && i < 2; i++) {
+        if (!(stmt = store_stmt(&rd->conn, sums[i]))) return -EIO;
+        store_bind_text(stmt, 1, owner, false);
+        if (sqlite3_step(stmt) == SQLITE_ROW) {
+            *dst[i][0] = sqlite3_column_int64(stmt, 0);
+            *dst[i][1] = sqlite3_column_int64(stmt, 1);
+        } else {
+            r = store_sql_error(&rd->conn, "summing usage");
+        }
+        sqlite3_reset(stmt);
+    }
+    return r;
+}
+
+int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret)
+{
+    if (!owner || !*owner) return log_error_errno(-EINVAL, "store: usage: owner is empty");
+    store_usage_t u;
+    memset(&u, 0, sizeof u);
+    snprintf(u.owner, sizeof u.owner, "%s", owner);
+    int r = read_begin(rd);
+    if (r < 0) return r;
+    r = read_end(rd, usage_read(rd, owner, &u));
+    if (r == 0) *ret = u;
+    return r;
+}

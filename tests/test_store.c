@@ -1,0 +1,1364 @@
+/* The durable store (daemon/store.h) on a fresh state directory per test. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/store.h"
+
+/* An op this build's table does not have, so that the tests depend on no kernel family: the
+ * store must keep its name and tensors and give it a stand-in that refuses to run. */
+static const char *const test_inputs[] = {"x", "y", "w"};
+static const char *const test_params[] = {"a", NULL};
+static const op_def_t test_op = {
+    .name = "test_store_op",
+    .summary = "test op",
+    .n_inputs = 3,
+    .input_names = test_inputs,
+    .required_inputs = 1,
+    .param_names = test_params,
+};
+static const op_def_t other_op = {
+    .name = "test_other_op",
+    .summary = "another test op",
+    .n_inputs = 3,
+    .input_names = test_inputs,
+    .required_inputs = 1,
+    .param_names = test_params,
+};
+
+#define INLINE_LIMIT 256
+
+typedef struct fixture {
+    char dir[64];
+    config_t cfg;
+    store_t *st;
+    store_reader_t *rd;
+} fixture_t;
+
+static void fixture_setup(fixture_t *f)
+{
+    snprintf(f->dir, sizeof f->dir, "/tmp/test_store.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(f->dir));
+    memset(&f->cfg, 0, sizeof f->cfg);
+    snprintf(f->cfg.state_dir, sizeof f->cfg.state_dir, "%s", f->dir);
+    f->cfg.inline_blob_bytes = INLINE_LIMIT;
+    f->cfg.sync_full = true;
+    ck_assert_int_eq(store_open(&f->cfg, &f->st), 0);
+    ck_assert_int_eq(store_reader_open(&f->cfg, &f->rd), 0);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static void fixture_teardown(fixture_t *f)
+{
+    store_reader_close(f->rd);
+    store_close(f->st);
+    nftw(f->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void fill_bytes(void *data, uint64_t n, unsigned seed)
+{
+    unsigned char *p = data;
+    for (uint64_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        p[i] = (unsigned char)(seed >> 16);
+    }
+}
+
+static void tensor_set(job_tensor_t *t, const char *name, int64_t n_f32, unsigned seed)
+{
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->desc.dtype = DTYPE_F32;
+    t->desc.ndim = 1;
+    t->desc.shape[0] = n_f32;
+    t->nbytes = (uint64_t)n_f32 * 4;
+    t->data = malloc(t->nbytes ? t->nbytes : 1);
+    fill_bytes(t->data, t->nbytes, seed);
+}
+
+static job_t *make_job(const op_def_t *op, const char *owner, int64_t created_us)
+{
+    job_t *job = job_new();
+    ck_assert_ptr_nonnull(job);
+    snprintf(job->owner, sizeof job->owner, "%s", owner);
+    job->call.op = op;
+    job->params_json = strdup("{\"a\":2.5}");
+    job->priority = 3;
+    job->deadline_us = 123456789;
+    job->created_us = created_us;
+    job->call.has_in[0] = true;
+    tensor_set(&job->in[0], "x", 8, (unsigned)created_us);
+    job->call.in[0] = job->in[0].desc;
+    return job;
+}
+
+/* Inserts a small job and returns its id. */
+static void insert_small(fixture_t *f, const op_def_t *op, const char *owner, int64_t created_us,
+                         char ret_id[ID_SIZE])
+{
+    job_t *job = make_job(op, owner, created_us);
+    ck_assert_int_eq(store_job_insert(f->st, job), 0);
+    memcpy(ret_id, job->id, ID_SIZE);
+    job_free(job);
+}
+
+static job_t *get_job(fixture_t *f, const char *id)
+{
+    job_t *job = NULL;
+    ck_assert_int_eq(store_job_get(f->rd, id, &job), 0);
+    return job;
+}
+
+/* Reads a tensor's bytes back through the reader and compares them with expected. */
+static void assert_blob_bytes(fixture_t *f, const char *blob, const void *expected, uint64_t n)
+{
+    void *data = NULL;
+    ck_assert_ptr_nonnull(blob);
+    ck_assert_int_eq(store_blob_read(f->rd, blob, n, &data), 0);
+    ck_assert_mem_eq(data, expected, n);
+    free(data);
+}
+
+static int file_count;
+static int count_file(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    if (type == FTW_F) file_count++;
+    return 0;
+}
+
+static int count_blob_files(fixture_t *f)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/blobs", f->dir);
+    file_count = 0;
+    nftw(path, count_file, 16, FTW_PHYS);
+    return file_count;
+}
+
+static bool blob_file_exists(fixture_t *f, const char *blob)
+{
+    char path[256];
+    ck_assert_int_eq(strncmp(blob, "file:", 5), 0);
+    snprintf(path, sizeof path, "%s/blobs/%s", f->dir, blob + 5);
+    return access(path, F_OK) == 0;
+}
+
+/* Moves a stored job to state `to` through the store, as the scheduler would. */
+static int set_state(fixture_t *f, const char *id, job_state_t to)
+{
+    job_t *job = get_job(f, id);
+    job->state = to;
+    if (to == JOB_RUNNING) job->attempts++;
+    if (to == JOB_SUCCEEDED) {
+        job->call.n_out = 1;
+        job->call.out_names[0] = "out";
+        tensor_set(&job->out[0], "out", 4, 99);
+    }
+    int r = store_job_update(f->st, job);
+    job_free(job);
+    return r;
+}
+
+START_TEST(test_insert_get_round_trips_inline_file_and_buffer_tensors)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    buffer_t *buf = buffer_new();
+    snprintf(buf->owner, sizeof buf->owner, "alice");
+    buf->desc = (tensor_desc_t){.dtype = DTYPE_F32, .ndim = 1, .shape = {8}};
+    buf->nbytes = 32;
+    buf->data = calloc(1, 32);
+    ck_assert_int_eq(store_buffer_insert(f.st, buf), 0);
+
+    job_t *job = make_job(&test_op, "alice", now_us());
+    job->call.has_in[1] = true;
+    tensor_set(&job->in[1], "y", 1000, 7); /* 4000 bytes: past the inline limit */
+    job->call.in[1] = job->in[1].desc;
+    job->call.has_in[2] = true;
+    snprintf(job->in[2].name, sizeof job->in[2].name, "w");
+    snprintf(job->in[2].buffer_id, ID_SIZE, "%s", buf->id);
+    job->in[2].desc = buf->desc;
+    job->in[2].nbytes = buf->nbytes;
+    snprintf(job->idempotency_key, sizeof job->idempotency_key, "key-1");
+    ck_assert_int_eq(store_job_insert(f.st, job), 0);
+
+    ck_assert(id_valid('j', job->id));
+    ck_assert_int_eq(strncmp(job->in[0].blob, "row:tensors/", 12), 0);
+    ck_assert_int_eq(strncmp(job->in[1].blob, "file:", 5), 0);
+    ck_assert(blob_file_exists(&f, job->in[1].blob));
+    ck_assert_ptr_null(job->in[2].blob);
+
+    job_t *got = get_job(&f, job->id);
+    ck_assert_str_eq(got->id, job->id);
+    ck_assert_str_eq(got->owner, "alice");
+    ck_assert_ptr_nonnull(got->call.op);
+    ck_assert_str_eq(got->call.op->name, "test_store_op");
+    ck_assert_str_eq(got->params_json, "{\"a\":2.5}");
+    ck_assert_int_eq(got->priority, 3);
+    ck_assert_int_eq(got->device, -1);
+    ck_assert_int_eq(got->deadline_us, 123456789);
+    ck_assert_int_eq(got->state, JOB_QUEUED);
+    ck_assert_int_eq(got->created_us, job->created_us);
+    ck_assert_str_eq(got->idempotency_key, "key-1");
+    for (int j = 0; j < 3; j++) {
+        ck_assert(got->call.has_in[j]);
+        ck_assert_str_eq(got->in[j].name, test_inputs[j]);
+        ck_assert(tensor_desc_equal(&got->in[j].desc, &job->in[j].desc));
+        ck_assert(tensor_desc_equal(&got->call.in[j], &job->in[j].desc));
+        ck_assert_uint_eq(got->in[j].nbytes, job->in[j].nbytes);
+        ck_assert_ptr_null(got->in[j].data);
+    }
+    ck_assert_str_eq(got->in[0].blob, job->in[0].blob);
+    ck_assert_str_eq(got->in[1].blob, job->in[1].blob);
+    assert_blob_bytes(&f, got->in[0].blob, job->in[0].data, job->in[0].nbytes);
+    assert_blob_bytes(&f, got->in[1].blob, job->in[1].data, job->in[1].nbytes);
+    ck_assert_str_eq(got->in[2].buffer_id, buf->id);
+    ck_assert_ptr_null(got->in[2].blob);
+
+    job_free(got);
+    job_free(job);
+    buffer_free(buf);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_blob_write_files_only_large_data_and_insert_uses_the_callers_blob)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char small[INLINE_LIMIT], *blob = (char *)"untouched";
+    fill_bytes(small, sizeof small, 1);
+    ck_assert_int_eq(store_blob_write(f.st, small, sizeof small, &blob), 0);
+    ck_assert_ptr_null(blob);
+    ck_assert_int_eq(count_blob_files(&f), 0);
+
+    job_t *job = make_job(&test_op, "alice", now_us());
+    job->call.has_in[1] = true;
+    tensor_set(&job->in[1], "y", 2048, 5);
+    job->call.in[1] = job->in[1].desc;
+    ck_assert_int_eq(store_blob_write(f.st, job->in[1].data, job->in[1].nbytes, &blob), 0);
+    ck_assert_ptr_nonnull(blob);
+    ck_assert(blob_file_exists(&f, blob));
+    job->in[1].blob = strdup(blob);
+    job_drop_data(job); /* as the scheduler does: the file holds the bytes now */
+    ck_assert_ptr_null(job->in[1].data);
+    ck_assert_int_eq(store_job_insert(f.st, job), 0);
+    ck_assert_str_eq(job->in[1].blob, blob);
+    ck_assert_int_eq(count_blob_files(&f), 1); /* the insert wrote no second copy */
+
+    job_t *got = get_job(&f, job->id);
+    ck_assert_str_eq(got->in[1].blob, blob);
+    void *expected = malloc(job->in[1].nbytes);
+    fill_bytes(expected, job->in[1].nbytes, 5);
+    assert_blob_bytes(&f, got->in[1].blob, expected, job->in[1].nbytes);
+    free(expected);
+    free(blob);
+    job_free(got);
+    job_free(job);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_update_applies_legal_transitions_and_persists_outputs)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char id[ID_SIZE];
+    insert_small(&f, &test_op, "alice", now_us(), id);
+
+    job_t *job = get_job(&f, id);
+    job->state = JOB_RUNNING;
+    job->attempts = 1;
+    job->started_us = 1000;
+    ck_assert_int_eq(store_job_update(f.st, job), 0);
+    job_free(job);
+
+    job = get_job(&f, id);
+    ck_assert_int_eq(job->state, JOB_RUNNING);
+    ck_assert_int_eq(job->attempts, 1);
+    ck_assert_int_eq(job->started_us, 1000);
+    job->state = JOB_SUCCEEDED;
+    job->finished_us = 5000;
+    job->run_device = 1;
+    job->gpu_ns = 777;
+    job->batch_size = 4;
+    job->call.n_out = 2;
+    job->call.out_names[0] = "out";
+    job->call.out_names[1] = "big";
+    tensor_set(&job->out[0], "out", 4, 11);
+    tensor_set(&job->out[1], "big", 4096, 12); /* written to a file by the update itself */
+    ck_assert_int_eq(store_job_update(f.st, job), 0);
+
+    job_t *got = get_job(&f, id);
+    ck_assert_int_eq(got->state, JOB_SUCCEEDED);
+    ck_assert_int_eq(got->finished_us, 5000);
+    ck_assert_int_eq(got->run_device, 1);
+    ck_assert_int_eq(got->gpu_ns, 777);
+    ck_assert_int_eq(got->batch_size, 4);
+    ck_assert_int_eq(got->call.n_out, 2);
+    ck_assert_str_eq(got->call.out_names[0], "out");
+    ck_assert_str_eq(got->call.out_names[1], "big");
+    ck_assert_str_eq(got->out[0].name, "out");
+    ck_assert_str_eq(got->out[1].name, "big");
+    ck_assert(tensor_desc_equal(&got->out[1].desc, &job->out[1].desc));
+    ck_assert_int_eq(strncmp(got->out[0].blob, "row:tensors/", 12), 0);
+    ck_assert_int_eq(strncmp(got->out[1].blob, "file:", 5), 0);
+    assert_blob_bytes(&f, got->out[0].blob, job->out[0].data, job->out[0].nbytes);
+    assert_blob_bytes(&f, got->out[1].blob, job->out[1].data, job->out[1].nbytes);
+    job_free(got);
+    job_free(job);
+
+    /* The other legal paths: running -> queued -> failed, and queued -> cancelled. */
+    insert_small(&f, &test_op, "alice", now_us(), id);
+    ck_assert_int_eq(set_state(&f, id, JOB_RUNNING), 0);
+    ck_assert_int_eq(set_state(&f, id, JOB_QUEUED), 0);
+    job = get_job(&f, id);
+    job->state = JOB_FAILED;
+    job_set_error(job, "deadline_exceeded", "the deadline passed while queued");
+    ck_assert_int_eq(store_job_update(f.st, job), 0);
+    job_free(job);
+    got = get_job(&f, id);
+    ck_assert_int_eq(got->state, JOB_FAILED);
+    ck_assert_str_eq(got->error_code, "deadline_exceeded");
+    ck_assert_str_eq(got->error_message, "the deadline passed while queued");
+    ck_assert_int_gt(got->finished_us, 0); /* unset by the caller: the time of the change */
+    job_free(got);
+
+    insert_small(&f, &test_op, "alice", now_us(), id);
+    ck_assert_int_eq(set_state(&f, id, JOB_CANCELLED), 0);
+    fixture_teardown(&f);
+}
+END_TEST
+
+/* Brings a new job to state s along legal transitions. */
+static void job_in_state(fixture_t *f, job_state_t s, char ret_id[ID_SIZE])
+{
+    insert_small(f, &test_op, "alice", now_us(), ret_id);
+    if (s == JOB_QUEUED) return;
+    if (s == JOB_CANCELLED) {
+        ck_assert_int_eq(set_state(f, ret_id, JOB_CANCELLED), 0);
+        return;
+    }
+    ck_assert_int_eq(set_state(f, ret_id, JOB_RUNNING), 0);
+    if (s != JOB_RUNNING) ck_assert_int_eq(set_state(f, ret_id, s), 0);
+}
+
+START_TEST(test_update_refuses_every_illegal_transition_and_leaves_the_row_unchanged)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    /* The legal transitions, written out independently of the store's table. */
+    bool legal[JOB_STATE_COUNT][JOB_STATE_COUNT] = {{false}};
+    legal[JOB_QUEUED][JOB_RUNNING] = legal[JOB_QUEUED][JOB_CANCELLED] = true;
+    legal[JOB_QUEUED][JOB_FAILED] = true;
+    legal[JOB_RUNNING][JOB_SUCCEEDED] = legal[JOB_RUNNING][JOB_FAILED] = true;
+    legal[JOB_RUNNING][JOB_CANCELLED] = legal[JOB_RUNNING][JOB_QUEUED] = true;
+
+    for (int from = 0; from < JOB_STATE_COUNT; from++) {
+        for (int to = 0; to < JOB_STATE_COUNT; to++) {
+            char id[ID_SIZE];
+            job_in_state(&f, (job_state_t)from, id);
+            job_t *before = get_job(&f, id);
+            int r = set_state(&f, id, (job_state_t)to);
+            job_t *after = get_job(&f, id);
+            if (legal[from][to]) {
+                ck_assert_msg(r == 0, "%s -> %s: %d", job_state_name(from), job_state_name(to), r);
+                ck_assert_int_eq(after->state, to);
+            } else {
+                ck_assert_msg(r == -EBUSY, "%s -> %s: %d", job_state_name(from), job_state_name(to),
+                              r);
+                ck_assert_int_eq(after->state, before->state);
+                ck_assert_int_eq(after->attempts, before->attempts);
+                ck_assert_int_eq(after->started_us, before->started_us);
+                ck_assert_int_eq(after->finished_us, before->finished_us);
+                ck_assert_int_eq(after->call.n_out, before->call.n_out);
+                ck_assert_int_eq(after->out[0].blob == NULL, before->out[0].blob == NULL);
+                ck_assert_str_eq(after->error_code, before->error_code);
+            }
+            job_free(before);
+            job_free(after);
+        }
+    }
+
+    job_t *ghost = make_job(&test_op, "alice", now_us());
+    id_new('j', ghost->id);
+    ghost->state = JOB_RUNNING;
+    ck_assert_int_eq(store_job_update(f.st, ghost), -ENOENT);
+    job_free(ghost);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_idempotency_conflict_returns_eexist_leaves_nothing_and_finds_the_first)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    job_t *first = make_job(&test_op, "alice", now_us());
+    snprintf(first->idempotency_key, sizeof first->idempotency_key, "retry-me");
+    ck_assert_int_eq(store_job_insert(f.st, first), 0);
+
+    job_t *again = make_job(&test_op, "alice", now_us());
+    snprintf(again->idempotency_key, sizeof again->idempotency_key, "retry-me");
+    again->call.has_in[1] = true;
+    tensor_set(&again->in[1], "y", 4096, 3); /* a file the failed insert must remove */
+    again->call.in[1] = again->in[1].desc;
+    ck_assert_int_eq(store_job_insert(f.st, again), -EEXIST);
+    ck_assert_int_eq(count_blob_files(&f), 0);
+    ck_assert_ptr_null(again->in[1].blob);
+
+    char found[ID_SIZE] = "";
+    ck_assert_int_eq(store_job_find_idempotent(f.rd, "alice", "retry-me", found), 0);
+    ck_assert_str_eq(found, first->id);
+    ck_assert_int_eq(store_job_find_idempotent(f.rd, "bob", "retry-me", found), -ENOENT);
+    ck_assert_int_eq(store_job_find_idempotent(f.rd, "alice", "other", found), -ENOENT);
+
+    store_list_query_t q = {.owner = "alice", .state = -1, .limit = 10};
+    job_t **jobs;
+    size_t n;
+    ck_assert_int_eq(store_jobs_list(f.rd, &q, &jobs, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    job_free(jobs[0]);
+    free(jobs);
+
+    /* The key is per owner, and jobs without a key never conflict. */
+    job_t *bobs = make_job(&test_op, "bob", now_us());
+    snprintf(bobs->idempotency_key, sizeof bobs->idempotency_key, "retry-me");
+    ck_assert_int_eq(store_job_insert(f.st, bobs), 0);
+    char id[ID_SIZE];
+    insert_small(&f, &test_op, "alice", now_us(), id);
+    insert_small(&f, &test_op, "alice", now_us(), id);
+    job_free(bobs);
+    job_free(again);
+    job_free(first);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_failed_insert_in_a_transaction_undoes_only_its_own_rows)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    job_t *a = make_job(&test_op, "alice", now_us());
+    snprintf(a->idempotency_key, sizeof a->idempotency_key, "k");
+    job_t *b = make_job(&test_op, "alice", now_us());
+    snprintf(b->idempotency_key, sizeof b->idempotency_key, "k");
+    b->call.has_in[1] = true;
+    tensor_set(&b->in[1], "y", 8, 1);
+    b->call.in[1] = b->in[1].desc;
+
+    ck_assert_int_eq(store_begin(f.st), 0);
+    ck_assert_int_eq(store_job_insert(f.st, a), 0);
+    ck_assert_int_eq(store_job_insert(f.st, b), -EEXIST);
+    ck_assert_int_eq(store_commit(f.st), 0);
+
+    job_t *got = get_job(&f, a->id);
+    job_free(got);
+    sqlite3 *db;
+    char path[128];
+    snprintf(path, sizeof path, "%s/gpujobd.db", f.dir);
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *stmt;
+    ck_assert_int_eq(sqlite3_prepare_v2(db,
+                                        "SELECT (SELECT count(*) FROM jobs), "
+                                        "(SELECT count(*) FROM tensors)",
+                                        -1, &stmt, NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+    ck_assert_int_eq(sqlite3_column_int(stmt, 0), 1);
+    ck_assert_int_eq(sqlite3_column_int(stmt, 1), 1); /* a's one tensor, none of b's */
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+
+    /* A rolled-back transaction leaves nothing. */
+    job_t *c = make_job(&test_op, "alice", now_us());
+    ck_assert_int_eq(store_begin(f.st), 0);
+    ck_assert_int_eq(store_job_insert(f.st, c), 0);
+    ck_assert_int_eq(store_rollback(f.st), 0);
+    job_t *none = NULL;
+    ck_assert_int_eq(store_job_get(f.rd, c->id, &none), -ENOENT);
+    job_free(c);
+    job_free(b);
+    job_free(a);
+    fixture_teardown(&f);
+}
+END_TEST
+
+/* Makes SQLite refuse a tensor row of the given slot, as a disk or constraint failure would. */
+static void inject_tensor_failure(fixture_t *f, int slot)
+{
+    char path[128], sql[256];
+    snprintf(path, sizeof path, "%s/gpujobd.db", f->dir);
+    snprintf(sql, sizeof sql,
+             "CREATE TRIGGER inject_failure BEFORE INSERT ON tensors WHEN NEW.slot = %d "
+             "BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+             slot);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
+START_TEST(test_failed_write_removes_the_files_it_wrote_and_its_rows)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char queued[ID_SIZE];
+    insert_small(&f, &test_op, "alice", now_us(), queued);
+    ck_assert_int_eq(set_state(&f, queued, JOB_RUNNING), 0);
+    inject_tensor_failure(&f, 2);
+
+    /* Slot 1 goes to a file before slot 2's row fails. */
+    job_t *job = make_job(&test_op, "alice", now_us());
+    for (int j = 1; j < 3; j++) {
+        job->call.has_in[j] = true;
+        tensor_set(&job->in[j], test_inputs[j], 4096, (unsigned)j);
+        job->call.in[j] = job->in[j].desc;
+    }
+    ck_assert_int_eq(store_job_insert(f.st, job), -EIO);
+    ck_assert_int_eq(count_blob_files(&f), 0);
+    for (int j = 0; j < 3; j++)
+        ck_assert_ptr_null(job->in[j].blob);
+    store_list_query_t q = {.state = -1, .limit = 10};
+    job_t **jobs;
+    size_t n;
+    ck_assert_int_eq(store_jobs_list(f.rd, &q, &jobs, &n), 0);
+    ck_assert_uint_eq(n, 1); /* only the job inserted before */
+    job_free(jobs[0]);
+    free(jobs);
+
+    /* The same for outputs: the job stays running, with no outputs and no files. */
+    job_t *running = get_job(&f, queued);
+    running->state = JOB_SUCCEEDED;
+    running->call.n_out = 3;
+    for (int j = 0; j < 3; j++) {
+        running->call.out_names[j] = test_inputs[j];
+        tensor_set(&running->out[j], test_inputs[j], 4096, (unsigned)j);
+    }
+    ck_assert_int_eq(store_job_update(f.st, running), -EIO);
+    ck_assert_int_eq(count_blob_files(&f), 0);
+    job_t *after = get_job(&f, queued);
+    ck_assert_int_eq(after->state, JOB_RUNNING);
+    ck_assert_ptr_null(after->out[0].blob);
+    ck_assert_ptr_null(after->out[1].blob);
+    job_free(after);
+    job_free(running);
+    job_free(job);
+    fixture_teardown(&f);
+}
+END_TEST
+
+typedef struct recovered {
+    job_t *jobs[16];
+    int n;
+} recovered_t;
+
+static void collect(job_t *job, void *ud)
+{
+    recovered_t *rec = ud;
+    ck_assert_int_lt(rec->n, 16);
+    rec->jobs[rec->n++] = job;
+}
+
+START_TEST(test_recover_requeues_running_fails_past_max_attempts_and_returns_queued_oldest_first)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    const int max_attempts = 3;
+    char queued_new[ID_SIZE], queued_old[ID_SIZE], running_retry[ID_SIZE], running_spent[ID_SIZE],
+        done[ID_SIZE];
+    insert_small(&f, &test_op, "alice", 3000, queued_new);
+    insert_small(&f, &test_op, "alice", 1000, queued_old);
+
+    /* A running job that may run again, with a buffer-referenced input. */
+    job_t *job = make_job(&test_op, "alice", 2000);
+    job->call.has_in[2] = true;
+    snprintf(job->in[2].name, sizeof job->in[2].name, "w");
+    snprintf(job->in[2].buffer_id, ID_SIZE, "b0123456789abcdef01234567");
+    job->in[2].desc = job->in[0].desc;
+    job->in[2].nbytes = job->in[0].nbytes;
+    ck_assert_int_eq(store_job_insert(f.st, job), 0);
+    memcpy(running_retry, job->id, ID_SIZE);
+    job_free(job);
+    ck_assert_int_eq(set_state(&f, running_retry, JOB_RUNNING), 0); /* attempts 1 */
+
+    insert_small(&f, &test_op, "alice", 500, running_spent);
+    for (int i = 0; i < max_attempts; i++) { /* attempts reach max_attempts */
+        ck_assert_int_eq(set_state(&f, running_spent, JOB_RUNNING), 0);
+        if (i + 1 < max_attempts) ck_assert_int_eq(set_state(&f, running_spent, JOB_QUEUED), 0);
+    }
+    insert_small(&f, &test_op, "alice", 100, done);
+    ck_assert_int_eq(set_state(&f, done, JOB_RUNNING), 0);
+    ck_assert_int_eq(set_state(&f, done, JOB_SUCCEEDED), 0);
+
+    /* A restart: the store is closed (the process died) and opened again. */
+    store_reader_close(f.rd);
+    store_close(f.st);
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    recovered_t rec = {.n = 0};
+    ck_assert_int_eq(store_recover(f.st, max_attempts, collect, &rec), 0);
+
+    ck_assert_int_eq(rec.n, 3);
+    ck_assert_str_eq(rec.jobs[0]->id, queued_old);
+    ck_assert_str_eq(rec.jobs[1]->id, running_retry);
+    ck_assert_str_eq(rec.jobs[2]->id, queued_new);
+    for (int i = 0; i < rec.n; i++) {
+        ck_assert_int_eq(rec.jobs[i]->state, JOB_QUEUED);
+        ck_assert_str_eq(rec.jobs[i]->call.op->name, "test_store_op");
+        ck_assert_int_eq(strncmp(rec.jobs[i]->in[0].blob, "row:tensors/", 12), 0);
+        ck_assert_ptr_null(rec.jobs[i]->in[0].data);
+    }
+    ck_assert_int_eq(rec.jobs[1]->attempts, 2);
+    ck_assert(rec.jobs[1]->call.has_in[2]);
+    ck_assert_str_eq(rec.jobs[1]->in[2].buffer_id, "b0123456789abcdef01234567");
+    ck_assert_ptr_null(rec.jobs[1]->in[2].blob);
+    char expected[32];
+    fill_bytes(expected, sizeof expected, 2000); /* make_job's bytes for created_us 2000 */
+    assert_blob_bytes(&f, rec.jobs[1]->in[0].blob, expected, sizeof expected);
+
+    job_t *spent = get_job(&f, running_spent);
+    ck_assert_int_eq(spent->state, JOB_FAILED);
+    ck_assert_str_eq(spent->error_code, "daemon_restarted");
+    ck_assert_ptr_nonnull(strstr(spent->error_message, "3 attempt"));
+    ck_assert_int_gt(spent->finished_us, 0);
+    job_t *finished = get_job(&f, done);
+    ck_assert_int_eq(finished->state, JOB_SUCCEEDED);
+    job_free(spent);
+    job_free(finished);
+    for (int i = 0; i < rec.n; i++)
+        job_free(rec.jobs[i]);
+    fixture_teardown(&f);
+}
+END_TEST
+
+/* Pages through a query until the end; returns how many jobs and checks ids ascend. */
+static size_t list_all(fixture_t *f, store_list_query_t q, char ids[][ID_SIZE], size_t cap)
+{
+    size_t total = 0;
+    char cursor[ID_SIZE] = "";
+    for (;;) {
+        job_t **jobs;
+        size_t n;
+        q.after = cursor[0] ? cursor : NULL;
+        ck_assert_int_eq(store_jobs_list(f->rd, &q, &jobs, &n), 0);
+        ck_assert_uint_le(n, (size_t)q.limit);
+        for (size_t i = 0; i < n; i++) {
+            if (total > 0) ck_assert_int_lt(strcmp(ids[total - 1], jobs[i]->id), 0);
+            ck_assert_uint_lt(total, cap);
+            memcpy(ids[total++], jobs[i]->id, ID_SIZE);
+            job_free(jobs[i]);
+        }
+        free(jobs);
+        if (n == 0) break;
+        memcpy(cursor, ids[total - 1], ID_SIZE);
+    }
+    return total;
+}
+
+START_TEST(test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    enum { N = 25 };
+    char ids[N][ID_SIZE];
+    int alice = 0, alice_running = 0, other_op_jobs = 0;
+    for (int i = 0; i < N; i++) {
+        bool is_alice = i % 3 != 0;
+        bool is_other = i % 4 == 0;
+        insert_small(&f, is_other ? &other_op : &test_op, is_alice ? "alice" : "bob", now_us(),
+                     ids[i]);
+        if (is_alice && i % 2 == 0) {
+            ck_assert_int_eq(set_state(&f, ids[i], JOB_RUNNING), 0);
+            alice_running++;
+        }
+        alice += is_alice;
+        other_op_jobs += is_other;
+    }
+    char got[N][ID_SIZE];
+    store_list_query_t q = {.owner = "alice", .state = -1, .limit = 4};
+    ck_assert_uint_eq(list_all(&f, q, got, N), (size_t)alice);
+    size_t k = 0;
+    for (int i = 0; i < N; i++)
+        if (i % 3 != 0) ck_assert_str_eq(got[k++], ids[i]);
+
+    q = (store_list_query_t){.owner = "alice", .state = JOB_RUNNING, .limit = 2};
+    ck_assert_uint_eq(list_all(&f, q, got, N), (size_t)alice_running);
+    q = (store_list_query_t){.owner = NULL, .state = -1, .op = "test_other_op", .limit = 3};
+    ck_assert_uint_eq(list_all(&f, q, got, N), (size_t)other_op_jobs);
+    q = (store_list_query_t){.owner = NULL, .state = -1, .limit = 1000};
+    ck_assert_uint_eq(list_all(&f, q, got, N), N);
+    q = (store_list_query_t){.owner = "nobody", .state = -1, .limit = 10};
+    ck_assert_uint_eq(list_all(&f, q, got, N), 0);
+
+    job_t **jobs;
+    size_t n;
+    q = (store_list_query_t){.state = -1, .limit = 0};
+    ck_assert_int_eq(store_jobs_list(f.rd, &q, &jobs, &n), -EINVAL);
+    q = (store_list_query_t){.state = -1, .limit = 1001};
+    ck_assert_int_eq(store_jobs_list(f.rd, &q, &jobs, &n), -EINVAL);
+    q = (store_list_query_t){.state = JOB_STATE_COUNT, .limit = 10};
+    ck_assert_int_eq(store_jobs_list(f.rd, &q, &jobs, &n), -EINVAL);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_gc_removes_expired_finished_jobs_and_their_files_but_not_others)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char old_done[ID_SIZE], old_failed[ID_SIZE], recent_done[ID_SIZE], queued[ID_SIZE],
+        running[ID_SIZE];
+    /* An old succeeded job with a file input and a file output. */
+    job_t *job = make_job(&test_op, "alice", now_us());
+    job->call.has_in[1] = true;
+    tensor_set(&job->in[1], "y", 4096, 1);
+    job->call.in[1] = job->in[1].desc;
+    ck_assert_int_eq(store_job_insert(f.st, job), 0);
+    memcpy(old_done, job->id, ID_SIZE);
+    char *in_file = strdup(job->in[1].blob);
+    job_free(job);
+    ck_assert_int_eq(set_state(&f, old_done, JOB_RUNNING), 0);
+    job = get_job(&f, old_done);
+    job->state = JOB_SUCCEEDED;
+    job->finished_us = 1000;
+    job->call.n_out = 1;
+    job->call.out_names[0] = "out";
+    tensor_set(&job->out[0], "out", 4096, 2);
+    ck_assert_int_eq(store_job_update(f.st, job), 0);
+    job_free(job);
+    job = get_job(&f, old_done);
+    char *out_file = strdup(job->out[0].blob);
+    job_free(job);
+    ck_assert(blob_file_exists(&f, in_file));
+    ck_assert(blob_file_exists(&f, out_file));
+
+    insert_small(&f, &test_op, "alice", now_us(), old_failed);
+    job = get_job(&f, old_failed);
+    job->state = JOB_FAILED;
+    job->finished_us = 2000;
+    ck_assert_int_eq(store_job_update(f.st, job), 0);
+    job_free(job);
+    insert_small(&f, &test_op, "alice", now_us(), recent_done);
+    ck_assert_int_eq(set_state(&f, recent_done, JOB_CANCELLED), 0); /* finished now */
+    insert_small(&f, &test_op, "alice", 10, queued);
+    insert_small(&f, &test_op, "alice", 10, running);
+    ck_assert_int_eq(set_state(&f, running, JOB_RUNNING), 0);
+
+    int deleted = -1;
+    ck_assert_int_eq(store_gc(f.st, now_us() - 60 * 1000000LL, &deleted), 0);
+    ck_assert_int_eq(deleted, 2);
+    job_t *none = NULL;
+    ck_assert_int_eq(store_job_get(f.rd, old_done, &none), -ENOENT);
+    ck_assert_int_eq(store_job_get(f.rd, old_failed, &none), -ENOENT);
+    ck_assert(!blob_file_exists(&f, in_file));
+    ck_assert(!blob_file_exists(&f, out_file));
+    ck_assert_int_eq(count_blob_files(&f), 0);
+    job_free(get_job(&f, recent_done));
+    job_free(get_job(&f, queued));
+    job_free(get_job(&f, running));
+
+    /* Inside a transaction the files go only when it commits. */
+    job = make_job(&test_op, "alice", now_us());
+    job->call.has_in[1] = true;
+    tensor_set(&job->in[1], "y", 4096, 9);
+    job->call.in[1] = job->in[1].desc;
+    ck_assert_int_eq(store_job_insert(f.st, job), 0);
+    job->state = JOB_CANCELLED;
+    job->finished_us = 1000;
+    ck_assert_int_eq(store_job_update(f.st, job), 0);
+    ck_assert_int_eq(store_begin(f.st), 0);
+    ck_assert_int_eq(store_gc(f.st, 5000, &deleted), 0);
+    ck_assert_int_eq(deleted, 1);
+    ck_assert(blob_file_exists(&f, job->in[1].blob));
+    ck_assert_int_eq(store_commit(f.st), 0);
+    ck_assert(!blob_file_exists(&f, job->in[1].blob));
+    job_free(job);
+    free(in_file);
+    free(out_file);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_gc_deletes_more_expired_jobs_than_one_batch_holds)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    enum { N = 600 }; /* more than the store's internal batch of 256 */
+    ck_assert_int_eq(store_begin(f.st), 0);
+    for (int i = 0; i < N; i++) {
+        job_t *job = make_job(&test_op, "alice", now_us());
+        ck_assert_int_eq(store_job_insert(f.st, job), 0);
+        job->state = JOB_CANCELLED;
+        job->finished_us = 1000 + i;
+        ck_assert_int_eq(store_job_update(f.st, job), 0);
+        job_free(job);
+    }
+    ck_assert_int_eq(store_commit(f.st), 0);
+    int deleted = -1;
+    ck_assert_int_eq(store_gc(f.st, 1000 + N - 1, &deleted), 0); /* all but the newest */
+    ck_assert_int_eq(deleted, N - 1);
+    store_list_query_t q = {.state = -1, .limit = 10};
+    job_t **jobs;
+    size_t n;
+    ck_assert_int_eq(store_jobs_list(f.rd, &q, &jobs, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(jobs[0]->finished_us, 1000 + N - 1);
+    job_free(jobs[0]);
+    free(jobs);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_buffers_insert_get_delete_check_the_owner)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    buffer_t *small = buffer_new(), *large = buffer_new();
+    buffer_t *bufs[2] = {small, large};
+    int64_t elems[2] = {16, 10000};
+    for (int i = 0; i < 2; i++) {
+        snprintf(bufs[i]->owner, OWNER_SIZE, "alice");
+        bufs[i]->desc = (tensor_desc_t){.dtype = DTYPE_I32, .ndim = 2, .shape = {2, elems[i] / 2}};
+        bufs[i]->nbytes = (uint64_t)elems[i] * 4;
+        bufs[i]->data = malloc(bufs[i]->nbytes);
+        bufs[i]->resident = i == 1;
+        fill_bytes(bufs[i]->data, bufs[i]->nbytes, 40 + i);
+        ck_assert_int_eq(store_buffer_insert(f.st, bufs[i]), 0);
+        ck_assert(id_valid('b', bufs[i]->id));
+    }
+    ck_assert_int_eq(strncmp(small->blob, "row:buffers/", 12), 0);
+    ck_assert_int_eq(strncmp(large->blob, "file:", 5), 0);
+
+    for (int i = 0; i < 2; i++) {
+        buffer_t *got = NULL;
+        ck_assert_int_eq(store_buffer_get(f.rd, bufs[i]->id, &got), 0);
+        ck_assert_str_eq(got->owner, "alice");
+        ck_assert(tensor_desc_equal(&got->desc, &bufs[i]->desc));
+        ck_assert_uint_eq(got->nbytes, bufs[i]->nbytes);
+        ck_assert_int_eq(got->resident, bufs[i]->resident);
+        ck_assert_int_eq(got->created_us, bufs[i]->created_us);
+        ck_assert_str_eq(got->blob, bufs[i]->blob);
+        ck_assert_ptr_null(got->data);
+        assert_blob_bytes(&f, got->blob, bufs[i]->data, bufs[i]->nbytes);
+        buffer_free(got);
+    }
+
+    ck_assert_int_eq(store_buffer_delete(f.st, "bob", large->id), -ENOENT);
+    buffer_t *still = NULL;
+    ck_assert_int_eq(store_buffer_get(f.rd, large->id, &still), 0);
+    buffer_free(still);
+    ck_assert(blob_file_exists(&f, large->blob));
+    ck_assert_int_eq(store_buffer_delete(f.st, "alice", large->id), 0);
+    ck_assert_int_eq(store_buffer_get(f.rd, large->id, &still), -ENOENT);
+    ck_assert(!blob_file_exists(&f, large->blob));
+    ck_assert_int_eq(store_buffer_delete(f.st, "alice", large->id), -ENOENT);
+    ck_assert_int_eq(store_buffer_delete(f.st, NULL, small->id), 0);
+    ck_assert_int_eq(store_buffer_get(f.rd, small->id, &still), -ENOENT);
+    void *data = NULL;
+    ck_assert_int_eq(store_blob_read(f.rd, small->blob, small->nbytes, &data), -ENOENT);
+
+    buffer_t *bad = buffer_new();
+    snprintf(bad->owner, OWNER_SIZE, "alice");
+    bad->desc = (tensor_desc_t){.dtype = DTYPE_F32, .ndim = 1, .shape = {4}};
+    bad->nbytes = 15;
+    bad->data = malloc(16);
+    ck_assert_int_eq(store_buffer_insert(f.st, bad), -EINVAL);
+    buffer_free(bad);
+    buffer_free(small);
+    buffer_free(large);
+    fixture_teardown(&f);
+}
+END_TEST
+
+static int db_user_version(const char *path)
+{
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *stmt;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &stmt, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+    int v = sqlite3_column_int(stmt, 0);
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+    return v;
+}
+
+START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
+{
+    char dir[] = "/tmp/test_store.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof path, "%s/gpujobd.db", dir);
+    int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0640);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(db_user_version(path), 0);
+
+    config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", dir);
+    cfg.inline_blob_bytes = INLINE_LIMIT;
+    store_t *st = NULL;
+    ck_assert_int_eq(store_open(&cfg, &st), 0);
+    store_close(st);
+    ck_assert_int_eq(db_user_version(path), 1);
+
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    const char *tables[] = {"jobs", "tensors", "buffers"};
+    for (int i = 0; i < 3; i++) {
+        sqlite3_stmt *stmt;
+        ck_assert_int_eq(sqlite3_prepare_v2(db,
+                                            "SELECT count(*) FROM sqlite_schema WHERE "
+                                            "type = 'table' AND name = ?1",
+                                            -1, &stmt, NULL),
+                         SQLITE_OK);
+        sqlite3_bind_text(stmt, 1, tables[i], -1, SQLITE_STATIC);
+        ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+        ck_assert_int_eq(sqlite3_column_int(stmt, 0), 1);
+        sqlite3_finalize(stmt);
+    }
+    sqlite3_stmt *stmt;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+    ck_assert_str_eq((const char *)sqlite3_column_text(stmt, 0), "wal");
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+
+    /* Opening again finds the schema current and changes nothing. */
+    ck_assert_int_eq(store_open(&cfg, &st), 0);
+    store_close(st);
+    ck_assert_int_eq(db_user_version(path), 1);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
+START_TEST(test_open_refuses_a_database_from_a_newer_version)
+{
+    char dir[] = "/tmp/test_store.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof path, "%s/gpujobd.db", dir);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+
+    config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", dir);
+    store_t *st = NULL;
+    ck_assert_int_eq(store_open(&cfg, &st), -EPROTO);
+    ck_assert_ptr_null(st);
+    store_reader_t *rd = NULL;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), -EPROTO);
+    ck_assert_int_eq(db_user_version(path), 99);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
+START_TEST(test_committed_job_survives_kill_9_and_uncommitted_one_does_not)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    store_reader_close(f.rd);
+    store_close(f.st);
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        store_t *st;
+        char ids[2][ID_SIZE];
+        if (store_open(&f.cfg, &st) < 0) _exit(1);
+        job_t *committed = make_job(&test_op, "alice", now_us());
+        committed->call.has_in[1] = true;
+        tensor_set(&committed->in[1], "y", 4096, 8);
+        committed->call.in[1] = committed->in[1].desc;
+        if (store_begin(st) < 0 || store_job_insert(st, committed) < 0 || store_commit(st) < 0)
+            _exit(2);
+        job_t *pending = make_job(&test_op, "alice", now_us());
+        if (store_begin(st) < 0 || store_job_insert(st, pending) < 0) _exit(3);
+        memcpy(ids[0], committed->id, ID_SIZE);
+        memcpy(ids[1], pending->id, ID_SIZE);
+        if (write(pipefd[1], ids, sizeof ids) != sizeof ids) _exit(4);
+        _exit(0); /* no close, no commit: as a kill -9 leaves it */
+    }
+    close(pipefd[1]);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    char ids[2][ID_SIZE];
+    ck_assert_int_eq(read(pipefd[0], ids, sizeof ids), sizeof ids);
+    close(pipefd[0]);
+
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    job_t *got = get_job(&f, ids[0]);
+    ck_assert_int_eq(got->state, JOB_QUEUED);
+    void *expected = malloc(4096 * 4);
+    fill_bytes(expected, 4096 * 4, 8);
+    assert_blob_bytes(&f, got->in[1].blob, expected, 4096 * 4);
+    free(expected);
+    job_free(got);
+    job_t *none = NULL;
+    ck_assert_int_eq(store_job_get(f.rd, ids[1], &none), -ENOENT);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_reader_sees_committed_data_while_the_writer_holds_a_transaction)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char committed[ID_SIZE];
+    insert_small(&f, &test_op, "alice", now_us(), committed);
+    ck_assert_int_eq(store_begin(f.st), 0);
+    char pending[ID_SIZE];
+    insert_small(&f, &test_op, "alice", now_us(), pending);
+    ck_assert_int_eq(set_state(&f, committed, JOB_RUNNING), 0);
+
+    /* A second reader, opened while the writer's transaction is open. */
+    store_reader_t *rd2 = NULL;
+    ck_assert_int_eq(store_reader_open(&f.cfg, &rd2), 0);
+    store_reader_t *readers[2] = {f.rd, rd2};
+    for (int i = 0; i < 2; i++) {
+        job_t *job = NULL;
+        ck_assert_int_eq(store_job_get(readers[i], committed, &job), 0);
+        ck_assert_int_eq(job->state, JOB_QUEUED); /* the running update is not committed */
+        job_free(job);
+        ck_assert_int_eq(store_job_get(readers[i], pending, &job), -ENOENT);
+        job_t **jobs;
+        size_t n;
+        store_list_query_t q = {.state = -1, .limit = 10};
+        ck_assert_int_eq(store_jobs_list(readers[i], &q, &jobs, &n), 0);
+        ck_assert_uint_eq(n, 1);
+        job_free(jobs[0]);
+        free(jobs);
+    }
+    ck_assert_int_eq(store_commit(f.st), 0);
+    job_t *job = get_job(&f, pending);
+    job_free(job);
+    job = get_job(&f, committed);
+    ck_assert_int_eq(job->state, JOB_RUNNING);
+    job_free(job);
+    store_reader_close(rd2);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_open_sweeps_blob_files_no_committed_row_names)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char big[4096];
+    fill_bytes(big, sizeof big, 2);
+    char *orphan = NULL;
+    ck_assert_int_eq(store_blob_write(f.st, big, sizeof big, &orphan), 0);
+    job_t *job = make_job(&test_op, "alice", now_us());
+    job->call.has_in[1] = true;
+    tensor_set(&job->in[1], "y", 4096, 1);
+    job->call.in[1] = job->in[1].desc;
+    ck_assert_int_eq(store_job_insert(f.st, job), 0);
+    ck_assert_int_eq(count_blob_files(&f), 2);
+
+    store_reader_close(f.rd);
+    store_close(f.st);
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    ck_assert(!blob_file_exists(&f, orphan));
+    ck_assert(blob_file_exists(&f, job->in[1].blob));
+    ck_assert_int_eq(count_blob_files(&f), 1);
+    free(orphan);
+    job_free(job);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_job_of_an_op_this_build_lacks_keeps_its_name_and_refuses_to_run)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    ck_assert_ptr_null(op_find("test_store_op"));
+    char id[ID_SIZE];
+    insert_small(&f, &test_op, "alice", now_us(), id);
+    job_t *job = get_job(&f, id);
+    const op_def_t *op = job->call.op;
+    ck_assert_str_eq(op->name, "test_store_op");
+    ck_assert_int_eq(op->n_inputs, 1);
+    ck_assert_str_eq(op->input_names[0], "x");
+    op_error_t err;
+    memset(&err, 0, sizeof err);
+    ck_assert_int_eq(op->validate(NULL, &job->call, &err), -ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(err.message, "test_store_op"));
+    ck_assert_int_eq(op->run_cpu(&job->call, NULL, NULL, &err), -ENOTSUP);
+    job_t *again = get_job(&f, id);
+    ck_assert_ptr_eq(again->call.op, op); /* one stand-in per op, not one per read */
+    job_free(again);
+    job_free(job);
+    fixture_teardown(&f);
+}
+END_TEST
+
+/* A saxpy job as the API would hand it over: validated by the op. */
+static job_t *make_saxpy_job(const op_def_t *saxpy, const char *params_json)
+{
+    job_t *job = job_new();
+    snprintf(job->owner, sizeof job->owner, "alice");
+    job->call.op = saxpy;
+    job->params_json = strdup(params_json);
+    for (int j = 0; j < 2; j++) {
+        job->call.has_in[j] = true;
+        tensor_set(&job->in[j], saxpy->input_names[j], 4, (unsigned)j);
+        job->call.in[j] = job->in[j].desc;
+    }
+    json_t *params = json_loads("{\"a\": 2}", 0, NULL);
+    op_error_t err;
+    ck_assert_int_eq(saxpy->validate(params, &job->call, &err), 0);
+    json_decref(params);
+    return job;
+}
+
+START_TEST(test_job_of_a_known_op_reads_back_as_the_same_validated_call)
+{
+    const op_def_t *saxpy = op_find("saxpy");
+    ck_assert_msg(saxpy != NULL, "op saxpy is not linked into test_store (see tests/store.cmake)");
+    fixture_t f;
+    fixture_setup(&f);
+    job_t *job = make_saxpy_job(saxpy, "{\"a\": 2}");
+    ck_assert_int_eq(store_job_insert(f.st, job), 0);
+    job_t *got = get_job(&f, job->id);
+    ck_assert_ptr_eq(got->call.op, saxpy);
+    ck_assert_int_eq(got->call.n_out, job->call.n_out);
+    for (int j = 0; j < job->call.n_out; j++) {
+        ck_assert_str_eq(got->call.out_names[j], job->call.out_names[j]);
+        ck_assert(tensor_desc_equal(&got->call.out[j], &job->call.out[j]));
+    }
+    ck_assert_str_eq(got->call.batch_key, job->call.batch_key);
+    ck_assert_double_eq(got->call.cost.flops, job->call.cost.flops);
+    job_free(got);
+
+    /* Stored params the op refuses (saxpy needs "a"): a stand-in of the same name. */
+    job_t *refused = make_saxpy_job(saxpy, "{}");
+    ck_assert_int_eq(store_job_insert(f.st, refused), 0);
+    got = get_job(&f, refused->id);
+    ck_assert_ptr_ne(got->call.op, saxpy);
+    ck_assert_str_eq(got->call.op->name, "saxpy");
+    op_error_t err;
+    ck_assert_int_eq(got->call.op->validate(NULL, &got->call, &err), -ENOTSUP);
+    job_free(got);
+    job_free(refused);
+    job_free(job);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_bad_input_is_refused_with_einval_and_stores_nothing)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    job_t *job = make_job(&test_op, "alice", now_us());
+    job->in[0].nbytes += 1;
+    ck_assert_int_eq(store_job_insert(f.st, job), -EINVAL);
+    job->in[0].nbytes -= 1;
+    job->call.op = NULL;
+    ck_assert_int_eq(store_job_insert(f.st, job), -EINVAL);
+    job->call.op = &test_op;
+    job->state = JOB_RUNNING;
+    ck_assert_int_eq(store_job_insert(f.st, job), -EINVAL);
+    job->state = JOB_QUEUED;
+    job->owner[0] = '\0';
+    ck_assert_int_eq(store_job_insert(f.st, job), -EINVAL);
+    snprintf(job->owner, sizeof job->owner, "alice");
+    snprintf(job->id, sizeof job->id, "j'; DROP TABLE jobs; --");
+    ck_assert_int_eq(store_job_insert(f.st, job), -EINVAL);
+    job->id[0] = '\0';
+    free(job->in[0].data);
+    job->in[0].data = NULL;
+    ck_assert_int_eq(store_job_insert(f.st, job), -EINVAL); /* no bytes anywhere */
+    job->in[0].blob = strdup("file:../../etc/passwd");
+    ck_assert_int_eq(store_job_insert(f.st, job), -EINVAL);
+    job->in[0].desc.ndim = 9;
+    ck_assert_int_eq(store_job_insert(f.st, job), -EINVAL);
+
+    store_list_query_t q = {.state = -1, .limit = 10};
+    job_t **jobs;
+    size_t n;
+    ck_assert_int_eq(store_jobs_list(f.rd, &q, &jobs, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    free(jobs);
+
+    void *data;
+    const char *bad_locators[] = {"",
+                                  "row:",
+                                  "row:tensors/j1/sideways/0",
+                                  "row:tensors/j1/in/9",
+                                  "file:ab/zz",
+                                  "file:ab/../../../../etc/passwd",
+                                  "http://x"};
+    for (size_t i = 0; i < sizeof bad_locators / sizeof bad_locators[0]; i++)
+        ck_assert_int_eq(store_blob_read(f.rd, bad_locators[i], 1, &data), -EINVAL);
+    ck_assert_int_eq(store_blob_read(f.rd, NULL, 1, &data), -EINVAL);
+    job_t *none;
+    ck_assert_int_eq(store_job_get(f.rd, "j000000000000000000000000", &none), -ENOENT);
+    store_usage_t usage;
+    ck_assert_int_eq(store_usage_get(f.rd, NULL, &usage), -EINVAL);
+    job_free(job);
+    fixture_teardown(&f);
+}
+END_TEST
+
+START_TEST(test_usage_counts_states_and_sums_times_and_buffers_per_owner)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char id[ID_SIZE];
+    insert_small(&f, &test_op, "alice", now_us(), id); /* queued */
+    insert_small(&f, &test_op, "alice", now_us(), id);
+    ck_assert_int_eq(set_state(&f, id, JOB_RUNNING), 0);
+    int64_t run_us = 0, gpu_ns = 0;
+    for (int i = 0; i < 3; i++) {
+        insert_small(&f, &test_op, "alice", now_us(), id);
+        job_t *job = get_job(&f, id);
+        job->state = JOB_RUNNING;
+        job->started_us = 1000000 * (i + 1);
+        ck_assert_int_eq(store_job_update(f.st, job), 0);
+        job->state = i == 2 ? JOB_FAILED : JOB_SUCCEEDED;
+        job->finished_us = job->started_us + 1000 * (i + 1);
+        job->gpu_ns = 500 * (i + 1);
+        if (i < 2) {
+            job->call.n_out = 1;
+            job->call.out_names[0] = "out";
+            tensor_set(&job->out[0], "out", 1, 1);
+        }
+        ck_assert_int_eq(store_job_update(f.st, job), 0);
+        run_us += 1000 * (i + 1);
+        gpu_ns += 500 * (i + 1);
+        job_free(job);
+    }
+    insert_small(&f, &test_op, "bob", now_us(), id);
+    ck_assert_int_eq(set_state(&f, id, JOB_CANCELLED), 0);
+    buffer_t *buf = buffer_new();
+    snprintf(buf->owner, OWNER_SIZE, "alice");
+    buf->desc = (tensor_desc_t){.dtype = DTYPE_I8, .ndim = 1, .shape = {1000}};
+    buf->nbytes = 1000;
+    buf->data = calloc(1, 1000);
+    ck_assert_int_eq(store_buffer_insert(f.st, buf), 0);
+
+    store_usage_t u;
+    ck_assert_int_eq(store_usage_get(f.rd, "alice", &u), 0);
+    ck_assert_str_eq(u.owner, "alice");
+    ck_assert_int_eq(u.jobs_by_state[JOB_QUEUED], 1);
+    ck_assert_int_eq(u.jobs_by_state[JOB_RUNNING], 1);
+    ck_assert_int_eq(u.jobs_by_state[JOB_SUCCEEDED], 2);
+    ck_assert_int_eq(u.jobs_by_state[JOB_FAILED], 1);
+    ck_assert_int_eq(u.jobs_by_state[JOB_CANCELLED], 0);
+    ck_assert_int_eq(u.run_us, run_us);
+    ck_assert_int_eq(u.gpu_ns, gpu_ns);
+    ck_assert_int_eq(u.buffers, 1);
+    ck_assert_int_eq(u.buffer_bytes, 1000);
+    ck_assert_int_eq(store_usage_get(f.rd, "bob", &u), 0);
+    ck_assert_int_eq(u.jobs_by_state[JOB_CANCELLED], 1);
+    ck_assert_int_eq(u.jobs_by_state[JOB_QUEUED], 0);
+    ck_assert_int_eq(u.buffers, 0);
+    buffer_free(buf);
+    fixture_teardown(&f);
+}
+END_TEST
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+START_TEST(test_checkpoint_truncates_the_wal_and_does_not_wait_for_a_reader)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char id[ID_SIZE];
+    for (int i = 0; i < 50; i++)
+        insert_small(&f, &test_op, "alice", now_us(), id);
+    char wal[128];
+    snprintf(wal, sizeof wal, "%s/gpujobd.db-wal", f.dir);
+    struct stat sb;
+    ck_assert_int_eq(stat(wal, &sb), 0);
+    ck_assert_int_gt(sb.st_size, 0);
+    ck_assert_int_eq(store_checkpoint(f.st), 0);
+    ck_assert_int_eq(stat(wal, &sb), 0);
+    ck_assert_int_eq(sb.st_size, 0);
+
+    /* A reader in the middle of a read transaction: TRUNCATE would have to wait for it. */
+    for (int i = 0; i < 50; i++)
+        insert_small(&f, &test_op, "alice", now_us(), id);
+    sqlite3 *db;
+    char path[128];
+    snprintf(path, sizeof path, "%s/gpujobd.db", f.dir);
+    ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "BEGIN; SELECT count(*) FROM jobs;", NULL, NULL, NULL),
+                     SQLITE_OK);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(store_checkpoint(f.st), 0);
+    ck_assert_double_lt(seconds_since(&t0), 1.0);
+    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(db);
+    fixture_teardown(&f);
+}
+END_TEST
+
+static Suite *store_suite(void)
+{
+    Suite *s = suite_create("store");
+    TCase *tc = tcase_create("store");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_insert_get_round_trips_inline_file_and_buffer_tensors);
+    tcase_add_test(tc, test_blob_write_files_only_large_data_and_insert_uses_the_callers_blob);
+    tcase_add_test(tc, test_update_applies_legal_transitions_and_persists_outputs);
+    tcase_add_test(tc, test_update_refuses_every_illegal_transition_and_leaves_the_row_unchanged);
+    tcase_add_test(tc, test_idempotency_conflict_returns_eexist_leaves_nothing_and_finds_the_first);
+    tcase_add_test(tc, test_failed_insert_in_a_transaction_undoes_only_its_own_rows);
+    tcase_add_test(tc, test_failed_write_removes_the_files_it_wrote_and_its_rows);
+    tcase_add_test(
+        tc, test_recover_requeues_running_fails_past_max_attempts_and_returns_queued_oldest_first);
+    tcase_add_test(tc, test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor);
+    tcase_add_test(tc, test_gc_removes_expired_finished_jobs_and_their_files_but_not_others);
+    tcase_add_test(tc, test_gc_deletes_more_expired_jobs_than_one_batch_holds);
+    tcase_add_test(tc, test_buffers_insert_get_delete_check_the_owner);
+    tcase_add_test(tc, test_open_migrates_an_empty_file_to_the_current_schema);
+    tcase_add_test(tc, test_open_refuses_a_database_from_a_newer_version);
+    tcase_add_test(tc, test_committed_job_survives_kill_9_and_uncommitted_one_does_not);
+    tcase_add_test(tc, test_reader_sees_committed_data_while_the_writer_holds_a_transaction);
+    tcase_add_test(tc, test_open_sweeps_blob_files_no_committed_row_names);
+    tcase_add_test(tc, test_job_of_an_op_this_build_lacks_keeps_its_name_and_refuses_to_run);
+    tcase_add_test(tc, test_job_of_a_known_op_reads_back_as_the_same_validated_call);
+    tcase_add_test(tc, test_bad_input_is_refused_with_einval_and_stores_nothing);
+    tcase_add_test(tc, test_usage_counts_states_and_sums_times_and_buffers_per_owner);
+    tcase_add_test(tc, test_checkpoint_truncates_the_wal_and_does_not_wait_for_a_reader);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(store_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
