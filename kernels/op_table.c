@@ -1,5 +1,6 @@
 /* The one table of ops. Each op family's file exports its op_def_t; adding an op is one line
- * here. */
+ * here. The references are strong on purpose: they pull every family's object out of the
+ * static library into whatever links it. */
 #include "op.h"
 
 #include <errno.h>
@@ -7,18 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Weak until every family has landed: the table lists what is linked. */
-#define OP_DECLARE(name) extern const op_def_t name __attribute__((weak))
-OP_DECLARE(op_add);
-OP_DECLARE(op_mul);
-OP_DECLARE(op_saxpy);
-OP_DECLARE(op_sum);
-OP_DECLARE(op_dot);
-OP_DECLARE(op_sort);
-OP_DECLARE(op_gemm);
-OP_DECLARE(op_conv2d);
-OP_DECLARE(op_quantize);
-OP_DECLARE(op_dequantize);
+extern const op_def_t op_add, op_mul, op_saxpy, op_sum, op_dot, op_sort, op_gemm, op_conv2d,
+    op_quantize, op_dequantize;
 
 static const op_def_t *const all_ops[] = {
     &op_add,  &op_mul,  &op_saxpy,  &op_sum,      &op_dot,

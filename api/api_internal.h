@@ -1,0 +1,197 @@
+/* What the files of api/ share: the parsed request and the response a handler fills, the
+ * route table, and the handlers. Only http_server.c knows libmicrohttpd; everything here is
+ * plain data, so that tests can drive the router and the handlers without a socket.
+ *
+ * A handler runs on an HTTP thread. It either fills req->resp and returns API_DONE, or it
+ * hands the request to the scheduler and returns API_PENDING: then it has called
+ * api_request_suspend() BEFORE posting (so that a reply arriving at once finds the connection
+ * suspended), and the scheduler's reply callback, on the loop thread, fills req->resp and calls
+ * api_request_resume(). After posting, the handler touches req no more. */
+#pragma once
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "daemon/config.h"
+#include "daemon/sched.h"
+#include "daemon/store.h"
+#include "job_json.h"
+
+#define API_MAX_QUERY 32
+#define API_MAX_PATH_PARAMS 4
+#define API_PATH_PARAM_SIZE 128
+#define API_MAX_EXTRA_HEADERS 4
+#define API_STATUS_MAX 600
+
+typedef struct api_user {
+    char name[OWNER_SIZE];
+    bool admin; /* sees every owner's jobs and buffers */
+} api_user_t;
+
+/* The server-wide state that handlers use. */
+typedef struct api_env {
+    const config_t *cfg;
+    sched_t *sched;
+    atomic_bool intake_stopped; /* api_server_stop_intake(): POST answers 503 */
+    /* The calling thread's store reader, opened on first use and kept for the thread; NULL
+     * when it cannot be opened. Borrowed. */
+    store_reader_t *(*reader)(struct api_env *env);
+    /* The op table: op_find in the daemon. */
+    const op_def_t *(*find_op)(const char *name);
+    atomic_long responses[API_STATUS_MAX]; /* responses sent, by status code */
+} api_env_t;
+
+typedef struct api_kv {
+    const char *key;
+    const char *value;
+} api_kv_t;
+
+typedef struct api_header {
+    char name[32];
+    char value[160];
+} api_header_t;
+
+/* A response: JSON (serialized by the server) or raw bytes. */
+typedef struct api_response {
+    int status;   /* 0 until filled */
+    json_t *json; /* owned */
+    void *body;   /* owned raw body when json is NULL */
+    size_t body_len;
+    const char *content_type; /* static string; "application/json" for json */
+    api_header_t headers[API_MAX_EXTRA_HEADERS];
+    int n_headers;
+} api_response_t;
+
+typedef struct api_request api_request_t;
+
+/* How a handler parks its connection while the scheduler works (http_server.c, or a test). */
+typedef struct api_conn_ops {
+    void (*suspend)(api_request_t *req);
+    void (*resume)(api_request_t *req);
+} api_conn_ops_t;
+
+struct api_request {
+    api_env_t *env;
+    const char *method; /* "GET", ... */
+    const char *path;   /* decoded, without the query string */
+    api_kv_t query[API_MAX_QUERY];
+    int n_query;
+    bool query_overflow; /* more than API_MAX_QUERY arguments: answered 400 */
+    const char *accept, *content_type, *idempotency_key; /* NULL when absent */
+    char *body;                                          /* owned by the connection */
+    size_t body_len;
+    api_user_t user;
+    const api_conn_ops_t *conn_ops;
+    void *conn; /* the connection ops' own */
+
+    /* Filled by the router from the matched pattern's {name} segments. */
+    int n_path_params;
+    char path_param_names[API_MAX_PATH_PARAMS][16];
+    char path_param_values[API_MAX_PATH_PARAMS][API_PATH_PARAM_SIZE];
+
+    api_response_t resp;
+
+    /* A pending submission answers a list with a list. */
+    bool submit_is_list;
+};
+
+/* Handler results. Both are non-zero so that helpers can return API_DONE for "answered" and
+ * 0 for "carry on". */
+enum { API_DONE = 1, API_PENDING = 2 };
+
+typedef int (*api_handler_fn)(api_request_t *req);
+
+typedef struct api_route {
+    const char *method;  /* "GET", "POST", "DELETE" */
+    const char *pattern; /* "/v1/jobs/{id}/outputs/{name}" */
+    api_handler_fn handler;
+} api_route_t;
+
+/* --- routes.c --- */
+
+/* The daemon's route table (static). */
+const api_route_t *api_routes(size_t *ret_n);
+
+typedef struct api_route_match {
+    const api_route_t *route; /* NULL unless status is 200 */
+    int status;               /* 200, 404 (no such path) or 405 (path known, method not) */
+    char allow[64];           /* 405: the methods the path has, "GET, DELETE" */
+    int n_params;
+    char names[API_MAX_PATH_PARAMS][16];
+    char values[API_MAX_PATH_PARAMS][API_PATH_PARAM_SIZE];
+} api_route_match_t;
+
+/* Matches method and path against a table. Pattern segments "{name}" match one non-empty
+ * segment. Always fills *ret. */
+void api_route_match(const api_route_t *routes, size_t n, const char *method, const char *path,
+                     api_route_match_t *ret);
+
+/* Routes the request through the daemon's table and runs its handler, answering 404, 405,
+ * 400 (too many query arguments) and 503 (POST after stop_intake) itself. API_DONE or
+ * API_PENDING. */
+int api_dispatch(api_request_t *req);
+
+/* Frees what a request owns (its response); not the request itself or its body. */
+void api_request_cleanup(api_request_t *req);
+
+const char *api_query(const api_request_t *req, const char *key);
+const char *api_path_param(const api_request_t *req, const char *name);
+/* 400 naming "query.KEY" for the first argument not in allowed (NULL-terminated). API_DONE
+ * when it answered, else 0 (all known). */
+int api_query_check(api_request_t *req, const char *const *allowed);
+
+void api_request_suspend(api_request_t *req);
+void api_request_resume(api_request_t *req);
+
+/* Fill req->resp, replacing what was there. json is stolen. */
+void api_respond_json(api_request_t *req, int status, json_t *json);
+void api_respond_bytes(api_request_t *req, int status, const char *content_type, void *body,
+                       size_t len);
+void api_respond_error(api_request_t *req, int status, const char *code, const char *field,
+                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void api_respond_api_error(api_request_t *req, const api_error_t *err);
+/* Maps a scheduler or store errno: -ENOENT 404, -EBUSY/-EEXIST 409, -EAGAIN 429 (with
+ * Retry-After), -ESHUTDOWN 503, anything else 500. */
+void api_respond_errno(api_request_t *req, int err, const char *message);
+void api_response_add_header(api_response_t *resp, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The error code string of an HTTP status ("invalid_argument" for 400). */
+const char *api_status_code_name(int status);
+
+/* True when a Content-Type value or one Accept item (len bytes, parameters after ';' ignored)
+ * is the media type `type`, compared case-insensitively. */
+bool api_media_is(const char *item, size_t len, const char *type);
+
+/* The calling thread's store reader; NULL after answering 503 when it cannot be opened. */
+store_reader_t *api_request_reader(api_request_t *req);
+
+/* The owner filter of a request: NULL for admins (every owner), else the user's name. */
+const char *api_request_owner_filter(const api_request_t *req);
+/* True when the user may see something owned by owner. */
+bool api_request_may_see(const api_request_t *req, const char *owner);
+
+/* --- handlers_system.c --- */
+int api_handle_healthz(api_request_t *req);
+int api_handle_readyz(api_request_t *req);
+int api_handle_metrics(api_request_t *req);
+int api_handle_info(api_request_t *req);
+
+/* --- handlers_jobs.c --- */
+int api_handle_jobs_submit(api_request_t *req);
+int api_handle_jobs_list(api_request_t *req);
+int api_handle_job_get(api_request_t *req);
+int api_handle_job_wait(api_request_t *req);
+int api_handle_job_cancel(api_request_t *req);
+int api_handle_job_output(api_request_t *req);
+
+/* --- handlers_buffers.c --- */
+int api_handle_buffer_put(api_request_t *req);
+int api_handle_buffer_get(api_request_t *req);
+int api_handle_buffer_delete(api_request_t *req);
+int api_handle_usage(api_request_t *req);
+
+/* The job JSON a handler answers with: outputs inlined up to cfg->max_inline_output_bytes,
+ * read through the calling thread's store reader when not in memory. A new reference. */
+json_t *api_job_json(api_env_t *env, const job_t *job, bool inline_outputs);

@@ -1,0 +1,222 @@
+/* Handlers of /v1/buffers (uploads go to the scheduler, metadata comes from the store) and of
+ * /v1/usage. */
+#include "api_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor_codec.h"
+
+static bool content_type_is(const api_request_t *req, const char *type)
+{
+    return req->content_type && api_media_is(req->content_type, strlen(req->content_type), type);
+}
+
+/* The descriptor of an application/octet-stream upload, from ?dtype= and ?shape=. 0, or
+ * API_DONE after answering. */
+static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
+{
+    const config_t *cfg = req->env->cfg;
+    const char *dtype = api_query(req, "dtype"), *shape = api_query(req, "shape");
+    tensor_desc_t d = {0};
+    if (!dtype || dtype_parse(dtype, &d.dtype) < 0) {
+        api_respond_error(req, 400, "invalid_argument", "query.dtype",
+                          "dtype must be one of f32, f16, bf16, f64, i8, i32, u32, i64");
+        return API_DONE;
+    }
+    if (!shape) {
+        api_respond_error(req, 400, "invalid_argument", "query.shape",
+                          "shape is required, like shape=2,3 (empty for a scalar)");
+        return API_DONE;
+    }
+    codec_error_t cerr;
+    if (codec_shape_parse_csv(shape, &d, &cerr) < 0) {
+        api_respond_error(req, 400, "invalid_argument", cerr.field, "%s", cerr.message);
+        return API_DONE;
+    }
+    int r = tensor_desc_check(&d, cfg->max_tensor_bytes);
+    if (r == -E2BIG) {
+        api_respond_error(req, 413, "payload_too_large", "query.shape",
+                          "a buffer of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
+                          tensor_desc_bytes(&d), cfg->max_tensor_bytes);
+        return API_DONE;
+    }
+    if (r < 0) {
+        api_respond_error(req, 400, "invalid_argument", "query.shape",
+                          "shape's byte size overflows");
+        return API_DONE;
+    }
+    if (req->body_len != tensor_desc_bytes(&d)) {
+        api_respond_error(req, 400, "invalid_argument", "body",
+                          "body has %zu bytes but dtype and shape need %" PRIu64, req->body_len,
+                          tensor_desc_bytes(&d));
+        return API_DONE;
+    }
+    *ret = d;
+    return 0;
+}
+
+static void buffer_put_reply(void *token, const sched_result_t *res)
+{
+    api_request_t *req = token;
+    if (res->err)
+        api_respond_errno(req, res->err, res->message);
+    else if (!res->buffer)
+        api_respond_error(req, 500, "internal", NULL, "the scheduler returned no buffer");
+    else
+        api_respond_json(req, 201, job_json_from_buffer(res->buffer));
+    api_request_resume(req);
+}
+
+int api_handle_buffer_put(api_request_t *req)
+{
+    static const char *const allowed[] = {"dtype", "shape", "resident", NULL};
+    if (api_query_check(req, allowed)) return API_DONE;
+    bool resident = false;
+    const char *v = api_query(req, "resident");
+    if (v) {
+        if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0) {
+            api_respond_error(req, 400, "invalid_argument", "query.resident",
+                              "resident must be true or false");
+            return API_DONE;
+        }
+        resident = strcmp(v, "true") == 0;
+    }
+
+    tensor_desc_t d;
+    size_t offset = 0;
+    if (content_type_is(req, "application/octet-stream")) {
+        if (raw_upload_desc(req, &d)) return API_DONE;
+    } else if (content_type_is(req, "application/x-npy")) {
+        if (api_query(req, "dtype") || api_query(req, "shape")) {
+            api_respond_error(req, 400, "invalid_argument",
+                              api_query(req, "dtype") ? "query.dtype" : "query.shape",
+                              "a .npy upload takes dtype and shape from its header");
+            return API_DONE;
+        }
+        codec_error_t cerr;
+        int r = codec_npy_parse(req->body, req->body_len, req->env->cfg->max_tensor_bytes, &d,
+                                &offset, &cerr);
+        if (r < 0) {
+            int status = r == -E2BIG ? 413 : 400;
+            api_respond_error(req, status, NULL, cerr.field, "%s", cerr.message);
+            return API_DONE;
+        }
+    } else {
+        api_respond_error(req, 415, "unsupported_media_type", "header.Content-Type",
+                          "upload a buffer as application/octet-stream (with ?dtype=&shape=) or "
+                          "application/x-npy");
+        return API_DONE;
+    }
+
+    buffer_t *buf = buffer_new();
+    if (!buf) {
+        api_respond_error(req, 500, "internal", NULL, "out of memory");
+        return API_DONE;
+    }
+    /* The body becomes the buffer's bytes without a copy: uploads may be large. */
+    uint64_t nbytes = tensor_desc_bytes(&d);
+    char *data = req->body;
+    req->body = NULL;
+    req->body_len = 0;
+    if (data && offset) memmove(data, data + offset, nbytes);
+    if (!data) data = malloc(1);
+    id_new('b', buf->id);
+    snprintf(buf->owner, sizeof buf->owner, "%s", req->user.name);
+    buf->desc = d;
+    buf->nbytes = nbytes;
+    buf->resident = resident;
+    buf->created_us = now_us();
+    buf->data = data;
+    if (!data) {
+        buffer_free(buf);
+        api_respond_error(req, 500, "internal", NULL, "out of memory");
+        return API_DONE;
+    }
+    api_request_suspend(req);
+    sched_buffer_put(req->env->sched, buf, buffer_put_reply, req);
+    return API_PENDING;
+}
+
+/* Checks the {id} path parameter. 0, or API_DONE after answering 400. */
+static int check_buffer_id(api_request_t *req, const char **ret_id)
+{
+    const char *id = api_path_param(req, "id");
+    if (!id_valid('b', id)) {
+        api_respond_error(req, 400, "invalid_argument", "id",
+                          "'%.40s' is not a buffer id ('b' and 24 hex digits)", id ? id : "");
+        return API_DONE;
+    }
+    *ret_id = id;
+    return 0;
+}
+
+int api_handle_buffer_get(api_request_t *req)
+{
+    static const char *const no_args[] = {NULL};
+    const char *id;
+    if (api_query_check(req, no_args) || check_buffer_id(req, &id)) return API_DONE;
+    store_reader_t *rd = api_request_reader(req);
+    if (!rd) return API_DONE;
+    buffer_t *buf = NULL;
+    int r = store_buffer_get(rd, id, &buf);
+    if (r == 0 && !api_request_may_see(req, buf->owner)) r = -ENOENT;
+    if (r == -ENOENT)
+        api_respond_error(req, 404, "not_found", "id", "buffer '%s' not found", id);
+    else if (r < 0)
+        api_respond_errno(req, r, "reading the buffer failed");
+    else
+        api_respond_json(req, 200, job_json_from_buffer(buf));
+    buffer_free(buf);
+    return API_DONE;
+}
+
+static void buffer_delete_reply(void *token, const sched_result_t *res)
+{
+    api_request_t *req = token;
+    const char *id = api_path_param(req, "id");
+    if (res->err == -ENOENT)
+        api_respond_error(req, 404, "not_found", "id", "buffer '%s' not found", id);
+    else if (res->err)
+        api_respond_errno(req, res->err, res->message);
+    else
+        api_respond_json(req, 200, json_pack("{s:s, s:b}", "id", id, "deleted", 1));
+    api_request_resume(req);
+}
+
+int api_handle_buffer_delete(api_request_t *req)
+{
+    static const char *const no_args[] = {NULL};
+    const char *id;
+    if (api_query_check(req, no_args) || check_buffer_id(req, &id)) return API_DONE;
+    api_request_suspend(req);
+    sched_buffer_delete(req->env->sched, api_request_owner_filter(req), id, buffer_delete_reply,
+                        req);
+    return API_PENDING;
+}
+
+int api_handle_usage(api_request_t *req)
+{
+    static const char *const no_args[] = {NULL};
+    if (api_query_check(req, no_args)) return API_DONE;
+    store_reader_t *rd = api_request_reader(req);
+    if (!rd) return API_DONE;
+    store_usage_t u;
+    int r = store_usage_get(rd, req->user.name, &u);
+    if (r < 0) {
+        api_respond_errno(req, r, "reading usage failed");
+        return API_DONE;
+    }
+    json_t *jobs = json_object();
+    for (int s = 0; s < JOB_STATE_COUNT; s++)
+        json_object_set_new(jobs, job_state_name((job_state_t)s), json_integer(u.jobs_by_state[s]));
+    api_respond_json(req, 200,
+                     json_pack("{s:s, s:o, s:f, s:f, s:I, s:I}", "owner", req->user.name, "jobs",
+                               jobs, "run_ms", (double)u.run_us / 1000.0, "gpu_ms",
+                               (double)u.gpu_ns / 1e6, "buffers", (json_int_t)u.buffers,
+                               "buffer_bytes", (json_int_t)u.buffer_bytes));
+    return API_DONE;
+}

@@ -1,0 +1,126 @@
+/* Handlers about the daemon itself: health, readiness, metrics and /v1/info. */
+#include "api_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/op.h"
+
+int api_handle_healthz(api_request_t *req)
+{
+    api_respond_json(req, 200, json_pack("{s:s}", "status", "ok"));
+    return API_DONE;
+}
+
+int api_handle_readyz(api_request_t *req)
+{
+    sched_stats_t stats;
+    sched_get_stats(req->env->sched, &stats);
+    bool ready = stats.accepting && !atomic_load(&req->env->intake_stopped);
+    api_respond_json(req, ready ? 200 : 503,
+                     json_pack("{s:s}", "status", ready ? "ready" : "draining"));
+    return API_DONE;
+}
+
+/* A growing text buffer for the Prometheus exposition. */
+typedef struct text {
+    char *buf;
+    size_t len, cap;
+    bool failed;
+} text_t;
+
+static void text_printf(text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_printf(text_t *t, const char *fmt, ...)
+{
+    for (int attempt = 0; attempt < 2 && !t->failed; attempt++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) break;
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap + (size_t)n + 1) * 2;
+        char *buf = realloc(t->buf, cap);
+        if (!buf) break;
+        t->buf = buf;
+        t->cap = cap;
+    }
+    t->failed = true;
+}
+
+static void metric(text_t *t, const char *name, const char *type, const char *help, long value)
+{
+    text_printf(t, "# HELP %s %s\n# TYPE %s %s\n%s %ld\n", name, help, name, type, name, value);
+}
+
+int api_handle_metrics(api_request_t *req)
+{
+    sched_stats_t s;
+    sched_get_stats(req->env->sched, &s);
+    text_t t = {.buf = malloc(4096), .cap = 4096};
+    t.failed = !t.buf;
+    metric(&t, "gpujobd_jobs_submitted_total", "counter", "Jobs accepted.", s.submitted_total);
+    metric(&t, "gpujobd_jobs_succeeded_total", "counter", "Jobs that succeeded.",
+           s.succeeded_total);
+    metric(&t, "gpujobd_jobs_failed_total", "counter", "Jobs that failed.", s.failed_total);
+    metric(&t, "gpujobd_jobs_cancelled_total", "counter", "Jobs cancelled.", s.cancelled_total);
+    metric(&t, "gpujobd_jobs_queued", "gauge", "Jobs waiting to run.", s.queued);
+    metric(&t, "gpujobd_jobs_running", "gauge", "Jobs running now.", s.running);
+    metric(&t, "gpujobd_batches_total", "counter", "Launches (batches) run.", s.batches_total);
+    metric(&t, "gpujobd_batched_jobs_total", "counter", "Jobs run inside batches.",
+           s.batched_jobs_total);
+    text_printf(&t, "# HELP gpujobd_http_requests_total HTTP responses sent, by status.\n"
+                    "# TYPE gpujobd_http_requests_total counter\n");
+    for (int code = 100; code < API_STATUS_MAX; code++) {
+        long n = atomic_load(&req->env->responses[code]);
+        if (n) text_printf(&t, "gpujobd_http_requests_total{code=\"%d\"} %ld\n", code, n);
+    }
+    if (t.failed) {
+        free(t.buf);
+        api_respond_error(req, 500, "internal", NULL, "out of memory");
+        return API_DONE;
+    }
+    api_respond_bytes(req, 200, "text/plain; version=0.0.4; charset=utf-8", t.buf, t.len);
+    return API_DONE;
+}
+
+static json_t *op_json(const op_def_t *op)
+{
+    json_t *inputs = json_array(), *params = json_array();
+    for (int j = 0; j < op->n_inputs; j++)
+        json_array_append_new(inputs, json_pack("{s:s, s:b}", "name", op->input_names[j],
+                                                "required", (op->required_inputs >> j) & 1));
+    for (const char *const *p = op->param_names; p && *p; p++)
+        json_array_append_new(params, json_string(*p));
+    return json_pack("{s:s, s:s, s:o, s:o}", "name", op->name, "summary",
+                     op->summary ? op->summary : "", "inputs", inputs, "params", params);
+}
+
+int api_handle_info(api_request_t *req)
+{
+    const config_t *cfg = req->env->cfg;
+    json_t *ops = json_array(), *dtypes = json_array();
+    for (int i = 0; i < op_count(); i++)
+        json_array_append_new(ops, op_json(op_at(i)));
+    for (int d = 0; d < DTYPE_COUNT; d++)
+        json_array_append_new(dtypes, json_string(dtype_name((dtype_t)d)));
+    json_t *backend = sched_describe_backend(req->env->sched);
+    json_t *limits = json_pack(
+        "{s:I, s:I, s:i, s:i, s:i, s:I, s:i, s:i}", "max_body_bytes",
+        (json_int_t)cfg->max_body_bytes, "max_tensor_bytes", (json_int_t)cfg->max_tensor_bytes,
+        "max_dims", TENSOR_MAX_DIMS, "max_jobs_per_request", cfg->max_jobs_per_request,
+        "max_queued_per_user", cfg->max_queued_per_user, "max_inline_output_bytes",
+        (json_int_t)cfg->max_inline_output_bytes, "max_wait_ms", cfg->max_wait_ms,
+        "max_running_per_user", cfg->max_running_per_user);
+    api_respond_json(req, 200,
+                     json_pack("{s:s, s:o, s:o, s:o, s:o, s:{s:s, s:b}}", "version",
+                               GPUJOBD_VERSION, "backend", backend ? backend : json_null(), "ops",
+                               ops, "dtypes", dtypes, "limits", limits, "user", "name",
+                               req->user.name, "admin", req->user.admin));
+    return API_DONE;
+}

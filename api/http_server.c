@@ -1,0 +1,498 @@
+/* The HTTP adapter: the only file of gpujobd that includes libmicrohttpd.
+ *
+ * It listens (TCP, and a Unix socket when configured) with a pool of MHD threads, collects
+ * each request's body under the size limit, decides who the user is, hands a plain
+ * api_request_t to the router and writes the api_response_t back. A handler that posts to the
+ * scheduler suspends its connection; the scheduler's reply callback (loop thread) fills the
+ * response and resumes it, and MHD then calls on_request() once more to send it.
+ *
+ * Lifetime: a request context lives from the first on_request() of a request to MHD's
+ * completion notice. A suspended connection is never timed out or completed by MHD, so a
+ * pending scheduler reply always finds its context; this holds until api_server_free(), which
+ * therefore must run after sched_stop() has answered every request (daemon/main.c does). */
+#include "api.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "api_internal.h"
+#include "daemon/log.h"
+
+/* Idle time after which MHD closes a connection (config has no key for it yet). Suspended
+ * connections (long polls) are exempt. */
+#define API_CONNECTION_TIMEOUT_S 60
+#define API_LISTEN_BACKLOG 511
+
+typedef struct listener {
+    struct api_server *srv;
+    bool is_unix;
+} listener_t;
+
+typedef struct reader_entry {
+    store_reader_t *rd;
+    struct reader_entry *next;
+} reader_entry_t;
+
+struct api_server {
+    api_env_t env; /* first: thread_reader() gets the server from it */
+    struct MHD_Daemon *tcp, *local;
+    listener_t tcp_listener, unix_listener;
+    int port;
+    char unix_path[PATH_MAX];
+    unsigned generation;
+    atomic_long pending; /* requests waiting for the scheduler */
+    pthread_mutex_t readers_lock;
+    reader_entry_t *readers;
+};
+
+typedef struct conn_ctx {
+    api_server_t *srv;
+    struct MHD_Connection *conn;
+    bool too_large;  /* the body passed max_body_bytes: answered 413 once it has ended */
+    bool dispatched; /* the router has run */
+    bool responded;  /* a response is queued: later calls only drain the upload */
+    atomic_bool reply_ready;
+    size_t body_cap;
+    api_request_t req;
+} conn_ctx_t;
+
+/* --- store readers, one per thread --- */
+
+/* Distinguishes servers over a process's life, so that a thread never reuses a reader of a
+ * server that is gone (tests start several). */
+static atomic_uint server_generation;
+static _Thread_local struct {
+    unsigned generation;
+    store_reader_t *rd;
+} tls_reader;
+
+static store_reader_t *thread_reader(api_env_t *env)
+{
+    api_server_t *srv = (api_server_t *)env;
+    if (tls_reader.rd && tls_reader.generation == srv->generation) return tls_reader.rd;
+    store_reader_t *rd = NULL;
+    int r = store_reader_open(env->cfg, &rd);
+    if (r < 0) {
+        log_error("Failed to open a store reader: %s", strerror(-r));
+        return NULL;
+    }
+    reader_entry_t *e = malloc(sizeof *e);
+    if (!e) {
+        store_reader_close(rd);
+        return NULL;
+    }
+    pthread_mutex_lock(&srv->readers_lock);
+    e->rd = rd;
+    e->next = srv->readers;
+    srv->readers = e;
+    pthread_mutex_unlock(&srv->readers_lock);
+    tls_reader.generation = srv->generation;
+    tls_reader.rd = rd;
+    return rd;
+}
+
+/* --- users --- */
+
+/* Who is asking. The one place that decides: over the Unix socket the peer's uid (root is an
+ * admin), over TCP the user "local" until token auth lands. 0 or a negative errno. */
+static int api_request_user(struct MHD_Connection *conn, bool over_unix, api_user_t *ret)
+{
+    api_user_t user = {0};
+    if (!over_unix) {
+        snprintf(user.name, sizeof user.name, "local");
+        *ret = user;
+        return 0;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    /* The kernel's struct ucred, spelled out: <sys/socket.h> declares it only under
+     * _GNU_SOURCE, and that in turn breaks <pthread.h> here because daemon/sched.h shadows the
+     * system <sched.h> on the include path. */
+    struct {
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+    } cred;
+    socklen_t len = sizeof cred;
+    if (!ci || getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+        return -errno ? -errno : -EIO;
+    struct passwd pw, *found = NULL;
+    char buf[4096];
+    if (getpwuid_r(cred.uid, &pw, buf, sizeof buf, &found) == 0 && found &&
+        strlen(found->pw_name) < sizeof user.name)
+        snprintf(user.name, sizeof user.name, "%s", found->pw_name);
+    else
+        snprintf(user.name, sizeof user.name, "uid:%u", (unsigned)cred.uid);
+    user.admin = cred.uid == 0;
+    *ret = user;
+    return 0;
+}
+
+/* --- suspend and resume --- */
+
+static void conn_suspend(api_request_t *req)
+{
+    conn_ctx_t *ctx = req->conn;
+    atomic_fetch_add(&ctx->srv->pending, 1);
+    MHD_suspend_connection(ctx->conn);
+}
+
+/* Runs on the scheduler's loop thread, after the reply was written into req->resp. */
+static void conn_resume(api_request_t *req)
+{
+    conn_ctx_t *ctx = req->conn;
+    atomic_fetch_sub(&ctx->srv->pending, 1);
+    atomic_store(&ctx->reply_ready, true);
+    MHD_resume_connection(ctx->conn);
+}
+
+static const api_conn_ops_t conn_ops = {conn_suspend, conn_resume};
+
+/* --- responses --- */
+
+static enum MHD_Result send_response(conn_ctx_t *ctx)
+{
+    api_request_t *req = &ctx->req;
+    api_response_t *resp = &req->resp;
+    char *data;
+    size_t len;
+    if (resp->json) {
+        data = json_dumps(resp->json, JSON_COMPACT);
+        len = data ? strlen(data) : 0;
+        char *grown = data ? realloc(data, len + 2) : NULL;
+        if (!grown) {
+            free(data);
+            return MHD_NO;
+        }
+        data = grown;
+        data[len++] = '\n';
+        data[len] = '\0';
+    } else {
+        data = resp->body;
+        len = resp->body_len;
+        resp->body = NULL;
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(data);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            resp->content_type ? resp->content_type : "application/json");
+    for (int i = 0; i < resp->n_headers; i++)
+        MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
+    int status = resp->status ? resp->status : 500;
+    enum MHD_Result ok = MHD_queue_response(ctx->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    ctx->responded = ok == MHD_YES;
+    if (status >= 100 && status < API_STATUS_MAX)
+        atomic_fetch_add(&ctx->srv->env.responses[status], 1);
+    log_debug("%s %s -> %d (%s)", req->method ? req->method : "?", req->path ? req->path : "?",
+              status, req->user.name);
+    return ok;
+}
+
+static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    api_request_t *req = cls;
+    if (req->n_query == API_MAX_QUERY) {
+        req->query_overflow = true;
+        return MHD_NO;
+    }
+    req->query[req->n_query++] = (api_kv_t){key, value ? value : ""};
+    return MHD_YES;
+}
+
+/* Appends an upload chunk, or drops it once the body has passed the limit. */
+static void body_append(conn_ctx_t *ctx, const char *data, size_t n)
+{
+    api_request_t *req = &ctx->req;
+    uint64_t max = ctx->srv->env.cfg->max_body_bytes;
+    if (ctx->too_large) return;
+    if (req->body_len + n > max) {
+        ctx->too_large = true;
+        free(req->body);
+        req->body = NULL;
+        req->body_len = 0;
+        return;
+    }
+    if (req->body_len + n + 1 > ctx->body_cap) {
+        size_t cap = ctx->body_cap ? ctx->body_cap : 4096;
+        while (cap < req->body_len + n + 1)
+            cap *= 2;
+        if (cap > max + 1) cap = max + 1;
+        char *grown = realloc(req->body, cap);
+        if (!grown) {
+            /* Out of memory is treated as over the limit: the client gets 413, not a crash. */
+            ctx->too_large = true;
+            free(req->body);
+            req->body = NULL;
+            req->body_len = 0;
+            return;
+        }
+        req->body = grown;
+        ctx->body_cap = cap;
+    }
+    memcpy(req->body + req->body_len, data, n);
+    req->body_len += n;
+    req->body[req->body_len] = '\0';
+}
+
+static void respond_too_large(conn_ctx_t *ctx)
+{
+    api_respond_error(&ctx->req, 413, "payload_too_large", "body",
+                      "the request body exceeds the limit of %" PRIu64 " bytes",
+                      ctx->srv->env.cfg->max_body_bytes);
+}
+
+/* The first call of a request: creates its context, decides the user and refuses at once a
+ * body that Content-Length says is too large. */
+static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn, void **con_cls)
+{
+    conn_ctx_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return MHD_NO;
+    ctx->srv = l->srv;
+    ctx->conn = conn;
+    ctx->req.env = &l->srv->env;
+    ctx->req.conn_ops = &conn_ops;
+    ctx->req.conn = ctx;
+    *con_cls = ctx;
+    int r = api_request_user(conn, l->is_unix, &ctx->req.user);
+    if (r < 0) {
+        log_warn("Failed to identify a Unix socket peer: %s", strerror(-r));
+        ctx->dispatched = true;
+        api_respond_error(&ctx->req, 500, "internal", NULL, "cannot identify the peer");
+        return send_response(ctx);
+    }
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno == 0 && *end == '\0' && n > l->srv->env.cfg->max_body_bytes) {
+            ctx->dispatched = true;
+            ctx->too_large = true;
+            respond_too_large(ctx);
+            return send_response(ctx);
+        }
+        if (errno == 0 && *end == '\0' && n > 0) {
+            ctx->req.body = malloc((size_t)n + 1);
+            ctx->body_cap = ctx->req.body ? (size_t)n + 1 : 0;
+        }
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    conn_ctx_t *ctx = *con_cls;
+    if (!ctx) return request_begin(cls, conn, con_cls);
+    if (ctx->responded) {
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        body_append(ctx, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (ctx->dispatched) {
+        /* Resumed after the scheduler's reply. */
+        if (!atomic_load(&ctx->reply_ready))
+            api_respond_error(&ctx->req, 500, "internal", NULL, "resumed without a reply");
+        return send_response(ctx);
+    }
+    ctx->dispatched = true;
+    if (ctx->too_large) {
+        respond_too_large(ctx);
+        return send_response(ctx);
+    }
+    api_request_t *req = &ctx->req;
+    req->method = method;
+    req->path = url;
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_query, req);
+    req->accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+    req->content_type =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    req->idempotency_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
+    if (api_dispatch(req) == API_PENDING) return MHD_YES;
+    return send_response(ctx);
+}
+
+/* MHD's completion notice: the request is over (answered, or the client went away). */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    conn_ctx_t *ctx = *con_cls;
+    if (!ctx) return;
+    api_request_cleanup(&ctx->req);
+    free(ctx->req.body);
+    free(ctx);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    line[strcspn(line, "\n")] = '\0';
+    log_warn("http: %s", line);
+}
+
+/* --- listening --- */
+
+static unsigned daemon_flags(void)
+{
+    unsigned poll =
+        MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL;
+    return MHD_USE_INTERNAL_POLLING_THREAD | poll | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+}
+
+static int start_tcp(api_server_t *srv, const char *host, int port)
+{
+    const config_t *cfg = srv->env.cfg;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    char port_str[16];
+    snprintf(port_str, sizeof port_str, "%d", port);
+    int r = getaddrinfo(host, port_str, &hints, &ai);
+    if (r != 0)
+        return log_error_errno(-EINVAL, "Failed to resolve listen address '%s': %s", host,
+                               gai_strerror(r));
+    unsigned flags = daemon_flags() | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    srv->tcp_listener = (listener_t){srv, false};
+    srv->tcp = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener,
+                                MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
+                                ai->ai_addr, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
+                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_CONNECTION_TIMEOUT_S,
+                                MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)API_LISTEN_BACKLOG,
+                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+    bool v6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    if (!srv->tcp)
+        return log_error_errno(-EADDRNOTAVAIL, "Failed to listen on '%s' (port %d)", host, port);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->tcp, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = info ? info->port : port;
+    log_info("listening on http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", srv->port);
+    return 0;
+}
+
+static int start_unix(api_server_t *srv, const char *path)
+{
+    const config_t *cfg = srv->env.cfg;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof addr.sun_path)
+        return log_error_errno(-ENAMETOOLONG, "Unix socket path '%s' is too long", path);
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+
+    /* A socket file left by a previous run is stale: nothing else may own our path. */
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return log_error_errno(-EEXIST, "'%s' exists and is not a socket", path);
+        unlink(path);
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int r = -errno;
+        return log_error_errno(r, "Failed to create a Unix socket: %s", strerror(-r));
+    }
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 || chmod(path, 0666) < 0 ||
+        listen(fd, API_LISTEN_BACKLOG) < 0) {
+        int r = -errno;
+        close(fd);
+        return log_error_errno(r, "Failed to listen on '%s': %s", path, strerror(-r));
+    }
+    snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
+    srv->unix_listener = (listener_t){srv, true};
+    srv->local = MHD_start_daemon(
+        daemon_flags(), 0, NULL, NULL, on_request, &srv->unix_listener, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_CONNECTION_TIMEOUT_S,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+    if (!srv->local) {
+        close(fd);
+        unlink(path);
+        srv->unix_path[0] = '\0';
+        return log_error_errno(-EIO, "Failed to serve on Unix socket '%s'", path);
+    }
+    log_info("listening on unix:%s", path);
+    return 0;
+}
+
+int api_server_start(const config_t *cfg, sched_t *sched, api_server_t **ret)
+{
+    char host[256];
+    int port = 0;
+    int r = config_listen_addr(cfg, host, sizeof host, &port);
+    if (r < 0) return log_error_errno(r, "Invalid listen address '%s'", cfg->listen);
+    api_server_t *srv = calloc(1, sizeof *srv);
+    if (!srv) return -ENOMEM;
+    srv->env.cfg = cfg;
+    srv->env.sched = sched;
+    srv->env.reader = thread_reader;
+    srv->env.find_op = op_find;
+    srv->generation = atomic_fetch_add(&server_generation, 1) + 1;
+    pthread_mutex_init(&srv->readers_lock, NULL);
+    r = start_tcp(srv, host, port);
+    if (r >= 0 && cfg->unix_socket[0]) r = start_unix(srv, cfg->unix_socket);
+    if (r < 0) {
+        api_server_free(srv);
+        return r;
+    }
+    *ret = srv;
+    return 0;
+}
+
+int api_server_port(const api_server_t *srv)
+{
+    return srv->port;
+}
+
+void api_server_stop_intake(api_server_t *srv)
+{
+    if (srv) atomic_store(&srv->env.intake_stopped, true);
+}
+
+void api_server_free(api_server_t *srv)
+{
+    if (!srv) return;
+    long pending = atomic_load(&srv->pending);
+    if (pending)
+        log_error("Stopping the HTTP server with %ld requests still waiting for the scheduler",
+                  pending);
+    /* MHD closes the listening sockets it was given along with the daemons. */
+    if (srv->tcp) MHD_stop_daemon(srv->tcp);
+    if (srv->local) MHD_stop_daemon(srv->local);
+    if (srv->unix_path[0]) unlink(srv->unix_path);
+    for (reader_entry_t *e = srv->readers, *next; e; e = next) {
+        next = e->next;
+        store_reader_close(e->rd);
+        free(e);
+    }
+    pthread_mutex_destroy(&srv->readers_lock);
+    free(srv);
+}

@@ -1,0 +1,440 @@
+#include "job_json.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tensor_codec.h"
+
+/* A deadline further away than this (about 31 years) is surely a unit mistake. */
+#define MAX_DEADLINE_MS 1000000000000LL
+
+int api_error_set(api_error_t *err, int r, int status, const char *code, const char *field,
+                  const char *fmt, ...)
+{
+    if (!err) return r;
+    err->status = status;
+    snprintf(err->code, sizeof err->code, "%s", code);
+    snprintf(err->field, sizeof err->field, "%s", field ? field : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* "prefix.rel", or rel alone when there is no prefix (or prefix alone when rel is ""). */
+static const char *field_path(char *buf, size_t size, const char *prefix, const char *rel)
+{
+    if (!prefix || !*prefix)
+        snprintf(buf, size, "%s", rel);
+    else if (!*rel)
+        snprintf(buf, size, "%s", prefix);
+    else
+        snprintf(buf, size, "%s.%s", prefix, rel);
+    return buf;
+}
+
+static int invalid(api_error_t *err, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int invalid(api_error_t *err, const char *field, const char *fmt, ...)
+{
+    char message[sizeof err->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    return api_error_set(err, -EINVAL, 400, "invalid_argument", field, "%s", message);
+}
+
+/* Maps a codec failure: a tensor over the byte limit is 413, memory 500, the rest 400. */
+static int codec_failure(api_error_t *err, int r, const codec_error_t *cerr)
+{
+    if (r == -E2BIG)
+        return api_error_set(err, r, 413, "payload_too_large", cerr->field, "%s", cerr->message);
+    if (r == -ENOMEM)
+        return api_error_set(err, r, 500, "internal", cerr->field, "%s", cerr->message);
+    return api_error_set(err, r, 400, "invalid_argument", cerr->field, "%s", cerr->message);
+}
+
+static bool key_in(const char *key, const char *const *keys)
+{
+    for (; *keys; keys++)
+        if (strcmp(*keys, key) == 0) return true;
+    return false;
+}
+
+/* Rejects keys of obj not in allowed, naming the first one. */
+static int check_keys(const json_t *obj, const char *const *allowed, const char *prefix,
+                      api_error_t *err)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)obj, key, value)
+    {
+        if (!key_in(key, allowed)) {
+            char field[128];
+            return invalid(err, field_path(field, sizeof field, prefix, key), "unknown key '%s'",
+                           key);
+        }
+    }
+    return 0;
+}
+
+/* Fills t from a tensor spec: inline data, b64 or a buffer reference. path is "inputs.x"
+ * with the caller's prefix. */
+static int parse_tensor(const json_t *spec, const job_json_env_t *env, const char *path,
+                        job_tensor_t *t, api_error_t *err)
+{
+    static const char *const keys[] = {"dtype", "shape", "data", "b64", "buffer", NULL};
+    char field[128];
+    if (!json_is_object(spec))
+        return invalid(err, path,
+                       "a tensor must be an object with dtype, shape and data, "
+                       "b64 or buffer");
+    int r = check_keys(spec, keys, path, err);
+    if (r < 0) return r;
+
+    const json_t *data = json_object_get(spec, "data");
+    const json_t *b64 = json_object_get(spec, "b64");
+    const json_t *buffer = json_object_get(spec, "buffer");
+    int sources = !!data + !!b64 + !!buffer;
+    if (sources == 0) return invalid(err, path, "one of data, b64 or buffer is required");
+    if (sources > 1) return invalid(err, path, "give only one of data, b64 or buffer");
+
+    if (buffer) {
+        field_path(field, sizeof field, path, "buffer");
+        if (json_object_get(spec, "dtype") || json_object_get(spec, "shape"))
+            return invalid(err,
+                           field_path(field, sizeof field, path,
+                                      json_object_get(spec, "dtype") ? "dtype" : "shape"),
+                           "dtype and shape come from the buffer; leave them out");
+        if (!json_is_string(buffer) || !id_valid('b', json_string_value(buffer)))
+            return invalid(err, field, "buffer must be a buffer id");
+        const char *id = json_string_value(buffer);
+        r = env->buffer_desc ? env->buffer_desc(env->ud, env->owner, id, &t->desc) : -ENOENT;
+        if (r == -ENOENT)
+            return api_error_set(err, r, 404, "not_found", field, "buffer '%s' not found", id);
+        if (r < 0)
+            return api_error_set(err, r, 500, "internal", field, "buffer '%s' unreadable: %s", id,
+                                 strerror(-r));
+        snprintf(t->buffer_id, sizeof t->buffer_id, "%s", id);
+        t->nbytes = tensor_desc_bytes(&t->desc);
+        return 0;
+    }
+
+    codec_error_t cerr = {0};
+    r = codec_desc_from_json(json_object_get(spec, "dtype"), json_object_get(spec, "shape"), path,
+                             env->cfg->max_tensor_bytes, &t->desc, &cerr);
+    if (r < 0) return codec_failure(err, r, &cerr);
+    t->nbytes = tensor_desc_bytes(&t->desc);
+
+    if (data) {
+        r = codec_data_from_json(data, &t->desc, field_path(field, sizeof field, path, "data"),
+                                 &t->data, &cerr);
+        return r < 0 ? codec_failure(err, r, &cerr) : 0;
+    }
+    field_path(field, sizeof field, path, "b64");
+    if (!json_is_string(b64)) return invalid(err, field, "b64 must be a base64 string");
+    void *bytes = NULL;
+    size_t len = 0;
+    r = codec_b64_decode(json_string_value(b64), json_string_length(b64), &bytes, &len, &cerr);
+    if (r < 0) {
+        snprintf(cerr.field, sizeof cerr.field, "%s", field);
+        return codec_failure(err, r, &cerr);
+    }
+    if (len != t->nbytes) {
+        free(bytes);
+        return invalid(err, field, "b64 holds %zu bytes but dtype and shape need %" PRIu64, len,
+                       t->nbytes);
+    }
+    t->data = bytes;
+    return 0;
+}
+
+static int parse_inputs(const json_t *inputs, const job_json_env_t *env, const char *prefix,
+                        job_t *job, api_error_t *err)
+{
+    const op_def_t *op = job->call.op;
+    char field[128], path[128];
+    field_path(field, sizeof field, prefix, "inputs");
+    if (!inputs) return invalid(err, field, "inputs is required");
+    if (!json_is_object(inputs)) return invalid(err, field, "inputs must be an object");
+
+    const char *name;
+    json_t *spec;
+    json_object_foreach((json_t *)inputs, name, spec)
+    {
+        snprintf(path, sizeof path, "%.63s.%.63s", field, name);
+        int j = op_input_index(op, name);
+        if (j < 0) {
+            char names[256] = "";
+            for (int k = 0; k < op->n_inputs; k++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
+                         op->input_names[k]);
+            return invalid(err, path, "op '%s' has no input '%s' (inputs: %s)", op->name, name,
+                           names);
+        }
+        job_tensor_t *t = &job->in[j];
+        snprintf(t->name, sizeof t->name, "%s", op->input_names[j]);
+        int r = parse_tensor(spec, env, path, t, err);
+        if (r < 0) return r;
+        job->call.in[j] = t->desc;
+        job->call.has_in[j] = true;
+    }
+    for (int j = 0; j < op->n_inputs; j++)
+        if ((op->required_inputs >> j & 1) && !job->call.has_in[j]) {
+            snprintf(path, sizeof path, "%.63s.%.63s", field, op->input_names[j]);
+            return invalid(err, path, "op '%s' requires input '%s'", op->name, op->input_names[j]);
+        }
+    return 0;
+}
+
+static int parse_scalars(const json_t *obj, const job_json_env_t *env, const char *prefix,
+                         job_t *job, api_error_t *err)
+{
+    char field[128];
+    const json_t *v = json_object_get(obj, "priority");
+    if (v) {
+        if (!json_is_integer(v) || json_integer_value(v) < -100 || json_integer_value(v) > 100)
+            return invalid(err, field_path(field, sizeof field, prefix, "priority"),
+                           "priority must be an integer in [-100, 100]");
+        job->priority = (int)json_integer_value(v);
+    }
+    v = json_object_get(obj, "device");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1023)
+            return invalid(err, field_path(field, sizeof field, prefix, "device"),
+                           "device must be null or a device index in [0, 1023]");
+        job->device = (int)json_integer_value(v);
+    }
+    v = json_object_get(obj, "deadline_ms");
+    int64_t deadline_ms = env->cfg->default_deadline_ms;
+    if (v) {
+        if (json_is_null(v))
+            deadline_ms = 0;
+        else if (json_is_integer(v) && json_integer_value(v) > 0 &&
+                 json_integer_value(v) <= MAX_DEADLINE_MS)
+            deadline_ms = json_integer_value(v);
+        else
+            return invalid(err, field_path(field, sizeof field, prefix, "deadline_ms"),
+                           "deadline_ms must be null or an integer in [1, %lld]",
+                           (long long)MAX_DEADLINE_MS);
+    }
+    job->deadline_us = deadline_ms > 0 ? env->now_us + deadline_ms * 1000 : 0;
+    return 0;
+}
+
+int job_json_parse(const json_t *obj, const job_json_env_t *env, const char *prefix, job_t **ret,
+                   api_error_t *err)
+{
+    static const char *const keys[] = {"op",     "params",      "inputs", "priority",
+                                       "device", "deadline_ms", NULL};
+    char field[128];
+    if (!json_is_object(obj)) return invalid(err, prefix, "a job must be a JSON object");
+    int r = check_keys(obj, keys, prefix, err);
+    if (r < 0) return r;
+
+    const json_t *opv = json_object_get(obj, "op");
+    field_path(field, sizeof field, prefix, "op");
+    if (!opv) return invalid(err, field, "op is required");
+    if (!json_is_string(opv)) return invalid(err, field, "op must be a string");
+    const op_def_t *op = env->find_op(json_string_value(opv));
+    if (!op) return invalid(err, field, "unknown op '%s'", json_string_value(opv));
+
+    const json_t *params = json_object_get(obj, "params");
+    if (json_is_null(params)) params = NULL;
+    if (params && !json_is_object(params))
+        return invalid(err, field_path(field, sizeof field, prefix, "params"),
+                       "params must be an object");
+
+    job_t *job = job_new();
+    if (!job) return api_error_set(err, -ENOMEM, 500, "internal", "", "out of memory");
+    job->call.op = op;
+    r = parse_scalars(obj, env, prefix, job, err);
+    if (r >= 0) r = parse_inputs(json_object_get(obj, "inputs"), env, prefix, job, err);
+    if (r >= 0) {
+        op_error_t oerr = {0};
+        r = op_params_check_keys(op, params, &oerr);
+        if (r >= 0) r = op->validate(params, &job->call, &oerr);
+        if (r < 0)
+            r = api_error_set(err, r, 400, "invalid_argument",
+                              field_path(field, sizeof field, prefix, oerr.field), "%s",
+                              oerr.message);
+    }
+    if (r >= 0) {
+        job->params_json = params ? json_dumps(params, JSON_COMPACT) : strdup("{}");
+        if (!job->params_json)
+            r = api_error_set(err, -ENOMEM, 500, "internal", "", "out of memory");
+    }
+    if (r < 0) {
+        job_free(job);
+        return r;
+    }
+    for (int j = 0; j < job->call.n_out; j++) {
+        job_tensor_t *t = &job->out[j];
+        snprintf(t->name, sizeof t->name, "%s", job->call.out_names[j]);
+        t->desc = job->call.out[j];
+        t->nbytes = tensor_desc_bytes(&t->desc);
+    }
+    id_new('j', job->id);
+    snprintf(job->owner, sizeof job->owner, "%s", env->owner);
+    job->state = JOB_QUEUED;
+    job->created_us = env->now_us;
+    *ret = job;
+    return 0;
+}
+
+void job_json_free_jobs(job_t **jobs, size_t n)
+{
+    for (size_t i = 0; jobs && i < n; i++)
+        job_free(jobs[i]);
+    free(jobs);
+}
+
+int job_json_parse_request(const json_t *root, const job_json_env_t *env, const char *idem_key,
+                           job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list, api_error_t *err)
+{
+    bool is_list = json_is_array(root);
+    size_t n = is_list ? json_array_size(root) : 1;
+    if (!is_list && !json_is_object(root))
+        return invalid(err, "", "the body must be a job object or a list of job objects");
+    if (n == 0) return invalid(err, "", "the list of jobs is empty");
+    if (n > (size_t)env->cfg->max_jobs_per_request)
+        return api_error_set(err, -E2BIG, 413, "payload_too_large", "",
+                             "%zu jobs in one request; at most %d are allowed", n,
+                             env->cfg->max_jobs_per_request);
+    bool has_key = idem_key && *idem_key;
+    if (has_key && is_list && strlen(idem_key) + 1 + 20 >= IDEM_KEY_SIZE)
+        return invalid(err, "header.Idempotency-Key",
+                       "Idempotency-Key must be at most %d characters for a list of jobs",
+                       IDEM_KEY_SIZE - 1 - 21);
+
+    job_t **jobs = calloc(n, sizeof *jobs);
+    if (!jobs) return api_error_set(err, -ENOMEM, 500, "internal", "", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char prefix[24] = "";
+        if (is_list) snprintf(prefix, sizeof prefix, "[%zu]", i);
+        int r =
+            job_json_parse(is_list ? json_array_get(root, i) : root, env, prefix, &jobs[i], err);
+        if (r < 0) {
+            job_json_free_jobs(jobs, i);
+            return r;
+        }
+        if (has_key && is_list)
+            snprintf(jobs[i]->idempotency_key, IDEM_KEY_SIZE, "%s:%zu", idem_key, i);
+        else if (has_key)
+            snprintf(jobs[i]->idempotency_key, IDEM_KEY_SIZE, "%s", idem_key);
+    }
+    *ret_jobs = jobs;
+    *ret_n = n;
+    *ret_is_list = is_list;
+    return 0;
+}
+
+/* --- to JSON --- */
+
+json_t *job_json_time(int64_t us)
+{
+    if (us <= 0) return json_null();
+    time_t secs = (time_t)(us / 1000000);
+    struct tm tm;
+    char buf[40];
+    gmtime_r(&secs, &tm);
+    size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, sizeof buf - n, ".%06dZ", (int)(us % 1000000));
+    return json_string(buf);
+}
+
+json_t *job_json_tensor_desc(const tensor_desc_t *d)
+{
+    json_t *shape = json_array();
+    for (int i = 0; i < d->ndim; i++)
+        json_array_append_new(shape, json_integer(d->shape[i]));
+    return json_pack("{s:s, s:o, s:I}", "dtype", dtype_name(d->dtype), "shape", shape, "bytes",
+                     (json_int_t)tensor_desc_bytes(d));
+}
+
+static json_t *ms_or_null(int64_t from_us, int64_t to_us)
+{
+    if (from_us <= 0 || to_us <= 0) return json_null();
+    return json_real((double)(to_us - from_us) / 1000.0);
+}
+
+static json_t *output_json(const job_tensor_t *t, uint64_t inline_max, job_json_load_fn load,
+                           void *load_ud)
+{
+    json_t *o = job_json_tensor_desc(&t->desc);
+    if (!o || t->nbytes > inline_max) return o;
+    void *bytes = t->data;
+    if (!bytes && load && load(load_ud, t, &bytes) < 0) bytes = NULL;
+    if (bytes) json_object_set_new(o, "data", codec_data_to_json(&t->desc, bytes));
+    if (bytes != t->data) free(bytes);
+    return o;
+}
+
+json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_fn load,
+                          void *load_ud)
+{
+    json_t *params = job->params_json ? json_loads(job->params_json, 0, NULL) : NULL;
+    json_t *inputs = json_object(), *outputs = json_object();
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        const job_tensor_t *t = &job->in[j];
+        if (!t->name[0]) continue;
+        json_t *o = job_json_tensor_desc(&t->desc);
+        if (t->buffer_id[0]) json_object_set_new(o, "buffer", json_string(t->buffer_id));
+        json_object_set_new(inputs, t->name, o);
+    }
+    /* Outputs exist only once a job succeeded; before that the slots hold expectations. */
+    for (int j = 0; job->state == JOB_SUCCEEDED && j < OP_MAX_TENSORS; j++)
+        if (job->out[j].name[0])
+            json_object_set_new(outputs, job->out[j].name,
+                                output_json(&job->out[j], inline_max, load, load_ud));
+
+    bool final = job_state_is_final(job->state);
+    int64_t queue_end = job->started_us ? job->started_us : job->finished_us;
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(job->id));
+    json_object_set_new(o, "owner", json_string(job->owner));
+    json_object_set_new(o, "op", job->call.op ? json_string(job->call.op->name) : json_null());
+    json_object_set_new(o, "params", params ? params : json_object());
+    json_object_set_new(o, "state", json_string(job_state_name(job->state)));
+    json_object_set_new(o, "priority", json_integer(job->priority));
+    json_object_set_new(o, "device", job->device >= 0 ? json_integer(job->device) : json_null());
+    json_object_set_new(o, "idempotency_key",
+                        job->idempotency_key[0] ? json_string(job->idempotency_key) : json_null());
+    json_object_set_new(o, "deadline_at", job_json_time(job->deadline_us));
+    json_object_set_new(o, "created_at", job_json_time(job->created_us));
+    json_object_set_new(o, "started_at", job_json_time(job->started_us));
+    json_object_set_new(o, "finished_at", job_json_time(job->finished_us));
+    json_object_set_new(o, "attempts", json_integer(job->attempts));
+    json_object_set_new(o, "run_device",
+                        job->run_device >= 0 ? json_integer(job->run_device) : json_null());
+    json_object_set_new(o, "batch_size",
+                        job->batch_size > 0 ? json_integer(job->batch_size) : json_null());
+    json_object_set_new(o, "queue_ms", ms_or_null(job->created_us, queue_end));
+    json_object_set_new(o, "run_ms", ms_or_null(job->started_us, job->finished_us));
+    json_object_set_new(
+        o, "gpu_ms", final && job->started_us ? json_real((double)job->gpu_ns / 1e6) : json_null());
+    json_object_set_new(o, "error",
+                        job->error_code[0] ? json_pack("{s:s, s:s}", "code", job->error_code,
+                                                       "message", job->error_message)
+                                           : json_null());
+    json_object_set_new(o, "inputs", inputs);
+    json_object_set_new(o, "outputs", outputs);
+    return o;
+}
+
+json_t *job_json_from_buffer(const buffer_t *buf)
+{
+    json_t *o = job_json_tensor_desc(&buf->desc);
+    if (!o) return NULL;
+    json_object_set_new(o, "id", json_string(buf->id));
+    json_object_set_new(o, "resident", json_boolean(buf->resident));
+    json_object_set_new(o, "created_at", job_json_time(buf->created_us));
+    return o;
+}

@@ -1,0 +1,68 @@
+/* Jobs and buffers in JSON: request bodies of POST /v1/jobs into validated job_t, and
+ * job_t / buffer_t into the JSON of DESIGN.md §2. No HTTP and no store here: what the parser
+ * needs from the outside (ops, buffer descriptors) comes through job_json_env_t. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/config.h"
+#include "daemon/job.h"
+
+/* An error on its way to the client: the HTTP status, the error code of the JSON body
+ * ("invalid_argument"), the field path ("[3].inputs.x.dtype", "" for none) and a message. */
+typedef struct api_error {
+    int status;
+    char code[32];
+    char field[128];
+    char message[320];
+} api_error_t;
+
+/* Fills *err (when not NULL) and returns r (a negative errno). */
+int api_error_set(api_error_t *err, int r, int status, const char *code, const char *field,
+                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+typedef struct job_json_env {
+    const config_t *cfg;
+    const char *owner; /* the submitting user */
+    int64_t now_us;    /* "now" for deadlines and created_us */
+    /* The op table (op_find in the daemon; tests give their own). */
+    const op_def_t *(*find_op)(const char *name);
+    /* Descriptor of buffer id as seen by owner: 0, or -ENOENT when it is missing or belongs
+     * to someone else (both answer 404). NULL: buffer references are refused. */
+    int (*buffer_desc)(void *ud, const char *owner, const char *id, tensor_desc_t *ret);
+    void *ud;
+} job_json_env_t;
+
+/* Parses one job object into a new validated job (state queued, a new id, owner and
+ * created_us from env, tensors decoded into memory, outputs described by the op). prefix is
+ * prepended to error fields ("[3]" gives "[3].inputs.x"; "" for none). 0, or a negative errno
+ * with *err filled (400, 404 for a missing buffer, 413 for a tensor over the limit). */
+int job_json_parse(const json_t *obj, const job_json_env_t *env, const char *prefix, job_t **ret,
+                   api_error_t *err);
+
+/* Parses a POST /v1/jobs body: one job object or a list of 1..cfg->max_jobs_per_request of
+ * them, all-or-nothing. idem_key ("" or NULL for none) becomes each job's idempotency key,
+ * suffixed ":INDEX" for a list. *ret_jobs is a malloc'd array of n owned jobs. */
+int job_json_parse_request(const json_t *root, const job_json_env_t *env, const char *idem_key,
+                           job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list, api_error_t *err);
+/* Frees n jobs and the array. */
+void job_json_free_jobs(job_t **jobs, size_t n);
+
+/* Loads the bytes of an output tensor for inlining: 0 and a new malloc'd block, or a negative
+ * errno (the output is then described without data). */
+typedef int (*job_json_load_fn)(void *ud, const job_tensor_t *t, void **ret_data);
+
+/* The job's JSON (a new reference, NULL on allocation failure). Outputs of at most
+ * inline_max bytes carry their data: from t->data when in memory, else through load (which may
+ * be NULL: then only in-memory data is inlined). */
+json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_fn load,
+                          void *load_ud);
+/* {"dtype", "shape", "bytes"}: a new reference. */
+json_t *job_json_tensor_desc(const tensor_desc_t *d);
+json_t *job_json_from_buffer(const buffer_t *buf);
+/* RFC 3339 UTC with microseconds ("2026-01-02T03:04:05.000006Z") as a JSON string, or JSON
+ * null for 0. */
+json_t *job_json_time(int64_t us);
