@@ -767,6 +767,8 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
         store_rollback(s->st);
         log_error("could not commit a finished batch: its jobs run again after a restart");
     }
+    /* Counters first: a waiter that wakes up and reads /metrics sees the batch ended. */
+    atomic_fetch_sub(&s->running, batch->n);
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = strmap_get(s->entries, job->id);
@@ -780,7 +782,6 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
         job_free(job);
         free(e);
     }
-    atomic_fetch_sub(&s->running, batch->n);
     s->batches_in_flight--;
     free(batch->jobs);
     free(sb);

@@ -1,0 +1,464 @@
+/* bench_loadgen: HTTP load against a running gpujobd, with libcurl multi and keep-alive
+ * connections, one connection per concurrent client.
+ *
+ *   bench_loadgen [--duration S] [--concurrency 1,16,64] [--array 100,1000]
+ *                 [--array-concurrency 4] [--elements 1024] [--modes submit,array,e2e] URL
+ *
+ * Modes, each run for --duration seconds per setting:
+ *   submit  one tiny job (saxpy on --elements f32, inline data) per POST, at each concurrency:
+ *           accepted jobs/s (201s per second) and p50/p99 submit latency;
+ *   array   N such jobs per POST for each N of --array: jobs/s and per-POST latency;
+ *   e2e     submit, then GET /v1/jobs/{id}/wait until done, at each concurrency: completed
+ *           jobs/s and p50/p99 submit-to-done latency.
+ * Prints one Markdown table on stdout. */
+#define _GNU_SOURCE
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LOADGEN_MAX_LEVELS 16
+
+typedef struct loadgen_opts {
+    const char *url;
+    double duration_s;
+    int concurrency[LOADGEN_MAX_LEVELS], n_concurrency;
+    int array_sizes[LOADGEN_MAX_LEVELS], n_array_sizes;
+    int array_concurrency;
+    int elements;
+    bool mode_submit, mode_array, mode_e2e;
+} loadgen_opts_t;
+
+typedef enum slot_phase { PHASE_SUBMIT, PHASE_WAIT } slot_phase_t;
+
+/* One concurrent client: an easy handle that is re-armed after each response. */
+typedef struct slot {
+    CURL *easy;
+    slot_phase_t phase;
+    double t_start; /* of the current POST: latency is measured from here */
+    char *resp;
+    size_t resp_len, resp_cap;
+    char url[512];
+} slot_t;
+
+typedef struct run_stats {
+    long requests;  /* responses received */
+    long jobs_ok;   /* jobs accepted (submit, array) or completed (e2e) */
+    long errors;    /* transport errors and unexpected statuses */
+    double *lat_ms; /* one per successful request (submit, array) or job (e2e) */
+    long n_lat, cap_lat;
+} run_stats_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    slot_t *s = arg;
+    size_t len = size * n;
+    if (s->resp_len + len + 1 > s->resp_cap) {
+        size_t cap = s->resp_cap ? s->resp_cap : 4096;
+        while (cap < s->resp_len + len + 1)
+            cap *= 2;
+        char *r = realloc(s->resp, cap);
+        if (!r) return 0;
+        s->resp = r;
+        s->resp_cap = cap;
+    }
+    memcpy(s->resp + s->resp_len, p, len);
+    s->resp_len += len;
+    s->resp[s->resp_len] = '\0';
+    return len;
+}
+
+static void stats_add_latency(run_stats_t *st, double ms)
+{
+    if (st->n_lat == st->cap_lat) {
+        long cap = st->cap_lat ? 2 * st->cap_lat : 4096;
+        double *l = realloc(st->lat_ms, (size_t)cap * sizeof *l);
+        if (!l) return;
+        st->lat_ms = l;
+        st->cap_lat = cap;
+    }
+    st->lat_ms[st->n_lat++] = ms;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile of the sorted latencies (nearest rank), or 0 when there are none. */
+static double percentile(const run_stats_t *st, double q)
+{
+    if (st->n_lat == 0) return 0;
+    long i = (long)(q * (double)st->n_lat + 0.5) - 1;
+    if (i < 0) i = 0;
+    if (i >= st->n_lat) i = st->n_lat - 1;
+    return st->lat_ms[i];
+}
+
+/* A saxpy job on n f32 elements with inline data, as compact JSON (malloc'd). */
+static char *tiny_job_json(int n)
+{
+    json_t *x = json_array(), *y = json_array();
+    unsigned seed = 1;
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        json_array_append_new(x, json_integer((int)(seed >> 16) % 100));
+        json_array_append_new(y, json_integer(i % 7));
+    }
+    json_t *job = json_pack("{s:s, s:{s:f}, s:{s:{s:s, s:[i], s:o}, s:{s:s, s:[i], s:o}}}", "op",
+                            "saxpy", "params", "a", 2.0, "inputs", "x", "dtype", "f32", "shape", n,
+                            "data", x, "y", "dtype", "f32", "shape", n, "data", y);
+    char *text = json_dumps(job, JSON_COMPACT);
+    json_decref(job);
+    return text;
+}
+
+/* count copies of job in a JSON array (malloc'd). */
+static char *array_json(const char *job, int count)
+{
+    size_t len = strlen(job);
+    char *text = malloc((len + 1) * (size_t)count + 2);
+    if (!text) return NULL;
+    char *p = text;
+    *p++ = '[';
+    for (int i = 0; i < count; i++) {
+        if (i) *p++ = ',';
+        memcpy(p, job, len);
+        p += len;
+    }
+    *p++ = ']';
+    *p = '\0';
+    return text;
+}
+
+static struct curl_slist *json_headers;
+
+static void slot_arm_submit(slot_t *s, const char *base_url, const char *body)
+{
+    curl_easy_reset(s->easy);
+    snprintf(s->url, sizeof s->url, "%s/v1/jobs", base_url);
+    curl_easy_setopt(s->easy, CURLOPT_URL, s->url);
+    curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, json_headers);
+    curl_easy_setopt(s->easy, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(s->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+    curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
+    curl_easy_setopt(s->easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(s->easy, CURLOPT_TIMEOUT, 120L);
+    curl_easy_setopt(s->easy, CURLOPT_TCP_NODELAY, 1L);
+    s->phase = PHASE_SUBMIT;
+    s->resp_len = 0;
+    s->t_start = now_s();
+}
+
+static void slot_arm_wait(slot_t *s, const char *base_url, const char *id)
+{
+    curl_easy_reset(s->easy);
+    snprintf(s->url, sizeof s->url, "%s/v1/jobs/%s/wait?timeout=60", base_url, id);
+    curl_easy_setopt(s->easy, CURLOPT_URL, s->url);
+    curl_easy_setopt(s->easy, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
+    curl_easy_setopt(s->easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(s->easy, CURLOPT_TIMEOUT, 120L);
+    curl_easy_setopt(s->easy, CURLOPT_TCP_NODELAY, 1L);
+    s->phase = PHASE_WAIT;
+    s->resp_len = 0;
+}
+
+/* Runs `concurrency` clients for duration_s. Each POSTs body (jobs_per_post jobs); in e2e mode
+ * each then waits for its job. Responses after the deadline are not counted. */
+static int run_level(const loadgen_opts_t *o, const char *body, int jobs_per_post, int concurrency,
+                     bool e2e, run_stats_t *ret)
+{
+    run_stats_t st = {0};
+    CURLM *multi = curl_multi_init();
+    slot_t *slots = calloc((size_t)concurrency, sizeof *slots);
+    if (!multi || !slots) {
+        curl_multi_cleanup(multi);
+        free(slots);
+        return -ENOMEM;
+    }
+    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)concurrency);
+    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)concurrency);
+    double t0 = now_s(), end = t0 + o->duration_s;
+    for (int i = 0; i < concurrency; i++) {
+        slots[i].easy = curl_easy_init();
+        slot_arm_submit(&slots[i], o->url, body);
+        curl_multi_add_handle(multi, slots[i].easy);
+    }
+    int active = concurrency;
+    while (active > 0) {
+        int running = 0;
+        curl_multi_perform(multi, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(multi, &left))) {
+            if (msg->msg != CURLMSG_DONE) continue;
+            slot_t *s = NULL;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+            CURLcode cr = msg->data.result;
+            long status = 0;
+            curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &status);
+            curl_multi_remove_handle(multi, s->easy);
+            double t = now_s();
+            bool in_time = t <= end;
+            bool next_wait = false;
+            char id[64] = "";
+            if (in_time) st.requests++;
+            if (cr != CURLE_OK || (s->phase == PHASE_SUBMIT && status != 201) ||
+                (s->phase == PHASE_WAIT && status != 200)) {
+                if (in_time) st.errors++;
+            } else if (s->phase == PHASE_SUBMIT && e2e) {
+                json_t *j = json_loadb(s->resp, s->resp_len, 0, NULL);
+                const char *v = json_string_value(json_object_get(j, "id"));
+                if (v) {
+                    snprintf(id, sizeof id, "%s", v);
+                    next_wait = true;
+                } else if (in_time) {
+                    st.errors++;
+                }
+                json_decref(j);
+            } else if (s->phase == PHASE_WAIT) {
+                json_t *j = json_loadb(s->resp, s->resp_len, 0, NULL);
+                const char *state = json_string_value(json_object_get(j, "state"));
+                if (state && strcmp(state, "succeeded") == 0) {
+                    if (in_time) {
+                        st.jobs_ok++;
+                        stats_add_latency(&st, (t - s->t_start) * 1e3);
+                    }
+                } else if (state &&
+                           (strcmp(state, "queued") == 0 || strcmp(state, "running") == 0)) {
+                    /* The long-poll timed out: wait again. */
+                    next_wait = true;
+                    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(j, "id")));
+                } else if (in_time) {
+                    st.errors++;
+                }
+                json_decref(j);
+            } else if (in_time) {
+                st.jobs_ok += jobs_per_post;
+                stats_add_latency(&st, (t - s->t_start) * 1e3);
+            }
+            if (next_wait) {
+                slot_arm_wait(s, o->url, id);
+                curl_multi_add_handle(multi, s->easy);
+            } else if (t < end) {
+                slot_arm_submit(s, o->url, body);
+                curl_multi_add_handle(multi, s->easy);
+            } else {
+                active--;
+            }
+        }
+        if (active > 0) curl_multi_poll(multi, NULL, 0, 100, NULL);
+    }
+    for (int i = 0; i < concurrency; i++) {
+        curl_easy_cleanup(slots[i].easy);
+        free(slots[i].resp);
+    }
+    free(slots);
+    curl_multi_cleanup(multi);
+    qsort(st.lat_ms, (size_t)st.n_lat, sizeof *st.lat_ms, cmp_double);
+    *ret = st;
+    return 0;
+}
+
+/* Waits (up to 300 s) until the daemon's /metrics show no queued or running job, so that each
+ * row starts from an idle daemon rather than the backlog of the previous one. */
+static void wait_idle(const char *base_url)
+{
+    CURL *c = curl_easy_init();
+    slot_t s = {0};
+    char url[512];
+    snprintf(url, sizeof url, "%s/metrics", base_url);
+    double until = now_s() + 300;
+    while (c && now_s() < until) {
+        curl_easy_reset(c);
+        s.resp_len = 0;
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+        if (curl_easy_perform(c) != CURLE_OK || !s.resp) break;
+        long busy = 0;
+        for (const char *line = s.resp; line && *line;) {
+            if (strncmp(line, "gpujobd_jobs_queued ", 20) == 0 ||
+                strncmp(line, "gpujobd_jobs_running ", 21) == 0)
+                busy += strtol(strchr(line, ' ') + 1, NULL, 10);
+            line = strchr(line, '\n');
+            if (line) line++;
+        }
+        if (busy == 0) break;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    curl_easy_cleanup(c);
+    free(s.resp);
+}
+
+static void print_row(const char *mode, int concurrency, int per_post, double duration_s,
+                      const run_stats_t *st)
+{
+    printf("| %s | %d | %d | %ld | %ld | %ld | %.0f | %.2f | %.2f |\n", mode, concurrency, per_post,
+           st->requests, st->jobs_ok, st->errors, (double)st->jobs_ok / duration_s,
+           percentile(st, 0.50), percentile(st, 0.99));
+    fflush(stdout);
+}
+
+static int parse_list(const char *arg, int *out, int *ret_n)
+{
+    int n = 0;
+    const char *p = arg;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 100000 || n == LOADGEN_MAX_LEVELS) return -EINVAL;
+        out[n++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -EINVAL;
+    }
+    if (n == 0) return -EINVAL;
+    *ret_n = n;
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fputs("usage: bench_loadgen [--duration S] [--concurrency 1,16,64] [--array 100,1000]\n"
+          "                     [--array-concurrency 4] [--elements 1024]\n"
+          "                     [--modes submit,array,e2e] URL\n",
+          f);
+}
+
+static int parse_args(int argc, char **argv, loadgen_opts_t *o)
+{
+    static const struct option opts[] = {
+        {"duration", required_argument, NULL, 'd'},
+        {"concurrency", required_argument, NULL, 'c'},
+        {"array", required_argument, NULL, 'a'},
+        {"array-concurrency", required_argument, NULL, 'A'},
+        {"elements", required_argument, NULL, 'n'},
+        {"modes", required_argument, NULL, 'm'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    *o = (loadgen_opts_t){.duration_s = 5,
+                          .concurrency = {1, 16, 64},
+                          .n_concurrency = 3,
+                          .array_sizes = {100, 1000},
+                          .n_array_sizes = 2,
+                          .array_concurrency = 4,
+                          .elements = 1024,
+                          .mode_submit = true,
+                          .mode_array = true,
+                          .mode_e2e = true};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+            o->duration_s = strtod(optarg, NULL);
+            if (!(o->duration_s > 0)) {
+                fprintf(stderr, "bench_loadgen: --duration must be a positive number\n");
+                return -EINVAL;
+            }
+            break;
+        case 'c':
+            if (parse_list(optarg, o->concurrency, &o->n_concurrency) < 0) {
+                fprintf(stderr, "bench_loadgen: --concurrency: a list like 1,16,64\n");
+                return -EINVAL;
+            }
+            break;
+        case 'a':
+            if (parse_list(optarg, o->array_sizes, &o->n_array_sizes) < 0) {
+                fprintf(stderr, "bench_loadgen: --array: a list like 100,1000\n");
+                return -EINVAL;
+            }
+            break;
+        case 'A':
+            o->array_concurrency = atoi(optarg);
+            break;
+        case 'n':
+            o->elements = atoi(optarg);
+            break;
+        case 'm':
+            o->mode_submit = strstr(optarg, "submit") != NULL;
+            o->mode_array = strstr(optarg, "array") != NULL;
+            o->mode_e2e = strstr(optarg, "e2e") != NULL;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -EINVAL;
+        }
+    }
+    if (optind != argc - 1 || o->array_concurrency < 1 || o->elements < 1) {
+        usage(stderr);
+        return -EINVAL;
+    }
+    o->url = argv[optind];
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    loadgen_opts_t o;
+    if (parse_args(argc, argv, &o) < 0) return 2;
+    curl_global_init(CURL_GLOBAL_ALL);
+    json_headers = curl_slist_append(NULL, "Content-Type: application/json");
+    json_headers = curl_slist_append(json_headers, "Expect:");
+    char *job = tiny_job_json(o.elements);
+    if (!job) return 1;
+
+    printf("| mode | concurrency | jobs/POST | requests | jobs ok | errors | jobs/s | p50 ms | "
+           "p99 ms |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    run_stats_t st;
+    if (o.mode_submit)
+        for (int i = 0; i < o.n_concurrency; i++) {
+            wait_idle(o.url);
+            if (run_level(&o, job, 1, o.concurrency[i], false, &st) < 0) return 1;
+            print_row("submit", o.concurrency[i], 1, o.duration_s, &st);
+            free(st.lat_ms);
+        }
+    if (o.mode_array)
+        for (int i = 0; i < o.n_array_sizes; i++) {
+            wait_idle(o.url);
+            char *body = array_json(job, o.array_sizes[i]);
+            if (!body || run_level(&o, body, o.array_sizes[i], o.array_concurrency, false, &st) < 0)
+                return 1;
+            print_row("array", o.array_concurrency, o.array_sizes[i], o.duration_s, &st);
+            free(st.lat_ms);
+            free(body);
+        }
+    if (o.mode_e2e)
+        for (int i = 0; i < o.n_concurrency; i++) {
+            wait_idle(o.url);
+            if (run_level(&o, job, 1, o.concurrency[i], true, &st) < 0) return 1;
+            print_row("e2e", o.concurrency[i], 1, o.duration_s, &st);
+            free(st.lat_ms);
+        }
+    printf("\nElements per job: %d (saxpy, f32, inline JSON); %.1f s per row. Latency: per POST "
+           "(submit, array) or submit-to-done (e2e).\n",
+           o.elements, o.duration_s);
+    free(job);
+    curl_slist_free_all(json_headers);
+    curl_global_cleanup();
+    return 0;
+}

@@ -1,0 +1,112 @@
+/* End-to-end test support: runs the real gpujobd binary (getenv("GPUJOBD_BIN")) on a free
+ * port with a fresh state directory, and speaks real HTTP to it with libcurl.
+ *
+ * Each daemon lives in its own mkdtemp directory (config file, state dir, the daemon's log).
+ * The daemon's stderr is a pipe drained on a thread into that log, so the daemon never blocks
+ * on it; the "listening on http://HOST:PORT" line gives the port. The daemon gets
+ * PR_SET_PDEATHSIG, so a test that dies (a failed assertion in Check's forked child) takes its
+ * daemon with it and leaves the directory behind for inspection; e2e_daemon_free() after a
+ * passing test removes it.
+ *
+ * Functions named e2e_*_ok() assert with Check and return only on success; the others return 0
+ * or a negative errno. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct e2e_daemon e2e_daemon_t;
+
+/* Writes config_ini (INI text, may be "") to a new temp dir and starts gpujobd with
+ * `--config FILE --listen 127.0.0.1:0 --state-dir DIR/state --backend cpu`. Waits up to 30 s
+ * for the listening line. On failure the daemon's log is copied to stderr. */
+int e2e_daemon_start(const char *config_ini, e2e_daemon_t **ret);
+/* Starts the binary again on the same directory (after a stop or a kill). */
+int e2e_daemon_restart(e2e_daemon_t *d);
+/* SIGTERM, then waits up to timeout_ms for the exit; *ret_wait_status is waitpid's status.
+ * -ETIMEDOUT (the daemon is then killed with SIGKILL) when it does not exit in time. */
+int e2e_daemon_stop(e2e_daemon_t *d, int timeout_ms, int *ret_wait_status);
+/* SIGKILL and reap. */
+void e2e_daemon_kill(e2e_daemon_t *d);
+/* True while the process runs (not exited, not reaped). */
+bool e2e_daemon_alive(e2e_daemon_t *d);
+pid_t e2e_daemon_pid(const e2e_daemon_t *d);
+/* "http://127.0.0.1:PORT" of the current run; a borrowed string. */
+const char *e2e_daemon_url(const e2e_daemon_t *d);
+int e2e_daemon_port(const e2e_daemon_t *d);
+/* The temp directory; a borrowed string. */
+const char *e2e_daemon_dir(const e2e_daemon_t *d);
+/* Kills the daemon if it still runs, removes the temp dir, frees. Accepts NULL. */
+void e2e_daemon_free(e2e_daemon_t *d);
+
+/* One HTTP exchange. body and headers are NUL-terminated for convenience; json is the parsed
+ * body when it parses as JSON, else NULL. */
+typedef struct e2e_response {
+    long status;
+    char *headers; /* the raw header block of the final response */
+    char *body;
+    size_t body_len;
+    json_t *json;
+} e2e_response_t;
+
+/* Sends method path (e.g. "/v1/jobs?limit=10") with extra headers (a NULL-terminated list of
+ * "Name: value", or NULL) and body (len bytes; NULL for none). Waits at most 60 s. Each thread
+ * keeps one keep-alive connection. 0, or -EIO with the curl error on stderr. */
+int e2e_http_request(e2e_daemon_t *d, const char *method, const char *path,
+                     const char *const *headers, const void *body, size_t len, e2e_response_t *ret);
+/* Frees what a response holds and zeroes it. */
+void e2e_response_clear(e2e_response_t *r);
+/* Copies the value of header name (case-insensitive) into buf; NULL when absent. */
+const char *e2e_response_header(const e2e_response_t *r, const char *name, char *buf, size_t size);
+/* Frees this thread's curl handle; threads other than the main one call it before exiting. */
+void e2e_http_thread_done(void);
+
+/* Sends JSON text (NULL for no body) with Content-Type: application/json, asserts the status
+ * and returns the parsed body (a new reference; json null when the body is not JSON). */
+json_t *e2e_json_ok(e2e_daemon_t *d, const char *method, const char *path, const char *json_text,
+                    long expect_status);
+/* Submits one job (a borrowed JSON object), asserts 201 and returns its id (malloc'd). */
+char *e2e_submit_ok(e2e_daemon_t *d, const json_t *job);
+/* Waits through GET /v1/jobs/{id}/wait until the job is final; fails the test after
+ * timeout_s. Returns the job's JSON (a new reference). */
+json_t *e2e_wait_final_ok(e2e_daemon_t *d, const char *id, double timeout_s);
+/* Polls GET /v1/jobs/{id} until its state is state; fails the test after timeout_s. */
+void e2e_wait_state_ok(e2e_daemon_t *d, const char *id, const char *state, double timeout_s);
+/* Counts the jobs GET /v1/jobs lists with query (e.g. "state=queued", or ""), following the
+ * `next` cursors. */
+long e2e_count_jobs_ok(e2e_daemon_t *d, const char *query);
+/* The value of one sample (e.g. `gpujobd_http_requests_total{code="201"}`) in GET /metrics; 0
+ * when the sample is absent. */
+double e2e_metric_ok(e2e_daemon_t *d, const char *sample);
+
+/* A job that keeps one CPU worker busy for about a second or more here: conv2d on f32, x [1, C,
+ * 64, 64] and w [C, C, 3, 3] with channels = C given as base64 (the cost grows as C^2). A new
+ * reference. */
+json_t *e2e_long_job_new(int channels);
+
+/* The string of job["state"], or "" when absent; a borrowed string. */
+const char *e2e_job_state(const json_t *job);
+/* The error object's code and field of an error response ("" when absent); borrowed. */
+const char *e2e_error_code(const json_t *body);
+const char *e2e_error_field(const json_t *body);
+/* Flattens a nested or flat JSON array of numbers into out (at most cap values); returns the
+ * number of leaves, or -1 when a leaf is not a number. */
+long e2e_json_flatten(const json_t *data, double *out, long cap);
+/* Standard base64 of len bytes (malloc'd, NUL-terminated). */
+char *e2e_base64(const void *data, size_t len);
+/* A .npy v1.0 file of the given descr ("<f4"), shape and data; malloc'd, size in *ret_len. */
+void *e2e_npy_build(const char *descr, const int64_t *shape, int ndim, const void *data,
+                    size_t data_len, size_t *ret_len);
+/* Parses a .npy file: descr (e.g. "<f4") copied into descr, shape into shape (up to 8), and the
+ * data's offset in the file. 0 or -EINVAL when the file is not a valid little-endian C-order
+ * .npy whose data length matches its header. */
+int e2e_npy_parse(const void *file, size_t len, char descr[16], int64_t shape[8], int *ret_ndim,
+                  size_t *ret_data_offset);
+/* Deterministic pseudo-random numbers for test data (xorshift); seed is updated. */
+uint32_t e2e_rand(uint32_t *seed);
+double e2e_rand_uniform(uint32_t *seed, double lo, double hi);
+/* Monotonic time in seconds. */
+double e2e_now(void);

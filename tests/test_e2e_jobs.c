@@ -1,0 +1,822 @@
+/* End-to-end: the real gpujobd on the CPU backend, driven over HTTP. Every result is checked
+ * against a computation done here, in the test, from the same random inputs. */
+/* POSIX and XSI (nftw); not _GNU_SOURCE: with gpujobd_core's include path, <pthread.h> would
+ * then reach daemon/sched.h for cpu_set_t. */
+#define _DEFAULT_SOURCE
+#define _XOPEN_SOURCE 700
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "support/daemon_harness.h"
+
+/* Small limits on purpose: one CPU worker and one running job per user make "queued behind a
+ * long job" deterministic for the cancel and deadline tests. */
+static const char one_worker_config[] = "[limits]\n"
+                                        "max_running_per_user = 1\n"
+                                        "[scheduler]\n"
+                                        "cpu_threads = 1\n";
+
+/* conv2d channels for a job that runs about 1.6 s on one core of the 2-core CI machine
+ * (measured on the CPU backend here: 192 channels 1.65 s, 256 channels 3.0 s). */
+#define LONG_JOB_CHANNELS 192
+
+static e2e_daemon_t *start_daemon(const char *config)
+{
+    e2e_daemon_t *d = NULL;
+    int r = e2e_daemon_start(config, &d);
+    ck_assert_msg(r == 0, "gpujobd did not start: %s", strerror(-r));
+    return d;
+}
+
+static bool is_float_dtype(const char *dtype)
+{
+    return dtype[0] == 'f' || dtype[0] == 'b';
+}
+
+/* {"dtype", "shape", "data": [...]} with n values (integers for integer dtypes). */
+static json_t *tensor_inline(const char *dtype, const int64_t *shape, int ndim, const double *v,
+                             long n)
+{
+    json_t *dims = json_array(), *data = json_array();
+    for (int i = 0; i < ndim; i++)
+        json_array_append_new(dims, json_integer(shape[i]));
+    for (long i = 0; i < n; i++)
+        json_array_append_new(data, is_float_dtype(dtype) ? json_real(v[i])
+                                                          : json_integer((json_int_t)v[i]));
+    return json_pack("{s:s, s:o, s:o}", "dtype", dtype, "shape", dims, "data", data);
+}
+
+/* n random values representable in dtype (f32 values rounded to float). */
+static void random_values(const char *dtype, double *v, long n, double lo, double hi,
+                          uint32_t *seed)
+{
+    for (long i = 0; i < n; i++) {
+        double x = e2e_rand_uniform(seed, lo, hi);
+        v[i] = is_float_dtype(dtype) ? (double)(float)x : floor(x);
+    }
+}
+
+/* The out tensor of a finished job: asserts succeeded, dtype and element count, and returns
+ * the values flattened into out (cap values). */
+static void job_output(const json_t *job, const char *name, const char *dtype, long n, double *out)
+{
+    ck_assert_msg(strcmp(e2e_job_state(job), "succeeded") == 0, "job %s: %s (error %s)",
+                  json_string_value(json_object_get(job, "id")), e2e_job_state(job),
+                  json_dumps(json_object_get(job, "error"), JSON_COMPACT));
+    json_t *t = json_object_get(json_object_get(job, "outputs"), name);
+    ck_assert_msg(t != NULL, "no output %s", name);
+    ck_assert_str_eq(json_string_value(json_object_get(t, "dtype")), dtype);
+    long got = e2e_json_flatten(json_object_get(t, "data"), out, n);
+    ck_assert_msg(got == n, "output %s has %ld values, expected %ld", name, got, n);
+}
+
+static bool info_has_op(e2e_daemon_t *d, const char *name)
+{
+    json_t *info = e2e_json_ok(d, "GET", "/v1/info", NULL, 200);
+    json_t *ops = json_object_get(info, "ops");
+    bool found = json_object_get(ops, name) != NULL;
+    size_t i;
+    json_t *op;
+    json_array_foreach(ops, i, op) if (json_is_string(json_object_get(op, "name")) &&
+                                       strcmp(json_string_value(json_object_get(op, "name")),
+                                              name) == 0) found = true;
+    json_decref(info);
+    return found;
+}
+
+/* Runs op on random x (and y) of dtype and checks every output element. */
+static void check_elementwise(e2e_daemon_t *d, const char *op, const char *dtype, uint32_t seed)
+{
+    enum { N = 1000 };
+    static const int64_t shape[] = {8, 125};
+    double x[N], y[N], got[N];
+    bool is_float = is_float_dtype(dtype);
+    random_values(dtype, x, N, is_float ? -10 : -1000, is_float ? 10 : 1000, &seed);
+    random_values(dtype, y, N, is_float ? -10 : -1000, is_float ? 10 : 1000, &seed);
+    double a = is_float ? 2.5 : 3;
+    json_t *job =
+        json_pack("{s:s, s:{s:o, s:o}}", "op", op, "inputs", "x",
+                  tensor_inline(dtype, shape, 2, x, N), "y", tensor_inline(dtype, shape, 2, y, N));
+    if (strcmp(op, "saxpy") == 0)
+        json_object_set_new(job, "params",
+                            json_pack("{s:o}", "a", is_float ? json_real(a) : json_integer(3)));
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    job_output(done, "out", dtype, N, got);
+    json_t *out_shape =
+        json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "shape");
+    ck_assert_int_eq(json_array_size(out_shape), 2);
+    ck_assert_int_eq(json_integer_value(json_array_get(out_shape, 0)), 8);
+    ck_assert_int_eq(json_integer_value(json_array_get(out_shape, 1)), 125);
+    for (int i = 0; i < N; i++) {
+        double want, tol = 0;
+        if (strcmp(op, "add") == 0) {
+            want = is_float ? (double)((float)x[i] + (float)y[i]) : x[i] + y[i];
+        } else if (strcmp(op, "mul") == 0) {
+            want = is_float ? (double)((float)x[i] * (float)y[i]) : x[i] * y[i];
+        } else {
+            want = a * x[i] + y[i];
+            /* a*x+y in f32, fused or not, is within an ulp or two of the exact value. */
+            if (is_float) tol = 3e-7 * (fabs(a * x[i]) + fabs(y[i]));
+        }
+        ck_assert_msg(fabs(got[i] - want) <= tol, "%s %s [%d]: got %.9g, expected %.9g", op, dtype,
+                      i, got[i], want);
+    }
+    free(id);
+    json_decref(job);
+    json_decref(done);
+}
+
+/* sum and dot: one value of shape [], i32 accumulated exactly into i64, f32 into f32. */
+static void check_reduction(e2e_daemon_t *d, const char *op, const char *dtype, uint32_t seed)
+{
+    enum { N = 1000 };
+    static const int64_t shape[] = {N};
+    double x[N], y[N], got;
+    bool is_float = is_float_dtype(dtype);
+    random_values(dtype, x, N, is_float ? -10 : -1000, is_float ? 10 : 1000, &seed);
+    random_values(dtype, y, N, is_float ? -10 : -1000, is_float ? 10 : 1000, &seed);
+    bool is_dot = strcmp(op, "dot") == 0;
+    json_t *inputs = json_pack("{s:o}", "x", tensor_inline(dtype, shape, 1, x, N));
+    if (is_dot) json_object_set_new(inputs, "y", tensor_inline(dtype, shape, 1, y, N));
+    json_t *job = json_pack("{s:s, s:o}", "op", op, "inputs", inputs);
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    job_output(done, "out", is_float ? "f32" : "i64", 1, &got);
+    double want = 0, magnitude = 0;
+    for (int i = 0; i < N; i++) {
+        double term = is_dot ? x[i] * y[i] : x[i];
+        want += term;
+        magnitude += fabs(term);
+    }
+    double tol = is_float ? 1e-6 * magnitude : 0;
+    ck_assert_msg(fabs(got - want) <= tol, "%s %s: got %.9g, expected %.9g", op, dtype, got, want);
+    free(id);
+    json_decref(job);
+    json_decref(done);
+}
+
+START_TEST(test_ops_match_reference_computation)
+{
+    e2e_daemon_t *d = start_daemon("");
+    static const char *const dtypes[] = {"f32", "i32"};
+    static const char *const ew_ops[] = {"add", "mul", "saxpy"};
+    for (int t = 0; t < 2; t++) {
+        for (int o = 0; o < 3; o++)
+            check_elementwise(d, ew_ops[o], dtypes[t], 100 + 10 * t + o);
+        check_reduction(d, "sum", dtypes[t], 200 + t);
+        check_reduction(d, "dot", dtypes[t], 300 + t);
+    }
+    e2e_daemon_free(d);
+}
+END_TEST
+
+static int cmp_int_asc(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+START_TEST(test_sort_matches_reference_when_present)
+{
+    e2e_daemon_t *d = start_daemon("");
+    if (!info_has_op(d, "sort")) {
+        fprintf(stderr, "sort is not in /v1/info: skipped\n");
+        e2e_daemon_free(d);
+        return;
+    }
+    enum { N = 500 };
+    static const int64_t shape[] = {N};
+    uint32_t seed = 7;
+    double keys[N], got[N], want[N];
+    random_values("i32", keys, N, -50, 50, &seed); /* many ties */
+    json_t *job = json_pack("{s:s, s:{s:o}}", "op", "sort", "inputs", "keys",
+                            tensor_inline("i32", shape, 1, keys, N));
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    job_output(done, "keys", "i32", N, got);
+    memcpy(want, keys, sizeof want);
+    qsort(want, N, sizeof want[0], cmp_int_asc);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(got[i] == want[i], "sort [%d]: got %g, expected %g", i, got[i], want[i]);
+    free(id);
+    json_decref(job);
+    json_decref(done);
+
+    /* Descending argsort of f32 keys: indices are the stable permutation. */
+    double fkeys[N], idx[N];
+    random_values("f32", fkeys, N, -4, 4, &seed);
+    for (int i = 0; i < N; i += 7)
+        fkeys[i] = 1.0; /* ties, which must keep their input order */
+    job = json_pack("{s:s, s:{s:b, s:b}, s:{s:o}}", "op", "sort", "params", "descending", 1,
+                    "argsort", 1, "inputs", "keys", tensor_inline("f32", shape, 1, fkeys, N));
+    id = e2e_submit_ok(d, job);
+    done = e2e_wait_final_ok(d, id, 30);
+    job_output(done, "indices", "i64", N, idx);
+    job_output(done, "keys", "f32", N, got);
+    for (int i = 0; i < N; i++) {
+        ck_assert(idx[i] >= 0 && idx[i] < N);
+        ck_assert_msg(got[i] == fkeys[(int)idx[i]], "keys[%d] is not keys_in[indices[%d]]", i, i);
+        if (i > 0) {
+            ck_assert_msg(got[i - 1] >= got[i], "not descending at %d", i);
+            if (got[i - 1] == got[i]) ck_assert_msg(idx[i - 1] < idx[i], "tie at %d not stable", i);
+        }
+    }
+    free(id);
+    json_decref(job);
+    json_decref(done);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_gemm_matches_reference_when_present)
+{
+    e2e_daemon_t *d = start_daemon("");
+    if (!info_has_op(d, "gemm")) {
+        fprintf(stderr, "gemm is not in /v1/info: skipped\n");
+        e2e_daemon_free(d);
+        return;
+    }
+    enum { M = 16, K = 24, N = 8 };
+    static const int64_t sa[] = {M, K}, sb[] = {K, N};
+    uint32_t seed = 99;
+    double a[M * K], b[K * N], got[M * N];
+    random_values("f32", a, M * K, -1, 1, &seed);
+    random_values("f32", b, K * N, -1, 1, &seed);
+    json_t *job = json_pack("{s:s, s:{s:o, s:o}}", "op", "gemm", "inputs", "a",
+                            tensor_inline("f32", sa, 2, a, M * K), "b",
+                            tensor_inline("f32", sb, 2, b, K * N));
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    job_output(done, "out", "f32", M * N, got);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double want = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                want += a[i * K + k] * b[k * N + j];
+                mag += fabs(a[i * K + k] * b[k * N + j]);
+            }
+            ck_assert_msg(fabs(got[i * N + j] - want) <= 1e-6 * mag + 1e-30,
+                          "gemm [%d,%d]: got %.9g, expected %.9g", i, j, got[i * N + j], want);
+        }
+    free(id);
+    json_decref(job);
+    json_decref(done);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* Uploads raw bytes as a buffer; returns its id (malloc'd). */
+static char *upload_raw_buffer(e2e_daemon_t *d, const char *dtype, const char *shape_query,
+                               const void *bytes, size_t len)
+{
+    static const char *const hdrs[] = {"Content-Type: application/octet-stream", NULL};
+    char path[256];
+    snprintf(path, sizeof path, "/v1/buffers?dtype=%s&shape=%s", dtype, shape_query);
+    e2e_response_t resp;
+    ck_assert(e2e_http_request(d, "POST", path, hdrs, bytes, len, &resp) == 0);
+    ck_assert_msg(resp.status == 201, "POST %s: %ld %s", path, resp.status, resp.body);
+    ck_assert_str_eq(json_string_value(json_object_get(resp.json, "dtype")), dtype);
+    ck_assert_int_eq(json_integer_value(json_object_get(resp.json, "bytes")), (long)len);
+    char *id = strdup(json_string_value(json_object_get(resp.json, "id")));
+    e2e_response_clear(&resp);
+    return id;
+}
+
+START_TEST(test_b64_and_buffer_inputs)
+{
+    e2e_daemon_t *d = start_daemon("");
+    enum { N = 300 };
+    static const int64_t shape[] = {N};
+    uint32_t seed = 5;
+    double x[N], y[N], got[N];
+    float xf[N];
+    random_values("f32", x, N, -3, 3, &seed);
+    random_values("f32", y, N, -3, 3, &seed);
+    for (int i = 0; i < N; i++)
+        xf[i] = (float)x[i];
+
+    /* x as base64 of its little-endian bytes. */
+    char *b64 = e2e_base64(xf, sizeof xf);
+    json_t *job =
+        json_pack("{s:s, s:{s:{s:s, s:[i], s:s}, s:o}}", "op", "add", "inputs", "x", "dtype", "f32",
+                  "shape", N, "b64", b64, "y", tensor_inline("f32", shape, 1, y, N));
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    job_output(done, "out", "f32", N, got);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(got[i] == (double)(xf[i] + (float)y[i]), "b64 add [%d]", i);
+    free(id);
+    free(b64);
+    json_decref(job);
+    json_decref(done);
+
+    /* x as an uploaded buffer, then referenced by id; its metadata reads back. */
+    char *buf = upload_raw_buffer(d, "f32", "300", xf, sizeof xf);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/buffers/%s", buf);
+    json_t *meta = e2e_json_ok(d, "GET", path, NULL, 200);
+    ck_assert_str_eq(json_string_value(json_object_get(meta, "id")), buf);
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(meta, "shape"), 0)), N);
+    json_decref(meta);
+    job = json_pack("{s:s, s:{s:{s:s}, s:o}}", "op", "mul", "inputs", "x", "buffer", buf, "y",
+                    tensor_inline("f32", shape, 1, y, N));
+    id = e2e_submit_ok(d, job);
+    done = e2e_wait_final_ok(d, id, 30);
+    job_output(done, "out", "f32", N, got);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(got[i] == (double)(xf[i] * (float)y[i]), "buffer mul [%d]", i);
+    free(id);
+    json_decref(job);
+    json_decref(done);
+
+    /* A deleted buffer can no longer be referenced. */
+    json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
+    json_decref(e2e_json_ok(d, "GET", path, NULL, 404));
+    free(buf);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_array_of_100_jobs_in_one_post)
+{
+    e2e_daemon_t *d = start_daemon("");
+    enum { JOBS = 100, N = 16 };
+    static const int64_t shape[] = {N};
+    static double x[JOBS][N], y[JOBS][N];
+    uint32_t seed = 11;
+    json_t *array = json_array();
+    for (int j = 0; j < JOBS; j++) {
+        const char *dtype = j % 2 ? "i32" : "f32";
+        random_values(dtype, x[j], N, -100, 100, &seed);
+        random_values(dtype, y[j], N, -100, 100, &seed);
+        json_array_append_new(array,
+                              json_pack("{s:s, s:{s:o, s:o}}", "op", j % 3 ? "add" : "mul",
+                                        "inputs", "x", tensor_inline(dtype, shape, 1, x[j], N), "y",
+                                        tensor_inline(dtype, shape, 1, y[j], N)));
+    }
+    char *text = json_dumps(array, JSON_COMPACT);
+    json_t *created = e2e_json_ok(d, "POST", "/v1/jobs", text, 201);
+    free(text);
+    ck_assert_msg(json_is_array(created), "an array POST answers an array");
+    ck_assert_int_eq(json_array_size(created), JOBS);
+    for (int j = 0; j < JOBS; j++) {
+        const char *id = json_string_value(json_object_get(json_array_get(created, j), "id"));
+        ck_assert(id != NULL);
+        for (int k = 0; k < j; k++)
+            ck_assert_str_ne(id,
+                             json_string_value(json_object_get(json_array_get(created, k), "id")));
+        json_t *done = e2e_wait_final_ok(d, id, 30);
+        double got[N];
+        job_output(done, "out", j % 2 ? "i32" : "f32", N, got);
+        for (int i = 0; i < N; i++) {
+            double want = j % 3 ? (double)((float)x[j][i] + (float)y[j][i])
+                                : (double)((float)x[j][i] * (float)y[j][i]);
+            if (j % 2) want = j % 3 ? x[j][i] + y[j][i] : x[j][i] * y[j][i];
+            ck_assert_msg(got[i] == want, "job %d [%d]: got %g, expected %g", j, i, got[i], want);
+        }
+        json_decref(done);
+    }
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), JOBS);
+    json_decref(created);
+    json_decref(array);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* Parses the integers of an X-Shape value, whatever its punctuation ("8,125" or "[8, 125]"). */
+static int parse_shape_header(const char *s, int64_t *dims, int cap)
+{
+    int n = 0;
+    while (*s && n < cap) {
+        if (*s >= '0' && *s <= '9') {
+            char *end;
+            dims[n++] = strtoll(s, &end, 10);
+            s = end;
+        } else {
+            s++;
+        }
+    }
+    return n;
+}
+
+START_TEST(test_output_download_json_raw_and_npy)
+{
+    e2e_daemon_t *d = start_daemon("");
+    enum { N = 1000 };
+    static const int64_t shape[] = {8, 125};
+    uint32_t seed = 21;
+    double x[N], y[N], inline_out[N];
+    random_values("f32", x, N, -10, 10, &seed);
+    random_values("f32", y, N, -10, 10, &seed);
+    json_t *job =
+        json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 0.75, "inputs", "x",
+                  tensor_inline("f32", shape, 2, x, N), "y", tensor_inline("f32", shape, 2, y, N));
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    job_output(done, "out", "f32", N, inline_out);
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/outputs/out", id);
+
+    /* JSON */
+    static const char *const accept_json[] = {"Accept: application/json", NULL};
+    e2e_response_t resp;
+    ck_assert(e2e_http_request(d, "GET", path, accept_json, NULL, 0, &resp) == 0);
+    ck_assert_msg(resp.status == 200, "GET %s (json): %ld %s", path, resp.status, resp.body);
+    double got[N];
+    ck_assert_str_eq(json_string_value(json_object_get(resp.json, "dtype")), "f32");
+    ck_assert_int_eq(e2e_json_flatten(json_object_get(resp.json, "data"), got, N), N);
+    for (int i = 0; i < N; i++)
+        ck_assert(got[i] == inline_out[i]);
+    e2e_response_clear(&resp);
+
+    /* Raw bytes: exactly the floats the JSON printed. */
+    static const char *const accept_raw[] = {"Accept: application/octet-stream", NULL};
+    ck_assert(e2e_http_request(d, "GET", path, accept_raw, NULL, 0, &resp) == 0);
+    ck_assert_msg(resp.status == 200, "GET %s (raw): %ld", path, resp.status);
+    ck_assert_int_eq(resp.body_len, N * sizeof(float));
+    char hv[128];
+    ck_assert_msg(e2e_response_header(&resp, "X-Dtype", hv, sizeof hv), "no X-Dtype header");
+    ck_assert_str_eq(hv, "f32");
+    ck_assert_msg(e2e_response_header(&resp, "X-Shape", hv, sizeof hv), "no X-Shape header");
+    int64_t dims[8];
+    ck_assert_int_eq(parse_shape_header(hv, dims, 8), 2);
+    ck_assert(dims[0] == 8 && dims[1] == 125);
+    float raw[N];
+    memcpy(raw, resp.body, sizeof raw);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg((double)raw[i] == inline_out[i], "raw [%d]", i);
+    e2e_response_clear(&resp);
+
+    /* .npy: a valid file whose data are the same bytes. */
+    static const char *const accept_npy[] = {"Accept: application/x-npy", NULL};
+    ck_assert(e2e_http_request(d, "GET", path, accept_npy, NULL, 0, &resp) == 0);
+    ck_assert_msg(resp.status == 200, "GET %s (npy): %ld", path, resp.status);
+    char descr[16];
+    int ndim = 0;
+    size_t off = 0;
+    ck_assert_msg(e2e_npy_parse(resp.body, resp.body_len, descr, dims, &ndim, &off) == 0,
+                  "the .npy download does not parse");
+    ck_assert_str_eq(descr, "<f4");
+    ck_assert_int_eq(ndim, 2);
+    ck_assert(dims[0] == 8 && dims[1] == 125);
+    ck_assert(memcmp(resp.body + off, raw, sizeof raw) == 0);
+    e2e_response_clear(&resp);
+
+    free(id);
+    json_decref(job);
+    json_decref(done);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* Uploads a .npy, adds 0 to it in a job, downloads the result as .npy: the data bytes come back
+ * unchanged, for f32 and i32. */
+START_TEST(test_npy_buffer_round_trip)
+{
+    e2e_daemon_t *d = start_daemon("");
+    static const char *const descrs[] = {"<f4", "<i4"};
+    static const char *const dtypes[] = {"f32", "i32"};
+    static const char *const npy_hdr[] = {"Content-Type: application/x-npy", NULL};
+    for (int t = 0; t < 2; t++) {
+        enum { R = 4, C = 50 };
+        int64_t shape[] = {R, C};
+        uint32_t seed = 31 + t;
+        uint32_t data[R * C];
+        for (int i = 0; i < R * C; i++) {
+            float f = (float)e2e_rand_uniform(&seed, 0.5, 100);
+            int32_t v = (int32_t)e2e_rand_uniform(&seed, -1e6, 1e6);
+            memcpy(&data[i], t == 0 ? (void *)&f : (void *)&v, 4);
+        }
+        size_t len;
+        void *npy = e2e_npy_build(descrs[t], shape, 2, data, sizeof data, &len);
+        e2e_response_t resp;
+        ck_assert(e2e_http_request(d, "POST", "/v1/buffers", npy_hdr, npy, len, &resp) == 0);
+        ck_assert_msg(resp.status == 201, "npy upload: %ld %s", resp.status, resp.body);
+        ck_assert_str_eq(json_string_value(json_object_get(resp.json, "dtype")), dtypes[t]);
+        json_t *rshape = json_object_get(resp.json, "shape");
+        ck_assert(json_array_size(rshape) == 2 &&
+                  json_integer_value(json_array_get(rshape, 0)) == R &&
+                  json_integer_value(json_array_get(rshape, 1)) == C);
+        ck_assert_int_eq(json_integer_value(json_object_get(resp.json, "bytes")), sizeof data);
+        char *buf = strdup(json_string_value(json_object_get(resp.json, "id")));
+        e2e_response_clear(&resp);
+        free(npy);
+
+        json_t *job = json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:[], s:[i]}}}", "op", "add", "inputs",
+                                "x", "buffer", buf, "y", "dtype", dtypes[t], "shape", "data", 0);
+        char *id = e2e_submit_ok(d, job);
+        json_t *done = e2e_wait_final_ok(d, id, 30);
+        ck_assert_str_eq(e2e_job_state(done), "succeeded");
+        char path[256];
+        snprintf(path, sizeof path, "/v1/jobs/%s/outputs/out", id);
+        static const char *const accept_npy[] = {"Accept: application/x-npy", NULL};
+        ck_assert(e2e_http_request(d, "GET", path, accept_npy, NULL, 0, &resp) == 0);
+        ck_assert_int_eq(resp.status, 200);
+        char descr[16];
+        int64_t dims[8];
+        int ndim;
+        size_t off;
+        ck_assert(e2e_npy_parse(resp.body, resp.body_len, descr, dims, &ndim, &off) == 0);
+        ck_assert_str_eq(descr, descrs[t]);
+        ck_assert(ndim == 2 && dims[0] == R && dims[1] == C);
+        ck_assert_msg(memcmp(resp.body + off, data, sizeof data) == 0,
+                      "%s: downloaded bytes differ from the uploaded ones", dtypes[t]);
+        e2e_response_clear(&resp);
+        free(buf);
+        free(id);
+        json_decref(job);
+        json_decref(done);
+    }
+    e2e_daemon_free(d);
+}
+END_TEST
+
+static json_t *small_add_job(int value)
+{
+    return json_pack("{s:s, s:{s:{s:s, s:[i], s:[i,i]}, s:{s:s, s:[i], s:[i,i]}}}", "op", "add",
+                     "inputs", "x", "dtype", "i32", "shape", 2, "data", value, value + 1, "y",
+                     "dtype", "i32", "shape", 2, "data", 1, 1);
+}
+
+START_TEST(test_cancel_queued_job_never_runs)
+{
+    e2e_daemon_t *d = start_daemon(one_worker_config);
+    json_t *long_job = e2e_long_job_new(LONG_JOB_CHANNELS);
+    char *long_id = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, long_id, "running", 10);
+
+    json_t *small = small_add_job(5);
+    char *id = e2e_submit_ok(d, small);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *job = e2e_json_ok(d, "GET", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(job), "queued");
+    json_decref(job);
+
+    job = e2e_json_ok(d, "DELETE", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(job), "cancelled");
+    json_decref(job);
+
+    json_t *long_done = e2e_wait_final_ok(d, long_id, 60);
+    ck_assert_str_eq(e2e_job_state(long_done), "succeeded");
+    /* The worker was free after the long job: a job left in the queue would have run by now. */
+    char *after_id = e2e_submit_ok(d, small);
+    json_decref(e2e_wait_final_ok(d, after_id, 30));
+    free(after_id);
+    job = e2e_json_ok(d, "GET", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(job), "cancelled");
+    ck_assert_msg(json_is_null(json_object_get(job, "started_at")), "a cancelled job started");
+    json_decref(job);
+    json_decref(e2e_json_ok(d, "DELETE", path, NULL, 409));
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=cancelled"), 1);
+
+    free(id);
+    free(long_id);
+    json_decref(small);
+    json_decref(long_job);
+    json_decref(long_done);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_deadline_passes_while_queued)
+{
+    e2e_daemon_t *d = start_daemon(one_worker_config);
+    json_t *long_job = e2e_long_job_new(LONG_JOB_CHANNELS);
+    char *long_id = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, long_id, "running", 10);
+
+    json_t *small = small_add_job(1);
+    json_object_set_new(small, "deadline_ms", json_integer(200));
+    char *id = e2e_submit_ok(d, small);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    ck_assert_str_eq(e2e_job_state(done), "failed");
+    ck_assert_str_eq(e2e_error_code(done), "deadline_exceeded");
+    ck_assert(json_is_null(json_object_get(done, "started_at")));
+    /* It failed while the long job still held the only worker. */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", long_id);
+    json_t *long_now = e2e_json_ok(d, "GET", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(long_now), "running");
+    json_decref(long_now);
+
+    json_decref(e2e_wait_final_ok(d, long_id, 60));
+    free(id);
+    free(long_id);
+    json_decref(done);
+    json_decref(small);
+    json_decref(long_job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_idempotent_resubmission_returns_first_job)
+{
+    e2e_daemon_t *d = start_daemon("");
+    json_t *job = small_add_job(3);
+    char *text = json_dumps(job, JSON_COMPACT);
+    const char *hdrs[] = {"Content-Type: application/json", "Idempotency-Key: e2e-key-1", NULL};
+    e2e_response_t first, again;
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs", hdrs, text, strlen(text), &first) == 0);
+    ck_assert_msg(first.status == 201, "first: %ld %s", first.status, first.body);
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs", hdrs, text, strlen(text), &again) == 0);
+    ck_assert_msg(again.status == 200, "retry: %ld %s", again.status, again.body);
+    const char *id1 = json_string_value(json_object_get(first.json, "id"));
+    const char *id2 = json_string_value(json_object_get(again.json, "id"));
+    ck_assert(id1 && id2);
+    ck_assert_str_eq(id1, id2);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 1);
+
+    /* Another key is another job. */
+    const char *hdrs2[] = {"Content-Type: application/json", "Idempotency-Key: e2e-key-2", NULL};
+    e2e_response_t other;
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs", hdrs2, text, strlen(text), &other) == 0);
+    ck_assert_int_eq(other.status, 201);
+    ck_assert_str_ne(json_string_value(json_object_get(other.json, "id")), id1);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 2);
+    e2e_response_clear(&first);
+    e2e_response_clear(&again);
+    e2e_response_clear(&other);
+    free(text);
+    json_decref(job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+static bool id_in(const char *id, char **ids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(ids[i], id) == 0) return true;
+    return false;
+}
+
+START_TEST(test_list_pagination_and_filters)
+{
+    e2e_daemon_t *d = start_daemon("");
+    enum { JOBS = 25, MULS = 10 };
+    char *ids[JOBS];
+    for (int i = 0; i < JOBS; i++) {
+        json_t *job = small_add_job(i);
+        if (i >= JOBS - MULS) json_object_set_new(job, "op", json_string("mul"));
+        ids[i] = e2e_submit_ok(d, job);
+        json_decref(job);
+    }
+    for (int i = 0; i < JOBS; i++)
+        json_decref(e2e_wait_final_ok(d, ids[i], 30));
+
+    char *seen[JOBS + 1];
+    int n_seen = 0, pages = 0;
+    char cursor[128] = "";
+    for (;;) {
+        char path[256];
+        snprintf(path, sizeof path, "/v1/jobs?limit=10%s%s", *cursor ? "&after=" : "", cursor);
+        json_t *page = e2e_json_ok(d, "GET", path, NULL, 200);
+        json_t *jobs = json_object_get(page, "jobs");
+        pages++;
+        ck_assert_int_eq(json_array_size(jobs), pages < 3 ? 10 : 5);
+        size_t i;
+        json_t *j;
+        json_array_foreach(jobs, i, j)
+        {
+            const char *id = json_string_value(json_object_get(j, "id"));
+            ck_assert_msg(id && !id_in(id, seen, n_seen), "page %d repeats %s", pages, id);
+            ck_assert_msg(id_in(id, ids, JOBS), "listed %s was never submitted", id);
+            ck_assert(n_seen < JOBS);
+            seen[n_seen++] = strdup(id);
+        }
+        json_t *next = json_object_get(page, "next");
+        bool more = json_is_string(next);
+        if (more) snprintf(cursor, sizeof cursor, "%s", json_string_value(next));
+        ck_assert_msg(more == (pages < 3), "page %d: next is %s", pages, more ? "set" : "null");
+        json_decref(page);
+        if (!more) break;
+    }
+    ck_assert_int_eq(n_seen, JOBS);
+
+    /* op filter: exactly the mul jobs. */
+    json_t *muls = e2e_json_ok(d, "GET", "/v1/jobs?op=mul&limit=100", NULL, 200);
+    json_t *list = json_object_get(muls, "jobs");
+    ck_assert_int_eq(json_array_size(list), MULS);
+    size_t i;
+    json_t *j;
+    json_array_foreach(list, i, j)
+    {
+        ck_assert_str_eq(json_string_value(json_object_get(j, "op")), "mul");
+        ck_assert(id_in(json_string_value(json_object_get(j, "id")), ids + JOBS - MULS, MULS));
+    }
+    json_decref(muls);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=succeeded"), JOBS);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=failed"), 0);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=queued"), 0);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=succeeded&op=add"), JOBS - MULS);
+
+    for (int k = 0; k < JOBS; k++)
+        free(ids[k]);
+    for (int k = 0; k < n_seen; k++)
+        free(seen[k]);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* The integer value of key anywhere in v (depth first), or -1. */
+static json_int_t find_int(const json_t *v, const char *key)
+{
+    const char *k;
+    json_t *e;
+    size_t i;
+    if (json_is_object(v)) {
+        json_t *direct = json_object_get(v, key);
+        if (json_is_integer(direct)) return json_integer_value(direct);
+        json_object_foreach((json_t *)v, k, e)
+        {
+            json_int_t r = find_int(e, key);
+            if (r >= 0) return r;
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, e)
+        {
+            json_int_t r = find_int(e, key);
+            if (r >= 0) return r;
+        }
+    }
+    return -1;
+}
+
+START_TEST(test_health_metrics_usage_and_info)
+{
+    e2e_daemon_t *d = start_daemon("");
+    json_t *health = e2e_json_ok(d, "GET", "/healthz", NULL, 200);
+    ck_assert_str_eq(json_string_value(json_object_get(health, "status")), "ok");
+    json_decref(health);
+    json_decref(e2e_json_ok(d, "GET", "/readyz", NULL, 200));
+
+    json_t *info = e2e_json_ok(d, "GET", "/v1/info", NULL, 200);
+    ck_assert(json_is_string(json_object_get(info, "version")));
+    json_decref(info);
+    ck_assert(info_has_op(d, "saxpy"));
+
+    const char *m201 = "gpujobd_http_requests_total{code=\"201\"}";
+    double submitted0 = e2e_metric_ok(d, "gpujobd_jobs_submitted_total");
+    double succeeded0 = e2e_metric_ok(d, "gpujobd_jobs_succeeded_total");
+    double created0 = e2e_metric_ok(d, m201);
+    enum { JOBS = 3 };
+    for (int i = 0; i < JOBS; i++) {
+        json_t *job = small_add_job(i);
+        char *id = e2e_submit_ok(d, job);
+        json_decref(e2e_wait_final_ok(d, id, 30));
+        free(id);
+        json_decref(job);
+    }
+    ck_assert_int_eq((long)(e2e_metric_ok(d, "gpujobd_jobs_submitted_total") - submitted0), JOBS);
+    ck_assert_int_eq((long)(e2e_metric_ok(d, "gpujobd_jobs_succeeded_total") - succeeded0), JOBS);
+    ck_assert_int_eq((long)(e2e_metric_ok(d, m201) - created0), JOBS);
+    /* The gauges are updated on the scheduler's loop after the job's reply went out, so they
+     * may lag the wait by a moment. */
+    double until = e2e_now() + 2;
+    while ((e2e_metric_ok(d, "gpujobd_jobs_queued") != 0 ||
+            e2e_metric_ok(d, "gpujobd_jobs_running") != 0) &&
+           e2e_now() < until)
+        usleep(10 * 1000);
+    ck_assert(e2e_metric_ok(d, "gpujobd_jobs_queued") == 0);
+    ck_assert(e2e_metric_ok(d, "gpujobd_jobs_running") == 0);
+    ck_assert(e2e_metric_ok(d, "gpujobd_batches_total") >= 1);
+
+    json_t *usage = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
+    ck_assert_msg(json_is_object(usage), "usage is not an object");
+    ck_assert_msg(find_int(usage, "succeeded") == JOBS, "usage: %s",
+                  json_dumps(usage, JSON_COMPACT));
+    json_decref(usage);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("e2e_jobs");
+    TCase *tc = tcase_create("jobs");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_ops_match_reference_computation);
+    tcase_add_test(tc, test_sort_matches_reference_when_present);
+    tcase_add_test(tc, test_gemm_matches_reference_when_present);
+    tcase_add_test(tc, test_b64_and_buffer_inputs);
+    tcase_add_test(tc, test_array_of_100_jobs_in_one_post);
+    tcase_add_test(tc, test_output_download_json_raw_and_npy);
+    tcase_add_test(tc, test_npy_buffer_round_trip);
+    tcase_add_test(tc, test_cancel_queued_job_never_runs);
+    tcase_add_test(tc, test_deadline_passes_while_queued);
+    tcase_add_test(tc, test_idempotent_resubmission_returns_first_job);
+    tcase_add_test(tc, test_list_pagination_and_filters);
+    tcase_add_test(tc, test_health_metrics_usage_and_info);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
