@@ -161,7 +161,6 @@ static int cpu_free_slots(executor_t *base)
 {
     cpu_exec_t *ex = (cpu_exec_t *)base;
     pthread_mutex_lock(&ex->lock);
-    /* Keep every worker busy with one more batch queued behind it. */
     int free_slots = ex->stopping ? 0 : ex->q_cap - ex->q_len - ex->busy;
     pthread_mutex_unlock(&ex->lock);
     return free_slots > 0 ? free_slots : 0;
@@ -229,7 +228,10 @@ int exec_cpu_new(const config_t *cfg, executor_t **ret)
     ex->n_threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ex->n_threads < 1)
         ex->n_threads = 1;
-    ex->q_cap = 2 * ex->n_threads;
+    /* No batches queued ahead of the workers: a job handed over starts at once, so `running`
+     * means running, and everything waiting stays in the scheduler's queues (deadlines, fair
+     * share and cancellation apply there). */
+    ex->q_cap = ex->n_threads;
     ex->queue = calloc((size_t)ex->q_cap, sizeof *ex->queue);
     ex->threads = calloc((size_t)ex->n_threads, sizeof *ex->threads);
     if (!ex->queue || !ex->threads) {

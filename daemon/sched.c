@@ -836,7 +836,9 @@ static job_t *stored_job(sched_t *s, const msg_t *m)
 static void handle_wait(sched_t *s, msg_t *m)
 {
     entry_t *e = entry_find(s, m);
-    if (!e) {
+    /* A job cancelled while running has ended: the store holds its final record, and the
+     * entry lives on only until its launch returns. */
+    if (!e || e->cancelled_while_running) {
         job_t *job = stored_job(s, m);
         if (job)
             reply_jobs(m->reply, m->token, &job, 1, false);

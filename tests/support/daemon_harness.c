@@ -164,9 +164,13 @@ static int spawn(e2e_daemon_t *d)
         if (getppid() != parent) _exit(127);
         dup2(fds[1], STDERR_FILENO);
         dup2(fds[1], STDOUT_FILENO);
+        /* GPUJOB_E2E_BACKEND runs the same suites on another backend (cuda on the GPU
+         * machine); the default is the CPU backend every machine has. */
+        const char *backend = getenv("GPUJOB_E2E_BACKEND");
         char *argv[] = {(char *)bin,   "--config",    d->config_path, "--listen",
                         "127.0.0.1:0", "--state-dir", d->state_dir,   "--backend",
-                        "cpu",         "--log-level", "info",         NULL};
+                        (char *)(backend && *backend ? backend : "cpu"),
+                        "--log-level", "info",        NULL};
         execv(bin, argv);
         fprintf(stderr, "e2e: exec %s: %s\n", bin, strerror(errno));
         _exit(127);
