@@ -1,0 +1,38 @@
+/* The gpujob command-line tool: shared state of the subcommands and the human-output helpers. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpujob.h"
+
+/* Exit statuses, documented in gpujob(1). */
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_JOB_FAILED = 1,  /* the job ended failed or cancelled */
+    CLI_EXIT_USAGE = 2,       /* bad arguments, or a local file that cannot be read or written */
+    CLI_EXIT_SERVER = 3,      /* the daemon answered with an error */
+    CLI_EXIT_UNREACHABLE = 4, /* no answer: daemon down, connection lost, request timed out */
+    CLI_EXIT_TIMEOUT = 5,     /* the job was not final when the wait's --timeout ran out */
+};
+
+typedef struct cli {
+    const char *url; /* NULL: $GPUJOB_URL or the default socket */
+    bool json;       /* machine-readable output */
+    gpujob_client_t *client;
+} cli_t;
+
+/* Human-readable durations ("850 us", "12.3 ms", "4.20 s", "3m07s", "2h05m"; "-" for ms < 0)
+ * and sizes ("512 B", "1.5 KiB"), written into buf; each returns buf. */
+char *cli_duration(double ms, char *buf, size_t size);
+char *cli_size(uint64_t bytes, char *buf, size_t size);
+/* "[2, 3]" into buf; returns buf. */
+char *cli_shape(int ndim, const int64_t *shape, char *buf, size_t size);
+
+/* A table printed with aligned columns. cli_table_add takes ncols strings (copied). */
+typedef struct cli_table cli_table_t;
+cli_table_t *cli_table_new(int ncols);
+void cli_table_add(cli_table_t *t, const char *const *cells);
+void cli_table_print(const cli_table_t *t);
+void cli_table_free(cli_table_t *t);

@@ -1,0 +1,889 @@
+/* gpujob: the command users type to run jobs on gpujobd, built on libgpujob.
+ *
+ * Each subcommand is one function that parses its own options (the global ones, --url, --json
+ * and --help, are accepted before the subcommand and after it), talks to the daemon through
+ * the library and prints either human output (aligned tables, durations, sizes) or, with
+ * --json, the daemon's JSON. Exit statuses tell usage errors, daemon errors, unreachable
+ * daemons, failed jobs and wait timeouts apart (cli.h, gpujob(1)). */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char main_usage[] =
+    "usage: gpujob [--url URL] [--json] COMMAND [ARGS]\n"
+    "\n"
+    "Runs jobs on gpujobd, the GPU job daemon.\n"
+    "\n"
+    "Commands:\n"
+    "  info                      the daemon's version, backend, ops and limits\n"
+    "  run OP [OPTIONS]          submit a job (and wait for it with --wait or -o)\n"
+    "  status ID                 show a job\n"
+    "  wait ID [--timeout S]     wait until a job is final\n"
+    "  ls [--state S] [--op OP]  list your jobs\n"
+    "  cancel ID                 cancel a queued or running job\n"
+    "  out ID NAME -o FILE       download an output (.npy, or raw bytes with --raw)\n"
+    "  buf put FILE.npy          upload a buffer; buf get ID; buf rm ID\n"
+    "  usage                     your jobs, run time and buffers\n"
+    "\n"
+    "Global options:\n"
+    "  --url URL      daemon address: http://HOST:PORT or unix:/PATH (default $GPUJOB_URL,\n"
+    "                 else unix:" GPUJOB_DEFAULT_SOCKET ")\n"
+    "  --json         print JSON instead of human output\n"
+    "  -h, --help     help (also after a command: gpujob run --help)\n"
+    "  --version      the version of gpujob\n"
+    "\n"
+    "Exit status: 0 success, 1 job failed or cancelled, 2 usage or local file error,\n"
+    "3 the daemon answered an error, 4 the daemon could not be reached, 5 wait timed out.\n";
+
+static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gpujob%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry 'gpujob%s%s --help'.\n", cmd ? " " : "", cmd ? cmd : "");
+    va_end(ap);
+    return CLI_EXIT_USAGE;
+}
+
+/* Reports a failed library call and picks the exit status from the kind of failure. */
+static int api_error(cli_t *cli, const char *what, int r)
+{
+    const char *msg = cli->client ? gpujob_errmsg(cli->client) : "";
+    fprintf(stderr, "gpujob: %s: %s\n", what, msg && msg[0] ? msg : gpujob_strerror(r));
+    long status = cli->client ? gpujob_http_status(cli->client) : 0;
+    if (r == -ETIMEDOUT && status != 0) return CLI_EXIT_TIMEOUT;
+    if (status >= 400) return CLI_EXIT_SERVER;
+    switch (r) {
+    case -ECONNREFUSED:
+    case -ECONNRESET:
+    case -ETIMEDOUT:
+    case -EHOSTUNREACH:
+    case -EIO:
+        return CLI_EXIT_UNREACHABLE;
+    case -EBADMSG:
+        return CLI_EXIT_SERVER;
+    default:
+        return status ? CLI_EXIT_SERVER : CLI_EXIT_USAGE;
+    }
+}
+
+static int connect_client(cli_t *cli)
+{
+    char err[512] = "";
+    int r = gpujob_client_new(cli->url, &cli->client, err, sizeof err);
+    if (r < 0) {
+        fprintf(stderr, "gpujob: %s\n", err[0] ? err : gpujob_strerror(r));
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* Options every subcommand accepts. */
+enum { OPT_URL = 1000, OPT_JSON, OPT_VERSION };
+#define COMMON_LONG_OPTIONS                                                                        \
+    {"url", required_argument, NULL, OPT_URL}, {"json", no_argument, NULL, OPT_JSON},              \
+    {                                                                                              \
+        "help", no_argument, NULL, 'h'                                                             \
+    }
+
+/* Handles a common option; returns true when opt was one. */
+static bool common_option(cli_t *cli, int opt)
+{
+    switch (opt) {
+    case OPT_URL:
+        cli->url = optarg;
+        return true;
+    case OPT_JSON:
+        cli->json = true;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Parses integer text within [lo, hi]. 0 or -EINVAL. */
+static int parse_long(const char *text, long lo, long hi, long *ret)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || errno == ERANGE || v < lo || v > hi) return -EINVAL;
+    *ret = v;
+    return 0;
+}
+
+static int parse_seconds(const char *text, double *ret)
+{
+    char *end = NULL;
+    double v = strtod(text, &end);
+    if (end == text || *end || !(v >= 0)) return -EINVAL;
+    *ret = v;
+    return 0;
+}
+
+static void print_json_text(const char *text)
+{
+    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+    char *pretty = v ? json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY) : NULL;
+    puts(pretty ? pretty : text);
+    free(pretty);
+    json_decref(v);
+}
+
+static void print_json(json_t *v)
+{
+    char *text = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
+    if (text) puts(text);
+    free(text);
+    json_decref(v);
+}
+
+/* Writes len bytes to path ("-" for stdout) through a temporary file renamed into place. */
+static int write_file(const char *path, const void *data, size_t len)
+{
+    if (strcmp(path, "-") == 0) return fwrite(data, 1, len, stdout) == len ? 0 : -EIO;
+    char *tmp = NULL;
+    if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0) return -ENOMEM;
+    int r = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) r = -errno;
+    for (size_t done = 0; r >= 0 && done < len;) {
+        ssize_t n = write(fd, (const char *)data + done, len - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+            r = -errno;
+        else
+            done += (size_t)n;
+    }
+    if (fd >= 0 && close(fd) < 0 && r >= 0) r = -errno;
+    if (r >= 0 && rename(tmp, path) < 0) r = -errno;
+    if (r < 0 && fd >= 0) unlink(tmp);
+    free(tmp);
+    return r;
+}
+
+/* ---- Jobs, human-readable ---------------------------------------------------------------- */
+
+static void print_job(const gpujob_job_t *job)
+{
+    char a[64], b[64], c[64];
+    const char *err_code = gpujob_job_error_code(job);
+    printf("id:        %s\n", gpujob_job_id(job));
+    printf("op:        %s\n", gpujob_job_op(job));
+    printf("state:     %s\n", gpujob_state_name(gpujob_job_state(job)));
+    if (err_code)
+        printf("error:     %s: %s\n", err_code,
+               gpujob_job_error_message(job) ? gpujob_job_error_message(job) : "");
+    printf("priority:  %d\n", gpujob_job_priority(job));
+    if (gpujob_job_device(job) >= 0) printf("device:    %d\n", gpujob_job_device(job));
+    printf("created:   %s\n", gpujob_job_created_at(job) ? gpujob_job_created_at(job) : "-");
+    printf("started:   %s\n", gpujob_job_started_at(job) ? gpujob_job_started_at(job) : "-");
+    printf("finished:  %s\n", gpujob_job_finished_at(job) ? gpujob_job_finished_at(job) : "-");
+    printf("times:     queued %s, ran %s, gpu %s\n", cli_duration(gpujob_job_queue_ms(job), a, 64),
+           cli_duration(gpujob_job_run_ms(job), b, 64),
+           cli_duration(gpujob_job_gpu_ms(job), c, 64));
+    printf("attempts:  %d\n", gpujob_job_attempts(job));
+    if (gpujob_job_batch_size(job) > 0) printf("batch:     %d jobs\n", gpujob_job_batch_size(job));
+    if (gpujob_job_run_device(job) >= 0)
+        printf("ran on:    device %d\n", gpujob_job_run_device(job));
+    for (size_t i = 0; i < gpujob_job_output_count(job); i++) {
+        const char *name = gpujob_job_output_name(job, i);
+        gpujob_tensor_t t;
+        if (gpujob_job_output(job, name, &t) < 0) continue;
+        printf("output:    %s %s %s (%s)\n", name, gpujob_dtype_name(t.dtype),
+               cli_shape(t.ndim, t.shape, a, 64), cli_size(t.nbytes, b, 64));
+        gpujob_tensor_clear(&t);
+    }
+}
+
+/* One line for a final job: "JOB succeeded in 1.2 ms (queued 0.3 ms)". */
+static void print_job_outcome(const gpujob_job_t *job)
+{
+    char a[64], b[64];
+    gpujob_state_t s = gpujob_job_state(job);
+    if (s == GPUJOB_SUCCEEDED)
+        printf("%s succeeded in %s (queued %s)\n", gpujob_job_id(job),
+               cli_duration(gpujob_job_run_ms(job), a, 64),
+               cli_duration(gpujob_job_queue_ms(job), b, 64));
+    else
+        printf("%s %s\n", gpujob_job_id(job), gpujob_state_name(s));
+}
+
+/* The exit status and message for a final job. */
+static int job_outcome_status(const gpujob_job_t *job)
+{
+    gpujob_state_t s = gpujob_job_state(job);
+    if (s == GPUJOB_SUCCEEDED) return CLI_EXIT_OK;
+    const char *code = gpujob_job_error_code(job), *msg = gpujob_job_error_message(job);
+    fprintf(stderr, "gpujob: job %s %s%s%s%s%s\n", gpujob_job_id(job), gpujob_state_name(s),
+            code ? ": " : "", code ? code : "", msg ? ": " : "", msg ? msg : "");
+    return CLI_EXIT_JOB_FAILED;
+}
+
+static int on_progress(const gpujob_job_t *job, double elapsed_s, void *userdata)
+{
+    char a[64];
+    fprintf(stderr, "\r\033[K%s  %s  %s", gpujob_job_id(job),
+            gpujob_state_name(gpujob_job_state(job)), cli_duration(elapsed_s * 1000.0, a, 64));
+    fflush(stderr);
+    return 0;
+}
+
+/* Waits for id, with a progress line on a terminal. 0 and the final job, or an exit status. */
+static int wait_job(cli_t *cli, const char *id, double timeout_s, gpujob_job_t **ret)
+{
+    /* The progress line is for a person at a terminal; scripts and pipes get silence. */
+    bool progress = !cli->json && isatty(STDERR_FILENO);
+    int r = gpujob_wait_progress(cli->client, id, timeout_s, 0.5, progress ? on_progress : NULL,
+                                 NULL, ret);
+    if (progress) fprintf(stderr, "\r\033[K");
+    return r < 0 ? api_error(cli, "wait", r) : CLI_EXIT_OK;
+}
+
+/* ---- Commands ---------------------------------------------------------------------------- */
+
+static int cmd_info(cli_t *cli, int argc, char **argv)
+{
+    static const char usage[] = "usage: gpujob info [--json]\n"
+                                "Shows the daemon's version, backend, ops and limits.\n";
+    static const struct option opts[] = {COMMON_LONG_OPTIONS, {0}};
+    int opt;
+    while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        if (opt == 'h') return fputs(usage, stdout), CLI_EXIT_OK;
+        if (!common_option(cli, opt)) return usage_error("info", "unknown option");
+    }
+    if (optind != argc) return usage_error("info", "unexpected argument '%s'", argv[optind]);
+    int r = connect_client(cli);
+    if (r) return r;
+    gpujob_info_t *info = NULL;
+    if ((r = gpujob_info(cli->client, &info)) < 0) return api_error(cli, "info", r);
+    if (cli->json) {
+        print_json_text(gpujob_info_json(info));
+        gpujob_info_free(info);
+        return CLI_EXIT_OK;
+    }
+    json_t *root = json_loads(gpujob_info_json(info), 0, NULL);
+    printf("gpujobd %s at %s\n", gpujob_info_version(info), gpujob_client_address(cli->client));
+    printf("backend: %s, %zu GPU%s\n", gpujob_info_backend(info), gpujob_info_device_count(info),
+           gpujob_info_device_count(info) == 1 ? "" : "s");
+    json_t *user = json_object_get(root, "user");
+    if (user)
+        printf("user: %s%s\n", json_string_value(json_object_get(user, "name")),
+               json_is_true(json_object_get(user, "admin")) ? " (admin)" : "");
+
+    cli_table_t *t = cli_table_new(4);
+    const char *head[] = {"OP", "INPUTS", "PARAMS", "SUMMARY"};
+    cli_table_add(t, head);
+    size_t i;
+    json_t *op;
+    json_array_foreach(json_object_get(root, "ops"), i, op)
+    {
+        char inputs[256] = "", params[256] = "";
+        size_t j;
+        json_t *v;
+        /* Optional inputs are marked with '?'. */
+        json_array_foreach(json_object_get(op, "inputs"), j, v)
+        {
+            size_t n = strlen(inputs);
+            snprintf(inputs + n, sizeof inputs - n, "%s%s%s", j ? " " : "",
+                     json_string_value(json_object_get(v, "name")),
+                     json_is_true(json_object_get(v, "required")) ? "" : "?");
+        }
+        json_array_foreach(json_object_get(op, "params"), j, v)
+        {
+            size_t n = strlen(params);
+            snprintf(params + n, sizeof params - n, "%s%s", j ? " " : "", json_string_value(v));
+        }
+        const char *row[] = {json_string_value(json_object_get(op, "name")), inputs,
+                             params[0] ? params : "-",
+                             json_string_value(json_object_get(op, "summary"))};
+        cli_table_add(t, row);
+    }
+    printf("\n");
+    cli_table_print(t);
+    cli_table_free(t);
+
+    const char *key;
+    json_t *v;
+    printf("\nlimits:\n");
+    json_object_foreach(json_object_get(root, "limits"), key, v)
+    {
+        char size[64];
+        bool bytes = strstr(key, "bytes") != NULL;
+        if (bytes)
+            printf("  %-24s %s\n", key, cli_size((uint64_t)json_integer_value(v), size, 64));
+        else
+            printf("  %-24s %lld\n", key, (long long)json_integer_value(v));
+    }
+    json_decref(root);
+    gpujob_info_free(info);
+    return CLI_EXIT_OK;
+}
+
+/* -p KEY=VALUE: VALUE as JSON when it parses (numbers, true/false, lists), else a string. */
+static int add_param(gpujob_spec_t *spec, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg) return -EINVAL;
+    char *key = strndup(arg, (size_t)(eq - arg));
+    if (!key) return -ENOMEM;
+    int r = gpujob_spec_param_json(spec, key, eq + 1);
+    if (r == -EINVAL) r = gpujob_spec_param_string(spec, key, eq + 1);
+    free(key);
+    return r;
+}
+
+/* -i NAME=FILE.npy, or NAME=buffer:ID for an uploaded buffer. */
+static int add_input(gpujob_spec_t *spec, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1])
+        return usage_error("run", "-i wants NAME=FILE.npy, not '%s'", arg);
+    char *name = strndup(arg, (size_t)(eq - arg));
+    int r = 0;
+    if (strncmp(eq + 1, "buffer:", 7) == 0) {
+        r = gpujob_spec_input_buffer(spec, name, eq + 8);
+    } else {
+        char err[512] = "";
+        gpujob_tensor_t t;
+        r = gpujob_npy_load(eq + 1, &t, err, sizeof err);
+        if (r < 0) {
+            fprintf(stderr, "gpujob run: input %s: %s\n", name, err);
+            free(name);
+            return CLI_EXIT_USAGE;
+        }
+        r = gpujob_spec_input(spec, name, &t);
+        gpujob_tensor_clear(&t);
+    }
+    if (r < 0) {
+        fprintf(stderr, "gpujob run: input %s: %s\n", name,
+                r == -EEXIST ? "given twice" : gpujob_strerror(r));
+        free(name);
+        return CLI_EXIT_USAGE;
+    }
+    free(name);
+    return CLI_EXIT_OK;
+}
+
+typedef struct output_request {
+    const char *name, *path;
+} output_request_t;
+
+/* Downloads an output as .npy into path. */
+static int save_output(cli_t *cli, const char *id, const char *name, const char *path, bool raw)
+{
+    void *data = NULL;
+    size_t len = 0;
+    int r = gpujob_output_fetch(cli->client, id, name, raw ? GPUJOB_FORMAT_RAW : GPUJOB_FORMAT_NPY,
+                                &data, &len);
+    if (r < 0) {
+        char what[160];
+        snprintf(what, sizeof what, "output %s", name);
+        return api_error(cli, what, r);
+    }
+    r = write_file(path, data, len);
+    free(data);
+    if (r < 0) {
+        fprintf(stderr, "gpujob: writing '%s': %s\n", path, strerror(-r));
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int cmd_run(cli_t *cli, int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: gpujob run OP [-p KEY=VALUE]... [-i NAME=FILE.npy]... [-o NAME=FILE.npy]...\n"
+        "                  [--wait] [--timeout S] [--priority N] [--device N] [--deadline MS]\n"
+        "Submits one job. Without --wait or -o, prints its id and returns at once.\n"
+        "  -p, --param KEY=VALUE   an op parameter; VALUE is JSON when it parses (2.5, true,\n"
+        "                          [1,1]), else a string\n"
+        "  -i, --input NAME=FILE   an input tensor from a .npy file, or NAME=buffer:ID for an\n"
+        "                          uploaded buffer\n"
+        "  -o, --output NAME=FILE  write output NAME to a .npy file (implies --wait)\n"
+        "  -w, --wait              wait until the job is final; exit 1 if it failed\n"
+        "  --timeout S             give up waiting after S seconds (exit 5)\n"
+        "  --priority N            -100..100, higher runs first (default 0)\n"
+        "  --device N              run on GPU N\n"
+        "  --deadline MS           fail the job if it has not started within MS ms\n";
+    enum { OPT_TIMEOUT = 2000, OPT_PRIORITY, OPT_DEVICE, OPT_DEADLINE };
+    static const struct option opts[] = {COMMON_LONG_OPTIONS,
+                                         {"param", required_argument, NULL, 'p'},
+                                         {"input", required_argument, NULL, 'i'},
+                                         {"output", required_argument, NULL, 'o'},
+                                         {"wait", no_argument, NULL, 'w'},
+                                         {"timeout", required_argument, NULL, OPT_TIMEOUT},
+                                         {"priority", required_argument, NULL, OPT_PRIORITY},
+                                         {"device", required_argument, NULL, OPT_DEVICE},
+                                         {"deadline", required_argument, NULL, OPT_DEADLINE},
+                                         {0}};
+    /* Options may come before or after OP: collect first, build the spec once OP is known. */
+    const char *params[argc], *inputs[argc];
+    output_request_t outputs[argc];
+    int np = 0, ni = 0, no = 0;
+    bool wait = false;
+    double timeout_s = -1;
+    long priority = 0, device = -1, deadline = 0;
+    bool has_priority = false;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "hp:i:o:w", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'h':
+            fputs(usage, stdout);
+            return CLI_EXIT_OK;
+        case 'p':
+            params[np++] = optarg;
+            break;
+        case 'i':
+            inputs[ni++] = optarg;
+            break;
+        case 'o': {
+            char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || !eq[1])
+                return usage_error("run", "-o wants NAME=FILE.npy, not '%s'", optarg);
+            *eq = '\0';
+            outputs[no++] = (output_request_t){optarg, eq + 1};
+            wait = true;
+            break;
+        }
+        case 'w':
+            wait = true;
+            break;
+        case OPT_TIMEOUT:
+            if (parse_seconds(optarg, &timeout_s) < 0)
+                return usage_error("run", "--timeout wants seconds, not '%s'", optarg);
+            break;
+        case OPT_PRIORITY:
+            if (parse_long(optarg, -100, 100, &priority) < 0)
+                return usage_error("run", "--priority wants an integer in -100..100, not '%s'",
+                                   optarg);
+            has_priority = true;
+            break;
+        case OPT_DEVICE:
+            if (parse_long(optarg, 0, 1 << 20, &device) < 0)
+                return usage_error("run", "--device wants a GPU index, not '%s'", optarg);
+            break;
+        case OPT_DEADLINE:
+            if (parse_long(optarg, 1, 1L << 40, &deadline) < 0)
+                return usage_error("run", "--deadline wants milliseconds, not '%s'", optarg);
+            break;
+        default:
+            if (!common_option(cli, opt)) return usage_error("run", "unknown option");
+        }
+    }
+    if (optind >= argc) return usage_error("run", "missing OP (see 'gpujob info' for the ops)");
+    if (optind + 1 < argc) return usage_error("run", "unexpected argument '%s'", argv[optind + 1]);
+
+    gpujob_spec_t *spec = NULL;
+    if (gpujob_spec_new(argv[optind], &spec) < 0) return usage_error("run", "bad OP");
+    int status = CLI_EXIT_OK;
+    for (int k = 0; status == CLI_EXIT_OK && k < np; k++)
+        if (add_param(spec, params[k]) < 0)
+            status = usage_error("run", "-p wants KEY=VALUE, not '%s'", params[k]);
+    for (int k = 0; status == CLI_EXIT_OK && k < ni; k++)
+        status = add_input(spec, inputs[k]);
+    if (has_priority) gpujob_spec_set_priority(spec, (int)priority);
+    gpujob_spec_set_device(spec, (int)device);
+    gpujob_spec_set_deadline_ms(spec, deadline);
+    if (status == CLI_EXIT_OK) status = connect_client(cli);
+
+    gpujob_job_t *job = NULL, *done = NULL;
+    int r = 0;
+    if (status == CLI_EXIT_OK && (r = gpujob_submit(cli->client, spec, &job)) < 0)
+        status = api_error(cli, "submit", r);
+    if (status == CLI_EXIT_OK && !wait) {
+        if (cli->json)
+            print_json_text(gpujob_job_json(job));
+        else
+            printf("%s\n", gpujob_job_id(job));
+    }
+    if (status == CLI_EXIT_OK && wait) {
+        status = wait_job(cli, gpujob_job_id(job), timeout_s, &done);
+        if (status == CLI_EXIT_TIMEOUT) printf("%s\n", gpujob_job_id(job));
+    }
+    if (status == CLI_EXIT_OK && wait) {
+        if (cli->json)
+            print_json_text(gpujob_job_json(done));
+        else
+            print_job_outcome(done);
+        status = job_outcome_status(done);
+        for (int k = 0; status == CLI_EXIT_OK && k < no; k++)
+            status = save_output(cli, gpujob_job_id(done), outputs[k].name, outputs[k].path, false);
+    }
+    gpujob_job_free(done);
+    gpujob_job_free(job);
+    gpujob_spec_free(spec);
+    return status;
+}
+
+/* Parses the options of a command that takes exactly nargs positional arguments. */
+static int parse_simple(cli_t *cli, const char *cmd, const char *usage, int argc, char **argv,
+                        int nargs, bool *ret_help)
+{
+    static const struct option opts[] = {COMMON_LONG_OPTIONS, {0}};
+    int opt;
+    *ret_help = false;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (opt == 'h') {
+            fputs(usage, stdout);
+            *ret_help = true;
+            return CLI_EXIT_OK;
+        }
+        if (!common_option(cli, opt)) return usage_error(cmd, "unknown option");
+    }
+    if (argc - optind < nargs) return usage_error(cmd, "missing argument");
+    if (argc - optind > nargs)
+        return usage_error(cmd, "unexpected argument '%s'", argv[optind + nargs]);
+    return connect_client(cli);
+}
+
+static int cmd_status(cli_t *cli, int argc, char **argv)
+{
+    static const char usage[] = "usage: gpujob status ID [--json]\n"
+                                "Shows a job: state, times, error and outputs.\n";
+    bool help;
+    int status = parse_simple(cli, "status", usage, argc, argv, 1, &help);
+    if (status || help) return status;
+    gpujob_job_t *job = NULL;
+    int r = gpujob_get(cli->client, argv[optind], &job);
+    if (r < 0) return api_error(cli, "status", r);
+    if (cli->json)
+        print_json_text(gpujob_job_json(job));
+    else
+        print_job(job);
+    gpujob_job_free(job);
+    return CLI_EXIT_OK;
+}
+
+static int cmd_wait(cli_t *cli, int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: gpujob wait ID [--timeout S] [--json]\n"
+        "Waits until the job is final. Exit 0 if it succeeded, 1 if it failed or was\n"
+        "cancelled, 5 if it was still queued or running after --timeout seconds.\n";
+    enum { OPT_TIMEOUT = 2000 };
+    static const struct option opts[] = {
+        COMMON_LONG_OPTIONS, {"timeout", required_argument, NULL, OPT_TIMEOUT}, {0}};
+    double timeout_s = -1;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (opt == 'h') return fputs(usage, stdout), CLI_EXIT_OK;
+        if (opt == OPT_TIMEOUT) {
+            if (parse_seconds(optarg, &timeout_s) < 0)
+                return usage_error("wait", "--timeout wants seconds, not '%s'", optarg);
+        } else if (!common_option(cli, opt)) {
+            return usage_error("wait", "unknown option");
+        }
+    }
+    if (argc - optind != 1) return usage_error("wait", "wants one job ID");
+    int status = connect_client(cli);
+    gpujob_job_t *job = NULL;
+    if (status == CLI_EXIT_OK) status = wait_job(cli, argv[optind], timeout_s, &job);
+    if (status != CLI_EXIT_OK) return status;
+    if (cli->json)
+        print_json_text(gpujob_job_json(job));
+    else
+        print_job_outcome(job);
+    status = job_outcome_status(job);
+    gpujob_job_free(job);
+    return status;
+}
+
+static int cmd_ls(cli_t *cli, int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: gpujob ls [--state STATE] [--op OP] [--limit N] [--all] [--json]\n"
+        "Lists your jobs in submission order: one page of --limit (default 100), or all with "
+        "--all.\n"
+        "STATE is queued, running, succeeded, failed or cancelled.\n";
+    enum { OPT_STATE = 2000, OPT_OP, OPT_LIMIT, OPT_ALL };
+    static const struct option opts[] = {COMMON_LONG_OPTIONS,
+                                         {"state", required_argument, NULL, OPT_STATE},
+                                         {"op", required_argument, NULL, OPT_OP},
+                                         {"limit", required_argument, NULL, OPT_LIMIT},
+                                         {"all", no_argument, NULL, OPT_ALL},
+                                         {0}};
+    gpujob_list_query_t q = {0};
+    bool all = false;
+    long limit = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        gpujob_state_t s;
+        switch (opt) {
+        case 'h':
+            fputs(usage, stdout);
+            return CLI_EXIT_OK;
+        case OPT_STATE:
+            if (gpujob_state_parse(optarg, &s) < 0)
+                return usage_error("ls", "unknown state '%s'", optarg);
+            q.state = optarg;
+            break;
+        case OPT_OP:
+            q.op = optarg;
+            break;
+        case OPT_LIMIT:
+            if (parse_long(optarg, 1, 1000, &limit) < 0)
+                return usage_error("ls", "--limit wants 1..1000, not '%s'", optarg);
+            q.limit = (int)limit;
+            break;
+        case OPT_ALL:
+            all = true;
+            break;
+        default:
+            if (!common_option(cli, opt)) return usage_error("ls", "unknown option");
+        }
+    }
+    if (optind != argc) return usage_error("ls", "unexpected argument '%s'", argv[optind]);
+    int status = connect_client(cli);
+    if (status) return status;
+
+    cli_table_t *t = cli_table_new(7);
+    const char *head[] = {"ID", "OP", "STATE", "PRIO", "CREATED", "QUEUED", "RAN"};
+    cli_table_add(t, head);
+    json_t *jobs = json_array();
+    char *cursor = NULL;
+    const char *next = NULL;
+    do {
+        gpujob_job_list_t *list = NULL;
+        q.after = cursor;
+        int r = gpujob_list(cli->client, &q, &list);
+        if (r < 0) {
+            status = api_error(cli, "ls", r);
+            break;
+        }
+        for (size_t i = 0; i < gpujob_job_list_count(list); i++) {
+            const gpujob_job_t *job = gpujob_job_list_at(list, i);
+            char prio[16], queued[64], ran[64];
+            snprintf(prio, sizeof prio, "%d", gpujob_job_priority(job));
+            const char *row[] = {gpujob_job_id(job),
+                                 gpujob_job_op(job),
+                                 gpujob_state_name(gpujob_job_state(job)),
+                                 prio,
+                                 gpujob_job_created_at(job),
+                                 cli_duration(gpujob_job_queue_ms(job), queued, 64),
+                                 cli_duration(gpujob_job_run_ms(job), ran, 64)};
+            cli_table_add(t, row);
+            json_array_append_new(jobs, json_loads(gpujob_job_json(job), 0, NULL));
+        }
+        next = gpujob_job_list_next(list);
+        free(cursor);
+        cursor = next ? strdup(next) : NULL;
+        gpujob_job_list_free(list);
+    } while (all && cursor);
+    if (status == CLI_EXIT_OK) {
+        if (cli->json) {
+            print_json(json_pack("{s:O, s:o}", "jobs", jobs, "next",
+                                 cursor ? json_string(cursor) : json_null()));
+        } else {
+            cli_table_print(t);
+            if (cursor) fprintf(stderr, "(more: gpujob ls --all, or --limit)\n");
+        }
+    }
+    free(cursor);
+    json_decref(jobs);
+    cli_table_free(t);
+    return status;
+}
+
+static int cmd_cancel(cli_t *cli, int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: gpujob cancel ID [--json]\n"
+        "Cancels a job: a queued job never runs, a running one has its result discarded.\n"
+        "A job that is already final cannot be cancelled (exit 3).\n";
+    bool help;
+    int status = parse_simple(cli, "cancel", usage, argc, argv, 1, &help);
+    if (status || help) return status;
+    gpujob_job_t *job = NULL;
+    int r = gpujob_cancel(cli->client, argv[optind], &job);
+    if (r < 0) return api_error(cli, "cancel", r);
+    if (cli->json)
+        print_json_text(gpujob_job_json(job));
+    else
+        printf("%s %s\n", gpujob_job_id(job), gpujob_state_name(gpujob_job_state(job)));
+    gpujob_job_free(job);
+    return CLI_EXIT_OK;
+}
+
+static int cmd_out(cli_t *cli, int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: gpujob out ID NAME -o FILE [--raw]\n"
+        "Downloads output NAME of a succeeded job as a .npy file (FILE '-' for stdout).\n"
+        "  --raw   the tensor's raw little-endian bytes instead (bf16 has no .npy form)\n";
+    enum { OPT_RAW = 2000 };
+    static const struct option opts[] = {COMMON_LONG_OPTIONS,
+                                         {"output", required_argument, NULL, 'o'},
+                                         {"raw", no_argument, NULL, OPT_RAW},
+                                         {0}};
+    const char *path = NULL;
+    bool raw = false;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        if (opt == 'h') return fputs(usage, stdout), CLI_EXIT_OK;
+        if (opt == 'o')
+            path = optarg;
+        else if (opt == OPT_RAW)
+            raw = true;
+        else if (!common_option(cli, opt))
+            return usage_error("out", "unknown option");
+    }
+    if (argc - optind != 2) return usage_error("out", "wants a job ID and an output NAME");
+    if (!path) return usage_error("out", "missing -o FILE");
+    int status = connect_client(cli);
+    if (status == CLI_EXIT_OK) status = save_output(cli, argv[optind], argv[optind + 1], path, raw);
+    return status;
+}
+
+static json_t *buffer_json(const gpujob_buffer_t *b)
+{
+    json_t *shape = json_array();
+    for (int i = 0; i < b->ndim; i++)
+        json_array_append_new(shape, json_integer(b->shape[i]));
+    return json_pack("{s:s, s:s, s:o, s:I, s:b, s:s}", "id", b->id, "dtype",
+                     gpujob_dtype_name(b->dtype), "shape", shape, "bytes", (json_int_t)b->bytes,
+                     "resident", b->resident, "created_at", b->created_at);
+}
+
+static int cmd_buf(cli_t *cli, int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: gpujob buf put FILE.npy [--resident] [--json]\n"
+        "       gpujob buf get ID [--json]\n"
+        "       gpujob buf rm ID\n"
+        "Uploads a tensor the daemon keeps for later jobs (run -i NAME=buffer:ID), shows one,\n"
+        "or deletes one. put prints the new buffer's id.\n"
+        "  --resident   keep the buffer in device memory across jobs (counts against quota)\n";
+    enum { OPT_RESIDENT = 2000 };
+    static const struct option opts[] = {
+        COMMON_LONG_OPTIONS, {"resident", no_argument, NULL, OPT_RESIDENT}, {0}};
+    bool resident = false;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (opt == 'h') return fputs(usage, stdout), CLI_EXIT_OK;
+        if (opt == OPT_RESIDENT)
+            resident = true;
+        else if (!common_option(cli, opt))
+            return usage_error("buf", "unknown option");
+    }
+    if (argc - optind != 2) return usage_error("buf", "wants put FILE, get ID or rm ID");
+    const char *verb = argv[optind], *arg = argv[optind + 1];
+    if (strcmp(verb, "put") && strcmp(verb, "get") && strcmp(verb, "rm"))
+        return usage_error("buf", "unknown action '%s' (put, get or rm)", verb);
+    int status = connect_client(cli);
+    if (status) return status;
+    gpujob_buffer_t b;
+    int r;
+    if (strcmp(verb, "rm") == 0) {
+        if ((r = gpujob_buffer_delete(cli->client, arg)) < 0) return api_error(cli, "buf rm", r);
+        if (cli->json)
+            print_json(json_pack("{s:s, s:b}", "id", arg, "deleted", 1));
+        else
+            printf("deleted %s\n", arg);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(verb, "put") == 0) {
+        r = gpujob_buffer_put_file(cli->client, arg, resident, &b);
+        /* A file that cannot be read or parsed is the caller's, not the daemon's, error. */
+        if (r < 0 && gpujob_http_status(cli->client) == 0 && r != -ECONNREFUSED &&
+            r != -ECONNRESET && r != -ETIMEDOUT && r != -EIO) {
+            fprintf(stderr, "gpujob buf put: %s\n", gpujob_errmsg(cli->client));
+            return CLI_EXIT_USAGE;
+        }
+        if (r < 0) return api_error(cli, "buf put", r);
+        if (cli->json)
+            print_json(buffer_json(&b));
+        else
+            printf("%s\n", b.id);
+        return CLI_EXIT_OK;
+    }
+    if ((r = gpujob_buffer_get(cli->client, arg, &b)) < 0) return api_error(cli, "buf get", r);
+    if (cli->json) {
+        print_json(buffer_json(&b));
+    } else {
+        char shape[160], size[64];
+        printf("id:        %s\n", b.id);
+        printf("tensor:    %s %s (%s)\n", gpujob_dtype_name(b.dtype),
+               cli_shape(b.ndim, b.shape, shape, sizeof shape), cli_size(b.bytes, size, 64));
+        printf("resident:  %s\n", b.resident ? "yes" : "no");
+        printf("created:   %s\n", b.created_at[0] ? b.created_at : "-");
+    }
+    return CLI_EXIT_OK;
+}
+
+static int cmd_usage(cli_t *cli, int argc, char **argv)
+{
+    static const char usage[] = "usage: gpujob usage [--json]\n"
+                                "Shows your jobs by state, the time they ran and your buffers.\n";
+    bool help;
+    int status = parse_simple(cli, "usage", usage, argc, argv, 0, &help);
+    if (status || help) return status;
+    gpujob_usage_t u;
+    int r = gpujob_usage(cli->client, &u);
+    if (r < 0) return api_error(cli, "usage", r);
+    if (cli->json) {
+        json_t *jobs = json_object();
+        for (int s = 0; s < GPUJOB_STATE_UNKNOWN; s++)
+            json_object_set_new(jobs, gpujob_state_name(s), json_integer(u.jobs[s]));
+        print_json(json_pack("{s:s, s:o, s:f, s:f, s:I, s:I}", "owner", u.owner, "jobs", jobs,
+                             "run_ms", u.run_ms, "gpu_ms", u.gpu_ms, "buffers",
+                             (json_int_t)u.buffers, "buffer_bytes", (json_int_t)u.buffer_bytes));
+        return CLI_EXIT_OK;
+    }
+    char a[64], b[64];
+    printf("user:      %s\n", u.owner);
+    printf("jobs:      %lld queued, %lld running, %lld succeeded, %lld failed, %lld cancelled\n",
+           (long long)u.jobs[GPUJOB_QUEUED], (long long)u.jobs[GPUJOB_RUNNING],
+           (long long)u.jobs[GPUJOB_SUCCEEDED], (long long)u.jobs[GPUJOB_FAILED],
+           (long long)u.jobs[GPUJOB_CANCELLED]);
+    printf("run time:  %s (gpu %s)\n", cli_duration(u.run_ms, a, 64),
+           cli_duration(u.gpu_ms, b, 64));
+    printf("buffers:   %lld (%s)\n", (long long)u.buffers,
+           cli_size((uint64_t)u.buffer_bytes, a, 64));
+    return CLI_EXIT_OK;
+}
+
+static const struct command {
+    const char *name;
+    int (*run)(cli_t *cli, int argc, char **argv);
+} commands[] = {
+    {"info", cmd_info}, {"run", cmd_run}, {"status", cmd_status},
+    {"wait", cmd_wait}, {"ls", cmd_ls},   {"cancel", cmd_cancel},
+    {"out", cmd_out},   {"buf", cmd_buf}, {"usage", cmd_usage},
+};
+
+int main(int argc, char **argv)
+{
+    cli_t cli = {0};
+    static const struct option opts[] = {
+        COMMON_LONG_OPTIONS, {"version", no_argument, NULL, OPT_VERSION}, {0}};
+    int opt;
+    /* '+': stop at the command; its own options are parsed by the command. */
+    while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        if (opt == 'h') return fputs(main_usage, stdout), CLI_EXIT_OK;
+        if (opt == OPT_VERSION) return printf("gpujob %s\n", GPUJOB_CLIENT_VERSION), CLI_EXIT_OK;
+        if (!common_option(&cli, opt)) return usage_error(NULL, "unknown option");
+    }
+    if (optind >= argc) return usage_error(NULL, "missing COMMAND");
+    const char *name = argv[optind];
+    if (strcmp(name, "help") == 0) return fputs(main_usage, stdout), CLI_EXIT_OK;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(commands[i].name, name) != 0) continue;
+        int sub_argc = argc - optind;
+        char **sub_argv = argv + optind;
+        optind = 0; /* glibc: restart getopt from scratch for the command's arguments */
+        int status = commands[i].run(&cli, sub_argc, sub_argv);
+        gpujob_client_free(cli.client);
+        return status;
+    }
+    return usage_error(NULL, "unknown command '%s'", name);
+}

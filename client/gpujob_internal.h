@@ -1,0 +1,87 @@
+/* What the files of libgpujob share and do not export: the client handle, one HTTP exchange,
+ * and the mapping of answers to error values. Everything here has hidden visibility. */
+#pragma once
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <stdarg.h>
+
+#include "gpujob.h"
+
+#define GJC_HIDDEN __attribute__((visibility("hidden")))
+
+struct gpujob_client {
+    CURL *curl;
+    char *address;     /* as given: "http://..." or "unix:/..." */
+    char *base_url;    /* "http://127.0.0.1:8080" or "http://localhost" for a socket */
+    char *unix_path;   /* NULL for TCP */
+    char *auth_header; /* "Authorization: Bearer ..." or NULL */
+    long request_timeout_ms, connect_timeout_ms;
+    int retries;
+    /* The last call's outcome. */
+    char errmsg[512];
+    char err_code[64];
+    char err_field[160];
+    long http_status;
+};
+
+/* One request. path is already escaped ("/v1/jobs/ID/wait?timeout=5"). */
+typedef struct gjc_request {
+    const char *method; /* "GET", "POST", "DELETE" */
+    const char *path;
+    const char *content_type; /* of body; NULL when none */
+    const void *body;
+    size_t body_len;
+    const char *accept;          /* NULL: no Accept header */
+    const char *idempotency_key; /* NULL: none */
+    long extra_timeout_ms;       /* added to the request timeout (long polls) */
+    /* When sink is set, a 2xx body goes there (at most sink_cap bytes) instead of into the
+     * response's malloc'd body. */
+    void *sink;
+    size_t sink_cap;
+} gjc_request_t;
+
+typedef struct gjc_response {
+    long status;
+    char *body; /* NUL-terminated; malloc'd, owned */
+    size_t len, cap;
+    size_t sink_len;
+    bool sink_overflow;
+    char x_dtype[16];
+    char x_shape[160];
+    long retry_after_s; /* -1 when absent */
+} gjc_response_t;
+
+/* Resets the per-call error state; every public call taking a client begins with it. */
+GJC_HIDDEN void gjc_clear_error(gpujob_client_t *c);
+/* Sets the message and returns r. */
+GJC_HIDDEN int gjc_fail(gpujob_client_t *c, int r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Performs one exchange. 0 when an answer came back, whatever its status; a negative error
+ * value (-ECONNREFUSED, -ETIMEDOUT, -ECONNRESET, ...) with the message set when none did. */
+GJC_HIDDEN int gjc_perform(gpujob_client_t *c, const gjc_request_t *req, gjc_response_t *resp);
+/* Checks resp->status is expect (or, when expect2 is non-zero, expect2): 0, or the error value
+ * of the status with the daemon's error code, field and message recorded. */
+GJC_HIDDEN int gjc_check_status(gpujob_client_t *c, const gjc_response_t *resp, long expect,
+                                long expect2);
+/* Parses the body as JSON (a new reference): 0 or -EBADMSG. */
+GJC_HIDDEN int gjc_parse_body(gpujob_client_t *c, const gjc_response_t *resp, json_t **ret);
+/* perform + check + parse in one: a JSON body from an answer of status expect (or expect2). */
+GJC_HIDDEN int gjc_call_json(gpujob_client_t *c, const gjc_request_t *req, long expect,
+                             long expect2, json_t **ret);
+GJC_HIDDEN void gjc_response_clear(gjc_response_t *resp);
+/* A URL-escaped copy of a path segment (malloc'd) or NULL. */
+GJC_HIDDEN char *gjc_escape(gpujob_client_t *c, const char *segment);
+
+/* Wraps a parsed job (steals the reference). NULL on allocation failure. */
+GJC_HIDDEN gpujob_job_t *gjc_job_new(json_t *root);
+/* Reads a tensor description {"dtype", "shape"} into *ret (no data). 0 or -EBADMSG. */
+GJC_HIDDEN int gjc_desc_from_json(const json_t *o, gpujob_tensor_t *ret);
+/* Sizes: numel and bytes with overflow checks. 0, -EINVAL or -EOVERFLOW. */
+GJC_HIDDEN int gjc_tensor_bytes(gpujob_dtype_t dt, int ndim, const int64_t *shape,
+                                size_t *ret_bytes);
+/* Standard base64 (a new NUL-terminated string) or NULL. */
+GJC_HIDDEN char *gjc_base64(const void *data, size_t len);
+/* Element conversions for inline JSON data of 16-bit float types. */
+GJC_HIDDEN uint16_t gjc_f32_to_f16(float f);
+GJC_HIDDEN uint16_t gjc_f32_to_bf16(float f);
