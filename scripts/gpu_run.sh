@@ -22,7 +22,12 @@ rc=$?
 note "build: rc=$rc"
 if [ $rc -ne 0 ]; then
     grep -E "error" "$out/build.log" | head -40
-    printf '%s\n' "${summary[@]}"
+    if [[ $what == *" e2e "* ]]; then
+    GPUJOB_E2E_BACKEND=cuda ctest --test-dir $b -R e2e --output-on-failure --timeout 300 \
+        >"$out/e2e-cuda.log" 2>&1
+    note "e2e on cuda: rc=$? $(grep -E 'tests passed|tests failed' "$out/e2e-cuda.log" | tail -1)"
+fi
+printf '%s\n' "${summary[@]}"
     exit 1
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$out/summary.txt" 2>&1
@@ -32,20 +37,20 @@ if [[ $what == *" tests "* ]]; then
     note "gpu tests: rc=$? $(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | tail -1)"
     grep -E "Test +#" "$out/gpu-tests.log" | sed 's/^ *//'
 fi
-if [[ $what == *" e2e "* ]]; then
-    GPUJOB_E2E_BACKEND=cuda ctest --test-dir $b -R e2e --output-on-failure --timeout 300 \
-        >"$out/e2e-cuda.log" 2>&1
-    note "e2e on cuda: rc=$? $(grep -E 'tests passed|tests failed' "$out/e2e-cuda.log" | tail -1)"
-fi
 if [[ $what == *" bench "* ]]; then
     "$b/bench/bench_kernels" >"$out/bench-ours.csv" 2>>"$out/summary.txt"
     note "bench_kernels: rc=$?"
     : >"$out/bench-peers.csv"
     for p in bench/peer/torch_*.py; do
-        PYTHONUNBUFFERED=1 timeout 240 python3 "$p" >>"$out/bench-peers.csv" 2>>"$out/summary.txt"
+        PYTHONUNBUFFERED=1 timeout 150 python3 "$p" >>"$out/bench-peers.csv" 2>>"$out/summary.txt"
         note "$(basename "$p"): rc=$?"
     done
     python3 bench/kernels/report.py "$out/bench-ours.csv" "$out/bench-peers.csv" >"$out/bench-table.md"
     cat "$out/bench-table.md"
+fi
+if [[ $what == *" e2e "* ]]; then
+    GPUJOB_E2E_BACKEND=cuda ctest --test-dir $b -R e2e --output-on-failure --timeout 300 \
+        >"$out/e2e-cuda.log" 2>&1
+    note "e2e on cuda: rc=$? $(grep -E 'tests passed|tests failed' "$out/e2e-cuda.log" | tail -1)"
 fi
 printf '%s\n' "${summary[@]}"
