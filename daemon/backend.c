@@ -19,8 +19,7 @@ int backend_new(const config_t *cfg, executor_t **ret)
                     log_error("backend 'cuda': no usable GPU: %s", strerror(-r));
                 return r;
             }
-            log_warn("backend auto: the GPUs could not be used (%s), using the CPU",
-                     strerror(-r));
+            log_warn("backend auto: the GPUs could not be used (%s), using the CPU", strerror(-r));
         } else {
             log_info("backend auto: no GPU found, using the CPU");
         }

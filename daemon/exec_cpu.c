@@ -47,8 +47,7 @@ static int load_input(store_reader_t *rd, job_tensor_t *t, char *why, size_t why
             r = store_blob_read(rd, buf->blob, buf->nbytes, &t->data);
         buffer_free(buf);
         if (r < 0)
-            snprintf(why, why_size, "input '%s': could not read buffer %s", t->name,
-                     t->buffer_id);
+            snprintf(why, why_size, "input '%s': could not read buffer %s", t->name, t->buffer_id);
         return r;
     }
     if (!t->blob) {
@@ -56,8 +55,7 @@ static int load_input(store_reader_t *rd, job_tensor_t *t, char *why, size_t why
         return -ENOENT;
     }
     int r = store_blob_read(rd, t->blob, t->nbytes, &t->data);
-    if (r < 0)
-        snprintf(why, why_size, "input '%s': could not read its bytes", t->name);
+    if (r < 0) snprintf(why, why_size, "input '%s': could not read its bytes", t->name);
     return r;
 }
 
@@ -68,8 +66,7 @@ static void run_job(store_reader_t *rd, job_t *job)
     void *out[OP_MAX_TENSORS] = {0};
     char why[ERROR_MESSAGE_SIZE];
     for (int j = 0; j < call->op->n_inputs; j++) {
-        if (!call->has_in[j])
-            continue;
+        if (!call->has_in[j]) continue;
         job_tensor_t *t = &job->in[j];
         if (!t->data && load_input(rd, t, why, sizeof why) < 0) {
             job_set_error(job, "input_unavailable", "%s", why);
@@ -92,8 +89,7 @@ static void run_job(store_reader_t *rd, job_t *job)
     }
     op_error_t err = {0};
     if (call->op->run_cpu(call, in, out, &err) < 0)
-        job_set_error(job, "op_failed", "%s%s%s", err.field, err.field[0] ? ": " : "",
-                      err.message);
+        job_set_error(job, "op_failed", "%s%s%s", err.field, err.field[0] ? ": " : "", err.message);
 }
 
 static void *worker(void *arg)
@@ -101,14 +97,12 @@ static void *worker(void *arg)
     cpu_exec_t *ex = arg;
     store_reader_t *rd = NULL;
     int r = store_reader_open(ex->cfg, &rd);
-    if (r < 0)
-        log_error("cpu worker: cannot open a store reader: %s", strerror(-r));
+    if (r < 0) log_error("cpu worker: cannot open a store reader: %s", strerror(-r));
     pthread_mutex_lock(&ex->lock);
     for (;;) {
         while (ex->q_len == 0 && !ex->stopping)
             pthread_cond_wait(&ex->work_cond, &ex->lock);
-        if (ex->q_len == 0)
-            break;
+        if (ex->q_len == 0) break;
         exec_batch_t *batch = ex->queue[ex->q_head];
         ex->q_head = (ex->q_head + 1) % ex->q_cap;
         ex->q_len--;
@@ -129,8 +123,7 @@ static void *worker(void *arg)
         pthread_mutex_lock(&ex->lock);
         bool report = !ex->abandoned;
         pthread_mutex_unlock(&ex->lock);
-        if (report)
-            ex->base.done(batch, ex->base.done_ud);
+        if (report) ex->base.done(batch, ex->base.done_ud);
         pthread_mutex_lock(&ex->lock);
         ex->busy--;
         pthread_cond_broadcast(&ex->idle_cond);
@@ -190,8 +183,7 @@ static void cpu_destroy(executor_t *base, int timeout_ms)
            pthread_cond_timedwait(&ex->idle_cond, &ex->lock, &deadline) == 0)
         ;
     bool all_exited = ex->exited == ex->n_threads;
-    if (!all_exited)
-        ex->abandoned = true;
+    if (!all_exited) ex->abandoned = true;
     pthread_mutex_unlock(&ex->lock);
     if (!all_exited) {
         /* A worker is stuck in a long op: leave it (and this struct) to process exit. */
@@ -221,13 +213,11 @@ static const executor_ops_t cpu_ops = {
 int exec_cpu_new(const config_t *cfg, executor_t **ret)
 {
     cpu_exec_t *ex = calloc(1, sizeof *ex);
-    if (!ex)
-        return -ENOMEM;
+    if (!ex) return -ENOMEM;
     ex->base.ops = &cpu_ops;
     ex->cfg = cfg;
     ex->n_threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (ex->n_threads < 1)
-        ex->n_threads = 1;
+    if (ex->n_threads < 1) ex->n_threads = 1;
     /* No batches queued ahead of the workers: a job handed over starts at once, so `running`
      * means running, and everything waiting stays in the scheduler's queues (deadlines, fair
      * share and cancellation apply there). */

@@ -44,15 +44,15 @@ struct device_worker {
     char uuid[64];
     int cc_major, cc_minor, sms;
     size_t mem_total;
-    size_t cap;          /* bytes the pool may hand to batches */
-    size_t in_use;       /* reserved by running batches */
+    size_t cap;    /* bytes the pool may hand to batches */
+    size_t in_use; /* reserved by running batches */
     cudaMemPool_t pool;
     pthread_t thread;
     int n_slots;
     slot_t *slots;
     exec_batch_t **queue; /* accepted, not yet on a slot */
     int q_head, q_len, q_cap;
-    bool failed;          /* could not initialise: takes no work */
+    bool failed; /* could not initialise: takes no work */
 };
 
 typedef struct cuda_exec {
@@ -77,8 +77,7 @@ static void batch_sizes(const exec_batch_t *b, size_t *ret_in, size_t *ret_out)
     for (int i = 0; i < b->n; i++) {
         const op_call_t *c = &b->jobs[i]->call;
         for (int j = 0; j < c->op->n_inputs; j++)
-            if (c->has_in[j])
-                in += align_up(tensor_desc_bytes(&c->in[j]));
+            if (c->has_in[j]) in += align_up(tensor_desc_bytes(&c->in[j]));
         for (int j = 0; j < c->n_out; j++)
             out += align_up(tensor_desc_bytes(&c->out[j]));
     }
@@ -101,8 +100,7 @@ static void *pool_alloc(void *pool, size_t bytes)
 static void pool_free(void *pool, void *ptr)
 {
     slot_t *slot = pool;
-    if (ptr)
-        cudaFreeAsync(ptr, slot->stream);
+    if (ptr) cudaFreeAsync(ptr, slot->stream);
 }
 
 static void CUDART_CB on_stream_done(void *arg)
@@ -118,8 +116,7 @@ static void CUDART_CB on_stream_done(void *arg)
 
 static int grow_pinned(slot_t *slot, size_t bytes)
 {
-    if (slot->pinned_size >= bytes)
-        return 0;
+    if (slot->pinned_size >= bytes) return 0;
     cudaFreeHost(slot->pinned);
     slot->pinned = NULL;
     slot->pinned_size = 0;
@@ -135,8 +132,7 @@ static int grow_pinned(slot_t *slot, size_t bytes)
 static void fail_batch(exec_batch_t *b, const char *code, const char *message)
 {
     for (int i = 0; i < b->n; i++)
-        if (!b->jobs[i]->error_code[0])
-            job_set_error(b->jobs[i], code, "%s", message);
+        if (!b->jobs[i]->error_code[0]) job_set_error(b->jobs[i], code, "%s", message);
 }
 
 /* Queues a batch on a free slot. Returns 0 when the work is on the stream (completion comes
@@ -151,8 +147,7 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
         job->batch_size = b->n;
         for (int j = 0; j < job->call.op->n_inputs; j++) {
             job_tensor_t *t = &job->in[j];
-            if (!job->call.has_in[j] || t->data)
-                continue;
+            if (!job->call.has_in[j] || t->data) continue;
             int r = -ENOENT;
             if (t->buffer_id[0]) {
                 buffer_t *buf = NULL;
@@ -210,8 +205,7 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
         ins[i] = in_ptrs + (size_t)i * OP_MAX_TENSORS;
         outs[i] = out_ptrs + (size_t)i * OP_MAX_TENSORS;
         for (int j = 0; j < job->call.op->n_inputs; j++) {
-            if (!job->call.has_in[j])
-                continue;
+            if (!job->call.has_in[j]) continue;
             memcpy((char *)slot->pinned + in_off, job->in[j].data, job->in[j].nbytes);
             in_ptrs[(size_t)i * OP_MAX_TENSORS + j] = (char *)slot->d_in + in_off;
             in_off += align_up(job->in[j].nbytes);
@@ -221,8 +215,8 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
             out_off += align_up(tensor_desc_bytes(&job->call.out[j]));
         }
     }
-    cudaError_t e = cudaMemcpyAsync(slot->d_in, slot->pinned, in_bytes, cudaMemcpyHostToDevice,
-                                    slot->stream);
+    cudaError_t e =
+        cudaMemcpyAsync(slot->d_in, slot->pinned, in_bytes, cudaMemcpyHostToDevice, slot->stream);
     cudaEventRecord(slot->start, slot->stream);
     op_cuda_ctx_t ctx = {
         .stream = slot->stream,
@@ -234,8 +228,7 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
         .pool = slot,
     };
     op_error_t err = {0};
-    if (e == cudaSuccess &&
-        calls[0]->op->run_cuda(&ctx, b->n, calls, ins, outs, &err) < 0) {
+    if (e == cudaSuccess && calls[0]->op->run_cuda(&ctx, b->n, calls, ins, outs, &err) < 0) {
         r = -EIO;
         fail_batch(b, "op_failed", err.message);
     }
@@ -243,8 +236,7 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
     if (r == 0 && e == cudaSuccess)
         e = cudaMemcpyAsync(slot->pinned, slot->d_out, out_bytes, cudaMemcpyDeviceToHost,
                             slot->stream);
-    if (e == cudaSuccess)
-        e = cudaLaunchHostFunc(slot->stream, on_stream_done, slot);
+    if (e == cudaSuccess) e = cudaLaunchHostFunc(slot->stream, on_stream_done, slot);
     if (e != cudaSuccess) {
         snprintf(why, sizeof why, "CUDA: %s", cudaGetErrorString(e));
         fail_batch(b, "cuda_error", why);
@@ -274,8 +266,7 @@ static void complete(slot_t *slot)
     exec_batch_t *b = slot->batch;
     float ms = 0;
     cudaError_t e = cudaEventElapsedTime(&ms, slot->start, slot->stop);
-    if (e == cudaSuccess)
-        e = cudaStreamQuery(slot->stream);
+    if (e == cudaSuccess) e = cudaStreamQuery(slot->stream);
     if (e != cudaSuccess && e != cudaErrorNotReady) {
         char why[ERROR_MESSAGE_SIZE];
         snprintf(why, sizeof why, "CUDA: %s", cudaGetErrorString(e));
@@ -301,8 +292,7 @@ static void complete(slot_t *slot)
                 if (t->data)
                     memcpy(t->data, (char *)slot->pinned + out_off, nbytes);
                 else
-                    job_set_error(job, "out_of_memory", "no host memory for output '%s'",
-                                  t->name);
+                    job_set_error(job, "out_of_memory", "no host memory for output '%s'", t->name);
             }
             out_off += align_up(nbytes);
         }
@@ -326,8 +316,7 @@ static void *device_thread(void *arg)
         /* Finished slots first: they free memory and slots for the queue. */
         slot_t *done = NULL;
         for (int k = 0; k < dw->n_slots && !done; k++)
-            if (dw->slots[k].batch && dw->slots[k].finished)
-                done = &dw->slots[k];
+            if (dw->slots[k].batch && dw->slots[k].finished) done = &dw->slots[k];
         if (done) {
             exec_batch_t *b = done->batch;
             pthread_mutex_unlock(&ex->lock);
@@ -344,8 +333,7 @@ static void *device_thread(void *arg)
         }
         slot_t *free_slot = NULL;
         for (int k = 0; k < dw->n_slots && !free_slot; k++)
-            if (!dw->slots[k].batch)
-                free_slot = &dw->slots[k];
+            if (!dw->slots[k].batch) free_slot = &dw->slots[k];
         if (free_slot && dw->q_len > 0) {
             exec_batch_t *b = dw->queue[dw->q_head];
             size_t in_bytes, out_bytes;
@@ -375,15 +363,13 @@ static void *device_thread(void *arg)
                 r = launch(free_slot, b, rd);
             }
             pthread_mutex_lock(&ex->lock);
-            if (r < 0)
-                free_slot->finished = true; /* report it through the same path */
+            if (r < 0) free_slot->finished = true; /* report it through the same path */
             continue;
         }
         bool busy = false;
         for (int k = 0; k < dw->n_slots; k++)
             busy |= dw->slots[k].batch != NULL;
-        if (ex->stopping && dw->q_len == 0 && !busy)
-            break;
+        if (ex->stopping && dw->q_len == 0 && !busy) break;
         pthread_cond_wait(&ex->cond, &ex->lock);
     }
     pthread_mutex_unlock(&ex->lock);
@@ -402,17 +388,16 @@ static int worker_init(cuda_exec_t *ex, device_worker_t *dw, int device)
     snprintf(dw->name, sizeof dw->name, "%s", prop.name);
     const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
     snprintf(dw->uuid, sizeof dw->uuid,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-             u[14], u[15]);
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+             u[15]);
     dw->cc_major = prop.major;
     dw->cc_minor = prop.minor;
     dw->sms = prop.multiProcessorCount;
     dw->mem_total = prop.totalGlobalMem;
     dw->cap = ex->cfg->device_memory_cap ? ex->cfg->device_memory_cap
                                          : (size_t)(0.9 * (double)prop.totalGlobalMem);
-    if (cudaDeviceGetDefaultMemPool(&dw->pool, device) != cudaSuccess)
-        return -ENODEV;
+    if (cudaDeviceGetDefaultMemPool(&dw->pool, device) != cudaSuccess) return -ENODEV;
     /* Keep freed memory in the pool up to the cap instead of returning it at every sync. */
     uint64_t threshold = dw->cap;
     cudaMemPoolSetAttribute(dw->pool, cudaMemPoolAttrReleaseThreshold, &threshold);
@@ -421,14 +406,12 @@ static int worker_init(cuda_exec_t *ex, device_worker_t *dw, int device)
     dw->slots = calloc((size_t)dw->n_slots, sizeof *dw->slots);
     dw->q_cap = 2 * dw->n_slots;
     dw->queue = calloc((size_t)dw->q_cap, sizeof *dw->queue);
-    if (!dw->slots || !dw->queue)
-        return -ENOMEM;
+    if (!dw->slots || !dw->queue) return -ENOMEM;
     for (int k = 0; k < dw->n_slots; k++) {
         slot_t *s = &dw->slots[k];
         s->dw = dw;
         if (cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess ||
-            cudaEventCreate(&s->start) != cudaSuccess ||
-            cudaEventCreate(&s->stop) != cudaSuccess ||
+            cudaEventCreate(&s->start) != cudaSuccess || cudaEventCreate(&s->stop) != cudaSuccess ||
             cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS ||
             cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
             cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
@@ -439,23 +422,16 @@ static int worker_init(cuda_exec_t *ex, device_worker_t *dw, int device)
 
 static void worker_release(device_worker_t *dw)
 {
-    if (!dw->slots)
-        return;
+    if (!dw->slots) return;
     cudaSetDevice(dw->device);
     for (int k = 0; k < dw->n_slots; k++) {
         slot_t *s = &dw->slots[k];
-        if (s->stream)
-            cudaStreamSynchronize(s->stream);
-        if (s->blas)
-            cublasDestroy(s->blas);
-        if (s->lt)
-            cublasLtDestroy(s->lt);
-        if (s->start)
-            cudaEventDestroy(s->start);
-        if (s->stop)
-            cudaEventDestroy(s->stop);
-        if (s->stream)
-            cudaStreamDestroy(s->stream);
+        if (s->stream) cudaStreamSynchronize(s->stream);
+        if (s->blas) cublasDestroy(s->blas);
+        if (s->lt) cublasLtDestroy(s->lt);
+        if (s->start) cudaEventDestroy(s->start);
+        if (s->stop) cudaEventDestroy(s->stop);
+        if (s->stream) cudaStreamDestroy(s->stream);
         cudaFreeHost(s->pinned);
     }
     free(dw->slots);
@@ -474,8 +450,7 @@ static int cuda_submit(executor_t *base, exec_batch_t *b)
     int best_load = 0;
     for (int d = 0; d < ex->n_devices && !ex->stopping; d++) {
         device_worker_t *dw = &ex->devices[d];
-        if (dw->failed || dw->q_len == dw->q_cap || (pin >= 0 && dw->device != pin))
-            continue;
+        if (dw->failed || dw->q_len == dw->q_cap || (pin >= 0 && dw->device != pin)) continue;
         int load = dw->q_len;
         for (int k = 0; k < dw->n_slots; k++)
             load += dw->slots[k].batch != NULL;
@@ -512,8 +487,7 @@ static int cuda_free_slots(executor_t *base)
     pthread_mutex_lock(&ex->lock);
     int n = 0;
     for (int d = 0; d < ex->n_devices && !ex->stopping; d++)
-        if (!ex->devices[d].failed)
-            n += ex->devices[d].q_cap - ex->devices[d].q_len;
+        if (!ex->devices[d].failed) n += ex->devices[d].q_cap - ex->devices[d].q_len;
     pthread_mutex_unlock(&ex->lock);
     return n;
 }
@@ -534,11 +508,10 @@ static json_t *cuda_describe(executor_t *base)
         snprintf(cc, sizeof cc, "%d.%d", dw->cc_major, dw->cc_minor);
         json_array_append_new(
             devices, json_pack("{s:i, s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:i, s:s}", "index",
-                               dw->device, "name", dw->name, "uuid", dw->uuid,
-                               "compute_capability", cc, "sms", dw->sms, "memory_total",
-                               (json_int_t)total_b, "memory_free", (json_int_t)free_b,
-                               "pool_cap", (json_int_t)dw->cap, "pool_in_use",
-                               (json_int_t)in_use, "streams", dw->n_slots, "state",
+                               dw->device, "name", dw->name, "uuid", dw->uuid, "compute_capability",
+                               cc, "sms", dw->sms, "memory_total", (json_int_t)total_b,
+                               "memory_free", (json_int_t)free_b, "pool_cap", (json_int_t)dw->cap,
+                               "pool_in_use", (json_int_t)in_use, "streams", dw->n_slots, "state",
                                dw->failed ? "failed" : "ready"));
     }
     return json_pack("{s:s, s:o}", "name", "cuda", "devices", devices);
@@ -553,8 +526,7 @@ static void cuda_destroy(executor_t *base, int timeout_ms)
     pthread_mutex_unlock(&ex->lock);
     /* Device work is bounded (kernels finish); the workers drain their queues and exit. */
     for (int d = 0; d < ex->n_devices; d++)
-        if (!ex->devices[d].failed)
-            pthread_join(ex->devices[d].thread, NULL);
+        if (!ex->devices[d].failed) pthread_join(ex->devices[d].thread, NULL);
     for (int d = 0; d < ex->n_devices; d++)
         worker_release(&ex->devices[d]);
     pthread_mutex_destroy(&ex->lock);
@@ -574,16 +546,14 @@ static const executor_ops_t cuda_ops = {
 /* Parses cfg->devices ("all", or a comma list of ordinals or UUIDs) against what is present. */
 static bool device_selected(const char *spec, int ordinal, const char *uuid)
 {
-    if (strcmp(spec, "all") == 0)
-        return true;
+    if (strcmp(spec, "all") == 0) return true;
     char buf[256];
     snprintf(buf, sizeof buf, "%s", spec);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
         char *end;
         long v = strtol(tok, &end, 10);
-        if ((*end == '\0' && v == ordinal) || strcmp(tok, uuid) == 0)
-            return true;
+        if ((*end == '\0' && v == ordinal) || strcmp(tok, uuid) == 0) return true;
     }
     return false;
 }
@@ -601,8 +571,7 @@ int cuda_device_count(void)
 int exec_cuda_new(const config_t *cfg, executor_t **ret)
 {
     int present = cuda_device_count();
-    if (present == 0)
-        return -ENODEV;
+    if (present == 0) return -ENODEV;
     cuda_exec_t *ex = calloc(1, sizeof *ex);
     device_worker_t *devices = calloc((size_t)present, sizeof *devices);
     if (!ex || !devices) {
@@ -641,8 +610,7 @@ int exec_cuda_new(const config_t *cfg, executor_t **ret)
     }
     for (int d = 0; d < ex->n_devices; d++) {
         device_worker_t *dw = &ex->devices[d];
-        if (pthread_create(&dw->thread, NULL, device_thread, dw) != 0)
-            dw->failed = true;
+        if (pthread_create(&dw->thread, NULL, device_thread, dw) != 0) dw->failed = true;
     }
     *ret = &ex->base;
     return 0;

@@ -11,9 +11,8 @@
 #include <time.h>
 
 static const char *const state_names[JOB_STATE_COUNT] = {
-    [JOB_QUEUED] = "queued",       [JOB_RUNNING] = "running",
-    [JOB_SUCCEEDED] = "succeeded", [JOB_FAILED] = "failed",
-    [JOB_CANCELLED] = "cancelled",
+    [JOB_QUEUED] = "queued", [JOB_RUNNING] = "running",     [JOB_SUCCEEDED] = "succeeded",
+    [JOB_FAILED] = "failed", [JOB_CANCELLED] = "cancelled",
 };
 
 const char *job_state_name(job_state_t s)
@@ -56,8 +55,7 @@ static void tensor_clear(job_tensor_t *t)
 
 void job_free(job_t *job)
 {
-    if (!job)
-        return;
+    if (!job) return;
     for (int j = 0; j < OP_MAX_TENSORS; j++) {
         tensor_clear(&job->in[j]);
         tensor_clear(&job->out[j]);
@@ -94,8 +92,7 @@ buffer_t *buffer_new(void)
 
 void buffer_free(buffer_t *buf)
 {
-    if (!buf)
-        return;
+    if (!buf) return;
     free(buf->data);
     free(buf->blob);
     free(buf);
@@ -112,8 +109,7 @@ void id_new(char prefix, char ret[ID_SIZE])
 {
     static atomic_uint sequence;
     uint32_t rnd = 0;
-    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
-        rnd = (uint32_t)now_us() * 2654435761u;
+    if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd) rnd = (uint32_t)now_us() * 2654435761u;
     uint64_t ms = (uint64_t)(now_us() / 1000) & 0xffffffffffffULL;
     unsigned seq = atomic_fetch_add(&sequence, 1) & 0xffff;
     snprintf(ret, ID_SIZE, "%c%012" PRIx64 "%04x%08" PRIx32, prefix, ms, seq, rnd);
@@ -121,10 +117,8 @@ void id_new(char prefix, char ret[ID_SIZE])
 
 bool id_valid(char prefix, const char *s)
 {
-    if (!s || s[0] != prefix || strlen(s) != 25)
-        return false;
+    if (!s || s[0] != prefix || strlen(s) != 25) return false;
     for (const char *p = s + 1; *p; p++)
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-            return false;
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
     return true;
 }

@@ -40,8 +40,7 @@ void log_write(log_level_t level, const char *fmt, ...)
     int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
     va_end(ap);
     size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-    if (len > sizeof line - 2)
-        len = sizeof line - 2;
+    if (len > sizeof line - 2) len = sizeof line - 2;
     line[len++] = '\n';
     /* One write per line keeps lines from different threads whole. */
     fwrite(line, 1, len, stderr);

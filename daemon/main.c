@@ -35,14 +35,12 @@ static int run_daemon(const config_t *cfg)
         return 1;
     }
     r = sched_new(cfg, st, &sched);
-    if (r >= 0)
-        r = backend_new(cfg, &ex);
+    if (r >= 0) r = backend_new(cfg, &ex);
     if (r >= 0) {
         sched_set_executor(sched, ex);
         r = sched_start(sched);
     }
-    if (r >= 0)
-        r = api_server_start(cfg, sched, &api);
+    if (r >= 0) r = api_server_start(cfg, sched, &api);
     if (r < 0) {
         log_error("Failed to start: %s", strerror(-r));
         sched_free(sched);
@@ -53,8 +51,7 @@ static int run_daemon(const config_t *cfg)
 
     for (;;) {
         int sig = 0;
-        if (sigwait(&signals, &sig) != 0)
-            continue;
+        if (sigwait(&signals, &sig) != 0) continue;
         if (sig == SIGHUP) {
             log_info("SIGHUP: nothing to reload yet");
             continue;
@@ -81,10 +78,17 @@ int main(int argc, char **argv)
         return 2;
     }
     switch (action) {
-    case CONFIG_ACTION_HELP: fputs(config_usage(), stdout); return 0;
-    case CONFIG_ACTION_VERSION: printf("gpujobd %s\n", GPUJOBD_VERSION); return 0;
-    case CONFIG_ACTION_CHECK: printf("configuration OK\n"); return 0;
-    case CONFIG_ACTION_RUN: break;
+    case CONFIG_ACTION_HELP:
+        fputs(config_usage(), stdout);
+        return 0;
+    case CONFIG_ACTION_VERSION:
+        printf("gpujobd %s\n", GPUJOBD_VERSION);
+        return 0;
+    case CONFIG_ACTION_CHECK:
+        printf("configuration OK\n");
+        return 0;
+    case CONFIG_ACTION_RUN:
+        break;
     }
     log_level_t level = LOG_INFO;
     log_level_parse(cfg.log_level, &level);

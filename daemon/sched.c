@@ -38,7 +38,7 @@ typedef struct user {
     struct entry **heap; /* queued entries: highest priority, then oldest, first */
     int heap_len, heap_cap;
     int running;
-    double usage_us;     /* decayed device (or CPU) time, charged at dispatch, corrected at end */
+    double usage_us; /* decayed device (or CPU) time, charged at dispatch, corrected at end */
     int64_t usage_at;
     unsigned skip_round; /* dispatch round in which this user's next batch is held back */
 } user_t;
@@ -117,8 +117,8 @@ struct sched {
     unsigned round;
     bool stopping;
 
-    atomic_long queued, running, submitted_total, succeeded_total, failed_total,
-        cancelled_total, batches_total, batched_jobs_total;
+    atomic_long queued, running, submitted_total, succeeded_total, failed_total, cancelled_total,
+        batches_total, batched_jobs_total;
 };
 
 typedef struct sched_batch {
@@ -146,8 +146,7 @@ static void reply_jobs(sched_reply_fn reply, void *token, job_t *const *jobs, si
 
 static bool entry_before(const entry_t *a, const entry_t *b)
 {
-    if (a->job->priority != b->job->priority)
-        return a->job->priority > b->job->priority;
+    if (a->job->priority != b->job->priority) return a->job->priority > b->job->priority;
     return a->seq < b->seq;
 }
 
@@ -168,12 +167,9 @@ static void user_heap_fix(user_t *u, int i)
     }
     for (;;) {
         int l = 2 * i + 1, r = l + 1, best = i;
-        if (l < u->heap_len && entry_before(u->heap[l], u->heap[best]))
-            best = l;
-        if (r < u->heap_len && entry_before(u->heap[r], u->heap[best]))
-            best = r;
-        if (best == i)
-            return;
+        if (l < u->heap_len && entry_before(u->heap[l], u->heap[best])) best = l;
+        if (r < u->heap_len && entry_before(u->heap[r], u->heap[best])) best = r;
+        if (best == i) return;
         user_heap_swap(u, i, best);
         i = best;
     }
@@ -184,8 +180,7 @@ static int user_heap_push(user_t *u, entry_t *e)
     if (u->heap_len == u->heap_cap) {
         int cap = u->heap_cap ? 2 * u->heap_cap : 16;
         entry_t **h = realloc(u->heap, (size_t)cap * sizeof *h);
-        if (!h)
-            return -ENOMEM;
+        if (!h) return -ENOMEM;
         u->heap = h;
         u->heap_cap = cap;
     }
@@ -198,8 +193,7 @@ static int user_heap_push(user_t *u, entry_t *e)
 static void user_heap_remove(user_t *u, entry_t *e)
 {
     int i = e->heap_pos;
-    if (i < 0)
-        return;
+    if (i < 0) return;
     u->heap_len--;
     if (i != u->heap_len) {
         u->heap[i] = u->heap[u->heap_len];
@@ -220,8 +214,8 @@ static void deadline_swap(sched_t *s, int i, int j)
 
 static void deadline_fix(sched_t *s, int i)
 {
-    while (i > 0 && s->deadlines[i]->job->deadline_us <
-                        s->deadlines[(i - 1) / 2]->job->deadline_us) {
+    while (i > 0 &&
+           s->deadlines[i]->job->deadline_us < s->deadlines[(i - 1) / 2]->job->deadline_us) {
         deadline_swap(s, i, (i - 1) / 2);
         i = (i - 1) / 2;
     }
@@ -233,8 +227,7 @@ static void deadline_fix(sched_t *s, int i)
         if (r < s->n_deadlines &&
             s->deadlines[r]->job->deadline_us < s->deadlines[best]->job->deadline_us)
             best = r;
-        if (best == i)
-            return;
+        if (best == i) return;
         deadline_swap(s, i, best);
         i = best;
     }
@@ -247,24 +240,21 @@ static int deadline_push(sched_t *s, entry_t *e)
     if (s->n_deadlines == s->cap_deadlines) {
         int cap = s->cap_deadlines ? 2 * s->cap_deadlines : 64;
         entry_t **d = realloc(s->deadlines, (size_t)cap * sizeof *d);
-        if (!d)
-            return -ENOMEM;
+        if (!d) return -ENOMEM;
         s->deadlines = d;
         s->cap_deadlines = cap;
     }
     e->deadline_pos = s->n_deadlines;
     s->deadlines[s->n_deadlines++] = e;
     deadline_fix(s, e->deadline_pos);
-    if (e->deadline_pos == 0)
-        deadline_arm(s);
+    if (e->deadline_pos == 0) deadline_arm(s);
     return 0;
 }
 
 static void deadline_remove(sched_t *s, entry_t *e)
 {
     int i = e->deadline_pos;
-    if (i < 0)
-        return;
+    if (i < 0) return;
     s->n_deadlines--;
     if (i != s->n_deadlines) {
         s->deadlines[i] = s->deadlines[s->n_deadlines];
@@ -277,8 +267,7 @@ static void deadline_remove(sched_t *s, entry_t *e)
 static void keyq_remove(sched_t *s, entry_t *e)
 {
     keyq_t *q = e->keyq;
-    if (!q)
-        return;
+    if (!q) return;
     if (e->kprev)
         e->kprev->knext = e->knext;
     else
@@ -305,8 +294,7 @@ static int keyq_append(sched_t *s, entry_t *e)
     if (!q) {
         size_t len = strlen(key);
         q = calloc(1, sizeof *q + len + 1);
-        if (!q)
-            return -ENOMEM;
+        if (!q) return -ENOMEM;
         memcpy(q->key, key, len + 1);
         if (strmap_put(s->keyqs, q->key, q) < 0) {
             free(q);
@@ -328,11 +316,9 @@ static int keyq_append(sched_t *s, entry_t *e)
 static user_t *user_get(sched_t *s, const char *owner)
 {
     user_t *u = strmap_get(s->users, owner);
-    if (u)
-        return u;
+    if (u) return u;
     u = calloc(1, sizeof *u);
-    if (!u)
-        return NULL;
+    if (!u) return NULL;
     snprintf(u->owner, sizeof u->owner, "%s", owner);
     u->usage_at = now_us();
     if (strmap_put(s->users, u->owner, u) < 0) {
@@ -372,12 +358,9 @@ static int enqueue(sched_t *s, job_t *job)
     e->seq = s->next_seq++;
     e->heap_pos = e->deadline_pos = -1;
     int r = strmap_put(s->entries, job->id, e);
-    if (r >= 0)
-        r = user_heap_push(u, e);
-    if (r >= 0 && job->call.batch_key[0])
-        r = keyq_append(s, e);
-    if (r >= 0 && job->deadline_us)
-        r = deadline_push(s, e);
+    if (r >= 0) r = user_heap_push(u, e);
+    if (r >= 0 && job->call.batch_key[0]) r = keyq_append(s, e);
+    if (r >= 0 && job->deadline_us) r = deadline_push(s, e);
     if (r < 0) {
         entry_unqueue(s, e);
         strmap_remove(s->entries, job->id);
@@ -438,8 +421,7 @@ static int end_queued(sched_t *s, entry_t *e, job_state_t state, const char *cod
     strmap_remove(s->entries, job->id);
     atomic_fetch_sub(&s->queued, 1);
     count_final(s, state);
-    if (reply)
-        reply_jobs(reply, token, &job, 1, false);
+    if (reply) reply_jobs(reply, token, &job, 1, false);
     waiters_reply(e, job);
     job_free(job);
     free(e);
@@ -457,19 +439,16 @@ static void on_commit_timer(uv_timer_t *t)
 
 static void schedule_commit(sched_t *s)
 {
-    if (s->commit_scheduled)
-        return;
+    if (s->commit_scheduled) return;
     s->commit_scheduled = true;
     /* libuv timers have millisecond resolution: a window under 1 ms commits on the next loop
      * iteration, which still groups everything that arrived meanwhile. */
-    uv_timer_start(&s->commit_timer, on_commit_timer, (uint64_t)s->cfg->commit_delay_us / 1000,
-                   0);
+    uv_timer_start(&s->commit_timer, on_commit_timer, (uint64_t)s->cfg->commit_delay_us / 1000, 0);
 }
 
 static void msg_free(msg_t *m)
 {
-    if (!m)
-        return;
+    if (!m) return;
     for (size_t i = 0; m->jobs && i < m->n; i++)
         job_free(m->jobs[i]);
     free(m->jobs);
@@ -484,8 +463,7 @@ static void commit_pending(sched_t *s)
     s->commit_scheduled = false;
     msg_t *pending = s->pending_head;
     s->pending_head = s->pending_tail = NULL;
-    if (!pending)
-        return;
+    if (!pending) return;
 
     int r = store_begin(s->st);
     for (msg_t *m = pending; m && r >= 0; m = m->next) {
@@ -501,8 +479,7 @@ static void commit_pending(sched_t *s)
             }
         }
     }
-    if (r >= 0)
-        r = store_commit(s->st);
+    if (r >= 0) r = store_commit(s->st);
     if (r < 0) {
         store_rollback(s->st);
         log_error("group commit failed: %s", strerror(-r));
@@ -522,8 +499,8 @@ static void commit_pending(sched_t *s)
             for (size_t i = 0; first && i < m->n; i++) {
                 char id[ID_SIZE];
                 if (!m->replayed[i] ||
-                    store_job_find_idempotent(s->rd, m->jobs[i]->owner,
-                                              m->jobs[i]->idempotency_key, id) < 0 ||
+                    store_job_find_idempotent(s->rd, m->jobs[i]->owner, m->jobs[i]->idempotency_key,
+                                              id) < 0 ||
                     store_job_get(s->rd, id, &first[i]) < 0)
                     all_replayed = false;
             }
@@ -536,8 +513,7 @@ static void commit_pending(sched_t *s)
                 reply_err(m->reply, m->token, -ENOMEM, NULL);
             for (size_t i = 0; i < m->n; i++) {
                 job_free(first ? first[i] : NULL);
-                if (m->replayed[i])
-                    continue;
+                if (m->replayed[i]) continue;
                 job_t *job = m->jobs[i];
                 m->jobs[i] = NULL;
                 /* Keep small inputs in memory for the run; large ones are read back then. */
@@ -564,29 +540,32 @@ static void commit_pending(sched_t *s)
 
 /* ------------------------------------------------------------------------ dispatch */
 
-static user_t *pick_user_best;
+typedef struct pick {
+    sched_t *s;
+    user_t *best;
+} pick_t;
 
 static void pick_user_visit(const char *key, void *value, void *ud)
 {
     (void)key;
-    sched_t *s = ud;
+    pick_t *p = ud;
     user_t *u = value;
-    if (u->heap_len == 0 || u->running >= s->cfg->max_running_per_user ||
-        u->skip_round == s->round)
+    if (u->heap_len == 0 || u->running >= p->s->cfg->max_running_per_user ||
+        u->skip_round == p->s->round)
         return;
     user_charge(u, 0); /* bring the decay up to date */
-    user_t *b = pick_user_best;
+    user_t *b = p->best;
     if (!b || u->usage_us < b->usage_us ||
         (u->usage_us == b->usage_us && u->heap[0]->seq < b->heap[0]->seq))
-        pick_user_best = u;
+        p->best = u;
 }
 
 /* The user with queued work, under its running limit, with the least recent usage. */
 static user_t *pick_user(sched_t *s)
 {
-    pick_user_best = NULL;
-    strmap_foreach(s->users, pick_user_visit, s);
-    return pick_user_best;
+    pick_t p = {s, NULL};
+    strmap_foreach(s->users, pick_user_visit, &p);
+    return p.best;
 }
 
 /* A rough run-time estimate used to charge a user at dispatch, corrected when the batch
@@ -608,8 +587,7 @@ static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why);
  * company can arrive; with the executor idle it goes at once. */
 static void dispatch(sched_t *s)
 {
-    if (s->stopping || !s->ex)
-        return;
+    if (s->stopping || !s->ex) return;
     s->round++;
     int64_t hold_until = 0;
     sched_batch_t *ready[64];
@@ -617,8 +595,7 @@ static void dispatch(sched_t *s)
     int slots = s->ex->ops->free_slots(s->ex);
     while (n_ready < slots && n_ready < (int)(sizeof ready / sizeof ready[0])) {
         user_t *u = pick_user(s);
-        if (!u)
-            break;
+        if (!u) break;
         entry_t *top = u->heap[0];
         keyq_t *q = top->keyq;
         int want = q ? (q->len < s->cfg->max_batch ? q->len : s->cfg->max_batch) : 1;
@@ -627,8 +604,7 @@ static void dispatch(sched_t *s)
             s->batches_in_flight + n_ready > 0 &&
             now - q->head->job->created_us < s->cfg->max_delay_us) {
             int64_t until = q->head->job->created_us + s->cfg->max_delay_us;
-            if (!hold_until || until < hold_until)
-                hold_until = until;
+            if (!hold_until || until < hold_until) hold_until = until;
             u->skip_round = s->round;
             continue;
         }
@@ -673,10 +649,8 @@ static void dispatch(sched_t *s)
         for (int b = 0; b < n_ready && r >= 0; b++)
             for (int i = 0; i < ready[b]->batch.n && r >= 0; i++)
                 r = store_job_update(s->st, ready[b]->batch.jobs[i]);
-        if (r >= 0)
-            r = store_commit(s->st);
-        if (r < 0)
-            store_rollback(s->st);
+        if (r >= 0) r = store_commit(s->st);
+        if (r < 0) store_rollback(s->st);
         for (int b = 0; b < n_ready; b++) {
             sched_batch_t *sb = ready[b];
             long n = sb->batch.n;
@@ -689,11 +663,9 @@ static void dispatch(sched_t *s)
                 continue;
             }
             atomic_fetch_add(&s->batches_total, 1);
-            if (n > 1)
-                atomic_fetch_add(&s->batched_jobs_total, n);
+            if (n > 1) atomic_fetch_add(&s->batched_jobs_total, n);
             int er = s->ex->ops->submit(s->ex, &sb->batch);
-            if (er < 0)
-                fail_dispatched(s, sb, strerror(-er));
+            if (er < 0) fail_dispatched(s, sb, strerror(-er));
         }
     }
     if (hold_until) {
@@ -716,8 +688,8 @@ static void on_batch_done(exec_batch_t *batch, void *ud)
             if (t->data && !t->blob && t->nbytes > s->cfg->inline_blob_bytes) {
                 int r = store_blob_write(s->st, t->data, t->nbytes, &t->blob);
                 if (r < 0)
-                    job_set_error(job, "store_failed", "could not persist output '%s': %s",
-                                  t->name, strerror(-r));
+                    job_set_error(job, "store_failed", "could not persist output '%s': %s", t->name,
+                                  strerror(-r));
             }
         }
     }
@@ -751,18 +723,15 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = strmap_get(s->entries, job->id);
-        if (e->cancelled_while_running)
-            continue;
+        if (e->cancelled_while_running) continue;
         job->finished_us = now;
         job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
         if (r >= 0) {
             int ur = store_job_update(s->st, job);
-            if (ur < 0)
-                log_error("job %s: could not record its end: %s", job->id, strerror(-ur));
+            if (ur < 0) log_error("job %s: could not record its end: %s", job->id, strerror(-ur));
         }
     }
-    if (r >= 0)
-        r = store_commit(s->st);
+    if (r >= 0) r = store_commit(s->st);
     if (r < 0) {
         store_rollback(s->st);
         log_error("could not commit a finished batch: its jobs run again after a restart");
@@ -814,8 +783,7 @@ static void on_wait_timeout(uv_timer_t *t)
 static entry_t *entry_find(sched_t *s, const msg_t *m)
 {
     entry_t *e = strmap_get(s->entries, m->id);
-    if (e && !m->any_owner && strcmp(e->job->owner, m->owner) != 0)
-        return NULL;
+    if (e && !m->any_owner && strcmp(e->job->owner, m->owner) != 0) return NULL;
     return e;
 }
 
@@ -840,8 +808,7 @@ static void handle_wait(sched_t *s, msg_t *m)
      * entry lives on only until its launch returns. */
     if (!e || e->cancelled_while_running) {
         job_t *job = stored_job(s, m);
-        if (job)
-            reply_jobs(m->reply, m->token, &job, 1, false);
+        if (job) reply_jobs(m->reply, m->token, &job, 1, false);
         job_free(job);
         return;
     }
@@ -870,8 +837,7 @@ static void handle_cancel(sched_t *s, msg_t *m)
     entry_t *e = entry_find(s, m);
     if (!e) {
         job_t *job = stored_job(s, m);
-        if (job)
-            reply_err(m->reply, m->token, -EBUSY, "the job has already ended");
+        if (job) reply_err(m->reply, m->token, -EBUSY, "the job has already ended");
         job_free(job);
         return;
     }
@@ -879,8 +845,7 @@ static void handle_cancel(sched_t *s, msg_t *m)
     if (job->state == JOB_QUEUED) {
         int r = end_queued(s, e, JOB_CANCELLED, "cancelled", "cancelled by request", m->reply,
                            m->token);
-        if (r < 0)
-            reply_err(m->reply, m->token, r, "the store refused the cancellation");
+        if (r < 0) reply_err(m->reply, m->token, r, "the store refused the cancellation");
         return;
     }
     if (e->cancelled_while_running) {
@@ -962,8 +927,7 @@ static void on_checkpoint_timer(uv_timer_t *t)
 {
     sched_t *s = t->data;
     int r = store_checkpoint(s->st);
-    if (r < 0)
-        log_warn("WAL checkpoint failed: %s", strerror(-r));
+    if (r < 0) log_warn("WAL checkpoint failed: %s", strerror(-r));
 }
 
 /* ----------------------------------------------------------------------- the loop */
@@ -978,8 +942,7 @@ static void stop_waiter(const char *key, void *value, void *ud)
 
 static void maybe_finish_stop(sched_t *s)
 {
-    if (!s->stopping || s->batches_in_flight > 0)
-        return;
+    if (!s->stopping || s->batches_in_flight > 0) return;
     uv_timer_stop(&s->drain_timer);
     uv_stop(&s->loop);
 }
@@ -1016,8 +979,12 @@ static void handle_msg(sched_t *s, msg_t *m)
         else
             schedule_commit(s);
         return;
-    case MSG_WAIT: handle_wait(s, m); break;
-    case MSG_CANCEL: handle_cancel(s, m); break;
+    case MSG_WAIT:
+        handle_wait(s, m);
+        break;
+    case MSG_CANCEL:
+        handle_cancel(s, m);
+        break;
     case MSG_BUF_DELETE: {
         int r = store_buffer_delete(s->st, m->any_owner ? NULL : m->owner, m->id);
         if (r < 0)
@@ -1113,8 +1080,7 @@ static void msg_set_target(msg_t *m, const char *owner, const char *id)
 /* Writes tensors too large for a row to blob files, on the caller's thread. */
 static int persist_large(sched_t *s, job_tensor_t *t)
 {
-    if (!t->data || t->blob || t->nbytes <= s->cfg->inline_blob_bytes)
-        return 0;
+    if (!t->data || t->blob || t->nbytes <= s->cfg->inline_blob_bytes) return 0;
     return store_blob_write(s->st, t->data, t->nbytes, &t->blob);
 }
 
@@ -1158,23 +1124,20 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
     post(s, m);
 }
 
-void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms,
-                sched_reply_fn reply, void *token)
+void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, sched_reply_fn reply,
+                void *token)
 {
     msg_t *m = msg_new(MSG_WAIT, reply, token);
-    if (!m)
-        return;
+    if (!m) return;
     msg_set_target(m, owner, id);
     m->timeout_ms = timeout_ms;
     post(s, m);
 }
 
-void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
-                  void *token)
+void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token)
 {
     msg_t *m = msg_new(MSG_CANCEL, reply, token);
-    if (!m)
-        return;
+    if (!m) return;
     msg_set_target(m, owner, id);
     post(s, m);
 }
@@ -1207,8 +1170,7 @@ void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_re
                          void *token)
 {
     msg_t *m = msg_new(MSG_BUF_DELETE, reply, token);
-    if (!m)
-        return;
+    if (!m) return;
     msg_set_target(m, owner, id);
     post(s, m);
 }
@@ -1244,19 +1206,14 @@ static void init_timer(sched_t *s, uv_timer_t *t)
 int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
 {
     sched_t *s = calloc(1, sizeof *s);
-    if (!s)
-        return -ENOMEM;
+    if (!s) return -ENOMEM;
     s->cfg = cfg;
     s->st = st;
     int r = store_reader_open(cfg, &s->rd);
-    if (r >= 0)
-        r = strmap_new(&s->entries);
-    if (r >= 0)
-        r = strmap_new(&s->users);
-    if (r >= 0)
-        r = strmap_new(&s->keyqs);
-    if (r >= 0)
-        r = uv_loop_init(&s->loop);
+    if (r >= 0) r = strmap_new(&s->entries);
+    if (r >= 0) r = strmap_new(&s->users);
+    if (r >= 0) r = strmap_new(&s->keyqs);
+    if (r >= 0) r = uv_loop_init(&s->loop);
     if (r < 0) {
         store_reader_close(s->rd);
         strmap_free(s->entries);
@@ -1290,8 +1247,7 @@ void sched_set_executor(sched_t *s, executor_t *ex)
 static int job_revalidate(job_t *job, op_error_t *err)
 {
     const op_def_t *op = job->call.op;
-    if (!op)
-        return op_error(err, -EINVAL, "op", "unknown op");
+    if (!op) return op_error(err, -EINVAL, "op", "unknown op");
     json_error_t jerr;
     json_t *params = job->params_json ? json_loads(job->params_json, 0, &jerr) : NULL;
     memset(&job->call, 0, sizeof job->call);
@@ -1301,8 +1257,7 @@ static int job_revalidate(job_t *job, op_error_t *err)
         job->call.in[j] = job->in[j].desc;
     }
     int r = op_params_check_keys(op, params, err);
-    if (r >= 0)
-        r = op->validate(params, &job->call, err);
+    if (r >= 0) r = op->validate(params, &job->call, err);
     json_decref(params);
     return r;
 }
@@ -1329,11 +1284,9 @@ static void recover_one(job_t *job, void *ud)
 int sched_start(sched_t *s)
 {
     int r = store_recover(s->st, s->cfg->max_attempts, recover_one, s);
-    if (r < 0)
-        return log_error_errno(r, "recovering jobs from the store failed: %s", strerror(-r));
+    if (r < 0) return log_error_errno(r, "recovering jobs from the store failed: %s", strerror(-r));
     long queued = atomic_load(&s->queued);
-    if (queued > 0)
-        log_info("recovered %ld queued jobs", queued);
+    if (queued > 0) log_info("recovered %ld queued jobs", queued);
     uv_timer_start(&s->gc_timer, on_gc_timer, 1000, (uint64_t)s->cfg->gc_interval_s * 1000);
     uv_timer_start(&s->checkpoint_timer, on_checkpoint_timer,
                    (uint64_t)s->cfg->checkpoint_interval_s * 1000,
@@ -1342,16 +1295,14 @@ int sched_start(sched_t *s)
     uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0); /* recovered jobs */
     atomic_store(&s->accepting, true);
     r = pthread_create(&s->thread, NULL, loop_thread, s);
-    if (r != 0)
-        return -r;
+    if (r != 0) return -r;
     s->thread_started = true;
     return 0;
 }
 
 void sched_stop(sched_t *s)
 {
-    if (!s || !s->thread_started)
-        return;
+    if (!s || !s->thread_started) return;
     atomic_store(&s->accepting, false);
     msg_t *m = calloc(1, sizeof *m);
     if (m) {
@@ -1400,18 +1351,14 @@ static void free_keyq(const char *key, void *value, void *ud)
 static void close_any(uv_handle_t *h, void *arg)
 {
     (void)arg;
-    if (!uv_is_closing(h))
-        uv_close(h, NULL);
+    if (!uv_is_closing(h)) uv_close(h, NULL);
 }
 
 void sched_free(sched_t *s)
 {
-    if (!s)
-        return;
-    if (s->thread_started)
-        sched_stop(s);
-    if (s->ex)
-        s->ex->ops->destroy(s->ex, 0);
+    if (!s) return;
+    if (s->thread_started) sched_stop(s);
+    if (s->ex) s->ex->ops->destroy(s->ex, 0);
     /* Answer whatever is left in the inbox, and close every handle. */
     pthread_mutex_lock(&s->lock);
     msg_t *m = s->inbox_head;

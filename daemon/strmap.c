@@ -29,8 +29,7 @@ static uint64_t hash_str(const char *s)
 int strmap_new(strmap_t **ret)
 {
     strmap_t *m = calloc(1, sizeof *m);
-    if (!m)
-        return -ENOMEM;
+    if (!m) return -ENOMEM;
     m->n_buckets = 64;
     m->buckets = calloc(m->n_buckets, sizeof *m->buckets);
     if (!m->buckets) {
@@ -43,8 +42,7 @@ int strmap_new(strmap_t **ret)
 
 void strmap_free(strmap_t *m)
 {
-    if (!m)
-        return;
+    if (!m) return;
     for (size_t b = 0; b < m->n_buckets; b++)
         for (node_t *n = m->buckets[b], *next; n; n = next) {
             next = n->next;
@@ -72,8 +70,7 @@ static void grow(strmap_t *m)
 {
     size_t nb = m->n_buckets * 2;
     node_t **buckets = calloc(nb, sizeof *buckets);
-    if (!buckets)
-        return; /* keep working with longer chains */
+    if (!buckets) return; /* keep working with longer chains */
     for (size_t b = 0; b < m->n_buckets; b++)
         for (node_t *n = m->buckets[b], *next; n; n = next) {
             next = n->next;
@@ -95,15 +92,13 @@ int strmap_put(strmap_t *m, const char *key, void *value)
     }
     size_t len = strlen(key);
     node_t *n = malloc(sizeof *n + len + 1);
-    if (!n)
-        return -ENOMEM;
+    if (!n) return -ENOMEM;
     memcpy(n->key, key, len + 1);
     n->hash = h;
     n->value = value;
     n->next = NULL;
     *p = n;
-    if (++m->size > m->n_buckets)
-        grow(m);
+    if (++m->size > m->n_buckets) grow(m);
     return 0;
 }
 
@@ -111,8 +106,7 @@ void *strmap_remove(strmap_t *m, const char *key)
 {
     node_t **p = find_slot(m, key, hash_str(key));
     node_t *n = *p;
-    if (!n)
-        return NULL;
+    if (!n) return NULL;
     void *v = n->value;
     *p = n->next;
     free(n);
@@ -125,8 +119,7 @@ size_t strmap_size(const strmap_t *m)
     return m->size;
 }
 
-void strmap_foreach(const strmap_t *m, void (*fn)(const char *key, void *value, void *ud),
-                    void *ud)
+void strmap_foreach(const strmap_t *m, void (*fn)(const char *key, void *value, void *ud), void *ud)
 {
     for (size_t b = 0; b < m->n_buckets; b++)
         for (node_t *n = m->buckets[b]; n; n = n->next)
