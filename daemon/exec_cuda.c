@@ -167,6 +167,10 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
         }
     }
 
+    if (!b->jobs[0]->call.op->run_cuda) {
+        fail_batch(b, "unsupported", "this op has no CUDA implementation in this build");
+        return -EOPNOTSUPP;
+    }
     size_t in_bytes, out_bytes;
     batch_sizes(b, &in_bytes, &out_bytes);
     if (grow_pinned(slot, in_bytes > out_bytes ? in_bytes : out_bytes) < 0) {

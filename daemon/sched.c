@@ -1242,39 +1242,11 @@ void sched_set_executor(sched_t *s, executor_t *ex)
     s->ex = ex;
 }
 
-/* A recovered job carries its op, params text and input descriptors; its op_call_t is
- * rebuilt by validating again, as at submission. */
-static int job_revalidate(job_t *job, op_error_t *err)
-{
-    const op_def_t *op = job->call.op;
-    if (!op) return op_error(err, -EINVAL, "op", "unknown op");
-    json_error_t jerr;
-    json_t *params = job->params_json ? json_loads(job->params_json, 0, &jerr) : NULL;
-    memset(&job->call, 0, sizeof job->call);
-    job->call.op = op;
-    for (int j = 0; j < op->n_inputs; j++) {
-        job->call.has_in[j] = job->in[j].name[0] != '\0';
-        job->call.in[j] = job->in[j].desc;
-    }
-    int r = op_params_check_keys(op, params, err);
-    if (r >= 0) r = op->validate(params, &job->call, err);
-    json_decref(params);
-    return r;
-}
-
+/* The store hands back recovered jobs with their calls validated again (a job whose op this
+ * build no longer runs carries a stand-in that fails with the reason when it runs). */
 static void recover_one(job_t *job, void *ud)
 {
     sched_t *s = ud;
-    op_error_t err = {0};
-    if (job_revalidate(job, &err) < 0) {
-        job->state = JOB_FAILED;
-        job->finished_us = now_us();
-        job_set_error(job, "invalid_after_restart", "%s: %s", err.field, err.message);
-        if (store_job_update(s->st, job) < 0)
-            log_error("job %s: could not record its failure", job->id);
-        job_free(job);
-        return;
-    }
     if (enqueue(s, job) < 0) {
         log_error("job %s could not be re-queued (out of memory)", job->id);
         job_free(job);
