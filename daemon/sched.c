@@ -1264,7 +1264,8 @@ int sched_start(sched_t *s)
                    (uint64_t)s->cfg->checkpoint_interval_s * 1000,
                    (uint64_t)s->cfg->checkpoint_interval_s * 1000);
     deadline_arm(s);
-    uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0); /* recovered jobs */
+    if (queued > 0) /* the recovered jobs go out as soon as the loop runs */
+        uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0);
     atomic_store(&s->accepting, true);
     r = pthread_create(&s->thread, NULL, loop_thread, s);
     if (r != 0) return -r;
