@@ -10,3 +10,10 @@ gj_test(test_e2e_bad_input SOURCES test_e2e_bad_input.c support/daemon_harness.c
 add_dependencies(test_e2e_jobs gpujobd)
 add_dependencies(test_e2e_restart gpujobd)
 add_dependencies(test_e2e_bad_input gpujobd)
+
+# The daemon on its CUDA backend (label gpu; skipped without a GPU).
+if(GPUJOB_WITH_CUDA)
+  gj_test(test_gpu_daemon SOURCES test_gpu_daemon.c support/daemon_harness.c
+          LIBS gpujobd_core gj_gpu_support PkgConfig::CURL GPU)
+  add_dependencies(test_gpu_daemon gpujobd)
+endif()
