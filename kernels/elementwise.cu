@@ -1,10 +1,17 @@
-/* add, mul, saxpy on CUDA: one grid-stride kernel per (op, dtype, broadcast) that runs any
- * number of calls of any sizes in one launch over a segment list. */
+/* add, mul, saxpy on CUDA: one kernel per (op, dtype, broadcast) that runs any number of calls
+ * of any sizes in one launch over a segment list, and a twin for the common single call that
+ * takes the call by value and skips the segment search.
+ *
+ * Both give every block one tile: the launch is as many blocks as tiles. Each thread moves
+ * EW_UNROLL 16-byte vectors of x (and of y), all loads issued before any arithmetic, through
+ * the evict-first streaming path. Measured on the H200 (f32 add on 1 GiB, PyTorch 0.743 ms):
+ * a block per tile with one vector per thread 0.738 ms, two 0.743, four 0.748; a grid-stride
+ * loop over the tiles with eight blocks per SM 0.79-0.80 ms, whatever the unrolling. */
 #include "elementwise.h"
 #include "elementwise_cuda.cuh"
 
-/* 16-byte vectors per thread per tile: four loads of x (and of y) in flight per thread. */
-#define EW_UNROLL 4
+/* 16-byte vectors of x (and of y) per thread per tile; see above. */
+#define EW_UNROLL 1
 
 /* One call of a batch, as the kernel sees it. */
 struct ew_seg {
@@ -59,8 +66,8 @@ template <typename D> static constexpr int64_t ew_tile_elems()
 }
 
 /* Tile `tile` (numbered within the segment) of one call. A full, aligned tile moves 16-byte
- * vectors, all loads issued before any arithmetic; the last, partial tile goes element by
- * element. */
+ * vectors; the last, partial tile goes element by element. The index math is multiplications
+ * and shifts only. */
 template <typename D, int K, bool YS>
 static __device__ __forceinline__ void ew_tile(const ew_seg &s, int64_t tile)
 {
@@ -77,11 +84,11 @@ static __device__ __forceinline__ void ew_tile(const ew_seg &s, int64_t tile)
     const C y0 = YS ? D::load(y[0]) : C();
     if (len == TILE && s.aligned) {
         gj_vec<S> xv[EW_UNROLL], yv[EW_UNROLL];
-        const int64_t v0 = base / V + threadIdx.x;
+        const int64_t v0 = tile * (TILE / V) + threadIdx.x;
 #pragma unroll
         for (int u = 0; u < EW_UNROLL; u++) {
-            xv[u].raw = gj_load16(x, v0 + u * GJ_BLOCK);
-            if (!YS) yv[u].raw = gj_load16(y, v0 + u * GJ_BLOCK);
+            xv[u].raw = gj_load16_stream(x, v0 + u * GJ_BLOCK);
+            if (!YS) yv[u].raw = gj_load16_stream(y, v0 + u * GJ_BLOCK);
         }
 #pragma unroll
         for (int u = 0; u < EW_UNROLL; u++) {
@@ -90,7 +97,7 @@ static __device__ __forceinline__ void ew_tile(const ew_seg &s, int64_t tile)
             for (int e = 0; e < V; e++)
                 ov.e[e] =
                     D::store(ew_apply<K>(a, D::load(xv[u].e[e]), YS ? y0 : D::load(yv[u].e[e])));
-            gj_store16(out, v0 + u * GJ_BLOCK, ov.raw);
+            gj_store16_stream(out, v0 + u * GJ_BLOCK, ov.raw);
         }
     } else {
         for (int64_t i = base + threadIdx.x; i < base + len; i += GJ_BLOCK)
@@ -98,19 +105,22 @@ static __device__ __forceinline__ void ew_tile(const ew_seg &s, int64_t tile)
     }
 }
 
-/* Grid-stride over all tiles of all segments. A single call comes by value (segs == NULL), so
- * the common unbatched launch needs no segment upload. */
+/* One call, by value: the unbatched launch needs no segment upload and no search. */
+template <typename D, int K, bool YS>
+static __global__ void __launch_bounds__(GJ_BLOCK) ew_kernel_one(ew_seg one, int64_t tiles)
+{
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x)
+        ew_tile<D, K, YS>(one, t);
+}
+
+/* nseg calls: a block finds the segment of its tile by binary search. */
 template <typename D, int K, bool YS>
 static __global__ void __launch_bounds__(GJ_BLOCK)
-    ew_kernel(ew_seg one, const ew_seg *segs, int nseg, int64_t tiles)
+    ew_kernel_batch(const ew_seg *segs, int nseg, int64_t tiles)
 {
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        if (!segs) {
-            ew_tile<D, K, YS>(one, t);
-        } else {
-            const ew_seg s = segs[gj_seg_find(segs, nseg, t)];
-            ew_tile<D, K, YS>(s, t - s.tile_begin);
-        }
+        const ew_seg s = segs[gj_seg_find(segs, nseg, t)];
+        ew_tile<D, K, YS>(s, t - s.tile_begin);
     }
 }
 
@@ -132,17 +142,20 @@ static int ew_launch(const op_cuda_ctx_t *ctx, int n, const op_call_t *const *ca
         tiles += (p->n + tile_elems - 1) / tile_elems;
     }
     int r = 0;
-    if (nseg > 0) {
-        cudaStream_t stream = (cudaStream_t)ctx->stream;
-        unsigned grid = gj_grid_size(ctx->device, tiles);
+    cudaStream_t stream = (cudaStream_t)ctx->stream;
+    const unsigned grid = gj_grid_one_tile_per_block(tiles);
+    if (nseg == 1) {
+        ew_kernel_one<D, K, YS><<<grid, GJ_BLOCK, 0, stream>>>(segs[0], tiles);
+        r = gj_check_launch(err);
+    } else if (nseg > 1) {
         void *dev = NULL;
-        if (nseg > 1) r = gj_upload(ctx, segs, (size_t)nseg * sizeof *segs, &dev, err);
+        r = gj_upload(ctx, segs, (size_t)nseg * sizeof *segs, &dev, err);
         if (r == 0) {
-            ew_kernel<D, K, YS>
-                <<<grid, GJ_BLOCK, 0, stream>>>(segs[0], (const ew_seg *)dev, nseg, tiles);
+            ew_kernel_batch<D, K, YS>
+                <<<grid, GJ_BLOCK, 0, stream>>>((const ew_seg *)dev, nseg, tiles);
             r = gj_check_launch(err);
+            ctx->scratch_free(ctx->pool, dev);
         }
-        if (dev) ctx->scratch_free(ctx->pool, dev);
     }
     free(segs);
     return r;

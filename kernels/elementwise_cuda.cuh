@@ -105,9 +105,42 @@ static __device__ __forceinline__ void gj_store16(void *base, int64_t vec_index,
     __stwb((uint4 *)base + vec_index, v);
 }
 
+/* Streaming forms for data touched exactly once (elementwise, dequantize): evict-first in L1
+ * and L2 (ld/st.global.cs), so a gigabyte passing through does not push out lines that other
+ * work on the device may still use, and written lines go back to memory early. */
+static __device__ __forceinline__ uint4 gj_load16_stream(const void *base, int64_t vec_index)
+{
+    return __ldcs((const uint4 *)base + vec_index);
+}
+
+static __device__ __forceinline__ void gj_store16_stream(void *base, int64_t vec_index, uint4 v)
+{
+    __stcs((uint4 *)base + vec_index, v);
+}
+
 static inline bool gj_aligned16(const void *p)
 {
     return ((uintptr_t)p & 15) == 0;
+}
+
+static inline bool gj_aligned4(const void *p)
+{
+    return ((uintptr_t)p & 3) == 0;
+}
+
+/* a / b and a % b for non-negative a and positive b. 64-bit division is a long software
+ * routine on the GPU; the 32-bit one is a handful of instructions, so it is used whenever both
+ * operands fit. */
+static __device__ __forceinline__ int64_t gj_divmod(int64_t a, int64_t b, int64_t *ret_rem)
+{
+    if (((uint64_t)a | (uint64_t)b) <= UINT32_MAX) {
+        const uint32_t q = (uint32_t)a / (uint32_t)b;
+        *ret_rem = (int64_t)((uint32_t)a - q * (uint32_t)b);
+        return q;
+    }
+    const int64_t q = a / b;
+    *ret_rem = a - q * b;
+    return q;
 }
 
 /* Index of the segment holding global tile `tile`: the last k with segs[k].tile_begin <= tile.
@@ -170,6 +203,16 @@ static inline unsigned gj_grid_size(int device, int64_t tiles)
         sms = 1;
     int64_t cap = (int64_t)sms * GJ_BLOCKS_PER_SM;
     return (unsigned)(tiles < cap ? tiles : cap);
+}
+
+/* Blocks of a launch that gives each block one tile (the grid-stride loop then runs once per
+ * block; only grids beyond the x-dimension limit loop). For streaming kernels with nothing to
+ * carry from tile to tile this beat a grid sized to the SMs by 7-8% on the H200: see
+ * elementwise.cu. */
+static inline unsigned gj_grid_one_tile_per_block(int64_t tiles)
+{
+    const int64_t cap = 0x7fffffff;
+    return (unsigned)(tiles < 1 ? 1 : tiles < cap ? tiles : cap);
 }
 
 static inline int gj_cuda_error(op_error_t *err, cudaError_t e)

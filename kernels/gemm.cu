@@ -4,7 +4,15 @@
  * out[m, n] = op(a) op(b) is the column-major out^T[n, m] = op(b)^T op(a)^T, so b is Lt's
  * first operand and a its second, with no data moved. Leading dims become a strided batch (or,
  * when b is shared and a is not transposed, one taller GEMM). The algorithm comes from
- * cublasLtMatmulAlgoGetHeuristic, cached per problem in a small thread-safe table.
+ * cublasLtMatmulAlgoGetHeuristic, cached per problem in a small thread-safe table; a large
+ * problem seen for the first time is autotuned: the heuristic's best few candidates are timed
+ * on the call's own operands and the fastest is cached.
+ *
+ * i8 always goes to cuBLASLt as "TN" (both operands k-contiguous), the only layout its IMMA
+ * tensor-core kernels take: b (and a, when transposed) is transposed into scratch first, an
+ * O(k n) copy against the O(m n k) product (on the H200 at 8192^3: 0.05 ms of 0.75). In any
+ * other layout cuBLASLt offers only non-tensor-core kernels for int8: 127 TOPS there, against
+ * 1460 with the copy.
  *
  * n calls with one batch key (same shape, dtype, flags and scalars) go out as one
  * cublasGemmBatchedEx over pointer arrays, unless each call alone fills the GPU.
@@ -34,6 +42,16 @@
 #define GEMM_LARGE_CALL ((int64_t)1 << 30)
 /* gemm_lt_run's answer when cuBLASLt has no algorithm for the problem. */
 #define GEMM_UNSUPPORTED 1
+/* Problems of at least this many flops are autotuned over up to GEMM_TUNE_CANDIDATES heuristic
+ * answers, each run once untimed and then timed in GEMM_TUNE_ROUNDS rounds (gemm_lt_tune): some
+ * tens of runs of the problem, once per shape. Smaller problems take the heuristic's first
+ * answer: there, the tuning would cost more than it saves. */
+#define GEMM_TUNE_MIN_FLOPS 8589934592.0 /* 2^33 */
+#define GEMM_TUNE_CANDIDATES 8
+#define GEMM_TUNE_ROUNDS 3
+/* The i8 transpose's tile: 64 x 64 bytes per block, 4 x 4 bytes per thread. */
+#define GEMM_TR_TILE 64
+#define GEMM_TR_THREADS 256
 
 /* ------------------------------------------------------------------ kernels */
 
@@ -167,6 +185,58 @@ static __global__ void gemm_transpose_kernel(const T *src, T *dst, int64_t rows,
             }
 }
 
+/* The 4 x 4 bytes of four row words w[0..3] (row q, byte b = element (q, b)) transposed:
+ * word b of the result holds byte b of each input word, rows in order. */
+static __device__ __forceinline__ void gemm_transpose_4x4(const uint32_t w[4], uint32_t o[4])
+{
+    const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
+    const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
+    o[0] = __byte_perm(lo01, lo23, 0x5410);
+    o[1] = __byte_perm(lo01, lo23, 0x7632);
+    o[2] = __byte_perm(hi01, hi23, 0x5410);
+    o[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
+/* dst[z] = src[z]^T for count row-major rows x cols int8 matrices stored back to back, rows and
+ * cols multiples of 4 and both pointers 4-byte aligned; src and dst are taken as words. The
+ * byte-wise transpose above moves a byte per load and store; here each thread loads a 4 x 4
+ * block as four words, transposes it in registers, and the 64 x 64 tile goes out through
+ * shared memory as whole rows of words, so every global access is a word and coalesced. */
+static __global__ void __launch_bounds__(GEMM_TR_THREADS)
+    gemm_transpose_i8x4_kernel(const uint32_t *src, uint32_t *dst, int64_t rows, int64_t cols,
+                               int64_t count)
+{
+    constexpr int TW = GEMM_TR_TILE / 4;            /* words per tile row */
+    __shared__ uint32_t tile[GEMM_TR_TILE][TW + 1]; /* [row of dst][word of dst], padded */
+    const int64_t src_words = cols / 4, dst_words = rows / 4;
+    const int64_t tiles_r = (rows + GEMM_TR_TILE - 1) / GEMM_TR_TILE,
+                  tiles_c = (cols + GEMM_TR_TILE - 1) / GEMM_TR_TILE;
+    const int tx = threadIdx.x % TW, ty = threadIdx.x / TW; /* word column, 4-row group */
+    for (int64_t z = blockIdx.z; z < count; z += gridDim.z)
+        for (int64_t tr = blockIdx.y; tr < tiles_r; tr += gridDim.y)
+            for (int64_t tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
+                const uint32_t *s = src + z * rows * src_words;
+                uint32_t *d = dst + z * cols * dst_words;
+                const int64_t row = tr * GEMM_TR_TILE + 4 * ty, word = tc * TW + tx;
+                if (row < rows && word < src_words) {
+                    uint32_t w[4], o[4];
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        w[q] = s[(row + q) * src_words + word];
+                    gemm_transpose_4x4(w, o);
+#pragma unroll
+                    for (int b = 0; b < 4; b++)
+                        tile[4 * tx + b][ty] = o[b];
+                }
+                __syncthreads();
+                for (int j = ty; j < GEMM_TR_TILE; j += GEMM_TR_THREADS / TW) {
+                    const int64_t drow = tc * GEMM_TR_TILE + j, dword = tr * TW + tx;
+                    if (drow < cols && dword < dst_words) d[drow * dst_words + dword] = tile[j][tx];
+                }
+                __syncthreads();
+            }
+}
+
 /* dst[z][i] = src[z][i]: c into out before a pointer-array GEMM that updates out in place. */
 template <typename T>
 static __global__ void gemm_copy_kernel(const void *const *src, void *const *dst, int64_t elems,
@@ -218,6 +288,14 @@ static void gemm_fallback_launch(dtype_t dt, const gemm_fallback_t *g, cudaStrea
 static void gemm_transpose_launch_i8(const int8_t *src, int8_t *dst, int64_t rows, int64_t cols,
                                      int64_t count, cudaStream_t stream)
 {
+    if (rows % 4 == 0 && cols % 4 == 0 && ((uintptr_t)src & 3) == 0 && ((uintptr_t)dst & 3) == 0) {
+        dim3 grid(gemm_grid_dim((cols + GEMM_TR_TILE - 1) / GEMM_TR_TILE, INT32_MAX),
+                  gemm_grid_dim((rows + GEMM_TR_TILE - 1) / GEMM_TR_TILE, GEMM_MAX_GRID_YZ),
+                  gemm_grid_dim(count, GEMM_MAX_GRID_YZ));
+        gemm_transpose_i8x4_kernel<<<grid, GEMM_TR_THREADS, 0, stream>>>(
+            (const uint32_t *)src, (uint32_t *)dst, rows, cols, count);
+        return;
+    }
     dim3 grid(gemm_grid_dim((cols + 31) / 32, INT32_MAX),
               gemm_grid_dim((rows + 31) / 32, GEMM_MAX_GRID_YZ),
               gemm_grid_dim(count, GEMM_MAX_GRID_YZ));
@@ -287,6 +365,7 @@ typedef struct gemm_lt_problem {
     void *d;
     float alpha_f, beta_f;
     int32_t alpha_i, beta_i;
+    double flops;
 } gemm_lt_problem_t;
 
 typedef struct gemm_algo_entry {
@@ -319,8 +398,16 @@ static void gemm_algo_cache_put(const gemm_lt_key_t *key, bool found,
                                 const cublasLtMatmulAlgo_t *algo)
 {
     pthread_mutex_lock(&gemm_algo_cache_lock);
-    gemm_algo_entry_t *e = &gemm_algo_cache[gemm_algo_cache_next];
-    gemm_algo_cache_next = (gemm_algo_cache_next + 1) % GEMM_CACHE_SIZE;
+    /* Two workers may have tuned the same problem at once: the later answer replaces the
+     * earlier rather than taking a second slot. */
+    gemm_algo_entry_t *e = NULL;
+    for (int i = 0; i < GEMM_CACHE_SIZE && !e; i++)
+        if (gemm_algo_cache[i].used && memcmp(&gemm_algo_cache[i].key, key, sizeof *key) == 0)
+            e = &gemm_algo_cache[i];
+    if (!e) {
+        e = &gemm_algo_cache[gemm_algo_cache_next];
+        gemm_algo_cache_next = (gemm_algo_cache_next + 1) % GEMM_CACHE_SIZE;
+    }
     e->used = true;
     e->found = found;
     e->key = *key;
@@ -378,6 +465,7 @@ static void gemm_lt_problem_init(gemm_lt_problem_t *pr, const op_cuda_ctx_t *ctx
     pr->beta_f = use_c ? (float)p->beta : 0.0f;
     pr->alpha_i = (int32_t)p->alpha;
     pr->beta_i = use_c ? (int32_t)p->beta : 0;
+    pr->flops = 2.0 * (double)p->m * (double)p->n * (double)p->k * (double)p->batch;
 }
 
 static cublasStatus_t gemm_layout(cublasLtMatrixLayout_t *ret, int type, uint64_t rows,
@@ -394,12 +482,92 @@ static cublasStatus_t gemm_layout(cublasLtMatrixLayout_t *ret, int type, uint64_
     return s;
 }
 
-/* Asks the heuristic (through the cache) for the problem's algorithm. */
-static cublasStatus_t gemm_lt_algo(cublasLtHandle_t lt, const gemm_lt_key_t *k,
-                                   cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t lx,
-                                   cublasLtMatrixLayout_t ly, cublasLtMatrixLayout_t ld,
-                                   bool *ret_found, cublasLtMatmulAlgo_t *ret_algo)
+/* The Lt objects of one problem, as gemm_lt_run builds them. */
+typedef struct gemm_lt_desc {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t lx, ly, ld;
+} gemm_lt_desc_t;
+
+static cublasStatus_t gemm_lt_matmul(const op_cuda_ctx_t *ctx, const gemm_lt_problem_t *pr,
+                                     const gemm_lt_desc_t *desc, const cublasLtMatmulAlgo_t *algo,
+                                     void *workspace)
 {
+    const bool ints = pr->key.compute == CUBLAS_COMPUTE_32I;
+    const void *alpha = ints ? (const void *)&pr->alpha_i : &pr->alpha_f;
+    const void *beta = ints ? (const void *)&pr->beta_i : &pr->beta_f;
+    return cublasLtMatmul((cublasLtHandle_t)ctx->blaslt, desc->op, alpha, pr->x, desc->lx, pr->y,
+                          desc->ly, beta, pr->c, desc->ld, pr->d, desc->ld, algo, workspace,
+                          GEMM_WORKSPACE_BYTES, (cudaStream_t)ctx->stream);
+}
+
+/* The median of n (at most GEMM_TUNE_ROUNDS) timings. */
+static float gemm_median_ms(const float *ms, int n)
+{
+    float v[GEMM_TUNE_ROUNDS];
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        for (; j > 0 && v[j - 1] > ms[i]; j--)
+            v[j] = v[j - 1];
+        v[j] = ms[i];
+    }
+    return v[n / 2];
+}
+
+/* Times the n heuristic candidates on the problem's own operands, on ctx->stream, and returns
+ * the index of the fastest (0, the heuristic's own first choice, when they could not be
+ * timed). It waits for the stream. A first round runs each candidate once untimed: a kernel's
+ * first launch loads its module, and the clocks settle under the load. Then each of
+ * GEMM_TUNE_ROUNDS rounds times every candidate once, in turn, so that clocks and power limits
+ * drifting during the tuning weigh on all candidates alike; a candidate's time is its median.
+ * The runs write pr->d, which the caller's run rewrites next; c is only read, and the caller
+ * does not tune when c is d. A candidate that fails to launch is passed over; a CUDA error
+ * ends the tuning (it is cleared here; the caller's own run meets it again if the device is
+ * at fault). */
+static int gemm_lt_tune(const op_cuda_ctx_t *ctx, const gemm_lt_problem_t *pr,
+                        const gemm_lt_desc_t *desc, const cublasLtMatmulHeuristicResult_t *cand,
+                        int n, void *workspace)
+{
+    cudaStream_t stream = (cudaStream_t)ctx->stream;
+    cudaEvent_t start = NULL, stop = NULL;
+    float ms[GEMM_TUNE_CANDIDATES][GEMM_TUNE_ROUNDS];
+    bool usable[GEMM_TUNE_CANDIDATES];
+    bool failed = cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess;
+    for (int i = 0; i < n && !failed; i++)
+        usable[i] =
+            gemm_lt_matmul(ctx, pr, desc, &cand[i].algo, workspace) == CUBLAS_STATUS_SUCCESS;
+    for (int round = 0; round < GEMM_TUNE_ROUNDS && !failed; round++)
+        for (int i = 0; i < n && !failed; i++) {
+            if (!usable[i]) continue;
+            failed =
+                cudaEventRecord(start, stream) != cudaSuccess ||
+                gemm_lt_matmul(ctx, pr, desc, &cand[i].algo, workspace) != CUBLAS_STATUS_SUCCESS ||
+                cudaEventRecord(stop, stream) != cudaSuccess ||
+                cudaEventSynchronize(stop) != cudaSuccess ||
+                cudaEventElapsedTime(&ms[i][round], start, stop) != cudaSuccess;
+        }
+    int best = -1;
+    float best_ms = 0;
+    for (int i = 0; i < n && !failed; i++) {
+        if (!usable[i]) continue;
+        const float m = gemm_median_ms(ms[i], GEMM_TUNE_ROUNDS);
+        if (best < 0 || m < best_ms) {
+            best = i;
+            best_ms = m;
+        }
+    }
+    if (failed) cudaGetLastError();
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    return failed || best < 0 ? 0 : best;
+}
+
+/* Asks the heuristic (through the cache) for the problem's algorithm, autotuning a large
+ * problem the first time it is seen. */
+static cublasStatus_t gemm_lt_algo(const op_cuda_ctx_t *ctx, const gemm_lt_problem_t *pr,
+                                   const gemm_lt_desc_t *desc, void *workspace, bool *ret_found,
+                                   cublasLtMatmulAlgo_t *ret_algo)
+{
+    const gemm_lt_key_t *k = &pr->key;
     if (gemm_algo_cache_get(k, ret_found, ret_algo)) return CUBLAS_STATUS_SUCCESS;
     cublasLtMatmulPreference_t pref;
     cublasStatus_t s = cublasLtMatmulPreferenceCreate(&pref);
@@ -415,16 +583,22 @@ static cublasStatus_t gemm_lt_algo(cublasLtHandle_t lt, const gemm_lt_key_t *k,
                                          &k->align_c, sizeof k->align_c);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                          &k->align_d, sizeof k->align_d);
-    cublasLtMatmulHeuristicResult_t result;
+    /* Tuning runs write d while reading c: never when they are one buffer. */
+    const bool tune = pr->flops >= GEMM_TUNE_MIN_FLOPS && !(k->beta_nonzero && pr->c == pr->d);
+    cublasLtMatmulHeuristicResult_t results[GEMM_TUNE_CANDIDATES];
     int n_results = 0;
-    s = cublasLtMatmulAlgoGetHeuristic(lt, op, lx, ly, ld, ld, pref, 1, &result, &n_results);
+    s = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->blaslt, desc->op, desc->lx, desc->ly,
+                                       desc->ld, desc->ld, pref, tune ? GEMM_TUNE_CANDIDATES : 1,
+                                       results, &n_results);
     cublasLtMatmulPreferenceDestroy(pref);
     /* "Not supported" is an answer, not an error: the caller falls back. */
     bool found = s == CUBLAS_STATUS_SUCCESS && n_results > 0;
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) return s;
-    gemm_algo_cache_put(k, found, found ? &result.algo : NULL);
+    int pick =
+        found && n_results > 1 ? gemm_lt_tune(ctx, pr, desc, results, n_results, workspace) : 0;
+    gemm_algo_cache_put(k, found, found ? &results[pick].algo : NULL);
     *ret_found = found;
-    if (found) *ret_algo = result.algo;
+    if (found) *ret_algo = results[pick].algo;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -434,36 +608,33 @@ static int gemm_lt_run(const op_cuda_ctx_t *ctx, const gemm_lt_problem_t *pr, vo
                        op_error_t *err)
 {
     const gemm_lt_key_t *k = &pr->key;
-    cublasLtHandle_t lt = (cublasLtHandle_t)ctx->blaslt;
     cudaDataType_t scale = k->compute == CUBLAS_COMPUTE_32I ? CUDA_R_32I : CUDA_R_32F;
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t lx = NULL, ly = NULL, ld = NULL;
+    gemm_lt_desc_t desc = {NULL, NULL, NULL, NULL};
     int32_t op_x = k->op_x, op_y = k->op_y;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&op, (cublasComputeType_t)k->compute, scale);
+    cublasStatus_t s = cublasLtMatmulDescCreate(&desc.op, (cublasComputeType_t)k->compute, scale);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &op_x, sizeof op_x);
+        s = cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_x,
+                                           sizeof op_x);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &op_y, sizeof op_y);
+        s = cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_y,
+                                           sizeof op_y);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = gemm_layout(&lx, k->in_type, k->rows_x, k->cols_x, k->batch, k->stride_x);
+        s = gemm_layout(&desc.lx, k->in_type, k->rows_x, k->cols_x, k->batch, k->stride_x);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = gemm_layout(&ly, k->in_type, k->rows_y, k->cols_y, k->batch, k->stride_y);
+        s = gemm_layout(&desc.ly, k->in_type, k->rows_y, k->cols_y, k->batch, k->stride_y);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = gemm_layout(&ld, k->out_type, k->rows_d, k->cols_d, k->batch, k->stride_d);
+        s = gemm_layout(&desc.ld, k->out_type, k->rows_d, k->cols_d, k->batch, k->stride_d);
     bool found = false;
     cublasLtMatmulAlgo_t algo;
-    if (s == CUBLAS_STATUS_SUCCESS) s = gemm_lt_algo(lt, k, op, lx, ly, ld, &found, &algo);
+    if (s == CUBLAS_STATUS_SUCCESS) s = gemm_lt_algo(ctx, pr, &desc, workspace, &found, &algo);
     if (s == CUBLAS_STATUS_SUCCESS && found) {
-        const void *alpha = scale == CUDA_R_32I ? (const void *)&pr->alpha_i : &pr->alpha_f;
-        const void *beta = scale == CUDA_R_32I ? (const void *)&pr->beta_i : &pr->beta_f;
-        s = cublasLtMatmul(lt, op, alpha, pr->x, lx, pr->y, ly, beta, pr->c, ld, pr->d, ld, &algo,
-                           workspace, GEMM_WORKSPACE_BYTES, (cudaStream_t)ctx->stream);
+        s = gemm_lt_matmul(ctx, pr, &desc, &algo, workspace);
         if (s == CUBLAS_STATUS_NOT_SUPPORTED) found = false, s = CUBLAS_STATUS_SUCCESS;
     }
-    if (ld) cublasLtMatrixLayoutDestroy(ld);
-    if (ly) cublasLtMatrixLayoutDestroy(ly);
-    if (lx) cublasLtMatrixLayoutDestroy(lx);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (desc.ld) cublasLtMatrixLayoutDestroy(desc.ld);
+    if (desc.ly) cublasLtMatrixLayoutDestroy(desc.ly);
+    if (desc.lx) cublasLtMatrixLayoutDestroy(desc.lx);
+    if (desc.op) cublasLtMatmulDescDestroy(desc.op);
     if (s != CUBLAS_STATUS_SUCCESS) return gemm_blas_error(err, "cublasLtMatmul", s);
     return found ? 0 : GEMM_UNSUPPORTED;
 }
@@ -508,8 +679,10 @@ static void gemm_scratch_release(gemm_scratch_t *s)
     s->n = 0;
 }
 
-/* cuBLASLt's int8 kernels want "TN": in our terms a untransposed and b transposed. Writes
- * transposed copies into scratch where needed and retries; GEMM_UNSUPPORTED if still none. */
+/* cuBLASLt's int8 tensor-core kernels want "TN": in our terms a untransposed ([m, k]) and b
+ * transposed ([n, k]), both k-contiguous. Writes transposed copies into scratch where the call
+ * has another layout and runs on them; GEMM_UNSUPPORTED (before copying anything when the
+ * leading dimensions rule TN out) if Lt has no algorithm. */
 static int gemm_lt_run_i8_tn(const op_cuda_ctx_t *ctx, const gemm_params_t *p, const void *a,
                              const void *b, const void *c, void *d, void *workspace,
                              gemm_scratch_t *scratch, op_error_t *err)
@@ -537,7 +710,8 @@ static int gemm_lt_run_i8_tn(const op_cuda_ctx_t *ctx, const gemm_params_t *p, c
     return gemm_lt_run(ctx, &pr, workspace, err);
 }
 
-/* Queues one call: cuBLASLt, else for i8 cuBLASLt on TN copies, else the fallback kernel. */
+/* Queues one call: cuBLASLt (i8: on TN operands first, then in the caller's layout), else the
+ * fallback kernel. */
 static int gemm_one(const op_cuda_ctx_t *ctx, const gemm_params_t *p, const void *a, const void *b,
                     const void *c, void *d, gemm_scratch_t *scratch, void **workspace,
                     op_error_t *err)
@@ -550,11 +724,14 @@ static int gemm_one(const op_cuda_ctx_t *ctx, const gemm_params_t *p, const void
         if (!*workspace) *workspace = gemm_scratch_get(scratch, GEMM_WORKSPACE_BYTES);
         if (!*workspace)
             return op_error(err, -ENOMEM, "", "out of device scratch memory (gemm workspace)");
-        gemm_lt_problem_t pr;
-        gemm_lt_problem_init(&pr, ctx, p, p->trans_a, p->trans_b, a, b, c, d);
-        r = gemm_lt_run(ctx, &pr, *workspace, err);
-        if (r == GEMM_UNSUPPORTED && p->dtype == DTYPE_I8 && (p->trans_a || !p->trans_b))
+        /* i8 in the caller's layout, when not TN, is the slow second choice. */
+        if (p->dtype == DTYPE_I8)
             r = gemm_lt_run_i8_tn(ctx, p, a, b, c, d, *workspace, scratch, err);
+        if (r == GEMM_UNSUPPORTED) {
+            gemm_lt_problem_t pr;
+            gemm_lt_problem_init(&pr, ctx, p, p->trans_a, p->trans_b, a, b, c, d);
+            r = gemm_lt_run(ctx, &pr, *workspace, err);
+        }
     }
     if (r != GEMM_UNSUPPORTED) return r;
     gemm_fallback_t g;

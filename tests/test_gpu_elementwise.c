@@ -1,7 +1,8 @@
 /* GPU tests of add, mul, saxpy, sum, dot, quantize and dequantize: every op and dtype, at sizes
  * around the block and tile sizes, single and batched (calls of different sizes in one
- * run_cuda), against the CPU reference on fresh random inputs with the outputs poisoned first.
- * Exits 77 (skipped) without a GPU. */
+ * run_cuda), on tensors that do and do not start on a 16-byte boundary, against the CPU
+ * reference on fresh random inputs with the outputs poisoned first. Exits 77 (skipped) without
+ * a GPU. */
 #include <check.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,15 +19,19 @@ static op_cuda_ctx_t *ctx;
 static unsigned base_seed; /* advances with every case */
 static unsigned run_seed;  /* the seed the run started from, printed on failure */
 
-static const int64_t sizes[] = {0, 1, 1000, 4097, (1 << 20) + 3};
+/* 1 << 16 is a whole number of tiles for every op and dtype. */
+static const int64_t sizes[] = {0, 1, 1000, 4097, 1 << 16, (1 << 20) + 3};
 #define N_SIZES (int)(sizeof sizes / sizeof sizes[0])
 
-/* One call: its params and inputs, each filled uniformly in [lo, hi]. */
+/* One call: its params and inputs, each filled uniformly in [lo, hi]. Every input and output
+ * of the call starts `offset` elements (of its own dtype) into its device allocation, so that
+ * a non-zero offset moves it off the 16-byte boundary cudaMalloc gives. */
 typedef struct call_spec {
     const char *params;
     int n_in;
     tensor_desc_t in[2];
     double lo[2], hi[2];
+    int offset;
 } call_spec_t;
 
 static tensor_desc_t vec(dtype_t dt, int64_t n)
@@ -74,6 +79,9 @@ static void check_calls(const char *op_name, int n, const call_spec_t *specs, do
     void *host_in[MAX_CALLS][2] = {{0}};
     const void *dev_in[MAX_CALLS][OP_MAX_TENSORS] = {{0}};
     void *dev_out[MAX_CALLS][OP_MAX_TENSORS] = {{0}};
+    /* The allocations the offset pointers above lie in. */
+    void *dev_in_base[MAX_CALLS][OP_MAX_TENSORS] = {{0}};
+    void *dev_out_base[MAX_CALLS][OP_MAX_TENSORS] = {{0}};
     const void *const *in_rows[MAX_CALLS];
     void *const *out_rows[MAX_CALLS];
     unsigned seed = base_seed;
@@ -96,12 +104,17 @@ static void check_calls(const char *op_name, int n, const call_spec_t *specs, do
             host_in[i][j] = malloc(bytes ? bytes : 1);
             fill_random(c->in[j].dtype, host_in[i][j], tensor_desc_numel(&c->in[j]), specs[i].lo[j],
                         specs[i].hi[j], &seed);
-            void *d = gpu_alloc_poisoned(bytes);
+            size_t pad = (size_t)specs[i].offset * dtype_size(c->in[j].dtype);
+            dev_in_base[i][j] = gpu_alloc_poisoned(bytes + pad);
+            void *d = (char *)dev_in_base[i][j] + pad;
             gpu_upload(d, host_in[i][j], bytes);
             dev_in[i][j] = d;
         }
-        for (int j = 0; j < c->n_out; j++)
-            dev_out[i][j] = gpu_alloc_poisoned(tensor_desc_bytes(&c->out[j]));
+        for (int j = 0; j < c->n_out; j++) {
+            size_t pad = (size_t)specs[i].offset * dtype_size(c->out[j].dtype);
+            dev_out_base[i][j] = gpu_alloc_poisoned(tensor_desc_bytes(&c->out[j]) + pad);
+            dev_out[i][j] = (char *)dev_out_base[i][j] + pad;
+        }
         call_ptrs[i] = c;
         in_rows[i] = dev_in[i];
         out_rows[i] = dev_out[i];
@@ -147,10 +160,10 @@ static void check_calls(const char *op_name, int n, const call_spec_t *specs, do
         }
         for (int j = 0; j < 2; j++) {
             free(host_in[i][j]);
-            gpu_free((void *)dev_in[i][j]);
+            gpu_free(dev_in_base[i][j]);
         }
         for (int j = 0; j < c->n_out; j++)
-            gpu_free(dev_out[i][j]);
+            gpu_free(dev_out_base[i][j]);
     }
     base_seed = seed;
 }
@@ -199,6 +212,25 @@ START_TEST(test_elementwise_matches_cpu_in_every_dtype_and_size)
                 check_calls(ew_ops[o], 1, &s, ew_tol(ew_dtypes[t]), false);
                 s = ew_spec(ew_ops[o], ew_dtypes[t], sizes[k], true, k);
                 check_calls(ew_ops[o], 1, &s, ew_tol(ew_dtypes[t]), false);
+            }
+}
+END_TEST
+
+/* One element past the boundary, every tensor of the call: full tiles must take the element
+ * path and give the same results; in a batch, aligned and unaligned calls run side by side. */
+START_TEST(test_elementwise_unaligned_tensors_match_cpu_single_and_batched)
+{
+    const int64_t n = (1 << 16) + 5;
+    for (int o = 0; o < 3; o++)
+        for (int t = 0; t < 5; t++)
+            for (int ys = 0; ys < 2; ys++) {
+                call_spec_t s[3];
+                for (int i = 0; i < 3; i++) {
+                    s[i] = ew_spec(ew_ops[o], ew_dtypes[t], n - i, ys, i);
+                    s[i].offset = i == 1 ? 0 : 1;
+                }
+                check_calls(ew_ops[o], 1, &s[0], ew_tol(ew_dtypes[t]), false);
+                check_calls(ew_ops[o], 3, s, ew_tol(ew_dtypes[t]), false);
             }
 }
 END_TEST
@@ -341,7 +373,9 @@ static call_spec_t dq_spec(tensor_desc_t shape, const char *params, tensor_desc_
 }
 
 /* Per-channel layouts: channels first, last (a few channels: shared-memory maxima), and in the
- * middle with more channels than fit in shared memory. */
+ * middle with more channels than fit in shared memory. Runs of one channel are long (whole
+ * vectors share a channel), one element (every element of a vector changes channel), or a few
+ * elements that do not divide a vector, each over several full tiles. */
 static const struct {
     tensor_desc_t shape;
     const char *params;
@@ -351,6 +385,9 @@ static const struct {
     {{.ndim = 2, .shape = {4097, 5}}, "{\"axis\": -1}", 5},
     {{.ndim = 3, .shape = {3, 5000, 4}}, "{\"axis\": 1}", 5000},
     {{.ndim = 2, .shape = {0, 9}}, "{\"axis\": 1}", 9},
+    {{.ndim = 2, .shape = {64, 4096}}, "{\"axis\": 0}", 64},
+    {{.ndim = 2, .shape = {2048, 24}}, "{\"axis\": -1}", 24},
+    {{.ndim = 3, .shape = {8, 1000, 3}}, "{\"axis\": 1}", 1000},
 };
 #define N_LAYOUTS (int)(sizeof layouts / sizeof layouts[0])
 
@@ -393,6 +430,39 @@ START_TEST(test_quantize_batch_of_mixed_sizes_matches_cpu)
 }
 END_TEST
 
+/* Offsets of 1 and 4 elements: x (or q) and the outputs off the 16-byte boundary. dequantize
+ * keeps its word path for q 4 bytes in (out is then 16 bytes in); the rest take the element
+ * path. Per tensor and per channel, single and batched with an aligned call. */
+START_TEST(test_quantize_and_dequantize_unaligned_tensors_match_cpu)
+{
+    const int64_t n = (1 << 16) + 3;
+    const tensor_desc_t rows = {.ndim = 2, .shape = {64, 4096}};
+    for (int off = 1; off <= 4; off += 3) {
+        for (int t = 0; t < 3; t++)
+            for (int given = 0; given < 2; given++) {
+                call_spec_t s[3] = {
+                    q_spec(q_dtypes[t], vec(q_dtypes[t], n), NULL, given, scalar(DTYPE_F32)),
+                    q_spec(q_dtypes[t], rows, "{\"axis\": 0}", given, vec(DTYPE_F32, 64)),
+                    q_spec(q_dtypes[t], rows, "{\"axis\": 0}", given, vec(DTYPE_F32, 64)),
+                };
+                s[0].offset = s[1].offset = off;
+                check_calls("quantize", 1, &s[0], 0, false);
+                check_calls("quantize", 1, &s[1], 0, false);
+                check_calls("quantize", 2, &s[1], 0, false);
+            }
+        call_spec_t d[3] = {
+            dq_spec(vec(DTYPE_I8, n), NULL, scalar(DTYPE_F32)),
+            dq_spec(rows, "{\"axis\": 0}", vec(DTYPE_F32, 64)),
+            dq_spec(rows, "{\"axis\": 0}", vec(DTYPE_F32, 64)),
+        };
+        d[0].offset = d[1].offset = off;
+        check_calls("dequantize", 1, &d[0], 0, false);
+        check_calls("dequantize", 1, &d[1], 0, false);
+        check_calls("dequantize", 2, &d[1], 0, false);
+    }
+}
+END_TEST
+
 START_TEST(test_dequantize_matches_cpu_exactly_single_and_batched)
 {
     call_spec_t batch[N_SIZES > N_LAYOUTS ? N_SIZES : N_LAYOUTS];
@@ -424,6 +494,7 @@ int main(void)
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_elementwise_matches_cpu_in_every_dtype_and_size);
+    tcase_add_test(tc, test_elementwise_unaligned_tensors_match_cpu_single_and_batched);
     tcase_add_test(tc, test_elementwise_batch_of_mixed_sizes_matches_cpu);
     tcase_add_test(tc, test_sum_and_dot_match_cpu_and_repeat_bit_identically);
     tcase_add_test(tc, test_sum_and_dot_batch_of_mixed_sizes_matches_cpu);
@@ -431,6 +502,7 @@ int main(void)
     tcase_add_test(tc, test_quantize_matches_cpu_exactly);
     tcase_add_test(tc, test_quantize_batch_of_mixed_sizes_matches_cpu);
     tcase_add_test(tc, test_dequantize_matches_cpu_exactly_single_and_batched);
+    tcase_add_test(tc, test_quantize_and_dequantize_unaligned_tensors_match_cpu);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -1,7 +1,8 @@
 /* The gemm op on CUDA against the CPU reference on fresh random inputs: every dtype (f32, tf32,
  * f16, bf16, i8 -> i32) at sizes that are not multiples of any tile, every transpose, beta
  * with c, leading dims (batched, b shared, a shared), k = 0, and n calls in one run_cuda
- * (pointer-array form, and one by one for big calls). Outputs are poisoned before every run.
+ * (pointer-array form, and one by one for big calls), i8 through its transposed copies at
+ * partial tiles, and calls big enough to be autotuned. Outputs are poisoned before every run.
  * Bounds on the relative norm error: f32 1e-5, tf32 1e-3, f16/bf16 1e-2, i8 exact. */
 #include <check.h>
 #include <math.h>
@@ -35,10 +36,11 @@ typedef struct gemm_job {
     void *dev_in[3], *dev_out;
 } gemm_job_t;
 
-/* Shapes of a and b from m, n, k, the transposes and the leading dims of each. */
-static void gemm_job_prepare(gemm_job_t *job, const gemm_kind_t *kind, int64_t m, int64_t n,
-                             int64_t k, bool ta, bool tb, int lead_a, int lead_b, bool with_c,
-                             double alpha, double beta)
+/* Shapes of a and b from m, n, k, the transposes and the leading dims of each; random inputs
+ * on the host and the device, and a poisoned device output. No reference yet. */
+static void gemm_job_inputs(gemm_job_t *job, const gemm_kind_t *kind, int64_t m, int64_t n,
+                            int64_t k, bool ta, bool tb, int lead_a, int lead_b, bool with_c,
+                            double alpha, double beta)
 {
     memset(job, 0, sizeof *job);
     op_call_t *call = &job->call;
@@ -87,9 +89,18 @@ static void gemm_job_prepare(gemm_job_t *job, const gemm_kind_t *kind, int64_t m
     job->want = malloc(out_bytes ? out_bytes : 1);
     job->got = malloc(out_bytes ? out_bytes : 1);
     job->dev_out = gpu_alloc_poisoned(out_bytes);
-    ck_assert_int_eq(
-        call->op->run_cpu(call, (const void *const *)job->host_in, (void *const *)&job->want, &err),
-        0);
+}
+
+/* gemm_job_inputs, and the CPU reference of the whole output in job->want. */
+static void gemm_job_prepare(gemm_job_t *job, const gemm_kind_t *kind, int64_t m, int64_t n,
+                             int64_t k, bool ta, bool tb, int lead_a, int lead_b, bool with_c,
+                             double alpha, double beta)
+{
+    gemm_job_inputs(job, kind, m, n, k, ta, tb, lead_a, lead_b, with_c, alpha, beta);
+    op_error_t err;
+    ck_assert_int_eq(job->call.op->run_cpu(&job->call, (const void *const *)job->host_in,
+                                           (void *const *)&job->want, &err),
+                     0);
 }
 
 /* Runs n jobs in one run_cuda and checks each against the CPU reference. */
@@ -236,6 +247,98 @@ START_TEST(test_gpu_gemm_batched_calls_in_one_run_match_cpu)
 }
 END_TEST
 
+/* i8 runs on cuBLASLt's tensor cores only in the TN layout, so every other layout is copied
+ * transposed first: here with k and n (and m, for a transposed a) multiples of 4 but not of the
+ * copy's 64-byte tiles, so that partial tiles are copied, single and with leading dims. */
+START_TEST(test_gpu_gemm_i8_transposed_copies_at_partial_tiles_match_cpu)
+{
+    const gemm_kind_t *i8 = &kinds[4];
+    const int lead[3][2] = {{0, 0}, {2, 2}, {2, 0}};
+    for (int l = 0; l < 3; l++)
+        for (int tr = 0; tr < 4; tr++) {
+            gemm_job_t job;
+            gemm_job_prepare(&job, i8, 100, 196, 68, tr & 1, tr & 2, lead[l][0], lead[l][1],
+                             tr == 1, -2, tr == 1 ? 3 : 0);
+            char what[96];
+            snprintf(what, sizeof what, "100x196x68 lead a=%d b=%d trans %d", lead[l][0],
+                     lead[l][1], tr);
+            gemm_jobs_check(&job, 1, i8, what);
+        }
+}
+END_TEST
+
+/* Checks `samples` entries of job's output (downloaded into job->got) against alpha a.b + beta
+ * c in double, by the relative norm error over the samples (i8: exactly). */
+static void gemm_check_samples(const gemm_job_t *job, const gemm_kind_t *kind, int samples,
+                               const char *what)
+{
+    const gemm_params_t *p = OP_PARAMS(&job->call, const gemm_params_t);
+    const tensor_desc_t *o = &job->call.out[0];
+    double err2 = 0, ref2 = 0;
+    for (int t = 0; t < samples; t++) {
+        /* The corners, then random entries. */
+        int64_t i = t < 4 ? (t & 1) * (p->m - 1) : rand_r(&seed) % p->m;
+        int64_t j = t < 4 ? (t >> 1) * (p->n - 1) : rand_r(&seed) % p->n;
+        double ref = 0;
+        for (int64_t q = 0; q < p->k; q++)
+            ref += tensor_load(p->dtype, job->host_in[0], i * p->k + q) *
+                   tensor_load(p->dtype, job->host_in[1], q * p->n + j);
+        ref = p->alpha * ref + p->beta * tensor_load(o->dtype, job->host_in[2], i * p->n + j);
+        double got = tensor_load(o->dtype, job->got, i * p->n + j);
+        if (kind->tolerance == 0)
+            ck_assert_msg(got == ref, "%s %s: out[%lld, %lld] = %g, want %g", kind->name, what,
+                          (long long)i, (long long)j, got, ref);
+        err2 += (got - ref) * (got - ref);
+        ref2 += ref * ref;
+    }
+    double rel = sqrt(err2) / fmax(sqrt(ref2), 1e-30);
+    ck_assert_msg(kind->tolerance == 0 || rel < kind->tolerance,
+                  "%s %s: relative error %g >= %g over %d samples", kind->name, what, rel,
+                  kind->tolerance, samples);
+}
+
+/* 2048 x 2048 x 1024 is 2^33 flops, the size from which a new shape is autotuned: the first
+ * run times several algorithms, each writing out, and what it leaves must be the result of
+ * the one it kept; the second run takes the cached choice. c (with beta) must come out of both
+ * untouched. Checked on sampled entries: the full CPU reference would take minutes. */
+START_TEST(test_gpu_gemm_autotuned_large_call_matches_cpu_on_samples)
+{
+    for (int t = 0; t < 5; t++) {
+        gemm_job_t job;
+        bool ints = kinds[t].dtype == DTYPE_I8;
+        gemm_job_inputs(&job, &kinds[t], 2048, 2048, 1024, false, false, 0, 0, true,
+                        ints ? 3 : 1.25, ints ? -2 : -0.5);
+        const op_call_t *calls[1] = {&job.call};
+        const void *const *ins[1] = {(const void *const *)job.dev_in};
+        void *const *outs[1] = {&job.dev_out};
+        const tensor_desc_t *o = &job.call.out[0];
+        size_t out_bytes = tensor_desc_bytes(o), c_bytes = tensor_desc_bytes(&job.call.in[2]);
+        void *c_after = malloc(c_bytes);
+        for (int run = 0; run < 2; run++) {
+            op_error_t err;
+            int r = job.call.op->run_cuda(ctx, 1, calls, ins, outs, &err);
+            ck_assert_msg(r == 0, "%s run %d: run_cuda: %s", kinds[t].name, run, err.message);
+            gpu_sync(ctx);
+            gpu_download(job.got, job.dev_out, out_bytes);
+            gemm_check_samples(&job, &kinds[t], 1000, run == 0 ? "tuning run" : "cached run");
+            gpu_download(c_after, job.dev_in[2], c_bytes);
+            ck_assert_msg(memcmp(c_after, job.host_in[2], c_bytes) == 0, "%s run %d: c changed",
+                          kinds[t].name, run);
+            gpu_free(job.dev_out);
+            job.dev_out = gpu_alloc_poisoned(out_bytes);
+        }
+        free(c_after);
+        for (int j = 0; j < 3; j++) {
+            free(job.host_in[j]);
+            gpu_free(job.dev_in[j]);
+        }
+        free(job.want);
+        free(job.got);
+        gpu_free(job.dev_out);
+    }
+}
+END_TEST
+
 int main(void)
 {
     ctx = gpu_ctx_new(); /* exits 77 without a GPU */
@@ -249,6 +352,8 @@ int main(void)
     tcase_add_test(tc, test_gpu_gemm_leading_dims_batched_and_shared);
     tcase_add_test(tc, test_gpu_gemm_k_zero_and_empty_outputs);
     tcase_add_test(tc, test_gpu_gemm_batched_calls_in_one_run_match_cpu);
+    tcase_add_test(tc, test_gpu_gemm_i8_transposed_copies_at_partial_tiles_match_cpu);
+    tcase_add_test(tc, test_gpu_gemm_autotuned_large_call_matches_cpu_on_samples);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

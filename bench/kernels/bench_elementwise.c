@@ -174,4 +174,13 @@ void bench_elementwise(const op_cuda_ctx_t *test_ctx)
     /* The scale comes from the same range as q; its value does not change the work. */
     tensor_desc_t dq[2] = {ewb_vec(DTYPE_I8, EWB_GIB), {.dtype = DTYPE_F32, .ndim = 0}};
     ewb_case(ctx, "dequantize/i8/1GiB", &op_dequantize, NULL, 2, dq, -127, 127);
+    /* Per channel along the rows of a [16384, 16384] weight: runs of 16384 elements share a
+     * channel, and there are more channels than the max pass keeps in shared memory. */
+    tensor_desc_t rows_f32 = {.dtype = DTYPE_F32, .ndim = 2, .shape = {16384, 16384}};
+    ewb_case(ctx, "quantize/f32/1GiB/per_channel", &op_quantize, "{\"axis\": 0}", 1, &rows_f32, -3,
+             3);
+    tensor_desc_t dq_rows[2] = {{.dtype = DTYPE_I8, .ndim = 2, .shape = {32768, 32768}},
+                                ewb_vec(DTYPE_F32, 32768 * sizeof(float))};
+    ewb_case(ctx, "dequantize/i8/1GiB/per_channel", &op_dequantize, "{\"axis\": 0}", 2, dq_rows,
+             -127, 127);
 }

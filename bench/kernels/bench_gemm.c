@@ -1,5 +1,6 @@
 /* gemm cases: 8192^3 in bf16, f16, tf32, f32 and i8 (TFLOP/s against torch.matmul and
- * torch._int_mm), and 4096 GEMMs of 64^3 in bf16 and f32 three ways: n calls in one run_cuda
+ * torch._int_mm), i8 also with b given transposed ([n, k], so no copy is made before the
+ * tensor-core GEMM), and 4096 GEMMs of 64^3 in bf16 and f32 three ways: n calls in one run_cuda
  * (the pointer-array form), one call with a leading dim of 4096 (strided batch), and a loop
  * of 4096 single calls. bench/peer/torch_gemm.py times the same work in PyTorch. */
 #include <cuda_runtime_api.h>
@@ -112,6 +113,7 @@ void bench_gemm(const op_cuda_ctx_t *test_ctx)
         {"gemm/tf32/8192x8192x8192", DTYPE_F32, "{\"tf32\": true}"},
         {"gemm/f32/8192x8192x8192", DTYPE_F32, NULL},
         {"gemm/i8/8192x8192x8192", DTYPE_I8, NULL},
+        {"gemm/i8/8192x8192x8192/trans_b", DTYPE_I8, "{\"trans_b\": true}"},
     };
     op_call_t call;
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {

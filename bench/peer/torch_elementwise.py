@@ -40,6 +40,7 @@ def rand(n, dtype, lo=-1.0, hi=1.0):
 
 
 def main():
+    print("case,ms,bytes,flops")
     torch.manual_seed(1234)
     src = torch.empty(GIB, device="cuda", dtype=torch.uint8).random_()
     dst = torch.empty_like(src)

@@ -3,7 +3,10 @@
 then the median of 20 or more runs), printed as CSV rows case,ms,bytes,flops.
 
 8192^3: torch.matmul on row-major [m, k] x [k, n] in bf16, f16, f32 with TF32 allowed (tf32)
-and disallowed (f32), and torch._int_mm for i8 -> i32. 4096 GEMMs of 64^3: torch.bmm on
+and disallowed (f32), and torch._int_mm for i8 -> i32. _int_mm reaches the int8 tensor cores
+only with b k-contiguous (a column-major view, `b.t().contiguous().t()`, made outside the
+timing): that is its row for gemm/i8 and for our trans_b case (b given as [n, k]); the row
+`/torch_row_major_b` is _int_mm on the plain row-major b. 4096 GEMMs of 64^3: torch.bmm on
 [4096, 64, 64] for both the batched and the strided case (one call in PyTorch either way), and
 a Python loop of 4096 torch.matmul calls for the loop case."""
 import torch
@@ -54,8 +57,17 @@ def big_cases():
                               ("i8", torch.int8, False)):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         a, b = operands(dtype, 1, n, n, n)
-        fn = (lambda: torch._int_mm(a, b)) if dtype == torch.int8 else (lambda: torch.matmul(a, b))
-        row(f"gemm/{name}/{n}x{n}x{n}", median_ms(fn), *cost(dtype, 1, n, n, n))
+        case = f"gemm/{name}/{n}x{n}x{n}"
+        if dtype == torch.int8:
+            b_cols = b.t().contiguous().t()
+            ms = median_ms(lambda: torch._int_mm(a, b_cols))
+            row(case, ms, *cost(dtype, 1, n, n, n))
+            row(case + "/trans_b", ms, *cost(dtype, 1, n, n, n))
+            row(case + "/torch_row_major_b", median_ms(lambda: torch._int_mm(a, b)),
+                *cost(dtype, 1, n, n, n))
+            del b_cols
+        else:
+            row(case, median_ms(lambda: torch.matmul(a, b)), *cost(dtype, 1, n, n, n))
         del a, b
     torch.backends.cuda.matmul.allow_tf32 = False
 
