@@ -8,20 +8,6 @@
 #include "bench.h"
 #include "kernels/conv2d.h"
 
-/* Scratch from the stream-ordered allocator, as the daemon's device pool gives it. The test
- * support's scratch is a cudaMalloc and a synchronizing cudaFree per call, which would time
- * the allocator rather than the op (conv2d takes ~8 MB of scratch per call). */
-static void *conv_bench_scratch_alloc(void *pool, size_t bytes)
-{
-    void *p = NULL;
-    return cudaMallocAsync(&p, bytes ? bytes : 1, (cudaStream_t)pool) == cudaSuccess ? p : NULL;
-}
-
-static void conv_bench_scratch_free(void *pool, void *ptr)
-{
-    cudaFreeAsync(ptr, (cudaStream_t)pool);
-}
-
 /* Fills `call` for x [n, c, h, w] and w [k, c / groups, r, r] with every epilogue vector [k]
  * in f32 when fused is set. */
 static void conv_bench_call(op_call_t *call, dtype_t dt, int n, int c, int hw, int k, int r,
@@ -38,19 +24,8 @@ static void conv_bench_call(op_call_t *call, dtype_t dt, int n, int c, int hw, i
     }
 }
 
-void bench_conv2d(const op_cuda_ctx_t *test_ctx)
+void bench_conv2d(const op_cuda_ctx_t *ctx)
 {
-    op_cuda_ctx_t pooled = *test_ctx;
-    pooled.scratch_alloc = conv_bench_scratch_alloc;
-    pooled.scratch_free = conv_bench_scratch_free;
-    pooled.pool = test_ctx->stream;
-    /* Keep freed scratch in the pool between runs instead of returning it to the driver. */
-    cudaMemPool_t mempool;
-    if (cudaDeviceGetDefaultMemPool(&mempool, test_ctx->device) == cudaSuccess) {
-        uint64_t keep = UINT64_MAX;
-        cudaMemPoolSetAttribute(mempool, cudaMemPoolAttrReleaseThreshold, &keep);
-    }
-    const op_cuda_ctx_t *ctx = &pooled;
     static const struct {
         const char *name;
         dtype_t dt;

@@ -28,20 +28,6 @@ static void ewb_check(cudaError_t e, const char *what)
     }
 }
 
-/* Scratch from the stream-ordered allocator, as the daemon's device pool gives it. The test
- * support's scratch is a cudaMalloc and a synchronizing cudaFree per call, which would time the
- * allocator (tens of microseconds) rather than a reduction that takes a quarter millisecond. */
-static void *ewb_scratch_alloc(void *pool, size_t bytes)
-{
-    void *p = NULL;
-    return cudaMallocAsync(&p, bytes ? bytes : 1, (cudaStream_t)pool) == cudaSuccess ? p : NULL;
-}
-
-static void ewb_scratch_free(void *pool, void *ptr)
-{
-    cudaFreeAsync(ptr, (cudaStream_t)pool);
-}
-
 /* Device memory of `bytes` holding random values of dtype dt in [lo, hi]: a random pattern,
  * then copies of it doubling in length. */
 static void *ewb_alloc_random(dtype_t dt, size_t bytes, double lo, double hi, unsigned *seed)
@@ -146,19 +132,8 @@ static tensor_desc_t ewb_vec(dtype_t dt, uint64_t bytes)
     return (tensor_desc_t){.dtype = dt, .ndim = 1, .shape = {(int64_t)(bytes / dtype_size(dt))}};
 }
 
-void bench_elementwise(const op_cuda_ctx_t *test_ctx)
+void bench_elementwise(const op_cuda_ctx_t *ctx)
 {
-    op_cuda_ctx_t pooled = *test_ctx;
-    pooled.scratch_alloc = ewb_scratch_alloc;
-    pooled.scratch_free = ewb_scratch_free;
-    pooled.pool = test_ctx->stream;
-    /* Keep freed scratch in the pool between runs instead of returning it to the driver. */
-    cudaMemPool_t mempool;
-    if (cudaDeviceGetDefaultMemPool(&mempool, test_ctx->device) == cudaSuccess) {
-        uint64_t keep = UINT64_MAX;
-        cudaMemPoolSetAttribute(mempool, cudaMemPoolAttrReleaseThreshold, &keep);
-    }
-    const op_cuda_ctx_t *ctx = &pooled;
 
     ewb_copy_ceiling(ctx);
     tensor_desc_t f32[2] = {ewb_vec(DTYPE_F32, EWB_GIB), ewb_vec(DTYPE_F32, EWB_GIB)};

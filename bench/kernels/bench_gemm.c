@@ -13,19 +13,6 @@
 #include "kernels/gemm.h"
 #include "support/gpu_support.h"
 
-/* Scratch from the stream-ordered allocator, as the daemon's pool gives it: the test support's
- * synchronizing cudaFree would time the allocator (32 MiB of workspace per run) instead. */
-static void *gemm_bench_scratch_alloc(void *pool, size_t bytes)
-{
-    void *p = NULL;
-    return cudaMallocAsync(&p, bytes ? bytes : 1, (cudaStream_t)pool) == cudaSuccess ? p : NULL;
-}
-
-static void gemm_bench_scratch_free(void *pool, void *ptr)
-{
-    cudaFreeAsync(ptr, (cudaStream_t)pool);
-}
-
 static void gemm_bench_call(op_call_t *call, dtype_t dt, int64_t batch, int64_t m, int64_t n,
                             int64_t k)
 {
@@ -91,18 +78,8 @@ static void gemm_bench_loop(const op_cuda_ctx_t *ctx, const char *name, dtype_t 
     gpu_free(l.out[0]);
 }
 
-void bench_gemm(const op_cuda_ctx_t *test_ctx)
+void bench_gemm(const op_cuda_ctx_t *ctx)
 {
-    op_cuda_ctx_t pooled = *test_ctx;
-    pooled.scratch_alloc = gemm_bench_scratch_alloc;
-    pooled.scratch_free = gemm_bench_scratch_free;
-    pooled.pool = test_ctx->stream;
-    cudaMemPool_t mempool;
-    if (cudaDeviceGetDefaultMemPool(&mempool, test_ctx->device) == cudaSuccess) {
-        uint64_t keep = UINT64_MAX;
-        cudaMemPoolSetAttribute(mempool, cudaMemPoolAttrReleaseThreshold, &keep);
-    }
-    const op_cuda_ctx_t *ctx = &pooled;
     static const struct {
         const char *name;
         dtype_t dt;

@@ -12,17 +12,6 @@
 #include "kernels/sort.h"
 #include "support/gpu_support.h"
 
-static void *sort_bench_scratch_alloc(void *pool, size_t bytes)
-{
-    void *p = NULL;
-    return cudaMallocAsync(&p, bytes ? bytes : 1, (cudaStream_t)pool) == cudaSuccess ? p : NULL;
-}
-
-static void sort_bench_scratch_free(void *pool, void *ptr)
-{
-    cudaFreeAsync(ptr, (cudaStream_t)pool);
-}
-
 /* xorshift64: fast enough for 2^28 keys on the host. */
 static uint32_t sort_bench_rand(uint64_t *s)
 {
@@ -119,18 +108,8 @@ static void sort_bench_case(const op_cuda_ctx_t *ctx, const char *name, dtype_t 
     free(outs);
 }
 
-void bench_sort(const op_cuda_ctx_t *test_ctx)
+void bench_sort(const op_cuda_ctx_t *ctx)
 {
-    op_cuda_ctx_t pooled = *test_ctx;
-    pooled.scratch_alloc = sort_bench_scratch_alloc;
-    pooled.scratch_free = sort_bench_scratch_free;
-    pooled.pool = test_ctx->stream;
-    cudaMemPool_t mempool;
-    if (cudaDeviceGetDefaultMemPool(&mempool, test_ctx->device) == cudaSuccess) {
-        uint64_t keep = UINT64_MAX;
-        cudaMemPoolSetAttribute(mempool, cudaMemPoolAttrReleaseThreshold, &keep);
-    }
-    const op_cuda_ctx_t *ctx = &pooled;
     sort_bench_case(ctx, "sort/u32/2^28", DTYPE_U32, 1, 1 << 28, false, 1, 20);
     sort_bench_case(ctx, "sort/f32/2^28", DTYPE_F32, 1, 1 << 28, false, 1, 20);
     sort_bench_case(ctx, "sort/u32-u32/2^28", DTYPE_U32, 1, 1 << 28, true, 1, 20);

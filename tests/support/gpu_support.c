@@ -26,19 +26,17 @@ void gpu_require(void)
     }
 }
 
+/* Scratch from the device's stream-ordered pool on the context's stream, as the daemon's device
+ * workers give it: freeing right after queuing work is safe, and timing it costs no sync. */
 static void *scratch_alloc(void *pool, size_t bytes)
 {
-    (void)pool;
     void *p = NULL;
-    return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+    return cudaMallocAsync(&p, bytes ? bytes : 1, (cudaStream_t)pool) == cudaSuccess ? p : NULL;
 }
 
 static void scratch_free(void *pool, void *ptr)
 {
-    (void)pool;
-    /* Tests synchronize before freeing, so a plain cudaFree is stream-safe here. */
-    cudaDeviceSynchronize();
-    cudaFree(ptr);
+    cudaFreeAsync(ptr, (cudaStream_t)pool);
 }
 
 op_cuda_ctx_t *gpu_ctx_new(void)
@@ -60,6 +58,12 @@ op_cuda_ctx_t *gpu_ctx_new(void)
     ctx->device = 0;
     ctx->scratch_alloc = scratch_alloc;
     ctx->scratch_free = scratch_free;
+    ctx->pool = stream;
+    /* Keep freed scratch in the pool between calls instead of returning it to the driver. */
+    cudaMemPool_t mempool;
+    uint64_t keep = UINT64_MAX;
+    CHECK_CUDA(cudaDeviceGetDefaultMemPool(&mempool, 0));
+    CHECK_CUDA(cudaMemPoolSetAttribute(mempool, cudaMemPoolAttrReleaseThreshold, &keep));
     return ctx;
 }
 

@@ -1,5 +1,6 @@
-/* Helpers for GPU tests: a device, a stream, a cuBLASLt handle and a stream-ordered scratch
- * pool, packaged as the op_cuda_ctx_t the kernels take; plus copies and poisoning. */
+/* Helpers for GPU tests and benchmarks: a device, a stream, cuBLAS/cuBLASLt handles and
+ * stream-ordered scratch (cudaMallocAsync on the stream, as the daemon's device pool gives it),
+ * packaged as the op_cuda_ctx_t the kernels take; plus copies and poisoning. */
 #pragma once
 
 #include <stddef.h>
