@@ -7,30 +7,15 @@ cudnn.benchmark on, NCHW tensors as given). Reference rows: torch_conv_only (the
 and for f32 torch_strict_fp32 (TF32 disabled: PyTorch's default lets cuDNN use TF32 for f32
 convolutions, which would not meet our f32 accuracy bound of 1e-5)."""
 import torch
+import peer_timing
+from peer_timing import header, row
 import torch.nn.functional as F
 
 torch.backends.cudnn.benchmark = True
 
 
 def median_ms(fn, warmup=10, iters=50):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def row(name, ms, nbytes, flops):
-    print(f"{name},{ms:.6f},{nbytes:.0f},{flops:.0f}", flush=True)
+    return peer_timing.median_ms(fn, warmup=warmup, iters=iters)
 
 
 def conv_case(prefix, dtype, n, c, hw, k, r, groups, pad):
@@ -66,7 +51,7 @@ def conv_case(prefix, dtype, n, c, hw, k, r, groups, pad):
 
 
 def main():
-    print("case,ms,bytes,flops")
+    header()
     conv_case("conv2d/bf16/resnet50_3x3_n64_c256_14x14", torch.bfloat16, 64, 256, 14, 256, 3, 1, 1)
     conv_case("conv2d/f32/resnet50_3x3_n64_c256_14x14", torch.float32, 64, 256, 14, 256, 3, 1, 1)
     conv_case("conv2d/bf16/depthwise_3x3_n64_c512_14x14", torch.bfloat16, 64, 512, 14, 512, 3, 512, 1)

@@ -8,6 +8,8 @@ that PyTorch is timed on its kernels, not its allocator. quantize is the plain e
 user would write, scale included; dequantize is q.float() * s. The row
 ceiling/copy/1GiB/torch_copy is PyTorch's own device copy, a second view of the ceiling."""
 import torch
+import peer_timing
+from peer_timing import header, row
 
 GIB = 1 << 30
 WARMUP = 3
@@ -15,24 +17,7 @@ ITERS = 30
 
 
 def median_ms(fn, warmup=WARMUP, iters=ITERS):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def row(name, ms, nbytes, flops):
-    print(f"{name},{ms:.6f},{nbytes:.0f},{flops:.0f}", flush=True)
+    return peer_timing.median_ms(fn, warmup=warmup, iters=iters)
 
 
 def rand(n, dtype, lo=-1.0, hi=1.0):
@@ -40,7 +25,7 @@ def rand(n, dtype, lo=-1.0, hi=1.0):
 
 
 def main():
-    print("case,ms,bytes,flops")
+    header()
     torch.manual_seed(1234)
     src = torch.empty(GIB, device="cuda", dtype=torch.uint8).random_()
     dst = torch.empty_like(src)

@@ -10,27 +10,7 @@ timing): that is its row for gemm/i8 and for our trans_b case (b given as [n, k]
 [4096, 64, 64] for both the batched and the strided case (one call in PyTorch either way), and
 a Python loop of 4096 torch.matmul calls for the loop case."""
 import torch
-
-
-def median_ms(fn, warmup=3, iters=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def row(name, ms, nbytes, flops):
-    print(f"{name},{ms:.6f},{nbytes:.0f},{flops:.0f}", flush=True)
+from peer_timing import header, row, median_ms
 
 
 def operands(dtype, batch, m, n, k):
@@ -91,7 +71,7 @@ def small_cases():
 
 
 def main():
-    print("case,ms,bytes,flops")
+    header()
     with torch.no_grad():
         big_cases()
         small_cases()

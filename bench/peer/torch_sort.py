@@ -9,27 +9,7 @@ int32 (the same bytes and radix passes; a note goes to stderr)."""
 import sys
 
 import torch
-
-
-def median_ms(fn, warmup=3, iters=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def row(name, ms, nbytes, flops=0):
-    print(f"{name},{ms:.6f},{nbytes:.0f},{flops:.0f}", flush=True)
+from peer_timing import header, row, median_ms
 
 
 def u32_keys(n):
@@ -44,7 +24,7 @@ def u32_keys(n):
 
 
 def main():
-    print("case,ms,bytes,flops")
+    header()
     n = 1 << 28
     with torch.no_grad():
         keys = u32_keys(n)
