@@ -3,7 +3,8 @@
 #   tests  the GPU-labelled tests
 #   e2e    the end-to-end suites with the daemon on its CUDA backend
 #   bench  bench_kernels and the PyTorch peers, joined into one table
-# Usage: scripts/gpu_run.sh [tests] [e2e] [bench]. Logs are written straight into $OUT (the
+#   load   bench/run_loadgen.sh against the daemon on its CUDA backend
+# Usage: scripts/gpu_run.sh [tests] [e2e] [bench] [load]. Logs are written straight into $OUT (the
 # device tool returns at most 8 files, even when a command is stopped at its time limit);
 # a short summary is printed last.
 set -uo pipefail
@@ -22,7 +23,13 @@ rc=$?
 note "build: rc=$rc"
 if [ $rc -ne 0 ]; then
     grep -E "error" "$out/build.log" | head -40
-    if [[ $what == *" e2e "* ]]; then
+    if [[ $what == *" load "* ]]; then
+    GPUJOBD_BIN=$b/daemon/gpujobd LOADGEN_BIN=$b/bench/bench_loadgen bench/run_loadgen.sh cuda \
+        >"$out/loadgen.md" 2>&1
+    note "loadgen on cuda: rc=$?"
+    cat "$out/loadgen.md"
+fi
+if [[ $what == *" e2e "* ]]; then
     GPUJOB_E2E_BACKEND=cuda ctest --test-dir $b -R e2e --output-on-failure --timeout 300 \
         >"$out/e2e-cuda.log" 2>&1
     note "e2e on cuda: rc=$? $(grep -E 'tests passed|tests failed' "$out/e2e-cuda.log" | tail -1)"
