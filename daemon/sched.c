@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -22,7 +23,16 @@
 /* Recent usage decays with this half-life: fair share looks at the last minute or so. */
 #define USAGE_HALF_LIFE_US 30e6
 
-struct entry;
+typedef struct entry entry_t;
+
+/* A binary heap of entries. Each entry records its own position in the heap (the int at
+ * pos_offset in entry_t, -1 when absent), so that any entry leaves in O(log n). */
+typedef struct heap {
+    entry_t **a;
+    int len, cap;
+    bool (*before)(const entry_t *x, const entry_t *y);
+    size_t pos_offset;
+} heap_t;
 
 typedef struct waiter {
     struct waiter *next;
@@ -35,8 +45,7 @@ typedef struct waiter {
 
 typedef struct user {
     char owner[OWNER_SIZE];
-    struct entry **heap; /* queued entries: highest priority, then oldest, first */
-    int heap_len, heap_cap;
+    heap_t queue; /* queued entries: highest priority, then oldest, first */
     int running;
     double usage_us; /* decayed device (or CPU) time, charged at dispatch, corrected at end */
     int64_t usage_at;
@@ -49,18 +58,18 @@ typedef struct keyq {
     char key[];
 } keyq_t;
 
-typedef struct entry {
+struct entry {
     job_t *job;
     user_t *user;
     uint64_t seq;
-    int heap_pos;     /* in user->heap, -1 when not queued */
+    int queue_pos;    /* in user->queue, -1 when not queued */
     int deadline_pos; /* in s->deadlines, -1 when none */
     keyq_t *keyq;     /* while queued with a batch key */
     struct entry *kprev, *knext;
     waiter_t *waiters;
     bool cancelled_while_running;
     double charged_us;
-} entry_t;
+};
 
 typedef enum msg_kind {
     MSG_SUBMIT,
@@ -110,8 +119,7 @@ struct sched {
     msg_t *pending_head, *pending_tail; /* awaiting the group commit */
     bool commit_scheduled;
     strmap_t *entries, *users, *keyqs;
-    entry_t **deadlines;
-    int n_deadlines, cap_deadlines;
+    heap_t deadlines; /* queued entries with a deadline, earliest first */
     uint64_t next_seq;
     int batches_in_flight;
     unsigned round;
@@ -144,124 +152,81 @@ static void reply_jobs(sched_reply_fn reply, void *token, job_t *const *jobs, si
 
 /* ---------------------------------------------------------------- heaps and queues */
 
+static int *heap_pos(const heap_t *h, entry_t *e)
+{
+    return (int *)(void *)((char *)e + h->pos_offset);
+}
+
+static void heap_place(heap_t *h, int i, entry_t *e)
+{
+    h->a[i] = e;
+    *heap_pos(h, e) = i;
+}
+
+static void heap_sift(heap_t *h, int i)
+{
+    entry_t *e = h->a[i];
+    while (i > 0 && h->before(e, h->a[(i - 1) / 2])) {
+        heap_place(h, i, h->a[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, best = i;
+        entry_t *b = e;
+        if (l < h->len && h->before(h->a[l], b)) best = l, b = h->a[l];
+        if (r < h->len && h->before(h->a[r], b)) best = r, b = h->a[r];
+        if (best == i) break;
+        heap_place(h, i, b);
+        i = best;
+    }
+    heap_place(h, i, e);
+}
+
+static int heap_push(heap_t *h, entry_t *e)
+{
+    if (h->len == h->cap) {
+        int cap = h->cap ? 2 * h->cap : 16;
+        entry_t **a = realloc(h->a, (size_t)cap * sizeof *a);
+        if (!a) return -ENOMEM;
+        h->a = a;
+        h->cap = cap;
+    }
+    heap_place(h, h->len++, e);
+    heap_sift(h, h->len - 1);
+    return 0;
+}
+
+static void heap_remove(heap_t *h, entry_t *e)
+{
+    int i = *heap_pos(h, e);
+    if (i < 0) return;
+    entry_t *last = h->a[--h->len];
+    if (i != h->len) {
+        heap_place(h, i, last);
+        heap_sift(h, i);
+    }
+    *heap_pos(h, e) = -1;
+}
+
+/* A user's queue: highest priority first, then arrival. */
 static bool entry_before(const entry_t *a, const entry_t *b)
 {
     if (a->job->priority != b->job->priority) return a->job->priority > b->job->priority;
     return a->seq < b->seq;
 }
 
-static void user_heap_swap(user_t *u, int i, int j)
+static bool deadline_before(const entry_t *a, const entry_t *b)
 {
-    entry_t *t = u->heap[i];
-    u->heap[i] = u->heap[j];
-    u->heap[j] = t;
-    u->heap[i]->heap_pos = i;
-    u->heap[j]->heap_pos = j;
-}
-
-static void user_heap_fix(user_t *u, int i)
-{
-    while (i > 0 && entry_before(u->heap[i], u->heap[(i - 1) / 2])) {
-        user_heap_swap(u, i, (i - 1) / 2);
-        i = (i - 1) / 2;
-    }
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, best = i;
-        if (l < u->heap_len && entry_before(u->heap[l], u->heap[best])) best = l;
-        if (r < u->heap_len && entry_before(u->heap[r], u->heap[best])) best = r;
-        if (best == i) return;
-        user_heap_swap(u, i, best);
-        i = best;
-    }
-}
-
-static int user_heap_push(user_t *u, entry_t *e)
-{
-    if (u->heap_len == u->heap_cap) {
-        int cap = u->heap_cap ? 2 * u->heap_cap : 16;
-        entry_t **h = realloc(u->heap, (size_t)cap * sizeof *h);
-        if (!h) return -ENOMEM;
-        u->heap = h;
-        u->heap_cap = cap;
-    }
-    e->heap_pos = u->heap_len;
-    u->heap[u->heap_len++] = e;
-    user_heap_fix(u, e->heap_pos);
-    return 0;
-}
-
-static void user_heap_remove(user_t *u, entry_t *e)
-{
-    int i = e->heap_pos;
-    if (i < 0) return;
-    u->heap_len--;
-    if (i != u->heap_len) {
-        u->heap[i] = u->heap[u->heap_len];
-        u->heap[i]->heap_pos = i;
-        user_heap_fix(u, i);
-    }
-    e->heap_pos = -1;
-}
-
-static void deadline_swap(sched_t *s, int i, int j)
-{
-    entry_t *t = s->deadlines[i];
-    s->deadlines[i] = s->deadlines[j];
-    s->deadlines[j] = t;
-    s->deadlines[i]->deadline_pos = i;
-    s->deadlines[j]->deadline_pos = j;
-}
-
-static void deadline_fix(sched_t *s, int i)
-{
-    while (i > 0 &&
-           s->deadlines[i]->job->deadline_us < s->deadlines[(i - 1) / 2]->job->deadline_us) {
-        deadline_swap(s, i, (i - 1) / 2);
-        i = (i - 1) / 2;
-    }
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, best = i;
-        if (l < s->n_deadlines &&
-            s->deadlines[l]->job->deadline_us < s->deadlines[best]->job->deadline_us)
-            best = l;
-        if (r < s->n_deadlines &&
-            s->deadlines[r]->job->deadline_us < s->deadlines[best]->job->deadline_us)
-            best = r;
-        if (best == i) return;
-        deadline_swap(s, i, best);
-        i = best;
-    }
+    return a->job->deadline_us < b->job->deadline_us;
 }
 
 static void deadline_arm(sched_t *s);
 
 static int deadline_push(sched_t *s, entry_t *e)
 {
-    if (s->n_deadlines == s->cap_deadlines) {
-        int cap = s->cap_deadlines ? 2 * s->cap_deadlines : 64;
-        entry_t **d = realloc(s->deadlines, (size_t)cap * sizeof *d);
-        if (!d) return -ENOMEM;
-        s->deadlines = d;
-        s->cap_deadlines = cap;
-    }
-    e->deadline_pos = s->n_deadlines;
-    s->deadlines[s->n_deadlines++] = e;
-    deadline_fix(s, e->deadline_pos);
-    if (e->deadline_pos == 0) deadline_arm(s);
-    return 0;
-}
-
-static void deadline_remove(sched_t *s, entry_t *e)
-{
-    int i = e->deadline_pos;
-    if (i < 0) return;
-    s->n_deadlines--;
-    if (i != s->n_deadlines) {
-        s->deadlines[i] = s->deadlines[s->n_deadlines];
-        s->deadlines[i]->deadline_pos = i;
-        deadline_fix(s, i);
-    }
-    e->deadline_pos = -1;
+    int r = heap_push(&s->deadlines, e);
+    if (r >= 0 && e->deadline_pos == 0) deadline_arm(s);
+    return r;
 }
 
 static void keyq_remove(sched_t *s, entry_t *e)
@@ -320,6 +285,7 @@ static user_t *user_get(sched_t *s, const char *owner)
     u = calloc(1, sizeof *u);
     if (!u) return NULL;
     snprintf(u->owner, sizeof u->owner, "%s", owner);
+    u->queue = (heap_t){.before = entry_before, .pos_offset = offsetof(entry_t, queue_pos)};
     u->usage_at = now_us();
     if (strmap_put(s->users, u->owner, u) < 0) {
         free(u);
@@ -338,9 +304,9 @@ static void user_charge(user_t *u, double us)
 /* Takes a queued entry out of every queue structure (not out of s->entries). */
 static void entry_unqueue(sched_t *s, entry_t *e)
 {
-    user_heap_remove(e->user, e);
+    heap_remove(&e->user->queue, e);
     keyq_remove(s, e);
-    deadline_remove(s, e);
+    heap_remove(&s->deadlines, e);
 }
 
 /* Makes a committed queued job schedulable. On allocation failure the job stays in the store
@@ -356,9 +322,9 @@ static int enqueue(sched_t *s, job_t *job)
     e->job = job;
     e->user = u;
     e->seq = s->next_seq++;
-    e->heap_pos = e->deadline_pos = -1;
+    e->queue_pos = e->deadline_pos = -1;
     int r = strmap_put(s->entries, job->id, e);
-    if (r >= 0) r = user_heap_push(u, e);
+    if (r >= 0) r = heap_push(&u->queue, e);
     if (r >= 0 && job->call.batch_key[0]) r = keyq_append(s, e);
     if (r >= 0 && job->deadline_us) r = deadline_push(s, e);
     if (r < 0) {
@@ -550,13 +516,13 @@ static void pick_user_visit(const char *key, void *value, void *ud)
     (void)key;
     pick_t *p = ud;
     user_t *u = value;
-    if (u->heap_len == 0 || u->running >= p->s->cfg->max_running_per_user ||
+    if (u->queue.len == 0 || u->running >= p->s->cfg->max_running_per_user ||
         u->skip_round == p->s->round)
         return;
     user_charge(u, 0); /* bring the decay up to date */
     user_t *b = p->best;
     if (!b || u->usage_us < b->usage_us ||
-        (u->usage_us == b->usage_us && u->heap[0]->seq < b->heap[0]->seq))
+        (u->usage_us == b->usage_us && u->queue.a[0]->seq < b->queue.a[0]->seq))
         p->best = u;
 }
 
@@ -596,7 +562,7 @@ static void dispatch(sched_t *s)
     while (n_ready < slots && n_ready < (int)(sizeof ready / sizeof ready[0])) {
         user_t *u = pick_user(s);
         if (!u) break;
-        entry_t *top = u->heap[0];
+        entry_t *top = u->queue.a[0];
         keyq_t *q = top->keyq;
         int want = q ? (q->len < s->cfg->max_batch ? q->len : s->cfg->max_batch) : 1;
         int64_t now = now_us();
@@ -890,22 +856,22 @@ static void on_deadline_timer(uv_timer_t *t)
 {
     sched_t *s = t->data;
     int64_t now = now_us();
-    while (s->n_deadlines > 0 && s->deadlines[0]->job->deadline_us <= now) {
-        entry_t *e = s->deadlines[0];
+    while (s->deadlines.len > 0 && s->deadlines.a[0]->job->deadline_us <= now) {
+        entry_t *e = s->deadlines.a[0];
         if (end_queued(s, e, JOB_FAILED, "deadline_exceeded",
                        "the deadline passed while the job was queued", NULL, NULL) < 0)
-            deadline_remove(s, e); /* leave it queued; do not spin on it */
+            heap_remove(&s->deadlines, e); /* leave it queued; do not spin on it */
     }
     deadline_arm(s);
 }
 
 static void deadline_arm(sched_t *s)
 {
-    if (s->n_deadlines == 0) {
+    if (s->deadlines.len == 0) {
         uv_timer_stop(&s->deadline_timer);
         return;
     }
-    int64_t wait_us = s->deadlines[0]->job->deadline_us - now_us();
+    int64_t wait_us = s->deadlines.a[0]->job->deadline_us - now_us();
     uv_timer_start(&s->deadline_timer, on_deadline_timer,
                    wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
 }
@@ -962,7 +928,7 @@ static void handle_msg(sched_t *s, msg_t *m)
     case MSG_BUF_PUT:
         if (m->kind == MSG_SUBMIT && m->n > 0) {
             user_t *u = user_get(s, m->jobs[0]->owner);
-            if (u && u->heap_len + (long)m->n > s->cfg->max_queued_per_user) {
+            if (u && u->queue.len + (long)m->n > s->cfg->max_queued_per_user) {
                 reply_err(m->reply, m->token, -EAGAIN, "too many queued jobs for this user");
                 msg_free(m);
                 return;
@@ -1207,6 +1173,8 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
 {
     sched_t *s = calloc(1, sizeof *s);
     if (!s) return -ENOMEM;
+    s->deadlines =
+        (heap_t){.before = deadline_before, .pos_offset = offsetof(entry_t, deadline_pos)};
     s->cfg = cfg;
     s->st = st;
     int r = store_reader_open(cfg, &s->rd);
@@ -1308,7 +1276,7 @@ static void free_value(const char *key, void *value, void *ud)
     (void)key;
     (void)ud;
     user_t *u = value;
-    free(u->heap);
+    free(u->queue.a);
     free(u);
 }
 
@@ -1354,7 +1322,7 @@ void sched_free(sched_t *s)
     strmap_free(s->entries);
     strmap_free(s->users);
     strmap_free(s->keyqs);
-    free(s->deadlines);
+    free(s->deadlines.a);
     store_reader_close(s->rd);
     pthread_mutex_destroy(&s->lock);
     free(s);
