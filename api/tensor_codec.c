@@ -95,46 +95,70 @@ int codec_shape_parse_csv(const char *text, tensor_desc_t *ret, codec_error_t *e
 
 /* --- inline data --- */
 
-static int parse_float_value(const json_t *v, double *ret)
+/* One element as given: a JSON integer, a JSON real, or a float spelled as a string. */
+typedef struct element {
+    bool is_int;   /* written as an integer: i holds it exactly */
+    bool is_float; /* usable by a float dtype: x holds it */
+    json_int_t i;
+    double x;
+} element_t;
+
+static element_t element_from_json(const json_t *v)
 {
-    if (json_is_number(v)) {
-        *ret = json_number_value(v);
-        return 0;
-    }
-    if (json_is_string(v)) {
+    element_t e = {0};
+    if (json_is_integer(v)) {
+        e = (element_t){.is_int = true, .is_float = true, .i = json_integer_value(v)};
+        e.x = (double)e.i;
+    } else if (json_is_real(v)) {
+        e = (element_t){.is_float = true, .x = json_real_value(v)};
+    } else if (json_is_string(v)) {
         const char *s = json_string_value(v);
+        e.is_float = true;
         if (strcmp(s, "nan") == 0 || strcmp(s, "NaN") == 0)
-            *ret = NAN;
+            e.x = NAN;
         else if (strcmp(s, "inf") == 0 || strcmp(s, "Infinity") == 0)
-            *ret = INFINITY;
+            e.x = INFINITY;
         else if (strcmp(s, "-inf") == 0 || strcmp(s, "-Infinity") == 0)
-            *ret = -INFINITY;
+            e.x = -INFINITY;
         else
-            return -EINVAL;
-        return 0;
+            e.is_float = false;
     }
-    return -EINVAL;
+    return e;
 }
 
-/* Stores element i; the value must be representable in dt. */
-static int store_element(const json_t *v, dtype_t dt, void *data, int64_t i, const char *field,
-                         codec_error_t *err)
+/* Stores element i; the value must be representable in dt. On failure the message is set and
+ * the field left to the caller, which names the element only then: formatting a path for every
+ * element was most of the cost of decoding inline data. */
+static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, codec_error_t *err)
 {
-    if (dtype_is_float(dt)) {
-        double x;
-        if (parse_float_value(v, &x) < 0)
-            return codec_error(err, -EINVAL, field, "must be a number for dtype %s",
+    /* f32 and f64 carry most inline data: stored here directly, with the same check as
+     * below (a finite value must stay finite), without tensor_store's and tensor_load's
+     * dtype switches for every element. */
+    if (dt == DTYPE_F32 && v->is_float) {
+        float f = (float)v->x;
+        if (isfinite(v->x) && !isfinite(f))
+            return codec_error(err, -EINVAL, NULL, "%g is out of range for dtype %s", v->x,
                                dtype_name(dt));
-        tensor_store(dt, data, i, x);
+        ((float *)data)[i] = f;
+        return 0;
+    }
+    if (dt == DTYPE_F64 && v->is_float) {
+        ((double *)data)[i] = v->x;
+        return 0;
+    }
+    if (dtype_is_float(dt)) {
+        if (!v->is_float)
+            return codec_error(err, -EINVAL, NULL, "must be a number for dtype %s", dtype_name(dt));
+        tensor_store(dt, data, i, v->x);
         /* A finite value that became infinite did not fit the dtype. */
-        if (isfinite(x) && !isfinite(tensor_load(dt, data, i)))
-            return codec_error(err, -EINVAL, field, "%g is out of range for dtype %s", x,
+        if (isfinite(v->x) && !isfinite(tensor_load(dt, data, i)))
+            return codec_error(err, -EINVAL, NULL, "%g is out of range for dtype %s", v->x,
                                dtype_name(dt));
         return 0;
     }
-    if (!json_is_integer(v))
-        return codec_error(err, -EINVAL, field, "must be an integer for dtype %s", dtype_name(dt));
-    json_int_t x = json_integer_value(v);
+    if (!v->is_int)
+        return codec_error(err, -EINVAL, NULL, "must be an integer for dtype %s", dtype_name(dt));
+    json_int_t x = v->i;
     json_int_t lo, hi;
     switch (dt) {
     case DTYPE_I8:
@@ -151,7 +175,7 @@ static int store_element(const json_t *v, dtype_t dt, void *data, int64_t i, con
         break;
     }
     if (x < lo || x > hi)
-        return codec_error(err, -EINVAL, field,
+        return codec_error(err, -EINVAL, NULL,
                            "%" JSON_INTEGER_FORMAT
                            " is out of range for dtype %s [%" JSON_INTEGER_FORMAT
                            ", %" JSON_INTEGER_FORMAT "]",
@@ -174,25 +198,51 @@ static int store_element(const json_t *v, dtype_t dt, void *data, int64_t i, con
     return 0;
 }
 
-/* Walks lists nested like d's shape from dimension dim; *next is the flat index. */
-static int parse_nested(const json_t *v, const tensor_desc_t *d, int dim, char *field,
-                        size_t field_size, void *data, int64_t *next, codec_error_t *err)
+/* Names the element at index path idx[0..n) under base in err->field ("data[1][2]"). */
+static void element_field(codec_error_t *err, const char *base, const size_t *idx, int n)
 {
-    if (dim == d->ndim) return store_element(v, d->dtype, data, (*next)++, field, err);
+    if (!err) return;
+    size_t len = (size_t)snprintf(err->field, sizeof err->field, "%s", base);
+    for (int k = 0; k < n && len < sizeof err->field; k++)
+        len += (size_t)snprintf(err->field + len, sizeof err->field - len, "[%zu]", idx[k]);
+}
+
+/* Walks lists nested like d's shape from dimension dim; *next is the flat index and idx the
+ * index path so far (for error fields only). */
+static int parse_nested(const json_t *v, const tensor_desc_t *d, int dim, const char *field,
+                        size_t *idx, void *data, int64_t *next, codec_error_t *err)
+{
+    if (dim == d->ndim) {
+        element_t e = element_from_json(v);
+        int r = store_element(&e, d->dtype, data, (*next)++, err);
+        if (r < 0) element_field(err, field, idx, dim);
+        return r;
+    }
+    int r = 0;
     if (!json_is_array(v))
-        return codec_error(err, -EINVAL, field, "must be a list of %" PRId64 " values",
-                           d->shape[dim]);
-    if ((int64_t)json_array_size(v) != d->shape[dim])
-        return codec_error(err, -EINVAL, field, "has %zu values where shape[%d] is %" PRId64,
-                           json_array_size(v), dim, d->shape[dim]);
-    size_t len = strlen(field);
+        r = codec_error(err, -EINVAL, NULL, "must be a list of %" PRId64 " values", d->shape[dim]);
+    else if ((int64_t)json_array_size(v) != d->shape[dim])
+        r = codec_error(err, -EINVAL, NULL, "has %zu values where shape[%d] is %" PRId64,
+                        json_array_size(v), dim, d->shape[dim]);
+    if (r < 0) {
+        element_field(err, field, idx, dim);
+        return r;
+    }
     for (size_t k = 0; k < json_array_size(v); k++) {
-        snprintf(field + len, field_size - len, "[%zu]", k);
-        int r = parse_nested(json_array_get(v, k), d, dim + 1, field, field_size, data, next, err);
+        idx[dim] = k;
+        r = parse_nested(json_array_get(v, k), d, dim + 1, field, idx, data, next, err);
         if (r < 0) return r;
     }
-    field[len] = '\0';
     return 0;
+}
+
+/* The error for a flat list whose length is not the tensor's element count. */
+static int count_mismatch(const tensor_desc_t *d, size_t count, const char *field,
+                          codec_error_t *err)
+{
+    char shape[96];
+    return codec_error(err, -EINVAL, field, "data has %zu values but shape %s needs %" PRId64,
+                       count, tensor_shape_str(d, shape, sizeof shape), tensor_desc_numel(d));
 }
 
 int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char *field,
@@ -200,34 +250,32 @@ int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char 
 {
     int64_t numel = tensor_desc_numel(d);
     uint64_t nbytes = tensor_desc_bytes(d);
-    char path[128];
-    snprintf(path, sizeof path, "%s", field);
 
     /* A list whose first value is not itself a list is taken as flat. */
     bool flat = json_is_array(data) &&
                 (json_array_size(data) == 0 || !json_is_array(json_array_get(data, 0)));
     if (!json_is_array(data) && d->ndim != 0)
-        return codec_error(err, -EINVAL, path, "data must be a list");
-    if (flat && (int64_t)json_array_size(data) != numel) {
-        char shape[96];
-        return codec_error(err, -EINVAL, path, "data has %zu values but shape %s needs %" PRId64,
-                           json_array_size(data), tensor_shape_str(d, shape, sizeof shape), numel);
-    }
+        return codec_error(err, -EINVAL, field, "data must be a list");
+    if (flat && (int64_t)json_array_size(data) != numel)
+        return count_mismatch(d, json_array_size(data), field, err);
 
     void *buf = malloc(nbytes ? nbytes : 1);
-    if (!buf) return codec_error(err, -ENOMEM, path, "out of memory");
+    if (!buf) return codec_error(err, -ENOMEM, field, "out of memory");
     int r = 0;
     if (!json_is_array(data)) {
-        r = store_element(data, d->dtype, buf, 0, path, err);
+        element_t e = element_from_json(data);
+        r = store_element(&e, d->dtype, buf, 0, err);
+        if (r < 0) element_field(err, field, NULL, 0);
     } else if (flat) {
-        size_t len = strlen(path);
         for (size_t k = 0; r == 0 && k < json_array_size(data); k++) {
-            snprintf(path + len, sizeof path - len, "[%zu]", k);
-            r = store_element(json_array_get(data, k), d->dtype, buf, (int64_t)k, path, err);
+            element_t e = element_from_json(json_array_get(data, k));
+            r = store_element(&e, d->dtype, buf, (int64_t)k, err);
+            if (r < 0) element_field(err, field, &k, 1);
         }
     } else {
+        size_t idx[TENSOR_MAX_DIMS] = {0};
         int64_t next = 0;
-        r = parse_nested(data, d, 0, path, sizeof path, buf, &next, err);
+        r = parse_nested(data, d, 0, field, idx, buf, &next, err);
     }
     if (r < 0) {
         free(buf);

@@ -245,7 +245,7 @@ int store_begin(store_t *st)
     if (st->in_txn)
         return log_error_errno(-EBUSY, "store: store_begin with a transaction already open");
     /* IMMEDIATE takes the write lock now, so that no write inside can fail on a lock upgrade. */
-    int r = store_exec(&st->conn, "BEGIN IMMEDIATE");
+    int r = store_stmt_run(&st->conn, STMT_BEGIN_IMMEDIATE, "BEGIN IMMEDIATE");
     if (r == 0) st->in_txn = true;
     return r;
 }
@@ -253,7 +253,7 @@ int store_begin(store_t *st)
 int store_commit(store_t *st)
 {
     if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_commit without store_begin");
-    int r = store_exec(&st->conn, "COMMIT");
+    int r = store_stmt_run(&st->conn, STMT_COMMIT, "COMMIT");
     if (r == 0) {
         st->in_txn = false;
         unlink_pending(st);
@@ -271,33 +271,25 @@ int store_rollback(store_t *st)
     st->in_txn = false;
     st->n_unlink = 0; /* the rows naming them are back */
     if (sqlite3_get_autocommit(st->conn.db)) return 0;
-    return store_exec(&st->conn, "ROLLBACK");
+    return store_stmt_run(&st->conn, STMT_ROLLBACK, "ROLLBACK");
 }
 
 /* --- one write: a savepoint around it --- */
 
-static int stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what)
-{
-    sqlite3_stmt *stmt = store_stmt(conn, id);
-    if (!stmt) return -EIO;
-    int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(conn, what);
-    sqlite3_reset(stmt);
-    return r;
-}
-
 static int write_begin(store_t *st)
 {
-    return stmt_run(&st->conn, STMT_SAVEPOINT, "starting a write");
+    return store_stmt_run(&st->conn, STMT_SAVEPOINT, "starting a write");
 }
 
 /* Ends a write begun by write_begin: keeps it when r is 0 (committing it when no caller's
  * transaction is open), else undoes it. Returns r, or the error of the release. */
 static int write_end(store_t *st, int r)
 {
-    if (r == 0 && (r = stmt_run(&st->conn, STMT_RELEASE, "committing a write")) == 0) return 0;
+    if (r == 0 && (r = store_stmt_run(&st->conn, STMT_RELEASE, "committing a write")) == 0)
+        return 0;
     if (!sqlite3_get_autocommit(st->conn.db)) {
-        stmt_run(&st->conn, STMT_ROLLBACK_TO, "undoing a failed write");
-        stmt_run(&st->conn, STMT_RELEASE, "undoing a failed write");
+        store_stmt_run(&st->conn, STMT_ROLLBACK_TO, "undoing a failed write");
+        store_stmt_run(&st->conn, STMT_RELEASE, "undoing a failed write");
         if (!st->in_txn && !sqlite3_get_autocommit(st->conn.db)) store_exec(&st->conn, "ROLLBACK");
     } else if (st->in_txn) {
         log_error("store: SQLite rolled back the whole open transaction after an error");

@@ -39,6 +39,10 @@ typedef enum store_stmt_id {
     STMT_SAVEPOINT,
     STMT_RELEASE,
     STMT_ROLLBACK_TO,
+    STMT_BEGIN,
+    STMT_BEGIN_IMMEDIATE,
+    STMT_COMMIT,
+    STMT_ROLLBACK,
     /* store_jobs_list: one statement per combination of filters (owner, state, op, after),
      * so that each can use its index; STMT_LIST_FIRST + bitmask. */
     STMT_LIST_FIRST,
@@ -70,8 +74,11 @@ int store_sql_error(store_conn_t *conn, const char *what);
 /* The schema version (PRAGMA user_version); -EPROTO, logged, when it is newer than this
  * build's. */
 int store_user_version(store_conn_t *conn, int *ret);
-/* Runs SQL without results (pragmas, BEGIN, COMMIT). */
+/* Runs SQL without results (pragmas, schema changes). */
 int store_exec(store_conn_t *conn, const char *sql);
+/* Runs a cached statement without results (BEGIN, COMMIT, savepoints): 0, or the error of
+ * store_sql_error() naming what. */
+int store_stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what);
 /* Binds a C string, or NULL for NULL or "" when empty_is_null. */
 int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_null);
 /* Copies a text column into dst (truncating to size, always NUL-terminated). */

@@ -45,13 +45,13 @@ void store_reader_close(store_reader_t *rd)
 
 static int read_begin(store_reader_t *rd)
 {
-    return store_exec(&rd->conn, "BEGIN");
+    return store_stmt_run(&rd->conn, STMT_BEGIN, "BEGIN");
 }
 
 /* Ends the read transaction; returns r (the read's own result) unless ending it failed. */
 static int read_end(store_reader_t *rd, int r)
 {
-    int e = store_exec(&rd->conn, "COMMIT");
+    int e = store_stmt_run(&rd->conn, STMT_COMMIT, "COMMIT");
     return r < 0 ? r : e;
 }
 
