@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # On the lent GPU machine (see ../shared/gpu/README.md): build with CUDA for sm_90, then any of
 #   tests  the GPU-labelled tests
-#   e2e    the end-to-end suites with the daemon on its CUDA backend
 #   bench  bench_kernels and the PyTorch peers, joined into one table
 #   load   bench/run_loadgen.sh against the daemon on its CUDA backend
-# Usage: scripts/gpu_run.sh [tests] [e2e] [bench] [load]. Logs are written straight into $OUT (the
-# device tool returns at most 8 files, even when a command is stopped at its time limit);
-# a short summary is printed last.
+#   e2e    the end-to-end suites with the daemon on its CUDA backend
+# in that order. Usage: scripts/gpu_run.sh [tests] [bench] [load] [e2e]. Logs are written
+# straight into $OUT (the device tool returns at most 8 files, even when a command is stopped
+# at its time limit); a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
 mkdir -p "$out"
-what=" ${*:-tests e2e bench} "
+what=" ${*:-tests bench} "
 export PATH=/usr/local/cuda/bin:$PATH
 b=/tmp/gpujobd-build
 summary=()
 note() { summary+=("$1"); echo "== $1" >>"$out/summary.txt"; }
+wanted() { [[ $what == *" $1 "* ]]; }
 
 cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 &&
     cmake --build $b -j"$(nproc)" >>"$out/build.log" 2>&1
@@ -23,28 +24,17 @@ rc=$?
 note "build: rc=$rc"
 if [ $rc -ne 0 ]; then
     grep -E "error" "$out/build.log" | head -40
-    if [[ $what == *" load "* ]]; then
-    GPUJOBD_BIN=$b/daemon/gpujobd LOADGEN_BIN=$b/bench/bench_loadgen bench/run_loadgen.sh cuda \
-        >"$out/loadgen.md" 2>&1
-    note "loadgen on cuda: rc=$?"
-    cat "$out/loadgen.md"
-fi
-if [[ $what == *" e2e "* ]]; then
-    GPUJOB_E2E_BACKEND=cuda ctest --test-dir $b -R e2e --output-on-failure --timeout 300 \
-        >"$out/e2e-cuda.log" 2>&1
-    note "e2e on cuda: rc=$? $(grep -E 'tests passed|tests failed' "$out/e2e-cuda.log" | tail -1)"
-fi
-printf '%s\n' "${summary[@]}"
+    printf '%s\n' "${summary[@]}"
     exit 1
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$out/summary.txt" 2>&1
 
-if [[ $what == *" tests "* ]]; then
+if wanted tests; then
     ctest --test-dir $b -L gpu --output-on-failure --timeout 300 >"$out/gpu-tests.log" 2>&1
     note "gpu tests: rc=$? $(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | tail -1)"
     grep -E "Test +#" "$out/gpu-tests.log" | sed 's/^ *//'
 fi
-if [[ $what == *" bench "* ]]; then
+if wanted bench; then
     "$b/bench/bench_kernels" >"$out/bench-ours.csv" 2>>"$out/summary.txt"
     note "bench_kernels: rc=$?"
     : >"$out/bench-peers.csv"
@@ -55,7 +45,13 @@ if [[ $what == *" bench "* ]]; then
     python3 bench/kernels/report.py "$out/bench-ours.csv" "$out/bench-peers.csv" >"$out/bench-table.md"
     cat "$out/bench-table.md"
 fi
-if [[ $what == *" e2e "* ]]; then
+if wanted load; then
+    GPUJOBD_BIN=$b/daemon/gpujobd LOADGEN_BIN=$b/bench/bench_loadgen bench/run_loadgen.sh cuda \
+        >"$out/loadgen.md" 2>&1
+    note "loadgen on cuda: rc=$?"
+    cat "$out/loadgen.md"
+fi
+if wanted e2e; then
     GPUJOB_E2E_BACKEND=cuda ctest --test-dir $b -R e2e --output-on-failure --timeout 300 \
         >"$out/e2e-cuda.log" 2>&1
     note "e2e on cuda: rc=$? $(grep -E 'tests passed|tests failed' "$out/e2e-cuda.log" | tail -1)"
