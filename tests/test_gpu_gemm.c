@@ -2,7 +2,8 @@
  * f16, bf16, i8 -> i32) at sizes that are not multiples of any tile, every transpose, beta
  * with c, leading dims (batched, b shared, a shared), k = 0, and n calls in one run_cuda
  * (pointer-array form, and one by one for big calls), i8 through its transposed copies at
- * partial tiles, and calls big enough to be autotuned. Outputs are poisoned before every run.
+ * partial tiles, and large calls run twice (the second from the algorithm cache). Outputs are
+ * poisoned before every run.
  * Bounds on the relative norm error: f32 1e-5, tf32 1e-3, f16/bf16 1e-2, i8 exact. */
 #include <check.h>
 #include <math.h>
@@ -297,11 +298,10 @@ static void gemm_check_samples(const gemm_job_t *job, const gemm_kind_t *kind, i
                   kind->tolerance, samples);
 }
 
-/* 2048 x 2048 x 1024 is 2^33 flops, the size from which a new shape is autotuned: the first
- * run times several algorithms, each writing out, and what it leaves must be the result of
- * the one it kept; the second run takes the cached choice. c (with beta) must come out of both
- * untouched. Checked on sampled entries: the full CPU reference would take minutes. */
-START_TEST(test_gpu_gemm_autotuned_large_call_matches_cpu_on_samples)
+/* 2048 x 2048 x 1024 in every dtype: the first run asks the heuristic, the second takes the
+ * cached choice, and both must match; c (with beta) must come out of both untouched. Checked
+ * on sampled entries: the full CPU reference would take minutes. */
+START_TEST(test_gpu_gemm_large_call_matches_cpu_on_samples_twice)
 {
     for (int t = 0; t < 5; t++) {
         gemm_job_t job;
@@ -353,7 +353,7 @@ int main(void)
     tcase_add_test(tc, test_gpu_gemm_k_zero_and_empty_outputs);
     tcase_add_test(tc, test_gpu_gemm_batched_calls_in_one_run_match_cpu);
     tcase_add_test(tc, test_gpu_gemm_i8_transposed_copies_at_partial_tiles_match_cpu);
-    tcase_add_test(tc, test_gpu_gemm_autotuned_large_call_matches_cpu_on_samples);
+    tcase_add_test(tc, test_gpu_gemm_large_call_matches_cpu_on_samples_twice);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
