@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/conv2d.h"
+#include "support/op_test.h"
 
 /* One conv2d call under test: descriptors, host data and the params as JSON text. */
 typedef struct conv_case {
@@ -16,41 +17,16 @@ typedef struct conv_case {
     void *out;
 } conv_case_t;
 
-static tensor_desc_t desc4(dtype_t dt, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    tensor_desc_t t = {.dtype = dt, .ndim = 4, .shape = {a, b, c, d}};
-    return t;
-}
-
-static tensor_desc_t desc1(dtype_t dt, int64_t k)
-{
-    tensor_desc_t t = {.dtype = dt, .ndim = 1, .shape = {k}};
-    return t;
-}
-
 /* Validates a call made of the given descriptors (vec[j] NULL: input absent); returns the
  * validate() result and leaves the error in *err. */
 static int validate_descs(op_call_t *call, const tensor_desc_t *x, const tensor_desc_t *w,
                           const tensor_desc_t *const vec[5], const char *params_json,
                           op_error_t *err)
 {
-    memset(call, 0, sizeof *call);
-    call->op = &op_conv2d;
-    call->in[CONV2D_IN_X] = *x;
-    call->in[CONV2D_IN_W] = *w;
-    call->has_in[CONV2D_IN_X] = call->has_in[CONV2D_IN_W] = true;
+    const tensor_desc_t *in[CONV2D_N_INPUTS] = {[CONV2D_IN_X] = x, [CONV2D_IN_W] = w};
     for (int j = 0; vec && j < 5; j++)
-        if (vec[j]) {
-            call->in[CONV2D_IN_BIAS + j] = *vec[j];
-            call->has_in[CONV2D_IN_BIAS + j] = true;
-        }
-    json_error_t jerr;
-    json_t *params = params_json ? json_loads(params_json, 0, &jerr) : NULL;
-    ck_assert_msg(!params_json || params, "bad test JSON: %s", params_json);
-    memset(err, 0, sizeof *err);
-    int r = op_conv2d.validate(params, call, err);
-    json_decref(params);
-    return r;
+        in[CONV2D_IN_BIAS + j] = vec[j];
+    return op_test_validate("conv2d", params_json, in, CONV2D_N_INPUTS, call, err);
 }
 
 /* Runs the reference on f32 data given as arrays (vec[j] NULL: absent); returns out. */
@@ -58,7 +34,7 @@ static float *run_f32(const tensor_desc_t *x, const float *xdata, const tensor_d
                       const float *wdata, const float *const vec[5], const char *params_json,
                       op_call_t *ret_call)
 {
-    tensor_desc_t vd = desc1(DTYPE_F32, w->shape[0]);
+    tensor_desc_t vd = td(DTYPE_F32, w->shape[0]);
     const tensor_desc_t *vdescs[5] = {0};
     for (int j = 0; j < 5; j++)
         vdescs[j] = vec && vec[j] ? &vd : NULL;
@@ -69,9 +45,7 @@ static float *run_f32(const tensor_desc_t *x, const float *xdata, const tensor_d
     for (int j = 0; j < 5; j++)
         in[CONV2D_IN_BIAS + j] = vec ? vec[j] : NULL;
     float *out = malloc(tensor_desc_bytes(&ret_call->out[0]) + 1);
-    void *outs[1] = {out};
-    r = op_conv2d.run_cpu(ret_call, in, outs, &err);
-    ck_assert_msg(r == 0, "run_cpu: %s", err.message);
+    op_test_run_call(ret_call, in, (void *[]){out});
     return out;
 }
 
@@ -88,7 +62,7 @@ static const float x3x3[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
 
 START_TEST(test_conv2d_cpu_diagonal_kernel_sums_diagonal_pairs)
 {
-    tensor_desc_t x = desc4(DTYPE_F32, 1, 1, 3, 3), w = desc4(DTYPE_F32, 1, 1, 2, 2);
+    tensor_desc_t x = td(DTYPE_F32, 1, 1, 3, 3), w = td(DTYPE_F32, 1, 1, 2, 2);
     const float wd[4] = {1, 0, 0, 1};
     op_call_t call;
     float *out = run_f32(&x, x3x3, &w, wd, NULL, NULL, &call);
@@ -104,7 +78,7 @@ END_TEST
 START_TEST(test_conv2d_cpu_padding_and_stride_read_zeros_outside)
 {
     /* pad 1, stride 2: output (p, q) sees x(2p - 1, 2q - 1) and x(2p, 2q). */
-    tensor_desc_t x = desc4(DTYPE_F32, 1, 1, 3, 3), w = desc4(DTYPE_F32, 1, 1, 2, 2);
+    tensor_desc_t x = td(DTYPE_F32, 1, 1, 3, 3), w = td(DTYPE_F32, 1, 1, 2, 2);
     const float wd[4] = {1, 0, 0, 1};
     op_call_t call;
     float *out = run_f32(&x, x3x3, &w, wd, NULL, "{\"padding\": 1, \"stride\": 2}", &call);
@@ -119,7 +93,7 @@ END_TEST
 START_TEST(test_conv2d_cpu_dilation_spreads_the_taps)
 {
     /* A 2x2 kernel of ones with dilation 2 covers the four corners of the 3x3 input. */
-    tensor_desc_t x = desc4(DTYPE_F32, 1, 1, 3, 3), w = desc4(DTYPE_F32, 1, 1, 2, 2);
+    tensor_desc_t x = td(DTYPE_F32, 1, 1, 3, 3), w = td(DTYPE_F32, 1, 1, 2, 2);
     const float wd[4] = {1, 1, 1, 1};
     op_call_t call;
     float *out = run_f32(&x, x3x3, &w, wd, NULL, "{\"dilation\": 2}", &call);
@@ -133,10 +107,10 @@ END_TEST
 
 START_TEST(test_conv2d_cpu_groups_keep_channels_apart)
 {
-    tensor_desc_t x = desc4(DTYPE_F32, 1, 2, 1, 1);
+    tensor_desc_t x = td(DTYPE_F32, 1, 2, 1, 1);
     const float xd[2] = {2, 3};
     /* groups 2: out0 = 10 * x0, out1 = 100 * x1. */
-    tensor_desc_t wg = desc4(DTYPE_F32, 2, 1, 1, 1);
+    tensor_desc_t wg = td(DTYPE_F32, 2, 1, 1, 1);
     const float wgd[2] = {10, 100};
     op_call_t call;
     float *out = run_f32(&x, xd, &wg, wgd, NULL, "{\"groups\": 2}", &call);
@@ -144,7 +118,7 @@ START_TEST(test_conv2d_cpu_groups_keep_channels_apart)
     assert_floats(out, want_g, 2);
     free(out);
     /* groups 1: each output mixes both channels. */
-    tensor_desc_t w1 = desc4(DTYPE_F32, 2, 2, 1, 1);
+    tensor_desc_t w1 = td(DTYPE_F32, 2, 2, 1, 1);
     const float w1d[4] = {1, 2, 3, 4};
     out = run_f32(&x, xd, &w1, w1d, NULL, NULL, &call);
     const double want_1[2] = {1 * 2 + 2 * 3, 3 * 2 + 4 * 3};
@@ -156,7 +130,7 @@ END_TEST
 START_TEST(test_conv2d_cpu_epilogue_bias_batchnorm_relu_by_hand)
 {
     /* conv = 2 * 3 = 6 for channel 0 and -1 * 3 = -3 for channel 1. */
-    tensor_desc_t x = desc4(DTYPE_F32, 1, 1, 1, 1), w = desc4(DTYPE_F32, 2, 1, 1, 1);
+    tensor_desc_t x = td(DTYPE_F32, 1, 1, 1, 1), w = td(DTYPE_F32, 2, 1, 1, 1);
     const float xd[1] = {3}, wd[2] = {2, -1};
     const float bias[2] = {1, 0.5f}, scale[2] = {2, 1}, shift[2] = {0.25f, -1};
     const float mean[2] = {3, 0}, var[2] = {3.99f, 0.24f};
@@ -175,7 +149,7 @@ END_TEST
 START_TEST(test_conv2d_cpu_empty_reduction_gives_the_epilogue_of_zero)
 {
     /* C = 0: the sum is empty, so out = bias everywhere. */
-    tensor_desc_t x = desc4(DTYPE_F32, 1, 0, 2, 2), w = desc4(DTYPE_F32, 2, 0, 1, 1);
+    tensor_desc_t x = td(DTYPE_F32, 1, 0, 2, 2), w = td(DTYPE_F32, 2, 0, 1, 1);
     const float bias[2] = {1.5f, -2};
     const float *vec[5] = {bias};
     op_call_t call;
@@ -188,7 +162,7 @@ END_TEST
 
 START_TEST(test_conv2d_cpu_empty_batch_has_empty_output)
 {
-    tensor_desc_t x = desc4(DTYPE_F32, 0, 3, 5, 5), w = desc4(DTYPE_F32, 4, 3, 3, 3);
+    tensor_desc_t x = td(DTYPE_F32, 0, 3, 5, 5), w = td(DTYPE_F32, 4, 3, 3, 3);
     float wd[4 * 3 * 3 * 3] = {0};
     op_call_t call;
     float *out = run_f32(&x, NULL, &w, wd, NULL, NULL, &call);
@@ -281,9 +255,9 @@ static void check_against_scatter(const conv_shape_case_t *t, dtype_t dt, double
 
     conv_case_t cc;
     memset(&cc, 0, sizeof cc);
-    tensor_desc_t xdesc = desc4(dt, t->n, t->c, t->h, t->w);
-    tensor_desc_t wdesc = desc4(dt, t->k, cg, t->r, t->s);
-    tensor_desc_t vdesc = desc1(DTYPE_F32, t->k);
+    tensor_desc_t xdesc = td(dt, t->n, t->c, t->h, t->w);
+    tensor_desc_t wdesc = td(dt, t->k, cg, t->r, t->s);
+    tensor_desc_t vdesc = td(DTYPE_F32, t->k);
     const tensor_desc_t *vds[5] = {0};
     const void *in[CONV2D_N_INPUTS] = {xd, wd};
     for (int j = 0; j < 5; j++)
@@ -300,8 +274,7 @@ static void check_against_scatter(const conv_shape_case_t *t, dtype_t dt, double
     ck_assert_int_eq(cc.call.out[0].shape[2], P);
     ck_assert_int_eq(cc.call.out[0].shape[3], Q);
     void *out = malloc(ny * es + 1);
-    void *outs[1] = {out};
-    ck_assert_int_eq(op_conv2d.run_cpu(&cc.call, in, outs, &err), 0);
+    op_test_run_call(&cc.call, in, (void *[]){out});
 
     double *y = calloc(ny + 1, sizeof *y);
     scatter_conv(t, x, w, P, Q, y);
@@ -400,7 +373,7 @@ END_TEST
 
 START_TEST(test_conv2d_validate_fills_output_cost_and_batch_key)
 {
-    tensor_desc_t x = desc4(DTYPE_BF16, 2, 4, 7, 9), w = desc4(DTYPE_BF16, 6, 2, 3, 3);
+    tensor_desc_t x = td(DTYPE_BF16, 2, 4, 7, 9), w = td(DTYPE_BF16, 6, 2, 3, 3);
     op_call_t a, b;
     op_error_t err;
     const char *params = "{\"stride\": [2, 1], \"padding\": [0, 2], \"dilation\": [1, 2], "
@@ -420,7 +393,7 @@ START_TEST(test_conv2d_validate_fills_output_cost_and_batch_key)
     /* Same shapes and params batch together; another input size does not. */
     ck_assert_int_eq(validate_descs(&b, &x, &w, NULL, params, &err), 0);
     ck_assert_str_eq(a.batch_key, b.batch_key);
-    tensor_desc_t x2 = desc4(DTYPE_BF16, 2, 4, 8, 9);
+    tensor_desc_t x2 = td(DTYPE_BF16, 2, 4, 8, 9);
     ck_assert_int_eq(validate_descs(&b, &x2, &w, NULL, params, &err), 0);
     ck_assert_str_ne(a.batch_key, b.batch_key);
     ck_assert_int_eq(validate_descs(&b, &x, &w, NULL,
@@ -670,7 +643,7 @@ START_TEST(test_conv2d_validate_rejects_bad_input_naming_the_field)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bad_case_t *bc = &cases[i];
-        tensor_desc_t vec = desc1(DTYPE_F32, bc->w.ndim == 4 ? bc->w.shape[0] : 1);
+        tensor_desc_t vec = td(DTYPE_F32, bc->w.ndim == 4 ? bc->w.shape[0] : 1);
         const tensor_desc_t *vds[5] = {0};
         for (int j = 0; j < 5; j++)
             if (bc->vecs & (1u << j)) vds[j] = &vec;
@@ -689,8 +662,8 @@ END_TEST
 
 START_TEST(test_conv2d_validate_accepts_vectors_in_x_dtype_and_f32)
 {
-    tensor_desc_t x = desc4(DTYPE_BF16, 1, 2, 4, 4), w = desc4(DTYPE_BF16, 3, 2, 3, 3);
-    tensor_desc_t vb = desc1(DTYPE_BF16, 3), vf = desc1(DTYPE_F32, 3);
+    tensor_desc_t x = td(DTYPE_BF16, 1, 2, 4, 4), w = td(DTYPE_BF16, 3, 2, 3, 3);
+    tensor_desc_t vb = td(DTYPE_BF16, 3), vf = td(DTYPE_F32, 3);
     const tensor_desc_t *vds[5] = {&vb, &vf, &vb, &vf, &vb};
     op_call_t call;
     op_error_t err;
@@ -698,7 +671,7 @@ START_TEST(test_conv2d_validate_accepts_vectors_in_x_dtype_and_f32)
                                     "{\"epilogue\": [\"bias\", \"batchnorm\"], \"padding\": 1}",
                                     &err),
                      0);
-    tensor_desc_t vh = desc1(DTYPE_F16, 3);
+    tensor_desc_t vh = td(DTYPE_F16, 3);
     vds[0] = &vh;
     ck_assert_int_eq(validate_descs(&call, &x, &w, vds,
                                     "{\"epilogue\": [\"bias\", \"batchnorm\"], \"padding\": 1}",
@@ -732,9 +705,5 @@ static Suite *conv2d_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(conv2d_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return op_test_run_suite(conv2d_suite());
 }

@@ -3,60 +3,31 @@
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/elementwise.h"
-
-static tensor_desc_t desc(dtype_t dt, int ndim, int64_t d0, int64_t d1)
-{
-    tensor_desc_t d = {.dtype = dt, .ndim = ndim};
-    d.shape[0] = d0;
-    d.shape[1] = d1;
-    return d;
-}
+#include "support/op_test.h"
 
 /* Validates op(x, y) with params (JSON text or NULL); returns validate's result. */
 static int ew_validate_call(const char *op, const char *params, tensor_desc_t x, tensor_desc_t y,
                             op_call_t *call, op_error_t *err)
 {
-    memset(call, 0, sizeof *call);
-    memset(err, 0, sizeof *err);
-    call->op = op_find(op);
-    ck_assert_ptr_nonnull(call->op);
-    call->in[0] = x;
-    call->in[1] = y;
-    call->has_in[0] = call->has_in[1] = true;
-    json_error_t jerr;
-    json_t *p = params ? json_loads(params, 0, &jerr) : NULL;
-    if (params) ck_assert_msg(p != NULL, "bad test JSON: %s", params);
-    int r = call->op->validate(p, call, err);
-    json_decref(p);
-    return r;
+    const tensor_desc_t *in[2] = {&x, &y};
+    return op_test_validate(op, params, in, 2, call, err);
 }
 
 /* Validates and runs on the CPU; out must have room for x's elements. */
 static void ew_run(const char *op, const char *params, tensor_desc_t x, const void *xd,
                    tensor_desc_t y, const void *yd, void *out)
 {
-    op_call_t call;
-    op_error_t err;
-    int r = ew_validate_call(op, params, x, y, &call, &err);
-    ck_assert_msg(r == 0, "%s: %s: %s", op, err.field, err.message);
-    const void *in[2] = {xd, yd};
-    void *outs[1] = {out};
-    ck_assert_int_eq(call.op->run_cpu(&call, in, outs, &err), 0);
+    const tensor_desc_t *in[2] = {&x, &y};
+    op_test_run(op, params, in, (const void *[]){xd, yd}, 2, (void *[]){out});
 }
 
 static void expect_error(const char *op, const char *params, tensor_desc_t x, tensor_desc_t y,
                          const char *field)
 {
-    op_call_t call;
-    op_error_t err;
-    int r = ew_validate_call(op, params, x, y, &call, &err);
-    ck_assert_int_eq(r, -EINVAL);
-    ck_assert_str_eq(err.field, field);
-    ck_assert(err.message[0] != '\0');
+    const tensor_desc_t *in[2] = {&x, &y};
+    op_test_expect_error(op, params, in, 2, -EINVAL, field);
 }
 
 START_TEST(test_ops_are_in_the_table)
@@ -70,11 +41,11 @@ END_TEST
 START_TEST(test_add_and_mul_f32_hand_checked)
 {
     float x[] = {1, 2, -3}, y[] = {10, 0.5f, 4}, out[3];
-    ew_run("add", NULL, desc(DTYPE_F32, 1, 3, 0), x, desc(DTYPE_F32, 1, 3, 0), y, out);
+    ew_run("add", NULL, td(DTYPE_F32, 3), x, td(DTYPE_F32, 3), y, out);
     ck_assert_float_eq(out[0], 11);
     ck_assert_float_eq(out[1], 2.5f);
     ck_assert_float_eq(out[2], 1);
-    ew_run("mul", NULL, desc(DTYPE_F32, 1, 3, 0), x, desc(DTYPE_F32, 1, 3, 0), y, out);
+    ew_run("mul", NULL, td(DTYPE_F32, 3), x, td(DTYPE_F32, 3), y, out);
     ck_assert_float_eq(out[0], 10);
     ck_assert_float_eq(out[1], 1);
     ck_assert_float_eq(out[2], -12);
@@ -84,7 +55,7 @@ END_TEST
 START_TEST(test_saxpy_f64_hand_checked)
 {
     double x[] = {1, 2, -4}, y[] = {0.5, -1, 0}, out[3];
-    ew_run("saxpy", "{\"a\": 2.5}", desc(DTYPE_F64, 1, 3, 0), x, desc(DTYPE_F64, 1, 3, 0), y, out);
+    ew_run("saxpy", "{\"a\": 2.5}", td(DTYPE_F64, 3), x, td(DTYPE_F64, 3), y, out);
     ck_assert_double_eq(out[0], 3);
     ck_assert_double_eq(out[1], 4);
     ck_assert_double_eq(out[2], -10);
@@ -94,7 +65,7 @@ END_TEST
 START_TEST(test_i32_arithmetic_wraps_modulo_2_32)
 {
     int32_t x[] = {INT32_MAX, 65536, -3}, y[] = {1, 65536, 7}, out[3];
-    tensor_desc_t d = desc(DTYPE_I32, 1, 3, 0);
+    tensor_desc_t d = td(DTYPE_I32, 3);
     ew_run("add", NULL, d, x, d, y, out);
     ck_assert_int_eq(out[0], INT32_MIN);
     ck_assert_int_eq(out[1], 131072);
@@ -113,7 +84,7 @@ END_TEST
 START_TEST(test_saxpy_i32_factor_is_taken_modulo_2_32)
 {
     int32_t x[] = {5, -7}, y[] = {1, 1}, out[2];
-    tensor_desc_t d = desc(DTYPE_I32, 1, 2, 0);
+    tensor_desc_t d = td(DTYPE_I32, 2);
     ew_run("saxpy", "{\"a\": 4294967297}", d, x, d, y, out); /* 2^32 + 1 acts as 1 */
     ck_assert_int_eq(out[0], 6);
     ck_assert_int_eq(out[1], -6);
@@ -126,18 +97,17 @@ END_TEST
 START_TEST(test_scalar_y_broadcasts_over_x)
 {
     float x[] = {1, 2, 3, 4}, y0 = 10, out[4];
-    ew_run("add", NULL, desc(DTYPE_F32, 2, 2, 2), x, desc(DTYPE_F32, 0, 0, 0), &y0, out);
+    ew_run("add", NULL, td(DTYPE_F32, 2, 2), x, td(DTYPE_F32), &y0, out);
     for (int i = 0; i < 4; i++)
         ck_assert_float_eq(out[i], x[i] + 10);
     /* A single element of any shape is a scalar too. */
-    ew_run("saxpy", "{\"a\": -1}", desc(DTYPE_F32, 2, 2, 2), x, desc(DTYPE_F32, 2, 1, 1), &y0, out);
+    ew_run("saxpy", "{\"a\": -1}", td(DTYPE_F32, 2, 2), x, td(DTYPE_F32, 1, 1), &y0, out);
     for (int i = 0; i < 4; i++)
         ck_assert_float_eq(out[i], 10 - x[i]);
     op_call_t call;
     op_error_t err;
-    ck_assert_int_eq(ew_validate_call("mul", NULL, desc(DTYPE_F32, 2, 2, 2),
-                                      desc(DTYPE_F32, 1, 1, 0), &call, &err),
-                     0);
+    ck_assert_int_eq(
+        ew_validate_call("mul", NULL, td(DTYPE_F32, 2, 2), td(DTYPE_F32, 1), &call, &err), 0);
     ck_assert(tensor_desc_equal(&call.out[0], &call.in[0]));
     ck_assert(OP_PARAMS(&call, ew_params_t)->y_scalar);
 }
@@ -149,7 +119,7 @@ START_TEST(test_16_bit_floats_compute_in_f32_and_round_once)
      * to the even 256; 256 + 3 = 259 rounds to 260. */
     uint16_t x[] = {f32_to_bf16(256), f32_to_bf16(256), f32_to_bf16(1.5f)};
     uint16_t y[] = {f32_to_bf16(1), f32_to_bf16(3), f32_to_bf16(2.25f)}, out[3];
-    tensor_desc_t d = desc(DTYPE_BF16, 1, 3, 0);
+    tensor_desc_t d = td(DTYPE_BF16, 3);
     ew_run("add", NULL, d, x, d, y, out);
     ck_assert_float_eq(bf16_to_f32(out[0]), 256);
     ck_assert_float_eq(bf16_to_f32(out[1]), 260);
@@ -157,13 +127,13 @@ START_TEST(test_16_bit_floats_compute_in_f32_and_round_once)
     /* a = 1 + 2^-8 is not a bf16 (it would round to 1), but a * x + y is computed in f32:
      * 1.00390625 * 1 - 1 = 2^-8, which is a bf16. */
     uint16_t bx = f32_to_bf16(1), by = f32_to_bf16(-1), bout;
-    tensor_desc_t b1 = desc(DTYPE_BF16, 1, 1, 0);
+    tensor_desc_t b1 = td(DTYPE_BF16, 1);
     ew_run("saxpy", "{\"a\": 1.00390625}", b1, &bx, b1, &by, &bout);
     ck_assert_float_eq(bf16_to_f32(bout), 0.00390625f);
     /* f16: 0.5 * 2048 + 0.5 = 1024.5 lies halfway between two f16 values and ties to even. */
     uint16_t hx[] = {f32_to_f16(2048), f32_to_f16(3)}, hy[] = {f32_to_f16(0.5f), f32_to_f16(1)};
     uint16_t hout[2];
-    tensor_desc_t hd = desc(DTYPE_F16, 1, 2, 0);
+    tensor_desc_t hd = td(DTYPE_F16, 2);
     ew_run("saxpy", "{\"a\": 0.5}", hd, hx, hd, hy, hout);
     ck_assert_float_eq(f16_to_f32(hout[0]), 1024);
     ck_assert_float_eq(f16_to_f32(hout[1]), 2.5f);
@@ -178,9 +148,9 @@ START_TEST(test_empty_tensors_validate_and_run)
         op_call_t call;
         op_error_t err;
         const char *params = k == 2 ? "{\"a\": 1}" : NULL;
-        ck_assert_int_eq(ew_validate_call(ops[k], params, desc(DTYPE_F32, 2, 0, 5),
-                                          desc(DTYPE_F32, 2, 0, 5), &call, &err),
-                         0);
+        ck_assert_int_eq(
+            ew_validate_call(ops[k], params, td(DTYPE_F32, 0, 5), td(DTYPE_F32, 0, 5), &call, &err),
+            0);
         ck_assert_int_eq(call.out[0].ndim, 2);
         ck_assert_int_eq(call.out[0].shape[0], 0);
         ck_assert_int_eq(call.out[0].shape[1], 5);
@@ -189,9 +159,8 @@ START_TEST(test_empty_tensors_validate_and_run)
         void *out[1] = {&dummy};
         ck_assert_int_eq(call.op->run_cpu(&call, in, out, &err), 0);
         /* An empty x with a scalar y is fine too. */
-        ck_assert_int_eq(ew_validate_call(ops[k], params, desc(DTYPE_F32, 1, 0, 0),
-                                          desc(DTYPE_F32, 0, 0, 0), &call, &err),
-                         0);
+        ck_assert_int_eq(
+            ew_validate_call(ops[k], params, td(DTYPE_F32, 0), td(DTYPE_F32), &call, &err), 0);
     }
 }
 END_TEST
@@ -200,13 +169,13 @@ START_TEST(test_batch_key_ignores_size_but_not_dtype_or_broadcast)
 {
     op_call_t a, b, c, d;
     op_error_t err;
-    tensor_desc_t f3 = desc(DTYPE_F32, 1, 3, 0), f7 = desc(DTYPE_F32, 2, 7, 9);
+    tensor_desc_t f3 = td(DTYPE_F32, 3), f7 = td(DTYPE_F32, 7, 9);
     ck_assert_int_eq(ew_validate_call("add", NULL, f3, f3, &a, &err), 0);
     ck_assert_int_eq(ew_validate_call("add", NULL, f7, f7, &b, &err), 0);
     ck_assert_str_eq(a.batch_key, b.batch_key);
-    ck_assert_int_eq(ew_validate_call("add", NULL, f7, desc(DTYPE_F32, 0, 0, 0), &c, &err), 0);
+    ck_assert_int_eq(ew_validate_call("add", NULL, f7, td(DTYPE_F32), &c, &err), 0);
     ck_assert_str_ne(a.batch_key, c.batch_key);
-    tensor_desc_t h3 = desc(DTYPE_F16, 1, 3, 0);
+    tensor_desc_t h3 = td(DTYPE_F16, 3);
     ck_assert_int_eq(ew_validate_call("add", NULL, h3, h3, &d, &err), 0);
     ck_assert_str_ne(a.batch_key, d.batch_key);
     ck_assert_int_eq(ew_validate_call("mul", NULL, f3, f3, &d, &err), 0);
@@ -222,40 +191,39 @@ START_TEST(test_cost_counts_bytes_and_flops)
 {
     op_call_t call;
     op_error_t err;
-    tensor_desc_t d = desc(DTYPE_F32, 1, 1000, 0);
+    tensor_desc_t d = td(DTYPE_F32, 1000);
     ck_assert_int_eq(ew_validate_call("saxpy", "{\"a\": 2}", d, d, &call, &err), 0);
     ck_assert(call.cost.bytes == 12000);
     ck_assert(call.cost.flops == 2000);
-    ck_assert_int_eq(ew_validate_call("add", NULL, d, desc(DTYPE_F32, 0, 0, 0), &call, &err), 0);
+    ck_assert_int_eq(ew_validate_call("add", NULL, d, td(DTYPE_F32), &call, &err), 0);
     ck_assert(call.cost.bytes == 8004);
 }
 END_TEST
 
 START_TEST(test_bad_dtypes_name_their_field)
 {
-    tensor_desc_t f = desc(DTYPE_F32, 1, 3, 0);
-    expect_error("add", NULL, desc(DTYPE_I8, 1, 3, 0), desc(DTYPE_I8, 1, 3, 0), "inputs.x.dtype");
-    expect_error("mul", NULL, desc(DTYPE_U32, 1, 3, 0), desc(DTYPE_U32, 1, 3, 0), "inputs.x.dtype");
-    expect_error("add", NULL, f, desc(DTYPE_F64, 1, 3, 0), "inputs.y.dtype");
-    expect_error("saxpy", "{\"a\": 1}", f, desc(DTYPE_F16, 1, 3, 0), "inputs.y.dtype");
+    tensor_desc_t f = td(DTYPE_F32, 3);
+    expect_error("add", NULL, td(DTYPE_I8, 3), td(DTYPE_I8, 3), "inputs.x.dtype");
+    expect_error("mul", NULL, td(DTYPE_U32, 3), td(DTYPE_U32, 3), "inputs.x.dtype");
+    expect_error("add", NULL, f, td(DTYPE_F64, 3), "inputs.y.dtype");
+    expect_error("saxpy", "{\"a\": 1}", f, td(DTYPE_F16, 3), "inputs.y.dtype");
 }
 END_TEST
 
 START_TEST(test_mismatched_shapes_name_y_shape)
 {
-    expect_error("add", NULL, desc(DTYPE_F32, 1, 3, 0), desc(DTYPE_F32, 1, 4, 0), "inputs.y.shape");
-    expect_error("mul", NULL, desc(DTYPE_F32, 2, 2, 3), desc(DTYPE_F32, 2, 3, 2), "inputs.y.shape");
-    expect_error("add", NULL, desc(DTYPE_F32, 1, 6, 0), desc(DTYPE_F32, 2, 2, 3), "inputs.y.shape");
+    expect_error("add", NULL, td(DTYPE_F32, 3), td(DTYPE_F32, 4), "inputs.y.shape");
+    expect_error("mul", NULL, td(DTYPE_F32, 2, 3), td(DTYPE_F32, 3, 2), "inputs.y.shape");
+    expect_error("add", NULL, td(DTYPE_F32, 6), td(DTYPE_F32, 2, 3), "inputs.y.shape");
     /* y is never broadcast the other way round: a larger y is an error. */
-    expect_error("add", NULL, desc(DTYPE_F32, 0, 0, 0), desc(DTYPE_F32, 1, 2, 0), "inputs.y.shape");
-    expect_error("saxpy", "{\"a\": 1}", desc(DTYPE_I32, 1, 3, 0), desc(DTYPE_I32, 1, 0, 0),
-                 "inputs.y.shape");
+    expect_error("add", NULL, td(DTYPE_F32), td(DTYPE_F32, 2), "inputs.y.shape");
+    expect_error("saxpy", "{\"a\": 1}", td(DTYPE_I32, 3), td(DTYPE_I32, 0), "inputs.y.shape");
 }
 END_TEST
 
 START_TEST(test_bad_params_name_their_field)
 {
-    tensor_desc_t f = desc(DTYPE_F32, 1, 3, 0), i = desc(DTYPE_I32, 1, 3, 0);
+    tensor_desc_t f = td(DTYPE_F32, 3), i = td(DTYPE_I32, 3);
     expect_error("saxpy", NULL, f, f, "params.a");
     expect_error("saxpy", "{}", f, f, "params.a");
     expect_error("saxpy", "{\"a\": null}", f, f, "params.a");
@@ -287,9 +255,5 @@ int main(void)
     tcase_add_test(tc, test_mismatched_shapes_name_y_shape);
     tcase_add_test(tc, test_bad_params_name_their_field);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return op_test_run_suite(s);
 }

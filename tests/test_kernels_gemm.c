@@ -10,44 +10,22 @@
 
 #include "kernels/gemm.h"
 #include "kernels/op.h"
+#include "support/op_test.h"
 
-static tensor_desc_t desc(dtype_t dt, int ndim, const int64_t *shape)
-{
-    tensor_desc_t d = {.dtype = dt, .ndim = ndim};
-    for (int i = 0; i < ndim; i++)
-        d.shape[i] = shape[i];
-    return d;
-}
-
+/* Validates gemm(a, b) with c when c is not NULL; returns validate's result. */
 static int gemm_call(op_call_t *call, const tensor_desc_t *a, const tensor_desc_t *b,
                      const tensor_desc_t *c, const char *params_json, op_error_t *err)
 {
-    memset(call, 0, sizeof *call);
-    memset(err, 0, sizeof *err);
-    call->op = op_find("gemm");
+    const tensor_desc_t *in[3] = {a, b, c};
+    int r = op_test_validate("gemm", params_json, in, 3, call, err);
     ck_assert_ptr_eq(call->op, &op_gemm); /* registered in the table */
-    call->in[0] = *a;
-    call->in[1] = *b;
-    call->has_in[0] = call->has_in[1] = true;
-    if (c) {
-        call->in[2] = *c;
-        call->has_in[2] = true;
-    }
-    json_error_t jerr;
-    json_t *params = params_json ? json_loads(params_json, 0, &jerr) : NULL;
-    if (params_json) ck_assert_msg(params != NULL, "bad test JSON: %s", jerr.text);
-    int r = call->op->validate(params, call, err);
-    json_decref(params);
     return r;
 }
 
-static void gemm_run(op_call_t *call, const void *a, const void *b, const void *c, void *out)
+/* Runs a validated call on the CPU; the output is poisoned first so unwritten elements show. */
+static void gemm_run(const op_call_t *call, const void *a, const void *b, const void *c, void *out)
 {
-    op_error_t err;
-    memset(out, 0xa5, tensor_desc_bytes(&call->out[0]));
-    const void *in[3] = {a, b, c};
-    void *outs[1] = {out};
-    ck_assert_int_eq(call->op->run_cpu(call, in, outs, &err), 0);
+    op_test_run_call(call, (const void *[]){a, b, c}, (void *[]){out});
 }
 
 START_TEST(test_gemm_f32_hand_checked_with_every_transpose)
@@ -58,8 +36,8 @@ START_TEST(test_gemm_f32_hand_checked_with_every_transpose)
     const float want[4] = {58, 64, 139, 154};
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
-            tensor_desc_t da = desc(DTYPE_F32, 2, ta ? (int64_t[]){3, 2} : (int64_t[]){2, 3});
-            tensor_desc_t db = desc(DTYPE_F32, 2, tb ? (int64_t[]){2, 3} : (int64_t[]){3, 2});
+            tensor_desc_t da = ta ? td(DTYPE_F32, 3, 2) : td(DTYPE_F32, 2, 3);
+            tensor_desc_t db = tb ? td(DTYPE_F32, 2, 3) : td(DTYPE_F32, 3, 2);
             char params[64];
             snprintf(params, sizeof params, "{\"trans_a\": %s, \"trans_b\": %s}",
                      ta ? "true" : "false", tb ? "true" : "false");
@@ -81,7 +59,7 @@ END_TEST
 START_TEST(test_gemm_alpha_beta_with_c_and_i8_to_i32)
 {
     float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {1, 1, 1, -1}, out[4];
-    tensor_desc_t d = desc(DTYPE_F32, 2, (int64_t[]){2, 2});
+    tensor_desc_t d = td(DTYPE_F32, 2, 2);
     op_call_t call;
     op_error_t err;
     ck_assert_int_eq(gemm_call(&call, &d, &d, &d, "{\"alpha\": 2, \"beta\": -3}", &err), 0);
@@ -93,8 +71,8 @@ START_TEST(test_gemm_alpha_beta_with_c_and_i8_to_i32)
 
     int8_t ia[4] = {127, -128, 3, 4}, ib[4] = {127, 1, -128, 2};
     int32_t ic[4] = {10, 20, 30, 40}, iout[4];
-    tensor_desc_t di = desc(DTYPE_I8, 2, (int64_t[]){2, 2});
-    tensor_desc_t dc = desc(DTYPE_I32, 2, (int64_t[]){2, 2});
+    tensor_desc_t di = td(DTYPE_I8, 2, 2);
+    tensor_desc_t dc = td(DTYPE_I32, 2, 2);
     ck_assert_int_eq(gemm_call(&call, &di, &di, &dc, "{\"alpha\": 3, \"beta\": 2}", &err), 0);
     ck_assert_int_eq(call.out[0].dtype, DTYPE_I32);
     gemm_run(&call, ia, ib, ic, iout);
@@ -108,9 +86,9 @@ END_TEST
 
 START_TEST(test_gemm_k_zero_gives_beta_c)
 {
-    tensor_desc_t a = desc(DTYPE_F32, 2, (int64_t[]){2, 0});
-    tensor_desc_t b = desc(DTYPE_F32, 2, (int64_t[]){0, 3});
-    tensor_desc_t c = desc(DTYPE_F32, 2, (int64_t[]){2, 3});
+    tensor_desc_t a = td(DTYPE_F32, 2, 0);
+    tensor_desc_t b = td(DTYPE_F32, 0, 3);
+    tensor_desc_t c = td(DTYPE_F32, 2, 3);
     float cv[6] = {1, 2, 3, 4, 5, 6}, out[6];
     op_call_t call;
     op_error_t err;
@@ -220,9 +198,9 @@ END_TEST
 
 START_TEST(test_gemm_outputs_cost_and_batch_key)
 {
-    tensor_desc_t a = desc(DTYPE_BF16, 3, (int64_t[]){4, 64, 32});
-    tensor_desc_t b = desc(DTYPE_BF16, 2, (int64_t[]){32, 16});
-    tensor_desc_t b2 = desc(DTYPE_BF16, 2, (int64_t[]){32, 8});
+    tensor_desc_t a = td(DTYPE_BF16, 4, 64, 32);
+    tensor_desc_t b = td(DTYPE_BF16, 32, 16);
+    tensor_desc_t b2 = td(DTYPE_BF16, 32, 8);
     op_call_t x, y, z;
     op_error_t err;
     ck_assert_int_eq(gemm_call(&x, &a, &b, NULL, NULL, &err), 0);
@@ -247,31 +225,25 @@ END_TEST
 static void expect_error(const tensor_desc_t *a, const tensor_desc_t *b, const tensor_desc_t *c,
                          const char *params, int code, const char *field)
 {
-    op_call_t call;
-    op_error_t err;
-    int r = gemm_call(&call, a, b, c, params, &err);
-    ck_assert_msg(r == code, "expected %d on %s, got %d (%s: %s)", code, field, r, err.field,
-                  err.message);
-    ck_assert_str_eq(err.field, field);
-    ck_assert(strlen(err.message) > 0);
+    op_test_expect_error("gemm", params, (const tensor_desc_t *[]){a, b, c}, 3, code, field);
 }
 
 START_TEST(test_gemm_rejects_bad_input_naming_the_field)
 {
-    tensor_desc_t a = desc(DTYPE_F32, 2, (int64_t[]){4, 3});
-    tensor_desc_t b = desc(DTYPE_F32, 2, (int64_t[]){3, 5});
-    tensor_desc_t b_k = desc(DTYPE_F32, 2, (int64_t[]){4, 5});
-    tensor_desc_t c = desc(DTYPE_F32, 2, (int64_t[]){4, 5});
-    tensor_desc_t c_shape = desc(DTYPE_F32, 2, (int64_t[]){5, 4});
-    tensor_desc_t vec = desc(DTYPE_F32, 1, (int64_t[]){3});
-    tensor_desc_t a64 = desc(DTYPE_F64, 2, (int64_t[]){4, 3});
-    tensor_desc_t b16 = desc(DTYPE_F16, 2, (int64_t[]){3, 5});
-    tensor_desc_t a8 = desc(DTYPE_I8, 2, (int64_t[]){4, 3});
-    tensor_desc_t b8 = desc(DTYPE_I8, 2, (int64_t[]){3, 5});
-    tensor_desc_t a_b2 = desc(DTYPE_F32, 3, (int64_t[]){2, 4, 3});
-    tensor_desc_t b_b3 = desc(DTYPE_F32, 3, (int64_t[]){3, 3, 5});
-    tensor_desc_t huge_a = desc(DTYPE_F32, 2, (int64_t[]){1ll << 40, 0});
-    tensor_desc_t huge_b = desc(DTYPE_F32, 2, (int64_t[]){0, 1ll << 40});
+    tensor_desc_t a = td(DTYPE_F32, 4, 3);
+    tensor_desc_t b = td(DTYPE_F32, 3, 5);
+    tensor_desc_t b_k = td(DTYPE_F32, 4, 5);
+    tensor_desc_t c = td(DTYPE_F32, 4, 5);
+    tensor_desc_t c_shape = td(DTYPE_F32, 5, 4);
+    tensor_desc_t vec = td(DTYPE_F32, 3);
+    tensor_desc_t a64 = td(DTYPE_F64, 4, 3);
+    tensor_desc_t b16 = td(DTYPE_F16, 3, 5);
+    tensor_desc_t a8 = td(DTYPE_I8, 4, 3);
+    tensor_desc_t b8 = td(DTYPE_I8, 3, 5);
+    tensor_desc_t a_b2 = td(DTYPE_F32, 2, 4, 3);
+    tensor_desc_t b_b3 = td(DTYPE_F32, 3, 3, 5);
+    tensor_desc_t huge_a = td(DTYPE_F32, 1ll << 40, 0);
+    tensor_desc_t huge_b = td(DTYPE_F32, 0, 1ll << 40);
 
     expect_error(&a, &b_k, NULL, NULL, -EINVAL, "inputs.b.shape"); /* k mismatch */
     expect_error(&a, &b, NULL, "{\"trans_b\": true}", -EINVAL, "inputs.b.shape");
@@ -309,9 +281,5 @@ int main(void)
     tcase_add_test(tc, test_gemm_outputs_cost_and_batch_key);
     tcase_add_test(tc, test_gemm_rejects_bad_input_naming_the_field);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return op_test_run_suite(s);
 }

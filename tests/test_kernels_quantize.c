@@ -6,18 +6,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels/quantize.h"
-
-static tensor_desc_t desc(dtype_t dt, int ndim, int64_t d0, int64_t d1, int64_t d2)
-{
-    tensor_desc_t d = {.dtype = dt, .ndim = ndim};
-    d.shape[0] = d0;
-    d.shape[1] = d1;
-    d.shape[2] = d2;
-    return d;
-}
+#include "support/op_test.h"
 
 #define NO_TENSOR ((tensor_desc_t){.ndim = -1})
 
@@ -25,57 +16,31 @@ static tensor_desc_t desc(dtype_t dt, int ndim, int64_t d0, int64_t d1, int64_t 
 static int q_validate_call(const char *op, const char *params, tensor_desc_t t, tensor_desc_t scale,
                            op_call_t *call, op_error_t *err)
 {
-    memset(call, 0, sizeof *call);
-    memset(err, 0, sizeof *err);
-    call->op = op_find(op);
-    ck_assert_ptr_nonnull(call->op);
-    call->in[0] = t;
-    call->has_in[0] = true;
-    if (scale.ndim >= 0) {
-        call->in[1] = scale;
-        call->has_in[1] = true;
-    }
-    json_error_t jerr;
-    json_t *p = params ? json_loads(params, 0, &jerr) : NULL;
-    if (params) ck_assert_msg(p != NULL, "bad test JSON: %s", params);
-    int r = call->op->validate(p, call, err);
-    json_decref(p);
-    return r;
+    const tensor_desc_t *in[2] = {&t, scale.ndim >= 0 ? &scale : NULL};
+    return op_test_validate(op, params, in, 2, call, err);
 }
 
 /* quantize x (with the given scale when scale_in is not NULL) into q and scale_out. */
 static void quantize(const char *params, tensor_desc_t x, const void *xd, tensor_desc_t s,
                      const float *scale_in, int8_t *q, float *scale_out)
 {
-    op_call_t call;
-    op_error_t err;
-    int r = q_validate_call("quantize", params, x, scale_in ? s : NO_TENSOR, &call, &err);
-    ck_assert_msg(r == 0, "%s: %s", err.field, err.message);
-    const void *in[2] = {xd, scale_in};
-    void *out[2] = {q, scale_out};
-    ck_assert_int_eq(call.op->run_cpu(&call, in, out, &err), 0);
+    const tensor_desc_t *in[2] = {&x, scale_in ? &s : NULL};
+    op_test_run("quantize", params, in, (const void *[]){xd, scale_in}, 2,
+                (void *[]){q, scale_out});
 }
 
 static void dequantize(const char *params, tensor_desc_t q, const int8_t *qd, tensor_desc_t s,
                        const float *scale, float *out)
 {
-    op_call_t call;
-    op_error_t err;
-    int r = q_validate_call("dequantize", params, q, s, &call, &err);
-    ck_assert_msg(r == 0, "%s: %s", err.field, err.message);
-    const void *in[2] = {qd, scale};
-    void *outs[1] = {out};
-    ck_assert_int_eq(call.op->run_cpu(&call, in, outs, &err), 0);
+    const tensor_desc_t *in[2] = {&q, &s};
+    op_test_run("dequantize", params, in, (const void *[]){qd, scale}, 2, (void *[]){out});
 }
 
 static void expect_error(const char *op, const char *params, tensor_desc_t t, tensor_desc_t s,
                          const char *field)
 {
-    op_call_t call;
-    op_error_t err;
-    ck_assert_int_eq(q_validate_call(op, params, t, s, &call, &err), -EINVAL);
-    ck_assert_str_eq(err.field, field);
-    ck_assert(err.message[0] != '\0');
+    const tensor_desc_t *in[2] = {&t, s.ndim >= 0 ? &s : NULL};
+    op_test_expect_error(op, params, in, 2, -EINVAL, field);
 }
 
 START_TEST(test_ops_are_in_the_table)
@@ -93,7 +58,7 @@ START_TEST(test_quantize_per_tensor_rounds_half_to_even)
     float scale = 0;
     op_call_t call;
     op_error_t err;
-    tensor_desc_t d = desc(DTYPE_F32, 1, 10, 0, 0);
+    tensor_desc_t d = td(DTYPE_F32, 10);
     ck_assert_int_eq(q_validate_call("quantize", NULL, d, NO_TENSOR, &call, &err), 0);
     ck_assert_int_eq(call.n_out, 2);
     ck_assert_str_eq(call.out_names[0], "q");
@@ -114,7 +79,7 @@ START_TEST(test_quantize_scale_is_max_abs_over_127)
     float x[] = {254, -3, 1, -254, 5};
     int8_t q[5];
     float scale = 0;
-    tensor_desc_t d = desc(DTYPE_F32, 1, 5, 0, 0);
+    tensor_desc_t d = td(DTYPE_F32, 5);
     quantize(NULL, d, x, d, NULL, q, &scale);
     ck_assert_float_eq(scale, 2);
     int8_t want[] = {127, -2, 0, -127, 2}; /* -1.5 -> -2, 0.5 -> 0, 2.5 -> 2 */
@@ -126,8 +91,8 @@ START_TEST(test_quantize_with_given_scale_clamps_and_copies_scale)
 {
     float x[] = {1, 100, -100, 0.25f, 0.75f}, s = 0.5f, scale_out = 0;
     int8_t q[5];
-    tensor_desc_t d = desc(DTYPE_F32, 1, 5, 0, 0);
-    quantize(NULL, d, x, desc(DTYPE_F32, 0, 0, 0, 0), &s, q, &scale_out);
+    tensor_desc_t d = td(DTYPE_F32, 5);
+    quantize(NULL, d, x, td(DTYPE_F32), &s, q, &scale_out);
     ck_assert_float_eq(scale_out, 0.5f);
     int8_t want[] = {2, 127, -127, 0, 2}; /* 200 and -200 clamp; 0.5 -> 0; 1.5 -> 2 */
     ck_assert_mem_eq(q, want, sizeof want);
@@ -140,7 +105,7 @@ START_TEST(test_quantize_per_channel_along_first_and_last_axis)
     float x[] = {254, -3, 5, 0, 0, 0};
     int8_t q[6];
     float scale[2] = {0};
-    tensor_desc_t d = desc(DTYPE_F32, 2, 2, 3, 0);
+    tensor_desc_t d = td(DTYPE_F32, 2, 3);
     quantize("{\"axis\": 0}", d, x, d, NULL, q, scale);
     ck_assert_float_eq(scale[0], 2);
     ck_assert_float_eq(scale[1], 1);
@@ -149,7 +114,7 @@ START_TEST(test_quantize_per_channel_along_first_and_last_axis)
     /* axis -1 of [2, 2]: column 0 has max 254 (scale 2), column 1 max 127 (scale 1). */
     float y[] = {254, -127, 3, 0.4f};
     float scale_c[2];
-    tensor_desc_t e = desc(DTYPE_F32, 2, 2, 2, 0);
+    tensor_desc_t e = td(DTYPE_F32, 2, 2);
     quantize("{\"axis\": -1}", e, y, e, NULL, q, scale_c);
     ck_assert_float_eq(scale_c[0], 2);
     ck_assert_float_eq(scale_c[1], 1);
@@ -164,7 +129,7 @@ START_TEST(test_quantize_per_channel_along_a_middle_axis)
     float x[] = {1, -2, 127, 0, 3, 4, -63.5f, 8};
     int8_t q[8];
     float scale[2];
-    tensor_desc_t d = desc(DTYPE_F32, 3, 2, 2, 2);
+    tensor_desc_t d = td(DTYPE_F32, 2, 2, 2);
     quantize("{\"axis\": 1}", d, x, d, NULL, q, scale);
     ck_assert_float_eq(scale[0], 4.0f / 127); /* max of 1, -2, 3, 4 */
     ck_assert_float_eq(scale[1], 1);          /* max of 127, 0, -63.5, 8 */
@@ -180,13 +145,13 @@ START_TEST(test_quantize_f16_and_bf16_inputs)
     uint16_t h[] = {f32_to_f16(127), f32_to_f16(-63.5f), f32_to_f16(2.5f)};
     int8_t q[3];
     float scale;
-    tensor_desc_t d = desc(DTYPE_F16, 1, 3, 0, 0);
+    tensor_desc_t d = td(DTYPE_F16, 3);
     quantize(NULL, d, h, d, NULL, q, &scale);
     ck_assert_float_eq(scale, 1);
     int8_t want[] = {127, -64, 2};
     ck_assert_mem_eq(q, want, sizeof want);
     uint16_t b[] = {f32_to_bf16(-254), f32_to_bf16(3)};
-    tensor_desc_t bd = desc(DTYPE_BF16, 1, 2, 0, 0);
+    tensor_desc_t bd = td(DTYPE_BF16, 2);
     quantize(NULL, bd, b, bd, NULL, q, &scale);
     ck_assert_float_eq(scale, 2);
     ck_assert_int_eq(q[0], -127);
@@ -199,13 +164,13 @@ START_TEST(test_quantize_ignores_nan_in_max_and_maps_it_to_zero)
     float x[] = {NAN, 127, -1, INFINITY};
     int8_t q[4];
     float scale;
-    tensor_desc_t d = desc(DTYPE_F32, 1, 3, 0, 0);
+    tensor_desc_t d = td(DTYPE_F32, 3);
     quantize(NULL, d, x, d, NULL, q, &scale);
     ck_assert_float_eq(scale, 1);
     int8_t want[] = {0, 127, -1};
     ck_assert_mem_eq(q, want, sizeof want);
     /* An infinite scale (from an infinite max) quantizes finite values to 0. */
-    tensor_desc_t d4 = desc(DTYPE_F32, 1, 4, 0, 0);
+    tensor_desc_t d4 = td(DTYPE_F32, 4);
     quantize(NULL, d4, x, d4, NULL, q, &scale);
     ck_assert(isinf(scale));
     ck_assert_int_eq(q[1], 0);
@@ -217,18 +182,18 @@ START_TEST(test_quantize_empty_tensors_still_write_the_scale)
 {
     float dummy = 0, scale = 0;
     int8_t q = 0;
-    tensor_desc_t d = desc(DTYPE_F32, 1, 0, 0, 0);
+    tensor_desc_t d = td(DTYPE_F32, 0);
     quantize(NULL, d, &dummy, d, NULL, &q, &scale);
     ck_assert_float_eq(scale, 1);
     /* [0, 3] per channel along axis 1: three empty channels, each of scale 1. */
     float scales[3] = {0};
-    tensor_desc_t e = desc(DTYPE_F32, 2, 0, 3, 0);
+    tensor_desc_t e = td(DTYPE_F32, 0, 3);
     quantize("{\"axis\": 1}", e, &dummy, e, NULL, &q, scales);
     for (int c = 0; c < 3; c++)
         ck_assert_float_eq(scales[c], 1);
     float out = 0;
     int8_t qd = 0;
-    dequantize(NULL, desc(DTYPE_I8, 1, 0, 0, 0), &qd, desc(DTYPE_F32, 0, 0, 0, 0), &scale, &out);
+    dequantize(NULL, td(DTYPE_I8, 0), &qd, td(DTYPE_F32), &scale, &out);
 }
 END_TEST
 
@@ -236,14 +201,13 @@ START_TEST(test_dequantize_hand_checked)
 {
     int8_t q[] = {-127, 0, 5, 1};
     float s = 0.5f, out[4];
-    dequantize(NULL, desc(DTYPE_I8, 1, 4, 0, 0), q, desc(DTYPE_F32, 0, 0, 0, 0), &s, out);
+    dequantize(NULL, td(DTYPE_I8, 4), q, td(DTYPE_F32), &s, out);
     ck_assert_float_eq(out[0], -63.5f);
     ck_assert_float_eq(out[1], 0);
     ck_assert_float_eq(out[2], 2.5f);
     ck_assert_float_eq(out[3], 0.5f);
     float sc[] = {1, 2};
-    dequantize("{\"axis\": 1}", desc(DTYPE_I8, 2, 2, 2, 0), q, desc(DTYPE_F32, 1, 2, 0, 0), sc,
-               out);
+    dequantize("{\"axis\": 1}", td(DTYPE_I8, 2, 2), q, td(DTYPE_F32, 2), sc, out);
     ck_assert_float_eq(out[0], -127);
     ck_assert_float_eq(out[1], 0);
     ck_assert_float_eq(out[2], 5);
@@ -283,10 +247,10 @@ static void check_round_trip(const char *params, tensor_desc_t d, int64_t channe
 
 START_TEST(test_round_trip_error_is_at_most_half_a_scale)
 {
-    check_round_trip(NULL, desc(DTYPE_F32, 1, 10007, 0, 0), 1, 10007);
-    check_round_trip("{\"axis\": 1}", desc(DTYPE_F32, 3, 8, 16, 5), 16, 5);
-    check_round_trip("{\"axis\": 0}", desc(DTYPE_F32, 2, 9, 100, 0), 9, 100);
-    check_round_trip("{\"axis\": 1}", desc(DTYPE_F32, 2, 100, 9, 0), 9, 1);
+    check_round_trip(NULL, td(DTYPE_F32, 10007), 1, 10007);
+    check_round_trip("{\"axis\": 1}", td(DTYPE_F32, 8, 16, 5), 16, 5);
+    check_round_trip("{\"axis\": 0}", td(DTYPE_F32, 9, 100), 9, 100);
+    check_round_trip("{\"axis\": 1}", td(DTYPE_F32, 100, 9), 9, 1);
 }
 END_TEST
 
@@ -294,8 +258,8 @@ START_TEST(test_batch_keys_separate_layout_and_scale_source)
 {
     op_call_t a, b, c;
     op_error_t err;
-    tensor_desc_t small = desc(DTYPE_F32, 1, 3, 0, 0), big = desc(DTYPE_F32, 2, 100, 7, 0);
-    tensor_desc_t s0 = desc(DTYPE_F32, 0, 0, 0, 0);
+    tensor_desc_t small = td(DTYPE_F32, 3), big = td(DTYPE_F32, 100, 7);
+    tensor_desc_t s0 = td(DTYPE_F32);
     ck_assert_int_eq(q_validate_call("quantize", NULL, small, NO_TENSOR, &a, &err), 0);
     ck_assert_int_eq(q_validate_call("quantize", NULL, big, NO_TENSOR, &b, &err), 0);
     ck_assert_str_eq(a.batch_key, b.batch_key);
@@ -312,28 +276,25 @@ END_TEST
 
 START_TEST(test_bad_inputs_and_params_name_their_field)
 {
-    tensor_desc_t x = desc(DTYPE_F32, 2, 4, 3, 0), q = desc(DTYPE_I8, 2, 4, 3, 0);
-    tensor_desc_t s0 = desc(DTYPE_F32, 0, 0, 0, 0);
-    expect_error("quantize", NULL, desc(DTYPE_I32, 1, 3, 0, 0), NO_TENSOR, "inputs.x.dtype");
-    expect_error("quantize", NULL, desc(DTYPE_F64, 1, 3, 0, 0), NO_TENSOR, "inputs.x.dtype");
+    tensor_desc_t x = td(DTYPE_F32, 4, 3), q = td(DTYPE_I8, 4, 3);
+    tensor_desc_t s0 = td(DTYPE_F32);
+    expect_error("quantize", NULL, td(DTYPE_I32, 3), NO_TENSOR, "inputs.x.dtype");
+    expect_error("quantize", NULL, td(DTYPE_F64, 3), NO_TENSOR, "inputs.x.dtype");
     expect_error("quantize", "{\"axis\": 2}", x, NO_TENSOR, "params.axis");
     expect_error("quantize", "{\"axis\": -3}", x, NO_TENSOR, "params.axis");
     expect_error("quantize", "{\"axis\": \"0\"}", x, NO_TENSOR, "params.axis");
     expect_error("quantize", "{\"axis\": 0.5}", x, NO_TENSOR, "params.axis");
-    expect_error("quantize", "{\"axis\": 0}", desc(DTYPE_F32, 0, 0, 0, 0), NO_TENSOR,
-                 "params.axis");
+    expect_error("quantize", "{\"axis\": 0}", td(DTYPE_F32), NO_TENSOR, "params.axis");
     expect_error("quantize", "{\"per_channel\": true}", x, NO_TENSOR, "params.per_channel");
-    expect_error("quantize", NULL, x, desc(DTYPE_F16, 0, 0, 0, 0), "inputs.scale.dtype");
-    expect_error("quantize", NULL, x, desc(DTYPE_F32, 1, 1, 0, 0), "inputs.scale.shape");
+    expect_error("quantize", NULL, x, td(DTYPE_F16), "inputs.scale.dtype");
+    expect_error("quantize", NULL, x, td(DTYPE_F32, 1), "inputs.scale.shape");
     expect_error("quantize", "{\"axis\": 1}", x, s0, "inputs.scale.shape");
-    expect_error("quantize", "{\"axis\": 1}", x, desc(DTYPE_F32, 1, 4, 0, 0), "inputs.scale.shape");
+    expect_error("quantize", "{\"axis\": 1}", x, td(DTYPE_F32, 4), "inputs.scale.shape");
     expect_error("dequantize", NULL, x, s0, "inputs.q.dtype");
-    expect_error("dequantize", NULL, q, desc(DTYPE_I32, 0, 0, 0, 0), "inputs.scale.dtype");
-    expect_error("dequantize", "{\"axis\": 0}", q, desc(DTYPE_F32, 1, 3, 0, 0),
-                 "inputs.scale.shape");
-    expect_error("dequantize", "{\"axis\": 0}", q, desc(DTYPE_F32, 2, 4, 1, 0),
-                 "inputs.scale.shape");
-    expect_error("dequantize", "{\"axis\": 5}", q, desc(DTYPE_F32, 1, 4, 0, 0), "params.axis");
+    expect_error("dequantize", NULL, q, td(DTYPE_I32), "inputs.scale.dtype");
+    expect_error("dequantize", "{\"axis\": 0}", q, td(DTYPE_F32, 3), "inputs.scale.shape");
+    expect_error("dequantize", "{\"axis\": 0}", q, td(DTYPE_F32, 4, 1), "inputs.scale.shape");
+    expect_error("dequantize", "{\"axis\": 5}", q, td(DTYPE_F32, 4), "params.axis");
     expect_error("dequantize", "{\"scale\": 1}", q, s0, "params.scale");
 }
 END_TEST
@@ -356,9 +317,5 @@ int main(void)
     tcase_add_test(tc, test_batch_keys_separate_layout_and_scale_source);
     tcase_add_test(tc, test_bad_inputs_and_params_name_their_field);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return op_test_run_suite(s);
 }

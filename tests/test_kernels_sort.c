@@ -9,34 +9,15 @@
 
 #include "kernels/sort.h"
 #include "kernels/op.h"
-
-static tensor_desc_t desc(dtype_t dt, int ndim, const int64_t *shape)
-{
-    tensor_desc_t d = {.dtype = dt, .ndim = ndim};
-    for (int i = 0; i < ndim; i++)
-        d.shape[i] = shape[i];
-    return d;
-}
+#include "support/op_test.h"
 
 /* Validates a sort call; returns validate's result, the call and error filled. */
 static int sort_call(op_call_t *call, const tensor_desc_t *keys, const tensor_desc_t *values,
                      const char *params_json, op_error_t *err)
 {
-    memset(call, 0, sizeof *call);
-    memset(err, 0, sizeof *err);
-    call->op = op_find("sort");
+    const tensor_desc_t *in[2] = {keys, values};
+    int r = op_test_validate("sort", params_json, in, 2, call, err);
     ck_assert_ptr_eq(call->op, &op_sort); /* registered in the table */
-    call->in[0] = *keys;
-    call->has_in[0] = true;
-    if (values) {
-        call->in[1] = *values;
-        call->has_in[1] = true;
-    }
-    json_error_t jerr;
-    json_t *params = params_json ? json_loads(params_json, 0, &jerr) : NULL;
-    if (params_json) ck_assert_msg(params != NULL, "bad test JSON: %s", jerr.text);
-    int r = call->op->validate(params, call, err);
-    json_decref(params);
     return r;
 }
 
@@ -47,11 +28,7 @@ static void sort_run(const tensor_desc_t *keys, const void *key_data, const tens
     op_call_t call;
     op_error_t err;
     ck_assert_int_eq(sort_call(&call, keys, values, params_json, &err), 0);
-    memset(out0, 0xa5, tensor_desc_bytes(&call.out[0]));
-    if (call.n_out > 1) memset(out1, 0xa5, tensor_desc_bytes(&call.out[1]));
-    const void *in[2] = {key_data, value_data};
-    void *out[2] = {out0, out1};
-    ck_assert_int_eq(call.op->run_cpu(&call, in, out, &err), 0);
+    op_test_run_call(&call, (const void *[]){key_data, value_data}, (void *[]){out0, out1});
 }
 
 static uint32_t f32_bits(float f)
@@ -63,7 +40,7 @@ static uint32_t f32_bits(float f)
 
 START_TEST(test_sort_u32_ascending_and_argsort_hand_checked)
 {
-    tensor_desc_t k = desc(DTYPE_U32, 1, (int64_t[]){5});
+    tensor_desc_t k = td(DTYPE_U32, 5);
     uint32_t keys[5] = {3, 1, 4000000000u, 1, 0};
     uint32_t out[5];
     int64_t idx[5];
@@ -85,7 +62,7 @@ START_TEST(test_sort_f32_special_values_order_both_directions)
     uint32_t payload_nan = 0x7f800001u; /* a signalling NaN with a payload */
     float keys[9] = {nan_pos, 1.0f, -0.0f, INFINITY, -INFINITY, 0.0f, -2.0f, nan_neg, 0};
     memcpy(&keys[8], &payload_nan, 4);
-    tensor_desc_t k = desc(DTYPE_F32, 1, (int64_t[]){9});
+    tensor_desc_t k = td(DTYPE_F32, 9);
     float out[9];
     int64_t idx[9];
 
@@ -112,7 +89,7 @@ END_TEST
 
 START_TEST(test_sort_descending_argsort_keeps_ties_in_input_order)
 {
-    tensor_desc_t k = desc(DTYPE_I32, 1, (int64_t[]){6});
+    tensor_desc_t k = td(DTYPE_I32, 6);
     int32_t keys[6] = {2, 1, 2, 1, 2, 3};
     int32_t out[6];
     int64_t idx[6];
@@ -128,7 +105,7 @@ END_TEST
 
 START_TEST(test_sort_signed_extremes_i32_and_i64)
 {
-    tensor_desc_t k32 = desc(DTYPE_I32, 1, (int64_t[]){5});
+    tensor_desc_t k32 = td(DTYPE_I32, 5);
     int32_t keys32[5] = {-5, 3, INT32_MIN, INT32_MAX, 0};
     int32_t out32[5];
     sort_run(&k32, keys32, NULL, NULL, NULL, out32, NULL);
@@ -136,7 +113,7 @@ START_TEST(test_sort_signed_extremes_i32_and_i64)
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(out32[i], want32[i]);
 
-    tensor_desc_t k64 = desc(DTYPE_I64, 1, (int64_t[]){5});
+    tensor_desc_t k64 = td(DTYPE_I64, 5);
     int64_t keys64[5] = {-1, INT64_MAX, 5000000000ll, INT64_MIN, 0};
     int64_t out64[5];
     sort_run(&k64, keys64, NULL, NULL, "{\"descending\": true}", out64, NULL);
@@ -148,7 +125,7 @@ END_TEST
 
 START_TEST(test_sort_rows_are_sorted_independently)
 {
-    tensor_desc_t k = desc(DTYPE_I32, 3, (int64_t[]){2, 1, 3});
+    tensor_desc_t k = td(DTYPE_I32, 2, 1, 3);
     int32_t keys[6] = {3, 2, 1, 0, -1, 5};
     int32_t out[6];
     int64_t idx[6];
@@ -164,7 +141,7 @@ END_TEST
 
 START_TEST(test_sort_values_of_every_size_follow_their_keys)
 {
-    tensor_desc_t k = desc(DTYPE_U32, 2, (int64_t[]){2, 3});
+    tensor_desc_t k = td(DTYPE_U32, 2, 3);
     uint32_t keys[6] = {30, 10, 20, 5, 5, 1};
     uint32_t out_keys[6];
     /* f64 (8 bytes), f32 (4), bf16 (2) and i8 (1): each size has its own path on CUDA. */
@@ -172,7 +149,7 @@ START_TEST(test_sort_values_of_every_size_follow_their_keys)
     const double in_vals[6] = {3, 1, 2, -5, -6, 7};
     const double want[6] = {1, 2, 3, 7, -5, -6};
     for (int t = 0; t < 4; t++) {
-        tensor_desc_t v = desc(dts[t], 2, (int64_t[]){2, 3});
+        tensor_desc_t v = td(dts[t], 2, 3);
         unsigned char vals[48], out_vals[48];
         for (int i = 0; i < 6; i++)
             tensor_store(dts[t], vals, i, in_vals[i]);
@@ -189,7 +166,7 @@ END_TEST
 
 START_TEST(test_sort_scalar_and_empty_keys)
 {
-    tensor_desc_t scalar = desc(DTYPE_F32, 0, NULL);
+    tensor_desc_t scalar = td(DTYPE_F32);
     float key = -3.5f, out = 0;
     int64_t idx = -1;
     sort_run(&scalar, &key, NULL, NULL, "{\"argsort\": true}", &out, &idx);
@@ -198,7 +175,7 @@ START_TEST(test_sort_scalar_and_empty_keys)
 
     const int64_t shapes[2][2] = {{0, 0}, {3, 0}};
     for (int s = 0; s < 2; s++) {
-        tensor_desc_t k = desc(DTYPE_I64, s + 1, shapes[s]);
+        tensor_desc_t k = op_test_desc(DTYPE_I64, s + 1, shapes[s]);
         op_call_t call;
         op_error_t err;
         ck_assert_int_eq(sort_call(&call, &k, NULL, "{\"argsort\": true}", &err), 0);
@@ -213,9 +190,9 @@ END_TEST
 
 START_TEST(test_sort_outputs_and_batch_key)
 {
-    tensor_desc_t k = desc(DTYPE_F32, 2, (int64_t[]){4, 7});
-    tensor_desc_t k2 = desc(DTYPE_F32, 1, (int64_t[]){100});
-    tensor_desc_t v = desc(DTYPE_I8, 2, (int64_t[]){4, 7});
+    tensor_desc_t k = td(DTYPE_F32, 4, 7);
+    tensor_desc_t k2 = td(DTYPE_F32, 100);
+    tensor_desc_t v = td(DTYPE_I8, 4, 7);
     op_call_t a, b, c;
     op_error_t err;
     ck_assert_int_eq(sort_call(&a, &k, NULL, "{\"argsort\": true}", &err), 0);
@@ -242,22 +219,18 @@ END_TEST
 static void expect_error(const tensor_desc_t *keys, const tensor_desc_t *values, const char *params,
                          int code, const char *field)
 {
-    op_call_t call;
-    op_error_t err;
-    ck_assert_int_eq(sort_call(&call, keys, values, params, &err), code);
-    ck_assert_str_eq(err.field, field);
-    ck_assert(strlen(err.message) > 0);
+    op_test_expect_error("sort", params, (const tensor_desc_t *[]){keys, values}, 2, code, field);
 }
 
 START_TEST(test_sort_rejects_bad_input_naming_the_field)
 {
-    tensor_desc_t k = desc(DTYPE_U32, 2, (int64_t[]){2, 3});
-    tensor_desc_t f16 = desc(DTYPE_F16, 2, (int64_t[]){2, 3});
-    tensor_desc_t f64 = desc(DTYPE_F64, 1, (int64_t[]){3});
-    tensor_desc_t v_wrong = desc(DTYPE_F32, 2, (int64_t[]){3, 2});
-    tensor_desc_t v_rank = desc(DTYPE_F32, 1, (int64_t[]){6});
-    tensor_desc_t v_ok = desc(DTYPE_F32, 2, (int64_t[]){2, 3});
-    tensor_desc_t huge = desc(DTYPE_U32, 2, (int64_t[]){1 << 20, 1 << 13});
+    tensor_desc_t k = td(DTYPE_U32, 2, 3);
+    tensor_desc_t f16 = td(DTYPE_F16, 2, 3);
+    tensor_desc_t f64 = td(DTYPE_F64, 3);
+    tensor_desc_t v_wrong = td(DTYPE_F32, 3, 2);
+    tensor_desc_t v_rank = td(DTYPE_F32, 6);
+    tensor_desc_t v_ok = td(DTYPE_F32, 2, 3);
+    tensor_desc_t huge = td(DTYPE_U32, 1 << 20, 1 << 13);
     expect_error(&f16, NULL, NULL, -EINVAL, "inputs.keys.dtype");
     expect_error(&f64, NULL, NULL, -EINVAL, "inputs.keys.dtype");
     expect_error(&k, &v_wrong, NULL, -EINVAL, "inputs.values.shape");
@@ -337,7 +310,7 @@ START_TEST(test_sort_random_rows_are_ordered_stable_permutations)
         for (int s = 0; s < 4; s++)
             for (int descending = 0; descending < 2; descending++) {
                 dtype_t dt = dts[t];
-                tensor_desc_t k = desc(dt, 2, shapes[s]);
+                tensor_desc_t k = op_test_desc(dt, 2, shapes[s]);
                 int64_t n = tensor_desc_numel(&k), len = shapes[s][1];
                 size_t bytes = tensor_desc_bytes(&k);
                 void *keys = malloc(bytes), *out = malloc(bytes), *plain = malloc(bytes);
@@ -400,9 +373,5 @@ int main(void)
     tcase_add_test(tc, test_sort_rejects_bad_input_naming_the_field);
     tcase_add_test(tc, test_sort_random_rows_are_ordered_stable_permutations);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return op_test_run_suite(s);
 }
