@@ -24,6 +24,7 @@ typedef struct cpu_exec {
     int busy;
     bool stopping;
     bool abandoned; /* destroy gave up waiting: finished batches are no longer reported */
+    int reporting;  /* workers inside the done callback */
     int exited;     /* workers that left their loop */
 } cpu_exec_t;
 
@@ -120,12 +121,18 @@ static void *worker(void *arg)
                 job_set_error(job, "store_failed", "the worker cannot read the store");
         }
 
+        /* The slot is free before the scheduler hears of the batch, so that the dispatch
+         * its report triggers sees the slot. While reporting, the worker is counted: destroy
+         * waits for reports in progress even past its timeout (the report uses the
+         * scheduler, which is freed right after). */
         pthread_mutex_lock(&ex->lock);
+        ex->busy--;
         bool report = !ex->abandoned;
+        ex->reporting += report;
         pthread_mutex_unlock(&ex->lock);
         if (report) ex->base.done(batch, ex->base.done_ud);
         pthread_mutex_lock(&ex->lock);
-        ex->busy--;
+        ex->reporting -= report;
         pthread_cond_broadcast(&ex->idle_cond);
     }
     ex->exited++;
@@ -183,7 +190,11 @@ static void cpu_destroy(executor_t *base, int timeout_ms)
            pthread_cond_timedwait(&ex->idle_cond, &ex->lock, &deadline) == 0)
         ;
     bool all_exited = ex->exited == ex->n_threads;
-    if (!all_exited) ex->abandoned = true;
+    if (!all_exited) {
+        ex->abandoned = true;
+        while (ex->reporting > 0)
+            pthread_cond_wait(&ex->idle_cond, &ex->lock);
+    }
     pthread_mutex_unlock(&ex->lock);
     if (!all_exited) {
         /* A worker is stuck in a long op: leave it (and this struct) to process exit. */

@@ -14,11 +14,14 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "executor.h"
 #include "log.h"
 
 #define ALIGN 256
+/* How often a worker with batches in flight checks their streams for a failed context. */
+#define FAULT_CHECK_NS (100 * 1000000L)
 
 typedef struct device_worker device_worker_t;
 
@@ -33,6 +36,7 @@ typedef struct slot {
     void *d_in, *d_out; /* device memory of the running batch, from the pool */
     size_t in_bytes, out_bytes;
     exec_batch_t *batch; /* NULL when free */
+    bool launched;       /* the batch's work is on the stream (events recorded) */
     bool finished;       /* set by the stream's host function */
     size_t reserved;     /* bytes counted against the device cap */
 } slot_t;
@@ -269,8 +273,9 @@ static void complete(slot_t *slot)
 {
     exec_batch_t *b = slot->batch;
     float ms = 0;
-    cudaError_t e = cudaEventElapsedTime(&ms, slot->start, slot->stop);
-    if (e == cudaSuccess) e = cudaStreamQuery(slot->stream);
+    /* A batch that failed before its launch has no events of its own: no GPU time. */
+    cudaError_t e = slot->launched ? cudaStreamQuery(slot->stream) : cudaSuccess;
+    if (slot->launched && e == cudaSuccess) e = cudaEventElapsedTime(&ms, slot->start, slot->stop);
     if (e != cudaSuccess && e != cudaErrorNotReady) {
         char why[ERROR_MESSAGE_SIZE];
         snprintf(why, sizeof why, "CUDA: %s", cudaGetErrorString(e));
@@ -330,6 +335,7 @@ static void *device_thread(void *arg)
             done->reserved = 0;
             done->batch = NULL;
             done->finished = false;
+            done->launched = false;
             pthread_mutex_unlock(&ex->lock);
             ex->base.done(b, ex->base.done_ud);
             pthread_mutex_lock(&ex->lock);
@@ -367,6 +373,7 @@ static void *device_thread(void *arg)
                 r = launch(free_slot, b, rd);
             }
             pthread_mutex_lock(&ex->lock);
+            free_slot->launched = r == 0;
             if (r < 0) free_slot->finished = true; /* report it through the same path */
             continue;
         }
@@ -374,7 +381,32 @@ static void *device_thread(void *arg)
         for (int k = 0; k < dw->n_slots; k++)
             busy |= dw->slots[k].batch != NULL;
         if (ex->stopping && dw->q_len == 0 && !busy) break;
-        pthread_cond_wait(&ex->cond, &ex->lock);
+        if (!busy) {
+            pthread_cond_wait(&ex->cond, &ex->lock);
+            continue;
+        }
+        /* A stream's host function never runs once the context has failed (a kernel fault):
+         * while batches run, look at their streams now and then, so that a fault ends them
+         * with its error instead of leaving them running forever. */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += FAULT_CHECK_NS;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        if (pthread_cond_timedwait(&ex->cond, &ex->lock, &until) == ETIMEDOUT) {
+            pthread_mutex_unlock(&ex->lock);
+            bool faulted[dw->n_slots];
+            for (int k = 0; k < dw->n_slots; k++) {
+                cudaError_t e =
+                    dw->slots[k].launched ? cudaStreamQuery(dw->slots[k].stream) : cudaSuccess;
+                faulted[k] = e != cudaSuccess && e != cudaErrorNotReady;
+            }
+            pthread_mutex_lock(&ex->lock);
+            for (int k = 0; k < dw->n_slots; k++)
+                if (faulted[k] && dw->slots[k].batch) dw->slots[k].finished = true;
+        }
     }
     pthread_mutex_unlock(&ex->lock);
     store_reader_close(rd);

@@ -339,6 +339,48 @@ static int enqueue(sched_t *s, job_t *job)
 
 /* --------------------------------------------------------------------- job endings */
 
+/* A copy of the fields of a job that the loop owns, for answers about a running job: an
+ * executor thread may be writing the job's outputs, error, device and timing fields meanwhile.
+ * NULL when out of memory. */
+static job_t *job_snapshot(const job_t *job)
+{
+    job_t *copy = job_new();
+    if (!copy) return NULL;
+    memcpy(copy->id, job->id, sizeof copy->id);
+    memcpy(copy->owner, job->owner, sizeof copy->owner);
+    copy->call = job->call;
+    copy->priority = job->priority;
+    copy->device = job->device;
+    copy->deadline_us = job->deadline_us;
+    copy->state = job->state;
+    copy->attempts = job->attempts;
+    copy->created_us = job->created_us;
+    copy->started_us = job->started_us;
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        memcpy(copy->in[j].name, job->in[j].name, sizeof copy->in[j].name);
+        copy->in[j].desc = job->in[j].desc;
+        copy->in[j].nbytes = job->in[j].nbytes;
+        memcpy(copy->in[j].buffer_id, job->in[j].buffer_id, sizeof copy->in[j].buffer_id);
+    }
+    return copy;
+}
+
+/* Answers with the entry's job as it stands: the job itself while queued (the loop owns all
+ * of it), a snapshot while it runs. */
+static void reply_current(sched_reply_fn reply, void *token, const entry_t *e)
+{
+    if (e->job->state != JOB_RUNNING) {
+        reply_jobs(reply, token, &e->job, 1, false);
+        return;
+    }
+    job_t *copy = job_snapshot(e->job);
+    if (copy)
+        reply_jobs(reply, token, &copy, 1, false);
+    else
+        reply_err(reply, token, -ENOMEM, NULL);
+    job_free(copy);
+}
+
 static void waiter_closed(uv_handle_t *h)
 {
     free(h->data);
@@ -439,7 +481,7 @@ static void commit_pending(sched_t *s)
         }
         for (size_t i = 0; i < m->n && r >= 0; i++) {
             r = store_job_insert(s->st, m->jobs[i]);
-            if (r == -EEXIST) {
+            if (r == -EEXIST && m->jobs[i]->idempotency_key[0]) {
                 m->replayed[i] = true;
                 r = 0;
             }
@@ -680,6 +722,22 @@ static void on_batch_done(exec_batch_t *batch, void *ud)
 
 static void maybe_finish_stop(sched_t *s);
 
+/* Records a job's end. When the store refuses it (a full disk while writing the outputs, say),
+ * the job ends failed with the reason instead; when even that fails, the store keeps it
+ * running and the next start runs it again, which the log says. */
+static void record_end(sched_t *s, job_t *job)
+{
+    int r = store_job_update(s->st, job);
+    if (r >= 0) return;
+    log_error("job %s: could not record its end: %s", job->id, strerror(-r));
+    if (job->state == JOB_SUCCEEDED) {
+        job->state = JOB_FAILED;
+        job_set_error(job, "store_failed", "the outputs could not be stored: %s", strerror(-r));
+        if (store_job_update(s->st, job) >= 0) return;
+    }
+    log_error("job %s stays running in the store and runs again after a restart", job->id);
+}
+
 static void finish_batch(sched_t *s, sched_batch_t *sb)
 {
     exec_batch_t *batch = &sb->batch;
@@ -692,15 +750,19 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
         if (e->cancelled_while_running) continue;
         job->finished_us = now;
         job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
-        if (r >= 0) {
-            int ur = store_job_update(s->st, job);
-            if (ur < 0) log_error("job %s: could not record its end: %s", job->id, strerror(-ur));
-        }
+        if (r >= 0) record_end(s, job);
     }
     if (r >= 0) r = store_commit(s->st);
     if (r < 0) {
+        /* The transaction is lost: record each end on its own, so that no job is answered
+         * as ended while the store still says running. */
         store_rollback(s->st);
-        log_error("could not commit a finished batch: its jobs run again after a restart");
+        log_error("could not commit a finished batch (%s): recording its jobs one by one",
+                  strerror(-r));
+        for (int i = 0; i < batch->n; i++) {
+            entry_t *e = strmap_get(s->entries, batch->jobs[i]->id);
+            if (!e->cancelled_while_running) record_end(s, batch->jobs[i]);
+        }
     }
     /* Counters first: a waiter that wakes up and reads /metrics sees the batch ended. */
     atomic_fetch_sub(&s->running, batch->n);
@@ -741,7 +803,7 @@ static void on_wait_timeout(uv_timer_t *t)
             *p = w->next;
             break;
         }
-    reply_jobs(w->reply, w->token, (job_t *const *)&e->job, 1, false);
+    reply_current(w->reply, w->token, e);
     uv_close((uv_handle_t *)&w->timer, waiter_closed);
 }
 
@@ -779,7 +841,7 @@ static void handle_wait(sched_t *s, msg_t *m)
         return;
     }
     if (m->timeout_ms <= 0 || s->stopping) {
-        reply_jobs(m->reply, m->token, &e->job, 1, false);
+        reply_current(m->reply, m->token, e);
         return;
     }
     waiter_t *w = calloc(1, sizeof *w);
@@ -821,20 +883,11 @@ static void handle_cancel(sched_t *s, msg_t *m)
     /* Running: the launch finishes and its result is discarded. The executor may be writing
      * the job's outputs and error fields right now, so the store gets a copy made of the
      * fields the loop owns. */
-    job_t *rec = job_new();
+    job_t *rec = job_snapshot(job);
     if (!rec) {
         reply_err(m->reply, m->token, -ENOMEM, NULL);
         return;
     }
-    memcpy(rec->id, job->id, sizeof rec->id);
-    memcpy(rec->owner, job->owner, sizeof rec->owner);
-    rec->call = job->call;
-    rec->priority = job->priority;
-    rec->device = job->device;
-    rec->deadline_us = job->deadline_us;
-    rec->attempts = job->attempts;
-    rec->created_us = job->created_us;
-    rec->started_us = job->started_us;
     rec->finished_us = now_us();
     rec->state = JOB_CANCELLED;
     job_set_error(rec, "cancelled", "cancelled by request while running");
@@ -903,7 +956,13 @@ static void stop_waiter(const char *key, void *value, void *ud)
     (void)key;
     (void)ud;
     entry_t *e = value;
-    waiters_reply(e, e->job);
+    for (waiter_t *w = e->waiters, *next; w; w = next) {
+        next = w->next;
+        uv_timer_stop(&w->timer);
+        reply_current(w->reply, w->token, e);
+        uv_close((uv_handle_t *)&w->timer, waiter_closed);
+    }
+    e->waiters = NULL;
 }
 
 static void maybe_finish_stop(sched_t *s)
@@ -1241,6 +1300,25 @@ int sched_start(sched_t *s)
     return 0;
 }
 
+/* Takes what is left in the inbox once the loop has ended and answers every request in it
+ * with -ESHUTDOWN; from then on post() answers at once. Finished batches found there are
+ * dropped: their jobs are still `running` in the store and run again after a restart. */
+static void inbox_close(sched_t *s)
+{
+    pthread_mutex_lock(&s->lock);
+    msg_t *m = s->inbox_head;
+    s->inbox_head = s->inbox_tail = NULL;
+    atomic_store(&s->loop_gone, true);
+    pthread_mutex_unlock(&s->lock);
+    while (m) {
+        msg_t *next = m->next;
+        if (m->kind != MSG_DONE && m->kind != MSG_STOP && m->reply)
+            reply_err(m->reply, m->token, -ESHUTDOWN, "the daemon is stopping");
+        msg_free(m);
+        m = next;
+    }
+}
+
 void sched_stop(sched_t *s)
 {
     if (!s || !s->thread_started) return;
@@ -1252,10 +1330,9 @@ void sched_stop(sched_t *s)
     }
     pthread_join(s->thread, NULL);
     s->thread_started = false;
-    if (s->ex) {
-        s->ex->ops->destroy(s->ex, s->batches_in_flight ? 0 : s->cfg->drain_timeout_ms);
-        s->ex = NULL;
-    }
+    /* Requests that arrived while the loop was ending must be answered now: the HTTP server
+     * cannot stop with connections still suspended on them. */
+    inbox_close(s);
 }
 
 static void free_entry(const char *key, void *value, void *ud)
@@ -1299,20 +1376,11 @@ void sched_free(sched_t *s)
 {
     if (!s) return;
     if (s->thread_started) sched_stop(s);
-    if (s->ex) s->ex->ops->destroy(s->ex, 0);
-    /* Answer whatever is left in the inbox, and close every handle. */
-    pthread_mutex_lock(&s->lock);
-    msg_t *m = s->inbox_head;
-    s->inbox_head = s->inbox_tail = NULL;
-    atomic_store(&s->loop_gone, true);
-    pthread_mutex_unlock(&s->lock);
-    while (m) {
-        msg_t *next = m->next;
-        if (m->kind != MSG_DONE && m->kind != MSG_STOP && m->reply)
-            reply_err(m->reply, m->token, -ESHUTDOWN, "the daemon is stopping");
-        msg_free(m);
-        m = next;
-    }
+    /* The executor goes last, after the HTTP server (which may ask it to describe itself)
+     * has stopped; batches still running after the drain get no more time. */
+    if (s->ex) s->ex->ops->destroy(s->ex, s->batches_in_flight ? 0 : s->cfg->drain_timeout_ms);
+    s->ex = NULL;
+    inbox_close(s);
     uv_walk(&s->loop, close_any, NULL);
     uv_run(&s->loop, UV_RUN_DEFAULT);
     uv_loop_close(&s->loop);

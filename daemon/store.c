@@ -622,8 +622,7 @@ static int recover_states(store_t *st, int max_attempts)
 {
     char requeue[160], fail[512];
     snprintf(requeue, sizeof requeue,
-             "UPDATE jobs SET state = 'queued', attempts = attempts + 1 "
-             "WHERE state = 'running' AND attempts < %d",
+             "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND attempts < %d",
              max_attempts);
     snprintf(fail, sizeof fail,
              "UPDATE jobs SET state = 'failed', finished_us = %" PRId64 ", "

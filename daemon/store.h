@@ -51,8 +51,9 @@ int store_job_insert(store_t *st, job_t *job);
  * -ENOENT for an unknown id. */
 int store_job_update(store_t *st, const job_t *job);
 
-/* After a restart: jobs left `running` go back to `queued` with attempts + 1, or to `failed`
- * with error code "daemon_restarted" once attempts reach max_attempts. Then calls cb for every
+/* After a restart: jobs left `running` go back to `queued` (their next start counts the next
+ * attempt: attempts counts runs started), or to `failed` with error code "daemon_restarted"
+ * once attempts reach max_attempts. Then calls cb for every
  * queued job (oldest first), with its input descriptors and blob locators (no bytes loaded);
  * cb takes ownership of the job. */
 int store_recover(store_t *st, int max_attempts, void (*cb)(job_t *job, void *ud), void *ud);
