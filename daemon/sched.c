@@ -47,6 +47,7 @@ typedef struct user {
     char owner[OWNER_SIZE];
     heap_t queue; /* queued entries: highest priority, then oldest, first */
     int running;
+    long pending;    /* jobs submitted, waiting for the group commit */
     double usage_us; /* decayed device (or CPU) time, charged at dispatch, corrected at end */
     int64_t usage_at;
     unsigned skip_round; /* dispatch round in which this user's next batch is held back */
@@ -133,6 +134,7 @@ typedef struct sched_batch {
     exec_batch_t batch;
     sched_t *s;
     int64_t dispatched_us;
+    struct msg *done_msg; /* allocated at dispatch, so that reporting the end needs no memory */
 } sched_batch_t;
 
 static void dispatch(sched_t *s);
@@ -311,6 +313,16 @@ static void entry_unqueue(sched_t *s, entry_t *e)
 
 /* Makes a committed queued job schedulable. On allocation failure the job stays in the store
  * and is picked up at the next start. */
+/* Puts an entry into its user's queue, its batch key's FIFO and the deadlines. */
+static int entry_queue(sched_t *s, entry_t *e)
+{
+    int r = heap_push(&e->user->queue, e);
+    if (r >= 0 && e->job->call.batch_key[0]) r = keyq_append(s, e);
+    if (r >= 0 && e->job->deadline_us) r = deadline_push(s, e);
+    if (r < 0) entry_unqueue(s, e);
+    return r;
+}
+
 static int enqueue(sched_t *s, job_t *job)
 {
     entry_t *e = calloc(1, sizeof *e);
@@ -324,11 +336,8 @@ static int enqueue(sched_t *s, job_t *job)
     e->seq = s->next_seq++;
     e->queue_pos = e->deadline_pos = -1;
     int r = strmap_put(s->entries, job->id, e);
-    if (r >= 0) r = heap_push(&u->queue, e);
-    if (r >= 0 && job->call.batch_key[0]) r = keyq_append(s, e);
-    if (r >= 0 && job->deadline_us) r = deadline_push(s, e);
+    if (r >= 0) r = entry_queue(s, e);
     if (r < 0) {
-        entry_unqueue(s, e);
         strmap_remove(s->entries, job->id);
         free(e);
         return r;
@@ -472,6 +481,11 @@ static void commit_pending(sched_t *s)
     msg_t *pending = s->pending_head;
     s->pending_head = s->pending_tail = NULL;
     if (!pending) return;
+    for (msg_t *m = pending; m; m = m->next)
+        if (m->kind == MSG_SUBMIT && m->n > 0) {
+            user_t *u = strmap_get(s->users, m->jobs[0]->owner);
+            if (u) u->pending -= (long)m->n;
+        }
 
     int r = store_begin(s->st);
     for (msg_t *m = pending; m && r >= 0; m = m->next) {
@@ -589,6 +603,7 @@ static void on_dispatch_timer(uv_timer_t *t)
 }
 
 static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why);
+static void requeue_batch(sched_t *s, sched_batch_t *sb);
 
 /* Cuts batches while the executor has free slots. A partial batch whose oldest job has
  * waited less than max_delay_us is held back while other batches are in flight, so that
@@ -618,11 +633,14 @@ static void dispatch(sched_t *s)
         }
         sched_batch_t *sb = calloc(1, sizeof *sb);
         job_t **jobs = calloc((size_t)want, sizeof *jobs);
-        if (!sb || !jobs) {
+        msg_t *done_msg = calloc(1, sizeof *done_msg);
+        if (!sb || !jobs || !done_msg) {
             free(sb);
             free(jobs);
+            free(done_msg);
             break;
         }
+        sb->done_msg = done_msg;
         sb->s = s;
         sb->batch.jobs = jobs;
         sb->batch.sched_priv = sb;
@@ -670,10 +688,17 @@ static void dispatch(sched_t *s)
                 fail_dispatched(s, sb, "the store could not record the start");
                 continue;
             }
+            int er = s->ex->ops->submit(s->ex, &sb->batch);
+            if (er == -EAGAIN) {
+                requeue_batch(s, sb);
+                continue;
+            }
+            if (er < 0) {
+                fail_dispatched(s, sb, strerror(-er));
+                continue;
+            }
             atomic_fetch_add(&s->batches_total, 1);
             if (n > 1) atomic_fetch_add(&s->batched_jobs_total, n);
-            int er = s->ex->ops->submit(s->ex, &sb->batch);
-            if (er < 0) fail_dispatched(s, sb, strerror(-er));
         }
     }
     if (hold_until) {
@@ -701,13 +726,7 @@ static void on_batch_done(exec_batch_t *batch, void *ud)
             }
         }
     }
-    msg_t *m = calloc(1, sizeof *m);
-    if (!m) {
-        /* Nothing sane to do without memory: the jobs stay `running` in the store and are
-         * re-queued at the next start. */
-        log_error("out of memory reporting a finished batch");
-        return;
-    }
+    msg_t *m = ((sched_batch_t *)batch->sched_priv)->done_msg;
     m->kind = MSG_DONE;
     m->batch = batch;
     pthread_mutex_lock(&s->lock);
@@ -787,9 +806,61 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
 /* A batch that never reached the executor: its jobs fail with the reason. */
 static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why)
 {
+    free(sb->done_msg);
+    sb->done_msg = NULL;
     for (int i = 0; i < sb->batch.n; i++)
         job_set_error(sb->batch.jobs[i], "dispatch_failed", "%s", why);
     finish_batch(s, sb);
+}
+
+/* A batch the executor turned down although it had room (-EAGAIN: the device its jobs are
+ * pinned to is full): its jobs go back to their queues, in the store and here, unchanged, and
+ * wait for the next dispatch. If the store refuses, they fail instead, with the reason. */
+static void requeue_batch(sched_t *s, sched_batch_t *sb)
+{
+    exec_batch_t *batch = &sb->batch;
+    for (int i = 0; i < batch->n; i++) {
+        job_t *job = batch->jobs[i];
+        job->state = JOB_QUEUED;
+        job->started_us = 0;
+        job->attempts--;
+        job->batch_size = 0;
+    }
+    int r = store_begin(s->st);
+    for (int i = 0; i < batch->n && r >= 0; i++)
+        r = store_job_update(s->st, batch->jobs[i]);
+    if (r >= 0) r = store_commit(s->st);
+    if (r < 0) {
+        store_rollback(s->st);
+        for (int i = 0; i < batch->n; i++) {
+            batch->jobs[i]->state = JOB_RUNNING;
+            batch->jobs[i]->started_us = sb->dispatched_us;
+            batch->jobs[i]->attempts++;
+        }
+        fail_dispatched(s, sb, "no device could take the job and the store refused to re-queue it");
+        return;
+    }
+    atomic_fetch_sub(&s->running, batch->n);
+    s->batches_in_flight--;
+    for (int i = 0; i < batch->n; i++) {
+        job_t *job = batch->jobs[i];
+        entry_t *e = strmap_get(s->entries, job->id);
+        e->user->running--;
+        user_charge(e->user, -e->charged_us);
+        e->charged_us = 0;
+        if (entry_queue(s, e) < 0) {
+            log_error("job %s could not be re-queued (out of memory): it runs after a restart",
+                      job->id);
+            strmap_remove(s->entries, job->id);
+            job_free(job);
+            free(e);
+            continue;
+        }
+        atomic_fetch_add(&s->queued, 1);
+    }
+    free(batch->jobs);
+    free(sb->done_msg);
+    free(sb);
 }
 
 /* ------------------------------------------------------------- waits and cancels */
@@ -987,11 +1058,12 @@ static void handle_msg(sched_t *s, msg_t *m)
     case MSG_BUF_PUT:
         if (m->kind == MSG_SUBMIT && m->n > 0) {
             user_t *u = user_get(s, m->jobs[0]->owner);
-            if (u && u->queue.len + (long)m->n > s->cfg->max_queued_per_user) {
+            if (u && u->queue.len + u->pending + (long)m->n > s->cfg->max_queued_per_user) {
                 reply_err(m->reply, m->token, -EAGAIN, "too many queued jobs for this user");
                 msg_free(m);
                 return;
             }
+            if (u) u->pending += (long)m->n;
         }
         m->next = NULL;
         if (s->pending_tail)

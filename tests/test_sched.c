@@ -19,6 +19,7 @@ typedef struct fake_exec {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int slots;               /* batches it accepts before the test completes some */
+    int turn_down;           /* submits to answer -EAGAIN although slots are free */
     exec_batch_t *got[4096]; /* every batch handed over, in order */
     int n_got, n_done;
 } fake_exec_t;
@@ -28,7 +29,9 @@ static int fake_submit(executor_t *base, exec_batch_t *b)
     fake_exec_t *f = (fake_exec_t *)base;
     pthread_mutex_lock(&f->lock);
     int r = -EAGAIN;
-    if (f->n_got - f->n_done < f->slots) {
+    if (f->turn_down > 0)
+        f->turn_down--;
+    else if (f->n_got - f->n_done < f->slots) {
         f->got[f->n_got++] = b;
         pthread_cond_broadcast(&f->cond);
         r = 0;
@@ -491,6 +494,75 @@ START_TEST(test_submissions_after_stop_answer_shutdown)
 }
 END_TEST
 
+START_TEST(test_a_batch_the_executor_turns_down_goes_back_to_its_queue)
+{
+    fake->slots = 1;
+    fake->turn_down = 1; /* as a device worker does when the pinned device is full */
+    job_t *job = add_job("alice", 10, 0);
+    job->device = 0;
+    reply_box_t box;
+    submit(&box, &job, 1);
+    /* Turned down: queued again, in the store too, not failed. */
+    for (int i = 0; i < 100 && fake->turn_down > 0; i++)
+        usleep(10 * 1000);
+    ck_assert_int_eq(fake->turn_down, 0);
+    ck_assert_int_eq(fake->n_got, 0);
+    usleep(20 * 1000);
+    ck_assert_int_eq(stored_state(box.ids[0]), JOB_QUEUED);
+
+    /* The next dispatch (a new submission wakes it) hands it over, as its first attempt. */
+    job_t *other = add_job("alice", 11, 0);
+    other->device = 0;
+    reply_box_t b2;
+    submit(&b2, &other, 1);
+    fake_wait_batches(fake, 1);
+    ck_assert_int_eq(fake->n_got, 1);
+    bool found = false;
+    for (int k = 0; k < fake->got[0]->n; k++)
+        if (strcmp(fake->got[0]->jobs[k]->id, box.ids[0]) == 0) {
+            found = true;
+            ck_assert_int_eq(fake->got[0]->jobs[k]->attempts, 1);
+        }
+    ck_assert(found);
+    fake_complete(fake, 0);
+    reply_box_t w;
+    box_init(&w);
+    sched_wait(sched, "alice", box.ids[0], 5000, on_reply, &w);
+    box_wait(&w);
+    ck_assert_int_eq(w.states[0], JOB_SUCCEEDED);
+}
+END_TEST
+
+START_TEST(test_queued_limit_counts_submissions_waiting_for_their_commit)
+{
+    fake->slots = 0;
+    /* Both submissions arrive within one commit window: the second must see the first. */
+    reply_box_t a, b;
+    box_init(&a);
+    box_init(&b);
+    job_t **first = calloc(3, sizeof *first);
+    job_t **second = calloc(3, sizeof *second);
+    for (int i = 0; i < 3; i++) {
+        first[i] = add_job("alice", 10, 0);
+        second[i] = add_job("alice", 10, 0);
+    }
+    sched_submit(sched, first, 3, on_reply, &a);
+    sched_submit(sched, second, 3, on_reply, &b);
+    box_wait(&a);
+    box_wait(&b);
+    ck_assert_int_eq(a.err, 0);
+    ck_assert_int_eq(b.err, -EAGAIN);
+}
+END_TEST
+
+static void start_sched_limited(void)
+{
+    setup();
+    cfg.max_queued_per_user = 5;
+    cfg.commit_delay_us = 200 * 1000;
+    ck_assert_int_eq(sched_start(sched), 0);
+}
+
 static void start_sched(void)
 {
     setup();
@@ -514,7 +586,13 @@ int main(void)
     tcase_add_test(tc, test_idempotent_resubmission_returns_the_first_job);
     tcase_add_test(tc, test_queued_jobs_survive_a_stop_and_run_after_restart);
     tcase_add_test(tc, test_submissions_after_stop_answer_shutdown);
+    tcase_add_test(tc, test_a_batch_the_executor_turns_down_goes_back_to_its_queue);
     suite_add_tcase(s, tc);
+    TCase *limited = tcase_create("limits");
+    tcase_add_checked_fixture(limited, start_sched_limited, teardown);
+    tcase_set_timeout(limited, 30);
+    tcase_add_test(limited, test_queued_limit_counts_submissions_waiting_for_their_commit);
+    suite_add_tcase(s, limited);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
