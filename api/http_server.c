@@ -32,6 +32,9 @@
 #include "api_internal.h"
 #include "daemon/log.h"
 
+/* The most body memory taken on a Content-Length header alone; more grows as data arrives. */
+#define BODY_PREALLOC_MAX ((size_t)4 << 20)
+
 /* Idle time after which MHD closes a connection (config has no key for it yet). Suspended
  * connections (long polls) are exempt. */
 #define API_CONNECTION_TIMEOUT_S 60
@@ -291,9 +294,12 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
             respond_too_large(ctx);
             return send_response(ctx);
         }
+        /* Room for the announced body up front, but no more than a few MiB before bytes
+         * actually arrive: a client's header alone must not reserve max_body_bytes. */
         if (errno == 0 && *end == '\0' && n > 0) {
-            ctx->req.body = malloc((size_t)n + 1);
-            ctx->body_cap = ctx->req.body ? (size_t)n + 1 : 0;
+            size_t want = n < BODY_PREALLOC_MAX ? (size_t)n + 1 : BODY_PREALLOC_MAX;
+            ctx->req.body = malloc(want);
+            ctx->body_cap = ctx->req.body ? want : 0;
         }
     }
     return MHD_YES;
