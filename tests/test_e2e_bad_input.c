@@ -1,8 +1,7 @@
 /* End-to-end: malformed requests against the real gpujobd. Each one answers its documented
  * status and error code (and field, where the API names one), creates no job, and leaves the
  * daemon serving. */
-/* POSIX and XSI (nftw); not _GNU_SOURCE: with gpujobd_core's include path, <pthread.h> would
- * then reach daemon/sched.h for cpu_set_t. */
+/* POSIX and XSI (nftw). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700
 #include <arpa/inet.h>
@@ -303,8 +302,7 @@ static void send_truncated_body(e2e_daemon_t *d, char *reply, size_t size)
 
 START_TEST(test_malformed_requests_answer_clear_errors)
 {
-    e2e_daemon_t *d = NULL;
-    ck_assert(e2e_daemon_start(limits_config, &d) == 0);
+    e2e_daemon_t *d = e2e_daemon_start_ok(limits_config);
 
     /* A succeeded job for the routes that need one. */
     json_t *good = json_loads(GOOD_ADD, 0, NULL);

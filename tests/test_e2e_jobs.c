@@ -1,7 +1,6 @@
 /* End-to-end: the real gpujobd on the CPU backend, driven over HTTP. Every result is checked
  * against a computation done here, in the test, from the same random inputs. */
-/* POSIX and XSI (nftw); not _GNU_SOURCE: with gpujobd_core's include path, <pthread.h> would
- * then reach daemon/sched.h for cpu_set_t. */
+/* POSIX and XSI (nftw). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700
 #include <check.h>
@@ -13,25 +12,6 @@
 #include <unistd.h>
 
 #include "support/daemon_harness.h"
-
-/* Small limits on purpose: one CPU worker and one running job per user make "queued behind a
- * long job" deterministic for the cancel and deadline tests. */
-static const char one_worker_config[] = "[limits]\n"
-                                        "max_running_per_user = 1\n"
-                                        "[scheduler]\n"
-                                        "cpu_threads = 1\n";
-
-/* conv2d channels for a job that runs about 1.6 s on one core of the 2-core CI machine
- * (measured on the CPU backend here: 192 channels 1.65 s, 256 channels 3.0 s). */
-#define LONG_JOB_CHANNELS 192
-
-static e2e_daemon_t *start_daemon(const char *config)
-{
-    e2e_daemon_t *d = NULL;
-    int r = e2e_daemon_start(config, &d);
-    ck_assert_msg(r == 0, "gpujobd did not start: %s", strerror(-r));
-    return d;
-}
 
 static bool is_float_dtype(const char *dtype)
 {
@@ -163,7 +143,7 @@ static void check_reduction(e2e_daemon_t *d, const char *op, const char *dtype, 
 
 START_TEST(test_ops_match_reference_computation)
 {
-    e2e_daemon_t *d = start_daemon("");
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
     static const char *const dtypes[] = {"f32", "i32"};
     static const char *const ew_ops[] = {"add", "mul", "saxpy"};
     for (int t = 0; t < 2; t++) {
@@ -184,7 +164,7 @@ static int cmp_int_asc(const void *a, const void *b)
 
 START_TEST(test_sort_matches_reference_when_present)
 {
-    e2e_daemon_t *d = start_daemon("");
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
     if (!info_has_op(d, "sort")) {
         fprintf(stderr, "sort is not in /v1/info: skipped\n");
         e2e_daemon_free(d);
@@ -236,7 +216,7 @@ END_TEST
 
 START_TEST(test_gemm_matches_reference_when_present)
 {
-    e2e_daemon_t *d = start_daemon("");
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
     if (!info_has_op(d, "gemm")) {
         fprintf(stderr, "gemm is not in /v1/info: skipped\n");
         e2e_daemon_free(d);
@@ -290,7 +270,7 @@ static char *upload_raw_buffer(e2e_daemon_t *d, const char *dtype, const char *s
 
 START_TEST(test_b64_and_buffer_inputs)
 {
-    e2e_daemon_t *d = start_daemon("");
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
     enum { N = 300 };
     static const int64_t shape[] = {N};
     uint32_t seed = 5;
@@ -345,7 +325,7 @@ END_TEST
 
 START_TEST(test_array_of_100_jobs_in_one_post)
 {
-    e2e_daemon_t *d = start_daemon("");
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
     enum { JOBS = 100, N = 16 };
     static const int64_t shape[] = {N};
     static double x[JOBS][N], y[JOBS][N];
@@ -407,7 +387,7 @@ static int parse_shape_header(const char *s, int64_t *dims, int cap)
 
 START_TEST(test_output_download_json_raw_and_npy)
 {
-    e2e_daemon_t *d = start_daemon("");
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
     enum { N = 1000 };
     static const int64_t shape[] = {8, 125};
     uint32_t seed = 21;
@@ -479,7 +459,7 @@ END_TEST
  * unchanged, for f32 and i32. */
 START_TEST(test_npy_buffer_round_trip)
 {
-    e2e_daemon_t *d = start_daemon("");
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
     static const char *const descrs[] = {"<f4", "<i4"};
     static const char *const dtypes[] = {"f32", "i32"};
     static const char *const npy_hdr[] = {"Content-Type: application/x-npy", NULL};
@@ -546,8 +526,8 @@ static json_t *small_add_job(int value)
 
 START_TEST(test_cancel_queued_job_never_runs)
 {
-    e2e_daemon_t *d = start_daemon(one_worker_config);
-    json_t *long_job = e2e_long_job_new(LONG_JOB_CHANNELS);
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_CHANNELS);
     char *long_id = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, long_id, "running", 10);
 
@@ -587,8 +567,8 @@ END_TEST
 
 START_TEST(test_deadline_passes_while_queued)
 {
-    e2e_daemon_t *d = start_daemon(one_worker_config);
-    json_t *long_job = e2e_long_job_new(LONG_JOB_CHANNELS);
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_CHANNELS);
     char *long_id = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, long_id, "running", 10);
 
@@ -618,7 +598,7 @@ END_TEST
 
 START_TEST(test_idempotent_resubmission_returns_first_job)
 {
-    e2e_daemon_t *d = start_daemon("");
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
     json_t *job = small_add_job(3);
     char *text = json_dumps(job, JSON_COMPACT);
     const char *hdrs[] = {"Content-Type: application/json", "Idempotency-Key: e2e-key-1", NULL};
@@ -658,7 +638,7 @@ static bool id_in(const char *id, char **ids, int n)
 
 START_TEST(test_list_pagination_and_filters)
 {
-    e2e_daemon_t *d = start_daemon("");
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
     enum { JOBS = 25, MULS = 10 };
     char *ids[JOBS];
     for (int i = 0; i < JOBS; i++) {
@@ -750,7 +730,7 @@ static json_int_t find_int(const json_t *v, const char *key)
 
 START_TEST(test_health_metrics_usage_and_info)
 {
-    e2e_daemon_t *d = start_daemon("");
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
     json_t *health = e2e_json_ok(d, "GET", "/healthz", NULL, 200);
     ck_assert_str_eq(json_string_value(json_object_get(health, "status")), "ok");
     json_decref(health);

@@ -1,7 +1,6 @@
 /* End-to-end: durability across restarts of the real gpujobd. A SIGTERM leaves queued jobs for
  * the next start; a kill -9 loses nothing that was answered 201, and re-runs what was running. */
-/* POSIX and XSI (nftw); not _GNU_SOURCE: with gpujobd_core's include path, <pthread.h> would
- * then reach daemon/sched.h for cpu_set_t. */
+/* POSIX and XSI (nftw). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700
 #include <check.h>
@@ -16,26 +15,9 @@
 
 #include "support/daemon_harness.h"
 
-/* One CPU worker and one running job per user: jobs submitted behind a long one stay queued. */
-static const char one_worker_config[] = "[limits]\n"
-                                        "max_running_per_user = 1\n"
-                                        "[scheduler]\n"
-                                        "cpu_threads = 1\n";
-
-/* conv2d channels for a job that runs about 1.6 s on one core here (measured on the CPU
- * backend: 192 channels 1.65 s, 256 channels 3.0 s). */
-#define LONG_JOB_CHANNELS 192
 /* The kill -9 test needs its long job (about 3 s alone) to outlast one second of competing
  * submissions. */
 #define KILL_JOB_CHANNELS 256
-
-static e2e_daemon_t *start_daemon(const char *config)
-{
-    e2e_daemon_t *d = NULL;
-    int r = e2e_daemon_start(config, &d);
-    ck_assert_msg(r == 0, "gpujobd did not start: %s", strerror(-r));
-    return d;
-}
 
 /* add on i32: x = [k, k+1], y = [1, 1], so out = [k+1, k+2] identifies the job. */
 static json_t *add_job(int k)
@@ -65,8 +47,8 @@ static json_t *get_job(e2e_daemon_t *d, const char *id)
 
 START_TEST(test_sigterm_keeps_queued_jobs_for_next_start)
 {
-    e2e_daemon_t *d = start_daemon(one_worker_config);
-    json_t *long_job = e2e_long_job_new(LONG_JOB_CHANNELS);
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_CHANNELS);
     char *long_id = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, long_id, "running", 10);
     enum { QUEUED = 5 };
@@ -142,7 +124,7 @@ static void *stream_main(void *arg)
 
 START_TEST(test_kill9_under_submissions_loses_no_acknowledged_job)
 {
-    e2e_daemon_t *d = start_daemon("[scheduler]\ncpu_threads = 2\n");
+    e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 2\n");
     json_t *long_job = e2e_long_job_new(KILL_JOB_CHANNELS);
     char *long_id = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, long_id, "running", 10);

@@ -42,8 +42,7 @@ START_TEST(test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct)
 {
     gpu_require();
     setenv("GPUJOB_E2E_BACKEND", "cuda", 1);
-    e2e_daemon_t *d = NULL;
-    ck_assert_int_eq(e2e_daemon_start("[limits]\nmax_jobs_per_request = 1000\n", &d), 0);
+    e2e_daemon_t *d = e2e_daemon_start_ok("[limits]\nmax_jobs_per_request = 1000\n");
 
     json_t *info = e2e_json_ok(d, "GET", "/v1/info", NULL, 200);
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(info, "backend"), "name")),

@@ -1,6 +1,5 @@
 /* End-to-end test support: the real gpujobd process and HTTP to it (see daemon_harness.h). */
-/* POSIX and XSI (nftw); not _GNU_SOURCE: with gpujobd_core's include path, <pthread.h> would
- * then reach daemon/sched.h for cpu_set_t. */
+/* POSIX and XSI (nftw). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700
 #include "daemon_harness.h"
@@ -167,10 +166,11 @@ static int spawn(e2e_daemon_t *d)
         /* GPUJOB_E2E_BACKEND runs the same suites on another backend (cuda on the GPU
          * machine); the default is the CPU backend every machine has. */
         const char *backend = getenv("GPUJOB_E2E_BACKEND");
-        char *argv[] = {(char *)bin,   "--config",    d->config_path, "--listen",
-                        "127.0.0.1:0", "--state-dir", d->state_dir,   "--backend",
-                        (char *)(backend && *backend ? backend : "cpu"),
-                        "--log-level", "info",        NULL};
+        char *argv[] = {
+            (char *)bin,   "--config",    d->config_path,
+            "--listen",    "127.0.0.1:0", "--state-dir",
+            d->state_dir,  "--backend",   (char *)(backend && *backend ? backend : "cpu"),
+            "--log-level", "info",        NULL};
         execv(bin, argv);
         fprintf(stderr, "e2e: exec %s: %s\n", bin, strerror(errno));
         _exit(127);
@@ -760,4 +760,12 @@ int e2e_npy_parse(const void *file, size_t len, char descr[16], int64_t shape[8]
     *ret_ndim = ndim;
     *ret_data_offset = hstart + hlen;
     return 0;
+}
+
+e2e_daemon_t *e2e_daemon_start_ok(const char *config_ini)
+{
+    e2e_daemon_t *d = NULL;
+    int r = e2e_daemon_start(config_ini, &d);
+    ck_assert_msg(r == 0, "gpujobd did not start: %s", strerror(-r));
+    return d;
 }

@@ -82,6 +82,16 @@ long e2e_count_jobs_ok(e2e_daemon_t *d, const char *query);
  * when the sample is absent. */
 double e2e_metric_ok(e2e_daemon_t *d, const char *sample);
 
+/* A configuration with one CPU worker and one running job per user: jobs submitted behind a
+ * long job (e2e_long_job_new) stay queued. */
+#define E2E_ONE_WORKER_CONFIG "[limits]\nmax_running_per_user = 1\n[scheduler]\ncpu_threads = 1\n"
+/* conv2d channels for a long job of about 1.6 s on one core of the 2-core machine (measured on
+ * the CPU backend: 192 channels 1.65 s, 256 channels 3.0 s). */
+#define E2E_LONG_JOB_CHANNELS 192
+
+/* e2e_daemon_start() that fails the test (with the reason) when the daemon does not start. */
+e2e_daemon_t *e2e_daemon_start_ok(const char *config_ini);
+
 /* A job that keeps one CPU worker busy for about a second or more here: conv2d on f32, x [1, C,
  * 64, 64] and w [C, C, 3, 3] with channels = C given as base64 (the cost grows as C^2). A new
  * reference. */
