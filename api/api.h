@@ -4,13 +4,16 @@
 #pragma once
 
 #include "daemon/config.h"
+#include "daemon/gpu_metrics.h"
 #include "daemon/sched.h"
 
 typedef struct api_server api_server_t;
 
 /* Starts serving on cfg->listen (and cfg->unix_socket when set) with a thread pool. Logs the
- * address it bound ("listening on http://127.0.0.1:PORT"), port 0 resolved. */
-int api_server_start(const config_t *cfg, sched_t *sched, api_server_t **ret);
+ * address it bound ("listening on http://127.0.0.1:PORT"), port 0 resolved. gpu_metrics, the
+ * GPU gauges /metrics adds, is borrowed and must outlive the server; NULL for none. */
+int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_metrics,
+                     api_server_t **ret);
 /* The TCP port actually bound. */
 int api_server_port(const api_server_t *srv);
 /* Stops accepting new submissions: from now on they answer 503 (reads still work). */

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "daemon/config.h"
+#include "daemon/gpu_metrics.h"
 #include "daemon/sched.h"
 #include "daemon/store.h"
 #include "job_json.h"
@@ -34,6 +35,7 @@ typedef struct api_user {
 typedef struct api_env {
     const config_t *cfg;
     sched_t *sched;
+    gpu_metrics_t *gpu_metrics; /* the GPU gauges of /metrics; NULL for none. Borrowed. */
     atomic_bool intake_stopped; /* api_server_stop_intake(): POST answers 503 */
     /* The calling thread's store reader, opened on first use and kept for the thread; NULL
      * when it cannot be opened. Borrowed. */

@@ -58,6 +58,25 @@ static void metric(text_t *t, const char *name, const char *type, const char *he
     text_printf(t, "# HELP %s %s\n# TYPE %s %s\n%s %ld\n", name, help, name, type, name, value);
 }
 
+/* The latest GPU sample's gauges; nothing when the daemon samples no GPU. */
+static void gpu_gauges_text(text_t *t, gpu_metrics_t *m)
+{
+    int n = gpu_metrics_device_count(m);
+    if (n == 0) return;
+    gpu_sample_t *samples = calloc((size_t)n, sizeof *samples);
+    char *gauges = NULL;
+    if (samples) {
+        n = gpu_metrics_snapshot(m, samples, n);
+        gauges = gpu_metrics_format_prometheus(samples, n);
+    }
+    if (gauges)
+        text_printf(t, "%s", gauges);
+    else
+        t->failed = true;
+    free(gauges);
+    free(samples);
+}
+
 int api_handle_metrics(api_request_t *req)
 {
     sched_stats_t s;
@@ -80,6 +99,7 @@ int api_handle_metrics(api_request_t *req)
         long n = atomic_load(&req->env->responses[code]);
         if (n) text_printf(&t, "gpujobd_http_requests_total{code=\"%d\"} %ld\n", code, n);
     }
+    gpu_gauges_text(&t, req->env->gpu_metrics);
     if (t.failed) {
         free(t.buf);
         api_respond_error(req, 500, "internal", NULL, "out of memory");

@@ -449,7 +449,8 @@ static int start_unix(api_server_t *srv, const char *path)
     return 0;
 }
 
-int api_server_start(const config_t *cfg, sched_t *sched, api_server_t **ret)
+int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_metrics,
+                     api_server_t **ret)
 {
     char host[256];
     int port = 0;
@@ -459,6 +460,7 @@ int api_server_start(const config_t *cfg, sched_t *sched, api_server_t **ret)
     if (!srv) return -ENOMEM;
     srv->env.cfg = cfg;
     srv->env.sched = sched;
+    srv->env.gpu_metrics = gpu_metrics;
     srv->env.reader = thread_reader;
     srv->env.find_op = op_find;
     srv->generation = atomic_fetch_add(&server_generation, 1) + 1;

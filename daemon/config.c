@@ -21,7 +21,8 @@ typedef enum config_type {
     CONFIG_STRING, /* char[]: length bounded by the field's size, optional check() */
     CONFIG_ENUM,   /* char[]: one of choices, stored in its canonical spelling */
     CONFIG_BOOL,   /* bool */
-    CONFIG_INT,    /* int in [min, max]; durations are ints in the unit their name ends with */
+    CONFIG_INT,    /* int in [min, max], or 0 when zero_is_off; durations are ints in the unit
+                      their name ends with */
     CONFIG_SIZE,   /* uint64_t bytes in [umin, umax], with an optional K/M/G/T suffix */
 } config_type_t;
 
@@ -35,6 +36,7 @@ typedef struct config_key {
     size_t offset; /* of the field in config_t */
     size_t size;   /* of the field: a string's capacity including its NUL */
     int64_t min, max;
+    bool zero_is_off; /* CONFIG_INT: 0 is also allowed, and turns the feature off */
     uint64_t umin, umax;
     const char *const *choices; /* CONFIG_ENUM: NULL-terminated */
     config_check_fn check;      /* CONFIG_STRING: NULL for any string that fits */
@@ -82,6 +84,12 @@ static const char *const log_level_choices[] = {"error", "warn", "info", "debug"
     {                                                                                              \
         .section = sec, .name = #field, .type = CONFIG_INT, FIELD_OF_TYPE(field, int), .min = lo,  \
         .max = hi, .def = dflt, .help = hlp                                                        \
+    }
+/* An int in [lo, hi], or 0 to turn off what the key controls. */
+#define KEY_INT_OR_OFF(sec, field, lo, hi, dflt, hlp)                                              \
+    {                                                                                              \
+        .section = sec, .name = #field, .type = CONFIG_INT, FIELD_OF_TYPE(field, int), .min = lo,  \
+        .max = hi, .zero_is_off = true, .def = dflt, .help = hlp                                   \
     }
 #define KEY_SIZE(sec, field, lo, hi, dflt, hlp)                                                    \
     {                                                                                              \
@@ -144,11 +152,18 @@ static const config_key_t config_keys[] = {
     KEY_INT("gpu", streams_per_device, 1, 64, "4", "CUDA streams per GPU"),
     KEY_SIZE("gpu", device_memory_cap, 0, UINT64_MAX, "0",
              "device memory the pool may hold per GPU (bytes); 0 for 90% of the total"),
+    KEY_INT_OR_OFF("gpu", metrics_interval_ms, 100, 60000, "1000",
+                   "GPU utilisation, memory, temperature and power for /metrics are sampled "
+                   "this often (ms); 0 for never"),
+
+    KEY_BOOL("debug", test_ops, "false",
+             "offer the test-only ops debug_sleep and debug_fault (never in production)"),
 };
 
 #define CONFIG_KEY_COUNT (sizeof config_keys / sizeof config_keys[0])
 
-static const char *const config_sections[] = {"server", "limits", "scheduler", "store", "gpu"};
+static const char *const config_sections[] = {"server", "limits", "scheduler",
+                                              "store",  "gpu",    "debug"};
 
 /* Longest part of a user-supplied value quoted back in a message. */
 #define QUOTE_MAX 128
@@ -198,7 +213,8 @@ static const config_key_t *key_lookup(const char *section, const char *name, cha
     if (key) return key;
     if (!section_exists(section)) {
         snprintf(reason, reason_size,
-                 "unknown section '%.*s' (sections: server, limits, scheduler, store, gpu)",
+                 "unknown section '%.*s' (sections: server, limits, scheduler, store, gpu, "
+                 "debug)",
                  QUOTE_MAX, section);
         return NULL;
     }
@@ -225,6 +241,7 @@ static void size_format(uint64_t n, char *buf, size_t buf_size)
     snprintf(buf, buf_size, "%" PRIu64, n);
 }
 
+/* 0, -EINVAL when value is not an integer, or -ERANGE when it is outside [min, max]. */
 static int parse_int(const char *value, int64_t min, int64_t max, int64_t *ret, char *reason,
                      size_t reason_size)
 {
@@ -244,7 +261,7 @@ static int parse_int(const char *value, int64_t min, int64_t max, int64_t *ret, 
     if (errno == ERANGE || n < min || n > max) {
         snprintf(reason, reason_size, "%.*s is out of range (%" PRId64 "..%" PRId64 ")", QUOTE_MAX,
                  value, min, max);
-        return -EINVAL;
+        return -ERANGE;
     }
     *ret = n;
     return 0;
@@ -435,6 +452,18 @@ static int check_devices(const char *value, char *reason, size_t reason_size)
     }
 }
 
+static bool int_key_allows(const config_key_t *key, int64_t n)
+{
+    return (n >= key->min && n <= key->max) || (key->zero_is_off && n == 0);
+}
+
+/* An int key's range as messages give it: "1..1024", or "0, or 100..60000". */
+static void int_key_range(const config_key_t *key, char *buf, size_t buf_size)
+{
+    snprintf(buf, buf_size, "%s%" PRId64 "..%" PRId64, key->zero_is_off ? "0, or " : "", key->min,
+             key->max);
+}
+
 /* Parses value for key and stores it in cfg; cfg is untouched on error, and reason says why
  * (without naming the key: callers add the file, line or flag). */
 static int key_set(config_t *cfg, const config_key_t *key, const char *value, char *reason,
@@ -474,7 +503,15 @@ static int key_set(config_t *cfg, const config_key_t *key, const char *value, ch
         return parse_bool(value, (bool *)field, reason, reason_size);
     case CONFIG_INT: {
         int64_t n = 0;
-        if (parse_int(value, key->min, key->max, &n, reason, reason_size) < 0) return -EINVAL;
+        int r =
+            parse_int(value, key->zero_is_off ? 0 : key->min, key->max, &n, reason, reason_size);
+        if (r == -ERANGE || (r == 0 && !int_key_allows(key, n))) {
+            char range[64];
+            int_key_range(key, range, sizeof range);
+            snprintf(reason, reason_size, "%.*s is out of range (%s)", QUOTE_MAX, value, range);
+            return -EINVAL;
+        }
+        if (r < 0) return -EINVAL;
         *(int *)field = (int)n;
         return 0;
     }
@@ -506,9 +543,10 @@ static int key_check(const config_t *cfg, const config_key_t *key, char *reason,
         return 0;
     case CONFIG_INT: {
         int n = *(const int *)field;
-        if (n < key->min || n > key->max) {
-            snprintf(reason, reason_size, "%d is out of range (%" PRId64 "..%" PRId64 ")", n,
-                     key->min, key->max);
+        if (!int_key_allows(key, n)) {
+            char range[64];
+            int_key_range(key, range, sizeof range);
+            snprintf(reason, reason_size, "%d is out of range (%s)", n, range);
             return -EINVAL;
         }
         return 0;
@@ -596,7 +634,7 @@ static int ini_handle(void *user, const char *section, const char *name, const c
     if (section[0] == '\0') {
         snprintf(load->err, sizeof load->err,
                  "%s:%d: %.*s: key outside any section (sections: server, limits, scheduler, "
-                 "store, gpu)",
+                 "store, gpu, debug)",
                  load->path, load->line, QUOTE_MAX, name);
         load->err_line = load->line;
         return 0;

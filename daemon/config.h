@@ -46,6 +46,10 @@ typedef struct config {
     char devices[256];           /* "all", "0,2", or GPU UUIDs */
     int streams_per_device;
     uint64_t device_memory_cap;  /* bytes per device the pool may hold; 0 = 90% of total */
+    int metrics_interval_ms;     /* GPU gauges of /metrics sampled this often; 0 = off */
+
+    /* [debug] */
+    bool test_ops;               /* show the test-only ops (debug_sleep, debug_fault) */
 } config_t;
 
 /* Fills every field with its default. */

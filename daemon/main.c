@@ -10,6 +10,7 @@
 #include "api/api.h"
 #include "backend.h"
 #include "config.h"
+#include "kernels/op.h"
 #include "log.h"
 #include "sched.h"
 #include "store.h"
@@ -28,6 +29,7 @@ static int run_daemon(const config_t *cfg)
     store_t *st = NULL;
     sched_t *sched = NULL;
     executor_t *ex = NULL;
+    gpu_metrics_t *gpu_metrics = NULL;
     api_server_t *api = NULL;
     int r = store_open(cfg, &st);
     if (r < 0) {
@@ -37,12 +39,16 @@ static int run_daemon(const config_t *cfg)
     r = sched_new(cfg, st, &sched);
     if (r >= 0) r = backend_new(cfg, &ex);
     if (r >= 0) {
+        /* The GPU gauges are an extra: without them the daemon serves on. */
+        int m = backend_gpu_metrics_start(cfg, ex, &gpu_metrics);
+        if (m < 0) log_warn("No GPU gauges in /metrics: %s", strerror(-m));
         sched_set_executor(sched, ex);
         r = sched_start(sched);
     }
-    if (r >= 0) r = api_server_start(cfg, sched, &api);
+    if (r >= 0) r = api_server_start(cfg, sched, gpu_metrics, &api);
     if (r < 0) {
         log_error("Failed to start: %s", strerror(-r));
+        gpu_metrics_stop(gpu_metrics);
         sched_free(sched);
         store_close(st);
         return 1;
@@ -62,6 +68,8 @@ static int run_daemon(const config_t *cfg)
     api_server_stop_intake(api);
     sched_stop(sched);
     api_server_free(api);
+    /* After the server (its /metrics reads the gauges), before the executor goes. */
+    gpu_metrics_stop(gpu_metrics);
     sched_free(sched);
     store_close(st);
     log_info("stopped");
@@ -93,5 +101,10 @@ int main(int argc, char **argv)
     log_level_t level = LOG_INFO;
     log_level_parse(cfg.log_level, &level);
     log_set_level(level);
+    /* Before any thread exists: the op table is read without locks. */
+    op_table_enable_test_ops(cfg.test_ops);
+    if (cfg.test_ops)
+        log_warn("[debug] test_ops is on: jobs may run the test-only ops debug_sleep and "
+                 "debug_fault, which can kill a GPU's CUDA context; never use this in production");
     return run_daemon(&cfg);
 }

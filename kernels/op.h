@@ -83,6 +83,9 @@ typedef struct op_def {
     const char *const *input_names; /* e.g. {"x", "y"} */
     uint32_t required_inputs;       /* bit j set: input j is required */
     const char *const *param_names; /* NULL-terminated; others are rejected */
+    /* A test-only op (kernels/debug.h): invisible to op_find/op_count/op_at unless
+     * op_table_enable_test_ops(true) was called. */
+    bool test_only;
 
     /* Parses params (may be NULL: all defaults), checks dtypes and shapes of call->in, and
      * fills call->params, n_out, out_names, out, cost and batch_key. The caller has already
@@ -101,10 +104,14 @@ typedef struct op_def {
                     const void *const *const *in, void *const *const *out, op_error_t *err);
 } op_def_t;
 
-/* The table. op_find returns NULL for an unknown name. */
+/* The table. op_find returns NULL for an unknown name. Test-only ops are left out of all three
+ * unless op_table_enable_test_ops(true) was called. */
 const op_def_t *op_find(const char *name);
 int op_count(void);
 const op_def_t *op_at(int i);
+/* Shows (true) or hides (false, the default) the test-only ops. Called once at startup
+ * ([debug] test_ops) before other threads use the table; tests may toggle it between uses. */
+void op_table_enable_test_ops(bool enable);
 /* Index of an input name in op->input_names, or -1. */
 int op_input_index(const op_def_t *op, const char *name);
 

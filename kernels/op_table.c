@@ -9,41 +9,53 @@
 #include <string.h>
 
 extern const op_def_t op_add, op_mul, op_saxpy, op_sum, op_dot, op_sort, op_gemm, op_conv2d,
-    op_quantize, op_dequantize;
+    op_quantize, op_dequantize, op_debug_sleep, op_debug_fault;
 
 static const op_def_t *const all_ops[] = {
-    &op_add,  &op_mul,  &op_saxpy,  &op_sum,      &op_dot,
-    &op_sort, &op_gemm, &op_conv2d, &op_quantize, &op_dequantize,
+    &op_add,  &op_mul,    &op_saxpy,    &op_sum,        &op_dot,         &op_sort,
+    &op_gemm, &op_conv2d, &op_quantize, &op_dequantize, &op_debug_sleep, &op_debug_fault,
 };
 
+/* The linked ops, the test-only ones last: the visible ops are always a prefix, n_public long
+ * while the test-only ops are hidden and n_linked long while they are shown. */
 static const op_def_t *linked_ops[sizeof all_ops / sizeof all_ops[0]];
-static int n_linked = -1;
+static int n_linked = -1, n_public;
+static bool test_ops_enabled;
 
 static void table_init(void)
 {
     if (n_linked >= 0) return;
     int n = 0;
-    for (size_t i = 0; i < sizeof all_ops / sizeof all_ops[0]; i++)
-        if (all_ops[i]) linked_ops[n++] = all_ops[i];
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < sizeof all_ops / sizeof all_ops[0]; i++)
+            if (all_ops[i] && all_ops[i]->test_only == (pass == 1)) linked_ops[n++] = all_ops[i];
+        if (pass == 0) n_public = n;
+    }
     n_linked = n;
+}
+
+void op_table_enable_test_ops(bool enable)
+{
+    table_init();
+    test_ops_enabled = enable;
 }
 
 int op_count(void)
 {
     table_init();
-    return n_linked;
+    return test_ops_enabled ? n_linked : n_public;
 }
 
 const op_def_t *op_at(int i)
 {
-    table_init();
-    return i >= 0 && i < n_linked ? linked_ops[i] : NULL;
+    int n = op_count();
+    return i >= 0 && i < n ? linked_ops[i] : NULL;
 }
 
 const op_def_t *op_find(const char *name)
 {
-    table_init();
-    for (int i = 0; name && i < n_linked; i++)
+    int n = op_count();
+    for (int i = 0; name && i < n; i++)
         if (strcmp(linked_ops[i]->name, name) == 0) return linked_ops[i];
     return NULL;
 }

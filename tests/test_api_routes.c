@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api/api_internal.h"
 #include "api/tensor_codec.h"
@@ -322,6 +323,7 @@ START_TEST(test_health_ready_and_metrics)
     ck_assert_ptr_nonnull(strstr(text, "\ngpujobd_jobs_queued 77\n"));
     ck_assert_ptr_nonnull(strstr(text, "gpujobd_http_requests_total{code=\"429\"} 3\n"));
     ck_assert_ptr_nonnull(strstr(text, "# TYPE gpujobd_batches_total counter"));
+    ck_assert_ptr_null(strstr(text, "gpujobd_gpu_")); /* no GPU sampled */
     done(t);
     t = run_json("GET", "/v1/info", NULL);
     ck_assert_int_eq(t->req.resp.status, 200);
@@ -651,6 +653,38 @@ START_TEST(test_buffer_metadata_delete_and_usage_respect_owners)
 }
 END_TEST
 
+static int fake_gpu_memory(int index, uint64_t *ret_free, uint64_t *ret_total, void *ud)
+{
+    *ret_free = 1000;
+    *ret_total = 4000;
+    return 0;
+}
+
+START_TEST(test_metrics_add_the_gpu_gauges_once_sampled)
+{
+    const gpu_metrics_device_t devices[] = {{.index = 2, .uuid = "GPU-not-a-real-one"}};
+    gpu_metrics_t *m = NULL;
+    ck_assert_int_eq(gpu_metrics_start(devices, 1, 100, fake_gpu_memory, NULL, &m), 0);
+    gpu_sample_t sample;
+    for (int i = 0; i < 2500 && gpu_metrics_snapshot(m, &sample, 1) == 0; i++)
+        usleep(2000);
+    ck_assert_int_eq(gpu_metrics_snapshot(m, &sample, 1), 1);
+    env.gpu_metrics = m;
+    test_req_t *t = run_json("GET", "/metrics", NULL);
+    ck_assert_int_eq(t->req.resp.status, 200);
+    const char *text = t->req.resp.body;
+    ck_assert_ptr_nonnull(strstr(text, "\ngpujobd_jobs_queued "));
+    ck_assert_ptr_nonnull(strstr(
+        text, "\ngpujobd_gpu_memory_used_bytes{device=\"2\",uuid=\"GPU-not-a-real-one\"} 3000\n"));
+    ck_assert_ptr_nonnull(strstr(
+        text, "\ngpujobd_gpu_memory_total_bytes{device=\"2\",uuid=\"GPU-not-a-real-one\"} 4000\n"));
+    ck_assert_ptr_null(strstr(text, "gpujobd_gpu_temperature_celsius"));
+    done(t);
+    env.gpu_metrics = NULL;
+    gpu_metrics_stop(m);
+}
+END_TEST
+
 static Suite *api_routes_suite(void)
 {
     Suite *s = suite_create("api_routes");
@@ -660,6 +694,7 @@ static Suite *api_routes_suite(void)
     tcase_add_test(tc, test_dispatch_answers_404_and_405_with_allow);
     tcase_add_test(tc, test_route_table_and_openapi_document_agree);
     tcase_add_test(tc, test_health_ready_and_metrics);
+    tcase_add_test(tc, test_metrics_add_the_gpu_gauges_once_sampled);
     tcase_add_test(tc, test_submit_commits_through_the_scheduler_and_answers_201);
     tcase_add_test(tc, test_submit_refuses_bad_bodies_before_the_scheduler);
     tcase_add_test(tc, test_submit_maps_scheduler_errors_to_statuses);

@@ -284,10 +284,10 @@ START_TEST(test_submit_then_status_wait_ls_and_cancel)
 }
 END_TEST
 
-/* A conv2d job that holds the one CPU worker for a second or so. */
+/* A job that holds the one CPU worker for a second. */
 static char *submit_long_job(void)
 {
-    json_t *spec_json = e2e_long_job_new(128);
+    json_t *spec_json = e2e_long_job_new(1000);
     char *id = e2e_submit_ok(daemon_, spec_json);
     json_decref(spec_json);
     return id;

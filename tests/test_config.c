@@ -61,6 +61,8 @@ static const field_case_t fields[] = {
     FIELD("gpu", devices, "0,2"),
     FIELD("gpu", streams_per_device, "14"),
     FIELD("gpu", device_memory_cap, "8GiB"),
+    FIELD("gpu", metrics_interval_ms, "500"),
+    FIELD("debug", test_ops, "true"),
 };
 #define FIELD_COUNT (sizeof fields / sizeof fields[0])
 
@@ -144,6 +146,8 @@ START_TEST(test_defaults_equal_documented_values)
     ck_assert_str_eq(cfg.devices, "all");
     ck_assert_int_eq(cfg.streams_per_device, 4);
     ck_assert_uint_eq(cfg.device_memory_cap, 0);
+    ck_assert_int_eq(cfg.metrics_interval_ms, 1000);
+    ck_assert(!cfg.test_ops);
 }
 END_TEST
 
@@ -467,12 +471,37 @@ START_TEST(test_config_set_errors_name_section_and_key)
     ck_assert_str_eq(err, "server.nope: unknown key 'nope' in [server]");
     ck_assert_int_eq(config_set(&cfg, "srv", "listen", "a:1", err, sizeof err), -EINVAL);
     ck_assert_str_eq(err, "srv.listen: unknown section 'srv' (sections: server, limits, "
-                          "scheduler, store, gpu)");
+                          "scheduler, store, gpu, debug)");
     ck_assert_int_eq(config_set(&cfg, "scheduler", "max_attempts", "101", err, sizeof err),
                      -EINVAL);
     ck_assert_str_eq(err, "scheduler.max_attempts: 101 is out of range (1..100)");
     ck_assert_int_eq(config_set(&cfg, "server", "listen", NULL, err, sizeof err), -EINVAL);
     ck_assert_msg(memcmp(&cfg, &before, sizeof cfg) == 0, "a refused set changed the config");
+}
+END_TEST
+
+START_TEST(test_metrics_interval_is_off_at_zero_or_in_its_range)
+{
+    config_t cfg;
+    config_defaults(&cfg);
+    char err[512] = "";
+    ck_assert_int_eq(config_set(&cfg, "gpu", "metrics_interval_ms", "0", err, sizeof err), 0);
+    ck_assert_int_eq(cfg.metrics_interval_ms, 0);
+    ck_assert_int_eq(config_set(&cfg, "gpu", "metrics_interval_ms", "100", err, sizeof err), 0);
+    ck_assert_int_eq(config_set(&cfg, "gpu", "metrics_interval_ms", "60000", err, sizeof err), 0);
+    ck_assert_int_eq(config_set(&cfg, "gpu", "metrics_interval_ms", "99", err, sizeof err),
+                     -EINVAL);
+    ck_assert_str_eq(err, "gpu.metrics_interval_ms: 99 is out of range (0, or 100..60000)");
+    ck_assert_int_eq(config_set(&cfg, "gpu", "metrics_interval_ms", "60001", err, sizeof err),
+                     -EINVAL);
+    ck_assert_str_eq(err, "gpu.metrics_interval_ms: 60001 is out of range (0, or 100..60000)");
+    ck_assert_int_eq(config_set(&cfg, "gpu", "metrics_interval_ms", "-1", err, sizeof err),
+                     -EINVAL);
+    ck_assert_str_eq(err, "gpu.metrics_interval_ms: -1 is out of range (0, or 100..60000)");
+    ck_assert_int_eq(cfg.metrics_interval_ms, 60000);
+    cfg.metrics_interval_ms = 50;
+    ck_assert_int_eq(config_validate(&cfg, err, sizeof err), -EINVAL);
+    ck_assert_str_eq(err, "gpu.metrics_interval_ms: 50 is out of range (0, or 100..60000)");
 }
 END_TEST
 
@@ -836,6 +865,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_sizes_parse_with_suffixes);
     tcase_add_test(tc, test_bool_spellings);
     tcase_add_test(tc, test_config_set_errors_name_section_and_key);
+    tcase_add_test(tc, test_metrics_interval_is_off_at_zero_or_in_its_range);
     tcase_add_test(tc, test_validate_names_the_bad_field);
     tcase_add_test(tc, test_listen_addr_splits_host_and_port);
     suite_add_tcase(s, tc);

@@ -527,7 +527,7 @@ static json_t *small_add_job(int value)
 START_TEST(test_cancel_queued_job_never_runs)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
-    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_CHANNELS);
+    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_MS);
     char *long_id = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, long_id, "running", 10);
 
@@ -568,7 +568,7 @@ END_TEST
 START_TEST(test_deadline_passes_while_queued)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
-    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_CHANNELS);
+    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_MS);
     char *long_id = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, long_id, "running", 10);
 

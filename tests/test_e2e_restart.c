@@ -15,9 +15,9 @@
 
 #include "support/daemon_harness.h"
 
-/* The kill -9 test needs its long job (about 3 s alone) to outlast one second of competing
- * submissions. */
-#define KILL_JOB_CHANNELS 256
+/* The kill -9 test needs its long job to outlast one second of competing submissions, with
+ * room to spare. */
+#define KILL_JOB_MS 3000
 
 /* add on i32: x = [k, k+1], y = [1, 1], so out = [k+1, k+2] identifies the job. */
 static json_t *add_job(int k)
@@ -48,7 +48,7 @@ static json_t *get_job(e2e_daemon_t *d, const char *id)
 START_TEST(test_sigterm_keeps_queued_jobs_for_next_start)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
-    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_CHANNELS);
+    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_MS);
     char *long_id = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, long_id, "running", 10);
     enum { QUEUED = 5 };
@@ -125,7 +125,7 @@ static void *stream_main(void *arg)
 START_TEST(test_kill9_under_submissions_loses_no_acknowledged_job)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 2\n");
-    json_t *long_job = e2e_long_job_new(KILL_JOB_CHANNELS);
+    json_t *long_job = e2e_long_job_new(KILL_JOB_MS);
     char *long_id = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, long_id, "running", 10);
 

@@ -164,13 +164,23 @@ static int spawn(e2e_daemon_t *d)
         dup2(fds[1], STDERR_FILENO);
         dup2(fds[1], STDOUT_FILENO);
         /* GPUJOB_E2E_BACKEND runs the same suites on another backend (cuda on the GPU
-         * machine); the default is the CPU backend every machine has. */
+         * machine); the default is the CPU backend every machine has. The test-only ops give
+         * the suites a job of known length on either (e2e_long_job_new). */
         const char *backend = getenv("GPUJOB_E2E_BACKEND");
-        char *argv[] = {
-            (char *)bin,   "--config",    d->config_path,
-            "--listen",    "127.0.0.1:0", "--state-dir",
-            d->state_dir,  "--backend",   (char *)(backend && *backend ? backend : "cpu"),
-            "--log-level", "info",        NULL};
+        char *argv[] = {(char *)bin,
+                        "--config",
+                        d->config_path,
+                        "--listen",
+                        "127.0.0.1:0",
+                        "--state-dir",
+                        d->state_dir,
+                        "--backend",
+                        (char *)(backend && *backend ? backend : "cpu"),
+                        "--log-level",
+                        "info",
+                        "--set",
+                        "debug.test_ops=true",
+                        NULL};
         execv(bin, argv);
         fprintf(stderr, "e2e: exec %s: %s\n", bin, strerror(errno));
         _exit(127);
@@ -592,28 +602,12 @@ double e2e_rand_uniform(uint32_t *seed, double lo, double hi)
     return lo + (hi - lo) * (e2e_rand(seed) / 4294967296.0);
 }
 
-json_t *e2e_long_job_new(int channels)
+json_t *e2e_long_job_new(int ms)
 {
-    const int hw = 64;
-    size_t nx = (size_t)channels * hw * hw, nw = (size_t)channels * channels * 9;
-    float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w);
-    ck_assert(x && w);
-    uint32_t seed = 12345;
-    for (size_t i = 0; i < nx; i++)
-        x[i] = (float)e2e_rand_uniform(&seed, -1, 1);
-    for (size_t i = 0; i < nw; i++)
-        w[i] = (float)e2e_rand_uniform(&seed, -1, 1);
-    char *bx = e2e_base64(x, nx * sizeof *x), *bw = e2e_base64(w, nw * sizeof *w);
-    json_t *job = json_pack("{s:s, s:{s:i}, s:{s:{s:s, s:[i,i,i,i], s:s}, s:{s:s, s:[i,i,i,i], "
-                            "s:s}}}",
-                            "op", "conv2d", "params", "padding", 1, "inputs", "x", "dtype", "f32",
-                            "shape", 1, channels, hw, hw, "b64", bx, "w", "dtype", "f32", "shape",
-                            channels, channels, 3, 3, "b64", bw);
+    json_t *job =
+        json_pack("{s:s, s:{s:i}, s:{s:{s:s, s:[i], s:[i,i,i,i]}}}", "op", "debug_sleep", "params",
+                  "ms", ms, "inputs", "x", "dtype", "f32", "shape", 4, "data", 1, 2, 3, 4);
     ck_assert(job != NULL);
-    free(x);
-    free(w);
-    free(bx);
-    free(bw);
     return job;
 }
 

@@ -21,8 +21,10 @@
 typedef struct e2e_daemon e2e_daemon_t;
 
 /* Writes config_ini (INI text, may be "") to a new temp dir and starts gpujobd with
- * `--config FILE --listen 127.0.0.1:0 --state-dir DIR/state --backend cpu`. Waits up to 30 s
- * for the listening line. On failure the daemon's log is copied to stderr. */
+ * `--config FILE --listen 127.0.0.1:0 --state-dir DIR/state --backend cpu --set
+ * debug.test_ops=true` (the backend is $GPUJOB_E2E_BACKEND when set; the test-only ops give
+ * e2e_long_job_new its job). Waits up to 30 s for the listening line. On failure the daemon's
+ * log is copied to stderr. */
 int e2e_daemon_start(const char *config_ini, e2e_daemon_t **ret);
 /* Starts the binary again on the same directory (after a stop or a kill). */
 int e2e_daemon_restart(e2e_daemon_t *d);
@@ -85,17 +87,16 @@ double e2e_metric_ok(e2e_daemon_t *d, const char *sample);
 /* A configuration with one CPU worker and one running job per user: jobs submitted behind a
  * long job (e2e_long_job_new) stay queued. */
 #define E2E_ONE_WORKER_CONFIG "[limits]\nmax_running_per_user = 1\n[scheduler]\ncpu_threads = 1\n"
-/* conv2d channels for a long job of about 1.6 s on one core of the 2-core machine (measured on
- * the CPU backend: 192 channels 1.65 s, 256 channels 3.0 s). */
-#define E2E_LONG_JOB_CHANNELS 192
+/* How long a long job runs, in milliseconds, unless a test needs another length. */
+#define E2E_LONG_JOB_MS 1500
 
 /* e2e_daemon_start() that fails the test (with the reason) when the daemon does not start. */
 e2e_daemon_t *e2e_daemon_start_ok(const char *config_ini);
 
-/* A job that keeps one CPU worker busy for about a second or more here: conv2d on f32, x [1, C,
- * 64, 64] and w [C, C, 3, 3] with channels = C given as base64 (the cost grows as C^2). A new
- * reference. */
-json_t *e2e_long_job_new(int channels);
+/* A job that runs for ms milliseconds (at least, and not much more) on any backend and then
+ * succeeds: the test-only op debug_sleep on a small f32 x [4] = {1, 2, 3, 4}, whose output out
+ * equals x. It holds a CPU worker (or, on CUDA, a stream) for that long. A new reference. */
+json_t *e2e_long_job_new(int ms);
 
 /* The string of job["state"], or "" when absent; a borrowed string. */
 const char *e2e_job_state(const json_t *job);
