@@ -62,7 +62,9 @@ static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
 static void buffer_put_reply(void *token, const sched_result_t *res)
 {
     api_request_t *req = token;
-    if (res->err)
+    if (res->err == -EDQUOT)
+        api_respond_error(req, 413, "quota_exceeded", "query.resident", "%s", res->message);
+    else if (res->err)
         api_respond_errno(req, res->err, res->message);
     else if (!res->buffer)
         api_respond_error(req, 500, "internal", NULL, "the scheduler returned no buffer");
@@ -214,9 +216,11 @@ int api_handle_usage(api_request_t *req)
     for (int s = 0; s < JOB_STATE_COUNT; s++)
         json_object_set_new(jobs, job_state_name((job_state_t)s), json_integer(u.jobs_by_state[s]));
     api_respond_json(req, 200,
-                     json_pack("{s:s, s:o, s:f, s:f, s:I, s:I}", "owner", req->user.name, "jobs",
-                               jobs, "run_ms", (double)u.run_us / 1000.0, "gpu_ms",
+                     json_pack("{s:s, s:o, s:f, s:f, s:I, s:I, s:I, s:I}", "owner", req->user.name,
+                               "jobs", jobs, "run_ms", (double)u.run_us / 1000.0, "gpu_ms",
                                (double)u.gpu_ns / 1e6, "buffers", (json_int_t)u.buffers,
-                               "buffer_bytes", (json_int_t)u.buffer_bytes));
+                               "buffer_bytes", (json_int_t)u.buffer_bytes, "resident_bytes",
+                               (json_int_t)u.resident_bytes, "resident_limit_bytes",
+                               (json_int_t)req->env->cfg->max_resident_bytes_per_user));
     return API_DONE;
 }

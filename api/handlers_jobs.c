@@ -65,7 +65,8 @@ static int load_visible_job(api_request_t *req, job_t **ret)
 }
 
 /* Descriptor of a buffer the submitting user may use (job_json_env_t.buffer_desc). */
-static int visible_buffer_desc(void *ud, const char *owner, const char *id, tensor_desc_t *ret)
+static int visible_buffer_desc(void *ud, const char *owner, const char *id, tensor_desc_t *ret,
+                               int *ret_device)
 {
     api_request_t *req = ud;
     store_reader_t *rd = req->env->reader(req->env);
@@ -74,7 +75,11 @@ static int visible_buffer_desc(void *ud, const char *owner, const char *id, tens
     int r = store_buffer_get(rd, id, &buf);
     if (r < 0) return r;
     if (!api_request_may_see(req, buf->owner)) r = -ENOENT;
-    if (r == 0) *ret = buf->desc;
+    if (r == 0) {
+        *ret = buf->desc;
+        *ret_device =
+            buf->resident && sched_serves_device(req->env->sched, buf->device) ? buf->device : -1;
+    }
     buffer_free(buf);
     return r;
 }

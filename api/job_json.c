@@ -86,9 +86,9 @@ static int check_keys(const json_t *obj, const char *const *allowed, const char 
 }
 
 /* Fills t from a tensor spec: inline data, b64 or a buffer reference. path is "inputs.x"
- * with the caller's prefix. */
+ * with the caller's prefix. *ret_device: a resident buffer's device, else left alone. */
 static int parse_tensor(const json_t *spec, const job_json_env_t *env, const char *path,
-                        job_tensor_t *t, api_error_t *err)
+                        job_tensor_t *t, int *ret_device, api_error_t *err)
 {
     static const char *const keys[] = {"dtype", "shape", "data", "b64", "buffer", NULL};
     char field[128];
@@ -116,7 +116,8 @@ static int parse_tensor(const json_t *spec, const job_json_env_t *env, const cha
         if (!json_is_string(buffer) || !id_valid('b', json_string_value(buffer)))
             return invalid(err, field, "buffer must be a buffer id");
         const char *id = json_string_value(buffer);
-        r = env->buffer_desc ? env->buffer_desc(env->ud, env->owner, id, &t->desc) : -ENOENT;
+        r = env->buffer_desc ? env->buffer_desc(env->ud, env->owner, id, &t->desc, ret_device)
+                             : -ENOENT;
         if (r == -ENOENT)
             return api_error_set(err, r, 404, "not_found", field, "buffer '%s' not found", id);
         if (r < 0)
@@ -181,8 +182,10 @@ static int parse_inputs(const json_t *inputs, const job_json_env_t *env, const c
         }
         job_tensor_t *t = &job->in[j];
         snprintf(t->name, sizeof t->name, "%s", op->input_names[j]);
-        int r = parse_tensor(spec, env, path, t, err);
+        int device = -1;
+        int r = parse_tensor(spec, env, path, t, &device, err);
         if (r < 0) return r;
+        if (job->device < 0) job->device = device; /* run where the resident input lives */
         job->call.in[j] = t->desc;
         job->call.has_in[j] = true;
     }
@@ -435,6 +438,7 @@ json_t *job_json_from_buffer(const buffer_t *buf)
     if (!o) return NULL;
     json_object_set_new(o, "id", json_string(buf->id));
     json_object_set_new(o, "resident", json_boolean(buf->resident));
+    json_object_set_new(o, "device", buf->device >= 0 ? json_integer(buf->device) : json_null());
     json_object_set_new(o, "created_at", job_json_time(buf->created_us));
     return o;
 }

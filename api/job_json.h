@@ -31,8 +31,11 @@ typedef struct job_json_env {
     /* The op table (op_find in the daemon; tests give their own). */
     const op_def_t *(*find_op)(const char *name);
     /* Descriptor of buffer id as seen by owner: 0, or -ENOENT when it is missing or belongs
-     * to someone else (both answer 404). NULL: buffer references are refused. */
-    int (*buffer_desc)(void *ud, const char *owner, const char *id, tensor_desc_t *ret);
+     * to someone else (both answer 404). *ret_device: the served device a resident buffer
+     * lives on (a job using it runs there unless it pins a device itself), else -1. NULL:
+     * buffer references are refused. */
+    int (*buffer_desc)(void *ud, const char *owner, const char *id, tensor_desc_t *ret,
+                       int *ret_device);
     void *ud;
 } job_json_env_t;
 

@@ -123,6 +123,8 @@ static const config_key_t config_keys[] = {
     KEY_INT("limits", max_queued_per_user, 1, 100000000, "100000",
             "queued jobs of one user; past it, 429"),
     KEY_INT("limits", max_running_per_user, 1, 1000000, "1024", "running jobs of one user"),
+    KEY_SIZE("limits", max_resident_bytes_per_user, 0, 64 * TIB, "0",
+             "bytes of one user's resident buffers (device memory); 0 for no limit"),
     KEY_SIZE("limits", max_inline_output_bytes, 0, GIB, "64KiB",
              "outputs up to this size are inlined in a job's JSON (bytes)"),
     KEY_INT("limits", max_wait_ms, 0, 86400000, "300000",

@@ -24,6 +24,7 @@ typedef struct config {
     int max_jobs_per_request;    /* array submissions */
     int max_queued_per_user;     /* queued jobs of one owner; past it, 429 */
     int max_running_per_user;
+    uint64_t max_resident_bytes_per_user; /* resident buffers of one owner; 0: no limit */
     uint64_t max_inline_output_bytes; /* outputs up to this are inlined in job JSON */
     int max_wait_ms;             /* longest long-poll a client may ask for */
 

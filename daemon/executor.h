@@ -37,6 +37,14 @@ typedef struct executor_ops {
     /* Stops taking work, waits up to timeout_ms for running batches (their done callbacks
      * still run), then joins the threads and frees everything. */
     void (*destroy)(executor_t *ex, int timeout_ms);
+
+    /* Resident buffers; NULL where the backend has no device memory (the CPU). */
+    /* The device a new resident buffer of nbytes should live on, or -1 for none. Any thread. */
+    int (*place_buffer)(executor_t *ex, uint64_t nbytes);
+    /* The buffer is gone from the store: free its device copy once no launch uses it. */
+    void (*buffer_deleted)(executor_t *ex, const char *id);
+    /* True when device is one this backend runs jobs on. Any thread. */
+    bool (*serves_device)(executor_t *ex, int device);
 } executor_ops_t;
 
 struct executor {

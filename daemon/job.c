@@ -87,7 +87,9 @@ void job_set_error(job_t *job, const char *code, const char *fmt, ...)
 
 buffer_t *buffer_new(void)
 {
-    return calloc(1, sizeof(buffer_t));
+    buffer_t *buf = calloc(1, sizeof *buf);
+    if (buf) buf->device = -1;
+    return buf;
 }
 
 void buffer_free(buffer_t *buf)

@@ -80,6 +80,7 @@ typedef struct buffer {
     tensor_desc_t desc;
     uint64_t nbytes;
     bool resident;     /* keep in device memory across jobs (CUDA backend) */
+    int device;        /* the device a resident buffer was placed on; -1 for none */
     int64_t created_us;
     void *data;        /* malloc'd, owned; NULL when not in memory */
     char *blob;        /* the store's locator once persisted; owned */

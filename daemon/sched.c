@@ -9,6 +9,7 @@
 #include "sched.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stddef.h>
 #include <pthread.h>
@@ -96,6 +97,8 @@ typedef struct msg {
     int timeout_ms;
     buffer_t *buf;
     exec_batch_t *batch;
+    int err; /* a refusal of this message alone, within a group commit */
+    char err_message[160];
 } msg_t;
 
 struct sched {
@@ -474,6 +477,23 @@ static void msg_free(msg_t *m)
     free(m);
 }
 
+/* A resident buffer must fit its owner's quota. The sum is read inside the group commit's
+ * transaction, so that the buffers of one commit add up. Sets m->err when it does not fit. */
+static int check_resident_quota(sched_t *s, msg_t *m)
+{
+    uint64_t limit = s->cfg->max_resident_bytes_per_user, used = 0;
+    if (!m->buf->resident || limit == 0) return 0;
+    int r = store_resident_bytes(s->st, m->buf->owner, &used);
+    if (r == 0 && used + m->buf->nbytes > limit) {
+        m->err = -EDQUOT;
+        snprintf(m->err_message, sizeof m->err_message,
+                 "resident buffers of '%s' hold %" PRIu64 " bytes; %" PRIu64
+                 " more would pass the limit of %" PRIu64,
+                 m->buf->owner, used, m->buf->nbytes, limit);
+    }
+    return r;
+}
+
 /* Writes every pending submission and buffer in one transaction, then answers them. */
 static void commit_pending(sched_t *s)
 {
@@ -490,7 +510,8 @@ static void commit_pending(sched_t *s)
     int r = store_begin(s->st);
     for (msg_t *m = pending; m && r >= 0; m = m->next) {
         if (m->kind == MSG_BUF_PUT) {
-            r = store_buffer_insert(s->st, m->buf);
+            r = check_resident_quota(s, m);
+            if (r >= 0 && !m->err) r = store_buffer_insert(s->st, m->buf);
             continue;
         }
         for (size_t i = 0; i < m->n && r >= 0; i++) {
@@ -509,8 +530,11 @@ static void commit_pending(sched_t *s)
 
     for (msg_t *m = pending, *next; m; m = next) {
         next = m->next;
+        if (m->kind == MSG_BUF_PUT && (r < 0 || m->err)) store_blob_discard(s->st, m->buf->blob);
         if (r < 0) {
             reply_err(m->reply, m->token, -EIO, "the store could not commit the request");
+        } else if (m->err) {
+            reply_err(m->reply, m->token, m->err, m->err_message);
         } else if (m->kind == MSG_BUF_PUT) {
             sched_result_t res = {.buffer = m->buf};
             m->reply(m->token, &res);
@@ -1087,6 +1111,7 @@ static void handle_msg(sched_t *s, msg_t *m)
         if (r < 0)
             reply_err(m->reply, m->token, r, r == -ENOENT ? "no such buffer" : NULL);
         else {
+            if (s->ex && s->ex->ops->buffer_deleted) s->ex->ops->buffer_deleted(s->ex, m->id);
             sched_result_t res = {0};
             m->reply(m->token, &res);
         }
@@ -1254,6 +1279,8 @@ void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *tok
     }
     id_new('b', buf->id);
     buf->created_us = now_us();
+    if (buf->resident && s->ex && s->ex->ops->place_buffer)
+        buf->device = s->ex->ops->place_buffer(s->ex, buf->nbytes);
     if (buf->data && buf->nbytes > s->cfg->inline_blob_bytes &&
         store_blob_write(s->st, buf->data, buf->nbytes, &buf->blob) < 0) {
         reply_err(reply, token, -EIO, "could not persist the buffer");
@@ -1290,6 +1317,12 @@ void sched_get_stats(sched_t *s, sched_stats_t *ret)
 json_t *sched_describe_backend(sched_t *s)
 {
     return s->ex ? s->ex->ops->describe(s->ex) : json_null();
+}
+
+bool sched_serves_device(sched_t *s, int device)
+{
+    return device >= 0 && s->ex && s->ex->ops->serves_device &&
+           s->ex->ops->serves_device(s->ex, device);
 }
 
 /* ------------------------------------------------------------------- life cycle */

@@ -33,7 +33,7 @@ struct store {
 };
 
 /* Schema migrations, in order. Version N is applied to a database at version N - 1, in one
- * transaction that also sets user_version = N. Adding version 2 is adding one entry. */
+ * transaction that also sets user_version = N. A new version is one more entry. */
 static const struct {
     int version;
     const char *sql;
@@ -94,6 +94,8 @@ static const struct {
         ");"
         "CREATE INDEX buffers_owner ON buffers (owner);"
         "CREATE INDEX buffers_file ON buffers (file) WHERE file IS NOT NULL;"},
+    /* The device a resident buffer was placed on (-1: none, or the CPU backend). */
+    {2, "ALTER TABLE buffers ADD COLUMN device INTEGER NOT NULL DEFAULT -1;"},
 };
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -205,6 +207,13 @@ int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_
     }
     *ret_blob = blob;
     return 0;
+}
+
+void store_blob_discard(store_t *st, const char *blob)
+{
+    store_locator_t loc;
+    if (blob && store_locator_parse(blob, &loc) == 0 && loc.kind == STORE_LOCATOR_FILE)
+        store_blob_file_remove(st->conn.blobs_dir, loc.file);
 }
 
 /* --- transactions --- */
@@ -832,6 +841,7 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
     sqlite3_bind_int64(stmt, 5, (sqlite3_int64)buf->nbytes);
     sqlite3_bind_int(stmt, 6, buf->resident);
     sqlite3_bind_int64(stmt, 7, created_us);
+    sqlite3_bind_int(stmt, 10, buf->device);
     written_files_t written = {.n = 0};
     blob_file_t file;
     r = place_bytes(st, stmt, 8, buf->data, buf->nbytes, buf->blob, &written, file);
@@ -890,5 +900,19 @@ int store_buffer_delete(store_t *st, const char *owner, const char *id)
     if (r < 0) return r;
     r = write_end(st, buffer_delete_row(st, owner, id, file));
     if (r == 0 && file[0]) unlink_after_commit(st, (const blob_file_t *)&file, 1);
+    return r;
+}
+
+int store_resident_bytes(store_t *st, const char *owner, uint64_t *ret)
+{
+    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_USAGE_BUFFERS);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, owner, false);
+    int r = 0;
+    if (sqlite3_step(stmt) == SQLITE_ROW)
+        *ret = (uint64_t)sqlite3_column_int64(stmt, 2);
+    else
+        r = store_sql_error(&st->conn, "summing resident bytes");
+    sqlite3_reset(stmt);
     return r;
 }

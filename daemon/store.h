@@ -32,6 +32,8 @@ void store_close(store_t *st);
  * blobs/ (fsync'd) and returns its locator in *ret_blob (malloc'd). Any thread. For data of
  * at most inline_blob_bytes it does nothing and sets *ret_blob = NULL: the row keeps them. */
 int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_blob);
+/* Removes a file store_blob_write made for a row that will never be written. Any thread. */
+void store_blob_discard(store_t *st, const char *blob);
 
 /* Transactions (loop thread). Writes between begin and commit are one transaction; the group
  * commit of the scheduler uses them. Without begin, each write commits by itself. */
@@ -65,6 +67,8 @@ int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted);
 int store_checkpoint(store_t *st);
 
 int store_buffer_insert(store_t *st, buffer_t *buf);  /* sets buf->blob */
+/* Bytes of owner's resident buffers (the quota of limits.max_resident_bytes_per_user). */
+int store_resident_bytes(store_t *st, const char *owner, uint64_t *ret);
 /* -ENOENT when missing or not owned by owner (owner NULL: any). */
 int store_buffer_delete(store_t *st, const char *owner, const char *id);
 
@@ -100,5 +104,6 @@ typedef struct store_usage {
     int64_t run_us;      /* sum over finished jobs */
     int64_t gpu_ns;
     int64_t buffers, buffer_bytes;
+    int64_t resident_bytes; /* of buffers kept in device memory */
 } store_usage_t;
 int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret);

@@ -37,10 +37,10 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_JOB_FIND_IDEMPOTENT] = "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
     [STMT_TENSOR_DATA] = "SELECT data FROM tensors WHERE job_id = ?1 AND role = ?2 AND slot = ?3",
     [STMT_BUFFER_INSERT] = "INSERT INTO buffers (id, owner, dtype, shape, nbytes, resident, "
-                           "created_us, data, file) "
-                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    [STMT_BUFFER_GET] = "SELECT id, owner, dtype, shape, nbytes, resident, created_us, file "
-                        "FROM buffers WHERE id = ?1",
+                           "created_us, data, file, device) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    [STMT_BUFFER_GET] = "SELECT id, owner, dtype, shape, nbytes, resident, created_us, file, "
+                        "device FROM buffers WHERE id = ?1",
     [STMT_BUFFER_DATA] = "SELECT data FROM buffers WHERE id = ?1",
     [STMT_BUFFER_DELETE] = "DELETE FROM buffers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
     [STMT_BUFFER_FILE] = "SELECT file FROM buffers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
@@ -49,8 +49,9 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
                          "started_us THEN finished_us - started_us ELSE 0 END), 0), "
                          "coalesce(sum(gpu_ns), 0) "
                          "FROM jobs WHERE owner = ?1 AND state IN " FINAL_STATES,
-    [STMT_USAGE_BUFFERS] = "SELECT count(*), coalesce(sum(nbytes), 0) FROM buffers "
-                           "WHERE owner = ?1",
+    [STMT_USAGE_BUFFERS] = "SELECT count(*), coalesce(sum(nbytes), 0), "
+                           "coalesce(sum(CASE WHEN resident THEN nbytes ELSE 0 END), 0) "
+                           "FROM buffers WHERE owner = ?1",
     /* The state term repeats the partial index's WHERE so that the planner can use it. */
     [STMT_GC_SELECT] =
         "SELECT id FROM jobs WHERE state IN " FINAL_STATES " AND finished_us < ?1 LIMIT ?2",

@@ -10,7 +10,7 @@
 
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 #define STORE_DB_NAME "gpujobd.db"
 #define STORE_BUSY_TIMEOUT_MS 5000
 

@@ -286,6 +286,7 @@ int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret)
         buf->nbytes = (uint64_t)sqlite3_column_int64(stmt, 4);
         buf->resident = sqlite3_column_int(stmt, 5) != 0;
         buf->created_us = sqlite3_column_int64(stmt, 6);
+        buf->device = sqlite3_column_int(stmt, 8);
         const char *file = (const char *)sqlite3_column_text(stmt, 7);
         if (r == 0 && !(buf->blob = file ? store_locator_file(file) : store_locator_buffer(id)))
             r = -ENOMEM;
@@ -315,13 +316,14 @@ static int usage_read(store_reader_t *rd, const char *owner, store_usage_t *u)
     if (r < 0) return r;
 
     const store_stmt_id_t sums[2] = {STMT_USAGE_TIMES, STMT_USAGE_BUFFERS};
-    int64_t *dst[2][2] = {{&u->run_us, &u->gpu_ns}, {&u->buffers, &u->buffer_bytes}};
+    int64_t *dst[2][3] = {{&u->run_us, &u->gpu_ns, NULL},
+                          {&u->buffers, &u->buffer_bytes, &u->resident_bytes}};
     for (int i = 0; r == 0 && i < 2; i++) {
         if (!(stmt = store_stmt(&rd->conn, sums[i]))) return -EIO;
         store_bind_text(stmt, 1, owner, false);
         if (sqlite3_step(stmt) == SQLITE_ROW) {
-            *dst[i][0] = sqlite3_column_int64(stmt, 0);
-            *dst[i][1] = sqlite3_column_int64(stmt, 1);
+            for (int c = 0; c < 3 && dst[i][c]; c++)
+                *dst[i][c] = sqlite3_column_int64(stmt, c);
         } else {
             r = store_sql_error(&rd->conn, "summing usage");
         }

@@ -283,7 +283,13 @@ void sched_get_stats(sched_t *s, sched_stats_t *ret)
 
 json_t *sched_describe_backend(sched_t *s)
 {
-    return json_pack("{s:s}", "name", "fake");
+    return fake_sched.backend_json ? json_loads(fake_sched.backend_json, 0, NULL)
+                                   : json_pack("{s:s}", "name", "fake");
+}
+
+bool sched_serves_device(sched_t *s, int device)
+{
+    return false;
 }
 
 void fakes_reset(void)

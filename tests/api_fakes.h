@@ -27,6 +27,7 @@ typedef struct fake_sched {
     int n_submitted;
     buffer_t *last_buffer; /* the last buffer put, owned */
     sched_stats_t stats;
+    const char *backend_json; /* what describe answers; NULL: {"name": "fake"} */
 } fake_sched_t;
 
 extern fake_sched_t fake_sched;

@@ -397,12 +397,17 @@ static const config_t *test_config(void)
 }
 
 static const char *known_buffer = "b0123456789abcdef01234567";
+static const char *resident_buffer = "b0123456789abcdef0123450d"; /* on device 2 */
 
-/* Buffers for the parser: known_buffer is alice's f32 [3]; everything else is missing. */
-static int test_buffer_desc(void *ud, const char *owner, const char *id, tensor_desc_t *ret)
+/* Buffers for the parser: known_buffer and resident_buffer are alice's f32 [3]; everything
+ * else is missing. */
+static int test_buffer_desc(void *ud, const char *owner, const char *id, tensor_desc_t *ret,
+                            int *ret_device)
 {
-    if (strcmp(id, known_buffer) != 0 || strcmp(owner, "alice") != 0) return -ENOENT;
+    bool resident = strcmp(id, resident_buffer) == 0;
+    if ((strcmp(id, known_buffer) != 0 && !resident) || strcmp(owner, "alice") != 0) return -ENOENT;
     *ret = (tensor_desc_t){.dtype = DTYPE_F32, .ndim = 1, .shape = {3}};
+    *ret_device = resident ? 2 : -1;
     return 0;
 }
 
@@ -586,6 +591,27 @@ START_TEST(test_job_parse_builds_a_validated_job)
 }
 END_TEST
 
+START_TEST(test_job_runs_where_its_resident_input_lives_unless_pinned)
+{
+    job_t **jobs;
+    size_t n;
+    api_error_t err;
+    ck_assert_int_eq(request_parse("[{\"op\": \"tadd\", \"inputs\": {" X3
+                                   ", \"y\": {\"buffer\": \"b0123456789abcdef0123450d\"}}},"
+                                   " {\"op\": \"tadd\", \"device\": 1, \"inputs\": {" X3
+                                   ", \"y\": {\"buffer\": \"b0123456789abcdef0123450d\"}}},"
+                                   " {\"op\": \"tadd\", \"inputs\": {" X3
+                                   ", \"y\": {\"buffer\": \"b0123456789abcdef01234567\"}}}]",
+                                   NULL, &jobs, &n, &err),
+                     0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(jobs[0]->device, 2);
+    ck_assert_int_eq(jobs[1]->device, 1);
+    ck_assert_int_eq(jobs[2]->device, -1);
+    job_json_free_jobs(jobs, n);
+}
+END_TEST
+
 START_TEST(test_job_json_reports_times_states_and_inline_outputs)
 {
     job_t **jobs;
@@ -659,6 +685,7 @@ static Suite *api_codec_suite(void)
     TCase *jobs = tcase_create("job_json");
     tcase_add_test(jobs, test_job_parse_rejects_bad_fields_with_exact_paths);
     tcase_add_test(jobs, test_job_parse_builds_a_validated_job);
+    tcase_add_test(jobs, test_job_runs_where_its_resident_input_lives_unless_pinned);
     tcase_add_test(jobs, test_job_json_reports_times_states_and_inline_outputs);
     suite_add_tcase(s, jobs);
     return s;

@@ -45,6 +45,7 @@ static const field_case_t fields[] = {
     FIELD("limits", max_jobs_per_request, "2"),
     FIELD("limits", max_queued_per_user, "3"),
     FIELD("limits", max_running_per_user, "4"),
+    FIELD("limits", max_resident_bytes_per_user, "1GiB"),
     FIELD("limits", max_inline_output_bytes, "0"),
     FIELD("limits", max_wait_ms, "5"),
     FIELD("scheduler", max_batch, "6"),
@@ -130,6 +131,7 @@ START_TEST(test_defaults_equal_documented_values)
     ck_assert_int_eq(cfg.max_jobs_per_request, 10000);
     ck_assert_int_eq(cfg.max_queued_per_user, 100000);
     ck_assert_int_eq(cfg.max_running_per_user, 1024);
+    ck_assert_uint_eq(cfg.max_resident_bytes_per_user, 0);
     ck_assert_uint_eq(cfg.max_inline_output_bytes, 64 * KIB);
     ck_assert_int_eq(cfg.max_wait_ms, 300000);
     ck_assert_int_eq(cfg.max_batch, 256);

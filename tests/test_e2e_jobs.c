@@ -255,16 +255,11 @@ END_TEST
 static char *upload_raw_buffer(e2e_daemon_t *d, const char *dtype, const char *shape_query,
                                const void *bytes, size_t len)
 {
-    static const char *const hdrs[] = {"Content-Type: application/octet-stream", NULL};
-    char path[256];
-    snprintf(path, sizeof path, "/v1/buffers?dtype=%s&shape=%s", dtype, shape_query);
-    e2e_response_t resp;
-    ck_assert(e2e_http_request(d, "POST", path, hdrs, bytes, len, &resp) == 0);
-    ck_assert_msg(resp.status == 201, "POST %s: %ld %s", path, resp.status, resp.body);
-    ck_assert_str_eq(json_string_value(json_object_get(resp.json, "dtype")), dtype);
-    ck_assert_int_eq(json_integer_value(json_object_get(resp.json, "bytes")), (long)len);
-    char *id = strdup(json_string_value(json_object_get(resp.json, "id")));
-    e2e_response_clear(&resp);
+    json_t *meta = e2e_upload_ok(d, dtype, shape_query, bytes, len, false, 201);
+    ck_assert_str_eq(json_string_value(json_object_get(meta, "dtype")), dtype);
+    ck_assert_int_eq(json_integer_value(json_object_get(meta, "bytes")), (long)len);
+    char *id = strdup(json_string_value(json_object_get(meta, "id")));
+    json_decref(meta);
     return id;
 }
 
@@ -319,6 +314,102 @@ START_TEST(test_b64_and_buffer_inputs)
     json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
     json_decref(e2e_json_ok(d, "GET", path, NULL, 404));
     free(buf);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* Uploads n floats as a resident buffer, asserting the status; returns the body. */
+static json_t *upload_resident(e2e_daemon_t *d, const float *v, int n, long expect_status)
+{
+    char shape[32];
+    snprintf(shape, sizeof shape, "%d", n);
+    return e2e_upload_ok(d, "f32", shape, v, (size_t)n * sizeof *v, true, expect_status);
+}
+
+/* The resident buffers the CUDA backend holds on its devices, from /v1/info; -1 on the CPU. */
+static long resident_buffers_on_devices(e2e_daemon_t *d)
+{
+    json_t *info = e2e_json_ok(d, "GET", "/v1/info", NULL, 200);
+    json_t *backend = json_object_get(info, "backend");
+    json_t *devices = json_object_get(backend, "devices");
+    long n = strcmp(json_string_value(json_object_get(backend, "name")), "cuda") == 0 ? 0 : -1;
+    for (size_t k = 0; k < json_array_size(devices); k++)
+        n += (long)json_integer_value(
+            json_object_get(json_array_get(devices, k), "resident_buffers"));
+    json_decref(info);
+    return n;
+}
+
+START_TEST(test_resident_buffers_serve_jobs_within_the_owner_quota)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[limits]\nmax_resident_bytes_per_user = 4KiB\n");
+    enum { N = 512 }; /* 2 KiB of f32: two fill the quota */
+    static const int64_t shape[] = {N};
+    uint32_t seed = 11;
+    double w[N], y[N], got[N];
+    float wf[N];
+    random_values("f32", w, N, -2, 2, &seed);
+    for (int i = 0; i < N; i++)
+        wf[i] = (float)w[i];
+
+    char *ids[2];
+    json_t *placed = NULL;
+    for (int k = 0; k < 2; k++) {
+        json_t *meta = upload_resident(d, wf, N, 201);
+        ck_assert(json_is_true(json_object_get(meta, "resident")));
+        ids[k] = strdup(json_string_value(json_object_get(meta, "id")));
+        if (k == 0) placed = json_incref(json_object_get(meta, "device"));
+        json_decref(meta);
+    }
+    /* On the CPU a resident buffer lives nowhere in particular; on CUDA, on a device. */
+    bool on_gpu = resident_buffers_on_devices(d) >= 0;
+    ck_assert(on_gpu ? json_integer_value(placed) >= 0 : json_is_null(placed));
+
+    /* The quota is full: one more resident float is refused, the same bytes not resident are
+     * not. */
+    json_t *refused = upload_resident(d, wf, 1, 413);
+    ck_assert_str_eq(e2e_error_code(refused), "quota_exceeded");
+    ck_assert_str_eq(e2e_error_field(refused), "query.resident");
+    json_decref(refused);
+    free(upload_raw_buffer(d, "f32", "1", wf, sizeof(float)));
+    json_t *usage = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(usage, "resident_bytes")), 2 * N * 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(usage, "resident_limit_bytes")), 4096);
+    json_decref(usage);
+
+    /* Jobs read the resident buffer (loaded once, then from device memory) and run where it
+     * lives. */
+    for (int round = 0; round < 3; round++) {
+        random_values("f32", y, N, -3, 3, &seed);
+        json_t *job = json_pack("{s:s, s:{s:{s:s}, s:o}}", "op", "mul", "inputs", "x", "buffer",
+                                ids[0], "y", tensor_inline("f32", shape, 1, y, N));
+        char *id = e2e_submit_ok(d, job);
+        json_t *done = e2e_wait_final_ok(d, id, 30);
+        ck_assert_str_eq(e2e_job_state(done), "succeeded");
+        ck_assert(json_equal(json_object_get(done, "device"), placed));
+        job_output(done, "out", "f32", N, got);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(got[i] == (double)(wf[i] * (float)y[i]), "round %d [%d]", round, i);
+        free(id);
+        json_decref(job);
+        json_decref(done);
+    }
+    if (on_gpu) ck_assert_int_eq(resident_buffers_on_devices(d), 1);
+
+    /* Deleting a resident buffer frees its quota and its device memory. */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/buffers/%s", ids[0]);
+    json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
+    json_decref(upload_resident(d, wf, 1, 201));
+    if (on_gpu) {
+        double until = e2e_now() + 5;
+        while (resident_buffers_on_devices(d) != 0 && e2e_now() < until)
+            usleep(20000);
+        ck_assert_int_eq(resident_buffers_on_devices(d), 0);
+    }
+    free(ids[0]);
+    free(ids[1]);
+    json_decref(placed);
     e2e_daemon_free(d);
 }
 END_TEST
@@ -785,6 +876,7 @@ int main(void)
     tcase_add_test(tc, test_sort_matches_reference_when_present);
     tcase_add_test(tc, test_gemm_matches_reference_when_present);
     tcase_add_test(tc, test_b64_and_buffer_inputs);
+    tcase_add_test(tc, test_resident_buffers_serve_jobs_within_the_owner_quota);
     tcase_add_test(tc, test_array_of_100_jobs_in_one_post);
     tcase_add_test(tc, test_output_download_json_raw_and_npy);
     tcase_add_test(tc, test_npy_buffer_round_trip);

@@ -54,12 +54,15 @@ static json_t *fake_describe(executor_t *base)
     return json_pack("{s:s}", "name", "fake");
 }
 
-static void fake_destroy(executor_t *base, int timeout_ms)
-{
-}
+static void fake_destroy(executor_t *base, int timeout_ms) {}
 
-static const executor_ops_t fake_ops = {"fake", fake_submit, fake_free_slots, fake_describe,
-                                        fake_destroy};
+static const executor_ops_t fake_ops = {
+    .name = "fake",
+    .submit = fake_submit,
+    .free_slots = fake_free_slots,
+    .describe = fake_describe,
+    .destroy = fake_destroy,
+};
 
 /* Waits until the executor holds at least n batches in total. */
 static void fake_wait_batches(fake_exec_t *f, int n)

@@ -835,6 +835,7 @@ START_TEST(test_buffers_insert_get_delete_check_the_owner)
         bufs[i]->nbytes = (uint64_t)elems[i] * 4;
         bufs[i]->data = malloc(bufs[i]->nbytes);
         bufs[i]->resident = i == 1;
+        bufs[i]->device = i == 1 ? 3 : -1;
         fill_bytes(bufs[i]->data, bufs[i]->nbytes, 40 + i);
         ck_assert_int_eq(store_buffer_insert(f.st, bufs[i]), 0);
         ck_assert(id_valid('b', bufs[i]->id));
@@ -849,12 +850,22 @@ START_TEST(test_buffers_insert_get_delete_check_the_owner)
         ck_assert(tensor_desc_equal(&got->desc, &bufs[i]->desc));
         ck_assert_uint_eq(got->nbytes, bufs[i]->nbytes);
         ck_assert_int_eq(got->resident, bufs[i]->resident);
+        ck_assert_int_eq(got->device, bufs[i]->device);
         ck_assert_int_eq(got->created_us, bufs[i]->created_us);
         ck_assert_str_eq(got->blob, bufs[i]->blob);
         ck_assert_ptr_null(got->data);
         assert_blob_bytes(&f, got->blob, bufs[i]->data, bufs[i]->nbytes);
         buffer_free(got);
     }
+
+    /* Only the resident buffer counts against the resident quota. */
+    uint64_t resident = 0;
+    ck_assert_int_eq(store_resident_bytes(f.st, "alice", &resident), 0);
+    ck_assert_uint_eq(resident, large->nbytes);
+    store_usage_t usage;
+    ck_assert_int_eq(store_usage_get(f.rd, "alice", &usage), 0);
+    ck_assert_int_eq(usage.resident_bytes, (int64_t)large->nbytes);
+    ck_assert_int_eq(usage.buffer_bytes, (int64_t)(large->nbytes + small->nbytes));
 
     ck_assert_int_eq(store_buffer_delete(f.st, "bob", large->id), -ENOENT);
     buffer_t *still = NULL;
@@ -864,6 +875,8 @@ START_TEST(test_buffers_insert_get_delete_check_the_owner)
     ck_assert_int_eq(store_buffer_delete(f.st, "alice", large->id), 0);
     ck_assert_int_eq(store_buffer_get(f.rd, large->id, &still), -ENOENT);
     ck_assert(!blob_file_exists(&f, large->blob));
+    ck_assert_int_eq(store_resident_bytes(f.st, "alice", &resident), 0);
+    ck_assert_uint_eq(resident, 0);
     ck_assert_int_eq(store_buffer_delete(f.st, "alice", large->id), -ENOENT);
     ck_assert_int_eq(store_buffer_delete(f.st, NULL, small->id), 0);
     ck_assert_int_eq(store_buffer_get(f.rd, small->id, &still), -ENOENT);
@@ -914,7 +927,7 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
     store_t *st = NULL;
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     store_close(st);
-    ck_assert_int_eq(db_user_version(path), 1);
+    ck_assert_int_eq(db_user_version(path), 2);
 
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
@@ -941,8 +954,48 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
     /* Opening again finds the schema current and changes nothing. */
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     store_close(st);
-    ck_assert_int_eq(db_user_version(path), 1);
+    ck_assert_int_eq(db_user_version(path), 2);
     nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
+START_TEST(test_open_migrates_version_1_buffers_to_placed_nowhere)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    buffer_t *buf = buffer_new();
+    snprintf(buf->owner, OWNER_SIZE, "alice");
+    buf->desc = (tensor_desc_t){.dtype = DTYPE_F32, .ndim = 1, .shape = {4}};
+    buf->nbytes = 16;
+    buf->data = calloc(1, 16);
+    buf->resident = true;
+    buf->device = 1;
+    ck_assert_int_eq(store_buffer_insert(f.st, buf), 0);
+    store_reader_close(f.rd);
+    store_close(f.st);
+
+    /* Back to version 1, which had no device column. */
+    char path[128];
+    snprintf(path, sizeof path, "%s/gpujobd.db", f.dir);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db,
+                                  "ALTER TABLE buffers DROP COLUMN device; "
+                                  "PRAGMA user_version = 1",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    ck_assert_int_eq(db_user_version(path), 2);
+    buffer_t *got = NULL;
+    ck_assert_int_eq(store_buffer_get(f.rd, buf->id, &got), 0);
+    ck_assert(got->resident);
+    ck_assert_int_eq(got->device, -1);
+    buffer_free(got);
+    buffer_free(buf);
+    fixture_teardown(&f);
 }
 END_TEST
 
@@ -1341,6 +1394,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_gc_deletes_more_expired_jobs_than_one_batch_holds);
     tcase_add_test(tc, test_buffers_insert_get_delete_check_the_owner);
     tcase_add_test(tc, test_open_migrates_an_empty_file_to_the_current_schema);
+    tcase_add_test(tc, test_open_migrates_version_1_buffers_to_placed_nowhere);
     tcase_add_test(tc, test_open_refuses_a_database_from_a_newer_version);
     tcase_add_test(tc, test_committed_job_survives_kill_9_and_uncommitted_one_does_not);
     tcase_add_test(tc, test_reader_sees_committed_data_while_the_writer_holds_a_transaction);

@@ -491,6 +491,23 @@ json_t *e2e_json_ok(e2e_daemon_t *d, const char *method, const char *path, const
     return j;
 }
 
+json_t *e2e_upload_ok(e2e_daemon_t *d, const char *dtype, const char *shape_query,
+                      const void *bytes, size_t len, bool resident, long expect_status)
+{
+    static const char *const headers[] = {"Content-Type: application/octet-stream", NULL};
+    char path[256];
+    snprintf(path, sizeof path, "/v1/buffers?dtype=%s&shape=%s%s", dtype, shape_query,
+             resident ? "&resident=true" : "");
+    e2e_response_t resp;
+    ck_assert_msg(e2e_http_request(d, "POST", path, headers, bytes, len, &resp) == 0,
+                  "POST %s: no HTTP response", path);
+    ck_assert_msg(resp.status == expect_status, "POST %s: status %ld, expected %ld; body: %.2000s",
+                  path, resp.status, expect_status, resp.body);
+    json_t *j = resp.json ? json_incref(resp.json) : json_null();
+    e2e_response_clear(&resp);
+    return j;
+}
+
 char *e2e_submit_ok(e2e_daemon_t *d, const json_t *job)
 {
     char *text = json_dumps(job, JSON_COMPACT);

@@ -70,6 +70,10 @@ void e2e_http_thread_done(void);
  * and returns the parsed body (a new reference; json null when the body is not JSON). */
 json_t *e2e_json_ok(e2e_daemon_t *d, const char *method, const char *path, const char *json_text,
                     long expect_status);
+/* Uploads len raw bytes as a buffer (POST /v1/buffers?dtype=&shape=, with &resident=true when
+ * resident), asserts the status and returns the parsed body (a new reference). */
+json_t *e2e_upload_ok(e2e_daemon_t *d, const char *dtype, const char *shape_query,
+                      const void *bytes, size_t len, bool resident, long expect_status);
 /* Submits one job (a borrowed JSON object), asserts 201 and returns its id (malloc'd). */
 char *e2e_submit_ok(e2e_daemon_t *d, const json_t *job);
 /* Waits through GET /v1/jobs/{id}/wait until the job is final; fails the test after
