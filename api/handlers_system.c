@@ -14,13 +14,36 @@ int api_handle_healthz(api_request_t *req)
     return API_DONE;
 }
 
+/* Ready while accepting work and, for a backend with devices, while one of them serves; each
+ * device's state shows a reset in progress or a device lost. */
 int api_handle_readyz(api_request_t *req)
 {
     sched_stats_t stats;
     sched_get_stats(req->env->sched, &stats);
-    bool ready = stats.accepting && !atomic_load(&req->env->intake_stopped);
-    api_respond_json(req, ready ? 200 : 503,
-                     json_pack("{s:s}", "status", ready ? "ready" : "draining"));
+    const char *status =
+        stats.accepting && !atomic_load(&req->env->intake_stopped) ? "ready" : "draining";
+    json_t *backend = sched_describe_backend(req->env->sched);
+    json_t *states = json_array();
+    bool serving = false;
+    size_t i;
+    json_t *device;
+    json_array_foreach(json_object_get(backend, "devices"), i, device)
+    {
+        const char *state = json_string_value(json_object_get(device, "state"));
+        serving |= state && strcmp(state, "ready") == 0;
+        json_array_append_new(states,
+                              json_pack("{s:O, s:s}", "index", json_object_get(device, "index"),
+                                        "state", state ? state : "unknown"));
+    }
+    json_decref(backend);
+    if (strcmp(status, "ready") == 0 && json_array_size(states) > 0 && !serving)
+        status = "no_device";
+    json_t *body = json_pack("{s:s}", "status", status);
+    if (json_array_size(states) > 0)
+        json_object_set_new(body, "devices", states);
+    else
+        json_decref(states);
+    api_respond_json(req, strcmp(status, "ready") == 0 ? 200 : 503, body);
     return API_DONE;
 }
 

@@ -6,7 +6,12 @@
  * all n calls at once → one D2H copy of all outputs → a host function on the stream that wakes
  * the worker. The worker then unpacks the outputs, records the GPU time (CUDA events) and
  * reports the batch. Several slots keep copies of one batch overlapping compute of another.
- * No thread spins: the worker sleeps on a condition variable between events. */
+ * No thread spins: the worker sleeps on a condition variable between events.
+ *
+ * Resident buffers: the first launch that reads a resident buffer on its device loads it into
+ * device memory (outside the batch pool, counted against the device cap) and keeps it there;
+ * later launches pass its device pointer to the op and skip the copy. A deleted buffer's copy
+ * is freed once no launch uses it. When it does not fit, the launch copies it as any input. */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -22,8 +27,27 @@
 #define ALIGN 256
 /* How often a worker with batches in flight checks their streams for a failed context. */
 #define FAULT_CHECK_NS (100 * 1000000L)
+/* How stale the free-memory figure of /v1/info may get while the worker is busy. */
+#define MEMORY_CHECK_NS (100 * 1000000L)
+
+typedef enum device_state {
+    DEVICE_READY,
+    DEVICE_RESETTING, /* after a sticky error: draining, resetting, rebuilding */
+    DEVICE_FAILED,    /* could not be set up: takes no work */
+} device_state_t;
+
+static const char *const device_state_names[] = {"ready", "resetting", "failed"};
 
 typedef struct device_worker device_worker_t;
+
+/* A buffer kept in device memory. Guarded by the executor's lock; freed by its worker. */
+typedef struct resident {
+    char id[ID_SIZE];
+    void *dptr;
+    uint64_t nbytes;
+    int refs;     /* launches using it now */
+    bool deleted; /* gone from the store: free it when refs reach 0 */
+} resident_t;
 
 typedef struct slot {
     device_worker_t *dw;
@@ -36,9 +60,12 @@ typedef struct slot {
     void *d_in, *d_out; /* device memory of the running batch, from the pool */
     size_t in_bytes, out_bytes;
     exec_batch_t *batch; /* NULL when free */
-    bool launched;       /* the batch's work is on the stream (events recorded) */
-    bool finished;       /* set by the stream's host function */
-    size_t reserved;     /* bytes counted against the device cap */
+    bool exclusive;      /* the batch runs alone on the device (a re-run: see is_rerun) */
+    resident_t **used;   /* resident buffers the running batch reads, each holding a ref */
+    int n_used, cap_used;
+    bool launched;   /* the batch's work is on the stream (events recorded) */
+    bool finished;   /* set by the stream's host function */
+    size_t reserved; /* bytes counted against the device cap */
 } slot_t;
 
 struct device_worker {
@@ -56,7 +83,17 @@ struct device_worker {
     slot_t *slots;
     exec_batch_t **queue; /* accepted, not yet on a slot */
     int q_head, q_len, q_cap;
-    bool failed; /* could not initialise: takes no work */
+    resident_t **residents;
+    int n_residents, cap_residents;
+    size_t resident_bytes; /* counted against cap beside in_use */
+    unsigned placed;       /* buffers placed here, to spread equal devices */
+    device_state_t state;
+    int resets; /* sticky errors recovered from */
+    bool thread_started;
+    /* Written by the worker alone (the only thread that calls CUDA on the device, so that a
+     * reset never races another caller); read under the lock. */
+    size_t mem_free;
+    int64_t memory_checked_ns;
 };
 
 typedef struct cuda_exec {
@@ -74,14 +111,18 @@ static size_t align_up(size_t n)
     return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
 }
 
-/* Bytes of a batch's inputs and outputs, each tensor aligned. */
-static void batch_sizes(const exec_batch_t *b, size_t *ret_in, size_t *ret_out)
+/* Bytes of a batch's inputs and outputs, each tensor aligned. Inputs whose device pointer is
+ * already known (resident buffers: in_ptrs[i * OP_MAX_TENSORS + j] set) take no room; with
+ * in_ptrs NULL every input counts. */
+static void batch_sizes(const exec_batch_t *b, const void *const *in_ptrs, size_t *ret_in,
+                        size_t *ret_out)
 {
     size_t in = 0, out = 0;
     for (int i = 0; i < b->n; i++) {
         const op_call_t *c = &b->jobs[i]->call;
         for (int j = 0; j < c->op->n_inputs; j++)
-            if (c->has_in[j]) in += align_up(tensor_desc_bytes(&c->in[j]));
+            if (c->has_in[j] && !(in_ptrs && in_ptrs[(size_t)i * OP_MAX_TENSORS + j]))
+                in += align_up(tensor_desc_bytes(&c->in[j]));
         for (int j = 0; j < c->n_out; j++)
             out += align_up(tensor_desc_bytes(&c->out[j]));
     }
@@ -139,62 +180,194 @@ static void fail_batch(exec_batch_t *b, const char *code, const char *message)
         if (!b->jobs[i]->error_code[0]) job_set_error(b->jobs[i], code, "%s", message);
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The worker's look at the device's free memory, for /v1/info and /metrics. */
+static void refresh_memory(device_worker_t *dw)
+{
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
+    pthread_mutex_lock(&dw->ex->lock);
+    dw->mem_free = free_b;
+    dw->memory_checked_ns = now_ns();
+    pthread_mutex_unlock(&dw->ex->lock);
+}
+
+/* ------------------------------------------------------------------ resident buffers */
+
+static bool serves_device_locked(cuda_exec_t *ex, int device)
+{
+    for (int d = 0; d < ex->n_devices; d++)
+        if (ex->devices[d].device == device && ex->devices[d].state != DEVICE_FAILED) return true;
+    return false;
+}
+
+/* Records that the slot's batch holds a reference on res. Caller holds the lock. */
+static int slot_track_locked(slot_t *slot, resident_t *res)
+{
+    if (slot->n_used == slot->cap_used) {
+        int cap = slot->cap_used ? 2 * slot->cap_used : 8;
+        resident_t **used = realloc(slot->used, (size_t)cap * sizeof *used);
+        if (!used) return -ENOMEM;
+        slot->used = used;
+        slot->cap_used = cap;
+    }
+    slot->used[slot->n_used++] = res;
+    res->refs++;
+    return 0;
+}
+
+/* The resident copy of buffer id on the slot's device, referenced by the slot; NULL when
+ * there is none. */
+static resident_t *resident_acquire(slot_t *slot, const char *id)
+{
+    device_worker_t *dw = slot->dw;
+    resident_t *found = NULL;
+    pthread_mutex_lock(&dw->ex->lock);
+    for (int k = 0; k < dw->n_residents && !found; k++)
+        if (!dw->residents[k]->deleted && strcmp(dw->residents[k]->id, id) == 0)
+            found = dw->residents[k];
+    if (found && slot_track_locked(slot, found) < 0) found = NULL;
+    pthread_mutex_unlock(&dw->ex->lock);
+    return found;
+}
+
+/* Copies a resident buffer's bytes to the slot's device and keeps them there, referenced by
+ * the slot. NULL when it does not fit under the cap or the copy fails: the launch then copies
+ * the bytes as for any input. */
+static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const char *id, const void *data,
+                                 uint64_t nbytes)
+{
+    device_worker_t *dw = slot->dw;
+    cuda_exec_t *ex = dw->ex;
+    resident_t *res = calloc(1, sizeof *res);
+    if (!res) return NULL;
+    snprintf(res->id, sizeof res->id, "%s", id);
+    res->nbytes = nbytes;
+    pthread_mutex_lock(&ex->lock);
+    bool fits = dw->in_use + dw->resident_bytes + nbytes <= dw->cap;
+    if (fits) dw->resident_bytes += nbytes;
+    pthread_mutex_unlock(&ex->lock);
+    if (!fits) {
+        free(res);
+        return NULL;
+    }
+    cudaError_t e = cudaMalloc(&res->dptr, nbytes ? nbytes : 1);
+    if (e != cudaSuccess) {
+        /* Memory the batch pool keeps for reuse may be in the way: give it back, once. */
+        cudaGetLastError();
+        cudaMemPoolTrimTo(dw->pool, 0);
+        e = cudaMalloc(&res->dptr, nbytes ? nbytes : 1);
+    }
+    if (e == cudaSuccess) e = cudaMemcpy(res->dptr, data, nbytes, cudaMemcpyHostToDevice);
+    bool added = false;
+    pthread_mutex_lock(&ex->lock);
+    if (e == cudaSuccess && dw->n_residents == dw->cap_residents) {
+        int cap = dw->cap_residents ? 2 * dw->cap_residents : 16;
+        resident_t **a = realloc(dw->residents, (size_t)cap * sizeof *a);
+        if (a) {
+            dw->residents = a;
+            dw->cap_residents = cap;
+        }
+    }
+    if (e == cudaSuccess && dw->n_residents < dw->cap_residents &&
+        slot_track_locked(slot, res) == 0) {
+        dw->residents[dw->n_residents++] = res;
+        added = true;
+    } else {
+        dw->resident_bytes -= nbytes;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    if (!added) {
+        if (e != cudaSuccess) {
+            log_warn("gpu %d: buffer %s stays in host memory: %s", dw->device, id,
+                     cudaGetErrorString(e));
+            cudaGetLastError();
+        }
+        if (res->dptr) cudaFree(res->dptr);
+        free(res);
+        return NULL;
+    }
+    /* A delete that committed while the bytes were copied found nothing to mark: look again
+     * now that the copy is listed, so that it cannot outlive its buffer. */
+    buffer_t *still = NULL;
+    if (store_buffer_get(rd, id, &still) == -ENOENT) {
+        pthread_mutex_lock(&ex->lock);
+        res->deleted = true;
+        pthread_mutex_unlock(&ex->lock);
+    }
+    buffer_free(still);
+    return res;
+}
+
+/* Drops the references the slot's batch held. Caller holds the lock. */
+static void slot_release_residents_locked(slot_t *slot)
+{
+    for (int k = 0; k < slot->n_used; k++)
+        slot->used[k]->refs--;
+    slot->n_used = 0;
+}
+
+/* A deleted resident buffer no launch uses any more, unlisted; NULL when none. Caller holds
+ * the lock; the caller frees its memory. */
+static resident_t *take_unused_deleted_locked(device_worker_t *dw)
+{
+    for (int k = 0; k < dw->n_residents; k++) {
+        resident_t *res = dw->residents[k];
+        if (res->deleted && res->refs == 0) {
+            dw->residents[k] = dw->residents[--dw->n_residents];
+            dw->resident_bytes -= res->nbytes;
+            return res;
+        }
+    }
+    return NULL;
+}
+
+/* Brings a buffer input's bytes where the launch can use them: the device pointer of its
+ * resident copy in *ret_dptr (loading it on first use), or its bytes into t->data. */
+static int fetch_buffer_input(slot_t *slot, store_reader_t *rd, job_tensor_t *t,
+                              const void **ret_dptr)
+{
+    resident_t *res = resident_acquire(slot, t->buffer_id);
+    if (res) {
+        *ret_dptr = res->dptr;
+        return 0;
+    }
+    buffer_t *buf = NULL;
+    int r = store_buffer_get(rd, t->buffer_id, &buf);
+    if (r >= 0)
+        r = buf->data ? (t->data = buf->data, buf->data = NULL, 0)
+                      : store_blob_read(rd, buf->blob, buf->nbytes, &t->data);
+    /* Loaded on the device it was placed on, or on any device when that one is not served. */
+    cuda_exec_t *ex = slot->dw->ex;
+    if (r >= 0 && buf->resident && buf->device != slot->dw->device) {
+        pthread_mutex_lock(&ex->lock);
+        bool elsewhere = serves_device_locked(ex, buf->device);
+        pthread_mutex_unlock(&ex->lock);
+        if (elsewhere) goto out;
+    }
+    if (r >= 0 && buf->resident &&
+        (res = resident_load(slot, rd, t->buffer_id, t->data, t->nbytes))) {
+        free(t->data);
+        t->data = NULL;
+        *ret_dptr = res->dptr;
+    }
+out:
+    buffer_free(buf);
+    return r;
+}
+
 /* Queues a batch on a free slot. Returns 0 when the work is on the stream (completion comes
  * through on_stream_done), or a negative errno after failing the batch's jobs. */
 static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
 {
     device_worker_t *dw = slot->dw;
     char why[ERROR_MESSAGE_SIZE];
-    for (int i = 0; i < b->n; i++) {
-        job_t *job = b->jobs[i];
-        job->run_device = dw->device;
-        job->batch_size = b->n;
-        for (int j = 0; j < job->call.op->n_inputs; j++) {
-            job_tensor_t *t = &job->in[j];
-            if (!job->call.has_in[j] || t->data) continue;
-            int r = -ENOENT;
-            if (t->buffer_id[0]) {
-                buffer_t *buf = NULL;
-                r = store_buffer_get(rd, t->buffer_id, &buf);
-                if (r >= 0)
-                    r = buf->data ? (t->data = buf->data, buf->data = NULL, 0)
-                                  : store_blob_read(rd, buf->blob, buf->nbytes, &t->data);
-                buffer_free(buf);
-            } else if (t->blob) {
-                r = store_blob_read(rd, t->blob, t->nbytes, &t->data);
-            }
-            if (r < 0) {
-                snprintf(why, sizeof why, "input '%s' could not be read", t->name);
-                fail_batch(b, "input_unavailable", why);
-                return r;
-            }
-        }
-    }
-
-    if (!b->jobs[0]->call.op->run_cuda) {
-        fail_batch(b, "unsupported", "this op has no CUDA implementation in this build");
-        return -EOPNOTSUPP;
-    }
-    size_t in_bytes, out_bytes;
-    batch_sizes(b, &in_bytes, &out_bytes);
-    if (grow_pinned(slot, in_bytes > out_bytes ? in_bytes : out_bytes) < 0) {
-        fail_batch(b, "out_of_memory", "no pinned host memory for staging");
-        return -ENOMEM;
-    }
-    cudaSetDevice(dw->device);
-    slot->d_in = pool_alloc(slot, in_bytes);
-    slot->d_out = pool_alloc(slot, out_bytes);
-    if (!slot->d_in || !slot->d_out) {
-        pool_free(slot, slot->d_in);
-        pool_free(slot, slot->d_out);
-        slot->d_in = slot->d_out = NULL;
-        fail_batch(b, "out_of_memory", "the device memory pool is exhausted");
-        return -ENOMEM;
-    }
-    slot->in_bytes = in_bytes;
-    slot->out_bytes = out_bytes;
-
-    /* Pack inputs, and lay out device pointers for every call. */
     const op_call_t **calls = calloc((size_t)b->n, sizeof *calls);
     const void **in_ptrs = calloc((size_t)b->n * OP_MAX_TENSORS, sizeof *in_ptrs);
     void **out_ptrs = calloc((size_t)b->n * OP_MAX_TENSORS, sizeof *out_ptrs);
@@ -206,6 +379,54 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
         fail_batch(b, "out_of_memory", "no host memory for the launch");
         goto out;
     }
+    cudaSetDevice(dw->device);
+    for (int i = 0; i < b->n && r == 0; i++) {
+        job_t *job = b->jobs[i];
+        job->run_device = dw->device;
+        job->batch_size = b->n;
+        for (int j = 0; j < job->call.op->n_inputs && r == 0; j++) {
+            job_tensor_t *t = &job->in[j];
+            if (!job->call.has_in[j] || t->data) continue;
+            r = -ENOENT;
+            if (t->buffer_id[0])
+                r = fetch_buffer_input(slot, rd, t, &in_ptrs[(size_t)i * OP_MAX_TENSORS + j]);
+            else if (t->blob)
+                r = store_blob_read(rd, t->blob, t->nbytes, &t->data);
+            if (r < 0) {
+                snprintf(why, sizeof why, "input '%s' could not be read", t->name);
+                fail_batch(b, "input_unavailable", why);
+            }
+        }
+    }
+    if (r < 0) goto out;
+
+    if (!b->jobs[0]->call.op->run_cuda) {
+        fail_batch(b, "unsupported", "this op has no CUDA implementation in this build");
+        r = -EOPNOTSUPP;
+        goto out;
+    }
+    size_t in_bytes, out_bytes;
+    batch_sizes(b, in_ptrs, &in_bytes, &out_bytes);
+    if (grow_pinned(slot, in_bytes > out_bytes ? in_bytes : out_bytes) < 0) {
+        fail_batch(b, "out_of_memory", "no pinned host memory for staging");
+        r = -ENOMEM;
+        goto out;
+    }
+    slot->d_in = pool_alloc(slot, in_bytes);
+    slot->d_out = pool_alloc(slot, out_bytes);
+    if (!slot->d_in || !slot->d_out) {
+        pool_free(slot, slot->d_in);
+        pool_free(slot, slot->d_out);
+        slot->d_in = slot->d_out = NULL;
+        fail_batch(b, "out_of_memory", "the device memory pool is exhausted");
+        r = -ENOMEM;
+        goto out;
+    }
+    slot->in_bytes = in_bytes;
+    slot->out_bytes = out_bytes;
+
+    /* Pack inputs (resident ones already have their pointers), and lay out device pointers
+     * for every call. */
     size_t in_off = 0, out_off = 0;
     for (int i = 0; i < b->n; i++) {
         job_t *job = b->jobs[i];
@@ -213,7 +434,7 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
         ins[i] = in_ptrs + (size_t)i * OP_MAX_TENSORS;
         outs[i] = out_ptrs + (size_t)i * OP_MAX_TENSORS;
         for (int j = 0; j < job->call.op->n_inputs; j++) {
-            if (!job->call.has_in[j]) continue;
+            if (!job->call.has_in[j] || in_ptrs[(size_t)i * OP_MAX_TENSORS + j]) continue;
             memcpy((char *)slot->pinned + in_off, job->in[j].data, job->in[j].nbytes);
             in_ptrs[(size_t)i * OP_MAX_TENSORS + j] = (char *)slot->d_in + in_off;
             in_off += align_up(job->in[j].nbytes);
@@ -268,15 +489,18 @@ out:
     return r;
 }
 
-/* After the stream finished: outputs out of staging, GPU time shared by cost, memory back. */
-static void complete(slot_t *slot)
+/* After the stream finished: outputs out of staging, GPU time shared by cost, memory back.
+ * Returns the stream's error, after failing the batch with it; cudaSuccess for a batch that
+ * ran, or that failed before its launch. */
+static cudaError_t complete(slot_t *slot)
 {
     exec_batch_t *b = slot->batch;
     float ms = 0;
     /* A batch that failed before its launch has no events of its own: no GPU time. */
     cudaError_t e = slot->launched ? cudaStreamQuery(slot->stream) : cudaSuccess;
+    if (e == cudaErrorNotReady) e = cudaSuccess;
     if (slot->launched && e == cudaSuccess) e = cudaEventElapsedTime(&ms, slot->start, slot->stop);
-    if (e != cudaSuccess && e != cudaErrorNotReady) {
+    if (e != cudaSuccess) {
         char why[ERROR_MESSAGE_SIZE];
         snprintf(why, sizeof why, "CUDA: %s", cudaGetErrorString(e));
         fail_batch(b, "cuda_error", why);
@@ -309,6 +533,141 @@ static void complete(slot_t *slot)
     pool_free(slot, slot->d_in);
     pool_free(slot, slot->d_out);
     slot->d_in = slot->d_out = NULL;
+    return e;
+}
+
+/* After an asynchronous error: true when the context is lost (a sticky error, which every
+ * later call returns too), false when the device still works. */
+static bool context_lost(void)
+{
+    cudaGetLastError();
+    cudaError_t e = cudaDeviceSynchronize();
+    cudaGetLastError();
+    return e != cudaSuccess;
+}
+
+/* The slots' streams, events, cuBLAS handles and staging; and the device's pool. */
+static int device_setup(device_worker_t *dw)
+{
+    if (cudaSetDevice(dw->device) != cudaSuccess ||
+        cudaDeviceGetDefaultMemPool(&dw->pool, dw->device) != cudaSuccess)
+        return -ENODEV;
+    /* Keep freed memory in the pool up to the cap instead of returning it at every sync. */
+    uint64_t threshold = dw->cap;
+    cudaMemPoolSetAttribute(dw->pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+    for (int k = 0; k < dw->n_slots; k++) {
+        slot_t *s = &dw->slots[k];
+        if (cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess ||
+            cudaEventCreate(&s->start) != cudaSuccess || cudaEventCreate(&s->stop) != cudaSuccess ||
+            cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS ||
+            cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
+            cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
+            return -ENODEV;
+    }
+    return 0;
+}
+
+/* A batch run before, interrupted by a device reset (or a daemon restart). It runs alone on
+ * its device: should it fault again, it is then known to be the culprit and fails, and
+ * should it be innocent, it cannot be interrupted by another culprit again. */
+static bool is_rerun(const exec_batch_t *b)
+{
+    for (int i = 0; i < b->n; i++)
+        if (b->jobs[i]->attempts > 1) return true;
+    return false;
+}
+
+/* Undoes device_setup: after the work drained, or on a lost context, where the calls fail
+ * harmlessly before the reset. */
+static void device_teardown(device_worker_t *dw)
+{
+    cudaSetDevice(dw->device);
+    for (int k = 0; k < dw->n_slots; k++) {
+        slot_t *s = &dw->slots[k];
+        if (s->stream) cudaStreamSynchronize(s->stream);
+        if (s->blas) cublasDestroy(s->blas);
+        if (s->lt) cublasLtDestroy(s->lt);
+        if (s->start) cudaEventDestroy(s->start);
+        if (s->stop) cudaEventDestroy(s->stop);
+        if (s->stream) cudaStreamDestroy(s->stream);
+        if (s->pinned) cudaFreeHost(s->pinned);
+        s->blas = NULL;
+        s->lt = NULL;
+        s->start = s->stop = NULL;
+        s->stream = NULL;
+        s->pinned = NULL;
+        s->pinned_size = 0;
+    }
+    cudaGetLastError();
+}
+
+/* A sticky error lost the device's context. Every batch the worker holds goes back to the
+ * scheduler: the culprit's jobs fail with the error when it was the only launch on the device
+ * (else no launch can be told apart, and each runs again while attempts remain); batches not
+ * yet launched run again. Meanwhile the device is reset and its streams, handles and pool
+ * rebuilt; it takes no work, and /readyz and /v1/info show it resetting. Resident copies die
+ * with the context: later launches load them again. The batches are reported once the device
+ * serves again, so that the scheduler's next dispatch finds it. */
+static void recover(device_worker_t *dw, slot_t *culprit, cudaError_t why)
+{
+    cuda_exec_t *ex = dw->ex;
+    char msg[ERROR_MESSAGE_SIZE];
+    snprintf(msg, sizeof msg, "CUDA: %s; the device was reset", cudaGetErrorString(why));
+    log_error("gpu %d: %s: resetting the device", dw->device, cudaGetErrorString(why));
+    exec_batch_t *back[dw->n_slots + dw->q_cap];
+    int n_back = 0;
+
+    pthread_mutex_lock(&ex->lock);
+    dw->state = DEVICE_RESETTING;
+    int launched = 0;
+    for (int k = 0; k < dw->n_slots; k++)
+        launched += dw->slots[k].batch && dw->slots[k].launched;
+    for (int k = 0; k < dw->n_slots; k++) {
+        slot_t *s = &dw->slots[k];
+        if (!s->batch) continue;
+        /* A batch that failed before its launch keeps its own error. */
+        if (s->launched && !(s == culprit && launched == 1)) {
+            fail_batch(s->batch, "device_reset", msg);
+            s->batch->retry = EXEC_RETRY_INTERRUPTED;
+        }
+        back[n_back++] = s->batch;
+        s->batch = NULL;
+        s->finished = s->launched = s->exclusive = false;
+        s->reserved = 0;
+        s->n_used = 0;
+    }
+    for (; dw->q_len > 0; dw->q_len--) {
+        back[n_back] = dw->queue[dw->q_head];
+        back[n_back++]->retry = EXEC_RETRY_UNSTARTED;
+        dw->q_head = (dw->q_head + 1) % dw->q_cap;
+    }
+    dw->in_use = 0;
+    resident_t **residents = dw->residents;
+    int n_residents = dw->n_residents;
+    dw->residents = NULL;
+    dw->n_residents = dw->cap_residents = 0;
+    dw->resident_bytes = 0;
+    pthread_mutex_unlock(&ex->lock);
+    for (int k = 0; k < n_residents; k++)
+        free(residents[k]); /* their memory goes with the context */
+    free(residents);
+
+    device_teardown(dw);
+    cudaDeviceReset();
+    cudaGetLastError();
+    int r = device_setup(dw);
+    if (r == 0)
+        log_info("gpu %d: reset; serving again", dw->device);
+    else
+        log_error("gpu %d: could not be set up again after the reset: it takes no more work",
+                  dw->device);
+    pthread_mutex_lock(&ex->lock);
+    dw->state = r == 0 ? DEVICE_READY : DEVICE_FAILED;
+    dw->resets++;
+    pthread_mutex_unlock(&ex->lock);
+    refresh_memory(dw);
+    for (int i = 0; i < n_back; i++)
+        ex->base.done(back[i], ex->base.done_ud);
 }
 
 static void *device_thread(void *arg)
@@ -322,6 +681,19 @@ static void *device_thread(void *arg)
 
     pthread_mutex_lock(&ex->lock);
     for (;;) {
+        if (now_ns() - dw->memory_checked_ns > MEMORY_CHECK_NS) {
+            pthread_mutex_unlock(&ex->lock);
+            refresh_memory(dw);
+            pthread_mutex_lock(&ex->lock);
+        }
+        resident_t *unused = take_unused_deleted_locked(dw);
+        if (unused) {
+            pthread_mutex_unlock(&ex->lock);
+            cudaFree(unused->dptr);
+            free(unused);
+            pthread_mutex_lock(&ex->lock);
+            continue;
+        }
         /* Finished slots first: they free memory and slots for the queue. */
         slot_t *done = NULL;
         for (int k = 0; k < dw->n_slots && !done; k++)
@@ -329,35 +701,50 @@ static void *device_thread(void *arg)
         if (done) {
             exec_batch_t *b = done->batch;
             pthread_mutex_unlock(&ex->lock);
-            complete(done);
+            cudaError_t e = complete(done);
+            if (e != cudaSuccess && context_lost()) {
+                recover(dw, done, e);
+                pthread_mutex_lock(&ex->lock);
+                continue;
+            }
             pthread_mutex_lock(&ex->lock);
+            slot_release_residents_locked(done);
             dw->in_use -= done->reserved;
             done->reserved = 0;
             done->batch = NULL;
-            done->finished = false;
-            done->launched = false;
+            done->finished = done->launched = done->exclusive = false;
             pthread_mutex_unlock(&ex->lock);
             ex->base.done(b, ex->base.done_ud);
             pthread_mutex_lock(&ex->lock);
             continue;
         }
         slot_t *free_slot = NULL;
-        for (int k = 0; k < dw->n_slots && !free_slot; k++)
-            if (!dw->slots[k].batch) free_slot = &dw->slots[k];
-        if (free_slot && dw->q_len > 0) {
-            exec_batch_t *b = dw->queue[dw->q_head];
-            size_t in_bytes, out_bytes;
-            batch_sizes(b, &in_bytes, &out_bytes);
-            size_t need = in_bytes + out_bytes;
-            bool too_big = need > dw->cap;
-            /* Over the cap with others running: wait for memory to come back. */
-            if (!too_big && dw->in_use + need > dw->cap && dw->in_use > 0) {
-                pthread_cond_wait(&ex->cond, &ex->lock);
-                continue;
-            }
+        int running = 0;
+        bool exclusive = false;
+        for (int k = 0; k < dw->n_slots; k++) {
+            slot_t *s = &dw->slots[k];
+            if (!s->batch && !free_slot) free_slot = s;
+            running += s->batch != NULL;
+            exclusive |= s->batch && s->exclusive;
+        }
+        /* The queue's head starts when a slot is free and no re-run holds the device, unless it
+         * is a re-run and others run, or it needs memory that running batches hold: then it
+         * waits below, like any worker with batches in flight. */
+        exec_batch_t *b = free_slot && dw->q_len > 0 && !exclusive ? dw->queue[dw->q_head] : NULL;
+        bool rerun = b && is_rerun(b);
+        size_t in_bytes = 0, out_bytes = 0;
+        /* Resident inputs count here as if copied: the batch may be the one loading them. */
+        if (b) batch_sizes(b, NULL, &in_bytes, &out_bytes);
+        size_t need = in_bytes + out_bytes;
+        bool too_big = need > dw->cap;
+        if (b && ((rerun && running > 0) ||
+                  (!too_big && dw->in_use + dw->resident_bytes + need > dw->cap && dw->in_use > 0)))
+            b = NULL;
+        if (b) {
             dw->q_head = (dw->q_head + 1) % dw->q_cap;
             dw->q_len--;
             free_slot->batch = b;
+            free_slot->exclusive = rerun;
             free_slot->reserved = too_big ? 0 : need;
             dw->in_use += free_slot->reserved;
             pthread_mutex_unlock(&ex->lock);
@@ -377,11 +764,8 @@ static void *device_thread(void *arg)
             if (r < 0) free_slot->finished = true; /* report it through the same path */
             continue;
         }
-        bool busy = false;
-        for (int k = 0; k < dw->n_slots; k++)
-            busy |= dw->slots[k].batch != NULL;
-        if (ex->stopping && dw->q_len == 0 && !busy) break;
-        if (!busy) {
+        if (ex->stopping && dw->q_len == 0 && running == 0) break;
+        if (running == 0) {
             pthread_cond_wait(&ex->cond, &ex->lock);
             continue;
         }
@@ -433,43 +817,30 @@ static int worker_init(cuda_exec_t *ex, device_worker_t *dw, int device)
     dw->mem_total = prop.totalGlobalMem;
     dw->cap = ex->cfg->device_memory_cap ? ex->cfg->device_memory_cap
                                          : (size_t)(0.9 * (double)prop.totalGlobalMem);
-    if (cudaDeviceGetDefaultMemPool(&dw->pool, device) != cudaSuccess) return -ENODEV;
-    /* Keep freed memory in the pool up to the cap instead of returning it at every sync. */
-    uint64_t threshold = dw->cap;
-    cudaMemPoolSetAttribute(dw->pool, cudaMemPoolAttrReleaseThreshold, &threshold);
-
     dw->n_slots = ex->cfg->streams_per_device > 0 ? ex->cfg->streams_per_device : 1;
     dw->slots = calloc((size_t)dw->n_slots, sizeof *dw->slots);
     dw->q_cap = 2 * dw->n_slots;
     dw->queue = calloc((size_t)dw->q_cap, sizeof *dw->queue);
     if (!dw->slots || !dw->queue) return -ENOMEM;
-    for (int k = 0; k < dw->n_slots; k++) {
-        slot_t *s = &dw->slots[k];
-        s->dw = dw;
-        if (cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess ||
-            cudaEventCreate(&s->start) != cudaSuccess || cudaEventCreate(&s->stop) != cudaSuccess ||
-            cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS ||
-            cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
-            cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
-            return -ENODEV;
-    }
-    return 0;
+    for (int k = 0; k < dw->n_slots; k++)
+        dw->slots[k].dw = dw;
+    int r = device_setup(dw);
+    if (r == 0) refresh_memory(dw);
+    return r;
 }
 
 static void worker_release(device_worker_t *dw)
 {
-    if (!dw->slots) return;
-    cudaSetDevice(dw->device);
-    for (int k = 0; k < dw->n_slots; k++) {
-        slot_t *s = &dw->slots[k];
-        if (s->stream) cudaStreamSynchronize(s->stream);
-        if (s->blas) cublasDestroy(s->blas);
-        if (s->lt) cublasLtDestroy(s->lt);
-        if (s->start) cudaEventDestroy(s->start);
-        if (s->stop) cudaEventDestroy(s->stop);
-        if (s->stream) cudaStreamDestroy(s->stream);
-        cudaFreeHost(s->pinned);
+    if (dw->slots) {
+        device_teardown(dw);
+        for (int k = 0; k < dw->n_slots; k++)
+            free(dw->slots[k].used);
     }
+    for (int k = 0; k < dw->n_residents; k++) {
+        cudaFree(dw->residents[k]->dptr);
+        free(dw->residents[k]);
+    }
+    free(dw->residents);
     free(dw->slots);
     free(dw->queue);
     dw->slots = NULL;
@@ -486,7 +857,8 @@ static int cuda_submit(executor_t *base, exec_batch_t *b)
     int best_load = 0;
     for (int d = 0; d < ex->n_devices && !ex->stopping; d++) {
         device_worker_t *dw = &ex->devices[d];
-        if (dw->failed || dw->q_len == dw->q_cap || (pin >= 0 && dw->device != pin)) continue;
+        if (dw->state != DEVICE_READY || dw->q_len == dw->q_cap || (pin >= 0 && dw->device != pin))
+            continue;
         int load = dw->q_len;
         for (int k = 0; k < dw->n_slots; k++)
             load += dw->slots[k].batch != NULL;
@@ -504,7 +876,7 @@ static int cuda_submit(executor_t *base, exec_batch_t *b)
     } else if (pin >= 0) {
         bool exists = false;
         for (int d = 0; d < ex->n_devices; d++)
-            exists |= ex->devices[d].device == pin && !ex->devices[d].failed;
+            exists |= ex->devices[d].device == pin && ex->devices[d].state != DEVICE_FAILED;
         if (!exists) {
             /* Nothing will ever take it: fail the batch through the normal path. */
             fail_batch(b, "no_such_device", "the pinned device does not exist here");
@@ -523,33 +895,33 @@ static int cuda_free_slots(executor_t *base)
     pthread_mutex_lock(&ex->lock);
     int n = 0;
     for (int d = 0; d < ex->n_devices && !ex->stopping; d++)
-        if (!ex->devices[d].failed) n += ex->devices[d].q_cap - ex->devices[d].q_len;
+        if (ex->devices[d].state == DEVICE_READY) n += ex->devices[d].q_cap - ex->devices[d].q_len;
     pthread_mutex_unlock(&ex->lock);
     return n;
 }
 
+/* From what the workers recorded: no CUDA call here, so that no HTTP thread touches a device
+ * while its worker resets it. */
 static json_t *cuda_describe(executor_t *base)
 {
     cuda_exec_t *ex = (cuda_exec_t *)base;
     json_t *devices = json_array();
+    pthread_mutex_lock(&ex->lock);
     for (int d = 0; d < ex->n_devices; d++) {
         device_worker_t *dw = &ex->devices[d];
-        size_t free_b = 0, total_b = 0;
-        pthread_mutex_lock(&ex->lock);
-        size_t in_use = dw->in_use;
-        pthread_mutex_unlock(&ex->lock);
-        cudaSetDevice(dw->device);
-        cudaMemGetInfo(&free_b, &total_b);
         char cc[16];
         snprintf(cc, sizeof cc, "%d.%d", dw->cc_major, dw->cc_minor);
         json_array_append_new(
-            devices, json_pack("{s:i, s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:i, s:s}", "index",
-                               dw->device, "name", dw->name, "uuid", dw->uuid, "compute_capability",
-                               cc, "sms", dw->sms, "memory_total", (json_int_t)total_b,
-                               "memory_free", (json_int_t)free_b, "pool_cap", (json_int_t)dw->cap,
-                               "pool_in_use", (json_int_t)in_use, "streams", dw->n_slots, "state",
-                               dw->failed ? "failed" : "ready"));
+            devices,
+            json_pack("{s:i, s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:s, s:i}",
+                      "index", dw->device, "name", dw->name, "uuid", dw->uuid, "compute_capability",
+                      cc, "sms", dw->sms, "memory_total", (json_int_t)dw->mem_total, "memory_free",
+                      (json_int_t)dw->mem_free, "pool_cap", (json_int_t)dw->cap, "pool_in_use",
+                      (json_int_t)dw->in_use, "resident_bytes", (json_int_t)dw->resident_bytes,
+                      "resident_buffers", dw->n_residents, "streams", dw->n_slots, "state",
+                      device_state_names[dw->state], "resets", dw->resets));
     }
+    pthread_mutex_unlock(&ex->lock);
     return json_pack("{s:s, s:o}", "name", "cuda", "devices", devices);
 }
 
@@ -562,7 +934,7 @@ static void cuda_destroy(executor_t *base, int timeout_ms)
     pthread_mutex_unlock(&ex->lock);
     /* Device work is bounded (kernels finish); the workers drain their queues and exit. */
     for (int d = 0; d < ex->n_devices; d++)
-        if (!ex->devices[d].failed) pthread_join(ex->devices[d].thread, NULL);
+        if (ex->devices[d].thread_started) pthread_join(ex->devices[d].thread, NULL);
     for (int d = 0; d < ex->n_devices; d++)
         worker_release(&ex->devices[d]);
     pthread_mutex_destroy(&ex->lock);
@@ -571,12 +943,59 @@ static void cuda_destroy(executor_t *base, int timeout_ms)
     free(ex);
 }
 
+/* The device with the most room left beside its resident buffers; among equals, the one
+ * given the fewest buffers, so that a run of uploads spreads over the devices. */
+static int cuda_place_buffer(executor_t *base, uint64_t nbytes)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    device_worker_t *best = NULL;
+    size_t best_room = 0;
+    for (int d = 0; d < ex->n_devices; d++) {
+        device_worker_t *dw = &ex->devices[d];
+        size_t room = dw->cap > dw->resident_bytes ? dw->cap - dw->resident_bytes : 0;
+        if (dw->state == DEVICE_FAILED || room < nbytes) continue;
+        if (!best || room > best_room || (room == best_room && dw->placed < best->placed)) {
+            best = dw;
+            best_room = room;
+        }
+    }
+    if (best) best->placed++;
+    int device = best ? best->device : -1;
+    pthread_mutex_unlock(&ex->lock);
+    return device;
+}
+
+static void cuda_buffer_deleted(executor_t *base, const char *id)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    for (int d = 0; d < ex->n_devices; d++)
+        for (int k = 0; k < ex->devices[d].n_residents; k++)
+            if (strcmp(ex->devices[d].residents[k]->id, id) == 0)
+                ex->devices[d].residents[k]->deleted = true;
+    pthread_cond_broadcast(&ex->cond);
+    pthread_mutex_unlock(&ex->lock);
+}
+
+static bool cuda_serves_device(executor_t *base, int device)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    bool served = serves_device_locked(ex, device);
+    pthread_mutex_unlock(&ex->lock);
+    return served;
+}
+
 static const executor_ops_t cuda_ops = {
     .name = "cuda",
     .submit = cuda_submit,
     .free_slots = cuda_free_slots,
     .describe = cuda_describe,
     .destroy = cuda_destroy,
+    .place_buffer = cuda_place_buffer,
+    .buffer_deleted = cuda_buffer_deleted,
+    .serves_device = cuda_serves_device,
 };
 
 /* Parses cfg->devices ("all", or a comma list of ordinals or UUIDs) against what is present. */
@@ -646,7 +1065,8 @@ int exec_cuda_new(const config_t *cfg, executor_t **ret)
     }
     for (int d = 0; d < ex->n_devices; d++) {
         device_worker_t *dw = &ex->devices[d];
-        if (pthread_create(&dw->thread, NULL, device_thread, dw) != 0) dw->failed = true;
+        dw->thread_started = pthread_create(&dw->thread, NULL, device_thread, dw) == 0;
+        if (!dw->thread_started) dw->state = DEVICE_FAILED;
     }
     *ret = &ex->base;
     return 0;

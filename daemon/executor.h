@@ -13,12 +13,22 @@
 #include "job.h"
 #include "store.h"
 
+/* How a batch comes back when it did not run to its end through no fault of its own (its
+ * device was reset). */
+typedef enum exec_retry {
+    EXEC_RETRY_NONE,        /* it ran: its jobs end as the executor says */
+    EXEC_RETRY_UNSTARTED,   /* it never reached the device: run it again, no attempt counted */
+    EXEC_RETRY_INTERRUPTED, /* it was on the device: run it again while attempts remain, else
+                             * its jobs end with the error the executor set on them */
+} exec_retry_t;
+
 typedef struct exec_batch {
-    int n;           /* jobs, all with the same call.batch_key (n == 1 for unbatchable calls) */
-    job_t **jobs;    /* borrowed from the scheduler for the batch's lifetime */
+    int n;        /* jobs, all with the same call.batch_key (n == 1 for unbatchable calls) */
+    job_t **jobs; /* borrowed from the scheduler for the batch's lifetime */
     /* Written by the executor before done(): each job's outputs (out[j].data, malloc'd) and,
      * for a job that failed, its error_code/message; plus run_device, gpu_ns and
      * batch_size. A job left with error_code "" succeeded. */
+    exec_retry_t retry;
     void *sched_priv; /* the scheduler's own */
 } exec_batch_t;
 

@@ -627,7 +627,7 @@ static void on_dispatch_timer(uv_timer_t *t)
 }
 
 static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why);
-static void requeue_batch(sched_t *s, sched_batch_t *sb);
+static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran);
 
 /* Cuts batches while the executor has free slots. A partial batch whose oldest job has
  * waited less than max_delay_us is held back while other batches are in flight, so that
@@ -714,7 +714,7 @@ static void dispatch(sched_t *s)
             }
             int er = s->ex->ops->submit(s->ex, &sb->batch);
             if (er == -EAGAIN) {
-                requeue_batch(s, sb);
+                requeue_batch(s, sb, false);
                 continue;
             }
             if (er < 0) {
@@ -838,17 +838,20 @@ static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why)
 }
 
 /* A batch the executor turned down although it had room (-EAGAIN: the device its jobs are
- * pinned to is full): its jobs go back to their queues, in the store and here, unchanged, and
- * wait for the next dispatch. If the store refuses, they fail instead, with the reason. */
-static void requeue_batch(sched_t *s, sched_batch_t *sb)
+ * pinned to is full), or gave back from a device reset: its jobs go back to their queues, in
+ * the store and here, and wait for the next dispatch; the attempt counts only when they ran.
+ * If the store refuses, they fail instead, with the reason. */
+static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran)
 {
     exec_batch_t *batch = &sb->batch;
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         job->state = JOB_QUEUED;
         job->started_us = 0;
-        job->attempts--;
+        job->attempts -= !ran;
         job->batch_size = 0;
+        job->run_device = -1;
+        job->error_code[0] = job->error_message[0] = '\0';
     }
     int r = store_begin(s->st);
     for (int i = 0; i < batch->n && r >= 0; i++)
@@ -859,7 +862,7 @@ static void requeue_batch(sched_t *s, sched_batch_t *sb)
         for (int i = 0; i < batch->n; i++) {
             batch->jobs[i]->state = JOB_RUNNING;
             batch->jobs[i]->started_us = sb->dispatched_us;
-            batch->jobs[i]->attempts++;
+            batch->jobs[i]->attempts += !ran;
         }
         fail_dispatched(s, sb, "no device could take the job and the store refused to re-queue it");
         return;
@@ -882,6 +885,51 @@ static void requeue_batch(sched_t *s, sched_batch_t *sb)
         }
         atomic_fetch_add(&s->queued, 1);
     }
+    free(batch->jobs);
+    free(sb->done_msg);
+    free(sb);
+}
+
+/* A batch the executor gave back (exec_retry_t). Jobs cancelled meanwhile, and interrupted
+ * jobs out of attempts (which end with the executor's error), finish in a batch of their
+ * own; the others are queued again. */
+static void retry_batch(sched_t *s, sched_batch_t *sb)
+{
+    exec_batch_t *batch = &sb->batch;
+    bool ran = batch->retry == EXEC_RETRY_INTERRUPTED;
+    sched_batch_t *spent = NULL;
+    int keep = 0;
+    for (int i = 0; i < batch->n; i++) {
+        job_t *job = batch->jobs[i];
+        entry_t *e = strmap_get(s->entries, job->id);
+        if (!e->cancelled_while_running && (!ran || job->attempts < s->cfg->max_attempts)) {
+            batch->jobs[keep++] = job;
+            continue;
+        }
+        if (!spent && (spent = calloc(1, sizeof *spent)) &&
+            !(spent->batch.jobs = calloc((size_t)batch->n, sizeof *spent->batch.jobs))) {
+            free(spent);
+            spent = NULL;
+        }
+        if (!spent) { /* out of memory: it is queued once more instead */
+            batch->jobs[keep++] = job;
+            continue;
+        }
+        spent->batch.jobs[spent->batch.n++] = job;
+    }
+    batch->n = keep;
+    if (spent) {
+        spent->s = s;
+        spent->dispatched_us = sb->dispatched_us;
+        spent->batch.sched_priv = spent;
+        s->batches_in_flight++; /* finish_batch counts it out */
+        finish_batch(s, spent);
+    }
+    if (batch->n > 0) {
+        requeue_batch(s, sb, ran);
+        return;
+    }
+    s->batches_in_flight--;
     free(batch->jobs);
     free(sb->done_msg);
     free(sb);
@@ -1117,11 +1165,17 @@ static void handle_msg(sched_t *s, msg_t *m)
         }
         break;
     }
-    case MSG_DONE:
-        finish_batch(s, m->batch->sched_priv);
+    case MSG_DONE: {
+        sched_batch_t *sb = m->batch->sched_priv;
+        sb->done_msg = NULL; /* m itself, freed below */
+        if (m->batch->retry != EXEC_RETRY_NONE)
+            retry_batch(s, sb);
+        else
+            finish_batch(s, sb);
         maybe_finish_stop(s);
         dispatch(s);
         break;
+    }
     case MSG_STOP:
         s->stopping = true;
         commit_pending(s); /* accepted submissions are committed: they run after restart */

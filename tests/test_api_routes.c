@@ -311,12 +311,30 @@ START_TEST(test_health_ready_and_metrics)
 {
     expect(run_json("GET", "/healthz", NULL), 200, NULL);
     expect(run_json("GET", "/readyz", NULL), 200, NULL);
+    /* With devices: ready while one of them serves, each device's state shown. */
+    fake_sched.backend_json = "{\"name\": \"cuda\", \"devices\": [{\"index\": 0, \"state\": "
+                              "\"resetting\"}, {\"index\": 1, \"state\": \"ready\"}]}";
+    test_req_t *t = run_json("GET", "/readyz", NULL);
+    ck_assert_int_eq(t->req.resp.status, 200);
+    json_t *body = t->req.resp.json;
+    ck_assert_str_eq(json_string_value(json_object_get(body, "status")), "ready");
+    json_t *first = json_array_get(json_object_get(body, "devices"), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(first, "index")), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(first, "state")), "resetting");
+    done(t);
+    fake_sched.backend_json = "{\"name\": \"cuda\", \"devices\": [{\"index\": 0, \"state\": "
+                              "\"resetting\"}, {\"index\": 1, \"state\": \"failed\"}]}";
+    t = run_json("GET", "/readyz", NULL);
+    ck_assert_int_eq(t->req.resp.status, 503);
+    ck_assert_str_eq(json_string_value(json_object_get(t->req.resp.json, "status")), "no_device");
+    done(t);
+    fake_sched.backend_json = NULL;
     fake_sched.stats.accepting = false;
     expect(run_json("GET", "/readyz", NULL), 503, NULL);
     fake_sched.stats.submitted_total = 12345;
     fake_sched.stats.queued = 77;
     atomic_store(&env.responses[429], 3);
-    test_req_t *t = run_json("GET", "/metrics", NULL);
+    t = run_json("GET", "/metrics", NULL);
     ck_assert_int_eq(t->req.resp.status, 200);
     const char *text = t->req.resp.body;
     ck_assert_ptr_nonnull(strstr(text, "\ngpujobd_jobs_submitted_total 12345\n"));

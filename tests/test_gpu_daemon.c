@@ -1,11 +1,17 @@
-/* The daemon on its CUDA backend: a burst of 10,000 tiny jobs submitted in arrays completes,
- * every result equals the computation done here, and the job rows show that the jobs went out
- * in batched launches (far fewer launches than jobs) with GPU time recorded. */
+/* The daemon on its CUDA backend:
+ * - a burst of 10,000 tiny jobs submitted in arrays completes, every result equals the
+ *   computation done here, and the job rows show that the jobs went out in batched launches
+ *   (far fewer launches than jobs) with GPU time recorded; /metrics has the device's gauges;
+ * - resident weights serve a pipeline of GEMMs from device memory;
+ * - a job over the device memory cap fails with a clear error, and the daemon goes on;
+ * - an injected sticky fault resets the device: the faulting job fails with the CUDA error,
+ *   the job it interrupted runs again and succeeds, and the device serves again. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support/daemon_harness.h"
 #include "support/gpu_support.h"
@@ -38,6 +44,58 @@ static json_t *tensor_b64(const float *v, int n)
     return t;
 }
 
+/* Device 0 as /v1/info describes it (a new reference). */
+static json_t *device0(e2e_daemon_t *d)
+{
+    json_t *info = e2e_json_ok(d, "GET", "/v1/info", NULL, 200);
+    json_t *dev = json_incref(
+        json_array_get(json_object_get(json_object_get(info, "backend"), "devices"), 0));
+    json_decref(info);
+    ck_assert_ptr_nonnull(dev);
+    return dev;
+}
+
+/* Polls device 0 until its integer field key equals want; fails the test after timeout_s. */
+static void wait_device0_int(e2e_daemon_t *d, const char *key, long want, double timeout_s)
+{
+    double until = e2e_now() + timeout_s;
+    long got;
+    for (;;) {
+        json_t *dev = device0(d);
+        got = (long)json_integer_value(json_object_get(dev, key));
+        json_decref(dev);
+        if (got == want || e2e_now() > until) break;
+        usleep(20000);
+    }
+    ck_assert_msg(got == want, "device 0 %s is %ld, want %ld", key, got, want);
+}
+
+/* A saxpy of n fresh random elements checked against the computation here. */
+static void check_saxpy(e2e_daemon_t *d, unsigned *seed)
+{
+    enum { N = 4096 };
+    float x[N], y[N];
+    fill_random(DTYPE_F32, x, N, -1, 1, seed);
+    fill_random(DTYPE_F32, y, N, -1, 1, seed);
+    json_t *job = json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 1.5,
+                            "inputs", "x", tensor_b64(x, N), "y", tensor_b64(y, N));
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 60);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    json_t *data =
+        json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "data");
+    ck_assert_int_eq(json_array_size(data), N);
+    for (int i = 0; i < N; i++) {
+        double want = 1.5f * x[i] + y[i];
+        double got = json_number_value(json_array_get(data, i));
+        ck_assert_msg(fabs(got - want) <= 1e-6 * (1 + fabs(want)), "saxpy [%d]: %g, want %g", i,
+                      got, want);
+    }
+    json_decref(done);
+    json_decref(job);
+    free(id);
+}
+
 START_TEST(test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct)
 {
     gpu_require();
@@ -63,11 +121,10 @@ START_TEST(test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct)
         json_t *arr = json_array();
         for (int k = 0; k < PER_POST; k++) {
             int j = post * PER_POST + k;
-            json_array_append_new(
-                arr, json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a",
-                               (double)a[j], "inputs", "x",
-                               tensor_b64(x + (size_t)j * N_ELEMS, N_ELEMS), "y",
-                               tensor_b64(y + (size_t)j * N_ELEMS, N_ELEMS)));
+            json_array_append_new(arr, json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy",
+                                                 "params", "a", (double)a[j], "inputs", "x",
+                                                 tensor_b64(x + (size_t)j * N_ELEMS, N_ELEMS), "y",
+                                                 tensor_b64(y + (size_t)j * N_ELEMS, N_ELEMS)));
         }
         char *body = json_dumps(arr, JSON_COMPACT);
         json_t *res = e2e_json_ok(d, "POST", "/v1/jobs", body, 201);
@@ -92,8 +149,8 @@ START_TEST(test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct)
         batched += batch_size > 1;
         ck_assert_int_eq(json_integer_value(json_object_get(job, "run_device")), 0);
         ck_assert(json_real_value(json_object_get(job, "gpu_ms")) >= 0);
-        json_t *data = json_object_get(json_object_get(json_object_get(job, "outputs"), "out"),
-                                       "data");
+        json_t *data =
+            json_object_get(json_object_get(json_object_get(job, "outputs"), "out"), "data");
         ck_assert_int_eq(json_array_size(data), N_ELEMS);
         for (int i = 0; i < N_ELEMS; i++) {
             double want = (double)a[j] * x[(size_t)j * N_ELEMS + i] + y[(size_t)j * N_ELEMS + i];
@@ -107,12 +164,186 @@ START_TEST(test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct)
     printf("%d jobs in about %.0f launches; %d jobs ran batched\n", N_JOBS, launches, batched);
     ck_assert_msg(launches < N_JOBS / 10.0, "%.0f launches for %d jobs", launches, N_JOBS);
 
+    /* The device's gauges, from NVML or else from the worker's memory figures. */
+    json_t *dev = device0(d);
+    char sample[160];
+    snprintf(sample, sizeof sample, "gpujobd_gpu_memory_total_bytes{device=\"0\",uuid=\"%s\"}",
+             json_string_value(json_object_get(dev, "uuid")));
+    json_decref(dev);
+    double until = e2e_now() + 5, total = 0;
+    while ((total = e2e_metric_ok(d, sample)) <= 0 && e2e_now() < until)
+        usleep(50000);
+    ck_assert_msg(total > 0, "no %s in /metrics", sample);
+
     free(ids);
     free(x);
     free(y);
     free(a);
     int status = 0;
     ck_assert_int_eq(e2e_daemon_stop(d, 30000, &status), 0);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
+{
+    gpu_require();
+    setenv("GPUJOB_E2E_BACKEND", "cuda", 1);
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    enum { M = 64, K = 256, N = 128, JOBS = 40 };
+    unsigned seed = 777;
+    printf("seed %u\n", seed);
+    float *w = malloc(sizeof(float) * K * N), *a = malloc(sizeof(float) * JOBS * M * K);
+    fill_random(DTYPE_F32, w, K * N, -1, 1, &seed);
+    fill_random(DTYPE_F32, a, (int64_t)JOBS * M * K, -1, 1, &seed);
+    char shape[32];
+    snprintf(shape, sizeof shape, "%d,%d", K, N);
+    json_t *meta = e2e_upload_ok(d, "f32", shape, w, sizeof(float) * K * N, true, 201);
+    ck_assert_int_eq(json_integer_value(json_object_get(meta, "device")), 0);
+    char *weights = strdup(json_string_value(json_object_get(meta, "id")));
+    json_decref(meta);
+
+    char *ids[JOBS];
+    for (int j = 0; j < JOBS; j++) {
+        char *b64 = b64_encode(a + (size_t)j * M * K, sizeof(float) * M * K);
+        json_t *job = json_pack("{s:s, s:{s:b}, s:{s:{s:s, s:[i, i], s:s}, s:{s:s}}}", "op", "gemm",
+                                "params", "tf32", 0, "inputs", "a", "dtype", "f32", "shape", M, K,
+                                "b64", b64, "b", "buffer", weights);
+        ids[j] = e2e_submit_ok(d, job);
+        json_decref(job);
+        free(b64);
+    }
+    double *got = malloc(sizeof(double) * M * N);
+    for (int j = 0; j < JOBS; j++) {
+        json_t *done = e2e_wait_final_ok(d, ids[j], 60);
+        ck_assert_str_eq(e2e_job_state(done), "succeeded");
+        ck_assert_int_eq(json_integer_value(json_object_get(done, "device")), 0);
+        ck_assert_int_eq(json_integer_value(json_object_get(done, "run_device")), 0);
+        json_t *data =
+            json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "data");
+        ck_assert_int_eq(e2e_json_flatten(data, got, M * N), M * N);
+        const float *aj = a + (size_t)j * M * K;
+        for (int i = 0; i < M; i++)
+            for (int n = 0; n < N; n++) {
+                double want = 0, mag = 0;
+                for (int k = 0; k < K; k++) {
+                    want += (double)aj[i * K + k] * w[k * N + n];
+                    mag += fabs((double)aj[i * K + k] * w[k * N + n]);
+                }
+                ck_assert_msg(fabs(got[i * N + n] - want) <= 1e-5 * mag + 1e-6,
+                              "job %d [%d,%d]: %g, want %g", j, i, n, got[i * N + n], want);
+            }
+        json_decref(done);
+        free(ids[j]);
+    }
+    /* Loaded once, held in device memory, freed with its buffer. */
+    json_t *dev = device0(d);
+    ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_buffers")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_bytes")),
+                     (json_int_t)sizeof(float) * K * N);
+    json_decref(dev);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/buffers/%s", weights);
+    json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
+    wait_device0_int(d, "resident_buffers", 0, 5);
+    wait_device0_int(d, "resident_bytes", 0, 5);
+
+    free(got);
+    free(weights);
+    free(w);
+    free(a);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_a_job_over_the_device_memory_cap_fails_and_the_daemon_goes_on)
+{
+    gpu_require();
+    setenv("GPUJOB_E2E_BACKEND", "cuda", 1);
+    e2e_daemon_t *d = e2e_daemon_start_ok("[gpu]\ndevice_memory_cap = 16MiB\n");
+    enum { N = 4 << 20 }; /* x, y and out: 48 MiB on the device */
+    float *x = calloc(N, sizeof *x);
+    char shape[32];
+    snprintf(shape, sizeof shape, "%d", N);
+    char *ids[2];
+    for (int k = 0; k < 2; k++) {
+        json_t *meta = e2e_upload_ok(d, "f32", shape, x, sizeof(float) * N, false, 201);
+        ids[k] = strdup(json_string_value(json_object_get(meta, "id")));
+        json_decref(meta);
+    }
+    json_t *job = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}}", "op", "add", "inputs", "x", "buffer",
+                            ids[0], "y", "buffer", ids[1]);
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 60);
+    ck_assert_str_eq(e2e_job_state(done), "failed");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(done, "error"), "code")),
+                     "exceeds_device_memory");
+    json_decref(done);
+    free(id);
+    json_decref(job);
+
+    unsigned seed = 99;
+    check_saxpy(d, &seed);
+    json_decref(e2e_json_ok(d, "GET", "/readyz", NULL, 200));
+    for (int k = 0; k < 2; k++)
+        free(ids[k]);
+    free(x);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_an_injected_sticky_fault_resets_the_device_and_work_goes_on)
+{
+    gpu_require();
+    setenv("GPUJOB_E2E_BACKEND", "cuda", 1);
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    unsigned seed = 31337;
+    check_saxpy(d, &seed);
+
+    /* A long job holds one stream; the fault on another kills the context under both. */
+    json_t *long_job = e2e_long_job_new(2000);
+    char *sleeper = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, sleeper, "running", 30);
+    json_t *fault =
+        json_pack("{s:s, s:{s:{s:s, s:[i], s:[f, f, f, f]}}}", "op", "debug_fault", "inputs", "x",
+                  "dtype", "f32", "shape", 4, "data", 1.0, 2.0, 3.0, 4.0);
+    char *faulty = e2e_submit_ok(d, fault);
+
+    /* Neither can be told the culprit at first: both run again, each alone on the device.
+     * The faulting job then fails with the CUDA error; the long job succeeds. */
+    json_t *done = e2e_wait_final_ok(d, faulty, 120);
+    ck_assert_str_eq(e2e_job_state(done), "failed");
+    json_t *error = json_object_get(done, "error");
+    ck_assert_str_eq(json_string_value(json_object_get(error, "code")), "cuda_error");
+    ck_assert_msg(strstr(json_string_value(json_object_get(error, "message")), "illegal"),
+                  "message: %s", json_string_value(json_object_get(error, "message")));
+    ck_assert_int_eq(json_integer_value(json_object_get(done, "attempts")), 2);
+    json_decref(done);
+    done = e2e_wait_final_ok(d, sleeper, 120);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    ck_assert_int_eq(json_integer_value(json_object_get(done, "attempts")), 2);
+    double out[4];
+    ck_assert_int_eq(
+        e2e_json_flatten(
+            json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "data"), out,
+            4),
+        4);
+    for (int i = 0; i < 4; i++)
+        ck_assert(out[i] == i + 1);
+    json_decref(done);
+
+    /* The device was reset twice and serves again. */
+    json_t *dev = device0(d);
+    ck_assert_str_eq(json_string_value(json_object_get(dev, "state")), "ready");
+    ck_assert_int_eq(json_integer_value(json_object_get(dev, "resets")), 2);
+    json_decref(dev);
+    json_decref(e2e_json_ok(d, "GET", "/readyz", NULL, 200));
+    check_saxpy(d, &seed);
+
+    free(sleeper);
+    free(faulty);
+    json_decref(long_job);
+    json_decref(fault);
     e2e_daemon_free(d);
 }
 END_TEST
@@ -124,6 +355,9 @@ int main(void)
     TCase *tc = tcase_create("gpu_daemon");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct);
+    tcase_add_test(tc, test_resident_weights_serve_a_pipeline_of_gemms);
+    tcase_add_test(tc, test_a_job_over_the_device_memory_cap_fails_and_the_daemon_goes_on);
+    tcase_add_test(tc, test_an_injected_sticky_fault_resets_the_device_and_work_goes_on);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -92,8 +92,7 @@ static int fake_wait_jobs(fake_exec_t *f, int n)
             total += f->got[i]->n;
         int seen = f->n_got;
         pthread_mutex_unlock(&f->lock);
-        if (total >= n)
-            break;
+        if (total >= n) break;
         fake_wait_batches(f, seen + 1);
     }
     return total;
@@ -114,6 +113,19 @@ static void fake_complete(fake_exec_t *f, int i)
         }
         job->batch_size = b->n;
     }
+    pthread_mutex_lock(&f->lock);
+    f->n_done++;
+    pthread_mutex_unlock(&f->lock);
+    f->base.done(b, f->base.done_ud);
+}
+
+/* Hands batch i back as a device reset would: interrupted jobs carry the reset's error. */
+static void fake_give_back(fake_exec_t *f, int i, exec_retry_t retry)
+{
+    exec_batch_t *b = f->got[i];
+    b->retry = retry;
+    for (int k = 0; k < b->n && retry == EXEC_RETRY_INTERRUPTED; k++)
+        job_set_error(b->jobs[k], "device_reset", "CUDA: an illegal memory access (test)");
     pthread_mutex_lock(&f->lock);
     f->n_done++;
     pthread_mutex_unlock(&f->lock);
@@ -335,12 +347,61 @@ START_TEST(test_fair_share_serves_a_small_user_before_a_big_backlog_drains)
     for (int i = 0; i < 10 && position < 0; i++) {
         fake_wait_batches(fake, i + 1);
         ck_assert_int_eq(fake->n_got, i + 1);
-        if (strcmp(fake->got[i]->jobs[0]->id, small_id) == 0)
-            position = i;
+        if (strcmp(fake->got[i]->jobs[0]->id, small_id) == 0) position = i;
         fake_complete(fake, i);
     }
     ck_assert_int_ge(position, 0);
     ck_assert_int_le(position, 2);
+}
+END_TEST
+
+START_TEST(test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain)
+{
+    cfg.max_batch = 1;
+    cfg.max_attempts = 2;
+    fake->slots = 2;
+    job_t *a = add_job("alice", 10, 0), *b = add_job("alice", 11, 0);
+    reply_box_t box_a, box_b;
+    submit(&box_a, &a, 1);
+    submit(&box_b, &b, 1);
+    fake_wait_batches(fake, 2);
+    bool a_first = fake->got[0]->jobs[0] == a;
+    ck_assert_int_eq(a->attempts, 1);
+    ck_assert_int_eq(b->attempts, 1);
+
+    /* The device resets: a was running on it, b had not reached it. Both run again; only a's
+     * attempt counts. */
+    fake_give_back(fake, a_first ? 0 : 1, EXEC_RETRY_INTERRUPTED);
+    fake_give_back(fake, a_first ? 1 : 0, EXEC_RETRY_UNSTARTED);
+    fake_wait_batches(fake, 4);
+    ck_assert_int_eq(fake->n_got, 4);
+    int again_a = fake->got[2]->jobs[0] == a ? 2 : 3;
+    ck_assert_ptr_eq(fake->got[again_a]->jobs[0], a);
+    ck_assert_ptr_eq(fake->got[5 - again_a]->jobs[0], b);
+    ck_assert_int_eq(a->attempts, 2);
+    ck_assert_int_eq(b->attempts, 1);
+    ck_assert_str_eq(a->error_code, "");
+    ck_assert_int_eq(stored_state(box_a.ids[0]), JOB_RUNNING);
+
+    /* Interrupted again, a is out of attempts: it fails with the reset's error. b succeeds. */
+    fake_give_back(fake, again_a, EXEC_RETRY_INTERRUPTED);
+    fake_complete(fake, 5 - again_a);
+    for (int k = 0; k < 2; k++) {
+        reply_box_t w;
+        box_init(&w);
+        sched_wait(sched, "alice", k ? box_b.ids[0] : box_a.ids[0], 5000, on_reply, &w);
+        box_wait(&w);
+        ck_assert_int_eq(w.err, 0);
+        ck_assert_int_eq(w.states[0], k ? JOB_SUCCEEDED : JOB_FAILED);
+    }
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    job_t *stored = NULL;
+    ck_assert_int_eq(store_job_get(rd, box_a.ids[0], &stored), 0);
+    ck_assert_str_eq(stored->error_code, "device_reset");
+    ck_assert_int_eq(stored->attempts, 2);
+    job_free(stored);
+    store_reader_close(rd);
 }
 END_TEST
 
@@ -597,6 +658,7 @@ int main(void)
     tcase_add_test(tc, test_jobs_with_equal_batch_keys_go_out_as_one_batch);
     tcase_add_test(tc, test_max_batch_caps_batch_size);
     tcase_add_test(tc, test_fair_share_serves_a_small_user_before_a_big_backlog_drains);
+    tcase_add_test(tc, test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain);
     tcase_add_test(tc, test_priority_orders_one_users_queue);
     tcase_add_test(tc, test_cancel_queued_job_never_runs);
     tcase_add_test(tc, test_other_users_cannot_see_or_cancel_a_job);
