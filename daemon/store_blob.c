@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +46,19 @@ int store_locator_parse(const char *blob, store_locator_t *ret)
     store_locator_t loc = {0};
     if (!blob) return -EINVAL;
     if (strncmp(blob, "file:", 5) == 0) {
-        if (!is_file_name(blob + 5)) return -EINVAL;
+        char file[4 + STORE_BLOB_NAME_LEN];
+        snprintf(file, sizeof file, "%s", blob + 5);
+        const char *at = blob + 5 + 3 + STORE_BLOB_NAME_LEN;
+        if (!is_file_name(file) || (*at != '\0' && *at != '@')) return -EINVAL;
+        if (*at == '@') {
+            char *end;
+            errno = 0;
+            unsigned long long offset = strtoull(at + 1, &end, 10);
+            if (at[1] < '0' || at[1] > '9' || *end != '\0' || errno) return -EINVAL;
+            loc.offset = offset;
+        }
         loc.kind = STORE_LOCATOR_FILE;
-        memcpy(loc.file, blob + 5, 3 + STORE_BLOB_NAME_LEN + 1);
+        memcpy(loc.file, file, sizeof file);
     } else if (strncmp(blob, "row:buffers/", 12) == 0) {
         const char *id = blob + 12;
         if (!is_id(id, strlen(id))) return -EINVAL;
@@ -77,10 +88,13 @@ int store_locator_parse(const char *blob, store_locator_t *ret)
     return 0;
 }
 
-char *store_locator_file(const char *file)
+char *store_locator_file(const char *file, uint64_t offset)
 {
     char buf[STORE_LOCATOR_SIZE];
-    snprintf(buf, sizeof buf, "file:%s", file);
+    if (offset)
+        snprintf(buf, sizeof buf, "file:%s@%" PRIu64, file, offset);
+    else
+        snprintf(buf, sizeof buf, "file:%s", file);
     return strdup(buf);
 }
 
@@ -115,24 +129,25 @@ static int fan_dir_ensure(const char *blobs_dir, const char *fan_path)
     return errno == EEXIST ? 0 : -errno;
 }
 
-static int write_all(int fd, const void *data, uint64_t nbytes)
+int store_write_all(int fd, const void *data, uint64_t nbytes, uint64_t offset)
 {
     const char *p = data;
     while (nbytes > 0) {
         size_t chunk = nbytes > (1u << 30) ? (1u << 30) : (size_t)nbytes;
-        ssize_t n = write(fd, p, chunk);
+        ssize_t n = pwrite(fd, p, chunk, (off_t)offset);
         if (n < 0) {
             if (errno == EINTR) continue;
             return -errno;
         }
         p += n;
+        offset += (uint64_t)n;
         nbytes -= (uint64_t)n;
     }
     return 0;
 }
 
-int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbytes,
-                          char ret_file[4 + STORE_BLOB_NAME_LEN])
+int store_blob_file_create(const char *blobs_dir, char ret_file[4 + STORE_BLOB_NAME_LEN],
+                           char ret_path[PATH_MAX + 64], int *ret_fd)
 {
     unsigned char rnd[STORE_BLOB_NAME_LEN / 2];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
@@ -153,10 +168,29 @@ int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbyt
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
     if (fd < 0)
         return log_error_errno(-errno, "store: cannot create '%s': %s", path, strerror(errno));
-    r = write_all(fd, data, nbytes);
+    /* The entry must survive a crash once a row names the file. */
+    r = fsync_dir(fan_path);
+    if (r < 0) {
+        close(fd);
+        unlink(path);
+        return log_error_errno(r, "store: cannot sync '%s': %s", fan_path, strerror(-r));
+    }
+    memcpy(ret_file, file, sizeof file);
+    memcpy(ret_path, path, sizeof path);
+    *ret_fd = fd;
+    return 0;
+}
+
+int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbytes,
+                          char ret_file[4 + STORE_BLOB_NAME_LEN])
+{
+    char file[4 + STORE_BLOB_NAME_LEN], path[PATH_MAX + 64];
+    int fd;
+    int r = store_blob_file_create(blobs_dir, file, path, &fd);
+    if (r < 0) return r;
+    r = store_write_all(fd, data, nbytes, 0);
     if (r == 0 && fsync(fd) < 0) r = -errno;
     if (close(fd) < 0 && r == 0) r = -errno;
-    if (r == 0) r = fsync_dir(fan_path);
     if (r < 0) {
         unlink(path);
         return log_error_errno(r, "store: writing blob '%s': %s", path, strerror(-r));
@@ -165,7 +199,8 @@ int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbyt
     return 0;
 }
 
-int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t nbytes, void **ret_data)
+int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t offset, uint64_t nbytes,
+                         void **ret_data)
 {
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", blobs_dir, file);
@@ -175,11 +210,14 @@ int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t nbyte
         return log_error_errno(r == -ENOENT ? -ENOENT : r, "store: cannot open blob '%s': %s", path,
                                strerror(-r));
     }
+    /* A whole-file blob holds exactly its tensor; a segment (offset > 0) at least its part. */
     struct stat sb;
-    if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != nbytes) {
+    if (fstat(fd, &sb) < 0 ||
+        (offset ? (uint64_t)sb.st_size < offset + nbytes : (uint64_t)sb.st_size != nbytes)) {
         close(fd);
-        return log_error_errno(-EIO, "store: blob '%s' holds %lld bytes, expected %llu", path,
-                               (long long)sb.st_size, (unsigned long long)nbytes);
+        return log_error_errno(
+            -EIO, "store: blob '%s' holds %lld bytes, expected %" PRIu64 " at offset %" PRIu64,
+            path, (long long)sb.st_size, nbytes, offset);
     }
     char *data = malloc(nbytes ? nbytes : 1);
     if (!data) {
@@ -189,7 +227,7 @@ int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t nbyte
     uint64_t done = 0;
     while (done < nbytes) {
         size_t chunk = nbytes - done > (1u << 30) ? (1u << 30) : (size_t)(nbytes - done);
-        ssize_t n = read(fd, data + done, chunk);
+        ssize_t n = pread(fd, data + done, chunk, (off_t)(offset + done));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             int r = n < 0 ? -errno : -EIO;
@@ -212,7 +250,7 @@ void store_blob_file_remove(const char *blobs_dir, const char *file)
         log_warn("store: cannot remove blob '%s': %s", path, strerror(errno));
 }
 
-static int file_referenced(store_conn_t *conn, const char *file, bool *ret)
+int store_blob_file_referenced(store_conn_t *conn, const char *file, bool *ret)
 {
     sqlite3_stmt *stmt = store_stmt(conn, STMT_FILE_REFERENCED);
     if (!stmt) return -EIO;
@@ -237,7 +275,7 @@ static int sweep_fan_dir(store_conn_t *conn, const char *fan, int *removed)
             !is_file_name(file))
             continue; /* not ours (or "." and ".."): leave it alone */
         bool used = true;
-        r = file_referenced(conn, file, &used);
+        r = store_blob_file_referenced(conn, file, &used);
         if (r == 0 && !used) {
             store_blob_file_remove(conn->blobs_dir, file);
             (*removed)++;

@@ -22,8 +22,8 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
                         "state, attempts, created_us, idempotency_key) "
                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9, ?10)",
     [STMT_TENSOR_INSERT] = "INSERT INTO tensors (job_id, role, slot, name, dtype, shape, nbytes, "
-                           "buffer_id, data, file) "
-                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                           "buffer_id, data, file, file_offset) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     /* The allowed previous states are bound as ?11 and ?12 (the same twice when only one is
      * allowed), so the check and the change are one atomic statement. */
     [STMT_JOB_UPDATE] = "UPDATE jobs SET state = ?2, attempts = ?3, started_us = ?4, "
@@ -32,7 +32,8 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
                         "WHERE id = ?1 AND state IN (?11, ?12)",
     [STMT_JOB_STATE] = "SELECT state FROM jobs WHERE id = ?1",
     [STMT_JOB_GET] = "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1",
-    [STMT_TENSORS_OF_JOB] = "SELECT role, slot, name, dtype, shape, nbytes, buffer_id, file "
+    [STMT_TENSORS_OF_JOB] = "SELECT role, slot, name, dtype, shape, nbytes, buffer_id, file, "
+                            "file_offset "
                             "FROM tensors WHERE job_id = ?1 ORDER BY role, slot",
     [STMT_JOB_FIND_IDEMPOTENT] = "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
     [STMT_TENSOR_DATA] = "SELECT data FROM tensors WHERE job_id = ?1 AND role = ?2 AND slot = ?3",

@@ -10,7 +10,7 @@
 
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 #define STORE_DB_NAME "gpujobd.db"
 #define STORE_BUSY_TIMEOUT_MS 5000
 
@@ -94,7 +94,8 @@ int store_shape_parse(const char *text, tensor_desc_t *d);
 #define STORE_LOCATOR_SIZE 96
 
 typedef enum store_locator_kind {
-    STORE_LOCATOR_FILE,   /* "file:ab/ab0123..." under blobs/ */
+    STORE_LOCATOR_FILE,   /* "file:ab/ab0123..." under blobs/, or "file:ab/ab0123...@OFFSET"
+                             for a tensor inside a segment file */
     STORE_LOCATOR_TENSOR, /* "row:tensors/<job id>/<in|out>/<slot>" */
     STORE_LOCATOR_BUFFER, /* "row:buffers/<buffer id>" */
 } store_locator_kind_t;
@@ -102,6 +103,7 @@ typedef enum store_locator_kind {
 typedef struct store_locator {
     store_locator_kind_t kind;
     char file[4 + STORE_BLOB_NAME_LEN]; /* "ab/<name>" for FILE */
+    uint64_t offset;                    /* FILE: where the bytes start in it */
     char id[ID_SIZE];                   /* job or buffer id for rows */
     bool output;                        /* TENSOR: role "out" */
     int slot;                           /* TENSOR */
@@ -111,20 +113,55 @@ typedef struct store_locator {
  * 0 or -EINVAL. */
 int store_locator_parse(const char *blob, store_locator_t *ret);
 /* A malloc'd locator string; NULL when out of memory. */
-char *store_locator_file(const char *file);
+char *store_locator_file(const char *file, uint64_t offset);
 char *store_locator_tensor(const char *job_id, bool output, int slot);
 char *store_locator_buffer(const char *buffer_id);
 
+/* Creates a new empty file under blobs_dir with a random name *ret_file ("ab/<name>", at
+ * *ret_path), its directory entry fsync'd; *ret_fd is open for writing. */
+int store_blob_file_create(const char *blobs_dir, char ret_file[4 + STORE_BLOB_NAME_LEN],
+                           char ret_path[PATH_MAX + 64], int *ret_fd);
+/* pwrite()s all of data at offset. 0 or a negative errno. */
+int store_write_all(int fd, const void *data, uint64_t nbytes, uint64_t offset);
+/* Whether any tensor or buffer row names file. */
+int store_blob_file_referenced(store_conn_t *conn, const char *file, bool *ret);
 /* Writes nbytes to a new fsync'd file under blobs_dir; *ret_file is its "ab/<name>". */
 int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbytes,
                           char ret_file[4 + STORE_BLOB_NAME_LEN]);
-int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t nbytes, void **ret_data);
+/* Reads nbytes at offset of a blob file into a new malloc'd block. */
+int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t offset, uint64_t nbytes,
+                         void **ret_data);
 /* Removes a blob file; a missing one is not an error (it was already collected). */
 void store_blob_file_remove(const char *blobs_dir, const char *file);
 /* Removes files under blobs/ that no row names: left by a crash between a blob's write and the
  * commit of its row, or by a rolled-back transaction. Run at open, before any other thread
  * can write blobs. *ret_removed: how many. */
 int store_blob_sweep_orphans(store_conn_t *conn, int *ret_removed);
+
+/* --- segment files (store_segment.c) --- */
+
+/* Tensors of at least this many bytes (and at most inline_blob_bytes) are appended to the
+ * active segment instead of their rows; smaller ones cost less in the row. */
+#define STORE_SEGMENT_MIN_BYTES 512
+
+typedef struct store_segment {
+    int fd; /* -1 when no segment is active */
+    char file[4 + STORE_BLOB_NAME_LEN];
+    uint64_t size;
+    bool dirty; /* appended to since the last sync */
+} store_segment_t;
+
+void store_segment_init(store_segment_t *seg);
+/* Appends nbytes to the active segment (starting one, or a new one when it is full) and
+ * returns where they went. The caller's commit must store_segment_sync() first. */
+int store_segment_append(store_segment_t *seg, store_conn_t *conn, const void *data,
+                         uint64_t nbytes, char ret_file[4 + STORE_BLOB_NAME_LEN],
+                         uint64_t *ret_offset);
+/* fdatasync()s what was appended since the last sync. */
+int store_segment_sync(store_segment_t *seg);
+/* True for the segment still being appended to, which no collection may remove. */
+bool store_segment_is_active(const store_segment_t *seg, const char *file);
+void store_segment_close(store_segment_t *seg);
 
 /* --- jobs read back (store_read.c) --- */
 

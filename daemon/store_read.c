@@ -77,7 +77,7 @@ static int tensor_from_row(job_t *job, sqlite3_stmt *row)
     store_column_copy(row, 6, t->buffer_id, sizeof t->buffer_id);
     const char *file = (const char *)sqlite3_column_text(row, 7);
     if (file)
-        t->blob = store_locator_file(file);
+        t->blob = store_locator_file(file, (uint64_t)sqlite3_column_int64(row, 8));
     else if (!t->buffer_id[0])
         t->blob = store_locator_tensor(job->id, output, slot);
     if ((file || !t->buffer_id[0]) && !t->blob) return -ENOMEM;
@@ -249,7 +249,7 @@ int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void 
     if (store_locator_parse(blob, &loc) < 0)
         return log_error_errno(-EINVAL, "store: '%s' is not a blob locator", blob ? blob : "");
     if (loc.kind == STORE_LOCATOR_FILE)
-        return store_blob_file_read(rd->conn.blobs_dir, loc.file, nbytes, ret_data);
+        return store_blob_file_read(rd->conn.blobs_dir, loc.file, loc.offset, nbytes, ret_data);
     sqlite3_stmt *stmt = store_stmt(&rd->conn, loc.kind == STORE_LOCATOR_TENSOR ? STMT_TENSOR_DATA
                                                                                 : STMT_BUFFER_DATA);
     if (!stmt) return -EIO;
@@ -288,7 +288,7 @@ int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret)
         buf->created_us = sqlite3_column_int64(stmt, 6);
         buf->device = sqlite3_column_int(stmt, 8);
         const char *file = (const char *)sqlite3_column_text(stmt, 7);
-        if (r == 0 && !(buf->blob = file ? store_locator_file(file) : store_locator_buffer(id)))
+        if (r == 0 && !(buf->blob = file ? store_locator_file(file, 0) : store_locator_buffer(id)))
             r = -ENOMEM;
     }
     sqlite3_reset(stmt);

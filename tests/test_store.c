@@ -148,11 +148,12 @@ static int count_blob_files(fixture_t *f)
     return file_count;
 }
 
+/* Whether the file of a file locator ("file:ab/<name>", with or without "@offset") exists. */
 static bool blob_file_exists(fixture_t *f, const char *blob)
 {
     char path[256];
     ck_assert_int_eq(strncmp(blob, "file:", 5), 0);
-    snprintf(path, sizeof path, "%s/blobs/%s", f->dir, blob + 5);
+    snprintf(path, sizeof path, "%s/blobs/%.35s", f->dir, blob + 5);
     return access(path, F_OK) == 0;
 }
 
@@ -792,6 +793,91 @@ START_TEST(test_gc_removes_expired_finished_jobs_and_their_files_but_not_others)
 }
 END_TEST
 
+/* A job with one 4000-byte input (a segment's size class), finished at finished_us. */
+static void insert_finished_with_segment_input(fixture_t *f, int64_t finished_us, unsigned seed,
+                                               char ret_id[ID_SIZE], char **ret_blob)
+{
+    job_t *job = make_job(&test_op, "alice", now_us());
+    job->call.has_in[1] = true;
+    tensor_set(&job->in[1], "y", 1000, seed);
+    job->call.in[1] = job->in[1].desc;
+    ck_assert_int_eq(store_job_insert(f->st, job), 0);
+    memcpy(ret_id, job->id, ID_SIZE);
+    *ret_blob = strdup(job->in[1].blob);
+    assert_blob_bytes(f, *ret_blob, job->in[1].data, job->in[1].nbytes);
+    job->state = JOB_CANCELLED;
+    job->finished_us = finished_us;
+    ck_assert_int_eq(store_job_update(f->st, job), 0);
+    job_free(job);
+}
+
+START_TEST(test_small_tensors_share_a_segment_that_goes_with_its_last_job)
+{
+    fixture_t f;
+    snprintf(f.dir, sizeof f.dir, "/tmp/test_store.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(f.dir));
+    memset(&f.cfg, 0, sizeof f.cfg);
+    snprintf(f.cfg.state_dir, sizeof f.cfg.state_dir, "%s", f.dir);
+    f.cfg.inline_blob_bytes = 65536;
+    f.cfg.sync_full = true;
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+
+    /* Three jobs' inputs land in one segment, each at its own offset past the header, and read
+     * back; a job read from the store names the same place. */
+    char ids[3][ID_SIZE], *blobs[3];
+    for (int i = 0; i < 3; i++)
+        insert_finished_with_segment_input(&f, 1000 * (i + 1), 70 + i, ids[i], &blobs[i]);
+    for (int i = 0; i < 3; i++) {
+        const char *at = strchr(blobs[i], '@');
+        ck_assert_msg(at && atoll(at + 1) >= 64, "not in a segment: %s", blobs[i]);
+        ck_assert_int_eq(strncmp(blobs[i], blobs[0], at - blobs[i]), 0);
+        ck_assert(i == 0 || strcmp(blobs[i], blobs[i - 1]) != 0);
+        job_t *got = get_job(&f, ids[i]);
+        ck_assert_str_eq(got->in[1].blob, blobs[i]);
+        job_free(got);
+    }
+    ck_assert_int_eq(count_blob_files(&f), 1);
+
+    /* After a restart the segment is no longer active: it stays while a job names it. */
+    store_reader_close(f.rd);
+    store_close(f.st);
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    int deleted = -1;
+    ck_assert_int_eq(store_gc(f.st, 1500, &deleted), 0);
+    ck_assert_int_eq(deleted, 1);
+    ck_assert(blob_file_exists(&f, blobs[0]));
+    job_t *got = get_job(&f, ids[2]);
+    void *data = NULL;
+    ck_assert_int_eq(store_blob_read(f.rd, got->in[1].blob, got->in[1].nbytes, &data), 0);
+    free(data);
+    job_free(got);
+    ck_assert_int_eq(store_gc(f.st, 3500, &deleted), 0);
+    ck_assert_int_eq(deleted, 2);
+    ck_assert(!blob_file_exists(&f, blobs[0]));
+
+    /* The active segment is never collected, even once no job names it; the sweep at the next
+     * open takes it. */
+    char id[ID_SIZE], *blob;
+    insert_finished_with_segment_input(&f, 1000, 80, id, &blob);
+    ck_assert_int_eq(store_gc(f.st, 1500, &deleted), 0);
+    ck_assert_int_eq(deleted, 1);
+    ck_assert(blob_file_exists(&f, blob));
+    store_reader_close(f.rd);
+    store_close(f.st);
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    ck_assert(!blob_file_exists(&f, blob));
+    ck_assert_int_eq(count_blob_files(&f), 0);
+
+    free(blob);
+    for (int i = 0; i < 3; i++)
+        free(blobs[i]);
+    fixture_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_gc_deletes_more_expired_jobs_than_one_batch_holds)
 {
     fixture_t f;
@@ -927,7 +1013,7 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
     store_t *st = NULL;
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     store_close(st);
-    ck_assert_int_eq(db_user_version(path), 2);
+    ck_assert_int_eq(db_user_version(path), 3);
 
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
@@ -954,7 +1040,7 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
     /* Opening again finds the schema current and changes nothing. */
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     store_close(st);
-    ck_assert_int_eq(db_user_version(path), 2);
+    ck_assert_int_eq(db_user_version(path), 3);
     nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 END_TEST
@@ -974,13 +1060,14 @@ START_TEST(test_open_migrates_version_1_buffers_to_placed_nowhere)
     store_reader_close(f.rd);
     store_close(f.st);
 
-    /* Back to version 1, which had no device column. */
+    /* Back to version 1, which had no buffers.device nor tensors.file_offset. */
     char path[128];
     snprintf(path, sizeof path, "%s/gpujobd.db", f.dir);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
     ck_assert_int_eq(sqlite3_exec(db,
                                   "ALTER TABLE buffers DROP COLUMN device; "
+                                  "ALTER TABLE tensors DROP COLUMN file_offset; "
                                   "PRAGMA user_version = 1",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
@@ -988,7 +1075,7 @@ START_TEST(test_open_migrates_version_1_buffers_to_placed_nowhere)
 
     ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
     ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
-    ck_assert_int_eq(db_user_version(path), 2);
+    ck_assert_int_eq(db_user_version(path), 3);
     buffer_t *got = NULL;
     ck_assert_int_eq(store_buffer_get(f.rd, buf->id, &got), 0);
     ck_assert(got->resident);
@@ -1391,6 +1478,7 @@ static Suite *store_suite(void)
         tc, test_recover_requeues_running_fails_past_max_attempts_and_returns_queued_oldest_first);
     tcase_add_test(tc, test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor);
     tcase_add_test(tc, test_gc_removes_expired_finished_jobs_and_their_files_but_not_others);
+    tcase_add_test(tc, test_small_tensors_share_a_segment_that_goes_with_its_last_job);
     tcase_add_test(tc, test_gc_deletes_more_expired_jobs_than_one_batch_holds);
     tcase_add_test(tc, test_buffers_insert_get_delete_check_the_owner);
     tcase_add_test(tc, test_open_migrates_an_empty_file_to_the_current_schema);
