@@ -2,10 +2,14 @@
  * connections, one connection per concurrent client.
  *
  *   bench_loadgen [--duration S] [--concurrency 1,16,64] [--array 100,1000]
- *                 [--array-concurrency 4] [--elements 1024] [--modes submit,array,e2e] URL
+ *                 [--array-concurrency 4] [--elements 1024] [--encoding b64|inline]
+ *                 [--modes submit,array,e2e] URL
+ *
+ * Inputs travel as base64 of their bytes (--encoding b64, what libgpujob sends) or as JSON
+ * arrays of numbers (inline, what a curl user types).
  *
  * Modes, each run for --duration seconds per setting:
- *   submit  one tiny job (saxpy on --elements f32, inline data) per POST, at each concurrency:
+ *   submit  one tiny job (saxpy on --elements f32) per POST, at each concurrency:
  *           accepted jobs/s (201s per second) and p50/p99 submit latency;
  *   array   N such jobs per POST for each N of --array: jobs/s and per-POST latency;
  *   e2e     submit, then GET /v1/jobs/{id}/wait until done, at each concurrency: completed
@@ -31,6 +35,7 @@ typedef struct loadgen_opts {
     int array_sizes[LOADGEN_MAX_LEVELS], n_array_sizes;
     int array_concurrency;
     int elements;
+    bool b64; /* inputs as base64, else inline JSON numbers */
     bool mode_submit, mode_array, mode_e2e;
 } loadgen_opts_t;
 
@@ -108,19 +113,54 @@ static double percentile(const run_stats_t *st, double q)
     return st->lat_ms[i];
 }
 
-/* A saxpy job on n f32 elements with inline data, as compact JSON (malloc'd). */
-static char *tiny_job_json(int n)
+static char *base64(const void *data, size_t n)
 {
-    json_t *x = json_array(), *y = json_array();
-    unsigned seed = 1;
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1103515245u + 12345u;
-        json_array_append_new(x, json_integer((int)(seed >> 16) % 100));
-        json_array_append_new(y, json_integer(i % 7));
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *p = data;
+    char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
+    for (size_t i = 0; out && i < n; i += 3) {
+        unsigned v = p[i] << 16 | (i + 1 < n ? p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        *o++ = tbl[v >> 18 & 63];
+        *o++ = tbl[v >> 12 & 63];
+        *o++ = i + 1 < n ? tbl[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? tbl[v & 63] : '=';
     }
-    json_t *job = json_pack("{s:s, s:{s:f}, s:{s:{s:s, s:[i], s:o}, s:{s:s, s:[i], s:o}}}", "op",
-                            "saxpy", "params", "a", 2.0, "inputs", "x", "dtype", "f32", "shape", n,
-                            "data", x, "y", "dtype", "f32", "shape", n, "data", y);
+    if (out) *o = '\0';
+    return out;
+}
+
+/* One input tensor of n f32 values, as JSON. */
+static json_t *tensor_json(const float *v, int n, bool b64)
+{
+    if (b64) {
+        char *text = base64(v, (size_t)n * sizeof *v);
+        json_t *t = json_pack("{s:s, s:[i], s:s}", "dtype", "f32", "shape", n, "b64", text);
+        free(text);
+        return t;
+    }
+    json_t *data = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(data, json_integer((json_int_t)v[i]));
+    return json_pack("{s:s, s:[i], s:o}", "dtype", "f32", "shape", n, "data", data);
+}
+
+/* A saxpy job on n f32 elements, as compact JSON (malloc'd). */
+static char *tiny_job_json(int n, bool b64)
+{
+    float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+    unsigned seed = 1;
+    for (int i = 0; x && y && i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        x[i] = (float)((int)(seed >> 16) % 100);
+        y[i] = (float)(i % 7);
+    }
+    json_t *job =
+        x && y ? json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 2.0,
+                           "inputs", "x", tensor_json(x, n, b64), "y", tensor_json(y, n, b64))
+               : NULL;
+    free(x);
+    free(y);
+    if (!job) return NULL;
     char *text = json_dumps(job, JSON_COMPACT);
     json_decref(job);
     return text;
@@ -341,6 +381,7 @@ static void usage(FILE *f)
 {
     fputs("usage: bench_loadgen [--duration S] [--concurrency 1,16,64] [--array 100,1000]\n"
           "                     [--array-concurrency 4] [--elements 1024]\n"
+          "                     [--encoding b64|inline]\n"
           "                     [--modes submit,array,e2e] URL\n",
           f);
 }
@@ -353,6 +394,7 @@ static int parse_args(int argc, char **argv, loadgen_opts_t *o)
         {"array", required_argument, NULL, 'a'},
         {"array-concurrency", required_argument, NULL, 'A'},
         {"elements", required_argument, NULL, 'n'},
+        {"encoding", required_argument, NULL, 'e'},
         {"modes", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -364,6 +406,7 @@ static int parse_args(int argc, char **argv, loadgen_opts_t *o)
                           .n_array_sizes = 2,
                           .array_concurrency = 4,
                           .elements = 1024,
+                          .b64 = true,
                           .mode_submit = true,
                           .mode_array = true,
                           .mode_e2e = true};
@@ -395,6 +438,13 @@ static int parse_args(int argc, char **argv, loadgen_opts_t *o)
         case 'n':
             o->elements = atoi(optarg);
             break;
+        case 'e':
+            if (strcmp(optarg, "b64") != 0 && strcmp(optarg, "inline") != 0) {
+                fprintf(stderr, "bench_loadgen: --encoding is b64 or inline\n");
+                return -EINVAL;
+            }
+            o->b64 = strcmp(optarg, "b64") == 0;
+            break;
         case 'm':
             o->mode_submit = strstr(optarg, "submit") != NULL;
             o->mode_array = strstr(optarg, "array") != NULL;
@@ -423,7 +473,7 @@ int main(int argc, char **argv)
     curl_global_init(CURL_GLOBAL_ALL);
     json_headers = curl_slist_append(NULL, "Content-Type: application/json");
     json_headers = curl_slist_append(json_headers, "Expect:");
-    char *job = tiny_job_json(o.elements);
+    char *job = tiny_job_json(o.elements, o.b64);
     if (!job) return 1;
 
     printf("| mode | concurrency | jobs/POST | requests | jobs ok | errors | jobs/s | p50 ms | "
@@ -454,9 +504,9 @@ int main(int argc, char **argv)
             print_row("e2e", o.concurrency[i], 1, o.duration_s, &st);
             free(st.lat_ms);
         }
-    printf("\nElements per job: %d (saxpy, f32, inline JSON); %.1f s per row. Latency: per POST "
+    printf("\nElements per job: %d (saxpy, f32, %s); %.1f s per row. Latency: per POST "
            "(submit, array) or submit-to-done (e2e).\n",
-           o.elements, o.duration_s);
+           o.elements, o.b64 ? "base64" : "inline JSON numbers", o.duration_s);
     free(job);
     curl_slist_free_all(json_headers);
     curl_global_cleanup();
