@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -96,6 +97,7 @@ static void run_job(store_reader_t *rd, job_t *job)
 static void *worker(void *arg)
 {
     cpu_exec_t *ex = arg;
+    prctl(PR_SET_NAME, "gj-cpu");
     store_reader_t *rd = NULL;
     int r = store_reader_open(ex->cfg, &rd);
     if (r < 0) log_error("cpu worker: cannot open a store reader: %s", strerror(-r));

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "executor.h"
@@ -674,6 +675,9 @@ static void *device_thread(void *arg)
 {
     device_worker_t *dw = arg;
     cuda_exec_t *ex = dw->ex;
+    char name[16];
+    snprintf(name, sizeof name, "gj-gpu%d", dw->device);
+    prctl(PR_SET_NAME, name);
     cudaSetDevice(dw->device);
     store_reader_t *rd = NULL;
     if (store_reader_open(ex->cfg, &rd) < 0)

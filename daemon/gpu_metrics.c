@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "log.h"
@@ -197,6 +198,7 @@ static void sample_device(gpu_metrics_t *m, int i, gpu_sample_t *s)
 static void *sampler_main(void *arg)
 {
     gpu_metrics_t *m = arg;
+    prctl(PR_SET_NAME, "gj-metrics");
     sampler_open(m);
     pthread_mutex_lock(&m->lock);
     while (!m->stopping) {

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <uv.h>
 
 #include "log.h"
@@ -1205,6 +1206,7 @@ static void on_wake(uv_async_t *a)
 static void *loop_thread(void *arg)
 {
     sched_t *s = arg;
+    prctl(PR_SET_NAME, "gj-loop"); /* as top -H and /proc/PID/task show it */
     uv_run(&s->loop, UV_RUN_DEFAULT);
     atomic_store(&s->loop_gone, true);
     return NULL;

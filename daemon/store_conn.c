@@ -109,6 +109,8 @@ int store_stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what)
  * one by one as it uses them (an ephemeral table uses one). */
 static void configure_sqlite(void)
 {
+    /* Memory statistics take a global mutex on every allocation; nothing here reads them. */
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
     int rc = sqlite3_config(SQLITE_CONFIG_PAGECACHE, NULL, 0, 0);
     /* SQLITE_MISUSE: SQLite was initialized already (a test that used it first); only speed
      * is at stake. */
