@@ -278,12 +278,7 @@ int job_json_parse(const json_t *obj, const job_json_env_t *env, const char *pre
         job_free(job);
         return r;
     }
-    for (int j = 0; j < job->call.n_out; j++) {
-        job_tensor_t *t = &job->out[j];
-        snprintf(t->name, sizeof t->name, "%s", job->call.out_names[j]);
-        t->desc = job->call.out[j];
-        t->nbytes = tensor_desc_bytes(&t->desc);
-    }
+    job_describe_outputs(job);
     id_new('j', job->id);
     snprintf(job->owner, sizeof job->owner, "%s", env->owner);
     job->state = JOB_QUEUED;

@@ -124,12 +124,7 @@ static job_t *saxpy_job(int elements, unsigned seed)
         job_free(job);
         return NULL;
     }
-    for (int j = 0; j < job->call.n_out; j++) {
-        job_tensor_t *t = &job->out[j];
-        snprintf(t->name, sizeof t->name, "%s", job->call.out_names[j]);
-        t->desc = job->call.out[j];
-        t->nbytes = tensor_desc_bytes(&t->desc);
-    }
+    job_describe_outputs(job);
     id_new('j', job->id);
     job->state = JOB_QUEUED;
     job->created_us = now_us();

@@ -76,11 +76,9 @@ static void run_job(store_reader_t *rd, job_t *job)
         }
         in[j] = t->data;
     }
+    job_describe_outputs(job);
     for (int j = 0; j < call->n_out; j++) {
         job_tensor_t *t = &job->out[j];
-        snprintf(t->name, sizeof t->name, "%s", call->out_names[j]);
-        t->desc = call->out[j];
-        t->nbytes = tensor_desc_bytes(&call->out[j]);
         t->data = malloc(t->nbytes ? t->nbytes : 1);
         if (!t->data) {
             job_set_error(job, "out_of_memory", "no host memory for output '%s' (%llu bytes)",

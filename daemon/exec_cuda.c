@@ -515,13 +515,11 @@ static cudaError_t complete(slot_t *slot)
         job_t *job = b->jobs[i];
         const op_call_t *c = &job->call;
         job->gpu_ns = (int64_t)(ms * 1e6 * (c->cost.bytes + c->cost.flops + 1) / total_cost);
+        if (!job->error_code[0]) job_describe_outputs(job);
         for (int j = 0; j < c->n_out; j++) {
             job_tensor_t *t = &job->out[j];
             uint64_t nbytes = tensor_desc_bytes(&c->out[j]);
             if (!job->error_code[0]) {
-                snprintf(t->name, sizeof t->name, "%s", c->out_names[j]);
-                t->desc = c->out[j];
-                t->nbytes = nbytes;
                 t->data = malloc(nbytes ? nbytes : 1);
                 if (t->data)
                     memcpy(t->data, (char *)slot->pinned + out_off, nbytes);

@@ -85,6 +85,16 @@ void job_set_error(job_t *job, const char *code, const char *fmt, ...)
     va_end(ap);
 }
 
+void job_describe_outputs(job_t *job)
+{
+    for (int j = 0; j < job->call.n_out; j++) {
+        job_tensor_t *t = &job->out[j];
+        snprintf(t->name, sizeof t->name, "%s", job->call.out_names[j]);
+        t->desc = job->call.out[j];
+        t->nbytes = tensor_desc_bytes(&t->desc);
+    }
+}
+
 buffer_t *buffer_new(void)
 {
     buffer_t *buf = calloc(1, sizeof *buf);

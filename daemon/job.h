@@ -70,6 +70,8 @@ job_t *job_new(void);
 void job_free(job_t *job);
 /* Drops in-memory tensor bytes that the store has persisted (blob set), keeping descriptors. */
 void job_drop_data(job_t *job);
+/* Describes each output (name, descriptor, bytes) from the validated call. */
+void job_describe_outputs(job_t *job);
 void job_set_error(job_t *job, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -44,6 +44,14 @@ static json_t *tensor_b64(const float *v, int n)
     return t;
 }
 
+/* A daemon on the CUDA backend (the test is skipped without a GPU). */
+static e2e_daemon_t *start_cuda_daemon(const char *config_ini)
+{
+    gpu_require();
+    setenv("GPUJOB_E2E_BACKEND", "cuda", 1);
+    return e2e_daemon_start_ok(config_ini);
+}
+
 /* Device 0 as /v1/info describes it (a new reference). */
 static json_t *device0(e2e_daemon_t *d)
 {
@@ -98,9 +106,7 @@ static void check_saxpy(e2e_daemon_t *d, unsigned *seed)
 
 START_TEST(test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct)
 {
-    gpu_require();
-    setenv("GPUJOB_E2E_BACKEND", "cuda", 1);
-    e2e_daemon_t *d = e2e_daemon_start_ok("[limits]\nmax_jobs_per_request = 1000\n");
+    e2e_daemon_t *d = start_cuda_daemon("[limits]\nmax_jobs_per_request = 1000\n");
 
     json_t *info = e2e_json_ok(d, "GET", "/v1/info", NULL, 200);
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(info, "backend"), "name")),
@@ -187,9 +193,7 @@ END_TEST
 
 START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
 {
-    gpu_require();
-    setenv("GPUJOB_E2E_BACKEND", "cuda", 1);
-    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    e2e_daemon_t *d = start_cuda_daemon("");
     enum { M = 64, K = 256, N = 128, JOBS = 40 };
     unsigned seed = 777;
     printf("seed %u\n", seed);
@@ -258,9 +262,7 @@ END_TEST
 
 START_TEST(test_a_job_over_the_device_memory_cap_fails_and_the_daemon_goes_on)
 {
-    gpu_require();
-    setenv("GPUJOB_E2E_BACKEND", "cuda", 1);
-    e2e_daemon_t *d = e2e_daemon_start_ok("[gpu]\ndevice_memory_cap = 16MiB\n");
+    e2e_daemon_t *d = start_cuda_daemon("[gpu]\ndevice_memory_cap = 16MiB\n");
     enum { N = 4 << 20 }; /* x, y and out: 48 MiB on the device */
     float *x = calloc(N, sizeof *x);
     char shape[32];
@@ -294,9 +296,7 @@ END_TEST
 
 START_TEST(test_an_injected_sticky_fault_resets_the_device_and_work_goes_on)
 {
-    gpu_require();
-    setenv("GPUJOB_E2E_BACKEND", "cuda", 1);
-    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    e2e_daemon_t *d = start_cuda_daemon("");
     unsigned seed = 31337;
     check_saxpy(d, &seed);
 
