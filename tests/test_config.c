@@ -136,7 +136,7 @@ START_TEST(test_defaults_equal_documented_values)
     ck_assert_int_eq(cfg.max_wait_ms, 300000);
     ck_assert_int_eq(cfg.max_batch, 256);
     ck_assert_int_eq(cfg.max_delay_us, 200);
-    ck_assert_int_eq(cfg.commit_delay_us, 1000);
+    ck_assert_int_eq(cfg.commit_delay_us, 0);
     ck_assert_int_eq(cfg.default_deadline_ms, 0);
     ck_assert_int_eq(cfg.max_attempts, 3);
     ck_assert_int_eq(cfg.cpu_threads, 0);
