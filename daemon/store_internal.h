@@ -10,7 +10,11 @@
 
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
+/* The final states as a condition, in the one spelling that both the jobs_finished partial
+ * index and the queries that should use it share (SQLite matches it by its text). An OR chain,
+ * not an IN list: SQLite builds an ephemeral table for every IN list it evaluates. */
+#define STORE_FINAL_STATES "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled')"
 #define STORE_DB_NAME "gpujobd.db"
 #define STORE_BUSY_TIMEOUT_MS 5000
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "daemon/store.h"
+#include "daemon/store_internal.h" /* STORE_SCHEMA_VERSION */
 
 /* An op this build's table does not have, so that the tests depend on no kernel family: the
  * store must keep its name and tensors and give it a stand-in that refuses to run. */
@@ -1013,7 +1014,7 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
     store_t *st = NULL;
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     store_close(st);
-    ck_assert_int_eq(db_user_version(path), 3);
+    ck_assert_int_eq(db_user_version(path), STORE_SCHEMA_VERSION);
 
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
@@ -1040,15 +1041,18 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
     /* Opening again finds the schema current and changes nothing. */
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     store_close(st);
-    ck_assert_int_eq(db_user_version(path), 3);
+    ck_assert_int_eq(db_user_version(path), STORE_SCHEMA_VERSION);
     nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 END_TEST
 
-START_TEST(test_open_migrates_version_1_buffers_to_placed_nowhere)
+START_TEST(test_open_migrates_version_1_rows_to_the_current_schema)
 {
     fixture_t f;
     fixture_setup(&f);
+    char job_id[ID_SIZE];
+    insert_small(&f, &test_op, "alice", now_us(), job_id);
+    ck_assert_int_eq(set_state(&f, job_id, JOB_CANCELLED), 0);
     buffer_t *buf = buffer_new();
     snprintf(buf->owner, OWNER_SIZE, "alice");
     buf->desc = (tensor_desc_t){.dtype = DTYPE_F32, .ndim = 1, .shape = {4}};
@@ -1060,7 +1064,8 @@ START_TEST(test_open_migrates_version_1_buffers_to_placed_nowhere)
     store_reader_close(f.rd);
     store_close(f.st);
 
-    /* Back to version 1, which had no buffers.device nor tensors.file_offset. */
+    /* Back to version 1, which had no buffers.device nor tensors.file_offset (the later
+     * versions' rebuilt tables migrate again from there). */
     char path[128];
     snprintf(path, sizeof path, "%s/gpujobd.db", f.dir);
     sqlite3 *db;
@@ -1075,13 +1080,34 @@ START_TEST(test_open_migrates_version_1_buffers_to_placed_nowhere)
 
     ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
     ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
-    ck_assert_int_eq(db_user_version(path), 3);
+    ck_assert_int_eq(db_user_version(path), STORE_SCHEMA_VERSION);
     buffer_t *got = NULL;
     ck_assert_int_eq(store_buffer_get(f.rd, buf->id, &got), 0);
     ck_assert(got->resident);
     ck_assert_int_eq(got->device, -1);
     buffer_free(got);
     buffer_free(buf);
+
+    /* The job and its input survived the rebuilt tables, and deleting the job still takes its
+     * tensors with it. */
+    job_t *job = get_job(&f, job_id);
+    ck_assert_int_eq(job->state, JOB_CANCELLED);
+    ck_assert(job->call.has_in[0]);
+    void *data = NULL;
+    ck_assert_int_eq(store_blob_read(f.rd, job->in[0].blob, job->in[0].nbytes, &data), 0);
+    free(data);
+    job_free(job);
+    int deleted = 0;
+    ck_assert_int_eq(store_gc(f.st, now_us() + 1000000, &deleted), 0);
+    ck_assert_int_eq(deleted, 1);
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *stmt;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT count(*) FROM tensors", -1, &stmt, NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+    ck_assert_int_eq(sqlite3_column_int(stmt, 0), 0);
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
     fixture_teardown(&f);
 }
 END_TEST
@@ -1482,7 +1508,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_gc_deletes_more_expired_jobs_than_one_batch_holds);
     tcase_add_test(tc, test_buffers_insert_get_delete_check_the_owner);
     tcase_add_test(tc, test_open_migrates_an_empty_file_to_the_current_schema);
-    tcase_add_test(tc, test_open_migrates_version_1_buffers_to_placed_nowhere);
+    tcase_add_test(tc, test_open_migrates_version_1_rows_to_the_current_schema);
     tcase_add_test(tc, test_open_refuses_a_database_from_a_newer_version);
     tcase_add_test(tc, test_committed_job_survives_kill_9_and_uncommitted_one_does_not);
     tcase_add_test(tc, test_reader_sees_committed_data_while_the_writer_holds_a_transaction);
