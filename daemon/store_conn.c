@@ -101,13 +101,11 @@ int store_stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what)
     return r;
 }
 
-/* SQLite's process-wide settings, made once before its first use. Every UPDATE of a job
- * evaluates three IN lists (the state CHECK and the jobs_finished index's condition, for the old
- * and the new row), and SQLite builds each as an ephemeral table whose page cache starts with a
- * bulk allocation of 20 pages (88 KB). Freed at once, that block made malloc hand memory back to
- * the kernel and fault it in again: about 60 page faults per job on the loop thread, which
- * spent most of its time in the kernel. Without the bulk allocation, a cache allocates its pages
- * one by one as it uses them (an ephemeral table uses one). */
+/* SQLite's process-wide settings, made once before its first use. A page cache starts with a
+ * bulk allocation of 20 pages (88 KB); for the short-lived caches of ephemeral tables (schema
+ * versions before 4 built three per job update, for IN lists) that block, freed at once, made
+ * malloc hand memory back to the kernel and fault it in again: about 60 page faults per job on
+ * the loop thread. Without the bulk allocation a cache allocates its pages as it uses them. */
 static void configure_sqlite(void)
 {
     /* Memory statistics take a global mutex on every allocation; nothing here reads them. */
