@@ -4,9 +4,12 @@
 #   bench  bench_kernels and the PyTorch peers, joined into one table
 #   load   bench/run_loadgen.sh against the daemon on its CUDA backend
 #   e2e    the end-to-end suites with the daemon on its CUDA backend
-# in that order. Usage: scripts/gpu_run.sh [tests] [bench] [load] [e2e]. Logs are written
-# straight into $OUT (the device tool returns at most 8 files, even when a command is stopped
-# at its time limit); a short summary is printed last.
+#   e2ebench  bench/e2e/run.sh (gpujobd against the aiohttp + PyTorch peer, batching, a large
+#          job; about 4 minutes after the build) into e2e-bench.md; run it on its own, as
+#          together with every other step $OUT would hold 9 files and the time limit is near
+# in that order. Usage: scripts/gpu_run.sh [tests] [bench] [load] [e2e] [e2ebench]. Logs are
+# written straight into $OUT (the device tool returns at most 8 files, even when a command is
+# stopped at its time limit); a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
@@ -55,5 +58,11 @@ if wanted e2e; then
     GPUJOB_E2E_BACKEND=cuda ctest --test-dir $b -R e2e --output-on-failure --timeout 300 \
         >"$out/e2e-cuda.log" 2>&1
     note "e2e on cuda: rc=$? $(grep -E 'tests passed|tests failed' "$out/e2e-cuda.log" | tail -1)"
+fi
+if wanted e2ebench; then
+    GPUJOBD_BIN=$b/daemon/gpujobd LOADGEN_BIN=$b/bench/bench_loadgen bench/e2e/run.sh \
+        >"$out/e2e-bench.md" 2>>"$out/summary.txt"
+    note "e2e bench: rc=$?"
+    cat "$out/e2e-bench.md"
 fi
 printf '%s\n' "${summary[@]}"

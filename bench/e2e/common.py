@@ -1,0 +1,106 @@
+"""What the bench/e2e clients share (standard library only): JSON over one keep-alive HTTP
+connection to gpujobd, paging through GET /v1/jobs, the daemon's timestamps in microseconds,
+and nearest-rank percentiles like bench_loadgen's."""
+import base64
+import datetime
+import http.client
+import json
+import struct
+import urllib.parse
+
+EPOCH = datetime.datetime(1970, 1, 1)
+US = datetime.timedelta(microseconds=1)
+LIST_PAGE = 1000  # the most GET /v1/jobs gives in one page
+TINY_ELEMENTS = 1024
+
+
+class Client:
+    """One keep-alive connection to the daemon at url ("http://HOST:PORT")."""
+
+    def __init__(self, url, timeout=300):
+        u = urllib.parse.urlsplit(url)
+        self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+
+    def request(self, method, path, body=None, content_type="application/json"):
+        """Sends one request and returns the decoded JSON answer; raises RuntimeError on any
+        status other than 200 or 201, with the daemon's error text. The body (bytes) goes out
+        in its own send, so that a large one is not copied behind the headers."""
+        self.conn.putrequest(method, path)
+        if body is not None:
+            self.conn.putheader("Content-Type", content_type)
+            self.conn.putheader("Content-Length", str(len(body)))
+        self.conn.endheaders()
+        if body is not None:
+            self.conn.send(body)
+        resp = self.conn.getresponse()
+        data = resp.read()
+        if resp.status not in (200, 201):
+            why = data[:300].decode(errors="replace")
+            raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {why}")
+        return json.loads(data)
+
+    def submit(self, job_json):
+        """POSTs one job or an array of jobs, given as JSON text; returns the 201's JSON."""
+        return self.request("POST", "/v1/jobs", job_json.encode())
+
+    def wait(self, job_id, timeout_s=120):
+        """Long-polls until the job is final; raises RuntimeError when it is not by then."""
+        job = self.request("GET", f"/v1/jobs/{job_id}/wait?timeout={timeout_s}")
+        if job["state"] in ("queued", "running"):
+            raise RuntimeError(f"job {job_id} still {job['state']} after {timeout_s} s")
+        return job
+
+    def list_jobs(self, after, op=None, most=None):
+        """The jobs submitted after the job id `after`, oldest first (outputs without data),
+        up to `most` of them."""
+        jobs = []
+        while most is None or len(jobs) < most:
+            query = {"limit": LIST_PAGE, "after": after}
+            if op:
+                query["op"] = op
+            page = self.request("GET", "/v1/jobs?" + urllib.parse.urlencode(query))
+            jobs += page["jobs"]
+            after = page["next"]
+            if not after:
+                break
+        return jobs if most is None else jobs[:most]
+
+
+def time_us(stamp):
+    """The daemon's RFC 3339 UTC time with microseconds, as whole microseconds since the epoch
+    (exact, unlike a float of seconds); None for None."""
+    if stamp is None:
+        return None
+    t = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return (t - EPOCH) // US
+
+
+def percentile(values, q):
+    """The q-quantile of values by nearest rank, as bench_loadgen computes it; None when empty."""
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    i = min(max(int(q * len(v) + 0.5) - 1, 0), len(v) - 1)
+    return v[i]
+
+
+def write_json(path, result):
+    """Writes one part's result for report.py; path None writes nothing."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+def tiny_job():
+    """A saxpy job on TINY_ELEMENTS f32, inputs in base64, as JSON text: bench_loadgen's job."""
+    x = base64.b64encode(struct.pack(f"<{TINY_ELEMENTS}f", *range(TINY_ELEMENTS))).decode()
+    tensor = {"dtype": "f32", "shape": [TINY_ELEMENTS], "b64": x}
+    return json.dumps({"op": "saxpy", "params": {"a": 2.0}, "inputs": {"x": tensor, "y": tensor}})
+
+
+def mark(client):
+    """Submits one tiny job and waits for it; its id is a cursor for list_jobs that leaves out
+    every job submitted before it."""
+    job = client.submit(tiny_job())
+    client.wait(job["id"])
+    return job["id"]

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Many small GEMMs through one gpujobd (standard library only): run once against a daemon
+with default settings and once against one started with --set scheduler.max_batch=1, and the
+two results give what batching buys.
+
+    gemm_batching.py URL [--jobs 4096] [--arrays 4] [--size 64] [--warmup 256]
+                     [--label NAME] [--json FILE]
+
+Each job is gemm on f32 a[size,size] x b[size,size], inputs in base64 (16 distinct pairs,
+reused). After a warm-up array, the --jobs jobs go out as --arrays array POSTs at once, one
+thread each; then the client waits for all of them. The span that counts is the daemon's:
+from the first POST (client clock) or the first job's started_at to the last job's
+finished_at (the daemon's clock; both are this host's realtime clock), read from the job
+rows, so the client's waiting and polling do not count. The client's CPU time while it
+submits is reported too: far below the submit time, it shows the client is not the limit."""
+import argparse
+import base64
+import struct
+import sys
+import threading
+import time
+
+from common import Client, mark, percentile, time_us, write_json
+
+PAIRS = 16
+
+
+def gemm_job_texts(size):
+    """PAIRS distinct gemm jobs as JSON text, with small exact values."""
+    texts = []
+    for p in range(PAIRS):
+        mats = []
+        for m in range(2):
+            values = [((i * 7 + p * 3 + m) % 13 - 6) / 8 for i in range(size * size)]
+            mats.append(base64.b64encode(struct.pack(f"<{size * size}f", *values)).decode())
+        tensor = '{"dtype":"f32","shape":[%d,%d],"b64":"%s"}'
+        texts.append('{"op":"gemm","inputs":{"a":%s,"b":%s}}' %
+                     (tensor % (size, size, mats[0]), tensor % (size, size, mats[1])))
+    return texts
+
+
+def array_body(texts, first, count):
+    return ("[" + ",".join(texts[(first + i) % PAIRS] for i in range(count)) + "]").encode()
+
+
+def wait_all(client, after, last_ids, expected):
+    """Waits until the `expected` gemm jobs submitted after job `after` are final and returns
+    their rows: first a long-poll on the last job of each array, then the listing, then a
+    long-poll on each job the listing still shows unfinished."""
+    for job_id in last_ids:
+        client.wait(job_id)
+    while True:
+        rows = client.list_jobs(after, op="gemm")
+        pending = [j["id"] for j in rows if j["state"] in ("queued", "running")]
+        if len(rows) >= expected and not pending:
+            return rows
+        for job_id in pending:
+            client.wait(job_id)
+        if not pending:
+            raise RuntimeError(f"listed {len(rows)} gemm jobs, expected {expected}")
+
+
+def post_array(url, body, ids, index):
+    ids[index] = [j["id"] for j in Client(url).request("POST", "/v1/jobs", body)]
+
+
+def run(url, jobs, arrays, size, warmup):
+    client = Client(url)
+    texts = gemm_job_texts(size)
+    if warmup:
+        after = mark(client)
+        ids = [j["id"] for j in client.request("POST", "/v1/jobs", array_body(texts, 0, warmup))]
+        wait_all(client, after, [ids[-1]], warmup)
+
+    per_array = [jobs // arrays + (i < jobs % arrays) for i in range(arrays)]
+    bodies = [array_body(texts, i, n) for i, n in enumerate(per_array)]
+    after = mark(client)
+    ids = [None] * arrays
+    threads = [threading.Thread(target=post_array, args=(url, b, ids, i))
+               for i, b in enumerate(bodies)]
+    t0_us, cpu0 = int(time.time() * 1e6), time.process_time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    submit_s = time.time() - t0_us / 1e6
+    client_cpu_s = time.process_time() - cpu0
+    if any(i is None for i in ids):
+        raise RuntimeError("an array POST failed (see above)")
+    rows = wait_all(client, after, [i[-1] for i in ids], jobs)
+
+    done = [j for j in rows if j["state"] == "succeeded"]
+    last_us = max(time_us(j["finished_at"]) for j in rows)
+    first_start_us = min(time_us(j["started_at"]) for j in rows if j["started_at"])
+    wall_s = (last_us - t0_us) / 1e6
+    exec_s = (last_us - first_start_us) / 1e6
+    return {
+        "jobs": len(rows),
+        "succeeded": len(done),
+        "arrays": arrays,
+        "size": size,
+        "submit_s": submit_s,
+        "client_cpu_s": client_cpu_s,
+        "wall_s": wall_s,
+        "jobs_per_s_wall": len(rows) / wall_s,
+        "exec_s": exec_s,
+        "jobs_per_s_exec": len(rows) / exec_s if exec_s > 0 else None,
+        "batch_size_p50": percentile([j["batch_size"] for j in rows], 0.5),
+        "batch_size_max": max((j["batch_size"] or 0) for j in rows),
+        "gpu_ms_total": sum(j["gpu_ms"] or 0 for j in rows),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url")
+    parser.add_argument("--jobs", type=int, default=4096)
+    parser.add_argument("--arrays", type=int, default=4)
+    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=256)
+    parser.add_argument("--label", default="")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    r = run(args.url, args.jobs, args.arrays, args.size, args.warmup)
+    r["label"] = args.label
+    write_json(args.json, r)
+    print(f"gemm {args.label}: {r['succeeded']} of {r['jobs']} succeeded, "
+          f"{r['jobs_per_s_wall']:.0f} jobs/s from the first POST, batch p50 "
+          f"{r['batch_size_p50']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Joins the parts of bench/e2e/run.sh into one Markdown report: the issue's targets first,
+each met or missed, then the figures behind them (standard library only).
+
+    report.py DIR [--backend cuda] [--gpu NAME] [--cores N] [--duration S] [--quick 0|1]
+              [--gemm-jobs N]
+
+DIR holds what the parts wrote: tiny.md and peer.md (bench_loadgen tables), server-c*.json,
+gemm-batched.json, gemm-unbatched.json, large.json, pcie.json, and PART.skipped (one line: why
+the part did not run or failed) for each part that has no figures."""
+import argparse
+import json
+import os
+import re
+import sys
+
+ROW = re.compile(r"^\| (submit|array|e2e) \|")
+E2E_CLIENTS = (1, 16, 64)
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read_loadgen(path):
+    """bench_loadgen's rows keyed by (mode, clients, jobs per POST)."""
+    rows = {}
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return rows
+    for line in lines:
+        if not ROW.match(line):
+            continue
+        f = [c.strip() for c in line.strip("|").split("|")]
+        rows[(f[0], int(f[1]), int(f[2]))] = {
+            "requests": int(f[3]), "ok": int(f[4]), "errors": int(f[5]),
+            "jobs_s": float(f[6]), "p50": float(f[7]), "p99": float(f[8])}
+    return rows
+
+
+class Report:
+    def __init__(self, d, gemm_jobs):
+        self.dir = d
+        self.gemm_jobs = gemm_jobs  # for the target's text when the part left no figures
+        self.targets = []  # (target, measured, verdict)
+
+    def why_missing(self, part):
+        """The part's .skipped line, or a generic reason when it left nothing."""
+        try:
+            return open(os.path.join(self.dir, part + ".skipped")).read().strip()
+        except OSError:
+            return "no result (see the run's log)"
+
+    def target(self, text, value, limit, measured, higher_is_better=True):
+        if value is None:
+            verdict = "not measured"
+        elif higher_is_better:
+            verdict = "met" if value >= limit else "missed"
+        else:
+            verdict = "met" if value <= limit else "missed"
+        self.targets.append((text, measured if value is not None else "-", verdict))
+
+
+def num(x, digits=0):
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def tiny_section(rep, out):
+    ours = read_loadgen(os.path.join(rep.dir, "tiny.md"))
+    peer = read_loadgen(os.path.join(rep.dir, "peer.md"))
+    out.append("## Tiny jobs over HTTP: gpujobd against the peer\n")
+    if not ours:
+        out.append(f"gpujobd: {rep.why_missing('tiny')}\n")
+    if not peer:
+        out.append(f"Peer (bench/peer/aiohttp_torch_server.py): {rep.why_missing('peer')}\n")
+    out.append("| mode | clients | jobs/POST | gpujobd jobs/s | p50 ms | p99 ms | errors "
+               "| peer jobs/s | p50 ms | p99 ms | errors | gpujobd / peer |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    modes = ("submit", "array", "e2e")
+    for key in sorted(set(ours) | set(peer), key=lambda k: (modes.index(k[0]), k[1], k[2])):
+        o, p = ours.get(key, {}), peer.get(key, {})
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {num(o.get('jobs_s'))} | "
+                   f"{num(o.get('p50'), 2)} | {num(o.get('p99'), 2)} | {num(o.get('errors'))} | "
+                   f"{num(p.get('jobs_s'))} | {num(p.get('p50'), 2)} | {num(p.get('p99'), 2)} | "
+                   f"{num(p.get('errors'))} | {num(ratio(o.get('jobs_s'), p.get('jobs_s')), 1)} |")
+    out.append("\nEach job: saxpy on 1024 f32, inputs in base64. submit and array count 201s; a "
+               "gpujobd 201 means committed and queued, the peer's means done, so the e2e rows "
+               "(POST, then /wait until done) compare like with like.\n")
+
+    def jobs_s(rows, key):
+        return rows.get(key, {}).get("jobs_s")
+
+    c64 = ("submit", 64, 1)
+    rep.target("single-job submissions at 64 clients >= 20,000 jobs/s", jobs_s(ours, c64),
+               20000, f"{num(jobs_s(ours, c64))} jobs/s")
+    arrays = [k for k in ours if k[0] == "array"]
+    best = max(arrays, key=lambda k: ours[k]["jobs_s"]) if arrays else None
+    rep.target("array submissions >= 100,000 jobs/s", jobs_s(ours, best) if best else None,
+               100000, f"{num(jobs_s(ours, best))} jobs/s ({best[2] if best else '-'} per POST)")
+    for label, key in (("single-job submissions, 64 clients", c64),
+                       ("arrays, " + (f"{best[2]} per POST" if best else "best size"), best),
+                       ("submit-to-done, 64 clients", ("e2e", 64, 1))):
+        r = ratio(jobs_s(ours, key), jobs_s(peer, key)) if key else None
+        rep.target(f">= 10x the peer: {label}", r, 10, f"{num(r, 1)}x")
+
+
+def server_section(rep, out):
+    out.append("## Server-side time per tiny job (gpujobd's job rows)\n")
+    rows = [(c, read_json(os.path.join(rep.dir, f"server-c{c}.json"))) for c in E2E_CLIENTS]
+    if not any(r for _, r in rows):
+        out.append(f"{rep.why_missing('tiny')}\n")
+    else:
+        out.append("| e2e clients | jobs | p50 µs | p99 µs | queue_ms p50 | run_ms p50 "
+                   "| gpu_ms p50 | batch size p50 |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for c, r in rows:
+            if r:
+                out.append(f"| {c} | {r['succeeded']} of {r['listed']} | {num(r['server_us_p50'])} "
+                           f"| {num(r['server_us_p99'])} | {num(r['queue_ms_p50'], 3)} "
+                           f"| {num(r['run_ms_p50'], 3)} | {num(r['gpu_ms_p50'], 3)} "
+                           f"| {num(r['batch_size_p50'])} |")
+        out.append("\nfinished_at - created_at of the jobs each e2e row ran (created_at: the "
+                   "scheduler takes the parsed job in; finished_at: its result is recorded), so "
+                   "without the HTTP transfer and parsing.\n")
+    one = rows[0][1]
+    p50 = one["server_us_p50"] if one else None
+    rep.target("p50 server-side time of a tiny job <= 100 µs (e2e, 1 client)", p50, 100,
+               f"{num(p50)} µs", higher_is_better=False)
+
+
+def gemm_section(rep, out):
+    out.append("## Batched against unbatched: small GEMMs\n")
+    b = read_json(os.path.join(rep.dir, "gemm-batched.json"))
+    u = read_json(os.path.join(rep.dir, "gemm-unbatched.json"))
+    if not b and not u:
+        out.append(f"{rep.why_missing('gemm')}\n")
+    else:
+        out.append("| daemon | jobs ok | submit s | client CPU s | from first POST: s | jobs/s "
+                   "| from first start: s | jobs/s | batch size p50 / max | gpu_ms total |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for name, r in (("default (batching on)", b), ("scheduler.max_batch=1", u)):
+            if r:
+                out.append(f"| {name} | {r['succeeded']} of {r['jobs']} | {num(r['submit_s'], 2)} "
+                           f"| {num(r['client_cpu_s'], 2)} | {num(r['wall_s'], 3)} "
+                           f"| {num(r['jobs_per_s_wall'])} | {num(r['exec_s'], 3)} "
+                           f"| {num(r['jobs_per_s_exec'])} | {num(r['batch_size_p50'])} / "
+                           f"{num(r['batch_size_max'])} | {num(r['gpu_ms_total'], 2)} |")
+            else:
+                out.append(f"| {name} | {rep.why_missing('gemm')} |")
+        size = (b or u)["size"]
+        out.append(f"\nEach job: gemm f32 {size}x{size} @ {size}x{size}, inputs in base64, sent "
+                   f"as {(b or u)['arrays']} arrays at once after a warm-up. \"From first POST\" "
+                   "ends at the last job's finished_at and includes the upload and parsing that "
+                   "batching cannot change; \"from first start\" spans the daemon's execution "
+                   "(first started_at to last finished_at). Client CPU far below the submit "
+                   "time means the client was not the limit.\n")
+    wall = ratio(b and b["jobs_per_s_wall"], u and u["jobs_per_s_wall"])
+    execr = ratio(b and b["jobs_per_s_exec"], u and u["jobs_per_s_exec"])
+    n = (b or u or {}).get("jobs", rep.gemm_jobs)
+    rep.target(f"batched >= 10x unbatched, {n:,} GEMMs (execution span)", execr, 10,
+               f"{num(execr, 1)}x (from first POST: {num(wall, 1)}x)")
+
+
+def large_section(rep, out):
+    out.append("## A large job\n")
+    r = read_json(os.path.join(rep.dir, "large.json"))
+    pcie = read_json(os.path.join(rep.dir, "pcie.json")) or {"skipped": rep.why_missing("pcie")}
+    ceiling = pcie.get("pinned_h2d_gbps")
+    if not r:
+        out.append(f"{rep.why_missing('large')}\n")
+    else:
+        mib = r["bytes"] / (1 << 20)
+        up = ", ".join(f"{g:.2f}" for g in r["upload_gbps"])
+        out.append("| measure | value |\n|---|---:|")
+        out.append(f"| resident upload of {mib:,.0f} MiB, GB/s (x, y) | {up} |")
+        if ceiling:
+            out.append(f"| pinned host-to-device copy (PyTorch), GB/s | {ceiling:.2f} |")
+            out.append(f"| pageable host-to-device copy (PyTorch), GB/s "
+                       f"| {pcie['pageable_h2d_gbps']:.2f} |")
+        else:
+            out.append(f"| pinned host-to-device copy | {pcie['skipped']} |")
+        out.append(f"| dot on two resident {mib:,.0f} MiB buffers, {r['jobs']} jobs: "
+                   f"end-to-end p50 µs | {num(r['e2e_us_p50'])} |")
+        out.append(f"| kernel (gpu_ms) p50 µs | {num(r['gpu_us_p50'])} |")
+        out.append(f"| daemon overhead (end-to-end - kernel) p50 µs "
+                   f"| {num(r['overhead_us_p50'])} |")
+        out.append(f"| of it between the daemon's timestamps (finished_at - created_at - kernel), "
+                   f"p50 µs "
+                   f"| {num(r['server_overhead_us_p50'])} |")
+        out.append(f"| client floor: two GET /healthz round trips, p50 µs "
+                   f"| {num(r['http_floor_us_p50'])} |")
+        out.append(f"| dot's value (expected {r['bytes'] // 4:,}) | {r['dot_value']} |")
+        out.append("\nEnd-to-end is the client's POST to the /wait answer that says done "
+                   "(Python http.client on one keep-alive connection); the floor is what that "
+                   "client's two HTTP round trips cost with no work behind them.\n")
+    rep.target("large job: daemon overhead p50 <= 50 µs", r and r["overhead_us_p50"], 50,
+               f"{num(r and r['overhead_us_p50'])} µs", higher_is_better=False)
+    best = max(r["upload_gbps"]) if r else None
+    frac = best / ceiling if best and ceiling else None
+    rep.target("upload of a large buffer >= 0.8 of pinned PCIe bandwidth", frac, 0.8,
+               f"{num(frac, 2)} ({num(best, 2)} of {num(ceiling, 2)} GB/s)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir")
+    parser.add_argument("--backend", default="cuda")
+    parser.add_argument("--gpu", default="none")
+    parser.add_argument("--cores", default="?")
+    parser.add_argument("--duration", default="?")
+    parser.add_argument("--quick", type=int, default=0)
+    parser.add_argument("--gemm-jobs", type=int, default=4096)
+    args = parser.parse_args()
+    rep = Report(args.dir, args.gemm_jobs)
+    body = []
+    tiny_section(rep, body)
+    server_section(rep, body)
+    gemm_section(rep, body)
+    large_section(rep, body)
+
+    out = ["# gpujobd end to end (bench/e2e/run.sh)\n",
+           f"gpujobd on its {args.backend} backend; GPU: {args.gpu}; {args.cores} cores; "
+           f"bench_loadgen rows of {args.duration} s.\n"]
+    if args.quick:
+        out.append("**--quick: a smoke test with short rows and small sizes; its figures do not "
+                   "bear on the targets.**\n")
+    out.append("## Targets\n")
+    out.append("| target | measured | |\n|---|---|---|")
+    out += [f"| {t} | {m} | {v} |" for t, m, v in rep.targets]
+    out.append("")
+    print("\n".join(out + body))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

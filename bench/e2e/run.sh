@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# The end-to-end benchmark of the CUDA backend, side by side in one run: prints one Markdown
+# report (bench/e2e/report.py) on stdout, progress on stderr. Each part gets a fresh gpujobd
+# on a free port with a temporary state dir:
+#   tiny     bench_loadgen (submit at 1,16,64 clients; arrays of 100 and 1000; e2e at 1,16,64)
+#            and, per e2e row, the daemon's own time per job (server_side.py);
+#   peer     the same load against bench/peer/aiohttp_torch_server.py (aiohttp + PyTorch);
+#   gemm     4,096 gemm 64^3 jobs on a default daemon and on one with batching off
+#            (scheduler.max_batch=1) (gemm_batching.py);
+#   large    two resident uploads of --large-bytes and dot jobs on them (large_job.py);
+#   pcie     the pinned host-to-device ceiling, with PyTorch (pcie_ceiling.py).
+# A part that cannot run (no PyTorch or aiohttp, no GPU) is reported as skipped, one that fails
+# as failed, each with the reason, and the rest goes on; the exit status is 1 when a part
+# failed. Builds nothing: run scripts/build.sh first.
+#
+#   bench/e2e/run.sh [--backend cuda|cpu] [--quick] [--duration S] [--gemm-jobs N]
+#                    [--large-bytes N] [--large-jobs N] [--peer-device DEV]
+#
+# --quick is a smoke test (1 s rows, 256 GEMMs, 64 MiB "large" buffers); with --backend cpu
+# it runs on a machine without a GPU. GPUJOBD_BIN and LOADGEN_BIN override the binaries'
+# paths, PYTHON the clients' interpreter (python3) and PEER_PYTHON the peer's.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+here=bench/e2e
+
+backend=cuda
+duration=3
+gemm_jobs=4096
+gemm_arrays=4
+gemm_warmup=256
+large_bytes=$((1 << 30))
+large_jobs=20
+sample=5000
+peer_device=cuda:0
+quick=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --backend) backend=$2; shift 2 ;;
+    --quick) quick=1 duration=1 gemm_jobs=256 gemm_arrays=2 gemm_warmup=32
+      large_bytes=$((64 << 20)) large_jobs=5 sample=2000; shift ;;
+    --duration) duration=$2; shift 2 ;;
+    --gemm-jobs) gemm_jobs=$2; shift 2 ;;
+    --large-bytes) large_bytes=$2; shift 2 ;;
+    --large-jobs) large_jobs=$2; shift 2 ;;
+    --peer-device) peer_device=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "e2e: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+gpujobd=${GPUJOBD_BIN:-build/daemon/gpujobd}
+loadgen=${LOADGEN_BIN:-build/bench/bench_loadgen}
+py=${PYTHON:-python3}
+peer_py=${PEER_PYTHON:-$py}
+for bin in "$gpujobd" "$loadgen"; do
+  [ -x "$bin" ] || { echo "e2e: $bin is missing: build first (scripts/build.sh)" >&2; exit 1; }
+done
+
+dir=$(mktemp -d /tmp/gpujobd-e2ebench-XXXXXX)
+# Every process a part starts is listed here, so that whoever ends first can stop it.
+: >"$dir/pids"
+stop_started() {
+  local pid
+  while read -r pid; do
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  done <"$dir/pids"
+}
+trap 'stop_started; rm -rf "$dir"' EXIT
+
+# Waits for "listening on http://..." in log, written by process pid; prints the URL.
+wait_for_url() {
+  local log=$1 pid=$2 url
+  for _ in $(seq 1 600); do
+    url=$(grep -o 'listening on http://[^ ]*' "$log" | head -1 | sed 's/listening on //') || true
+    if [ -n "$url" ]; then echo "$url"; return 0; fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "exited before serving: $(tail -n 3 "$log")" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+  echo "did not start serving within 60 s" >&2
+  return 1
+}
+
+# Starts gpujobd NAME with every key at its default but the --set flags given; sets url and
+# pid.
+start_daemon() {
+  local name=$1
+  shift
+  : >"$dir/$name.conf"
+  "$gpujobd" --config "$dir/$name.conf" --listen 127.0.0.1:0 --state-dir "$dir/$name-state" \
+    --backend "$backend" --log-level info "$@" 2>"$dir/$name.log" &
+  pid=$!
+  echo "$pid" >>"$dir/pids"
+  url=$(wait_for_url "$dir/$name.log" "$pid")
+}
+
+# SIGTERM, then waits for the process of start_daemon (or the peer) to exit.
+stop() {
+  kill -TERM "$pid"
+  wait "$pid" || true
+}
+
+part_tiny() {
+  start_daemon tiny
+  "$loadgen" --duration "$duration" --modes submit,array "$url" >"$dir/tiny.md"
+  local c mark
+  for c in 1 16 64; do
+    mark=$("$py" $here/server_side.py "$url" --mark)
+    "$loadgen" --duration "$duration" --modes e2e --concurrency "$c" "$url" >>"$dir/tiny.md"
+    "$py" $here/server_side.py "$url" --after "$mark" --sample "$sample" --label "e2e c=$c" \
+      --json "$dir/server-c$c.json"
+  done
+  stop
+}
+
+part_peer() {
+  local why
+  why=$("$peer_py" -c 'import sys, aiohttp, torch
+if sys.argv[1].startswith("cuda") and not torch.cuda.is_available():
+    sys.exit("PyTorch sees no CUDA device")' "$peer_device" 2>&1) || {
+    echo "skipped: $(tail -n 1 <<<"$why")" >"$dir/peer.skipped"
+    return 0
+  }
+  "$peer_py" bench/peer/aiohttp_torch_server.py --port 0 --device "$peer_device" \
+    >"$dir/peer.log" 2>&1 &
+  pid=$!
+  echo "$pid" >>"$dir/pids"
+  url=$(wait_for_url "$dir/peer.log" "$pid")
+  "$loadgen" --duration "$duration" "$url" >"$dir/peer.md"
+  stop
+}
+
+part_gemm() {
+  start_daemon gemm-batched
+  "$py" $here/gemm_batching.py "$url" --jobs "$gemm_jobs" --arrays "$gemm_arrays" \
+    --warmup "$gemm_warmup" --label batched --json "$dir/gemm-batched.json"
+  stop
+  start_daemon gemm-unbatched --set scheduler.max_batch=1
+  "$py" $here/gemm_batching.py "$url" --jobs "$gemm_jobs" --arrays "$gemm_arrays" \
+    --warmup "$gemm_warmup" --label unbatched --json "$dir/gemm-unbatched.json"
+  stop
+}
+
+part_large() {
+  start_daemon large --set limits.max_body_bytes=$((2 * large_bytes))
+  "$py" $here/large_job.py "$url" --bytes "$large_bytes" --jobs "$large_jobs" \
+    --json "$dir/large.json"
+  stop
+}
+
+part_pcie() {
+  "$py" $here/pcie_ceiling.py --bytes "$large_bytes" --json "$dir/pcie.json"
+}
+
+# Runs part NAME in a subshell that stops at its first error (set -e holds there, unlike in a
+# function called from an if); a failure is written to NAME.skipped for the report, with the
+# last line the part printed on stderr, and the run goes on.
+run_part() {
+  local name=$1 t0=$SECONDS rc
+  echo "e2e: $name..." >&2
+  set +e
+  (
+    set -e
+    trap stop_started EXIT
+    "part_$name"
+  ) 2>"$dir/$name.err"
+  rc=$?
+  set -e
+  sed "s/^/  /" "$dir/$name.err" >&2
+  if [ $rc -ne 0 ]; then
+    echo "failed (exit $rc): $(tail -n 1 "$dir/$name.err")" >"$dir/$name.skipped"
+    failed+=" $name"
+  fi
+  echo "e2e: $name: $((SECONDS - t0)) s$([ $rc -eq 0 ] || echo ", failed with exit $rc")" >&2
+}
+
+echo "e2e: $backend backend, $(nproc) cores, results in $dir" >&2
+failed=
+for name in tiny peer gemm large pcie; do
+  run_part "$name"
+done
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) || true
+"$py" $here/report.py "$dir" --backend "$backend" --gpu "${gpu:-none}" --cores "$(nproc)" \
+  --duration "$duration" --quick "$quick" --gemm-jobs "$gemm_jobs"
+if [ -n "$failed" ]; then
+  echo "e2e: failed:$failed (the report says why)" >&2
+  exit 1
+fi
