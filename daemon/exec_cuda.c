@@ -40,6 +40,14 @@ typedef enum device_state {
 static const char *const device_state_names[] = {"ready", "resetting", "failed"};
 
 typedef struct device_worker device_worker_t;
+typedef struct slot slot_t;
+
+/* What a launch's host function is given: its slot and which launch of the slot it ends, so
+ * that a late call from before a device reset cannot end the slot's next batch. */
+typedef struct slot_token {
+    slot_t *slot;
+    unsigned launch;
+} slot_token_t;
 
 /* A buffer kept in device memory. Guarded by the executor's lock; freed by its worker. */
 typedef struct resident {
@@ -50,7 +58,7 @@ typedef struct resident {
     bool deleted; /* gone from the store: free it when refs reach 0 */
 } resident_t;
 
-typedef struct slot {
+struct slot {
     device_worker_t *dw;
     cudaStream_t stream;
     cublasLtHandle_t lt;
@@ -65,9 +73,12 @@ typedef struct slot {
     resident_t **used;   /* resident buffers the running batch reads, each holding a ref */
     int n_used, cap_used;
     bool launched;   /* the batch's work is on the stream (events recorded) */
-    bool finished;   /* set by the stream's host function */
+    bool finished;   /* to be completed: its host function ran, or it failed or faulted */
+    bool host_done;  /* its host function ran: the outputs are in staging */
+    unsigned launch; /* launches so far; tokens[launch & 1] is the latest one's */
+    slot_token_t tokens[2];
     size_t reserved; /* bytes counted against the device cap */
-} slot_t;
+};
 
 struct device_worker {
     struct cuda_exec *ex;
@@ -112,17 +123,21 @@ static size_t align_up(size_t n)
     return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
 }
 
-/* Bytes of a batch's inputs and outputs, each tensor aligned. Inputs whose device pointer is
- * already known (resident buffers: in_ptrs[i * OP_MAX_TENSORS + j] set) take no room; with
- * in_ptrs NULL every input counts. */
-static void batch_sizes(const exec_batch_t *b, const void *const *in_ptrs, size_t *ret_in,
-                        size_t *ret_out)
+static bool resident_here_locked(const device_worker_t *dw, const char *id);
+
+/* Bytes of a batch's inputs and outputs, each tensor aligned. Resident inputs take no room:
+ * those whose device pointer the launch has (in_ptrs[i * OP_MAX_TENSORS + j] set), or, before
+ * the launch, those already resident on dw (the caller holds the lock). */
+static void batch_sizes(const exec_batch_t *b, const void *const *in_ptrs,
+                        const device_worker_t *dw, size_t *ret_in, size_t *ret_out)
 {
     size_t in = 0, out = 0;
     for (int i = 0; i < b->n; i++) {
-        const op_call_t *c = &b->jobs[i]->call;
+        const job_t *job = b->jobs[i];
+        const op_call_t *c = &job->call;
         for (int j = 0; j < c->op->n_inputs; j++)
-            if (c->has_in[j] && !(in_ptrs && in_ptrs[(size_t)i * OP_MAX_TENSORS + j]))
+            if (c->has_in[j] && !(in_ptrs && in_ptrs[(size_t)i * OP_MAX_TENSORS + j]) &&
+                !(dw && job->in[j].buffer_id[0] && resident_here_locked(dw, job->in[j].buffer_id)))
                 in += align_up(tensor_desc_bytes(&c->in[j]));
         for (int j = 0; j < c->n_out; j++)
             out += align_up(tensor_desc_bytes(&c->out[j]));
@@ -152,10 +167,11 @@ static void pool_free(void *pool, void *ptr)
 static void CUDART_CB on_stream_done(void *arg)
 {
     /* Runs on a CUDA runtime thread: no CUDA calls here, only the wake-up. */
-    slot_t *slot = arg;
+    slot_token_t *token = arg;
+    slot_t *slot = token->slot;
     cuda_exec_t *ex = slot->dw->ex;
     pthread_mutex_lock(&ex->lock);
-    slot->finished = true;
+    if (slot->batch && token->launch == slot->launch) slot->finished = slot->host_done = true;
     pthread_cond_broadcast(&ex->cond);
     pthread_mutex_unlock(&ex->lock);
 }
@@ -179,6 +195,12 @@ static void fail_batch(exec_batch_t *b, const char *code, const char *message)
 {
     for (int i = 0; i < b->n; i++)
         if (!b->jobs[i]->error_code[0]) job_set_error(b->jobs[i], code, "%s", message);
+}
+
+static void clear_errors(exec_batch_t *b)
+{
+    for (int i = 0; i < b->n; i++)
+        b->jobs[i]->error_code[0] = b->jobs[i]->error_message[0] = '\0';
 }
 
 static int64_t now_ns(void)
@@ -223,16 +245,26 @@ static int slot_track_locked(slot_t *slot, resident_t *res)
     return 0;
 }
 
+static resident_t *find_resident_locked(const device_worker_t *dw, const char *id)
+{
+    for (int k = 0; k < dw->n_residents; k++)
+        if (!dw->residents[k]->deleted && strcmp(dw->residents[k]->id, id) == 0)
+            return dw->residents[k];
+    return NULL;
+}
+
+static bool resident_here_locked(const device_worker_t *dw, const char *id)
+{
+    return find_resident_locked(dw, id) != NULL;
+}
+
 /* The resident copy of buffer id on the slot's device, referenced by the slot; NULL when
  * there is none. */
 static resident_t *resident_acquire(slot_t *slot, const char *id)
 {
     device_worker_t *dw = slot->dw;
-    resident_t *found = NULL;
     pthread_mutex_lock(&dw->ex->lock);
-    for (int k = 0; k < dw->n_residents && !found; k++)
-        if (!dw->residents[k]->deleted && strcmp(dw->residents[k]->id, id) == 0)
-            found = dw->residents[k];
+    resident_t *found = find_resident_locked(dw, id);
     if (found && slot_track_locked(slot, found) < 0) found = NULL;
     pthread_mutex_unlock(&dw->ex->lock);
     return found;
@@ -250,9 +282,16 @@ static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const char *i
     if (!res) return NULL;
     snprintf(res->id, sizeof res->id, "%s", id);
     res->nbytes = nbytes;
+    /* The batch reserved room for these bytes as an input to copy: as a resident copy they
+     * move from its reservation to the resident bytes, not counted twice. */
     pthread_mutex_lock(&ex->lock);
-    bool fits = dw->in_use + dw->resident_bytes + nbytes <= dw->cap;
-    if (fits) dw->resident_bytes += nbytes;
+    size_t moved = nbytes < slot->reserved ? nbytes : slot->reserved;
+    bool fits = dw->in_use - moved + dw->resident_bytes + nbytes <= dw->cap;
+    if (fits) {
+        slot->reserved -= moved;
+        dw->in_use -= moved;
+        dw->resident_bytes += nbytes;
+    }
     pthread_mutex_unlock(&ex->lock);
     if (!fits) {
         free(res);
@@ -265,7 +304,11 @@ static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const char *i
         cudaMemPoolTrimTo(dw->pool, 0);
         e = cudaMalloc(&res->dptr, nbytes ? nbytes : 1);
     }
-    if (e == cudaSuccess) e = cudaMemcpy(res->dptr, data, nbytes, cudaMemcpyHostToDevice);
+    /* From pageable memory cudaMemcpy may return before the bytes land, and only the legacy
+     * stream orders after it: copy on the slot's stream, and wait for it (the slot is idle). */
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(res->dptr, data, nbytes, cudaMemcpyHostToDevice, slot->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(slot->stream);
     bool added = false;
     pthread_mutex_lock(&ex->lock);
     if (e == cudaSuccess && dw->n_residents == dw->cap_residents) {
@@ -282,6 +325,8 @@ static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const char *i
         added = true;
     } else {
         dw->resident_bytes -= nbytes;
+        slot->reserved += moved;
+        dw->in_use += moved;
     }
     pthread_mutex_unlock(&ex->lock);
     if (!added) {
@@ -364,7 +409,8 @@ out:
 }
 
 /* Queues a batch on a free slot. Returns 0 when the work is on the stream (completion comes
- * through on_stream_done), or a negative errno after failing the batch's jobs. */
+ * through on_stream_done), or a negative errno after failing the batch's jobs: -EIO when a
+ * CUDA call failed (which a lost context explains), another errno when the host did. */
 static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
 {
     device_worker_t *dw = slot->dw;
@@ -399,7 +445,10 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
             }
         }
     }
-    if (r < 0) goto out;
+    if (r < 0) {
+        r = -ENODATA;
+        goto out;
+    }
 
     if (!b->jobs[0]->call.op->run_cuda) {
         fail_batch(b, "unsupported", "this op has no CUDA implementation in this build");
@@ -407,10 +456,10 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
         goto out;
     }
     size_t in_bytes, out_bytes;
-    batch_sizes(b, in_ptrs, &in_bytes, &out_bytes);
+    batch_sizes(b, in_ptrs, NULL, &in_bytes, &out_bytes);
     if (grow_pinned(slot, in_bytes > out_bytes ? in_bytes : out_bytes) < 0) {
         fail_batch(b, "out_of_memory", "no pinned host memory for staging");
-        r = -ENOMEM;
+        r = -EIO;
         goto out;
     }
     slot->d_in = pool_alloc(slot, in_bytes);
@@ -420,7 +469,7 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
         pool_free(slot, slot->d_out);
         slot->d_in = slot->d_out = NULL;
         fail_batch(b, "out_of_memory", "the device memory pool is exhausted");
-        r = -ENOMEM;
+        r = -EIO;
         goto out;
     }
     slot->in_bytes = in_bytes;
@@ -466,7 +515,13 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
     if (r == 0 && e == cudaSuccess)
         e = cudaMemcpyAsync(slot->pinned, slot->d_out, out_bytes, cudaMemcpyDeviceToHost,
                             slot->stream);
-    if (e == cudaSuccess) e = cudaLaunchHostFunc(slot->stream, on_stream_done, slot);
+    if (e == cudaSuccess) {
+        pthread_mutex_lock(&dw->ex->lock);
+        slot_token_t *token = &slot->tokens[++slot->launch & 1];
+        *token = (slot_token_t){slot, slot->launch};
+        pthread_mutex_unlock(&dw->ex->lock);
+        e = cudaLaunchHostFunc(slot->stream, on_stream_done, token);
+    }
     if (e != cudaSuccess) {
         snprintf(why, sizeof why, "CUDA: %s", cudaGetErrorString(e));
         fail_batch(b, "cuda_error", why);
@@ -492,15 +547,23 @@ out:
 
 /* After the stream finished: outputs out of staging, GPU time shared by cost, memory back.
  * Returns the stream's error, after failing the batch with it; cudaSuccess for a batch that
- * ran, or that failed before its launch. */
+ * ran (its host function ran: all its work did), or that failed before its launch. */
 static cudaError_t complete(slot_t *slot)
 {
     exec_batch_t *b = slot->batch;
     float ms = 0;
-    /* A batch that failed before its launch has no events of its own: no GPU time. */
-    cudaError_t e = slot->launched ? cudaStreamQuery(slot->stream) : cudaSuccess;
-    if (e == cudaErrorNotReady) e = cudaSuccess;
-    if (slot->launched && e == cudaSuccess) e = cudaEventElapsedTime(&ms, slot->start, slot->stop);
+    cudaError_t e = cudaSuccess;
+    if (slot->launched && !slot->host_done) {
+        e = cudaStreamQuery(slot->stream);
+        if (e == cudaErrorNotReady) e = cudaSuccess;
+    }
+    /* A batch that failed before its launch has no events of its own: no GPU time; nor has
+     * one whose context was lost after it ran. */
+    if (slot->launched && e == cudaSuccess &&
+        cudaEventElapsedTime(&ms, slot->start, slot->stop) != cudaSuccess) {
+        ms = 0;
+        cudaGetLastError();
+    }
     if (e != cudaSuccess) {
         char why[ERROR_MESSAGE_SIZE];
         snprintf(why, sizeof why, "CUDA: %s", cudaGetErrorString(e));
@@ -535,14 +598,14 @@ static cudaError_t complete(slot_t *slot)
     return e;
 }
 
-/* After an asynchronous error: true when the context is lost (a sticky error, which every
- * later call returns too), false when the device still works. */
-static bool context_lost(void)
+/* After a failed CUDA call: the error that lost the device's context (a sticky one, which every
+ * later call returns too), or cudaSuccess when the device still works. */
+static cudaError_t sticky_error(void)
 {
     cudaGetLastError();
     cudaError_t e = cudaDeviceSynchronize();
     cudaGetLastError();
-    return e != cudaSuccess;
+    return e;
 }
 
 /* The slots' streams, events, cuBLAS handles and staging; and the device's pool. */
@@ -601,12 +664,13 @@ static void device_teardown(device_worker_t *dw)
 }
 
 /* A sticky error lost the device's context. Every batch the worker holds goes back to the
- * scheduler: the culprit's jobs fail with the error when it was the only launch on the device
- * (else no launch can be told apart, and each runs again while attempts remain); batches not
- * yet launched run again. Meanwhile the device is reset and its streams, handles and pool
- * rebuilt; it takes no work, and /readyz and /v1/info show it resetting. Resident copies die
- * with the context: later launches load them again. The batches are reported once the device
- * serves again, so that the scheduler's next dispatch finds it. */
+ * scheduler: those whose work had finished with their outputs; the culprit's jobs fail with
+ * the error when it was the only launch on the device (else no launch can be told apart, and
+ * each runs again while attempts remain); batches not yet launched run again. Meanwhile the device
+ * is reset and its streams, handles and pool rebuilt; it takes no work, and /readyz and /v1/info
+ * show it resetting. Resident copies die with the context: later launches load them again. The
+ * batches are reported once the device serves again, so that the scheduler's next dispatch finds
+ * it. */
 static void recover(device_worker_t *dw, slot_t *culprit, cudaError_t why)
 {
     cuda_exec_t *ex = dw->ex;
@@ -616,22 +680,35 @@ static void recover(device_worker_t *dw, slot_t *culprit, cudaError_t why)
     exec_batch_t *back[dw->n_slots + dw->q_cap];
     int n_back = 0;
 
+    /* A batch whose host function ran did all its work: its outputs are in staging. */
+    bool ran[dw->n_slots];
     pthread_mutex_lock(&ex->lock);
     dw->state = DEVICE_RESETTING;
+    for (int k = 0; k < dw->n_slots; k++)
+        ran[k] = dw->slots[k].batch && dw->slots[k].host_done;
+    pthread_mutex_unlock(&ex->lock);
+    for (int k = 0; k < dw->n_slots; k++)
+        if (ran[k]) complete(&dw->slots[k]);
+
+    pthread_mutex_lock(&ex->lock);
     int launched = 0;
     for (int k = 0; k < dw->n_slots; k++)
-        launched += dw->slots[k].batch && dw->slots[k].launched;
+        launched += !ran[k] && dw->slots[k].batch && dw->slots[k].launched;
     for (int k = 0; k < dw->n_slots; k++) {
         slot_t *s = &dw->slots[k];
         if (!s->batch) continue;
         /* A batch that failed before its launch keeps its own error. */
-        if (s->launched && !(s == culprit && launched == 1)) {
-            fail_batch(s->batch, "device_reset", msg);
-            s->batch->retry = EXEC_RETRY_INTERRUPTED;
+        if (!ran[k] && s->launched) {
+            if (s == culprit && launched == 1) {
+                fail_batch(s->batch, "cuda_error", msg);
+            } else {
+                fail_batch(s->batch, "device_reset", msg);
+                s->batch->retry = EXEC_RETRY_INTERRUPTED;
+            }
         }
         back[n_back++] = s->batch;
         s->batch = NULL;
-        s->finished = s->launched = s->exclusive = false;
+        s->finished = s->launched = s->host_done = s->exclusive = false;
         s->reserved = 0;
         s->n_used = 0;
     }
@@ -681,6 +758,7 @@ static void *device_thread(void *arg)
     if (store_reader_open(ex->cfg, &rd) < 0)
         log_error("gpu %d: cannot open a store reader", dw->device);
 
+    int64_t next_fault_check_ns = 0;
     pthread_mutex_lock(&ex->lock);
     for (;;) {
         if (now_ns() - dw->memory_checked_ns > MEMORY_CHECK_NS) {
@@ -688,7 +766,17 @@ static void *device_thread(void *arg)
             refresh_memory(dw);
             pthread_mutex_lock(&ex->lock);
         }
-        resident_t *unused = take_unused_deleted_locked(dw);
+        slot_t *free_slot = NULL;
+        int running = 0;
+        bool exclusive = false;
+        for (int k = 0; k < dw->n_slots; k++) {
+            slot_t *s = &dw->slots[k];
+            if (!s->batch && !free_slot) free_slot = s;
+            running += s->batch != NULL;
+            exclusive |= s->batch && s->exclusive;
+        }
+        /* cudaFree waits for the whole device: deleted copies go while nothing runs. */
+        resident_t *unused = running == 0 ? take_unused_deleted_locked(dw) : NULL;
         if (unused) {
             pthread_mutex_unlock(&ex->lock);
             cudaFree(unused->dptr);
@@ -704,7 +792,7 @@ static void *device_thread(void *arg)
             exec_batch_t *b = done->batch;
             pthread_mutex_unlock(&ex->lock);
             cudaError_t e = complete(done);
-            if (e != cudaSuccess && context_lost()) {
+            if (e != cudaSuccess && sticky_error() != cudaSuccess) {
                 recover(dw, done, e);
                 pthread_mutex_lock(&ex->lock);
                 continue;
@@ -714,20 +802,11 @@ static void *device_thread(void *arg)
             dw->in_use -= done->reserved;
             done->reserved = 0;
             done->batch = NULL;
-            done->finished = done->launched = done->exclusive = false;
+            done->finished = done->launched = done->host_done = done->exclusive = false;
             pthread_mutex_unlock(&ex->lock);
             ex->base.done(b, ex->base.done_ud);
             pthread_mutex_lock(&ex->lock);
             continue;
-        }
-        slot_t *free_slot = NULL;
-        int running = 0;
-        bool exclusive = false;
-        for (int k = 0; k < dw->n_slots; k++) {
-            slot_t *s = &dw->slots[k];
-            if (!s->batch && !free_slot) free_slot = s;
-            running += s->batch != NULL;
-            exclusive |= s->batch && s->exclusive;
         }
         /* The queue's head starts when a slot is free and no re-run holds the device, unless it
          * is a re-run and others run, or it needs memory that running batches hold: then it
@@ -735,8 +814,7 @@ static void *device_thread(void *arg)
         exec_batch_t *b = free_slot && dw->q_len > 0 && !exclusive ? dw->queue[dw->q_head] : NULL;
         bool rerun = b && is_rerun(b);
         size_t in_bytes = 0, out_bytes = 0;
-        /* Resident inputs count here as if copied: the batch may be the one loading them. */
-        if (b) batch_sizes(b, NULL, &in_bytes, &out_bytes);
+        if (b) batch_sizes(b, NULL, dw, &in_bytes, &out_bytes);
         size_t need = in_bytes + out_bytes;
         bool too_big = need > dw->cap;
         if (b && ((rerun && running > 0) ||
@@ -747,10 +825,12 @@ static void *device_thread(void *arg)
             dw->q_len--;
             free_slot->batch = b;
             free_slot->exclusive = rerun;
+            free_slot->finished = free_slot->host_done = false;
             free_slot->reserved = too_big ? 0 : need;
             dw->in_use += free_slot->reserved;
             pthread_mutex_unlock(&ex->lock);
             int r;
+            cudaError_t lost = cudaSuccess;
             if (too_big) {
                 fail_batch(b, "exceeds_device_memory",
                            "the job needs more device memory than the configured cap");
@@ -760,9 +840,19 @@ static void *device_thread(void *arg)
                 r = -EIO;
             } else {
                 r = launch(free_slot, b, rd);
+                /* A launch that failed on a context lost earlier (its fault not seen yet) or
+                 * by its own doing is part of the fault, not a failure of its jobs. */
+                if (r == -EIO) lost = sticky_error();
             }
             pthread_mutex_lock(&ex->lock);
-            free_slot->launched = r == 0;
+            free_slot->launched = r == 0 || lost != cudaSuccess;
+            if (lost != cudaSuccess) {
+                pthread_mutex_unlock(&ex->lock);
+                clear_errors(b);
+                recover(dw, free_slot, lost);
+                pthread_mutex_lock(&ex->lock);
+                continue;
+            }
             if (r < 0) free_slot->finished = true; /* report it through the same path */
             continue;
         }
@@ -772,16 +862,12 @@ static void *device_thread(void *arg)
             continue;
         }
         /* A stream's host function never runs once the context has failed (a kernel fault):
-         * while batches run, look at their streams now and then, so that a fault ends them
-         * with its error instead of leaving them running forever. */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += FAULT_CHECK_NS;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-        if (pthread_cond_timedwait(&ex->cond, &ex->lock, &until) == ETIMEDOUT) {
+         * while batches run, look at their streams every FAULT_CHECK_NS, however often other
+         * events wake the worker, so that a fault ends them with its error instead of leaving
+         * them running forever. */
+        int64_t now = now_ns();
+        if (now >= next_fault_check_ns) {
+            next_fault_check_ns = now + FAULT_CHECK_NS;
             pthread_mutex_unlock(&ex->lock);
             bool faulted[dw->n_slots];
             for (int k = 0; k < dw->n_slots; k++) {
@@ -792,7 +878,18 @@ static void *device_thread(void *arg)
             pthread_mutex_lock(&ex->lock);
             for (int k = 0; k < dw->n_slots; k++)
                 if (faulted[k] && dw->slots[k].batch) dw->slots[k].finished = true;
+            continue;
         }
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        int64_t wait_ns = next_fault_check_ns - now;
+        until.tv_sec += wait_ns / 1000000000;
+        until.tv_nsec += wait_ns % 1000000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&ex->cond, &ex->lock, &until);
     }
     pthread_mutex_unlock(&ex->lock);
     store_reader_close(rd);

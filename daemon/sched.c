@@ -898,33 +898,39 @@ static void retry_batch(sched_t *s, sched_batch_t *sb)
 {
     exec_batch_t *batch = &sb->batch;
     bool ran = batch->retry == EXEC_RETRY_INTERRUPTED;
-    sched_batch_t *spent = NULL;
+    sched_batch_t *spent = calloc(1, sizeof *spent);
+    if (spent && !(spent->batch.jobs = calloc((size_t)batch->n, sizeof *spent->batch.jobs))) {
+        free(spent);
+        spent = NULL;
+    }
+    if (!spent) {
+        /* Out of memory: the whole batch ends, with the executor's error or this one. */
+        for (int i = 0; i < batch->n; i++)
+            if (!batch->jobs[i]->error_code[0])
+                job_set_error(batch->jobs[i], "out_of_memory",
+                              "the job's device was reset and it could not be queued again");
+        finish_batch(s, sb);
+        return;
+    }
     int keep = 0;
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = strmap_get(s->entries, job->id);
-        if (!e->cancelled_while_running && (!ran || job->attempts < s->cfg->max_attempts)) {
+        if (!e->cancelled_while_running && (!ran || job->attempts < s->cfg->max_attempts))
             batch->jobs[keep++] = job;
-            continue;
-        }
-        if (!spent && (spent = calloc(1, sizeof *spent)) &&
-            !(spent->batch.jobs = calloc((size_t)batch->n, sizeof *spent->batch.jobs))) {
-            free(spent);
-            spent = NULL;
-        }
-        if (!spent) { /* out of memory: it is queued once more instead */
-            batch->jobs[keep++] = job;
-            continue;
-        }
-        spent->batch.jobs[spent->batch.n++] = job;
+        else
+            spent->batch.jobs[spent->batch.n++] = job;
     }
     batch->n = keep;
-    if (spent) {
+    if (spent->batch.n > 0) {
         spent->s = s;
         spent->dispatched_us = sb->dispatched_us;
         spent->batch.sched_priv = spent;
         s->batches_in_flight++; /* finish_batch counts it out */
         finish_batch(s, spent);
+    } else {
+        free(spent->batch.jobs);
+        free(spent);
     }
     if (batch->n > 0) {
         requeue_batch(s, sb, ran);

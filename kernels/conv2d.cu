@@ -639,22 +639,25 @@ typedef struct conv_launch {
     float *scale_shift; /* folded epilogue, or NULL when there is none */
 } conv_launch_t;
 
-/* Blocks of one igemm configuration that fit on an SM, after opting in to its shared memory;
- * both are per device and cached. 0 when the configuration cannot run. */
+/* Blocks of one igemm configuration that fit on an SM, after opting in to its shared memory.
+ * 0 when the configuration cannot run. The opt-in belongs to the CUDA context, which a device
+ * reset replaces, so it is made on every call (a cheap driver call; making it twice is
+ * harmless); the occupancy it allows is a property of the device, cached. */
 template <typename CFG, bool AFFINE, bool RELU> static int conv_igemm_occupancy(int device)
 {
-    /* Setting the attribute twice is harmless, so a race between device workers only costs a
-     * redundant call. */
     static int cached[64];
-    if (device >= 0 && device < 64 && cached[device] > 0) return cached[device];
-    int blocks = 0;
     if (cudaFuncSetAttribute(conv_igemm_kernel<CFG, AFFINE, RELU>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)CFG::SMEM_BYTES) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, conv_igemm_kernel<CFG, AFFINE, RELU>,
+                             (int)CFG::SMEM_BYTES) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it, the caller picks another configuration */
+        return 0;
+    }
+    if (device >= 0 && device < 64 && cached[device] > 0) return cached[device];
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, conv_igemm_kernel<CFG, AFFINE, RELU>,
                                                       CFG::THREADS,
                                                       CFG::SMEM_BYTES) != cudaSuccess) {
-        cudaGetLastError(); /* not sticky: clear it, the caller picks another configuration */
+        cudaGetLastError();
         return 0;
     }
     if (device >= 0 && device < 64) cached[device] = blocks;
