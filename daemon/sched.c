@@ -315,8 +315,6 @@ static void entry_unqueue(sched_t *s, entry_t *e)
     heap_remove(&s->deadlines, e);
 }
 
-/* Makes a committed queued job schedulable. On allocation failure the job stays in the store
- * and is picked up at the next start. */
 /* Puts an entry into its user's queue, its batch key's FIFO and the deadlines. */
 static int entry_queue(sched_t *s, entry_t *e)
 {
@@ -327,6 +325,8 @@ static int entry_queue(sched_t *s, entry_t *e)
     return r;
 }
 
+/* Makes a committed queued job schedulable. On allocation failure the job stays in the store
+ * and is picked up at the next start. */
 static int enqueue(sched_t *s, job_t *job)
 {
     entry_t *e = calloc(1, sizeof *e);
@@ -670,15 +670,22 @@ static void dispatch(sched_t *s)
         sb->batch.jobs = jobs;
         sb->batch.sched_priv = sb;
         entry_t *e = q ? q->head : top;
-        /* The chosen user's top job leads; with a batch key, its FIFO fills the rest. */
+        /* The chosen user's top job leads; with a batch key, its FIFO fills the rest with the
+         * jobs of users under their running limit, the batch's own jobs counted. The look
+         * ahead is bounded, so that a backlog of users at their limit costs no long scan:
+         * the jobs behind it lead batches of their own when their users are picked. */
         if (q && e != top) {
             jobs[sb->batch.n++] = top->job;
             entry_unqueue(s, top);
+            top->user->running++;
         }
-        while (e && sb->batch.n < want) {
+        for (int seen = 0; e && sb->batch.n < want && seen < 4 * want; seen++) {
             entry_t *next = e->knext;
-            jobs[sb->batch.n++] = e->job;
-            entry_unqueue(s, e);
+            if (e->user->running < s->cfg->max_running_per_user) {
+                jobs[sb->batch.n++] = e->job;
+                entry_unqueue(s, e);
+                e->user->running++;
+            }
             e = next;
         }
         ready[n_ready++] = sb;
@@ -689,7 +696,6 @@ static void dispatch(sched_t *s)
             job->started_us = now;
             job->attempts++;
             job->batch_size = sb->batch.n;
-            je->user->running++;
             je->charged_us = estimate_us(job);
             user_charge(je->user, je->charged_us);
         }

@@ -405,6 +405,41 @@ START_TEST(test_batches_given_back_by_a_device_reset_run_again_while_attempts_re
 }
 END_TEST
 
+START_TEST(test_batches_keep_each_user_within_the_running_limit)
+{
+    cfg.max_running_per_user = 2;
+    cfg.max_batch = 16;
+    fake->slots = 0;
+    job_t *jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = add_job(i < 5 ? "alice" : "bob", 10, 0);
+    reply_box_t box;
+    submit(&box, jobs, 5);
+    submit(&box, jobs + 5, 3);
+    fake->slots = 8;
+    job_t *wake = add_job("carol", 10, 0);
+    submit(&box, &wake, 1);
+
+    /* Five jobs go out, however the batches are cut: two of alice's five, two of bob's three,
+     * carol's one; the others wait for a running job of theirs to end. */
+    ck_assert_int_eq(fake_wait_jobs(fake, 5), 5);
+    usleep(50000);
+    int alice = 0, bob = 0, carol = 0;
+    pthread_mutex_lock(&fake->lock);
+    for (int i = 0; i < fake->n_got; i++)
+        for (int k = 0; k < fake->got[i]->n; k++) {
+            const char *owner = fake->got[i]->jobs[k]->owner;
+            alice += strcmp(owner, "alice") == 0;
+            bob += strcmp(owner, "bob") == 0;
+            carol += strcmp(owner, "carol") == 0;
+        }
+    pthread_mutex_unlock(&fake->lock);
+    ck_assert_int_eq(alice, 2);
+    ck_assert_int_eq(bob, 2);
+    ck_assert_int_eq(carol, 1);
+}
+END_TEST
+
 START_TEST(test_priority_orders_one_users_queue)
 {
     cfg.max_batch = 1;
@@ -659,6 +694,7 @@ int main(void)
     tcase_add_test(tc, test_max_batch_caps_batch_size);
     tcase_add_test(tc, test_fair_share_serves_a_small_user_before_a_big_backlog_drains);
     tcase_add_test(tc, test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain);
+    tcase_add_test(tc, test_batches_keep_each_user_within_the_running_limit);
     tcase_add_test(tc, test_priority_orders_one_users_queue);
     tcase_add_test(tc, test_cancel_queued_job_never_runs);
     tcase_add_test(tc, test_other_users_cannot_see_or_cancel_a_job);
