@@ -797,7 +797,13 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = strmap_get(s->entries, job->id);
-        if (e->cancelled_while_running) continue;
+        if (e->cancelled_while_running) {
+            /* Its result is discarded: so are the files on_batch_done wrote for it, which no
+             * row will name. */
+            for (int j = 0; j < job->call.n_out; j++)
+                store_blob_discard(s->st, job->out[j].blob);
+            continue;
+        }
         job->finished_us = now;
         job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
         if (r >= 0) record_end(s, job);

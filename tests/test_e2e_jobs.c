@@ -4,7 +4,9 @@
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700
 #include <check.h>
+#include <ftw.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -656,6 +658,59 @@ START_TEST(test_cancel_queued_job_never_runs)
 }
 END_TEST
 
+static int blob_files;
+static int count_blob_file(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    blob_files += type == FTW_F;
+    return 0;
+}
+
+/* Files under the daemon's blobs/ directory. */
+static int count_blob_files(e2e_daemon_t *d)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/state/blobs", e2e_daemon_dir(d));
+    blob_files = 0;
+    nftw(path, count_blob_file, 16, FTW_PHYS);
+    return blob_files;
+}
+
+START_TEST(test_cancel_running_job_keeps_nothing_of_its_result)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    enum { N = 100000 }; /* 400 KB: the input buffer and the output each get a file */
+    float *x = calloc(N, sizeof *x);
+    json_t *meta = e2e_upload_ok(d, "f32", "100000", x, N * sizeof *x, false, 201);
+    json_t *job =
+        json_pack("{s:s, s:{s:i}, s:{s:{s:s}}}", "op", "debug_sleep", "params", "ms", 1000,
+                  "inputs", "x", "buffer", json_string_value(json_object_get(meta, "id")));
+    ck_assert_int_eq(count_blob_files(d), 1);
+    char *id = e2e_submit_ok(d, job);
+    e2e_wait_state_ok(d, id, "running", 10);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *cancelled = e2e_json_ok(d, "DELETE", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(cancelled), "cancelled");
+    json_decref(cancelled);
+
+    /* The run ends; its result is discarded, and so is the file written for its output. */
+    double until = e2e_now() + 10;
+    while (e2e_metric_ok(d, "gpujobd_jobs_running") > 0 && e2e_now() < until)
+        usleep(20000);
+    ck_assert(e2e_metric_ok(d, "gpujobd_jobs_running") == 0);
+    ck_assert_int_eq(count_blob_files(d), 1);
+    json_t *now = e2e_json_ok(d, "GET", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(now), "cancelled");
+    json_decref(now);
+
+    free(id);
+    free(x);
+    json_decref(job);
+    json_decref(meta);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 START_TEST(test_deadline_passes_while_queued)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
@@ -881,6 +936,7 @@ int main(void)
     tcase_add_test(tc, test_output_download_json_raw_and_npy);
     tcase_add_test(tc, test_npy_buffer_round_trip);
     tcase_add_test(tc, test_cancel_queued_job_never_runs);
+    tcase_add_test(tc, test_cancel_running_job_keeps_nothing_of_its_result);
     tcase_add_test(tc, test_deadline_passes_while_queued);
     tcase_add_test(tc, test_idempotent_resubmission_returns_first_job);
     tcase_add_test(tc, test_list_pagination_and_filters);
