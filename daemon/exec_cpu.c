@@ -157,7 +157,7 @@ static int cpu_submit(executor_t *base, exec_batch_t *batch)
     return r;
 }
 
-static int cpu_free_slots(executor_t *base)
+static int cpu_free_slots(executor_t *base, int device)
 {
     cpu_exec_t *ex = (cpu_exec_t *)base;
     pthread_mutex_lock(&ex->lock);

@@ -988,13 +988,16 @@ static int cuda_submit(executor_t *base, exec_batch_t *b)
     return r;
 }
 
-static int cuda_free_slots(executor_t *base)
+static int cuda_free_slots(executor_t *base, int device)
 {
     cuda_exec_t *ex = (cuda_exec_t *)base;
     pthread_mutex_lock(&ex->lock);
-    int n = 0;
-    for (int d = 0; d < ex->n_devices && !ex->stopping; d++)
-        if (ex->devices[d].state == DEVICE_READY) n += ex->devices[d].q_cap - ex->devices[d].q_len;
+    int n = device >= 0 && !serves_device_locked(ex, device) ? 1 : 0;
+    for (int d = 0; d < ex->n_devices && !ex->stopping; d++) {
+        const device_worker_t *dw = &ex->devices[d];
+        if (dw->state == DEVICE_READY && (device < 0 || dw->device == device))
+            n += dw->q_cap - dw->q_len;
+    }
     pthread_mutex_unlock(&ex->lock);
     return n;
 }

@@ -40,8 +40,10 @@ typedef struct executor_ops {
     const char *name; /* "cpu", "cuda" */
     /* Accepts a batch; 0, or -EAGAIN when it has no free slot (try later). */
     int (*submit)(executor_t *ex, exec_batch_t *batch);
-    /* Batches it could accept right now. */
-    int (*free_slots)(executor_t *ex);
+    /* Batches it could accept right now: on any device (device < 0), or on that device (for
+     * jobs pinned to it; a device the backend does not have counts as free, so that submit
+     * can fail the batch). */
+    int (*free_slots)(executor_t *ex, int device);
     /* Describes the backend and its devices for /v1/info; a new reference. */
     json_t *(*describe)(executor_t *ex);
     /* Stops taking work, waits up to timeout_ms for running batches (their done callbacks

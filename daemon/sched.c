@@ -640,11 +640,18 @@ static void dispatch(sched_t *s)
     int64_t hold_until = 0;
     sched_batch_t *ready[64];
     int n_ready = 0;
-    int slots = s->ex->ops->free_slots(s->ex);
+    int slots = s->ex->ops->free_slots(s->ex, -1);
     while (n_ready < slots && n_ready < (int)(sizeof ready / sizeof ready[0])) {
         user_t *u = pick_user(s);
         if (!u) break;
         entry_t *top = u->queue.a[0];
+        /* A job pinned to a device with no room waits for it without a trip to the executor
+         * (and the two store writes a turned-down batch costs); the device's next completion
+         * dispatches again. */
+        if (top->job->device >= 0 && s->ex->ops->free_slots(s->ex, top->job->device) == 0) {
+            u->skip_round = s->round;
+            continue;
+        }
         keyq_t *q = top->keyq;
         int want = q ? (q->len < s->cfg->max_batch ? q->len : s->cfg->max_batch) : 1;
         int64_t now = now_us();

@@ -20,6 +20,7 @@ typedef struct fake_exec {
     pthread_cond_t cond;
     int slots;               /* batches it accepts before the test completes some */
     int turn_down;           /* submits to answer -EAGAIN although slots are free */
+    int device0_free;        /* free slots device 0 reports to pinned jobs; -1: as any */
     exec_batch_t *got[4096]; /* every batch handed over, in order */
     int n_got, n_done;
 } fake_exec_t;
@@ -40,11 +41,12 @@ static int fake_submit(executor_t *base, exec_batch_t *b)
     return r;
 }
 
-static int fake_free_slots(executor_t *base)
+static int fake_free_slots(executor_t *base, int device)
 {
     fake_exec_t *f = (fake_exec_t *)base;
     pthread_mutex_lock(&f->lock);
     int n = f->slots - (f->n_got - f->n_done);
+    if (device == 0 && f->device0_free >= 0 && f->device0_free < n) n = f->device0_free;
     pthread_mutex_unlock(&f->lock);
     return n > 0 ? n : 0;
 }
@@ -152,6 +154,7 @@ static void setup(void)
     ck_assert_int_eq(sched_new(&cfg, st, &sched), 0);
     fake = calloc(1, sizeof *fake);
     fake->base.ops = &fake_ops;
+    fake->device0_free = -1;
     pthread_mutex_init(&fake->lock, NULL);
     pthread_cond_init(&fake->cond, NULL);
     sched_set_executor(sched, &fake->base);
@@ -440,6 +443,36 @@ START_TEST(test_batches_keep_each_user_within_the_running_limit)
 }
 END_TEST
 
+START_TEST(test_a_job_pinned_to_a_full_device_waits_for_it_in_the_queue)
+{
+    fake->slots = 4;
+    fake->device0_free = 0;
+    job_t *pinned = add_job("alice", 10, 0);
+    pinned->device = 0;
+    reply_box_t box;
+    submit(&box, &pinned, 1);
+    usleep(100000);
+    ck_assert_int_eq(fake->n_got, 0);
+    ck_assert_int_eq(stored_state(box.ids[0]), JOB_QUEUED);
+
+    /* Other work goes on meanwhile. */
+    job_t *other = add_job("bob", 11, 0);
+    reply_box_t box2;
+    submit(&box2, &other, 1);
+    fake_wait_batches(fake, 1);
+    ck_assert_str_eq(fake->got[0]->jobs[0]->id, box2.ids[0]);
+
+    /* Once device 0 has room, the next dispatch takes the pinned job. */
+    pthread_mutex_lock(&fake->lock);
+    fake->device0_free = 1;
+    pthread_mutex_unlock(&fake->lock);
+    fake_complete(fake, 0);
+    fake_wait_batches(fake, 2);
+    ck_assert_int_eq(fake->n_got, 2);
+    ck_assert_str_eq(fake->got[1]->jobs[0]->id, box.ids[0]);
+}
+END_TEST
+
 START_TEST(test_priority_orders_one_users_queue)
 {
     cfg.max_batch = 1;
@@ -695,6 +728,7 @@ int main(void)
     tcase_add_test(tc, test_fair_share_serves_a_small_user_before_a_big_backlog_drains);
     tcase_add_test(tc, test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain);
     tcase_add_test(tc, test_batches_keep_each_user_within_the_running_limit);
+    tcase_add_test(tc, test_a_job_pinned_to_a_full_device_waits_for_it_in_the_queue);
     tcase_add_test(tc, test_priority_orders_one_users_queue);
     tcase_add_test(tc, test_cancel_queued_job_never_runs);
     tcase_add_test(tc, test_other_users_cannot_see_or_cancel_a_job);
