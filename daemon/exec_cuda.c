@@ -102,6 +102,7 @@ struct device_worker {
     device_state_t state;
     int resets; /* sticky errors recovered from */
     bool thread_started;
+    bool abandoned; /* its worker left batches on the device at the drain deadline */
     /* Written by the worker alone (the only thread that calls CUDA on the device, so that a
      * reset never races another caller); read under the lock. */
     size_t mem_free;
@@ -114,6 +115,7 @@ typedef struct cuda_exec {
     pthread_mutex_t lock; /* guards every worker's queue, slots and flags */
     pthread_cond_t cond;  /* any change a worker may be waiting for */
     bool stopping;
+    int64_t drain_deadline_ns; /* once stopping: when the workers give up on their work */
     int n_devices;
     device_worker_t *devices;
 } cuda_exec_t;
@@ -775,6 +777,16 @@ static void *device_thread(void *arg)
             running += s->batch != NULL;
             exclusive |= s->batch && s->exclusive;
         }
+        /* Past the drain deadline nothing more starts, and nothing more is waited for: the
+         * jobs of batches left queued or running stay running in the store and run again after
+         * the next start (the scheduler's loop has ended; no one would record their end). */
+        if (ex->stopping && (dw->q_len > 0 || running > 0) && now_ns() >= ex->drain_deadline_ns) {
+            log_warn("gpu %d: drain timeout: %d queued and %d running batches are left to the "
+                     "next start",
+                     dw->device, dw->q_len, running);
+            dw->abandoned = running > 0;
+            break;
+        }
         /* cudaFree waits for the whole device: deleted copies go while nothing runs. */
         resident_t *unused = running == 0 ? take_unused_deleted_locked(dw) : NULL;
         if (unused) {
@@ -1032,13 +1044,16 @@ static void cuda_destroy(executor_t *base, int timeout_ms)
     cuda_exec_t *ex = (cuda_exec_t *)base;
     pthread_mutex_lock(&ex->lock);
     ex->stopping = true;
+    ex->drain_deadline_ns = now_ns() + (int64_t)timeout_ms * 1000000;
     pthread_cond_broadcast(&ex->cond);
     pthread_mutex_unlock(&ex->lock);
-    /* Device work is bounded (kernels finish); the workers drain their queues and exit. */
+    /* The workers finish what they hold until the deadline, then exit. */
     for (int d = 0; d < ex->n_devices; d++)
         if (ex->devices[d].thread_started) pthread_join(ex->devices[d].thread, NULL);
+    /* Tearing down a device waits for its streams: one whose worker left work on it is left
+     * to the process's exit. */
     for (int d = 0; d < ex->n_devices; d++)
-        worker_release(&ex->devices[d]);
+        if (!ex->devices[d].abandoned) worker_release(&ex->devices[d]);
     pthread_mutex_destroy(&ex->lock);
     pthread_cond_destroy(&ex->cond);
     free(ex->devices);
