@@ -14,6 +14,10 @@ add_dependencies(test_e2e_bad_input gpujobd)
 # The daemon on its CUDA backend (label gpu; skipped without a GPU).
 if(GPUJOB_WITH_CUDA)
   gj_test(test_gpu_daemon SOURCES test_gpu_daemon.c support/daemon_harness.c
-          LIBS gpujobd_core gj_gpu_support PkgConfig::CURL GPU)
+          support/gpu_daemon.c LIBS gpujobd_core gj_gpu_support PkgConfig::CURL GPU)
   add_dependencies(test_gpu_daemon gpujobd)
+  # Placement, pinning, resident buffers and a fault across two GPUs (skipped with fewer).
+  gj_test(test_gpu_multi SOURCES test_gpu_multi.c support/daemon_harness.c support/gpu_daemon.c
+          LIBS gpujobd_core gj_gpu_support PkgConfig::CURL GPU)
+  add_dependencies(test_gpu_multi gpujobd)
 endif()

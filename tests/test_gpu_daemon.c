@@ -14,99 +14,16 @@
 #include <unistd.h>
 
 #include "support/daemon_harness.h"
+#include "support/gpu_daemon.h"
 #include "support/gpu_support.h"
 
 #define N_JOBS 10000
 #define PER_POST 1000
 #define N_ELEMS 1000
 
-static char *b64_encode(const void *data, size_t n)
-{
-    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const unsigned char *p = data;
-    char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
-    for (size_t i = 0; i < n; i += 3) {
-        unsigned v = p[i] << 16 | (i + 1 < n ? p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
-        *o++ = tbl[v >> 18 & 63];
-        *o++ = tbl[v >> 12 & 63];
-        *o++ = i + 1 < n ? tbl[v >> 6 & 63] : '=';
-        *o++ = i + 2 < n ? tbl[v & 63] : '=';
-    }
-    *o = '\0';
-    return out;
-}
-
-static json_t *tensor_b64(const float *v, int n)
-{
-    char *b64 = b64_encode(v, (size_t)n * sizeof *v);
-    json_t *t = json_pack("{s:s, s:[i], s:s}", "dtype", "f32", "shape", n, "b64", b64);
-    free(b64);
-    return t;
-}
-
-/* A daemon on the CUDA backend (the test is skipped without a GPU). */
-static e2e_daemon_t *start_cuda_daemon(const char *config_ini)
-{
-    gpu_require();
-    setenv("GPUJOB_E2E_BACKEND", "cuda", 1);
-    return e2e_daemon_start_ok(config_ini);
-}
-
-/* Device 0 as /v1/info describes it (a new reference). */
-static json_t *device0(e2e_daemon_t *d)
-{
-    json_t *info = e2e_json_ok(d, "GET", "/v1/info", NULL, 200);
-    json_t *dev = json_incref(
-        json_array_get(json_object_get(json_object_get(info, "backend"), "devices"), 0));
-    json_decref(info);
-    ck_assert_ptr_nonnull(dev);
-    return dev;
-}
-
-/* Polls device 0 until its integer field key equals want; fails the test after timeout_s. */
-static void wait_device0_int(e2e_daemon_t *d, const char *key, long want, double timeout_s)
-{
-    double until = e2e_now() + timeout_s;
-    long got;
-    for (;;) {
-        json_t *dev = device0(d);
-        got = (long)json_integer_value(json_object_get(dev, key));
-        json_decref(dev);
-        if (got == want || e2e_now() > until) break;
-        usleep(20000);
-    }
-    ck_assert_msg(got == want, "device 0 %s is %ld, want %ld", key, got, want);
-}
-
-/* A saxpy of n fresh random elements checked against the computation here. */
-static void check_saxpy(e2e_daemon_t *d, unsigned *seed)
-{
-    enum { N = 4096 };
-    float x[N], y[N];
-    fill_random(DTYPE_F32, x, N, -1, 1, seed);
-    fill_random(DTYPE_F32, y, N, -1, 1, seed);
-    json_t *job = json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 1.5,
-                            "inputs", "x", tensor_b64(x, N), "y", tensor_b64(y, N));
-    char *id = e2e_submit_ok(d, job);
-    json_t *done = e2e_wait_final_ok(d, id, 60);
-    ck_assert_str_eq(e2e_job_state(done), "succeeded");
-    json_t *data =
-        json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "data");
-    ck_assert_int_eq(json_array_size(data), N);
-    for (int i = 0; i < N; i++) {
-        double want = 1.5f * x[i] + y[i];
-        double got = json_number_value(json_array_get(data, i));
-        ck_assert_msg(fabs(got - want) <= 1e-6 * (1 + fabs(want)), "saxpy [%d]: %g, want %g", i,
-                      got, want);
-    }
-    json_decref(done);
-    json_decref(job);
-    free(id);
-}
-
 START_TEST(test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct)
 {
-    e2e_daemon_t *d = start_cuda_daemon("[limits]\nmax_jobs_per_request = 1000\n");
+    e2e_daemon_t *d = gpu_daemon_start("[limits]\nmax_jobs_per_request = 1000\n");
 
     json_t *info = e2e_json_ok(d, "GET", "/v1/info", NULL, 200);
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(info, "backend"), "name")),
@@ -127,10 +44,11 @@ START_TEST(test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct)
         json_t *arr = json_array();
         for (int k = 0; k < PER_POST; k++) {
             int j = post * PER_POST + k;
-            json_array_append_new(arr, json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy",
-                                                 "params", "a", (double)a[j], "inputs", "x",
-                                                 tensor_b64(x + (size_t)j * N_ELEMS, N_ELEMS), "y",
-                                                 tensor_b64(y + (size_t)j * N_ELEMS, N_ELEMS)));
+            json_array_append_new(arr,
+                                  json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params",
+                                            "a", (double)a[j], "inputs", "x",
+                                            gpu_tensor_b64(x + (size_t)j * N_ELEMS, N_ELEMS), "y",
+                                            gpu_tensor_b64(y + (size_t)j * N_ELEMS, N_ELEMS)));
         }
         char *body = json_dumps(arr, JSON_COMPACT);
         json_t *res = e2e_json_ok(d, "POST", "/v1/jobs", body, 201);
@@ -171,7 +89,7 @@ START_TEST(test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct)
     ck_assert_msg(launches < N_JOBS / 10.0, "%.0f launches for %d jobs", launches, N_JOBS);
 
     /* The device's gauges, from NVML or else from the worker's memory figures. */
-    json_t *dev = device0(d);
+    json_t *dev = gpu_daemon_device(d, 0);
     char sample[160];
     snprintf(sample, sizeof sample, "gpujobd_gpu_memory_total_bytes{device=\"0\",uuid=\"%s\"}",
              json_string_value(json_object_get(dev, "uuid")));
@@ -193,7 +111,7 @@ END_TEST
 
 START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
 {
-    e2e_daemon_t *d = start_cuda_daemon("");
+    e2e_daemon_t *d = gpu_daemon_start("");
     enum { M = 64, K = 256, N = 128, JOBS = 40 };
     unsigned seed = 777;
     printf("seed %u\n", seed);
@@ -209,7 +127,7 @@ START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
 
     char *ids[JOBS];
     for (int j = 0; j < JOBS; j++) {
-        char *b64 = b64_encode(a + (size_t)j * M * K, sizeof(float) * M * K);
+        char *b64 = e2e_base64(a + (size_t)j * M * K, sizeof(float) * M * K);
         json_t *job = json_pack("{s:s, s:{s:b}, s:{s:{s:s, s:[i, i], s:s}, s:{s:s}}}", "op", "gemm",
                                 "params", "tf32", 0, "inputs", "a", "dtype", "f32", "shape", M, K,
                                 "b64", b64, "b", "buffer", weights);
@@ -241,7 +159,7 @@ START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
         free(ids[j]);
     }
     /* Loaded once, held in device memory, freed with its buffer. */
-    json_t *dev = device0(d);
+    json_t *dev = gpu_daemon_device(d, 0);
     ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_buffers")), 1);
     ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_bytes")),
                      (json_int_t)sizeof(float) * K * N);
@@ -249,8 +167,8 @@ START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
     char path[128];
     snprintf(path, sizeof path, "/v1/buffers/%s", weights);
     json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
-    wait_device0_int(d, "resident_buffers", 0, 5);
-    wait_device0_int(d, "resident_bytes", 0, 5);
+    gpu_daemon_wait_device(d, 0, "resident_buffers", 0, 5);
+    gpu_daemon_wait_device(d, 0, "resident_bytes", 0, 5);
 
     free(got);
     free(weights);
@@ -262,7 +180,7 @@ END_TEST
 
 START_TEST(test_a_job_over_the_device_memory_cap_fails_and_the_daemon_goes_on)
 {
-    e2e_daemon_t *d = start_cuda_daemon("[gpu]\ndevice_memory_cap = 16MiB\n");
+    e2e_daemon_t *d = gpu_daemon_start("[gpu]\ndevice_memory_cap = 16MiB\n");
     enum { N = 4 << 20 }; /* x, y and out: 48 MiB on the device */
     float *x = calloc(N, sizeof *x);
     char shape[32];
@@ -285,7 +203,7 @@ START_TEST(test_a_job_over_the_device_memory_cap_fails_and_the_daemon_goes_on)
     json_decref(job);
 
     unsigned seed = 99;
-    check_saxpy(d, &seed);
+    gpu_daemon_check_saxpy(d, &seed, -1);
     json_decref(e2e_json_ok(d, "GET", "/readyz", NULL, 200));
     for (int k = 0; k < 2; k++)
         free(ids[k]);
@@ -296,9 +214,9 @@ END_TEST
 
 START_TEST(test_an_injected_sticky_fault_resets_the_device_and_work_goes_on)
 {
-    e2e_daemon_t *d = start_cuda_daemon("");
+    e2e_daemon_t *d = gpu_daemon_start("");
     unsigned seed = 31337;
-    check_saxpy(d, &seed);
+    gpu_daemon_check_saxpy(d, &seed, -1);
 
     /* A long job holds one stream; the fault on another kills the context under both. */
     json_t *long_job = e2e_long_job_new(2000);
@@ -333,12 +251,12 @@ START_TEST(test_an_injected_sticky_fault_resets_the_device_and_work_goes_on)
     json_decref(done);
 
     /* The device was reset twice and serves again. */
-    json_t *dev = device0(d);
+    json_t *dev = gpu_daemon_device(d, 0);
     ck_assert_str_eq(json_string_value(json_object_get(dev, "state")), "ready");
     ck_assert_int_eq(json_integer_value(json_object_get(dev, "resets")), 2);
     json_decref(dev);
     json_decref(e2e_json_ok(d, "GET", "/readyz", NULL, 200));
-    check_saxpy(d, &seed);
+    gpu_daemon_check_saxpy(d, &seed, -1);
 
     free(sleeper);
     free(faulty);

@@ -17,13 +17,19 @@
         }                                                                                      \
     } while (0)
 
-void gpu_require(void)
+void gpu_require_devices(int n)
 {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        fprintf(stderr, "no CUDA device: skipped\n");
+    int have = 0;
+    if (cudaGetDeviceCount(&have) != cudaSuccess) have = 0;
+    if (have < n) {
+        fprintf(stderr, "%d CUDA device(s), %d needed: skipped\n", have, n);
         exit(77);
     }
+}
+
+void gpu_require(void)
+{
+    gpu_require_devices(1);
 }
 
 /* Scratch from the device's stream-ordered pool on the context's stream, as the daemon's device

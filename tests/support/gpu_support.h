@@ -7,8 +7,10 @@
 
 #include "kernels/op.h"
 
-/* Exits the test program with 77 (CTest: skipped) when no CUDA device is usable. */
+/* Exits the test program with 77 (CTest: skipped) when no CUDA device is usable, or fewer
+ * than n. */
 void gpu_require(void);
+void gpu_require_devices(int n);
 /* A context on device 0 with a new stream and cuBLASLt handle. Aborts the test on failure. */
 op_cuda_ctx_t *gpu_ctx_new(void);
 void gpu_ctx_free(op_cuda_ctx_t *ctx);
