@@ -705,6 +705,18 @@ START_TEST(test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor)
     q = (store_list_query_t){.owner = "nobody", .state = -1, .limit = 10};
     ck_assert_uint_eq(list_all(&f, q, got, N), 0);
 
+    /* By state across owners, and by state and owner. */
+    q = (store_list_query_t){.owner = NULL, .state = JOB_QUEUED, .limit = 3};
+    ck_assert_uint_eq(list_all(&f, q, got, N), (size_t)(N - alice_running));
+    q = (store_list_query_t){.owner = NULL, .state = JOB_RUNNING, .limit = 3};
+    ck_assert_uint_eq(list_all(&f, q, got, N), (size_t)alice_running);
+    ck_assert_int_eq(set_state(&f, ids[0], JOB_CANCELLED), 0); /* bob's, queued */
+    q = (store_list_query_t){.owner = "bob", .state = JOB_CANCELLED, .limit = 3};
+    ck_assert_uint_eq(list_all(&f, q, got, N), 1);
+    ck_assert_str_eq(got[0], ids[0]);
+    q = (store_list_query_t){.owner = "bob", .state = JOB_QUEUED, .limit = 3};
+    ck_assert_uint_eq(list_all(&f, q, got, N), (size_t)(N - alice - 1));
+
     job_t **jobs;
     size_t n;
     q = (store_list_query_t){.state = -1, .limit = 0};
