@@ -185,7 +185,8 @@ static int parse_inputs(const json_t *inputs, const job_json_env_t *env, const c
         int device = -1;
         int r = parse_tensor(spec, env, path, t, &device, err);
         if (r < 0) return r;
-        if (job->device < 0) job->device = device; /* run where the resident input lives */
+        /* Run where the (first) resident input lives, when that device has room. */
+        if (job->preferred_device < 0) job->preferred_device = device;
         job->call.in[j] = t->desc;
         job->call.has_in[j] = true;
     }

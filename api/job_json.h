@@ -32,8 +32,8 @@ typedef struct job_json_env {
     const op_def_t *(*find_op)(const char *name);
     /* Descriptor of buffer id as seen by owner: 0, or -ENOENT when it is missing or belongs
      * to someone else (both answer 404). *ret_device: the served device a resident buffer
-     * lives on (a job using it runs there unless it pins a device itself), else -1. NULL:
-     * buffer references are refused. */
+     * lives on (a job using it prefers that device), else -1. NULL: buffer references are
+     * refused. */
     int (*buffer_desc)(void *ud, const char *owner, const char *id, tensor_desc_t *ret,
                        int *ret_device);
     void *ud;

@@ -962,7 +962,7 @@ static void worker_release(device_worker_t *dw)
 static int cuda_submit(executor_t *base, exec_batch_t *b)
 {
     cuda_exec_t *ex = (cuda_exec_t *)base;
-    int pin = b->jobs[0]->device;
+    int pin = b->jobs[0]->device, preferred = b->jobs[0]->preferred_device;
     pthread_mutex_lock(&ex->lock);
     device_worker_t *best = NULL;
     int best_load = 0;
@@ -970,6 +970,11 @@ static int cuda_submit(executor_t *base, exec_batch_t *b)
         device_worker_t *dw = &ex->devices[d];
         if (dw->state != DEVICE_READY || dw->q_len == dw->q_cap || (pin >= 0 && dw->device != pin))
             continue;
+        /* The device of the batch's resident inputs wins while it has room. */
+        if (dw->device == preferred) {
+            best = dw;
+            break;
+        }
         int load = dw->q_len;
         for (int k = 0; k < dw->n_slots; k++)
             load += dw->slots[k].batch != NULL;

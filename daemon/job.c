@@ -40,6 +40,7 @@ job_t *job_new(void)
     job_t *job = calloc(1, sizeof *job);
     if (job) {
         job->device = -1;
+        job->preferred_device = -1;
         job->run_device = -1;
     }
     return job;

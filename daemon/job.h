@@ -49,6 +49,8 @@ typedef struct job {
     char *params_json;                   /* the params as submitted, compact JSON; owned */
     int priority;                        /* higher runs first */
     int device;                          /* pinned device, or -1 for any */
+    int preferred_device;                /* where its resident input lives (-1: none): a
+                                            preference, not a pin; not stored */
     int64_t deadline_us;                 /* absolute wall-clock µs, 0 for none */
     job_state_t state;
     int attempts;                        /* runs started, restarts included */

@@ -260,7 +260,8 @@ static void keyq_remove(sched_t *s, entry_t *e)
 static int keyq_append(sched_t *s, entry_t *e)
 {
     char key[OP_BATCH_KEY_LEN + 16];
-    snprintf(key, sizeof key, "%s@%d", e->job->call.batch_key, e->job->device);
+    snprintf(key, sizeof key, "%s@%d/%d", e->job->call.batch_key, e->job->device,
+             e->job->preferred_device);
     keyq_t *q = strmap_get(s->keyqs, key);
     if (!q) {
         size_t len = strlen(key);
@@ -364,6 +365,7 @@ static job_t *job_snapshot(const job_t *job)
     copy->call = job->call;
     copy->priority = job->priority;
     copy->device = job->device;
+    copy->preferred_device = job->preferred_device;
     copy->deadline_us = job->deadline_us;
     copy->state = job->state;
     copy->attempts = job->attempts;

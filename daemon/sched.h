@@ -70,5 +70,5 @@ typedef struct sched_stats {
 void sched_get_stats(sched_t *s, sched_stats_t *ret);
 /* The executor's description for /v1/info (a new reference). */
 json_t *sched_describe_backend(sched_t *s);
-/* True when the backend runs jobs on that device (where resident buffers pin their jobs). */
+/* True when the backend runs jobs on that device (where resident buffers draw their jobs). */
 bool sched_serves_device(sched_t *s, int device);

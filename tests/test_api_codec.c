@@ -591,7 +591,7 @@ START_TEST(test_job_parse_builds_a_validated_job)
 }
 END_TEST
 
-START_TEST(test_job_runs_where_its_resident_input_lives_unless_pinned)
+START_TEST(test_job_prefers_the_device_of_its_resident_input)
 {
     job_t **jobs;
     size_t n;
@@ -605,9 +605,12 @@ START_TEST(test_job_runs_where_its_resident_input_lives_unless_pinned)
                                    NULL, &jobs, &n, &err),
                      0);
     ck_assert_uint_eq(n, 3);
-    ck_assert_int_eq(jobs[0]->device, 2);
+    /* A preference, not a pin: the job runs elsewhere when device 2 has no room. */
+    ck_assert_int_eq(jobs[0]->device, -1);
+    ck_assert_int_eq(jobs[0]->preferred_device, 2);
     ck_assert_int_eq(jobs[1]->device, 1);
     ck_assert_int_eq(jobs[2]->device, -1);
+    ck_assert_int_eq(jobs[2]->preferred_device, -1);
     job_json_free_jobs(jobs, n);
 }
 END_TEST
@@ -685,7 +688,7 @@ static Suite *api_codec_suite(void)
     TCase *jobs = tcase_create("job_json");
     tcase_add_test(jobs, test_job_parse_rejects_bad_fields_with_exact_paths);
     tcase_add_test(jobs, test_job_parse_builds_a_validated_job);
-    tcase_add_test(jobs, test_job_runs_where_its_resident_input_lives_unless_pinned);
+    tcase_add_test(jobs, test_job_prefers_the_device_of_its_resident_input);
     tcase_add_test(jobs, test_job_json_reports_times_states_and_inline_outputs);
     suite_add_tcase(s, jobs);
     return s;

@@ -1,6 +1,6 @@
 /* The daemon on its CUDA backend with two GPUs or more (skipped with fewer):
  * - a burst of jobs spreads over the devices, and pinned jobs run where they are pinned;
- * - resident buffers are spread over the devices and pin the jobs that read them;
+ * - resident buffers are spread over the devices, and the jobs that read them run there;
  * - a sticky fault on one device resets it while the other keeps serving;
  * - [gpu] devices serves a chosen device only. */
 #include <check.h>
@@ -63,7 +63,7 @@ START_TEST(test_a_burst_spreads_over_the_gpus_and_pins_hold)
 }
 END_TEST
 
-START_TEST(test_resident_buffers_spread_over_the_gpus_and_pin_their_jobs)
+START_TEST(test_resident_buffers_spread_over_the_gpus_and_draw_their_jobs)
 {
     e2e_daemon_t *d = gpu_daemon_start("");
     enum { N = 4096 };
@@ -88,7 +88,6 @@ START_TEST(test_resident_buffers_spread_over_the_gpus_and_pin_their_jobs)
         char *id = e2e_submit_ok(d, job);
         json_t *done = e2e_wait_final_ok(d, id, 60);
         ck_assert_str_eq(e2e_job_state(done), "succeeded");
-        ck_assert_int_eq(json_integer_value(json_object_get(done, "device")), placed[k]);
         ck_assert_int_eq(json_integer_value(json_object_get(done, "run_device")), placed[k]);
         double got[N];
         ck_assert_int_eq(
@@ -174,7 +173,7 @@ int main(void)
     TCase *tc = tcase_create("gpu_multi");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_a_burst_spreads_over_the_gpus_and_pins_hold);
-    tcase_add_test(tc, test_resident_buffers_spread_over_the_gpus_and_pin_their_jobs);
+    tcase_add_test(tc, test_resident_buffers_spread_over_the_gpus_and_draw_their_jobs);
     tcase_add_test(tc, test_a_fault_on_one_gpu_leaves_the_other_serving);
     tcase_add_test(tc, test_the_devices_setting_serves_the_chosen_gpu_only);
     suite_add_tcase(s, tc);
