@@ -114,13 +114,31 @@ int api_handle_buffer_put(api_request_t *req)
         return API_DONE;
     }
 
+    /* A resident upload over its owner's quota is refused before its bytes are written. */
+    uint64_t nbytes = tensor_desc_bytes(&d);
+    if (resident && req->env->cfg->max_resident_bytes_per_user) {
+        store_reader_t *rd = api_request_reader(req);
+        if (!rd) return API_DONE;
+        store_usage_t u;
+        char why[160];
+        int r = store_usage_get(rd, req->user.name, &u);
+        if (r < 0) {
+            api_respond_errno(req, r, "reading the resident quota failed");
+            return API_DONE;
+        }
+        if (config_resident_quota_exceeded(req->env->cfg, req->user.name,
+                                           (uint64_t)u.resident_bytes, nbytes, why, sizeof why)) {
+            api_respond_error(req, 413, "quota_exceeded", "query.resident", "%s", why);
+            return API_DONE;
+        }
+    }
+
     buffer_t *buf = buffer_new();
     if (!buf) {
         api_respond_error(req, 500, "internal", NULL, "out of memory");
         return API_DONE;
     }
     /* The body becomes the buffer's bytes without a copy: uploads may be large. */
-    uint64_t nbytes = tensor_desc_bytes(&d);
     char *data = req->body;
     req->body = NULL;
     req->body_len = 0;

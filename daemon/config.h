@@ -9,48 +9,48 @@
 
 typedef struct config {
     /* [server] */
-    char listen[256];          /* "HOST:PORT"; port 0 picks a free one (logged) */
+    char listen[256];           /* "HOST:PORT"; port 0 picks a free one (logged) */
     char unix_socket[PATH_MAX]; /* "" for none */
     char state_dir[PATH_MAX];
-    char backend[8];           /* "auto", "cuda", "cpu" */
-    char log_level[8];         /* "error", "warn", "info", "debug" */
+    char backend[8];   /* "auto", "cuda", "cpu" */
+    char log_level[8]; /* "error", "warn", "info", "debug" */
     int http_threads;
     int max_connections;
-    int drain_timeout_ms;      /* SIGTERM: how long running work may take to finish */
+    int drain_timeout_ms; /* SIGTERM: how long running work may take to finish */
 
     /* [limits] */
-    uint64_t max_body_bytes;     /* one HTTP request body */
-    uint64_t max_tensor_bytes;   /* one tensor */
-    int max_jobs_per_request;    /* array submissions */
-    int max_queued_per_user;     /* queued jobs of one owner; past it, 429 */
+    uint64_t max_body_bytes;   /* one HTTP request body */
+    uint64_t max_tensor_bytes; /* one tensor */
+    int max_jobs_per_request;  /* array submissions */
+    int max_queued_per_user;   /* queued jobs of one owner; past it, 429 */
     int max_running_per_user;
     uint64_t max_resident_bytes_per_user; /* resident buffers of one owner; 0: no limit */
-    uint64_t max_inline_output_bytes; /* outputs up to this are inlined in job JSON */
-    int max_wait_ms;             /* longest long-poll a client may ask for */
+    uint64_t max_inline_output_bytes;     /* outputs up to this are inlined in job JSON */
+    int max_wait_ms;                      /* longest long-poll a client may ask for */
 
     /* [scheduler] */
-    int max_batch;               /* jobs in one batched launch */
-    int max_delay_us;            /* how long a partial batch may wait for company */
-    int commit_delay_us;         /* group-commit window for submissions */
-    int default_deadline_ms;     /* 0: none */
-    int max_attempts;            /* runs of one job across restarts before it fails */
-    int cpu_threads;             /* CPU backend workers; 0 = number of cores */
+    int max_batch;           /* jobs in one batched launch */
+    int max_delay_us;        /* how long a partial batch may wait for company */
+    int commit_delay_us;     /* group-commit window for submissions */
+    int default_deadline_ms; /* 0: none */
+    int max_attempts;        /* runs of one job across restarts before it fails */
+    int cpu_threads;         /* CPU backend workers; 0 = number of cores */
 
     /* [store] */
-    uint64_t inline_blob_bytes;  /* tensors up to this live in SQLite rows, larger in files */
-    bool sync_full;              /* synchronous=FULL (fsync each commit) vs NORMAL */
-    int retention_s;             /* finished jobs and their outputs expire after this */
-    int checkpoint_interval_s;   /* WAL checkpoint timer */
-    int gc_interval_s;           /* retention sweep timer */
+    uint64_t inline_blob_bytes; /* tensors up to this live in SQLite rows, larger in files */
+    bool sync_full;             /* synchronous=FULL (fsync each commit) vs NORMAL */
+    int retention_s;            /* finished jobs and their outputs expire after this */
+    int checkpoint_interval_s;  /* WAL checkpoint timer */
+    int gc_interval_s;          /* retention sweep timer */
 
     /* [gpu] (CUDA backend) */
-    char devices[256];           /* "all", "0,2", or GPU UUIDs */
+    char devices[256]; /* "all", "0,2", or GPU UUIDs */
     int streams_per_device;
-    uint64_t device_memory_cap;  /* bytes per device the pool may hold; 0 = 90% of total */
-    int metrics_interval_ms;     /* GPU gauges of /metrics sampled this often; 0 = off */
+    uint64_t device_memory_cap; /* bytes per device the pool may hold; 0 = 90% of total */
+    int metrics_interval_ms;    /* GPU gauges of /metrics sampled this often; 0 = off */
 
     /* [debug] */
-    bool test_ops;               /* show the test-only ops (debug_sleep, debug_fault) */
+    bool test_ops; /* show the test-only ops (debug_sleep, debug_fault) */
 } config_t;
 
 /* Fills every field with its default. */
@@ -78,7 +78,12 @@ typedef enum config_action {
  * given), then the other flags (--listen, --unix-socket, --state-dir, --backend, --log-level)
  * over it, then config_validate().
  * 0, or -EINVAL with a message naming the flag or key in err. */
-int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_action,
-                     char *err, size_t err_size);
+int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_action, char *err,
+                     size_t err_size);
 /* The --help text. */
 const char *config_usage(void);
+
+/* Whether more resident bytes on top of the owner's used ones pass
+ * limits.max_resident_bytes_per_user; why says so when they do. */
+bool config_resident_quota_exceeded(const config_t *cfg, const char *owner, uint64_t used,
+                                    uint64_t more, char *why, size_t why_size);

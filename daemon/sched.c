@@ -481,19 +481,16 @@ static void msg_free(msg_t *m)
 }
 
 /* A resident buffer must fit its owner's quota. The sum is read inside the group commit's
- * transaction, so that the buffers of one commit add up. Sets m->err when it does not fit. */
+ * transaction, so that the buffers of one commit add up (the API's check before the upload
+ * is written cannot see those). Sets m->err when it does not fit. */
 static int check_resident_quota(sched_t *s, msg_t *m)
 {
-    uint64_t limit = s->cfg->max_resident_bytes_per_user, used = 0;
-    if (!m->buf->resident || limit == 0) return 0;
+    uint64_t used = 0;
+    if (!m->buf->resident || s->cfg->max_resident_bytes_per_user == 0) return 0;
     int r = store_resident_bytes(s->st, m->buf->owner, &used);
-    if (r == 0 && used + m->buf->nbytes > limit) {
+    if (r == 0 && config_resident_quota_exceeded(s->cfg, m->buf->owner, used, m->buf->nbytes,
+                                                 m->err_message, sizeof m->err_message))
         m->err = -EDQUOT;
-        snprintf(m->err_message, sizeof m->err_message,
-                 "resident buffers of '%s' hold %" PRIu64 " bytes; %" PRIu64
-                 " more would pass the limit of %" PRIu64,
-                 m->buf->owner, used, m->buf->nbytes, limit);
-    }
     return r;
 }
 
@@ -533,7 +530,13 @@ static void commit_pending(sched_t *s)
 
     for (msg_t *m = pending, *next; m; m = next) {
         next = m->next;
+        /* Files written for rows that were not committed (a failed commit, a refused buffer,
+         * a replayed submission) go now rather than at the next start's sweep. */
         if (m->kind == MSG_BUF_PUT && (r < 0 || m->err)) store_blob_discard(s->st, m->buf->blob);
+        for (size_t i = 0; i < m->n; i++)
+            if (r < 0 || m->replayed[i])
+                for (int j = 0; j < OP_MAX_TENSORS; j++)
+                    store_blob_discard(s->st, m->jobs[i]->in[j].blob);
         if (r < 0) {
             reply_err(m->reply, m->token, -EIO, "the store could not commit the request");
         } else if (m->err) {
@@ -816,6 +819,10 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
         job->finished_us = now;
         job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
         if (r >= 0) record_end(s, job);
+        /* A failed job keeps no outputs: files on_batch_done wrote for them go. */
+        if (job->state != JOB_SUCCEEDED)
+            for (int j = 0; j < job->call.n_out; j++)
+                store_blob_discard(s->st, job->out[j].blob);
     }
     if (r >= 0) r = store_commit(s->st);
     if (r < 0) {

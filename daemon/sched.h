@@ -18,15 +18,15 @@
 typedef struct sched sched_t;
 
 typedef struct sched_result {
-    int err;                   /* 0, or negative errno: -ENOENT unknown id, -EBUSY wrong state,
-                                  -EAGAIN over a per-user limit, -ESHUTDOWN draining,
-                                  -EEXIST idempotency conflict, -EIO store failure */
-    const char *message;       /* for err != 0; may be NULL */
-    job_t *const *jobs;        /* submit: the jobs as committed; wait/cancel: the job. Output
-                                  bytes are in out[j].data (in memory) during the callback. */
+    int err;             /* 0, or negative errno: -ENOENT unknown id, -EBUSY wrong state,
+                            -EAGAIN over a per-user limit, -ESHUTDOWN draining,
+                            -EEXIST idempotency conflict, -EIO store failure */
+    const char *message; /* for err != 0; may be NULL */
+    job_t *const *jobs;  /* submit: the jobs as committed; wait/cancel: the job. Output
+                            bytes are in out[j].data (in memory) during the callback. */
     size_t n_jobs;
-    bool replayed;             /* submit: an Idempotency-Key matched; jobs are the first ones */
-    const buffer_t *buffer;    /* buffer operations */
+    bool replayed;          /* submit: an Idempotency-Key matched; jobs are the first ones */
+    const buffer_t *buffer; /* buffer operations */
 } sched_result_t;
 
 typedef void (*sched_reply_fn)(void *token, const sched_result_t *res);
@@ -49,12 +49,11 @@ void sched_free(sched_t *s);
 void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token);
 /* Replies when job id (owned by owner, or any owner if owner is NULL) is final, or after
  * timeout_ms with its current state. */
-void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms,
-                sched_reply_fn reply, void *token);
+void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, sched_reply_fn reply,
+                void *token);
 /* Cancels: a queued job is removed and never runs; a running job's result is discarded.
  * -EBUSY for a job already final. */
-void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
-                  void *token);
+void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token);
 /* Stores an uploaded buffer (ownership passes); replies when committed. */
 void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token);
 void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,

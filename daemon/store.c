@@ -248,7 +248,7 @@ void store_close(store_t *st)
         log_warn("store: closing with a transaction open: rolling it back");
         store_rollback(st);
     }
-    store_segment_close(&st->segment);
+    store_segment_close(&st->segment, &st->conn);
     store_conn_close(&st->conn);
     free(st->unlink_on_commit);
     free(st);
@@ -274,8 +274,10 @@ int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_
 
 void store_blob_discard(store_t *st, const char *blob)
 {
+    /* Only a file of its own: a segment holds other tensors too. */
     store_locator_t loc;
-    if (blob && store_locator_parse(blob, &loc) == 0 && loc.kind == STORE_LOCATOR_FILE)
+    if (blob && store_locator_parse(blob, &loc) == 0 && loc.kind == STORE_LOCATOR_FILE &&
+        loc.offset == 0)
         store_blob_file_remove(st->conn.blobs_dir, loc.file);
 }
 
@@ -336,6 +338,7 @@ int store_commit(store_t *st)
         st->in_txn = false;
         st->n_unlink = 0;
     }
+    if (!st->in_txn) store_segment_txn_end(&st->segment, &st->conn);
     return r;
 }
 
@@ -344,8 +347,11 @@ int store_rollback(store_t *st)
     if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_rollback without store_begin");
     st->in_txn = false;
     st->n_unlink = 0; /* the rows naming them are back */
-    if (sqlite3_get_autocommit(st->conn.db)) return 0;
-    return store_stmt_run(&st->conn, STMT_ROLLBACK, "ROLLBACK");
+    int r = sqlite3_get_autocommit(st->conn.db)
+                ? 0
+                : store_stmt_run(&st->conn, STMT_ROLLBACK, "ROLLBACK");
+    store_segment_txn_end(&st->segment, &st->conn);
+    return r;
 }
 
 /* --- one write: a savepoint around it --- */
@@ -362,8 +368,10 @@ static int write_end(store_t *st, int r)
     /* Outside a transaction the release commits: the segment bytes go first, as in
      * store_commit. */
     if (r == 0 && !st->in_txn) r = store_segment_sync(&st->segment);
-    if (r == 0 && (r = store_stmt_run(&st->conn, STMT_RELEASE, "committing a write")) == 0)
+    if (r == 0 && (r = store_stmt_run(&st->conn, STMT_RELEASE, "committing a write")) == 0) {
+        if (!st->in_txn) store_segment_txn_end(&st->segment, &st->conn);
         return 0;
+    }
     if (!sqlite3_get_autocommit(st->conn.db)) {
         store_stmt_run(&st->conn, STMT_ROLLBACK_TO, "undoing a failed write");
         store_stmt_run(&st->conn, STMT_RELEASE, "undoing a failed write");
@@ -371,6 +379,7 @@ static int write_end(store_t *st, int r)
     } else if (st->in_txn) {
         log_error("store: SQLite rolled back the whole open transaction after an error");
     }
+    if (!st->in_txn) store_segment_txn_end(&st->segment, &st->conn);
     return r;
 }
 

@@ -32,7 +32,8 @@ void store_close(store_t *st);
  * blobs/ (fsync'd) and returns its locator in *ret_blob (malloc'd). Any thread. For data of
  * at most inline_blob_bytes it does nothing and sets *ret_blob = NULL: the row keeps them. */
 int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_blob);
-/* Removes a file store_blob_write made for a row that will never be written. Any thread. */
+/* Removes a file store_blob_write made for a row that will never be written (a tensor in a
+ * segment file is left alone). Any thread. */
 void store_blob_discard(store_t *st, const char *blob);
 
 /* Transactions (loop thread). Writes between begin and commit are one transaction; the group

@@ -148,11 +148,16 @@ int store_blob_sweep_orphans(store_conn_t *conn, int *ret_removed);
  * active segment instead of their rows; smaller ones cost less in the row. */
 #define STORE_SEGMENT_MIN_BYTES 512
 
+#define STORE_SEGMENT_RETIRED_MAX 4
+
 typedef struct store_segment {
     int fd; /* -1 when no segment is active */
     char file[4 + STORE_BLOB_NAME_LEN];
     uint64_t size;
-    bool dirty; /* appended to since the last sync */
+    bool dirty;  /* appended to since the last sync */
+    bool failed; /* a sync failed: the transaction cannot commit; abandoned at its end */
+    char retired[STORE_SEGMENT_RETIRED_MAX][4 + STORE_BLOB_NAME_LEN]; /* in this transaction */
+    int n_retired;
 } store_segment_t;
 
 void store_segment_init(store_segment_t *seg);
@@ -161,11 +166,15 @@ void store_segment_init(store_segment_t *seg);
 int store_segment_append(store_segment_t *seg, store_conn_t *conn, const void *data,
                          uint64_t nbytes, char ret_file[4 + STORE_BLOB_NAME_LEN],
                          uint64_t *ret_offset);
-/* fdatasync()s what was appended since the last sync. */
+/* fdatasync()s what was appended since the last sync; once one failed, -EIO until the
+ * transaction ends. */
 int store_segment_sync(store_segment_t *seg);
+/* After a commit or rollback: abandons a segment whose sync failed, and removes retired ones
+ * that no row names. */
+void store_segment_txn_end(store_segment_t *seg, store_conn_t *conn);
 /* True for the segment still being appended to, which no collection may remove. */
 bool store_segment_is_active(const store_segment_t *seg, const char *file);
-void store_segment_close(store_segment_t *seg);
+void store_segment_close(store_segment_t *seg, store_conn_t *conn);
 
 /* --- jobs read back (store_read.c) --- */
 

@@ -7,8 +7,12 @@
  * One segment is active at a time, appended to by the loop thread only (the store_t owner); a
  * full one is retired and a new one created. A segment starts with a short header, so that no
  * tensor sits at offset 0, which locators keep for whole-file blobs. Bytes of rows that were
- * never committed stay in the file as garbage; a file goes once no row names it (store_gc, and
- * the orphan sweep at open). */
+ * never committed stay in the file as garbage; a file goes once no row names it (store_gc, the
+ * check at the end of the transaction that retired it, and the orphan sweep at open).
+ *
+ * A failed sync cannot be trusted to be retried: Linux reports a writeback error once, and the
+ * next fdatasync may succeed without the lost pages. So a failure sticks to the transaction
+ * (every later sync in it fails) and the segment is abandoned when the transaction ends. */
 #include "store_internal.h"
 
 #include <errno.h>
@@ -27,23 +31,38 @@ void store_segment_init(store_segment_t *seg)
     seg->fd = -1;
 }
 
-/* Closes the active segment; when no row names it (all its jobs collected while it was
- * active), removes it. */
+/* Removes file when no row names it. */
+static void remove_if_unused(store_conn_t *conn, const char *file)
+{
+    bool used = true;
+    if (store_blob_file_referenced(conn, file, &used) == 0 && !used)
+        store_blob_file_remove(conn->blobs_dir, file);
+}
+
+/* Closes the active segment. Whether a row still names it is known once the transaction that
+ * retires it has ended (its rows may yet be rolled back): store_segment_txn_end looks. */
 static void retire(store_segment_t *seg, store_conn_t *conn)
 {
     if (seg->fd < 0) return;
     close(seg->fd);
+    if (seg->n_retired == STORE_SEGMENT_RETIRED_MAX) {
+        /* Rotations within one transaction: the oldest is looked at now. */
+        remove_if_unused(conn, seg->retired[0]);
+        memmove(seg->retired[0], seg->retired[1], sizeof seg->retired - sizeof seg->retired[0]);
+        seg->n_retired--;
+    }
+    memcpy(seg->retired[seg->n_retired++], seg->file, sizeof seg->file);
     seg->fd = -1;
-    bool used = true;
-    if (store_blob_file_referenced(conn, seg->file, &used) == 0 && !used)
-        store_blob_file_remove(conn->blobs_dir, seg->file);
     seg->file[0] = '\0';
+    seg->size = 0;
+    seg->dirty = seg->failed = false;
 }
 
 int store_segment_append(store_segment_t *seg, store_conn_t *conn, const void *data,
                          uint64_t nbytes, char ret_file[4 + STORE_BLOB_NAME_LEN],
                          uint64_t *ret_offset)
 {
+    if (seg->failed) return -EIO;
     if (seg->fd >= 0 && seg->size + nbytes > SEGMENT_MAX_BYTES) {
         /* Its bytes appended so far must be on disk before a commit names them. */
         int r = store_segment_sync(seg);
@@ -78,12 +97,26 @@ int store_segment_append(store_segment_t *seg, store_conn_t *conn, const void *d
 
 int store_segment_sync(store_segment_t *seg)
 {
+    if (seg->failed) return -EIO;
     if (!seg->dirty) return 0;
-    if (fdatasync(seg->fd) < 0)
+    if (fdatasync(seg->fd) < 0) {
+        seg->failed = true;
         return log_error_errno(-errno, "store: syncing segment '%s': %s", seg->file,
                                strerror(errno));
+    }
     seg->dirty = false;
     return 0;
+}
+
+void store_segment_txn_end(store_segment_t *seg, store_conn_t *conn)
+{
+    if (seg->failed) {
+        log_warn("store: segment '%s' abandoned after a failed sync", seg->file);
+        retire(seg, conn);
+    }
+    for (int i = 0; i < seg->n_retired; i++)
+        remove_if_unused(conn, seg->retired[i]);
+    seg->n_retired = 0;
 }
 
 bool store_segment_is_active(const store_segment_t *seg, const char *file)
@@ -91,8 +124,9 @@ bool store_segment_is_active(const store_segment_t *seg, const char *file)
     return seg->fd >= 0 && strcmp(seg->file, file) == 0;
 }
 
-void store_segment_close(store_segment_t *seg)
+void store_segment_close(store_segment_t *seg, store_conn_t *conn)
 {
+    store_segment_txn_end(seg, conn);
     if (seg->fd >= 0) close(seg->fd);
     store_segment_init(seg);
 }

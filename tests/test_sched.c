@@ -703,10 +703,50 @@ START_TEST(test_queued_limit_counts_submissions_waiting_for_their_commit)
 }
 END_TEST
 
+/* A buffer of 64 bytes of owner, resident or not. */
+static buffer_t *small_buffer(const char *owner, bool resident)
+{
+    buffer_t *buf = buffer_new();
+    snprintf(buf->owner, sizeof buf->owner, "%s", owner);
+    buf->desc = (tensor_desc_t){DTYPE_F32, 1, {16}};
+    buf->nbytes = 64;
+    buf->data = calloc(1, 64);
+    buf->resident = resident;
+    return buf;
+}
+
+START_TEST(test_resident_buffers_of_one_commit_add_up_against_the_quota)
+{
+    /* Within one commit window (200 ms here) neither upload is stored yet when the other
+     * arrives: only the commit can see that together they pass alice's 100 bytes. */
+    reply_box_t boxes[4];
+    buffer_t *bufs[4] = {small_buffer("alice", true), small_buffer("alice", true),
+                         small_buffer("alice", false), small_buffer("bob", true)};
+    for (int i = 0; i < 4; i++) {
+        box_init(&boxes[i]);
+        sched_buffer_put(sched, bufs[i], on_reply, &boxes[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        box_wait(&boxes[i]);
+    ck_assert_int_eq(boxes[0].err, 0);
+    ck_assert_int_eq(boxes[1].err, -EDQUOT);
+    ck_assert_int_eq(boxes[2].err, 0); /* not resident: not counted */
+    ck_assert_int_eq(boxes[3].err, 0); /* bob's own quota */
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    store_usage_t usage;
+    ck_assert_int_eq(store_usage_get(rd, "alice", &usage), 0);
+    ck_assert_int_eq(usage.resident_bytes, 64);
+    ck_assert_int_eq(usage.buffers, 2);
+    store_reader_close(rd);
+}
+END_TEST
+
 static void start_sched_limited(void)
 {
     setup();
     cfg.max_queued_per_user = 5;
+    cfg.max_resident_bytes_per_user = 100;
     cfg.commit_delay_us = 200 * 1000;
     ck_assert_int_eq(sched_start(sched), 0);
 }
@@ -743,6 +783,7 @@ int main(void)
     tcase_add_checked_fixture(limited, start_sched_limited, teardown);
     tcase_set_timeout(limited, 30);
     tcase_add_test(limited, test_queued_limit_counts_submissions_waiting_for_their_commit);
+    tcase_add_test(limited, test_resident_buffers_of_one_commit_add_up_against_the_quota);
     suite_add_tcase(s, limited);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
