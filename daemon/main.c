@@ -13,6 +13,7 @@
 #include "kernels/op.h"
 #include "log.h"
 #include "sched.h"
+#include "service_notify.h"
 #include "store.h"
 
 static int run_daemon(const config_t *cfg)
@@ -54,6 +55,7 @@ static int run_daemon(const config_t *cfg)
         return 1;
     }
     log_info("gpujobd %s ready", GPUJOBD_VERSION);
+    service_notify("READY=1\nSTATUS=serving");
 
     for (;;) {
         int sig = 0;
@@ -63,6 +65,7 @@ static int run_daemon(const config_t *cfg)
             continue;
         }
         log_info("%s: stopping intake and draining", strsignal(sig));
+        service_notify("STOPPING=1\nSTATUS=draining");
         break;
     }
     api_server_stop_intake(api);

@@ -20,6 +20,7 @@
 #include <uv.h>
 
 #include "log.h"
+#include "service_notify.h"
 #include "strmap.h"
 
 /* Recent usage decays with this half-life: fair share looks at the last minute or so. */
@@ -111,7 +112,7 @@ struct sched {
     uv_loop_t loop;
     uv_async_t wake;
     uv_timer_t commit_timer, dispatch_timer, deadline_timer, gc_timer, checkpoint_timer,
-        drain_timer;
+        drain_timer, watchdog_timer;
     pthread_t thread;
     bool thread_started;
 
@@ -1127,6 +1128,12 @@ static void on_checkpoint_timer(uv_timer_t *t)
     if (r < 0) log_warn("WAL checkpoint failed: %s", strerror(-r));
 }
 
+/* The loop turns: systemd's watchdog hears it (service_notify.h). */
+static void on_watchdog_timer(uv_timer_t *t)
+{
+    service_notify("WATCHDOG=1");
+}
+
 /* ----------------------------------------------------------------------- the loop */
 
 static void stop_waiter(const char *key, void *value, void *ud)
@@ -1453,6 +1460,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     init_timer(s, &s->gc_timer);
     init_timer(s, &s->checkpoint_timer);
     init_timer(s, &s->drain_timer);
+    init_timer(s, &s->watchdog_timer);
     *ret = s;
     return 0;
 }
@@ -1485,6 +1493,10 @@ int sched_start(sched_t *s)
     uv_timer_start(&s->checkpoint_timer, on_checkpoint_timer,
                    (uint64_t)s->cfg->checkpoint_interval_s * 1000,
                    (uint64_t)s->cfg->checkpoint_interval_s * 1000);
+    uint64_t watchdog_ms = service_watchdog_usec() / 1000;
+    if (watchdog_ms > 0) /* twice per interval, as sd_watchdog_enabled(3) advises */
+        uv_timer_start(&s->watchdog_timer, on_watchdog_timer, 0,
+                       watchdog_ms / 2 > 0 ? watchdog_ms / 2 : 1);
     deadline_arm(s);
     if (queued > 0) /* the recovered jobs go out as soon as the loop runs */
         uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0);

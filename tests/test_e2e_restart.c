@@ -1,5 +1,6 @@
 /* End-to-end: durability across restarts of the real gpujobd. A SIGTERM leaves queued jobs for
- * the next start; a kill -9 loses nothing that was answered 201, and re-runs what was running. */
+ * the next start; a kill -9 loses nothing that was answered 201, and re-runs what was running.
+ * And the service's life as systemd sees it: READY=1, the watchdog, STOPPING=1. */
 /* POSIX and XSI (nftw). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700
@@ -9,7 +10,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -172,6 +176,62 @@ START_TEST(test_kill9_under_submissions_loses_no_acknowledged_job)
 }
 END_TEST
 
+/* Reads the next notification from fd into buf within timeout_ms; false when none came. */
+static bool next_notification(int fd, char *buf, size_t size, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, timeout_ms) != 1) return false;
+    ssize_t n = recv(fd, buf, size - 1, 0);
+    if (n < 0) return false;
+    buf[n] = '\0';
+    return true;
+}
+
+START_TEST(test_systemd_hears_ready_the_watchdog_and_stopping)
+{
+    /* systemd's end of Type=notify and WatchdogSec=: a datagram socket, named to the daemon by
+     * the environment it inherits. */
+    char dir[] = "/tmp/gj-notify-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s/notify", dir);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    setenv("NOTIFY_SOCKET", addr.sun_path, 1);
+    setenv("WATCHDOG_USEC", "200000", 1);
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+
+    /* READY=1 once it serves, then WATCHDOG=1 from the scheduler's loop every 100 ms. */
+    char msg[256];
+    bool ready = false;
+    int pings = 0;
+    double until = e2e_now() + 5;
+    while (e2e_now() < until && !(ready && pings >= 5))
+        if (next_notification(fd, msg, sizeof msg, 1000)) {
+            ready |= strstr(msg, "READY=1") != NULL;
+            pings += strcmp(msg, "WATCHDOG=1") == 0;
+        }
+    ck_assert_msg(ready, "no READY=1");
+    ck_assert_int_ge(pings, 5);
+
+    /* SIGTERM: STOPPING=1 before the drain. */
+    int status = 0;
+    ck_assert_int_eq(e2e_daemon_stop(d, 30000, &status), 0);
+    bool stopping = false;
+    while (!stopping && next_notification(fd, msg, sizeof msg, 1000))
+        stopping = strstr(msg, "STOPPING=1") != NULL;
+    ck_assert_msg(stopping, "no STOPPING=1");
+
+    close(fd);
+    unlink(addr.sun_path);
+    rmdir(dir);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_restart");
@@ -179,6 +239,7 @@ int main(void)
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_sigterm_keeps_queued_jobs_for_next_start);
     tcase_add_test(tc, test_kill9_under_submissions_loses_no_acknowledged_job);
+    tcase_add_test(tc, test_systemd_hears_ready_the_watchdog_and_stopping);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
