@@ -100,6 +100,42 @@ static void gpu_gauges_text(text_t *t, gpu_metrics_t *m)
     free(samples);
 }
 
+/* Each device's state as the backend describes it: ready or not, resets after sticky faults,
+ * resident bytes and pool memory in use. Nothing for a backend without devices. */
+static void device_gauges_text(text_t *t, api_request_t *req)
+{
+    static const struct {
+        const char *name, *type, *help, *field;
+    } gauges[] = {
+        {"gpujobd_gpu_ready", "gauge", "1 while the device serves, 0 while it resets or failed.",
+         "state"},
+        {"gpujobd_gpu_resets_total", "counter", "Device resets after sticky CUDA errors.",
+         "resets"},
+        {"gpujobd_gpu_resident_bytes", "gauge", "Bytes of resident buffers on the device.",
+         "resident_bytes"},
+        {"gpujobd_gpu_pool_in_use_bytes", "gauge", "Device memory reserved by running batches.",
+         "pool_in_use"},
+    };
+    json_t *backend = sched_describe_backend(req->env->sched);
+    json_t *devices = json_object_get(backend, "devices");
+    for (size_t g = 0; g < sizeof gauges / sizeof gauges[0] && json_array_size(devices); g++) {
+        text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", gauges[g].name, gauges[g].help,
+                    gauges[g].name, gauges[g].type);
+        size_t i;
+        json_t *device;
+        json_array_foreach(devices, i, device)
+        {
+            json_t *v = json_object_get(device, gauges[g].field);
+            json_int_t value = json_is_string(v) ? strcmp(json_string_value(v), "ready") == 0
+                                                 : json_integer_value(v);
+            text_printf(t, "%s{device=\"%" JSON_INTEGER_FORMAT "\"} %" JSON_INTEGER_FORMAT "\n",
+                        gauges[g].name, json_integer_value(json_object_get(device, "index")),
+                        value);
+        }
+    }
+    json_decref(backend);
+}
+
 int api_handle_metrics(api_request_t *req)
 {
     sched_stats_t s;
@@ -123,6 +159,7 @@ int api_handle_metrics(api_request_t *req)
         if (n) text_printf(&t, "gpujobd_http_requests_total{code=\"%d\"} %ld\n", code, n);
     }
     gpu_gauges_text(&t, req->env->gpu_metrics);
+    device_gauges_text(&t, req);
     if (t.failed) {
         free(t.buf);
         api_respond_error(req, 500, "internal", NULL, "out of memory");

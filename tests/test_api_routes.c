@@ -328,6 +328,21 @@ START_TEST(test_health_ready_and_metrics)
     ck_assert_int_eq(t->req.resp.status, 503);
     ck_assert_str_eq(json_string_value(json_object_get(t->req.resp.json, "status")), "no_device");
     done(t);
+    /* The devices' own gauges, from the backend's description. */
+    fake_sched.backend_json =
+        "{\"name\": \"cuda\", \"devices\": [{\"index\": 0, \"state\": \"resetting\", "
+        "\"resets\": 2, \"resident_bytes\": 4096, \"pool_in_use\": 512}, {\"index\": 1, "
+        "\"state\": \"ready\", \"resets\": 0, \"resident_bytes\": 0, \"pool_in_use\": 0}]}";
+    t = run_json("GET", "/metrics", NULL);
+    ck_assert_int_eq(t->req.resp.status, 200);
+    const char *gauges = t->req.resp.body;
+    ck_assert_ptr_nonnull(strstr(gauges, "\ngpujobd_gpu_ready{device=\"0\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(gauges, "\ngpujobd_gpu_ready{device=\"1\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(gauges, "\ngpujobd_gpu_resets_total{device=\"0\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(gauges, "\ngpujobd_gpu_resident_bytes{device=\"0\"} 4096\n"));
+    ck_assert_ptr_nonnull(strstr(gauges, "\ngpujobd_gpu_pool_in_use_bytes{device=\"0\"} 512\n"));
+    ck_assert_ptr_nonnull(strstr(gauges, "# TYPE gpujobd_gpu_resets_total counter\n"));
+    done(t);
     fake_sched.backend_json = NULL;
     fake_sched.stats.accepting = false;
     expect(run_json("GET", "/readyz", NULL), 503, NULL);
