@@ -18,5 +18,9 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
 int api_server_port(const api_server_t *srv);
 /* Stops accepting new submissions: from now on they answer 503 (reads still work). */
 void api_server_stop_intake(api_server_t *srv);
+/* Before the daemon executes itself again (daemon/restart.h): stops accepting connections and
+ * leaves the listening sockets open, without close-on-exec, for the next process, whose
+ * api_server_start takes them over. */
+void api_server_keep_listeners(api_server_t *srv);
 /* Closes the listening sockets, ends every connection and frees the server. Accepts NULL. */
 void api_server_free(api_server_t *srv);

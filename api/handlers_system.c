@@ -109,8 +109,8 @@ static void device_gauges_text(text_t *t, api_request_t *req)
     } gauges[] = {
         {"gpujobd_gpu_ready", "gauge", "1 while the device serves, 0 while it resets or failed.",
          "state"},
-        {"gpujobd_gpu_resets_total", "counter", "Device resets after sticky CUDA errors.",
-         "resets"},
+        {"gpujobd_gpu_resets_total", "counter",
+         "Device contexts lost to sticky CUDA errors (each reset by a restart).", "resets"},
         {"gpujobd_gpu_resident_bytes", "gauge", "Bytes of resident buffers on the device.",
          "resident_bytes"},
         {"gpujobd_gpu_pool_in_use_bytes", "gauge", "Device memory reserved by running batches.",

@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <microhttpd.h>
@@ -39,6 +40,9 @@
  * connections (long polls) are exempt. */
 #define API_CONNECTION_TIMEOUT_S 60
 #define API_LISTEN_BACKLOG 511
+/* The listening sockets a restarting daemon hands to its next self (daemon/restart.h):
+ * "TCP_FD,UNIX_FD", -1 for none. */
+#define API_LISTEN_FDS_ENV "GPUJOBD_LISTEN_FDS"
 
 typedef struct listener {
     struct api_server *srv;
@@ -369,10 +373,13 @@ static unsigned daemon_flags(void)
 {
     unsigned poll =
         MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL;
-    return MHD_USE_INTERNAL_POLLING_THREAD | poll | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    /* MHD_USE_ITC: MHD_quiesce_daemon needs it with a thread pool. */
+    return MHD_USE_INTERNAL_POLLING_THREAD | poll | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME |
+           MHD_USE_ITC;
 }
 
-static int start_tcp(api_server_t *srv, const char *host, int port)
+/* Listens on host:port, or on `inherited`, a socket the previous process bound to them. */
+static int start_tcp(api_server_t *srv, const char *host, int port, int inherited)
 {
     const config_t *cfg = srv->env.cfg;
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -385,29 +392,40 @@ static int start_tcp(api_server_t *srv, const char *host, int port)
     if (r != 0)
         return log_error_errno(-EINVAL, "Failed to resolve listen address '%s': %s", host,
                                gai_strerror(r));
-    unsigned flags = daemon_flags() | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    srv->tcp_listener = (listener_t){srv, false};
-    srv->tcp = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener,
-                                MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
-                                ai->ai_addr, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
-                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_CONNECTION_TIMEOUT_S,
-                                MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)API_LISTEN_BACKLOG,
-                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
     bool v6 = ai->ai_family == AF_INET6;
+    unsigned flags = daemon_flags() | (v6 ? MHD_USE_IPv6 : 0);
+    srv->tcp_listener = (listener_t){srv, false};
+    /* Either bind (address and reuse) or take the inherited socket. */
+    struct MHD_OptionItem bind_options[] = {
+        inherited >= 0 ? (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, inherited, NULL}
+                       : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, ai->ai_addr},
+        {MHD_OPTION_LISTENING_ADDRESS_REUSE, inherited < 0, NULL},
+        {MHD_OPTION_END, 0, NULL}};
+    srv->tcp =
+        MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener,
+                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_ARRAY,
+                         bind_options, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_CONNECTION_TIMEOUT_S,
+                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)API_LISTEN_BACKLOG,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->tcp)
         return log_error_errno(-EADDRNOTAVAIL, "Failed to listen on '%s' (port %d)", host, port);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->tcp, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = info ? info->port : port;
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof bound;
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->tcp, MHD_DAEMON_INFO_LISTEN_FD);
+    srv->port = port;
+    if (info && getsockname(info->listen_fd, (struct sockaddr *)&bound, &len) == 0)
+        srv->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                      : ((struct sockaddr_in *)&bound)->sin_port);
     log_info("listening on http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", srv->port);
     return 0;
 }
 
-static int start_unix(api_server_t *srv, const char *path)
+/* A new socket at path, listening. */
+static int bind_unix(const char *path)
 {
-    const config_t *cfg = srv->env.cfg;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof addr.sun_path)
         return log_error_errno(-ENAMETOOLONG, "Unix socket path '%s' is too long", path);
@@ -431,6 +449,15 @@ static int start_unix(api_server_t *srv, const char *path)
         close(fd);
         return log_error_errno(r, "Failed to listen on '%s': %s", path, strerror(-r));
     }
+    return fd;
+}
+
+/* Serves the Unix socket at path: a new one, or `inherited`, the previous process's. */
+static int start_unix(api_server_t *srv, const char *path, int inherited)
+{
+    const config_t *cfg = srv->env.cfg;
+    int fd = inherited >= 0 ? inherited : bind_unix(path);
+    if (fd < 0) return fd;
     snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
     srv->unix_listener = (listener_t){srv, true};
     srv->local = MHD_start_daemon(
@@ -465,8 +492,19 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
     srv->env.find_op = op_find;
     srv->generation = atomic_fetch_add(&server_generation, 1) + 1;
     pthread_mutex_init(&srv->readers_lock, NULL);
-    r = start_tcp(srv, host, port);
-    if (r >= 0 && cfg->unix_socket[0]) r = start_unix(srv, cfg->unix_socket);
+    /* After a restart (api_server_keep_listeners), the sockets are already there. */
+    int inherited_tcp = -1, inherited_unix = -1;
+    const char *fds = getenv(API_LISTEN_FDS_ENV);
+    if (fds && sscanf(fds, "%d,%d", &inherited_tcp, &inherited_unix) != 2)
+        inherited_tcp = inherited_unix = -1;
+    unsetenv(API_LISTEN_FDS_ENV);
+    if (inherited_tcp >= 0) fcntl(inherited_tcp, F_SETFD, FD_CLOEXEC);
+    if (inherited_unix >= 0) fcntl(inherited_unix, F_SETFD, FD_CLOEXEC);
+    r = start_tcp(srv, host, port, inherited_tcp);
+    if (r >= 0 && cfg->unix_socket[0])
+        r = start_unix(srv, cfg->unix_socket, inherited_unix);
+    else if (inherited_unix >= 0)
+        close(inherited_unix);
     if (r < 0) {
         api_server_free(srv);
         return r;
@@ -483,6 +521,26 @@ int api_server_port(const api_server_t *srv)
 void api_server_stop_intake(api_server_t *srv)
 {
     if (srv) atomic_store(&srv->env.intake_stopped, true);
+}
+
+/* MHD stops accepting, and keeps the listening socket open for the next process: connections
+ * that come meanwhile wait in its backlog. */
+static int keep_listener(struct MHD_Daemon *d)
+{
+    if (!d) return -1;
+    int fd = MHD_quiesce_daemon(d);
+    if (fd < 0 || fcntl(fd, F_SETFD, 0) < 0) return -1;
+    return fd;
+}
+
+void api_server_keep_listeners(api_server_t *srv)
+{
+    if (!srv) return;
+    int tcp = keep_listener(srv->tcp), local = keep_listener(srv->local);
+    if (local >= 0) srv->unix_path[0] = '\0'; /* the next process serves it */
+    char fds[32];
+    snprintf(fds, sizeof fds, "%d,%d", tcp, local);
+    setenv(API_LISTEN_FDS_ENV, fds, 1);
 }
 
 void api_server_free(api_server_t *srv)

@@ -11,7 +11,10 @@
  * Resident buffers: the first launch that reads a resident buffer on its device loads it into
  * device memory (outside the batch pool, counted against the device cap) and keeps it there;
  * later launches pass its device pointer to the op and skip the copy. A deleted buffer's copy
- * is freed once no launch uses it. When it does not fit, the launch copies it as any input. */
+ * is freed once no launch uses it. When it does not fit, the launch copies it as any input.
+ *
+ * Faults: a sticky error loses the device's context for the rest of the process; the worker
+ * hands its batches back and the daemon restarts itself (recover, restart.h). */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -24,6 +27,7 @@
 
 #include "executor.h"
 #include "log.h"
+#include "restart.h"
 
 #define ALIGN 256
 /* How often a worker with batches in flight checks their streams for a failed context. */
@@ -33,7 +37,7 @@
 
 typedef enum device_state {
     DEVICE_READY,
-    DEVICE_RESETTING, /* after a sticky error: draining, resetting, rebuilding */
+    DEVICE_RESETTING, /* its context was lost: it takes no work until the daemon restarts */
     DEVICE_FAILED,    /* could not be set up: takes no work */
 } device_state_t;
 
@@ -100,7 +104,7 @@ struct device_worker {
     size_t resident_bytes; /* counted against cap beside in_use */
     unsigned placed;       /* buffers placed here, to spread equal devices */
     device_state_t state;
-    int resets; /* sticky errors recovered from */
+    int resets; /* contexts lost, since the daemon was first started (restart.h) */
     bool thread_started;
     bool abandoned; /* its worker left batches on the device at the drain deadline */
     /* Written by the worker alone (the only thread that calls CUDA on the device, so that a
@@ -610,23 +614,34 @@ static cudaError_t sticky_error(void)
     return e;
 }
 
+/* Logs which step of device_setup failed, and why. */
+static int setup_failed(const device_worker_t *dw, const char *step, const char *why)
+{
+    log_error("gpu %d: %s failed: %s", dw->device, step, why);
+    return -ENODEV;
+}
+
 /* The slots' streams, events, cuBLAS handles and staging; and the device's pool. */
 static int device_setup(device_worker_t *dw)
 {
-    if (cudaSetDevice(dw->device) != cudaSuccess ||
-        cudaDeviceGetDefaultMemPool(&dw->pool, dw->device) != cudaSuccess)
-        return -ENODEV;
+    cudaError_t e;
+    if ((e = cudaSetDevice(dw->device)) != cudaSuccess ||
+        (e = cudaDeviceGetDefaultMemPool(&dw->pool, dw->device)) != cudaSuccess)
+        return setup_failed(dw, "selecting the device and its pool", cudaGetErrorString(e));
     /* Keep freed memory in the pool up to the cap instead of returning it at every sync. */
     uint64_t threshold = dw->cap;
     cudaMemPoolSetAttribute(dw->pool, cudaMemPoolAttrReleaseThreshold, &threshold);
     for (int k = 0; k < dw->n_slots; k++) {
         slot_t *s = &dw->slots[k];
-        if (cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess ||
-            cudaEventCreate(&s->start) != cudaSuccess || cudaEventCreate(&s->stop) != cudaSuccess ||
-            cublasLtCreate(&s->lt) != CUBLAS_STATUS_SUCCESS ||
-            cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS ||
-            cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS)
-            return -ENODEV;
+        cublasStatus_t b;
+        if ((e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+            (e = cudaEventCreate(&s->start)) != cudaSuccess ||
+            (e = cudaEventCreate(&s->stop)) != cudaSuccess)
+            return setup_failed(dw, "creating a stream and its events", cudaGetErrorString(e));
+        if ((b = cublasLtCreate(&s->lt)) != CUBLAS_STATUS_SUCCESS ||
+            (b = cublasCreate(&s->blas)) != CUBLAS_STATUS_SUCCESS ||
+            (b = cublasSetStream(s->blas, s->stream)) != CUBLAS_STATUS_SUCCESS)
+            return setup_failed(dw, "creating the cuBLAS handles", cublasGetStatusString(b));
     }
     return 0;
 }
@@ -665,20 +680,20 @@ static void device_teardown(device_worker_t *dw)
     cudaGetLastError();
 }
 
-/* A sticky error lost the device's context. Every batch the worker holds goes back to the
- * scheduler: those whose work had finished with their outputs; the culprit's jobs fail with
- * the error when it was the only launch on the device (else no launch can be told apart, and
- * each runs again while attempts remain); batches not yet launched run again. Meanwhile the device
- * is reset and its streams, handles and pool rebuilt; it takes no work, and /readyz and /v1/info
- * show it resetting. Resident copies die with the context: later launches load them again. The
- * batches are reported once the device serves again, so that the scheduler's next dispatch finds
- * it. */
+/* A sticky error lost the device's context, for good: no call of this process can use the
+ * device again (restart.h). Every batch the worker holds goes back to the scheduler: those whose
+ * work had finished with their outputs; the culprit's jobs fail with the error when it was the
+ * only launch on the device (else no launch can be told apart, and each runs again while
+ * attempts remain, alone on its device: is_rerun); batches not yet launched run again. The
+ * device takes no more work, /readyz and /v1/info show it resetting, and the daemon is asked to
+ * drain and restart, which gets the device back; other devices finish what they run. */
 static void recover(device_worker_t *dw, slot_t *culprit, cudaError_t why)
 {
     cuda_exec_t *ex = dw->ex;
     char msg[ERROR_MESSAGE_SIZE];
-    snprintf(msg, sizeof msg, "CUDA: %s; the device was reset", cudaGetErrorString(why));
-    log_error("gpu %d: %s: resetting the device", dw->device, cudaGetErrorString(why));
+    snprintf(msg, sizeof msg, "CUDA: %s; the daemon restarted to reset the device",
+             cudaGetErrorString(why));
+    log_error("gpu %d: %s: the device's context is lost", dw->device, cudaGetErrorString(why));
     exec_batch_t *back[dw->n_slots + dw->q_cap];
     int n_back = 0;
 
@@ -700,14 +715,19 @@ static void recover(device_worker_t *dw, slot_t *culprit, cudaError_t why)
         slot_t *s = &dw->slots[k];
         if (!s->batch) continue;
         /* A batch that failed before its launch keeps its own error. */
+        const char *fate = ran[k] ? "had finished" : "had failed before its launch";
         if (!ran[k] && s->launched) {
             if (s == culprit && launched == 1) {
                 fail_batch(s->batch, "cuda_error", msg);
+                fate = "caused the fault and fails";
             } else {
                 fail_batch(s->batch, "device_reset", msg);
                 s->batch->retry = EXEC_RETRY_INTERRUPTED;
+                fate = "was interrupted and runs again alone";
             }
         }
+        log_info("gpu %d: the batch of %d %s job(s) on stream %d %s", dw->device, s->batch->n,
+                 s->batch->jobs[0]->call.op->name, k, fate);
         back[n_back++] = s->batch;
         s->batch = NULL;
         s->finished = s->launched = s->host_done = s->exclusive = false;
@@ -720,32 +740,12 @@ static void recover(device_worker_t *dw, slot_t *culprit, cudaError_t why)
         dw->q_head = (dw->q_head + 1) % dw->q_cap;
     }
     dw->in_use = 0;
-    resident_t **residents = dw->residents;
-    int n_residents = dw->n_residents;
-    dw->residents = NULL;
-    dw->n_residents = dw->cap_residents = 0;
-    dw->resident_bytes = 0;
-    pthread_mutex_unlock(&ex->lock);
-    for (int k = 0; k < n_residents; k++)
-        free(residents[k]); /* their memory goes with the context */
-    free(residents);
-
-    device_teardown(dw);
-    cudaDeviceReset();
-    cudaGetLastError();
-    int r = device_setup(dw);
-    if (r == 0)
-        log_info("gpu %d: reset; serving again", dw->device);
-    else
-        log_error("gpu %d: could not be set up again after the reset: it takes no more work",
-                  dw->device);
-    pthread_mutex_lock(&ex->lock);
-    dw->state = r == 0 ? DEVICE_READY : DEVICE_FAILED;
     dw->resets++;
     pthread_mutex_unlock(&ex->lock);
-    refresh_memory(dw);
     for (int i = 0; i < n_back; i++)
         ex->base.done(back[i], ex->base.done_ud);
+    /* After the batches: the scheduler records them before it drains. */
+    restart_request(dw->device);
 }
 
 static void *device_thread(void *arg)
@@ -922,6 +922,7 @@ static int worker_init(cuda_exec_t *ex, device_worker_t *dw, int device)
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
              u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
              u[15]);
+    dw->resets = restart_device_resets(device);
     dw->cc_major = prop.major;
     dw->cc_minor = prop.minor;
     dw->sms = prop.multiProcessorCount;
@@ -1019,8 +1020,8 @@ static int cuda_free_slots(executor_t *base, int device)
     return n;
 }
 
-/* From what the workers recorded: no CUDA call here, so that no HTTP thread touches a device
- * while its worker resets it. */
+/* From what the workers recorded: no CUDA call here, so that HTTP threads never wait on a
+ * device's calls, nor touch a lost context. */
 static json_t *cuda_describe(executor_t *base)
 {
     cuda_exec_t *ex = (cuda_exec_t *)base;
@@ -1137,6 +1138,13 @@ static bool device_selected(const char *spec, int ordinal, const char *uuid)
 
 int cuda_device_count(void)
 {
+    /* Before the process's first CUDA call. Loaded lazily (CUDA's default), a kernel's first
+     * launch waits until every kernel running on the device has finished (measured on the H200:
+     * a fault job sat 2 s behind a 2 s job on another stream), so the first use of an op, or of
+     * a GEMM shape's cuBLAS kernel, would stall behind the longest job. Eager loading costs about
+     * 2.6 s at start and 390 MiB of device memory (cuBLAS's kernels), once. An administrator's
+     * own CUDA_MODULE_LOADING wins. */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError();

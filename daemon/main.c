@@ -1,7 +1,9 @@
 /* gpujobd: the process. Reads the configuration, opens the store, starts the scheduler with
  * its backend and the HTTP server, and waits for signals: SIGTERM/SIGINT stop intake, drain
  * running work within the configured bound and exit 0, leaving queued jobs for the next start;
- * SIGHUP is logged (reloading limits comes with the users issue). */
+ * SIGUSR1 (a GPU lost its CUDA context: daemon/restart.h) drains the same way and executes the
+ * daemon again on the same sockets; SIGHUP is logged (reloading limits comes with the users
+ * issue). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,11 +14,12 @@
 #include "config.h"
 #include "kernels/op.h"
 #include "log.h"
+#include "restart.h"
 #include "sched.h"
 #include "service_notify.h"
 #include "store.h"
 
-static int run_daemon(const config_t *cfg)
+static int run_daemon(const config_t *cfg, char *const argv[])
 {
     /* Block the signals in every thread; this one waits for them with sigwait(). */
     sigset_t signals;
@@ -24,6 +27,7 @@ static int run_daemon(const config_t *cfg)
     sigaddset(&signals, SIGTERM);
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGHUP);
+    sigaddset(&signals, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -57,16 +61,24 @@ static int run_daemon(const config_t *cfg)
     log_info("gpujobd %s ready", GPUJOBD_VERSION);
     service_notify("READY=1\nSTATUS=serving");
 
+    int sig = 0;
     for (;;) {
-        int sig = 0;
         if (sigwait(&signals, &sig) != 0) continue;
         if (sig == SIGHUP) {
             log_info("SIGHUP: nothing to reload yet");
             continue;
         }
+        break;
+    }
+    bool restart = sig == SIGUSR1;
+    if (restart) {
+        log_warn("SIGUSR1: draining, then restarting in place on the same sockets (after a "
+                 "lost GPU context, the only way to get the GPU back); queued jobs stay queued");
+        service_notify("RELOADING=1\nSTATUS=restarting to recover a GPU");
+        api_server_keep_listeners(api);
+    } else {
         log_info("%s: stopping intake and draining", strsignal(sig));
         service_notify("STOPPING=1\nSTATUS=draining");
-        break;
     }
     api_server_stop_intake(api);
     sched_stop(sched);
@@ -75,6 +87,7 @@ static int run_daemon(const config_t *cfg)
     gpu_metrics_stop(gpu_metrics);
     sched_free(sched);
     store_close(st);
+    if (restart && restart_exec(argv) < 0) return 1;
     log_info("stopped");
     return 0;
 }
@@ -104,10 +117,11 @@ int main(int argc, char **argv)
     log_level_t level = LOG_INFO;
     log_level_parse(cfg.log_level, &level);
     log_set_level(level);
-    /* Before any thread exists: the op table is read without locks. */
+    /* Before any thread exists: the op table is read without locks; the environment. */
     op_table_enable_test_ops(cfg.test_ops);
+    restart_init();
     if (cfg.test_ops)
         log_warn("[debug] test_ops is on: jobs may run the test-only ops debug_sleep and "
                  "debug_fault, which can kill a GPU's CUDA context; never use this in production");
-    return run_daemon(&cfg);
+    return run_daemon(&cfg, argv);
 }

@@ -1,17 +1,22 @@
 /* End-to-end: durability across restarts of the real gpujobd. A SIGTERM leaves queued jobs for
- * the next start; a kill -9 loses nothing that was answered 201, and re-runs what was running.
- * And the service's life as systemd sees it: READY=1, the watchdog, STOPPING=1. */
+ * the next start; a kill -9 loses nothing that was answered 201, and re-runs what was running;
+ * a restart in place (SIGUSR1, as after a lost GPU context) keeps the process, its port and
+ * its jobs, and answers a connection made meanwhile. And the service's life as systemd sees
+ * it: READY=1, the watchdog, STOPPING=1. */
 /* POSIX and XSI (nftw). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700
 #include <check.h>
+#include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <poll.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -187,6 +192,100 @@ static bool next_notification(int fd, char *buf, size_t size, int timeout_ms)
     return true;
 }
 
+/* Lines of the daemon's log that contain text (the harness copies the log as it comes). */
+static int count_log_lines(e2e_daemon_t *d, const char *text)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/gpujobd.log", e2e_daemon_dir(d));
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, text) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* A new TCP connection to the daemon's port with a request on it: connected, not yet
+ * answered. */
+static int send_raw_request(e2e_daemon_t *d, const char *request)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)e2e_daemon_port(d)),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_msg(connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0, "connect: %s",
+                  strerror(errno));
+    ck_assert_int_eq(send(fd, request, strlen(request), MSG_NOSIGNAL), (ssize_t)strlen(request));
+    return fd;
+}
+
+START_TEST(test_a_restart_in_place_keeps_the_pid_the_port_and_the_jobs)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    pid_t pid = e2e_daemon_pid(d);
+    json_t *long_job = e2e_long_job_new(1000);
+    char *long_id = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, long_id, "running", 10);
+    enum { QUEUED = 3 };
+    char *ids[QUEUED];
+    for (int i = 0; i < QUEUED; i++) {
+        json_t *job = add_job(10 * i);
+        ids[i] = e2e_submit_ok(d, job);
+        json_decref(job);
+    }
+
+    /* The restart drains the running job first. A connection made meanwhile waits in the
+     * listening socket's backlog and is answered by the next process. */
+    ck_assert_int_eq(kill(pid, SIGUSR1), 0);
+    usleep(200 * 1000);
+    int fd = send_raw_request(d, "GET /healthz HTTP/1.0\r\n\r\n");
+    char answer[512] = "";
+    size_t got = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (got < sizeof answer - 1 && poll(&p, 1, 30000) == 1) {
+        ssize_t n = recv(fd, answer + got, sizeof answer - 1 - got, 0);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    ck_assert_msg(strncmp(answer, "HTTP/1.1 200", 12) == 0 ||
+                      strncmp(answer, "HTTP/1.0 200", 12) == 0,
+                  "the connection made during the restart got: '%.200s'", answer);
+
+    /* The same process serves again, started a second time; the running job was drained, the
+     * queued ones run. */
+    ck_assert_int_eq(e2e_daemon_pid(d), pid);
+    ck_assert(e2e_daemon_alive(d));
+    double until = e2e_now() + 10;
+    while (count_log_lines(d, " ready") < 2 && e2e_now() < until)
+        usleep(20 * 1000);
+    ck_assert_int_eq(count_log_lines(d, " ready"), 2);
+    json_t *done = e2e_wait_final_ok(d, long_id, 30);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    ck_assert_int_eq(json_integer_value(json_object_get(done, "attempts")), 1);
+    json_decref(done);
+    for (int i = 0; i < QUEUED; i++) {
+        done = e2e_wait_final_ok(d, ids[i], 30);
+        assert_add_result(done, 10 * i);
+        json_decref(done);
+        free(ids[i]);
+    }
+    json_t *job = add_job(1000);
+    char *after = e2e_submit_ok(d, job);
+    done = e2e_wait_final_ok(d, after, 30);
+    assert_add_result(done, 1000);
+    json_decref(done);
+    json_decref(job);
+    free(after);
+    free(long_id);
+    json_decref(long_job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 START_TEST(test_systemd_hears_ready_the_watchdog_and_stopping)
 {
     /* systemd's end of Type=notify and WatchdogSec=: a datagram socket, named to the daemon by
@@ -239,6 +338,7 @@ int main(void)
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_sigterm_keeps_queued_jobs_for_next_start);
     tcase_add_test(tc, test_kill9_under_submissions_loses_no_acknowledged_job);
+    tcase_add_test(tc, test_a_restart_in_place_keeps_the_pid_the_port_and_the_jobs);
     tcase_add_test(tc, test_systemd_hears_ready_the_watchdog_and_stopping);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -491,6 +491,27 @@ json_t *e2e_json_ok(e2e_daemon_t *d, const char *method, const char *path, const
     return j;
 }
 
+json_t *e2e_json_until(e2e_daemon_t *d, const char *method, const char *path, long expect_status,
+                       double until)
+{
+    for (;;) {
+        e2e_response_t resp;
+        int r = e2e_http_request(d, method, path, NULL, NULL, 0, &resp);
+        bool again = (r != 0 || resp.status == 503) && e2e_now() < until;
+        if (!again) {
+            ck_assert_msg(r == 0, "%s %s: no HTTP response", method, path);
+            ck_assert_msg(resp.status == expect_status,
+                          "%s %s: status %ld, expected %ld; body: %.2000s", method, path,
+                          resp.status, expect_status, resp.body);
+            json_t *j = resp.json ? json_incref(resp.json) : json_null();
+            e2e_response_clear(&resp);
+            return j;
+        }
+        if (r == 0) e2e_response_clear(&resp);
+        usleep(20 * 1000);
+    }
+}
+
 json_t *e2e_upload_ok(e2e_daemon_t *d, const char *dtype, const char *shape_query,
                       const void *bytes, size_t len, bool resident, long expect_status)
 {
@@ -540,7 +561,7 @@ json_t *e2e_wait_final_ok(e2e_daemon_t *d, const char *id, double timeout_s)
         char path[256];
         snprintf(path, sizeof path, "/v1/jobs/%s/wait?timeout=%.3f", id,
                  left > 10 ? 10.0 : (left > 0 ? left : 0));
-        json_t *job = e2e_json_ok(d, "GET", path, NULL, 200);
+        json_t *job = e2e_json_until(d, "GET", path, 200, until);
         if (state_is_final(e2e_job_state(job))) return job;
         ck_assert_msg(e2e_now() < until, "job %s still %s after %.1f s", id, e2e_job_state(job),
                       timeout_s);
@@ -554,7 +575,7 @@ void e2e_wait_state_ok(e2e_daemon_t *d, const char *id, const char *state, doubl
     char path[256];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     for (;;) {
-        json_t *job = e2e_json_ok(d, "GET", path, NULL, 200);
+        json_t *job = e2e_json_until(d, "GET", path, 200, until);
         bool done = strcmp(e2e_job_state(job), state) == 0;
         ck_assert_msg(done || e2e_now() < until, "job %s is %s, not %s, after %.1f s", id,
                       e2e_job_state(job), state, timeout_s);

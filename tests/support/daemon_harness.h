@@ -70,16 +70,22 @@ void e2e_http_thread_done(void);
  * and returns the parsed body (a new reference; json null when the body is not JSON). */
 json_t *e2e_json_ok(e2e_daemon_t *d, const char *method, const char *path, const char *json_text,
                     long expect_status);
+/* Like e2e_json_ok for a request without a body, but across a restart of the daemon (after a
+ * lost GPU context: daemon/restart.h): no response, or 503 while it drains, is tried again
+ * every 20 ms until the e2e_now() time `until`; then the status is asserted. */
+json_t *e2e_json_until(e2e_daemon_t *d, const char *method, const char *path, long expect_status,
+                       double until);
 /* Uploads len raw bytes as a buffer (POST /v1/buffers?dtype=&shape=, with &resident=true when
  * resident), asserts the status and returns the parsed body (a new reference). */
 json_t *e2e_upload_ok(e2e_daemon_t *d, const char *dtype, const char *shape_query,
                       const void *bytes, size_t len, bool resident, long expect_status);
 /* Submits one job (a borrowed JSON object), asserts 201 and returns its id (malloc'd). */
 char *e2e_submit_ok(e2e_daemon_t *d, const json_t *job);
-/* Waits through GET /v1/jobs/{id}/wait until the job is final; fails the test after
- * timeout_s. Returns the job's JSON (a new reference). */
+/* Waits through GET /v1/jobs/{id}/wait until the job is final, across daemon restarts; fails
+ * the test after timeout_s. Returns the job's JSON (a new reference). */
 json_t *e2e_wait_final_ok(e2e_daemon_t *d, const char *id, double timeout_s);
-/* Polls GET /v1/jobs/{id} until its state is state; fails the test after timeout_s. */
+/* Polls GET /v1/jobs/{id} until its state is state, across daemon restarts; fails the test
+ * after timeout_s. */
 void e2e_wait_state_ok(e2e_daemon_t *d, const char *id, const char *state, double timeout_s);
 /* Counts the jobs GET /v1/jobs lists with query (e.g. "state=queued", or ""), following the
  * `next` cursors. */

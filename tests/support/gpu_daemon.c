@@ -16,7 +16,7 @@ e2e_daemon_t *gpu_daemon_start(const char *config_ini)
 
 json_t *gpu_daemon_device(e2e_daemon_t *d, int index)
 {
-    json_t *info = e2e_json_ok(d, "GET", "/v1/info", NULL, 200);
+    json_t *info = e2e_json_until(d, "GET", "/v1/info", 200, e2e_now() + 30);
     json_t *devices = json_object_get(json_object_get(info, "backend"), "devices");
     json_t *found = NULL;
     for (size_t k = 0; k < json_array_size(devices) && !found; k++)

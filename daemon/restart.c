@@ -1,0 +1,55 @@
+#include "restart.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define RESTART_MAX_DEVICES 64
+#define RESTART_ENV "GPUJOBD_DEVICE_RESETS" /* "n0,n1,...": each device's resets so far */
+
+static atomic_int device_resets[RESTART_MAX_DEVICES];
+
+void restart_init(void)
+{
+    const char *carried = getenv(RESTART_ENV);
+    for (int d = 0; carried && *carried && d < RESTART_MAX_DEVICES; d++) {
+        char *end;
+        long n = strtol(carried, &end, 10);
+        if (end == carried || n < 0) break;
+        atomic_store(&device_resets[d], (int)n);
+        carried = *end == ',' ? end + 1 : end;
+    }
+    unsetenv(RESTART_ENV);
+}
+
+int restart_device_resets(int device)
+{
+    return device >= 0 && device < RESTART_MAX_DEVICES ? atomic_load(&device_resets[device]) : 0;
+}
+
+void restart_request(int device)
+{
+    if (device >= 0 && device < RESTART_MAX_DEVICES) atomic_fetch_add(&device_resets[device], 1);
+    kill(getpid(), SIGUSR1);
+}
+
+int restart_exec(char *const argv[])
+{
+    char carried[RESTART_MAX_DEVICES * 12] = "";
+    size_t len = 0;
+    for (int d = 0; d < RESTART_MAX_DEVICES && len < sizeof carried; d++)
+        len += (size_t)snprintf(carried + len, sizeof carried - len, "%s%d", d ? "," : "",
+                                atomic_load(&device_resets[d]));
+    if (setenv(RESTART_ENV, carried, 1) < 0) return -errno;
+    execv("/proc/self/exe", argv);
+    int r = -errno;
+    log_error("restart: cannot execute /proc/self/exe again: %s", strerror(-r));
+    unsetenv(RESTART_ENV);
+    return r;
+}

@@ -1,0 +1,25 @@
+/* Restarting the process in place to get back a GPU whose CUDA context was lost.
+ *
+ * After a sticky error (a kernel's illegal address, say) no CUDA call of this process can use
+ * that GPU again: cudaDeviceReset returns success, but every later call fails with
+ * cudaErrorDevicesUnavailable (measured on the H200 with driver 580 and CUDA 13), as NVIDIA
+ * documents for cudaErrorIllegalAddress ("the process must be terminated and relaunched").
+ * So the device worker hands its batches back, the daemon drains like on SIGTERM, keeping its
+ * listening sockets open, and executes itself again with the same arguments: same PID, same
+ * sockets, the jobs in the store. What must outlive the exec (each device's reset count) goes
+ * through the environment. */
+#pragma once
+
+#include <stdbool.h>
+
+/* Reads, then clears, what the previous process left in the environment. Call once at start,
+ * before any thread exists. */
+void restart_init(void);
+/* Times device `device` (a CUDA ordinal) was reset since the daemon was first started. */
+int restart_device_resets(int device);
+/* From any thread: counts a reset of `device` and asks the main thread for a restart
+ * (SIGUSR1, which it waits for with sigwait). */
+void restart_request(int device);
+/* Executes this program again with argv and what restart_init will read; returns only on
+ * failure, with a negative errno. */
+int restart_exec(char *const argv[]);
