@@ -185,7 +185,7 @@ static int parse_inputs(const json_t *inputs, const job_json_env_t *env, const c
         int device = -1;
         int r = parse_tensor(spec, env, path, t, &device, err);
         if (r < 0) return r;
-        /* Run where the (first) resident input lives, when that device has room. */
+        /* Run where the (first) resident input lives, while that device serves. */
         if (job->preferred_device < 0) job->preferred_device = device;
         job->call.in[j] = t->desc;
         job->call.has_in[j] = true;

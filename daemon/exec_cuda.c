@@ -122,6 +122,11 @@ typedef struct cuda_exec {
     int64_t drain_deadline_ns; /* once stopping: when the workers give up on their work */
     int n_devices;
     device_worker_t *devices;
+    /* Set by the first worker to see its context lost: a fault loses every device's context
+     * (measured on two H200s), so the culprit is the launch that was alone in flight in the
+     * whole process then, or none when there were several. */
+    bool context_lost;
+    const struct slot *culprit;
 } cuda_exec_t;
 
 static size_t align_up(size_t n)
@@ -646,9 +651,9 @@ static int device_setup(device_worker_t *dw)
     return 0;
 }
 
-/* A batch run before, interrupted by a device reset (or a daemon restart). It runs alone on
- * its device: should it fault again, it is then known to be the culprit and fails, and
- * should it be innocent, it cannot be interrupted by another culprit again. */
+/* A batch run before, interrupted by a lost context (or a daemon restart). It runs alone in the
+ * process, on whichever device: should it fault again, it is then known to be the culprit and
+ * fails, and should it be innocent, it cannot be interrupted by another culprit again. */
 static bool is_rerun(const exec_batch_t *b)
 {
     for (int i = 0; i < b->n; i++)
@@ -680,14 +685,33 @@ static void device_teardown(device_worker_t *dw)
     cudaGetLastError();
 }
 
+/* The first lost context of the process: the launch alone in flight then, on any device, is
+ * the culprit; with several in flight none can be told apart. */
+static void find_culprit_locked(cuda_exec_t *ex)
+{
+    if (ex->context_lost) return;
+    ex->context_lost = true;
+    int in_flight = 0;
+    for (int d = 0; d < ex->n_devices; d++)
+        for (int k = 0; k < ex->devices[d].n_slots; k++) {
+            const slot_t *s = &ex->devices[d].slots[k];
+            if (s->batch && s->launched && !s->host_done) {
+                ex->culprit = s;
+                in_flight++;
+            }
+        }
+    if (in_flight != 1) ex->culprit = NULL;
+}
+
 /* A sticky error lost the device's context, for good: no call of this process can use the
  * device again (restart.h). Every batch the worker holds goes back to the scheduler: those whose
  * work had finished with their outputs; the culprit's jobs fail with the error when it was the
- * only launch on the device (else no launch can be told apart, and each runs again while
- * attempts remain, alone on its device: is_rerun); batches not yet launched run again. The
+ * only launch in flight (else no launch can be told apart, and each runs again while attempts
+ * remain, alone in the process: is_rerun); batches not yet launched run again. The
  * device takes no more work, /readyz and /v1/info show it resetting, and the daemon is asked to
- * drain and restart, which gets the device back; other devices finish what they run. */
-static void recover(device_worker_t *dw, slot_t *culprit, cudaError_t why)
+ * drain and restart, which gets the device back. The other devices' workers find their
+ * contexts lost too, and hand their batches back the same way. */
+static void recover(device_worker_t *dw, cudaError_t why)
 {
     cuda_exec_t *ex = dw->ex;
     char msg[ERROR_MESSAGE_SIZE];
@@ -701,6 +725,7 @@ static void recover(device_worker_t *dw, slot_t *culprit, cudaError_t why)
     bool ran[dw->n_slots];
     pthread_mutex_lock(&ex->lock);
     dw->state = DEVICE_RESETTING;
+    find_culprit_locked(ex);
     for (int k = 0; k < dw->n_slots; k++)
         ran[k] = dw->slots[k].batch && dw->slots[k].host_done;
     pthread_mutex_unlock(&ex->lock);
@@ -708,16 +733,13 @@ static void recover(device_worker_t *dw, slot_t *culprit, cudaError_t why)
         if (ran[k]) complete(&dw->slots[k]);
 
     pthread_mutex_lock(&ex->lock);
-    int launched = 0;
-    for (int k = 0; k < dw->n_slots; k++)
-        launched += !ran[k] && dw->slots[k].batch && dw->slots[k].launched;
     for (int k = 0; k < dw->n_slots; k++) {
         slot_t *s = &dw->slots[k];
         if (!s->batch) continue;
         /* A batch that failed before its launch keeps its own error. */
         const char *fate = ran[k] ? "had finished" : "had failed before its launch";
         if (!ran[k] && s->launched) {
-            if (s == culprit && launched == 1) {
+            if (s == ex->culprit) {
                 fail_batch(s->batch, "cuda_error", msg);
                 fate = "caused the fault and fails";
             } else {
@@ -769,14 +791,19 @@ static void *device_thread(void *arg)
             pthread_mutex_lock(&ex->lock);
         }
         slot_t *free_slot = NULL;
-        int running = 0;
-        bool exclusive = false;
+        int running = 0, running_anywhere = 0;
+        bool exclusive = false; /* a re-run holds the process's devices */
         for (int k = 0; k < dw->n_slots; k++) {
             slot_t *s = &dw->slots[k];
             if (!s->batch && !free_slot) free_slot = s;
             running += s->batch != NULL;
-            exclusive |= s->batch && s->exclusive;
         }
+        for (int d = 0; d < ex->n_devices; d++)
+            for (int k = 0; k < ex->devices[d].n_slots; k++) {
+                const slot_t *s = &ex->devices[d].slots[k];
+                running_anywhere += s->batch != NULL;
+                exclusive |= s->batch && s->exclusive;
+            }
         /* Past the drain deadline nothing more starts, and nothing more is waited for: the
          * jobs of batches left queued or running stay running in the store and run again after
          * the next start (the scheduler's loop has ended; no one would record their end). */
@@ -805,7 +832,7 @@ static void *device_thread(void *arg)
             pthread_mutex_unlock(&ex->lock);
             cudaError_t e = complete(done);
             if (e != cudaSuccess && sticky_error() != cudaSuccess) {
-                recover(dw, done, e);
+                recover(dw, e);
                 pthread_mutex_lock(&ex->lock);
                 continue;
             }
@@ -820,16 +847,17 @@ static void *device_thread(void *arg)
             pthread_mutex_lock(&ex->lock);
             continue;
         }
-        /* The queue's head starts when a slot is free and no re-run holds the device, unless it
-         * is a re-run and others run, or it needs memory that running batches hold: then it
-         * waits below, like any worker with batches in flight. */
+        /* The queue's head starts when a slot is free and no re-run holds the devices, unless
+         * it is a re-run and others run on any device, or it needs memory that running batches
+         * hold: then it waits below, like any worker with batches in flight (a completion on
+         * any device wakes every worker). */
         exec_batch_t *b = free_slot && dw->q_len > 0 && !exclusive ? dw->queue[dw->q_head] : NULL;
         bool rerun = b && is_rerun(b);
         size_t in_bytes = 0, out_bytes = 0;
         if (b) batch_sizes(b, NULL, dw, &in_bytes, &out_bytes);
         size_t need = in_bytes + out_bytes;
         bool too_big = need > dw->cap;
-        if (b && ((rerun && running > 0) ||
+        if (b && ((rerun && running_anywhere > 0) ||
                   (!too_big && dw->in_use + dw->resident_bytes + need > dw->cap && dw->in_use > 0)))
             b = NULL;
         if (b) {
@@ -861,7 +889,7 @@ static void *device_thread(void *arg)
             if (lost != cudaSuccess) {
                 pthread_mutex_unlock(&ex->lock);
                 clear_errors(b);
-                recover(dw, free_slot, lost);
+                recover(dw, lost);
                 pthread_mutex_lock(&ex->lock);
                 continue;
             }
@@ -965,17 +993,19 @@ static int cuda_submit(executor_t *base, exec_batch_t *b)
     cuda_exec_t *ex = (cuda_exec_t *)base;
     int pin = b->jobs[0]->device, preferred = b->jobs[0]->preferred_device;
     pthread_mutex_lock(&ex->lock);
+    /* Resident inputs hold their jobs to their device while it serves; only a device that does
+     * not (lost, failed, or not served after a restart) lets them run elsewhere. */
+    if (pin < 0 && preferred >= 0)
+        for (int d = 0; d < ex->n_devices; d++)
+            if (ex->devices[d].device == preferred && ex->devices[d].state == DEVICE_READY)
+                pin = preferred;
     device_worker_t *best = NULL;
     int best_load = 0;
-    for (int d = 0; d < ex->n_devices && !ex->stopping; d++) {
+    /* After a lost context no device takes work: every context is gone, the restart is near. */
+    for (int d = 0; d < ex->n_devices && !ex->stopping && !ex->context_lost; d++) {
         device_worker_t *dw = &ex->devices[d];
         if (dw->state != DEVICE_READY || dw->q_len == dw->q_cap || (pin >= 0 && dw->device != pin))
             continue;
-        /* The device of the batch's resident inputs wins while it has room. */
-        if (dw->device == preferred) {
-            best = dw;
-            break;
-        }
         int load = dw->q_len;
         for (int k = 0; k < dw->n_slots; k++)
             load += dw->slots[k].batch != NULL;
@@ -1011,7 +1041,7 @@ static int cuda_free_slots(executor_t *base, int device)
     cuda_exec_t *ex = (cuda_exec_t *)base;
     pthread_mutex_lock(&ex->lock);
     int n = device >= 0 && !serves_device_locked(ex, device) ? 1 : 0;
-    for (int d = 0; d < ex->n_devices && !ex->stopping; d++) {
+    for (int d = 0; d < ex->n_devices && !ex->stopping && !ex->context_lost; d++) {
         const device_worker_t *dw = &ex->devices[d];
         if (dw->state == DEVICE_READY && (device < 0 || dw->device == device))
             n += dw->q_cap - dw->q_len;

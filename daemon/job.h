@@ -36,9 +36,9 @@ typedef struct job_tensor {
     char name[32];
     tensor_desc_t desc;
     uint64_t nbytes;
-    void *data;            /* malloc'd, owned; NULL when not in memory */
+    void *data; /* malloc'd, owned; NULL when not in memory */
     char buffer_id[ID_SIZE];
-    char *blob;            /* malloc'd, owned by the tensor; NULL when none */
+    char *blob; /* malloc'd, owned by the tensor; NULL when none */
 } job_tensor_t;
 
 typedef struct job {
@@ -50,19 +50,19 @@ typedef struct job {
     int priority;                        /* higher runs first */
     int device;                          /* pinned device, or -1 for any */
     int preferred_device;                /* where its resident input lives (-1: none): a
-                                            preference, not a pin; not stored */
+                                            pin while that device serves; not stored */
     int64_t deadline_us;                 /* absolute wall-clock µs, 0 for none */
     job_state_t state;
-    int attempts;                        /* runs started, restarts included */
+    int attempts;                                /* runs started, restarts included */
     int64_t created_us, started_us, finished_us; /* wall clock, µs since the epoch; 0 unset */
-    int64_t gpu_ns;                      /* this job's share of measured device time */
-    int run_device;                      /* device that ran it, -1 for none or the CPU */
-    int batch_size;                      /* jobs in the launch that ran it (1: alone) */
+    int64_t gpu_ns;                              /* this job's share of measured device time */
+    int run_device;                              /* device that ran it, -1 for none or the CPU */
+    int batch_size;                              /* jobs in the launch that ran it (1: alone) */
     /* in[j] is op input slot j (see call.op->input_names); present iff call.has_in[j]. */
     job_tensor_t in[OP_MAX_TENSORS];
     /* out[j] matches call.out[j] / call.out_names[j], j < call.n_out. */
     job_tensor_t out[OP_MAX_TENSORS];
-    char error_code[ERROR_CODE_SIZE];    /* "" unless failed or cancelled */
+    char error_code[ERROR_CODE_SIZE]; /* "" unless failed or cancelled */
     char error_message[ERROR_MESSAGE_SIZE];
 } job_t;
 
@@ -83,11 +83,11 @@ typedef struct buffer {
     char owner[OWNER_SIZE];
     tensor_desc_t desc;
     uint64_t nbytes;
-    bool resident;     /* keep in device memory across jobs (CUDA backend) */
-    int device;        /* the device a resident buffer was placed on; -1 for none */
+    bool resident; /* keep in device memory across jobs (CUDA backend) */
+    int device;    /* the device a resident buffer was placed on; -1 for none */
     int64_t created_us;
-    void *data;        /* malloc'd, owned; NULL when not in memory */
-    char *blob;        /* the store's locator once persisted; owned */
+    void *data; /* malloc'd, owned; NULL when not in memory */
+    char *blob; /* the store's locator once persisted; owned */
 } buffer_t;
 
 buffer_t *buffer_new(void);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -33,10 +34,13 @@ int restart_device_resets(int device)
     return device >= 0 && device < RESTART_MAX_DEVICES ? atomic_load(&device_resets[device]) : 0;
 }
 
+static atomic_bool requested;
+
 void restart_request(int device)
 {
     if (device >= 0 && device < RESTART_MAX_DEVICES) atomic_fetch_add(&device_resets[device], 1);
-    kill(getpid(), SIGUSR1);
+    /* Once: a fault loses every device's context, and each worker asks. */
+    if (!atomic_exchange(&requested, true)) kill(getpid(), SIGUSR1);
 }
 
 int restart_exec(char *const argv[])
@@ -47,6 +51,12 @@ int restart_exec(char *const argv[])
         len += (size_t)snprintf(carried + len, sizeof carried - len, "%s%d", d ? "," : "",
                                 atomic_load(&device_resets[d]));
     if (setenv(RESTART_ENV, carried, 1) < 0) return -errno;
+    /* A signal still pending would outlive the exec and restart the next process at once. */
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    while (sigtimedwait(&usr1, NULL, &(struct timespec){0}) == SIGUSR1)
+        ;
     execv("/proc/self/exe", argv);
     int r = -errno;
     log_error("restart: cannot execute /proc/self/exe again: %s", strerror(-r));

@@ -18,7 +18,7 @@ void restart_init(void);
 /* Times device `device` (a CUDA ordinal) was reset since the daemon was first started. */
 int restart_device_resets(int device);
 /* From any thread: counts a reset of `device` and asks the main thread for a restart
- * (SIGUSR1, which it waits for with sigwait). */
+ * (SIGUSR1, which it waits for with sigwait), once per process. */
 void restart_request(int device);
 /* Executes this program again with argv and what restart_init will read; returns only on
  * failure, with a negative errno. */

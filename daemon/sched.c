@@ -651,10 +651,11 @@ static void dispatch(sched_t *s)
         user_t *u = pick_user(s);
         if (!u) break;
         entry_t *top = u->queue.a[0];
-        /* A job pinned to a device with no room waits for it without a trip to the executor
-         * (and the two store writes a turned-down batch costs); the device's next completion
-         * dispatches again. */
-        if (top->job->device >= 0 && s->ex->ops->free_slots(s->ex, top->job->device) == 0) {
+        /* A job pinned to a device with no room (or held there by its resident inputs) waits
+         * for it without a trip to the executor (and the two store writes a turned-down batch
+         * costs); the device's next completion dispatches again. */
+        int device = top->job->device >= 0 ? top->job->device : top->job->preferred_device;
+        if (device >= 0 && s->ex->ops->free_slots(s->ex, device) == 0) {
             u->skip_round = s->round;
             continue;
         }

@@ -67,7 +67,7 @@ int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted);
 /* PRAGMA wal_checkpoint(TRUNCATE) when no reader is in the way, else PASSIVE. */
 int store_checkpoint(store_t *st);
 
-int store_buffer_insert(store_t *st, buffer_t *buf);  /* sets buf->blob */
+int store_buffer_insert(store_t *st, buffer_t *buf); /* sets buf->blob */
 /* Bytes of owner's resident buffers (the quota of limits.max_resident_bytes_per_user). */
 int store_resident_bytes(store_t *st, const char *owner, uint64_t *ret);
 /* -ENOENT when missing or not owned by owner (owner NULL: any). */
@@ -84,11 +84,11 @@ int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char 
                               char ret_id[ID_SIZE]);
 
 typedef struct store_list_query {
-    const char *owner;   /* NULL: every owner (admins) */
-    int state;           /* a job_state_t, or -1 for any */
-    const char *op;      /* NULL for any */
-    const char *after;   /* cursor: ids strictly greater; NULL from the start */
-    int limit;           /* 1..1000 */
+    const char *owner; /* NULL: every owner (admins) */
+    int state;         /* a job_state_t, or -1 for any */
+    const char *op;    /* NULL for any */
+    const char *after; /* cursor: ids strictly greater; NULL from the start */
+    int limit;         /* 1..1000 */
 } store_list_query_t;
 /* Jobs in id order; *ret_jobs is a malloc'd array of n owned jobs. */
 int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***ret_jobs,
@@ -102,7 +102,7 @@ int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret);
 typedef struct store_usage {
     char owner[OWNER_SIZE];
     int64_t jobs_by_state[JOB_STATE_COUNT];
-    int64_t run_us;      /* sum over finished jobs */
+    int64_t run_us; /* sum over finished jobs */
     int64_t gpu_ns;
     int64_t buffers, buffer_bytes;
     int64_t resident_bytes; /* of buffers kept in device memory */
