@@ -716,7 +716,8 @@ static void dispatch(sched_t *s)
     }
 
     if (n_ready > 0) {
-        int r = store_begin(s->st);
+        /* A start lost to a power loss costs a run; the launch need not wait for an fsync. */
+        int r = store_begin_relaxed(s->st);
         for (int b = 0; b < n_ready && r >= 0; b++)
             for (int i = 0; i < ready[b]->batch.n && r >= 0; i++)
                 r = store_job_update(s->st, ready[b]->batch.jobs[i]);
@@ -807,7 +808,9 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
     exec_batch_t *batch = &sb->batch;
     int64_t now = now_us();
     double share_us = batch->n ? (double)(now - sb->dispatched_us) / batch->n : 0;
-    int r = store_begin(s->st);
+    /* An end lost to a power loss makes the job run again (at least once, never lost): its
+     * waiters need not wait for an fsync. */
+    int r = store_begin_relaxed(s->st);
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = strmap_get(s->entries, job->id);

@@ -27,10 +27,14 @@ struct store {
     store_conn_t conn;
     uint64_t inline_blob_bytes;
     store_segment_t segment; /* where small tensors' bytes go (store_segment.c) */
+    bool sync_full;          /* commits are fsync'd ([store] sync_full) */
     bool in_txn;
-    /* Files whose rows the open transaction deleted: removed when it commits. */
+    bool relaxed; /* the open transaction began with store_begin_relaxed */
+    /* Files whose rows were deleted: removed at the next durable commit. The first
+     * n_unlink_committed were deleted by relaxed transactions already committed; the rest by
+     * the open transaction. */
     blob_file_t *unlink_on_commit;
-    size_t n_unlink, cap_unlink;
+    size_t n_unlink, n_unlink_committed, cap_unlink;
 };
 
 /* Schema migrations, in order. Version N is applied to a database at version N - 1, in one
@@ -229,6 +233,7 @@ int store_open(const config_t *cfg, store_t **ret)
     int removed = 0;
     r = mkdir_if_missing(st->conn.blobs_dir);
     if (r == 0) r = configure_writer(&st->conn, cfg->sync_full);
+    st->sync_full = cfg->sync_full;
     if (r == 0) r = migrate(&st->conn);
     if (r == 0) r = store_blob_sweep_orphans(&st->conn, &removed);
     if (r < 0) {
@@ -287,11 +292,11 @@ static void unlink_pending(store_t *st)
 {
     for (size_t i = 0; i < st->n_unlink; i++)
         store_blob_file_remove(st->conn.blobs_dir, st->unlink_on_commit[i]);
-    st->n_unlink = 0;
+    st->n_unlink = st->n_unlink_committed = 0;
 }
 
-/* Removes files whose rows are gone: now when that deletion is committed, else at the commit of
- * the caller's transaction. */
+/* Removes files whose rows are gone: now when that deletion is committed, else at the caller's
+ * transaction's commit, or the next durable one after a relaxed transaction. */
 static int unlink_after_commit(store_t *st, const blob_file_t *files, size_t n)
 {
     if (!st->in_txn) {
@@ -324,33 +329,59 @@ int store_begin(store_t *st)
     return r;
 }
 
+/* The end of a transaction: a relaxed one hands synchronous back. */
+static void txn_end(store_t *st)
+{
+    st->in_txn = false;
+    if (st->relaxed) store_stmt_run(&st->conn, STMT_SYNC_FULL, "restoring synchronous = FULL");
+    st->relaxed = false;
+    store_segment_txn_end(&st->segment, &st->conn);
+}
+
+int store_begin_relaxed(store_t *st)
+{
+    /* SQLite takes the safety level only outside a transaction. */
+    if (st->sync_full && store_stmt_run(&st->conn, STMT_SYNC_NORMAL, "relaxing a commit") == 0)
+        st->relaxed = true;
+    int r = store_begin(st);
+    if (r < 0 && st->relaxed) {
+        store_stmt_run(&st->conn, STMT_SYNC_FULL, "restoring synchronous = FULL");
+        st->relaxed = false;
+    }
+    return r;
+}
+
 int store_commit(store_t *st)
 {
     if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_commit without store_begin");
-    /* The segment bytes its rows name reach the disk first. */
+    /* The segment bytes its rows name reach the disk first, relaxed or not: then WAL frames
+     * that survive a power loss never name bytes that did not. */
     int r = store_segment_sync(&st->segment);
     if (r == 0) r = store_stmt_run(&st->conn, STMT_COMMIT, "COMMIT");
     if (r == 0) {
-        st->in_txn = false;
-        unlink_pending(st);
+        /* Files whose rows a relaxed commit deleted stay until a durable one: a power loss
+         * may bring those rows back. */
+        if (st->relaxed)
+            st->n_unlink_committed = st->n_unlink;
+        else
+            unlink_pending(st);
+        txn_end(st);
     } else if (sqlite3_get_autocommit(st->conn.db)) {
         /* SQLite rolled the transaction back itself: nothing is left to commit or undo. */
-        st->in_txn = false;
-        st->n_unlink = 0;
+        st->n_unlink = st->n_unlink_committed;
+        txn_end(st);
     }
-    if (!st->in_txn) store_segment_txn_end(&st->segment, &st->conn);
     return r;
 }
 
 int store_rollback(store_t *st)
 {
     if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_rollback without store_begin");
-    st->in_txn = false;
-    st->n_unlink = 0; /* the rows naming them are back */
+    st->n_unlink = st->n_unlink_committed; /* the open transaction's rows are back */
     int r = sqlite3_get_autocommit(st->conn.db)
                 ? 0
                 : store_stmt_run(&st->conn, STMT_ROLLBACK, "ROLLBACK");
-    store_segment_txn_end(&st->segment, &st->conn);
+    txn_end(st);
     return r;
 }
 

@@ -39,6 +39,11 @@ void store_blob_discard(store_t *st, const char *blob);
 /* Transactions (loop thread). Writes between begin and commit are one transaction; the group
  * commit of the scheduler uses them. Without begin, each write commits by itself. */
 int store_begin(store_t *st);
+/* A transaction whose commit need not survive a power loss, only a crash of the process: its
+ * WAL frames are written but not fsync'd ([store] sync_full then holds for the others, whose
+ * fsync takes these frames along). For what the daemon can do again: a job's start or end,
+ * which a power loss at worst makes run once more. Segment bytes are still synced first. */
+int store_begin_relaxed(store_t *st);
 int store_commit(store_t *st);
 int store_rollback(store_t *st);
 

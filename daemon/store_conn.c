@@ -72,6 +72,9 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_BEGIN_IMMEDIATE] = "BEGIN IMMEDIATE",
     [STMT_COMMIT] = "COMMIT",
     [STMT_ROLLBACK] = "ROLLBACK",
+    /* Switched around relaxed commits (store_begin_relaxed). */
+    [STMT_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
+    [STMT_SYNC_FULL] = "PRAGMA synchronous = FULL",
 };
 
 int store_sql_error(store_conn_t *conn, const char *what)

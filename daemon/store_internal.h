@@ -47,6 +47,8 @@ typedef enum store_stmt_id {
     STMT_BEGIN_IMMEDIATE,
     STMT_COMMIT,
     STMT_ROLLBACK,
+    STMT_SYNC_NORMAL,
+    STMT_SYNC_FULL,
     /* store_jobs_list: one statement per combination of filters (owner, state, op, after),
      * so that each can use its index; STMT_LIST_FIRST + bitmask. */
     STMT_LIST_FIRST,

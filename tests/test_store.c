@@ -995,6 +995,49 @@ START_TEST(test_buffers_insert_get_delete_check_the_owner)
 }
 END_TEST
 
+/* A relaxed transaction (a job's start or end) commits like any other, but files whose rows it
+ * deleted wait for the next durable commit: a power loss could bring those rows back. */
+START_TEST(test_a_relaxed_commit_keeps_deleted_files_until_a_durable_one)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    buffer_t *buf = buffer_new();
+    snprintf(buf->owner, OWNER_SIZE, "alice");
+    buf->desc = (tensor_desc_t){.dtype = DTYPE_I32, .ndim = 1, .shape = {100000}};
+    buf->nbytes = 400000;
+    buf->data = malloc(buf->nbytes);
+    fill_bytes(buf->data, buf->nbytes, 7);
+    ck_assert_int_eq(store_buffer_insert(f.st, buf), 0);
+    ck_assert_int_eq(strncmp(buf->blob, "file:", 5), 0);
+
+    /* Rolled back: row and file stay. */
+    buffer_t *got = NULL;
+    ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+    ck_assert_int_eq(store_buffer_delete(f.st, "alice", buf->id), 0);
+    ck_assert_int_eq(store_rollback(f.st), 0);
+    ck_assert_int_eq(store_buffer_get(f.rd, buf->id, &got), 0);
+    buffer_free(got);
+    ck_assert(blob_file_exists(&f, buf->blob));
+
+    /* Committed relaxed: the row is gone for readers, the file stays. */
+    ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+    ck_assert_int_eq(store_buffer_delete(f.st, "alice", buf->id), 0);
+    ck_assert_int_eq(store_commit(f.st), 0);
+    ck_assert_int_eq(store_buffer_get(f.rd, buf->id, &got), -ENOENT);
+    ck_assert(blob_file_exists(&f, buf->blob));
+
+    /* A later transaction rolled back keeps it too; the next durable commit removes it. */
+    ck_assert_int_eq(store_begin(f.st), 0);
+    ck_assert_int_eq(store_rollback(f.st), 0);
+    ck_assert(blob_file_exists(&f, buf->blob));
+    ck_assert_int_eq(store_begin(f.st), 0);
+    ck_assert_int_eq(store_commit(f.st), 0);
+    ck_assert(!blob_file_exists(&f, buf->blob));
+    buffer_free(buf);
+    fixture_teardown(&f);
+}
+END_TEST
+
 static int db_user_version(const char *path)
 {
     sqlite3 *db;
@@ -1519,6 +1562,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_small_tensors_share_a_segment_that_goes_with_its_last_job);
     tcase_add_test(tc, test_gc_deletes_more_expired_jobs_than_one_batch_holds);
     tcase_add_test(tc, test_buffers_insert_get_delete_check_the_owner);
+    tcase_add_test(tc, test_a_relaxed_commit_keeps_deleted_files_until_a_durable_one);
     tcase_add_test(tc, test_open_migrates_an_empty_file_to_the_current_schema);
     tcase_add_test(tc, test_open_migrates_version_1_rows_to_the_current_schema);
     tcase_add_test(tc, test_open_refuses_a_database_from_a_newer_version);
