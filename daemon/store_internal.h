@@ -156,6 +156,10 @@ typedef struct store_segment {
     int fd; /* -1 when no segment is active */
     char file[4 + STORE_BLOB_NAME_LEN];
     uint64_t size;
+    /* Appended bytes not yet written, from file offset buf_off (a multiple of the block
+     * size) to size: the file gets whole blocks (store_segment.c says why). */
+    unsigned char *buf;
+    uint64_t buf_off;
     bool dirty;  /* appended to since the last sync */
     bool failed; /* a sync failed: the transaction cannot commit; abandoned at its end */
     char retired[STORE_SEGMENT_RETIRED_MAX][4 + STORE_BLOB_NAME_LEN]; /* in this transaction */

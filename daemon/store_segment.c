@@ -10,12 +10,20 @@
  * never committed stay in the file as garbage; a file goes once no row names it (store_gc, the
  * check at the end of the transaction that retired it, and the orphan sweep at open).
  *
+ * Appends are gathered in memory and reach the file as whole, aligned blocks (only a sync
+ * writes the partial block at the end, and the next write starts again at its beginning). Each
+ * 4 KiB tensor written at its own unaligned offset made ext4 zero the new blocks it touched
+ * first: measured on the loop thread under array load, 20 µs per append and a third of its
+ * time in the kernel's memset.
+ *
  * A failed sync cannot be trusted to be retried: Linux reports a writeback error once, and the
  * next fdatasync may succeed without the lost pages. So a failure sticks to the transaction
- * (every later sync in it fails) and the segment is abandoned when the transaction ends. */
+ * (every later sync in it fails) and the segment is abandoned when the transaction ends. A
+ * failed write does the same. */
 #include "store_internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -24,11 +32,35 @@
 #define SEGMENT_HEADER "gpujobd segment 1\n"
 #define SEGMENT_HEADER_BYTES 64
 #define SEGMENT_MAX_BYTES (UINT64_C(256) << 20)
+#define SEGMENT_BLOCK 4096
+/* The write buffer; larger appends go to the file directly. */
+#define SEGMENT_BUF_BYTES (UINT64_C(1) << 20)
 
 void store_segment_init(store_segment_t *seg)
 {
+    unsigned char *buf = seg->buf;
     memset(seg, 0, sizeof *seg);
     seg->fd = -1;
+    seg->buf = buf;
+}
+
+/* Writes the buffered bytes; all of them, or (partial) all but the last, unfinished block,
+ * which then moves to the buffer's start. */
+static int flush(store_segment_t *seg, bool partial)
+{
+    uint64_t len = seg->size - seg->buf_off;
+    uint64_t keep = partial ? len % SEGMENT_BLOCK : 0;
+    if (len - keep > 0) {
+        int r = store_write_all(seg->fd, seg->buf, len - keep, seg->buf_off);
+        if (r < 0) {
+            seg->failed = true;
+            return log_error_errno(r, "store: writing segment '%s': %s", seg->file, strerror(-r));
+        }
+    }
+    if (!partial) keep = len % SEGMENT_BLOCK; /* written, and kept to start the next write */
+    memmove(seg->buf, seg->buf + len - keep, keep);
+    seg->buf_off = seg->size - keep;
+    return 0;
 }
 
 /* Removes file when no row names it. */
@@ -69,25 +101,40 @@ int store_segment_append(store_segment_t *seg, store_conn_t *conn, const void *d
         if (r < 0) return r;
         retire(seg, conn);
     }
+    if (!seg->buf && !(seg->buf = malloc(SEGMENT_BUF_BYTES))) return -ENOMEM;
     if (seg->fd < 0) {
         char path[PATH_MAX + 64];
-        char header[SEGMENT_HEADER_BYTES] = SEGMENT_HEADER;
         int r = store_blob_file_create(conn->blobs_dir, seg->file, path, &seg->fd);
-        if (r == 0) r = store_write_all(seg->fd, header, sizeof header, 0);
         if (r < 0) {
-            if (seg->fd >= 0) {
-                close(seg->fd);
-                unlink(path);
-            }
             store_segment_init(seg);
             return log_error_errno(r, "store: cannot start a segment file: %s", strerror(-r));
         }
-        seg->size = sizeof header;
+        memset(seg->buf, 0, SEGMENT_HEADER_BYTES);
+        memcpy(seg->buf, SEGMENT_HEADER, sizeof SEGMENT_HEADER - 1);
+        seg->buf_off = 0;
+        seg->size = SEGMENT_HEADER_BYTES;
     }
-    /* A failed append does not move the end: the next one overwrites what it left. */
-    int r = store_write_all(seg->fd, data, nbytes, seg->size);
-    if (r < 0)
-        return log_error_errno(r, "store: appending to segment '%s': %s", seg->file, strerror(-r));
+    if (seg->size + nbytes - seg->buf_off > SEGMENT_BUF_BYTES) {
+        int r = flush(seg, true);
+        if (r < 0) return r;
+    }
+    if (seg->size + nbytes - seg->buf_off > SEGMENT_BUF_BYTES) {
+        /* Too large for the buffer: to the file itself, behind what the buffer holds. */
+        int r = flush(seg, false);
+        if (r == 0) r = store_write_all(seg->fd, data, nbytes, seg->size);
+        if (r < 0) {
+            seg->failed = true;
+            return log_error_errno(r, "store: appending to segment '%s': %s", seg->file,
+                                   strerror(-r));
+        }
+        /* The buffer starts again at the last block, all of it from data (nbytes is more
+         * than a block here). */
+        uint64_t end = seg->size + nbytes, tail = end % SEGMENT_BLOCK;
+        memcpy(seg->buf, (const unsigned char *)data + nbytes - tail, tail);
+        seg->buf_off = end - tail;
+    } else {
+        memcpy(seg->buf + (seg->size - seg->buf_off), data, nbytes);
+    }
     memcpy(ret_file, seg->file, sizeof seg->file);
     *ret_offset = seg->size;
     seg->size += nbytes;
@@ -99,6 +146,8 @@ int store_segment_sync(store_segment_t *seg)
 {
     if (seg->failed) return -EIO;
     if (!seg->dirty) return 0;
+    int r = flush(seg, false);
+    if (r < 0) return r;
     if (fdatasync(seg->fd) < 0) {
         seg->failed = true;
         return log_error_errno(-errno, "store: syncing segment '%s': %s", seg->file,
@@ -128,5 +177,7 @@ void store_segment_close(store_segment_t *seg, store_conn_t *conn)
 {
     store_segment_txn_end(seg, conn);
     if (seg->fd >= 0) close(seg->fd);
+    free(seg->buf);
+    seg->buf = NULL;
     store_segment_init(seg);
 }
