@@ -82,7 +82,8 @@ struct api_request {
     int n_query;
     bool query_overflow; /* more than API_MAX_QUERY arguments: answered 400 */
     const char *accept, *content_type, *idempotency_key; /* NULL when absent */
-    char *body;                                          /* owned by the connection */
+    const char *json_length; /* Gpujob-Json-Length: a body of JSON, then bytes; NULL when absent */
+    char *body;              /* owned by the connection */
     size_t body_len;
     api_user_t user;
     const api_conn_ops_t *conn_ops;

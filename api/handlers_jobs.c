@@ -2,6 +2,7 @@
  * cancel (through the scheduler), and output downloads. */
 #include "api_internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -158,12 +159,33 @@ int api_handle_jobs_submit(api_request_t *req)
     static const char *const no_args[] = {NULL};
     if (api_query_check(req, no_args)) return API_DONE;
     /* curl -d labels its body application/x-www-form-urlencoded unless told otherwise; the
-     * body is JSON all the same, so that label is accepted too. */
+     * body is JSON all the same, so that label is accepted too. With Gpujob-Json-Length, the
+     * body is that many bytes of JSON and then the bytes its tensors name (binary_offset):
+     * no base64 to encode, lex and decode. */
     const char *ct = req->content_type;
-    if (ct && !api_media_is(ct, strlen(ct), "application/json") &&
-        !api_media_is(ct, strlen(ct), "application/x-www-form-urlencoded")) {
+    size_t json_len = req->body_len;
+    if (req->json_length) {
+        if (!ct || !api_media_is(ct, strlen(ct), "application/octet-stream")) {
+            api_respond_error(req, 415, "unsupported_media_type", "header.Content-Type",
+                              "a body with Gpujob-Json-Length is application/octet-stream");
+            return API_DONE;
+        }
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(req->json_length, &end, 10);
+        if (!isdigit((unsigned char)req->json_length[0]) || *end || errno || n > req->body_len) {
+            api_respond_error(req, 400, "invalid_argument", "header.Gpujob-Json-Length",
+                              "Gpujob-Json-Length must be the byte length of the JSON at the "
+                              "start of the body (at most %zu)",
+                              req->body_len);
+            return API_DONE;
+        }
+        json_len = (size_t)n;
+    } else if (ct && !api_media_is(ct, strlen(ct), "application/json") &&
+               !api_media_is(ct, strlen(ct), "application/x-www-form-urlencoded")) {
         api_respond_error(req, 415, "unsupported_media_type", "header.Content-Type",
-                          "jobs are submitted as application/json");
+                          "jobs are submitted as application/json, or as "
+                          "application/octet-stream with Gpujob-Json-Length");
         return API_DONE;
     }
     const char *key = req->idempotency_key;
@@ -174,7 +196,7 @@ int api_handle_jobs_submit(api_request_t *req)
         return API_DONE;
     }
     json_error_t jerr;
-    json_t *root = json_loadb(req->body ? req->body : "", req->body_len,
+    json_t *root = json_loadb(req->body ? req->body : "", json_len,
                               JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root) {
         api_respond_error(req, 400, "invalid_json", "body", "invalid JSON at line %d column %d: %s",
@@ -188,6 +210,8 @@ int api_handle_jobs_submit(api_request_t *req)
         .find_op = req->env->find_op,
         .buffer_desc = visible_buffer_desc,
         .ud = req,
+        .binary = req->json_length ? (const unsigned char *)req->body + json_len : NULL,
+        .binary_len = req->body_len - json_len,
     };
     job_t **jobs = NULL;
     size_t n = 0;

@@ -343,6 +343,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->content_type =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     req->idempotency_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
+    req->json_length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Gpujob-Json-Length");
     if (api_dispatch(req) == API_PENDING) return MHD_YES;
     return send_response(ctx);
 }

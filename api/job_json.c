@@ -85,26 +85,52 @@ static int check_keys(const json_t *obj, const char *const *allowed, const char 
     return 0;
 }
 
-/* Fills t from a tensor spec: inline data, b64 or a buffer reference. path is "inputs.x"
- * with the caller's prefix. *ret_device: a resident buffer's device, else left alone. */
+/* The tensor's bytes from the body's binary section, at the spec's binary_offset. */
+static int tensor_from_binary(const json_t *offset, const job_json_env_t *env, const char *field,
+                              job_tensor_t *t, api_error_t *err)
+{
+    if (!env->binary)
+        return invalid(err, field,
+                       "binary_offset needs a binary section: send the body as "
+                       "application/octet-stream with a Gpujob-Json-Length header");
+    json_int_t at = json_is_integer(offset) ? json_integer_value(offset) : -1;
+    if (at < 0) return invalid(err, field, "binary_offset must be an integer >= 0");
+    if ((uint64_t)at > env->binary_len || t->nbytes > env->binary_len - (uint64_t)at)
+        return invalid(err, field,
+                       "the tensor's %" PRIu64 " bytes from binary_offset %" JSON_INTEGER_FORMAT
+                       " pass the end of the binary section (%zu bytes)",
+                       t->nbytes, at, env->binary_len);
+    t->data = malloc(t->nbytes ? t->nbytes : 1);
+    if (!t->data) return api_error_set(err, -ENOMEM, 500, "internal", field, "out of memory");
+    memcpy(t->data, env->binary + at, t->nbytes);
+    return 0;
+}
+
+/* Fills t from a tensor spec: inline data, b64, bytes of the binary section or a buffer
+ * reference. path is "inputs.x" with the caller's prefix. *ret_device: a resident buffer's
+ * device, else left alone. */
 static int parse_tensor(const json_t *spec, const job_json_env_t *env, const char *path,
                         job_tensor_t *t, int *ret_device, api_error_t *err)
 {
-    static const char *const keys[] = {"dtype", "shape", "data", "b64", "buffer", NULL};
+    static const char *const keys[] = {"dtype",  "shape",         "data", "b64",
+                                       "buffer", "binary_offset", NULL};
     char field[128];
     if (!json_is_object(spec))
         return invalid(err, path,
                        "a tensor must be an object with dtype, shape and data, "
-                       "b64 or buffer");
+                       "b64, binary_offset or buffer");
     int r = check_keys(spec, keys, path, err);
     if (r < 0) return r;
 
     const json_t *data = json_object_get(spec, "data");
     const json_t *b64 = json_object_get(spec, "b64");
+    const json_t *binary = json_object_get(spec, "binary_offset");
     const json_t *buffer = json_object_get(spec, "buffer");
-    int sources = !!data + !!b64 + !!buffer;
-    if (sources == 0) return invalid(err, path, "one of data, b64 or buffer is required");
-    if (sources > 1) return invalid(err, path, "give only one of data, b64 or buffer");
+    int sources = !!data + !!b64 + !!binary + !!buffer;
+    if (sources == 0)
+        return invalid(err, path, "one of data, b64, binary_offset or buffer is required");
+    if (sources > 1)
+        return invalid(err, path, "give only one of data, b64, binary_offset or buffer");
 
     if (buffer) {
         field_path(field, sizeof field, path, "buffer");
@@ -139,6 +165,9 @@ static int parse_tensor(const json_t *spec, const job_json_env_t *env, const cha
                                  &t->data, &cerr);
         return r < 0 ? codec_failure(err, r, &cerr) : 0;
     }
+    if (binary)
+        return tensor_from_binary(binary, env,
+                                  field_path(field, sizeof field, path, "binary_offset"), t, err);
     field_path(field, sizeof field, path, "b64");
     if (!json_is_string(b64)) return invalid(err, field, "b64 must be a base64 string");
     void *bytes = NULL;

@@ -37,6 +37,9 @@ typedef struct job_json_env {
     int (*buffer_desc)(void *ud, const char *owner, const char *id, tensor_desc_t *ret,
                        int *ret_device);
     void *ud;
+    /* The body's binary section, which tensors name with binary_offset (NULL: none). */
+    const unsigned char *binary;
+    size_t binary_len;
 } job_json_env_t;
 
 /* Parses one job object into a new validated job (state queued, a new id, owner and

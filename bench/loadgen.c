@@ -2,11 +2,13 @@
  * connections, one connection per concurrent client.
  *
  *   bench_loadgen [--duration S] [--concurrency 1,16,64] [--array 100,1000]
- *                 [--array-concurrency 4] [--elements 1024] [--encoding b64|inline]
- *                 [--modes submit,array,e2e] URL
+ *                 [--array-concurrency 4] [--elements 1024]
+ *                 [--encoding b64|inline|binary] [--modes submit,array,e2e] URL
  *
- * Inputs travel as base64 of their bytes (--encoding b64, what libgpujob sends) or as JSON
- * arrays of numbers (inline, what a curl user types).
+ * Inputs travel as base64 of their bytes (--encoding b64, what libgpujob sends), as JSON
+ * arrays of numbers (inline, what a curl user types) or as raw bytes in the body's binary
+ * section after the JSON (binary: application/octet-stream with Gpujob-Json-Length). All three
+ * submit the same jobs.
  *
  * Modes, each run for --duration seconds per setting:
  *   submit  one tiny job (saxpy on --elements f32) per POST, at each concurrency:
@@ -28,6 +30,12 @@
 
 #define LOADGEN_MAX_LEVELS 16
 
+typedef enum loadgen_encoding {
+    ENCODING_B64,    /* inputs as base64 */
+    ENCODING_INLINE, /* inputs as JSON numbers */
+    ENCODING_BINARY, /* inputs as bytes of the binary section, named by binary_offset */
+} loadgen_encoding_t;
+
 typedef struct loadgen_opts {
     const char *url;
     double duration_s;
@@ -35,9 +43,17 @@ typedef struct loadgen_opts {
     int array_sizes[LOADGEN_MAX_LEVELS], n_array_sizes;
     int array_concurrency;
     int elements;
-    bool b64; /* inputs as base64, else inline JSON numbers */
+    loadgen_encoding_t encoding;
     bool mode_submit, mode_array, mode_e2e;
 } loadgen_opts_t;
+
+/* The body of a POST /v1/jobs, prepared once per level. A binary body holds NUL bytes, hence
+ * its length; its headers differ by encoding (Gpujob-Json-Length). */
+typedef struct request_body {
+    char *data;
+    size_t len;
+    struct curl_slist *headers;
+} request_body_t;
 
 typedef enum slot_phase { PHASE_SUBMIT, PHASE_WAIT } slot_phase_t;
 
@@ -129,10 +145,14 @@ static char *base64(const void *data, size_t n)
     return out;
 }
 
-/* One input tensor of n f32 values, as JSON. */
-static json_t *tensor_json(const float *v, int n, bool b64)
+/* One input tensor of n f32 values, as JSON; binary ones name their bytes at offset in the
+ * binary section instead of carrying them. */
+static json_t *tensor_json(const float *v, int n, loadgen_encoding_t enc, size_t offset)
 {
-    if (b64) {
+    if (enc == ENCODING_BINARY)
+        return json_pack("{s:s, s:[i], s:I}", "dtype", "f32", "shape", n, "binary_offset",
+                         (json_int_t)offset);
+    if (enc == ENCODING_B64) {
         char *text = base64(v, (size_t)n * sizeof *v);
         json_t *t = json_pack("{s:s, s:[i], s:s}", "dtype", "f32", "shape", n, "b64", text);
         free(text);
@@ -144,9 +164,37 @@ static json_t *tensor_json(const float *v, int n, bool b64)
     return json_pack("{s:s, s:[i], s:o}", "dtype", "f32", "shape", n, "data", data);
 }
 
-/* A saxpy job on n f32 elements, as compact JSON (malloc'd). */
-static char *tiny_job_json(int n, bool b64)
+/* Saxpy job k on n f32 elements: with the binary encoding, its x and y are the k-th pair of
+ * tensors in the binary section. */
+static json_t *job_json(const float *x, const float *y, int n, loadgen_encoding_t enc, int k)
 {
+    size_t bytes = (size_t)n * sizeof(float);
+    return json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 2.0, "inputs",
+                     "x", tensor_json(x, n, enc, (size_t)(2 * k) * bytes), "y",
+                     tensor_json(y, n, enc, (size_t)(2 * k + 1) * bytes));
+}
+
+/* Appends h to *list, which stays valid (and owned by the caller) when that fails. */
+static int headers_add(struct curl_slist **list, const char *h)
+{
+    struct curl_slist *l = curl_slist_append(*list, h);
+    if (!l) return -ENOMEM;
+    *list = l;
+    return 0;
+}
+
+static void body_free(request_body_t *b)
+{
+    free(b->data);
+    curl_slist_free_all(b->headers);
+    *b = (request_body_t){0};
+}
+
+/* Fills b with one saxpy job on n f32 elements (array false, count 1) or a JSON array of count
+ * of them; with the binary encoding the JSON is followed by count x, y pairs of bytes. */
+static int body_build(request_body_t *b, int n, loadgen_encoding_t enc, int count, bool array)
+{
+    *b = (request_body_t){0};
     float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
     unsigned seed = 1;
     for (int i = 0; x && y && i < n; i++) {
@@ -154,46 +202,60 @@ static char *tiny_job_json(int n, bool b64)
         x[i] = (float)((int)(seed >> 16) % 100);
         y[i] = (float)(i % 7);
     }
-    json_t *job =
-        x && y ? json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 2.0,
-                           "inputs", "x", tensor_json(x, n, b64), "y", tensor_json(y, n, b64))
-               : NULL;
+    json_t *root = array ? json_array() : NULL, *job = NULL;
+    bool ok = x && y && (!array || root);
+    for (int k = 0; ok && k < count; k++) {
+        /* Only binary jobs differ (by their offsets): otherwise one job is referenced count
+         * times rather than built count times. */
+        if (!job || enc == ENCODING_BINARY) {
+            json_decref(job);
+            job = job_json(x, y, n, enc, k);
+        }
+        ok = job && (!array || json_array_append(root, job) == 0);
+    }
+    char *text = ok ? json_dumps(array ? root : job, JSON_COMPACT) : NULL;
+    json_decref(job);
+    json_decref(root);
+    size_t json_len = text ? strlen(text) : 0, bytes = (size_t)n * sizeof(float);
+    if (text && enc == ENCODING_BINARY) {
+        b->data = malloc(json_len + 2 * bytes * (size_t)count);
+        if (b->data) {
+            memcpy(b->data, text, json_len);
+            for (int k = 0; k < count; k++) {
+                memcpy(b->data + json_len + (size_t)(2 * k) * bytes, x, bytes);
+                memcpy(b->data + json_len + (size_t)(2 * k + 1) * bytes, y, bytes);
+            }
+            b->len = json_len + 2 * bytes * (size_t)count;
+        }
+        free(text);
+    } else {
+        b->data = text;
+        b->len = json_len;
+    }
     free(x);
     free(y);
-    if (!job) return NULL;
-    char *text = json_dumps(job, JSON_COMPACT);
-    json_decref(job);
-    return text;
-}
-
-/* count copies of job in a JSON array (malloc'd). */
-static char *array_json(const char *job, int count)
-{
-    size_t len = strlen(job);
-    char *text = malloc((len + 1) * (size_t)count + 2);
-    if (!text) return NULL;
-    char *p = text;
-    *p++ = '[';
-    for (int i = 0; i < count; i++) {
-        if (i) *p++ = ',';
-        memcpy(p, job, len);
-        p += len;
+    if (!b->data) return -ENOMEM;
+    char length[64];
+    snprintf(length, sizeof length, "Gpujob-Json-Length: %zu", json_len);
+    /* "Expect:" spares large bodies curl's wait for a 100 Continue. */
+    if (headers_add(&b->headers, enc == ENCODING_BINARY ? "Content-Type: application/octet-stream"
+                                                        : "Content-Type: application/json") < 0 ||
+        (enc == ENCODING_BINARY && headers_add(&b->headers, length) < 0) ||
+        headers_add(&b->headers, "Expect:") < 0) {
+        body_free(b);
+        return -ENOMEM;
     }
-    *p++ = ']';
-    *p = '\0';
-    return text;
+    return 0;
 }
 
-static struct curl_slist *json_headers;
-
-static void slot_arm_submit(slot_t *s, const char *base_url, const char *body)
+static void slot_arm_submit(slot_t *s, const char *base_url, const request_body_t *body)
 {
     curl_easy_reset(s->easy);
     snprintf(s->url, sizeof s->url, "%s/v1/jobs", base_url);
     curl_easy_setopt(s->easy, CURLOPT_URL, s->url);
-    curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, json_headers);
-    curl_easy_setopt(s->easy, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(s->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+    curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, body->headers);
+    curl_easy_setopt(s->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len);
+    curl_easy_setopt(s->easy, CURLOPT_POSTFIELDS, body->data);
     curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
@@ -223,8 +285,8 @@ static void slot_arm_wait(slot_t *s, const char *base_url, const char *id)
 
 /* Runs `concurrency` clients for duration_s. Each POSTs body (jobs_per_post jobs); in e2e mode
  * each then waits for its job. Responses after the deadline are not counted. */
-static int run_level(const loadgen_opts_t *o, const char *body, int jobs_per_post, int concurrency,
-                     bool e2e, run_stats_t *ret)
+static int run_level(const loadgen_opts_t *o, const request_body_t *body, int jobs_per_post,
+                     int concurrency, bool e2e, run_stats_t *ret)
 {
     run_stats_t st = {0};
     CURLM *multi = curl_multi_init();
@@ -381,7 +443,7 @@ static void usage(FILE *f)
 {
     fputs("usage: bench_loadgen [--duration S] [--concurrency 1,16,64] [--array 100,1000]\n"
           "                     [--array-concurrency 4] [--elements 1024]\n"
-          "                     [--encoding b64|inline]\n"
+          "                     [--encoding b64|inline|binary]\n"
           "                     [--modes submit,array,e2e] URL\n",
           f);
 }
@@ -406,7 +468,7 @@ static int parse_args(int argc, char **argv, loadgen_opts_t *o)
                           .n_array_sizes = 2,
                           .array_concurrency = 4,
                           .elements = 1024,
-                          .b64 = true,
+                          .encoding = ENCODING_B64,
                           .mode_submit = true,
                           .mode_array = true,
                           .mode_e2e = true};
@@ -439,11 +501,16 @@ static int parse_args(int argc, char **argv, loadgen_opts_t *o)
             o->elements = atoi(optarg);
             break;
         case 'e':
-            if (strcmp(optarg, "b64") != 0 && strcmp(optarg, "inline") != 0) {
-                fprintf(stderr, "bench_loadgen: --encoding is b64 or inline\n");
+            if (strcmp(optarg, "b64") == 0) {
+                o->encoding = ENCODING_B64;
+            } else if (strcmp(optarg, "inline") == 0) {
+                o->encoding = ENCODING_INLINE;
+            } else if (strcmp(optarg, "binary") == 0) {
+                o->encoding = ENCODING_BINARY;
+            } else {
+                fprintf(stderr, "bench_loadgen: --encoding is b64, inline or binary\n");
                 return -EINVAL;
             }
-            o->b64 = strcmp(optarg, "b64") == 0;
             break;
         case 'm':
             o->mode_submit = strstr(optarg, "submit") != NULL;
@@ -471,10 +538,8 @@ int main(int argc, char **argv)
     loadgen_opts_t o;
     if (parse_args(argc, argv, &o) < 0) return 2;
     curl_global_init(CURL_GLOBAL_ALL);
-    json_headers = curl_slist_append(NULL, "Content-Type: application/json");
-    json_headers = curl_slist_append(json_headers, "Expect:");
-    char *job = tiny_job_json(o.elements, o.b64);
-    if (!job) return 1;
+    request_body_t job;
+    if (body_build(&job, o.elements, o.encoding, 1, false) < 0) return 1;
 
     printf("| mode | concurrency | jobs/POST | requests | jobs ok | errors | jobs/s | p50 ms | "
            "p99 ms |\n");
@@ -483,32 +548,36 @@ int main(int argc, char **argv)
     if (o.mode_submit)
         for (int i = 0; i < o.n_concurrency; i++) {
             wait_idle(o.url);
-            if (run_level(&o, job, 1, o.concurrency[i], false, &st) < 0) return 1;
+            if (run_level(&o, &job, 1, o.concurrency[i], false, &st) < 0) return 1;
             print_row("submit", o.concurrency[i], 1, o.duration_s, &st);
             free(st.lat_ms);
         }
     if (o.mode_array)
         for (int i = 0; i < o.n_array_sizes; i++) {
             wait_idle(o.url);
-            char *body = array_json(job, o.array_sizes[i]);
-            if (!body || run_level(&o, body, o.array_sizes[i], o.array_concurrency, false, &st) < 0)
+            request_body_t body;
+            if (body_build(&body, o.elements, o.encoding, o.array_sizes[i], true) < 0 ||
+                run_level(&o, &body, o.array_sizes[i], o.array_concurrency, false, &st) < 0)
                 return 1;
             print_row("array", o.array_concurrency, o.array_sizes[i], o.duration_s, &st);
             free(st.lat_ms);
-            free(body);
+            body_free(&body);
         }
     if (o.mode_e2e)
         for (int i = 0; i < o.n_concurrency; i++) {
             wait_idle(o.url);
-            if (run_level(&o, job, 1, o.concurrency[i], true, &st) < 0) return 1;
+            if (run_level(&o, &job, 1, o.concurrency[i], true, &st) < 0) return 1;
             print_row("e2e", o.concurrency[i], 1, o.duration_s, &st);
             free(st.lat_ms);
         }
     printf("\nElements per job: %d (saxpy, f32, %s); %.1f s per row. Latency: per POST "
            "(submit, array) or submit-to-done (e2e).\n",
-           o.elements, o.b64 ? "base64" : "inline JSON numbers", o.duration_s);
-    free(job);
-    curl_slist_free_all(json_headers);
+           o.elements,
+           o.encoding == ENCODING_BINARY   ? "binary section"
+           : o.encoding == ENCODING_INLINE ? "inline JSON numbers"
+                                           : "base64",
+           o.duration_s);
+    body_free(&job);
     curl_global_cleanup();
     return 0;
 }

@@ -28,6 +28,14 @@ static const char limits_config[] = "[limits]\n"
 #define ADD_WITH_X(x) "{\"op\":\"add\",\"inputs\":{\"x\":" x ",\"y\":" Y_F32 "}}"
 #define GOOD_ADD ADD_WITH_X(X_F32)
 #define UNKNOWN_JOB "j000000000000000000000000"
+/* A job whose tensors are in the body's binary section (Gpujob-Json-Length), x at 0 and y at
+ * 4; with 8 bytes of binary section, y's 8 bytes pass its end. */
+#define BIN_JOB(x_at)                                                                              \
+    "{\"op\":\"add\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[2],\"binary_offset\":" x_at   \
+    "},\"y\":{\"dtype\":\"f32\",\"shape\":[2],\"binary_offset\":4}}}"
+#define BIN_BYTES "\0\0\0\0\0\0\0\0"
+_Static_assert(sizeof BIN_JOB("0") - 1 == 123 && sizeof BIN_JOB("-4") - 1 == 124,
+               "the Gpujob-Json-Length headers below give these lengths");
 
 /* One malformed request and what it must answer. In path, "{JOB}" is replaced by the id of a
  * succeeded job. field: NULL is not checked, "" must be absent, "name*" is a prefix, else
@@ -179,6 +187,26 @@ static const bad_case_t text_cases[] = {
     {"unknown path", "GET", "/nope", NULL, NULL, NULL, 0, 404, "not_found", NULL},
     {"unknown path under v1", "GET", "/v1/jobs/{JOB}/bogus", NULL, NULL, NULL, 0, 404, "not_found",
      NULL},
+    {"binary section: y's bytes pass its end", "POST", "/v1/jobs", "application/octet-stream",
+     "Gpujob-Json-Length: 123", BIN_JOB("0") BIN_BYTES, sizeof BIN_JOB("0") - 1 + 8, 400,
+     "invalid_argument", "inputs.y.binary_offset"},
+    {"binary section: negative binary_offset", "POST", "/v1/jobs", "application/octet-stream",
+     "Gpujob-Json-Length: 124", BIN_JOB("-4") BIN_BYTES, sizeof BIN_JOB("-4") - 1 + 8, 400,
+     "invalid_argument", "inputs.x.binary_offset"},
+    {"binary section sent as application/json", "POST", "/v1/jobs", "application/json",
+     "Gpujob-Json-Length: 123", BIN_JOB("0") BIN_BYTES, sizeof BIN_JOB("0") - 1 + 8, 415,
+     "unsupported_media_type", "header.Content-Type"},
+    {"Gpujob-Json-Length past the body", "POST", "/v1/jobs", "application/octet-stream",
+     "Gpujob-Json-Length: 99999", BIN_JOB("0") BIN_BYTES, sizeof BIN_JOB("0") - 1 + 8, 400,
+     "invalid_argument", "header.Gpujob-Json-Length"},
+    {"Gpujob-Json-Length not a byte count", "POST", "/v1/jobs", "application/octet-stream",
+     "Gpujob-Json-Length: 1e2", BIN_JOB("0") BIN_BYTES, sizeof BIN_JOB("0") - 1 + 8, 400,
+     "invalid_argument", "header.Gpujob-Json-Length"},
+    {"binary_offset without a binary section", "POST", "/v1/jobs", "application/json", NULL,
+     BIN_JOB("0"), 0, 400, "invalid_argument", "inputs.x.binary_offset"},
+    {"binary_offset and b64 together", "POST", "/v1/jobs", "application/json", NULL,
+     ADD_WITH_X("{\"dtype\":\"f32\",\"shape\":[2],\"binary_offset\":0,\"b64\":\"AAAAAAAAAAA=\"}"),
+     0, 400, "invalid_argument", "inputs.x"},
     {"raw buffer with a bad dtype", "POST", "/v1/buffers?dtype=f33&shape=2",
      "application/octet-stream", NULL, "\0\0\0\0\0\0\0\0", 8, 400, "invalid_argument",
      "query.dtype"},

@@ -320,6 +320,70 @@ START_TEST(test_b64_and_buffer_inputs)
 }
 END_TEST
 
+/* Tensors in the body's binary section (Content-Type application/octet-stream, with
+ * Gpujob-Json-Length): a list of jobs names bytes by offset, shares them, and mixes them with
+ * inline data; every result equals the computation here. */
+START_TEST(test_binary_section_inputs)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    enum { N = 257 };
+    static const int64_t shape[] = {N};
+    uint32_t seed = 9;
+    double a[N], b[N], c[N], got[N];
+    float section[3 * N];
+    random_values("f32", a, N, -3, 3, &seed);
+    random_values("f32", b, N, -3, 3, &seed);
+    random_values("f32", c, N, -3, 3, &seed);
+    for (int i = 0; i < N; i++) {
+        section[i] = (float)a[i];
+        section[N + i] = (float)b[i];
+        section[2 * N + i] = (float)c[i];
+    }
+    const size_t B = N * sizeof(float);
+    json_t *list = json_pack(
+        "[{s:s, s:{s:{s:s, s:[i], s:I}, s:{s:s, s:[i], s:I}}},"
+        " {s:s, s:{s:{s:s, s:[i], s:I}, s:{s:s, s:[i], s:I}}},"
+        " {s:s, s:{s:{s:s, s:[i], s:I}, s:o}}]",
+        "op", "add", "inputs", "x", "dtype", "f32", "shape", N, "binary_offset", (json_int_t)0, "y",
+        "dtype", "f32", "shape", N, "binary_offset", (json_int_t)B, "op", "mul", "inputs", "x",
+        "dtype", "f32", "shape", N, "binary_offset", (json_int_t)(2 * B), "y", "dtype", "f32",
+        "shape", N, "binary_offset", (json_int_t)0, "op", "add", "inputs", "x", "dtype", "f32",
+        "shape", N, "binary_offset", (json_int_t)B, "y", tensor_inline("f32", shape, 1, c, N));
+    ck_assert_ptr_nonnull(list);
+    char *text = json_dumps(list, JSON_COMPACT);
+    size_t json_len = strlen(text);
+    char *body = malloc(json_len + sizeof section);
+    memcpy(body, text, json_len);
+    memcpy(body + json_len, section, sizeof section);
+    char length[64];
+    snprintf(length, sizeof length, "Gpujob-Json-Length: %zu", json_len);
+    const char *headers[] = {"Content-Type: application/octet-stream", length, NULL};
+    e2e_response_t resp;
+    ck_assert_int_eq(
+        e2e_http_request(d, "POST", "/v1/jobs", headers, body, json_len + sizeof section, &resp),
+        0);
+    ck_assert_msg(resp.status == 201, "status %ld: %s", resp.status, resp.body);
+    ck_assert_int_eq(json_array_size(resp.json), 3);
+    for (int k = 0; k < 3; k++) {
+        json_t *done = e2e_wait_final_ok(
+            d, json_string_value(json_object_get(json_array_get(resp.json, k), "id")), 30);
+        job_output(done, "out", "f32", N, got);
+        for (int i = 0; i < N; i++) {
+            float x = section[(k == 0 ? 0 : k == 1 ? 2 : 1) * N + i];
+            float want = k == 0 ? x + (float)b[i] : k == 1 ? x * (float)a[i] : x + (float)c[i];
+            ck_assert_msg(got[i] == (double)want, "job %d [%d]: %g, want %g", k, i, got[i],
+                          (double)want);
+        }
+        json_decref(done);
+    }
+    e2e_response_clear(&resp);
+    free(body);
+    free(text);
+    json_decref(list);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* Uploads n floats as a resident buffer, asserting the status; returns the body. */
 static json_t *upload_resident(e2e_daemon_t *d, const float *v, int n, long expect_status)
 {
@@ -934,6 +998,7 @@ int main(void)
     tcase_add_test(tc, test_sort_matches_reference_when_present);
     tcase_add_test(tc, test_gemm_matches_reference_when_present);
     tcase_add_test(tc, test_b64_and_buffer_inputs);
+    tcase_add_test(tc, test_binary_section_inputs);
     tcase_add_test(tc, test_resident_buffers_serve_jobs_within_the_owner_quota);
     tcase_add_test(tc, test_array_of_100_jobs_in_one_post);
     tcase_add_test(tc, test_output_download_json_raw_and_npy);
