@@ -76,6 +76,7 @@ def ratio(a, b):
 
 def tiny_section(rep, out):
     ours = read_loadgen(os.path.join(rep.dir, "tiny.md"))
+    binary = read_loadgen(os.path.join(rep.dir, "tiny-binary.md"))
     peer = read_loadgen(os.path.join(rep.dir, "peer.md"))
     out.append("## Tiny jobs over HTTP: gpujobd against the peer\n")
     if not ours:
@@ -83,29 +84,42 @@ def tiny_section(rep, out):
     if not peer:
         out.append(f"Peer (bench/peer/aiohttp_torch_server.py): {rep.why_missing('peer')}\n")
     out.append("| mode | clients | jobs/POST | gpujobd jobs/s | p50 ms | p99 ms | errors "
-               "| peer jobs/s | p50 ms | p99 ms | errors | gpujobd / peer |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "| binary section: jobs/s | p50 ms | peer jobs/s | p50 ms | p99 ms | errors "
+               "| gpujobd / peer |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     modes = ("submit", "array", "e2e")
     for key in sorted(set(ours) | set(peer), key=lambda k: (modes.index(k[0]), k[1], k[2])):
-        o, p = ours.get(key, {}), peer.get(key, {})
+        o, b, p = ours.get(key, {}), binary.get(key, {}), peer.get(key, {})
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {num(o.get('jobs_s'))} | "
                    f"{num(o.get('p50'), 2)} | {num(o.get('p99'), 2)} | {num(o.get('errors'))} | "
+                   f"{num(b.get('jobs_s'))} | {num(b.get('p50'), 2)} | "
                    f"{num(p.get('jobs_s'))} | {num(p.get('p50'), 2)} | {num(p.get('p99'), 2)} | "
                    f"{num(p.get('errors'))} | {num(ratio(o.get('jobs_s'), p.get('jobs_s')), 1)} |")
-    out.append("\nEach job: saxpy on 1024 f32, inputs in base64. submit and array count 201s; a "
-               "gpujobd 201 means committed and queued, the peer's means done, so the e2e rows "
-               "(POST, then /wait until done) compare like with like.\n")
+    out.append("\nEach job: saxpy on 1024 f32, inputs in base64 (the binary section columns: the "
+               "same jobs with raw bytes after the JSON, Gpujob-Json-Length; the peer takes "
+               "base64 only, so the ratio is base64 against base64). submit and array count "
+               "201s; a gpujobd 201 means committed and queued, the peer's means done, so the e2e "
+               "rows (POST, then /wait until done) compare like with like.\n")
 
     def jobs_s(rows, key):
         return rows.get(key, {}).get("jobs_s")
 
+    def best_encoding(key):
+        """gpujobd's better figure for key, and the encoding that gave it."""
+        b64, raw = jobs_s(ours, key), jobs_s(binary, key)
+        if raw is not None and (b64 is None or raw > b64):
+            return raw, "binary section"
+        return b64, "base64"
+
     c64 = ("submit", 64, 1)
-    rep.target("single-job submissions at 64 clients >= 20,000 jobs/s", jobs_s(ours, c64),
-               20000, f"{num(jobs_s(ours, c64))} jobs/s")
-    arrays = [k for k in ours if k[0] == "array"]
-    best = max(arrays, key=lambda k: ours[k]["jobs_s"]) if arrays else None
-    rep.target("array submissions >= 100,000 jobs/s", jobs_s(ours, best) if best else None,
-               100000, f"{num(jobs_s(ours, best))} jobs/s ({best[2] if best else '-'} per POST)")
+    v, enc = best_encoding(c64)
+    rep.target("single-job submissions at 64 clients >= 20,000 jobs/s", v, 20000,
+               f"{num(v)} jobs/s ({enc})")
+    arrays = [k for k in set(ours) | set(binary) if k[0] == "array"]
+    best = max(arrays, key=lambda k: best_encoding(k)[0] or 0) if arrays else None
+    v, enc = best_encoding(best) if best else (None, "")
+    rep.target("array submissions >= 100,000 jobs/s", v, 100000,
+               f"{num(v)} jobs/s ({best[2] if best else '-'} per POST, {enc})")
     for label, key in (("single-job submissions, 64 clients", c64),
                        ("arrays, " + (f"{best[2]} per POST" if best else "best size"), best),
                        ("submit-to-done, 64 clients", ("e2e", 64, 1))):

@@ -2,8 +2,9 @@
 # The end-to-end benchmark of the CUDA backend, side by side in one run: prints one Markdown
 # report (bench/e2e/report.py) on stdout, progress on stderr. Each part gets a fresh gpujobd
 # on a free port with a temporary state dir:
-#   tiny     bench_loadgen (submit at 1,16,64 clients; arrays of 100 and 1000; e2e at 1,16,64)
-#            and, per e2e row, the daemon's own time per job (server_side.py);
+#   tiny     bench_loadgen (submit at 1,16,64 clients; arrays of 100 and 1000; e2e at 1,16,64),
+#            submit and arrays again with a binary section instead of base64, and, per e2e
+#            row, the daemon's own time per job (server_side.py);
 #   peer     the same load against bench/peer/aiohttp_torch_server.py (aiohttp + PyTorch);
 #   gemm     4,096 gemm 64^3 jobs on a default daemon and on one with batching off
 #            (scheduler.max_batch=1) (gemm_batching.py);
@@ -104,6 +105,9 @@ stop() {
 part_tiny() {
   start_daemon tiny
   "$loadgen" --duration "$duration" --modes submit,array "$url" >"$dir/tiny.md"
+  # The same jobs with their tensors in a binary section (no base64), which the peer lacks.
+  "$loadgen" --duration "$duration" --modes submit,array --encoding binary "$url" \
+    >"$dir/tiny-binary.md"
   local c mark
   for c in 1 16 64; do
     mark=$("$py" $here/server_side.py "$url" --mark)
