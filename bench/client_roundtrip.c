@@ -5,9 +5,10 @@
  *                          [--max-overhead PCT]
  *
  * With --daemon (or $GPUJOBD_BIN and no --url) it starts gpujobd itself on a free port with a
- * temporary state directory and the CPU backend. Both sides send the same body (the library's
- * own JSON for an `add` of two f32[4], inputs in base64) with a fresh Idempotency-Key, over one
- * keep-alive connection each, then long-poll /wait until the job is final. Rounds alternate a
+ * temporary state directory and the CPU backend. Both sides send the same body (what the
+ * library sends for an `add` of two f32[4]: the JSON, then the inputs' bytes in a binary
+ * section) with a fresh Idempotency-Key, over one keep-alive connection each, then long-poll
+ * /wait until the job is final. Rounds alternate a
  * block of library round trips with a block of raw ones, so drift in the daemon (its database
  * growing, the machine's load) hits both alike. Prints the median and 90th percentile of each
  * and the library's overhead on the median; with --max-overhead, exits 1 when it is larger. */
@@ -120,8 +121,14 @@ static size_t raw_on_body(char *p, size_t size, size_t n, void *arg)
     return k;
 }
 
-/* One request on the kept-alive handle; 0 when the status is expect. */
-static int raw_request(raw_client_t *rc, const char *path, const char *body, const char *key,
+/* A submission as libgpujob sends it: json_len bytes of JSON, then the binary section. */
+typedef struct raw_body {
+    char *bytes;
+    size_t len, json_len;
+} raw_body_t;
+
+/* One request on the kept-alive handle (a GET without body); 0 when the status is expect. */
+static int raw_request(raw_client_t *rc, const char *path, const raw_body_t *body, const char *key,
                        long expect)
 {
     char url[512], header[160];
@@ -129,7 +136,9 @@ static int raw_request(raw_client_t *rc, const char *path, const char *body, con
     struct curl_slist *h = curl_slist_append(NULL, "Expect:");
     h = curl_slist_append(h, "Accept: application/json");
     if (body) {
-        h = curl_slist_append(h, "Content-Type: application/json");
+        h = curl_slist_append(h, "Content-Type: application/octet-stream");
+        snprintf(header, sizeof header, "Gpujob-Json-Length: %zu", body->json_len);
+        h = curl_slist_append(h, header);
         snprintf(header, sizeof header, "Idempotency-Key: %s", key);
         h = curl_slist_append(h, header);
     }
@@ -140,8 +149,8 @@ static int raw_request(raw_client_t *rc, const char *path, const char *body, con
     curl_easy_setopt(rc->curl, CURLOPT_WRITEDATA, rc);
     curl_easy_setopt(rc->curl, CURLOPT_NOSIGNAL, 1L);
     if (body) {
-        curl_easy_setopt(rc->curl, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(rc->curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+        curl_easy_setopt(rc->curl, CURLOPT_POSTFIELDS, body->bytes);
+        curl_easy_setopt(rc->curl, CURLOPT_POSTFIELDSIZE, (long)body->len);
     } else {
         curl_easy_setopt(rc->curl, CURLOPT_HTTPGET, 1L);
     }
@@ -152,7 +161,7 @@ static int raw_request(raw_client_t *rc, const char *path, const char *body, con
     return code == CURLE_OK && status == expect ? 0 : -EIO;
 }
 
-static int raw_roundtrip(raw_client_t *rc, const char *body, long seq)
+static int raw_roundtrip(raw_client_t *rc, const raw_body_t *body, long seq)
 {
     char key[64], path[256], id[64];
     snprintf(key, sizeof key, "bench-raw-%ld-%ld", (long)getpid(), seq);
@@ -227,7 +236,16 @@ int main(int argc, char **argv)
     gpujob_spec_new("add", &spec);
     gpujob_spec_input(spec, "x", &tx);
     gpujob_spec_input(spec, "y", &ty);
-    char *body = gpujob_spec_json(spec);
+    static const char json[] =
+        "{\"op\":\"add\",\"params\":{},\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[4],"
+        "\"binary_offset\":0},\"y\":{\"dtype\":\"f32\",\"shape\":[4],\"binary_offset\":16}}}";
+    raw_body_t raw_body = {.json_len = sizeof json - 1,
+                           .len = sizeof json - 1 + sizeof x + sizeof y};
+    raw_body.bytes = malloc(raw_body.len);
+    memcpy(raw_body.bytes, json, sizeof json - 1);
+    memcpy(raw_body.bytes + sizeof json - 1, x, sizeof x);
+    memcpy(raw_body.bytes + sizeof json - 1 + sizeof x, y, sizeof y);
+    const raw_body_t *body = &raw_body;
     raw_client_t rc = {.curl = curl_easy_init(), .url = url};
 
     double *lib = malloc(sizeof(double) * (size_t)(jobs * rounds));
@@ -267,7 +285,7 @@ int main(int argc, char **argv)
     }
     free(lib);
     free(raw);
-    free(body);
+    free(raw_body.bytes);
     free(rc.buf);
     curl_easy_cleanup(rc.curl);
     gpujob_spec_free(spec);

@@ -388,6 +388,10 @@ static struct curl_slist *headers_build(const gpujob_client_t *c, const gjc_requ
         snprintf(line, sizeof line, "Idempotency-Key: %s", req->idempotency_key);
         ADD(line);
     }
+    if (req->json_length) {
+        snprintf(line, sizeof line, "Gpujob-Json-Length: %zu", req->json_length);
+        ADD(line);
+    }
     if (c->auth_header) ADD(c->auth_header);
 #undef ADD
     *ret_ok = ok;

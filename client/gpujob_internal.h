@@ -34,6 +34,7 @@ typedef struct gjc_request {
     size_t body_len;
     const char *accept;          /* NULL: no Accept header */
     const char *idempotency_key; /* NULL: none */
+    size_t json_length;          /* Gpujob-Json-Length: body is JSON, then bytes; 0: none */
     long extra_timeout_ms;       /* added to the request timeout (long polls) */
     /* When sink is set, a 2xx body goes there (at most sink_cap bytes) instead of into the
      * response's malloc'd body. */

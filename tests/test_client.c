@@ -429,10 +429,15 @@ END_TEST
 START_TEST(test_submit_many_is_all_or_nothing)
 {
     gpujob_client_t *c = client_tcp();
-    float x[3] = {1, 2, 3}, y[3] = {4, 5, 6};
+    /* Each job's own x, so that inputs sent one after another in the body's binary section
+     * must each be found where their job says. */
+    float x[3] = {1, 2, 3}, y[3] = {4, 5, 6}, xs[3][3];
     gpujob_spec_t *specs[3];
-    for (int i = 0; i < 3; i++)
-        specs[i] = saxpy_spec(i + 1, x, y, 3);
+    for (int i = 0; i < 3; i++) {
+        for (int k = 0; k < 3; k++)
+            xs[i][k] = x[k] * (float)(i + 1);
+        specs[i] = saxpy_spec(i + 1, xs[i], y, 3);
+    }
     long before = count_jobs(c, NULL);
     gpujob_job_t *jobs[3] = {NULL};
     ck_assert_int_eq(gpujob_submit_many(c, (const gpujob_spec_t *const *)specs, 3, NULL, jobs), 0);
@@ -442,7 +447,7 @@ START_TEST(test_submit_many_is_all_or_nothing)
         gpujob_job_t *done = wait_ok(c, gpujob_job_id(jobs[i]));
         gpujob_tensor_t out;
         ck_assert_int_eq(gpujob_job_output(done, "out", &out), 0);
-        ck_assert_float_eq(((float *)out.data)[2], (float)(i + 1) * 3 + 6);
+        ck_assert_float_eq(((float *)out.data)[2], (float)(i + 1) * xs[i][2] + 6);
         gpujob_tensor_clear(&out);
         gpujob_job_free(done);
         gpujob_job_free(jobs[i]);
