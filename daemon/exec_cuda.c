@@ -763,6 +763,7 @@ static void recover(device_worker_t *dw, cudaError_t why)
     }
     dw->in_use = 0;
     dw->resets++;
+    pthread_cond_broadcast(&ex->cond); /* its slots are free: waiting re-runs look again */
     pthread_mutex_unlock(&ex->lock);
     for (int i = 0; i < n_back; i++)
         ex->base.done(back[i], ex->base.done_ud);
@@ -792,18 +793,23 @@ static void *device_thread(void *arg)
         }
         slot_t *free_slot = NULL;
         int running = 0, running_anywhere = 0;
-        bool exclusive = false; /* a re-run holds the process's devices */
+        bool exclusive = false;     /* a re-run holds the process's devices */
+        bool rerun_waiting = false; /* one waits for them: nothing else starts meanwhile */
         for (int k = 0; k < dw->n_slots; k++) {
             slot_t *s = &dw->slots[k];
             if (!s->batch && !free_slot) free_slot = s;
             running += s->batch != NULL;
         }
-        for (int d = 0; d < ex->n_devices; d++)
-            for (int k = 0; k < ex->devices[d].n_slots; k++) {
-                const slot_t *s = &ex->devices[d].slots[k];
+        for (int d = 0; d < ex->n_devices; d++) {
+            const device_worker_t *other = &ex->devices[d];
+            for (int k = 0; k < other->n_slots; k++) {
+                const slot_t *s = &other->slots[k];
                 running_anywhere += s->batch != NULL;
                 exclusive |= s->batch && s->exclusive;
             }
+            rerun_waiting |=
+                other != dw && other->q_len > 0 && is_rerun(other->queue[other->q_head]);
+        }
         /* Past the drain deadline nothing more starts, and nothing more is waited for: the
          * jobs of batches left queued or running stay running in the store and run again after
          * the next start (the scheduler's loop has ended; no one would record their end). */
@@ -842,22 +848,25 @@ static void *device_thread(void *arg)
             done->reserved = 0;
             done->batch = NULL;
             done->finished = done->launched = done->host_done = done->exclusive = false;
+            /* Another device's re-run may be waiting for this slot to be free. */
+            pthread_cond_broadcast(&ex->cond);
             pthread_mutex_unlock(&ex->lock);
             ex->base.done(b, ex->base.done_ud);
             pthread_mutex_lock(&ex->lock);
             continue;
         }
         /* The queue's head starts when a slot is free and no re-run holds the devices, unless
-         * it is a re-run and others run on any device, or it needs memory that running batches
-         * hold: then it waits below, like any worker with batches in flight (a completion on
-         * any device wakes every worker). */
+         * it is a re-run and others run on any device, or another device's re-run waits for
+         * the devices to empty, or it needs memory that running batches hold: then it waits
+         * below, like any worker with batches in flight (freeing a slot on any device wakes
+         * every worker). */
         exec_batch_t *b = free_slot && dw->q_len > 0 && !exclusive ? dw->queue[dw->q_head] : NULL;
         bool rerun = b && is_rerun(b);
         size_t in_bytes = 0, out_bytes = 0;
         if (b) batch_sizes(b, NULL, dw, &in_bytes, &out_bytes);
         size_t need = in_bytes + out_bytes;
         bool too_big = need > dw->cap;
-        if (b && ((rerun && running_anywhere > 0) ||
+        if (b && ((rerun && running_anywhere > 0) || (!rerun && rerun_waiting) ||
                   (!too_big && dw->in_use + dw->resident_bytes + need > dw->cap && dw->in_use > 0)))
             b = NULL;
         if (b) {
