@@ -532,17 +532,16 @@ static bool transport_error_is_retryable(int r)
  * answers a repeated key with the job it created the first time (200), so a retry can never
  * create a duplicate, whether or not the lost attempt reached it. */
 static int submit_body(gpujob_client_t *c, const char *body, size_t len, size_t json_len,
-                       const char *key, json_t **ret)
+                       bool binary, const char *key, json_t **ret)
 {
     gjc_request_t req = {.method = "POST",
                          .path = "/v1/jobs",
-                         .content_type =
-                             json_len < len ? "application/octet-stream" : "application/json",
+                         .content_type = binary ? "application/octet-stream" : "application/json",
                          .body = body,
                          .body_len = len,
                          .accept = "application/json",
                          .idempotency_key = key,
-                         .json_length = json_len < len ? json_len : 0};
+                         .json_length = binary ? json_len : 0};
     long backoff_ms = 100;
     for (int attempt = 0;; attempt++) {
         gjc_response_t resp = {.retry_after_s = -1};
@@ -573,11 +572,15 @@ static int submit_body(gpujob_client_t *c, const char *body, size_t len, size_t 
 
 /* The body that submits specs: their JSON (one job as an object, so that its answer is an
  * object; several as a list), then their binary sections one after another, each spec's
- * offsets moved past the sections before it. Returns it (malloc'd) with the JSON's length
- * and the whole length; NULL when out of memory. */
+ * offsets moved past the sections before it. Returns it (malloc'd) with the JSON's length,
+ * the whole length and whether it names a binary section (even an empty one, for inputs of
+ * no bytes); NULL when out of memory. */
 static char *submission_body(const gpujob_spec_t *const *specs, size_t n, size_t *ret_json_len,
-                             size_t *ret_len)
+                             size_t *ret_len, bool *ret_binary)
 {
+    *ret_binary = false;
+    for (size_t i = 0; i < n; i++)
+        *ret_binary |= specs[i]->n_bytes > 0;
     json_t *list = n == 1 ? NULL : json_array();
     json_t *payload = list;
     size_t base = 0;
@@ -621,11 +624,12 @@ int gpujob_submit_many(gpujob_client_t *c, const gpujob_spec_t *const *specs, si
         idempotency_key = key;
     }
     size_t json_len = 0, len = 0;
-    char *body = submission_body(specs, n, &json_len, &len);
+    bool binary = false;
+    char *body = submission_body(specs, n, &json_len, &len, &binary);
     if (!body) return gjc_fail(c, -ENOMEM, "out of memory encoding the submission");
 
     json_t *root = NULL;
-    int r = submit_body(c, body, len, json_len, idempotency_key, &root);
+    int r = submit_body(c, body, len, json_len, binary, idempotency_key, &root);
     free(body);
     if (r < 0) return r;
     bool shape_ok =

@@ -454,6 +454,17 @@ START_TEST(test_submit_many_is_all_or_nothing)
     }
     ck_assert_int_eq(count_jobs(c, NULL), before + 3);
 
+    /* Inputs of no bytes still go in a binary section (an empty one). */
+    gpujob_spec_t *empty = saxpy_spec(2, x, y, 0);
+    gpujob_job_t *job = NULL;
+    ck_assert_msg(gpujob_submit(c, empty, &job) == 0, "%s", gpujob_errmsg(c));
+    gpujob_job_t *done = wait_ok(c, gpujob_job_id(job));
+    ck_assert_int_eq(gpujob_job_state(done), GPUJOB_SUCCEEDED);
+    gpujob_job_free(done);
+    gpujob_job_free(job);
+    gpujob_spec_free(empty);
+    before++;
+
     /* One bad job (an input saxpy does not have) rejects the whole request, naming it. */
     gpujob_tensor_t extra;
     int64_t n = 3;
