@@ -9,18 +9,25 @@
 
 typedef struct api_server api_server_t;
 
-/* Starts serving on cfg->listen (and cfg->unix_socket when set) with a thread pool. Logs the
- * address it bound ("listening on http://127.0.0.1:PORT"), port 0 resolved. gpu_metrics, the
- * GPU gauges /metrics adds, is borrowed and must outlive the server; NULL for none. */
+/* Listening sockets handed from one process of the daemon to the next (daemon/restart.h):
+ * TCP and Unix, -1 for none. */
+typedef struct api_listeners {
+    int tcp, local;
+} api_listeners_t;
+
+/* Starts serving on cfg->listen (and cfg->unix_socket when set) with a thread pool, taking
+ * over the sockets in inherited (NULL: none) instead of binding. Logs the address it serves
+ * ("listening on http://127.0.0.1:PORT"), port 0 resolved. gpu_metrics, the GPU gauges
+ * /metrics adds, is borrowed and must outlive the server; NULL for none. */
 int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_metrics,
-                     api_server_t **ret);
+                     const api_listeners_t *inherited, api_server_t **ret);
 /* The TCP port actually bound. */
 int api_server_port(const api_server_t *srv);
 /* Stops accepting new submissions: from now on they answer 503 (reads still work). */
 void api_server_stop_intake(api_server_t *srv);
 /* Before the daemon executes itself again (daemon/restart.h): stops accepting connections and
- * leaves the listening sockets open, without close-on-exec, for the next process, whose
- * api_server_start takes them over. */
-void api_server_keep_listeners(api_server_t *srv);
+ * returns the listening sockets, left open without close-on-exec for the next process (-1
+ * where that failed: the next process binds anew). api_server_free then leaves them open. */
+api_listeners_t api_server_keep_listeners(api_server_t *srv);
 /* Closes the listening sockets, ends every connection and frees the server. Accepts NULL. */
 void api_server_free(api_server_t *srv);

@@ -40,9 +40,6 @@
  * connections (long polls) are exempt. */
 #define API_CONNECTION_TIMEOUT_S 60
 #define API_LISTEN_BACKLOG 511
-/* The listening sockets a restarting daemon hands to its next self (daemon/restart.h):
- * "TCP_FD,UNIX_FD", -1 for none. */
-#define API_LISTEN_FDS_ENV "GPUJOBD_LISTEN_FDS"
 
 typedef struct listener {
     struct api_server *srv;
@@ -478,7 +475,7 @@ static int start_unix(api_server_t *srv, const char *path, int inherited)
 }
 
 int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_metrics,
-                     api_server_t **ret)
+                     const api_listeners_t *inherited, api_server_t **ret)
 {
     char host[256];
     int port = 0;
@@ -494,18 +491,14 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
     srv->generation = atomic_fetch_add(&server_generation, 1) + 1;
     pthread_mutex_init(&srv->readers_lock, NULL);
     /* After a restart (api_server_keep_listeners), the sockets are already there. */
-    int inherited_tcp = -1, inherited_unix = -1;
-    const char *fds = getenv(API_LISTEN_FDS_ENV);
-    if (fds && sscanf(fds, "%d,%d", &inherited_tcp, &inherited_unix) != 2)
-        inherited_tcp = inherited_unix = -1;
-    unsetenv(API_LISTEN_FDS_ENV);
-    if (inherited_tcp >= 0) fcntl(inherited_tcp, F_SETFD, FD_CLOEXEC);
-    if (inherited_unix >= 0) fcntl(inherited_unix, F_SETFD, FD_CLOEXEC);
-    r = start_tcp(srv, host, port, inherited_tcp);
+    api_listeners_t fds = inherited ? *inherited : (api_listeners_t){-1, -1};
+    if (fds.tcp >= 0) fcntl(fds.tcp, F_SETFD, FD_CLOEXEC);
+    if (fds.local >= 0) fcntl(fds.local, F_SETFD, FD_CLOEXEC);
+    r = start_tcp(srv, host, port, fds.tcp);
     if (r >= 0 && cfg->unix_socket[0])
-        r = start_unix(srv, cfg->unix_socket, inherited_unix);
-    else if (inherited_unix >= 0)
-        close(inherited_unix);
+        r = start_unix(srv, cfg->unix_socket, fds.local);
+    else if (fds.local >= 0)
+        close(fds.local);
     if (r < 0) {
         api_server_free(srv);
         return r;
@@ -534,14 +527,12 @@ static int keep_listener(struct MHD_Daemon *d)
     return fd;
 }
 
-void api_server_keep_listeners(api_server_t *srv)
+api_listeners_t api_server_keep_listeners(api_server_t *srv)
 {
-    if (!srv) return;
-    int tcp = keep_listener(srv->tcp), local = keep_listener(srv->local);
-    if (local >= 0) srv->unix_path[0] = '\0'; /* the next process serves it */
-    char fds[32];
-    snprintf(fds, sizeof fds, "%d,%d", tcp, local);
-    setenv(API_LISTEN_FDS_ENV, fds, 1);
+    if (!srv) return (api_listeners_t){-1, -1};
+    api_listeners_t kept = {keep_listener(srv->tcp), keep_listener(srv->local)};
+    if (kept.local >= 0) srv->unix_path[0] = '\0'; /* the next process serves it */
+    return kept;
 }
 
 void api_server_free(api_server_t *srv)

@@ -50,7 +50,9 @@ static int run_daemon(const config_t *cfg, char *const argv[])
         sched_set_executor(sched, ex);
         r = sched_start(sched);
     }
-    if (r >= 0) r = api_server_start(cfg, sched, gpu_metrics, &api);
+    api_listeners_t inherited;
+    restart_listeners(&inherited.tcp, &inherited.local);
+    if (r >= 0) r = api_server_start(cfg, sched, gpu_metrics, &inherited, &api);
     if (r < 0) {
         log_error("Failed to start: %s", strerror(-r));
         gpu_metrics_stop(gpu_metrics);
@@ -71,11 +73,12 @@ static int run_daemon(const config_t *cfg, char *const argv[])
         break;
     }
     bool restart = sig == SIGUSR1;
+    api_listeners_t kept = {-1, -1};
     if (restart) {
         log_warn("SIGUSR1: draining, then restarting in place on the same sockets (after a "
                  "lost GPU context, the only way to get the GPU back); queued jobs stay queued");
         service_notify("RELOADING=1\nSTATUS=restarting to recover a GPU");
-        api_server_keep_listeners(api);
+        kept = api_server_keep_listeners(api);
     } else {
         log_info("%s: stopping intake and draining", strsignal(sig));
         service_notify("STOPPING=1\nSTATUS=draining");
@@ -87,7 +90,7 @@ static int run_daemon(const config_t *cfg, char *const argv[])
     gpu_metrics_stop(gpu_metrics);
     sched_free(sched);
     store_close(st);
-    if (restart && restart_exec(argv) < 0) return 1;
+    if (restart && restart_exec(argv, kept.tcp, kept.local) < 0) return 1;
     log_info("stopped");
     return 0;
 }
