@@ -29,7 +29,8 @@ struct store {
     store_segment_t segment; /* where small tensors' bytes go (store_segment.c) */
     bool sync_full;          /* commits are fsync'd ([store] sync_full) */
     bool in_txn;
-    bool relaxed; /* the open transaction began with store_begin_relaxed */
+    bool relaxed;           /* the open transaction began with store_begin_relaxed */
+    uint64_t txn_row_bytes; /* small tensors' bytes the open transaction put in rows */
     /* Files whose rows were deleted: removed at the next durable commit. The first
      * n_unlink_committed were deleted by relaxed transactions already committed; the rest by
      * the open transaction. */
@@ -325,7 +326,10 @@ int store_begin(store_t *st)
         return log_error_errno(-EBUSY, "store: store_begin with a transaction already open");
     /* IMMEDIATE takes the write lock now, so that no write inside can fail on a lock upgrade. */
     int r = store_stmt_run(&st->conn, STMT_BEGIN_IMMEDIATE, "BEGIN IMMEDIATE");
-    if (r == 0) st->in_txn = true;
+    if (r == 0) {
+        st->in_txn = true;
+        st->txn_row_bytes = 0;
+    }
     return r;
 }
 
@@ -473,13 +477,15 @@ static int place_bytes(store_t *st, sqlite3_stmt *stmt, int data_col, bool segme
         int r = store_blob_file_write(st->conn.blobs_dir, data, nbytes, ret_file);
         if (r < 0) return r;
         memcpy(written->files[written->n++], ret_file, sizeof(blob_file_t));
-    } else if (segments && nbytes >= STORE_SEGMENT_MIN_BYTES) {
+    } else if (segments && nbytes >= STORE_SEGMENT_MIN_BYTES &&
+               (!st->in_txn || st->txn_row_bytes + nbytes > STORE_TXN_ROW_BYTES)) {
         int r = store_segment_append(&st->segment, &st->conn, data, nbytes, ret_file, ret_offset);
         if (r < 0) return r;
     } else if (nbytes == 0) {
         sqlite3_bind_zeroblob(stmt, data_col, 0);
     } else {
         sqlite3_bind_blob64(stmt, data_col, data, nbytes, SQLITE_STATIC);
+        if (segments && nbytes >= STORE_SEGMENT_MIN_BYTES) st->txn_row_bytes += nbytes;
     }
     if (ret_file[0]) sqlite3_bind_text(stmt, data_col + 1, ret_file, -1, SQLITE_TRANSIENT);
     if (segments) sqlite3_bind_int64(stmt, data_col + 2, (sqlite3_int64)*ret_offset);

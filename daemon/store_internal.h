@@ -149,6 +149,10 @@ int store_blob_sweep_orphans(store_conn_t *conn, int *ret_removed);
 /* Tensors of at least this many bytes (and at most inline_blob_bytes) are appended to the
  * active segment instead of their rows; smaller ones cost less in the row. */
 #define STORE_SEGMENT_MIN_BYTES 512
+/* The first this many bytes of a transaction's small tensors stay in rows: a commit of one or a
+ * few tiny jobs then syncs the WAL alone, not a segment too (an fsync less per commit; the
+ * only one for a job's relaxed end). Past it, a large group commit uses the segment. */
+#define STORE_TXN_ROW_BYTES (64 * 1024)
 
 #define STORE_SEGMENT_RETIRED_MAX 4
 
