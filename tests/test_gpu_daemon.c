@@ -220,14 +220,8 @@ START_TEST(test_an_injected_sticky_fault_resets_the_device_and_work_goes_on)
 
     /* A long job holds one stream; the fault on another kills the context under both. Both
      * are pinned to GPU 0, so that the test means the same on a machine with more. */
-    json_t *long_job = e2e_long_job_new(2000);
-    json_object_set_new(long_job, "device", json_integer(0));
-    char *sleeper = e2e_submit_ok(d, long_job);
-    e2e_wait_state_ok(d, sleeper, "running", 30);
-    json_t *fault =
-        json_pack("{s:s, s:i, s:{s:{s:s, s:[i], s:[f, f, f, f]}}}", "op", "debug_fault", "device",
-                  0, "inputs", "x", "dtype", "f32", "shape", 4, "data", 1.0, 2.0, 3.0, 4.0);
-    char *faulty = e2e_submit_ok(d, fault);
+    char *sleeper, *faulty;
+    gpu_daemon_fault_beside_sleeper(d, 2000, 0, 0, &sleeper, &faulty);
 
     /* Neither can be told the culprit at first: both run again, each alone on the device.
      * The faulting job then fails with the CUDA error; the long job succeeds. */
@@ -263,8 +257,6 @@ START_TEST(test_an_injected_sticky_fault_resets_the_device_and_work_goes_on)
 
     free(sleeper);
     free(faulty);
-    json_decref(long_job);
-    json_decref(fault);
     e2e_daemon_free(d);
 }
 END_TEST

@@ -117,14 +117,8 @@ START_TEST(test_a_fault_on_one_gpu_fails_only_its_job)
 {
     e2e_daemon_t *d = gpu_daemon_start("");
     unsigned seed = 4711;
-    json_t *long_job = e2e_long_job_new(1500);
-    json_object_set_new(long_job, "device", json_integer(0));
-    char *sleeper = e2e_submit_ok(d, long_job);
-    e2e_wait_state_ok(d, sleeper, "running", 30);
-    json_t *fault =
-        json_pack("{s:s, s:i, s:{s:{s:s, s:[i], s:[f, f, f, f]}}}", "op", "debug_fault", "device",
-                  1, "inputs", "x", "dtype", "f32", "shape", 4, "data", 1.0, 2.0, 3.0, 4.0);
-    char *faulty = e2e_submit_ok(d, fault);
+    char *sleeper, *faulty;
+    gpu_daemon_fault_beside_sleeper(d, 1500, 0, 1, &sleeper, &faulty);
 
     /* The fault on GPU 1 takes GPU 0's context too: neither launch can be told the culprit,
      * both run again, each alone in the process; the faulting job then fails. */
@@ -151,8 +145,6 @@ START_TEST(test_a_fault_on_one_gpu_fails_only_its_job)
     gpu_daemon_check_saxpy(d, &seed, 1);
     free(sleeper);
     free(faulty);
-    json_decref(long_job);
-    json_decref(fault);
     e2e_daemon_free(d);
 }
 END_TEST

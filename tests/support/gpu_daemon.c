@@ -78,3 +78,18 @@ int gpu_daemon_check_saxpy(e2e_daemon_t *d, unsigned *seed, int device)
     free(id);
     return ran_on;
 }
+
+void gpu_daemon_fault_beside_sleeper(e2e_daemon_t *d, int ms, int sleeper_device, int fault_device,
+                                     char **ret_sleeper, char **ret_faulty)
+{
+    json_t *long_job = e2e_long_job_new(ms);
+    json_object_set_new(long_job, "device", json_integer(sleeper_device));
+    *ret_sleeper = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, *ret_sleeper, "running", 30);
+    json_t *fault = json_pack("{s:s, s:i, s:{s:{s:s, s:[i], s:[f, f, f, f]}}}", "op", "debug_fault",
+                              "device", fault_device, "inputs", "x", "dtype", "f32", "shape", 4,
+                              "data", 1.0, 2.0, 3.0, 4.0);
+    *ret_faulty = e2e_submit_ok(d, fault);
+    json_decref(fault);
+    json_decref(long_job);
+}

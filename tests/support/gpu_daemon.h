@@ -20,3 +20,8 @@ json_t *gpu_tensor_b64(const float *v, int n);
 /* Runs a saxpy on 4096 fresh random elements (pinned to device unless it is negative), checks
  * the result against the computation here, and returns the device that ran it. */
 int gpu_daemon_check_saxpy(e2e_daemon_t *d, unsigned *seed, int device);
+/* A long job (debug_sleep of ms) pinned to sleeper_device, submitted and seen running, then a
+ * debug_fault pinned to fault_device: its illegal address loses the device's context under
+ * the long job. Returns both job ids (malloc'd). */
+void gpu_daemon_fault_beside_sleeper(e2e_daemon_t *d, int ms, int sleeper_device, int fault_device,
+                                     char **ret_sleeper, char **ret_faulty);
