@@ -636,6 +636,42 @@ static void on_dispatch_timer(uv_timer_t *t)
 static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why);
 static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran);
 
+/* Entries looked at when a user's first waits for its device: the top of the heap, where the
+ * user's next jobs are. */
+#define STARTABLE_SCAN 64
+
+/* The device a queued entry must run on (pinned, or its resident inputs' one), or -1. */
+static int entry_device(const entry_t *e)
+{
+    return e->job->device >= 0 ? e->job->device : e->job->preferred_device;
+}
+
+/* The user's first entry (by priority, then arrival) whose device has room, among its first
+ * STARTABLE_SCAN; NULL when none. A job waiting for a busy device thus holds back no other job
+ * of its user. */
+static entry_t *best_startable(sched_t *s, user_t *u)
+{
+    enum { MEMO = 16 };
+    signed char room[MEMO]; /* per device: -1 not asked yet, else 0 or 1 */
+    memset(room, -1, sizeof room);
+    entry_t *best = NULL;
+    for (int i = 0; i < u->queue.len && i < STARTABLE_SCAN; i++) {
+        entry_t *e = u->queue.a[i];
+        if (best && !entry_before(e, best)) continue;
+        int d = entry_device(e);
+        bool ok = d < 0;
+        if (!ok && d < MEMO && room[d] >= 0) {
+            ok = room[d];
+        } else if (!ok) {
+            ok = s->ex->ops->free_slots(s->ex, d) > 0;
+            if (d < MEMO) room[d] = ok;
+        }
+        if (ok) best = e;
+        if (ok && i == 0) break; /* the heap's top: nothing comes before it */
+    }
+    return best;
+}
+
 /* Cuts batches while the executor has free slots. A partial batch whose oldest job has
  * waited less than max_delay_us is held back while other batches are in flight, so that
  * company can arrive; with the executor idle it goes at once. */
@@ -650,12 +686,12 @@ static void dispatch(sched_t *s)
     while (n_ready < slots && n_ready < (int)(sizeof ready / sizeof ready[0])) {
         user_t *u = pick_user(s);
         if (!u) break;
-        entry_t *top = u->queue.a[0];
         /* A job pinned to a device with no room (or held there by its resident inputs) waits
          * for it without a trip to the executor (and the two store writes a turned-down batch
-         * costs); the device's next completion dispatches again. */
-        int device = top->job->device >= 0 ? top->job->device : top->job->preferred_device;
-        if (device >= 0 && s->ex->ops->free_slots(s->ex, device) == 0) {
+         * costs), and the user's best job that can start leads instead; the device's next
+         * completion dispatches again. */
+        entry_t *top = best_startable(s, u);
+        if (!top) {
             u->skip_round = s->round;
             continue;
         }

@@ -443,7 +443,7 @@ START_TEST(test_batches_keep_each_user_within_the_running_limit)
 }
 END_TEST
 
-START_TEST(test_a_job_pinned_to_a_full_device_waits_for_it_in_the_queue)
+START_TEST(test_a_job_pinned_to_a_full_device_waits_and_holds_back_nothing)
 {
     fake->slots = 4;
     fake->device0_free = 0;
@@ -455,21 +455,28 @@ START_TEST(test_a_job_pinned_to_a_full_device_waits_for_it_in_the_queue)
     ck_assert_int_eq(fake->n_got, 0);
     ck_assert_int_eq(stored_state(box.ids[0]), JOB_QUEUED);
 
-    /* Other work goes on meanwhile. */
+    /* Other work goes on meanwhile: alice's own later, lower-priority job (her pinned one
+     * holds back none of her others), and bob's. */
+    job_t *mine = add_job("alice", 12, -5);
+    reply_box_t box_mine;
+    submit(&box_mine, &mine, 1);
+    fake_wait_batches(fake, 1);
+    ck_assert_str_eq(fake->got[0]->jobs[0]->id, box_mine.ids[0]);
     job_t *other = add_job("bob", 11, 0);
     reply_box_t box2;
     submit(&box2, &other, 1);
-    fake_wait_batches(fake, 1);
-    ck_assert_str_eq(fake->got[0]->jobs[0]->id, box2.ids[0]);
+    fake_wait_batches(fake, 2);
+    ck_assert_str_eq(fake->got[1]->jobs[0]->id, box2.ids[0]);
+    ck_assert_int_eq(stored_state(box.ids[0]), JOB_QUEUED);
 
     /* Once device 0 has room, the next dispatch takes the pinned job. */
     pthread_mutex_lock(&fake->lock);
     fake->device0_free = 1;
     pthread_mutex_unlock(&fake->lock);
     fake_complete(fake, 0);
-    fake_wait_batches(fake, 2);
-    ck_assert_int_eq(fake->n_got, 2);
-    ck_assert_str_eq(fake->got[1]->jobs[0]->id, box.ids[0]);
+    fake_wait_batches(fake, 3);
+    ck_assert_int_eq(fake->n_got, 3);
+    ck_assert_str_eq(fake->got[2]->jobs[0]->id, box.ids[0]);
 }
 END_TEST
 
@@ -768,7 +775,7 @@ int main(void)
     tcase_add_test(tc, test_fair_share_serves_a_small_user_before_a_big_backlog_drains);
     tcase_add_test(tc, test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain);
     tcase_add_test(tc, test_batches_keep_each_user_within_the_running_limit);
-    tcase_add_test(tc, test_a_job_pinned_to_a_full_device_waits_for_it_in_the_queue);
+    tcase_add_test(tc, test_a_job_pinned_to_a_full_device_waits_and_holds_back_nothing);
     tcase_add_test(tc, test_priority_orders_one_users_queue);
     tcase_add_test(tc, test_cancel_queued_job_never_runs);
     tcase_add_test(tc, test_other_users_cannot_see_or_cancel_a_job);
