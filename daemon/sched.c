@@ -636,8 +636,7 @@ static void on_dispatch_timer(uv_timer_t *t)
 static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why);
 static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran);
 
-/* Entries looked at when a user's first waits for its device: the top of the heap, where the
- * user's next jobs are. */
+/* Entries looked at, best first, when a user's first waits for its device. */
 #define STARTABLE_SCAN 64
 
 /* The device a queued entry must run on (pinned, or its resident inputs' one), or -1. */
@@ -646,30 +645,44 @@ static int entry_device(const entry_t *e)
     return e->job->device >= 0 ? e->job->device : e->job->preferred_device;
 }
 
-/* The user's first entry (by priority, then arrival) whose device has room, among its first
- * STARTABLE_SCAN; NULL when none. A job waiting for a busy device thus holds back no other job
- * of its user. */
+/* Whether e's device (if it needs one) has room; room[] remembers each device's answer. */
+static bool entry_can_start(sched_t *s, const entry_t *e, signed char *room, int n_room)
+{
+    int d = entry_device(e);
+    if (d < 0) return true;
+    if (d < n_room && room[d] >= 0) return room[d];
+    bool ok = s->ex->ops->free_slots(s->ex, d) > 0;
+    if (d < n_room) room[d] = ok;
+    return ok;
+}
+
+/* The user's first entry (by priority, then arrival) whose device has room, or NULL. When
+ * the first waits for its busy device, the next ones are looked at best first (up to
+ * STARTABLE_SCAN of them, walking the heap from its root), so that it holds back no other
+ * job of its user; but only while the user stays under its running limit with one to spare,
+ * so that the waiting job finds the user able to run it once its device frees up. */
 static entry_t *best_startable(sched_t *s, user_t *u)
 {
     enum { MEMO = 16 };
     signed char room[MEMO]; /* per device: -1 not asked yet, else 0 or 1 */
     memset(room, -1, sizeof room);
-    entry_t *best = NULL;
-    for (int i = 0; i < u->queue.len && i < STARTABLE_SCAN; i++) {
-        entry_t *e = u->queue.a[i];
-        if (best && !entry_before(e, best)) continue;
-        int d = entry_device(e);
-        bool ok = d < 0;
-        if (!ok && d < MEMO && room[d] >= 0) {
-            ok = room[d];
-        } else if (!ok) {
-            ok = s->ex->ops->free_slots(s->ex, d) > 0;
-            if (d < MEMO) room[d] = ok;
-        }
-        if (ok) best = e;
-        if (ok && i == 0) break; /* the heap's top: nothing comes before it */
+    entry_t **a = u->queue.a;
+    if (entry_can_start(s, a[0], room, MEMO)) return a[0];
+    if (u->running + 1 >= s->cfg->max_running_per_user) return NULL;
+    int frontier[STARTABLE_SCAN + 2], n = 0; /* heap indexes: children of what cannot start */
+    for (int c = 1; c <= 2 && c < u->queue.len; c++)
+        frontier[n++] = c;
+    for (int looked = 0; n > 0 && looked < STARTABLE_SCAN; looked++) {
+        int best = 0;
+        for (int k = 1; k < n; k++)
+            if (entry_before(a[frontier[k]], a[frontier[best]])) best = k;
+        int i = frontier[best];
+        frontier[best] = frontier[--n];
+        if (entry_can_start(s, a[i], room, MEMO)) return a[i];
+        for (int c = 2 * i + 1; c <= 2 * i + 2 && c < u->queue.len; c++)
+            frontier[n++] = c;
     }
-    return best;
+    return NULL;
 }
 
 /* Cuts batches while the executor has free slots. A partial batch whose oldest job has

@@ -480,6 +480,36 @@ START_TEST(test_a_job_pinned_to_a_full_device_waits_and_holds_back_nothing)
 }
 END_TEST
 
+/* The user's other jobs go around a job waiting for its device only while one running slot
+ * stays free for it: at max_running_per_user 2, one of them runs, and the waiting job comes
+ * next once its device has room. */
+START_TEST(test_jobs_going_around_a_waiting_one_leave_it_a_running_slot)
+{
+    cfg.max_running_per_user = 2;
+    cfg.max_batch = 1;
+    fake->slots = 4;
+    fake->device0_free = 0;
+    job_t *pinned = add_job("alice", 10, 0);
+    pinned->device = 0;
+    job_t *later[2] = {add_job("alice", 11, -5), add_job("alice", 12, -5)};
+    reply_box_t box, box_later[2];
+    submit(&box, &pinned, 1);
+    for (int i = 0; i < 2; i++)
+        submit(&box_later[i], &later[i], 1);
+    fake_wait_batches(fake, 1);
+    usleep(100000);
+    ck_assert_int_eq(fake->n_got, 1);
+    ck_assert_str_eq(fake->got[0]->jobs[0]->id, box_later[0].ids[0]);
+
+    pthread_mutex_lock(&fake->lock);
+    fake->device0_free = 1;
+    pthread_mutex_unlock(&fake->lock);
+    fake_complete(fake, 0);
+    fake_wait_batches(fake, 2);
+    ck_assert_str_eq(fake->got[1]->jobs[0]->id, box.ids[0]);
+}
+END_TEST
+
 START_TEST(test_priority_orders_one_users_queue)
 {
     cfg.max_batch = 1;
@@ -776,6 +806,7 @@ int main(void)
     tcase_add_test(tc, test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain);
     tcase_add_test(tc, test_batches_keep_each_user_within_the_running_limit);
     tcase_add_test(tc, test_a_job_pinned_to_a_full_device_waits_and_holds_back_nothing);
+    tcase_add_test(tc, test_jobs_going_around_a_waiting_one_leave_it_a_running_slot);
     tcase_add_test(tc, test_priority_orders_one_users_queue);
     tcase_add_test(tc, test_cancel_queued_job_never_runs);
     tcase_add_test(tc, test_other_users_cannot_see_or_cancel_a_job);
