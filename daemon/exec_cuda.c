@@ -771,6 +771,21 @@ static void recover(device_worker_t *dw, cudaError_t why)
     restart_request(dw->device);
 }
 
+/* Waits on ex->cond (whose lock the caller holds) for at most wait_ns. */
+static void wait_locked(cuda_exec_t *ex, int64_t wait_ns)
+{
+    if (wait_ns <= 0) return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wait_ns / 1000000000;
+    until.tv_nsec += wait_ns % 1000000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&ex->cond, &ex->lock, &until);
+}
+
 static void *device_thread(void *arg)
 {
     device_worker_t *dw = arg;
@@ -818,6 +833,7 @@ static void *device_thread(void *arg)
                      "next start",
                      dw->device, dw->q_len, running);
             dw->abandoned = running > 0;
+            pthread_cond_broadcast(&ex->cond); /* the others look at the deadline too */
             break;
         }
         /* cudaFree waits for the whole device: deleted copies go while nothing runs. */
@@ -907,7 +923,12 @@ static void *device_thread(void *arg)
         }
         if (ex->stopping && dw->q_len == 0 && running == 0) break;
         if (running == 0) {
-            pthread_cond_wait(&ex->cond, &ex->lock);
+            /* Draining, a worker holding its queue back (for another device's re-run) looks
+             * again at the deadline, even if no one wakes it. */
+            if (ex->stopping)
+                wait_locked(ex, ex->drain_deadline_ns - now_ns());
+            else
+                pthread_cond_wait(&ex->cond, &ex->lock);
             continue;
         }
         /* A stream's host function never runs once the context has failed (a kernel fault):
@@ -929,16 +950,7 @@ static void *device_thread(void *arg)
                 if (faulted[k] && dw->slots[k].batch) dw->slots[k].finished = true;
             continue;
         }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        int64_t wait_ns = next_fault_check_ns - now;
-        until.tv_sec += wait_ns / 1000000000;
-        until.tv_nsec += wait_ns % 1000000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&ex->cond, &ex->lock, &until);
+        wait_locked(ex, next_fault_check_ns - now);
     }
     pthread_mutex_unlock(&ex->lock);
     store_reader_close(rd);
