@@ -65,6 +65,23 @@ void job_free(job_t *job)
     free(job);
 }
 
+job_t *job_copy_shown(const job_t *job)
+{
+    job_t *copy = malloc(sizeof *copy);
+    if (!copy) return NULL;
+    *copy = *job;
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        copy->in[j].data = copy->out[j].data = NULL;
+        copy->in[j].blob = copy->out[j].blob = NULL;
+    }
+    copy->params_json = job->params_json ? strdup(job->params_json) : NULL;
+    if (job->params_json && !copy->params_json) {
+        free(copy);
+        return NULL;
+    }
+    return copy;
+}
+
 void job_drop_data(job_t *job)
 {
     for (int j = 0; j < OP_MAX_TENSORS; j++) {

@@ -70,6 +70,9 @@ typedef struct job {
 job_t *job_new(void);
 /* Frees the job, its params text and every tensor's data and blob. Accepts NULL. */
 void job_free(job_t *job);
+/* A copy of the job without its tensors' bytes or blob locators: the job as it stands, for an
+ * answer given later, when the job itself may have moved on. NULL on allocation failure. */
+job_t *job_copy_shown(const job_t *job);
 /* Drops in-memory tensor bytes that the store has persisted (blob set), keeping descriptors. */
 void job_drop_data(job_t *job);
 /* Describes each output (name, descriptor, bytes) from the validated call. */

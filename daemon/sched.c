@@ -19,6 +19,7 @@
 #include <sys/prctl.h>
 #include <uv.h>
 
+#include "commit_sync.h"
 #include "log.h"
 #include "service_notify.h"
 #include "strmap.h"
@@ -101,6 +102,10 @@ typedef struct msg {
     exec_batch_t *batch;
     int err; /* a refusal of this message alone, within a group commit */
     char err_message[160];
+    /* A committed submission's answer, given once its commit is durable: */
+    job_t **shown;     /* the jobs as accepted (or as first created, when replayed); owned */
+    bool all_replayed; /* every job's idempotency key was known */
+    uint64_t ticket;   /* of the commit_sync request that makes its commit durable */
 } msg_t;
 
 struct sched {
@@ -124,6 +129,11 @@ struct sched {
     /* Loop thread only. */
     msg_t *pending_head, *pending_tail; /* awaiting the group commit */
     bool commit_scheduled;
+    /* With [store] sync_full: group commits are synced by this thread while the loop goes on;
+     * their answers wait in the unsynced list (ticket order) until then. */
+    commit_sync_t *syncer;
+    uv_async_t synced;
+    msg_t *unsynced_head, *unsynced_tail;
     strmap_t *entries, *users, *keyqs;
     heap_t deadlines; /* queued entries with a deadline, earliest first */
     uint64_t next_seq;
@@ -476,6 +486,9 @@ static void msg_free(msg_t *m)
     for (size_t i = 0; m->jobs && i < m->n; i++)
         job_free(m->jobs[i]);
     free(m->jobs);
+    for (size_t i = 0; m->shown && i < m->n; i++)
+        job_free(m->shown[i]);
+    free(m->shown);
     free(m->replayed);
     buffer_free(m->buf);
     free(m);
@@ -495,6 +508,88 @@ static int check_resident_quota(sched_t *s, msg_t *m)
     return r;
 }
 
+/* Takes a committed submission's jobs into the queues, keeping what its answer shows. */
+static void take_submitted(sched_t *s, msg_t *m)
+{
+    m->shown = calloc(m->n, sizeof *m->shown);
+    m->all_replayed = true;
+    for (size_t i = 0; i < m->n; i++) {
+        job_t *job = m->jobs[i];
+        char id[ID_SIZE];
+        /* Replayed submissions answer with the job the key created first. */
+        if (m->shown && m->replayed[i] &&
+            (store_job_find_idempotent(s->rd, job->owner, job->idempotency_key, id) < 0 ||
+             store_job_get(s->rd, id, &m->shown[i]) < 0))
+            m->shown[i] = NULL;
+        if (m->shown && !m->shown[i]) m->shown[i] = job_copy_shown(job);
+        if (m->replayed[i]) continue;
+        m->all_replayed = false;
+        m->jobs[i] = NULL;
+        /* Keep small inputs in memory for the run; large ones are read back then. */
+        for (int j = 0; j < OP_MAX_TENSORS; j++)
+            if (job->in[j].nbytes > s->cfg->inline_blob_bytes && job->in[j].blob) {
+                free(job->in[j].data);
+                job->in[j].data = NULL;
+            }
+        atomic_fetch_add(&s->submitted_total, 1);
+        if (enqueue(s, job) < 0) {
+            log_error("job %s committed but not queued (out of memory): it runs after a restart",
+                      job->id);
+            job_free(job);
+        }
+    }
+}
+
+/* Answers a committed submission or buffer. */
+static void answer_committed(msg_t *m)
+{
+    for (size_t i = 0; !m->err && m->kind == MSG_SUBMIT && i < m->n; i++)
+        if (!m->shown || !m->shown[i]) m->err = -ENOMEM; /* committed, but cannot be shown */
+    if (m->err) {
+        reply_err(m->reply, m->token, m->err, m->err_message[0] ? m->err_message : NULL);
+    } else if (m->kind == MSG_BUF_PUT) {
+        sched_result_t res = {.buffer = m->buf};
+        m->reply(m->token, &res);
+    } else {
+        reply_jobs(m->reply, m->token, m->shown, m->n, m->all_replayed);
+    }
+}
+
+/* Answers the unsynced messages whose commit is durable now: through ticket `through`; with
+ * an error when the sync failed (err). */
+static void answer_unsynced(sched_t *s, uint64_t through, int err)
+{
+    while (s->unsynced_head && s->unsynced_head->ticket <= through) {
+        msg_t *m = s->unsynced_head;
+        s->unsynced_head = m->next;
+        if (!s->unsynced_head) s->unsynced_tail = NULL;
+        if (err)
+            reply_err(m->reply, m->token, err,
+                      "the store could not make the request durable (its jobs may still run)");
+        else
+            answer_committed(m);
+        msg_free(m);
+    }
+}
+
+static void maybe_finish_stop(sched_t *s);
+
+static void on_synced(uv_async_t *a)
+{
+    sched_t *s = a->data;
+    int err;
+    uint64_t done = commit_sync_done(s->syncer, &err);
+    answer_unsynced(s, done, err);
+    maybe_finish_stop(s);
+}
+
+/* Sync thread: wakes the loop. */
+static void notify_synced(void *ud)
+{
+    sched_t *s = ud;
+    uv_async_send(&s->synced);
+}
+
 /* Writes every pending submission and buffer in one transaction, then answers them. */
 static void commit_pending(sched_t *s)
 {
@@ -508,7 +603,10 @@ static void commit_pending(sched_t *s)
             if (u) u->pending -= (long)m->n;
         }
 
-    int r = store_begin(s->st);
+    /* While the loop runs, the syncer makes the commit durable and the jobs start meanwhile;
+     * when it is about to end, the commit syncs itself. */
+    bool defer = s->syncer && !s->stopping;
+    int r = defer ? store_begin_relaxed(s->st) : store_begin(s->st);
     for (msg_t *m = pending; m && r >= 0; m = m->next) {
         if (m->kind == MSG_BUF_PUT) {
             r = check_resident_quota(s, m);
@@ -528,6 +626,9 @@ static void commit_pending(sched_t *s)
         store_rollback(s->st);
         log_error("group commit failed: %s", strerror(-r));
     }
+    uint64_t ticket = r >= 0 && defer ? commit_sync_request(s->syncer) : 0;
+    /* A durable commit makes every commit before it durable too. */
+    if (r >= 0 && !defer) answer_unsynced(s, UINT64_MAX, 0);
 
     for (msg_t *m = pending, *next; m; m = next) {
         next = m->next;
@@ -542,49 +643,19 @@ static void commit_pending(sched_t *s)
             reply_err(m->reply, m->token, -EIO, "the store could not commit the request");
         } else if (m->err) {
             reply_err(m->reply, m->token, m->err, m->err_message);
-        } else if (m->kind == MSG_BUF_PUT) {
-            sched_result_t res = {.buffer = m->buf};
-            m->reply(m->token, &res);
         } else {
-            /* Replayed submissions answer with the job the key created first. */
-            job_t **first = calloc(m->n, sizeof *first);
-            bool all_replayed = first != NULL;
-            for (size_t i = 0; first && i < m->n; i++) {
-                char id[ID_SIZE];
-                if (!m->replayed[i] ||
-                    store_job_find_idempotent(s->rd, m->jobs[i]->owner, m->jobs[i]->idempotency_key,
-                                              id) < 0 ||
-                    store_job_get(s->rd, id, &first[i]) < 0)
-                    all_replayed = false;
+            if (m->kind == MSG_SUBMIT) take_submitted(s, m);
+            if (defer) {
+                m->ticket = ticket;
+                m->next = NULL;
+                if (s->unsynced_tail)
+                    s->unsynced_tail->next = m;
+                else
+                    s->unsynced_head = m;
+                s->unsynced_tail = m;
+                continue;
             }
-            job_t **shown = calloc(m->n, sizeof *shown);
-            for (size_t i = 0; shown && i < m->n; i++)
-                shown[i] = first && first[i] ? first[i] : m->jobs[i];
-            if (shown)
-                reply_jobs(m->reply, m->token, shown, m->n, all_replayed);
-            else
-                reply_err(m->reply, m->token, -ENOMEM, NULL);
-            for (size_t i = 0; i < m->n; i++) {
-                job_free(first ? first[i] : NULL);
-                if (m->replayed[i]) continue;
-                job_t *job = m->jobs[i];
-                m->jobs[i] = NULL;
-                /* Keep small inputs in memory for the run; large ones are read back then. */
-                for (int j = 0; j < OP_MAX_TENSORS; j++)
-                    if (job->in[j].nbytes > s->cfg->inline_blob_bytes && job->in[j].blob) {
-                        free(job->in[j].data);
-                        job->in[j].data = NULL;
-                    }
-                atomic_fetch_add(&s->submitted_total, 1);
-                if (enqueue(s, job) < 0) {
-                    log_error("job %s committed but not queued (out of memory): it runs after a "
-                              "restart",
-                              job->id);
-                    job_free(job);
-                }
-            }
-            free(first);
-            free(shown);
+            answer_committed(m);
         }
         msg_free(m);
     }
@@ -1205,7 +1276,7 @@ static void stop_waiter(const char *key, void *value, void *ud)
 
 static void maybe_finish_stop(sched_t *s)
 {
-    if (!s->stopping || s->batches_in_flight > 0) return;
+    if (!s->stopping || s->batches_in_flight > 0 || s->unsynced_head) return;
     uv_timer_stop(&s->drain_timer);
     uv_stop(&s->loop);
 }
@@ -1507,6 +1578,8 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     pthread_mutex_init(&s->lock, NULL);
     uv_async_init(&s->loop, &s->wake, on_wake);
     s->wake.data = s;
+    uv_async_init(&s->loop, &s->synced, on_synced);
+    s->synced.data = s;
     init_timer(s, &s->commit_timer);
     init_timer(s, &s->dispatch_timer);
     init_timer(s, &s->deadline_timer);
@@ -1553,6 +1626,9 @@ int sched_start(sched_t *s)
     deadline_arm(s);
     if (queued > 0) /* the recovered jobs go out as soon as the loop runs */
         uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0);
+    const char *wal = store_wal_path(s->st);
+    if (wal && (r = commit_sync_start(wal, notify_synced, s, &s->syncer)) < 0)
+        return log_error_errno(r, "starting the commit syncer failed: %s", strerror(-r));
     atomic_store(&s->accepting, true);
     r = pthread_create(&s->thread, NULL, loop_thread, s);
     if (r != 0) return -r;
@@ -1590,6 +1666,13 @@ void sched_stop(sched_t *s)
     }
     pthread_join(s->thread, NULL);
     s->thread_started = false;
+    /* A drain that timed out may leave answers waiting for their sync. */
+    if (s->syncer) {
+        commit_sync_stop(s->syncer);
+        int err;
+        uint64_t done = commit_sync_done(s->syncer, &err);
+        answer_unsynced(s, done, err);
+    }
     /* Requests that arrived while the loop was ending must be answered now: the HTTP server
      * cannot stop with connections still suspended on them. */
     inbox_close(s);
@@ -1651,6 +1734,7 @@ void sched_free(sched_t *s)
     strmap_free(s->users);
     strmap_free(s->keyqs);
     free(s->deadlines.a);
+    commit_sync_free(s->syncer);
     store_reader_close(s->rd);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -378,6 +378,11 @@ int store_commit(store_t *st)
     return r;
 }
 
+const char *store_wal_path(const store_t *st)
+{
+    return st->sync_full ? sqlite3_filename_wal(sqlite3_db_filename(st->conn.db, "main")) : NULL;
+}
+
 int store_rollback(store_t *st)
 {
     if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_rollback without store_begin");

@@ -46,6 +46,9 @@ int store_begin(store_t *st);
 int store_begin_relaxed(store_t *st);
 int store_commit(store_t *st);
 int store_rollback(store_t *st);
+/* The WAL file, whose fdatasync makes every commit written before it durable (commit_sync.h);
+ * NULL when [store] sync_full is off, which leaves all commits relaxed. */
+const char *store_wal_path(const store_t *st);
 
 /* Inserts new queued jobs with their input tensors (descriptors, and bytes for in-memory
  * tensors: inline in the row when small, else the blob the caller got from store_blob_write,

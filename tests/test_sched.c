@@ -142,13 +142,14 @@ static store_t *st;
 static sched_t *sched;
 static fake_exec_t *fake;
 
-static void setup(void)
+/* sync_full: accepted jobs are made durable by the commit syncer, their answers wait for it. */
+static void setup(bool sync_full)
 {
     strcpy(state_dir, "/tmp/gj-sched-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(state_dir));
     config_defaults(&cfg);
     snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", state_dir);
-    cfg.sync_full = false;
+    cfg.sync_full = sync_full;
     cfg.max_delay_us = 0;
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     ck_assert_int_eq(sched_new(&cfg, st, &sched), 0);
@@ -186,6 +187,7 @@ typedef struct reply_box {
     job_state_t states[64];
     size_t n;
     bool replayed;
+    int batches_started; /* the fake executor's batches when the answer came */
 } reply_box_t;
 
 static void on_reply(void *token, const sched_result_t *res)
@@ -195,6 +197,9 @@ static void on_reply(void *token, const sched_result_t *res)
     b->err = res->err;
     b->n = res->n_jobs;
     b->replayed = res->replayed;
+    pthread_mutex_lock(&fake->lock);
+    b->batches_started = fake->n_got;
+    pthread_mutex_unlock(&fake->lock);
     for (size_t i = 0; i < res->n_jobs && i < 64; i++) {
         snprintf(b->ids[i], ID_SIZE, "%s", res->jobs[i]->id);
         b->states[i] = res->jobs[i]->state;
@@ -779,9 +784,37 @@ START_TEST(test_resident_buffers_of_one_commit_add_up_against_the_quota)
 }
 END_TEST
 
+START_TEST(test_a_durable_submission_starts_running_before_it_is_answered)
+{
+    fake->slots = 4;
+    job_t *jobs[3] = {add_job("alice", 10, 0), add_job("alice", 10, 0), add_job("bob", 10, 0)};
+    reply_box_t box;
+    submit(&box, jobs, 3);
+    /* The commit's sync runs on its own thread; the jobs went out before it was done. Without
+     * sync_full the answer comes first, and the dispatch after it. */
+    ck_assert_int_ge(box.batches_started, 1);
+    ck_assert_int_eq(box.n, 3);
+    for (size_t i = 0; i < box.n; i++) {
+        ck_assert_int_eq(box.states[i], JOB_QUEUED); /* as accepted, whatever came since */
+        ck_assert_int_eq(stored_state(box.ids[i]), JOB_RUNNING);
+    }
+}
+END_TEST
+
+START_TEST(test_without_sync_full_a_submission_is_answered_before_it_starts)
+{
+    fake->slots = 4;
+    job_t *job = add_job("alice", 10, 0);
+    reply_box_t box;
+    submit(&box, &job, 1);
+    ck_assert_int_eq(box.batches_started, 0);
+    fake_wait_batches(fake, 1);
+}
+END_TEST
+
 static void start_sched_limited(void)
 {
-    setup();
+    setup(false);
     cfg.max_queued_per_user = 5;
     cfg.max_resident_bytes_per_user = 100;
     cfg.commit_delay_us = 200 * 1000;
@@ -790,7 +823,13 @@ static void start_sched_limited(void)
 
 static void start_sched(void)
 {
-    setup();
+    setup(false);
+    ck_assert_int_eq(sched_start(sched), 0);
+}
+
+static void start_sched_durable(void)
+{
+    setup(true);
     ck_assert_int_eq(sched_start(sched), 0);
 }
 
@@ -816,7 +855,20 @@ int main(void)
     tcase_add_test(tc, test_queued_jobs_survive_a_stop_and_run_after_restart);
     tcase_add_test(tc, test_submissions_after_stop_answer_shutdown);
     tcase_add_test(tc, test_a_batch_the_executor_turns_down_goes_back_to_its_queue);
+    tcase_add_test(tc, test_without_sync_full_a_submission_is_answered_before_it_starts);
     suite_add_tcase(s, tc);
+    /* The daemon's default: answers wait for the commit syncer. */
+    TCase *durable = tcase_create("durable");
+    tcase_add_checked_fixture(durable, start_sched_durable, teardown);
+    tcase_set_timeout(durable, 30);
+    tcase_add_test(durable, test_a_durable_submission_starts_running_before_it_is_answered);
+    tcase_add_test(durable, test_jobs_with_equal_batch_keys_go_out_as_one_batch);
+    tcase_add_test(durable, test_idempotent_resubmission_returns_the_first_job);
+    tcase_add_test(durable, test_queued_jobs_survive_a_stop_and_run_after_restart);
+    tcase_add_test(durable, test_submissions_after_stop_answer_shutdown);
+    tcase_add_test(durable, test_a_batch_the_executor_turns_down_goes_back_to_its_queue);
+    tcase_add_test(durable, test_cancel_queued_job_never_runs);
+    suite_add_tcase(s, durable);
     TCase *limited = tcase_create("limits");
     tcase_add_checked_fixture(limited, start_sched_limited, teardown);
     tcase_set_timeout(limited, 30);

@@ -1,0 +1,153 @@
+#include "commit_sync.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct commit_sync {
+    char wal_path[PATH_MAX];
+    int fd; /* the WAL file, open while it exists; sync thread only */
+    void (*notify)(void *ud);
+    void *ud;
+    pthread_t thread;
+    bool joined;
+    pthread_mutex_t lock; /* guards what follows */
+    pthread_cond_t cond;
+    uint64_t requested, done;
+    int err;
+    bool stopping;
+};
+
+/* The directory entry of a file just opened: so that a power loss keeps the file's name. */
+static int sync_parent_dir(const char *path)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    int fd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    int r = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return r;
+}
+
+static int sync_wal(commit_sync_t *cs)
+{
+    struct stat sb;
+    /* SQLite deletes the WAL only when its last connection closes; a new one is opened anew. */
+    if (cs->fd >= 0 && (fstat(cs->fd, &sb) < 0 || sb.st_nlink == 0)) {
+        close(cs->fd);
+        cs->fd = -1;
+    }
+    if (cs->fd < 0) {
+        cs->fd = open(cs->wal_path, O_RDONLY | O_CLOEXEC);
+        /* No WAL: every commit is in the database file, synced by the checkpoint that moved
+         * it there. */
+        if (cs->fd < 0) return errno == ENOENT ? 0 : -errno;
+        int r = sync_parent_dir(cs->wal_path);
+        if (r < 0) return r;
+    }
+    return fdatasync(cs->fd) < 0 ? -errno : 0;
+}
+
+static void *sync_thread(void *arg)
+{
+    commit_sync_t *cs = arg;
+    prctl(PR_SET_NAME, "gj-sync");
+    pthread_mutex_lock(&cs->lock);
+    for (;;) {
+        while (cs->done == cs->requested && !cs->stopping)
+            pthread_cond_wait(&cs->cond, &cs->lock);
+        if (cs->done == cs->requested) break;
+        uint64_t target = cs->requested;
+        int r = cs->err;
+        pthread_mutex_unlock(&cs->lock);
+        if (r == 0) r = sync_wal(cs);
+        pthread_mutex_lock(&cs->lock);
+        if (r < 0 && cs->err == 0) {
+            cs->err = r;
+            log_error("store: syncing '%s' failed: %s; accepted jobs are answered with an error "
+                      "from now on",
+                      cs->wal_path, strerror(-r));
+        }
+        cs->done = target;
+        pthread_mutex_unlock(&cs->lock);
+        cs->notify(cs->ud);
+        pthread_mutex_lock(&cs->lock);
+    }
+    pthread_mutex_unlock(&cs->lock);
+    return NULL;
+}
+
+int commit_sync_start(const char *wal_path, void (*notify)(void *ud), void *ud, commit_sync_t **ret)
+{
+    commit_sync_t *cs = calloc(1, sizeof *cs);
+    if (!cs) return -ENOMEM;
+    if (snprintf(cs->wal_path, sizeof cs->wal_path, "%s", wal_path) >= (int)sizeof cs->wal_path) {
+        free(cs);
+        return -ENAMETOOLONG;
+    }
+    cs->fd = -1;
+    cs->notify = notify;
+    cs->ud = ud;
+    pthread_mutex_init(&cs->lock, NULL);
+    pthread_cond_init(&cs->cond, NULL);
+    int r = pthread_create(&cs->thread, NULL, sync_thread, cs);
+    if (r != 0) {
+        pthread_mutex_destroy(&cs->lock);
+        pthread_cond_destroy(&cs->cond);
+        free(cs);
+        return -r;
+    }
+    *ret = cs;
+    return 0;
+}
+
+uint64_t commit_sync_request(commit_sync_t *cs)
+{
+    pthread_mutex_lock(&cs->lock);
+    uint64_t ticket = ++cs->requested;
+    pthread_cond_signal(&cs->cond);
+    pthread_mutex_unlock(&cs->lock);
+    return ticket;
+}
+
+uint64_t commit_sync_done(commit_sync_t *cs, int *ret_err)
+{
+    pthread_mutex_lock(&cs->lock);
+    uint64_t done = cs->done;
+    *ret_err = cs->err;
+    pthread_mutex_unlock(&cs->lock);
+    return done;
+}
+
+void commit_sync_stop(commit_sync_t *cs)
+{
+    if (!cs || cs->joined) return;
+    pthread_mutex_lock(&cs->lock);
+    cs->stopping = true;
+    pthread_cond_signal(&cs->cond);
+    pthread_mutex_unlock(&cs->lock);
+    pthread_join(cs->thread, NULL);
+    cs->joined = true;
+}
+
+void commit_sync_free(commit_sync_t *cs)
+{
+    if (!cs) return;
+    commit_sync_stop(cs);
+    if (cs->fd >= 0) close(cs->fd);
+    pthread_mutex_destroy(&cs->lock);
+    pthread_cond_destroy(&cs->cond);
+    free(cs);
+}
