@@ -128,6 +128,7 @@ typedef struct cuda_exec {
      * (measured on two H200s), so the culprit is the launch that was alone in flight in the
      * whole process then, or none when there were several. */
     bool context_lost;
+    cudaError_t lost_error; /* the error that lost it */
     const struct slot *culprit;
 } cuda_exec_t;
 
@@ -689,16 +690,19 @@ static void device_teardown(device_worker_t *dw)
 }
 
 /* The first lost context of the process: the launch alone in flight then, on any device, is
- * the culprit; with several in flight none can be told apart. */
-static void find_culprit_locked(cuda_exec_t *ex)
+ * the culprit; with several in flight none can be told apart. A launch still being made counts
+ * as in flight: its kernels may have started. */
+static void find_culprit_locked(cuda_exec_t *ex, cudaError_t why)
 {
     if (ex->context_lost) return;
     ex->context_lost = true;
+    ex->lost_error = why;
     int in_flight = 0;
     for (int d = 0; d < ex->n_devices; d++)
         for (int k = 0; k < ex->devices[d].n_slots; k++) {
             const slot_t *s = &ex->devices[d].slots[k];
-            if (s->batch && s->launched && !s->host_done) {
+            bool failed_before_launch = s->finished && !s->launched;
+            if (s->batch && !failed_before_launch && !s->host_done) {
                 ex->culprit = s;
                 in_flight++;
             }
@@ -728,7 +732,7 @@ static void recover(device_worker_t *dw, cudaError_t why)
     bool ran[dw->n_slots];
     pthread_mutex_lock(&ex->lock);
     dw->state = DEVICE_RESETTING;
-    find_culprit_locked(ex);
+    find_culprit_locked(ex, why);
     for (int k = 0; k < dw->n_slots; k++)
         ran[k] = dw->slots[k].batch && dw->slots[k].host_done;
     pthread_mutex_unlock(&ex->lock);
@@ -838,6 +842,15 @@ static void *device_thread(void *arg)
             dw->abandoned = running > 0;
             pthread_cond_broadcast(&ex->cond); /* the others look at the deadline too */
             break;
+        }
+        /* Another device's fault lost this one's context too: nothing more starts here (it
+         * would run on a dead context and count as in flight), its batches go back now. */
+        if (ex->context_lost && dw->state == DEVICE_READY) {
+            cudaError_t why = ex->lost_error;
+            pthread_mutex_unlock(&ex->lock);
+            recover(dw, why);
+            pthread_mutex_lock(&ex->lock);
+            continue;
         }
         /* cudaFree waits for the whole device: deleted copies go while nothing runs. */
         resident_t *unused = running == 0 ? take_unused_deleted_locked(dw) : NULL;

@@ -89,6 +89,9 @@ void *gpu_alloc_poisoned(size_t n)
     void *p = NULL;
     CHECK_CUDA(cudaMalloc(&p, n ? n : 1));
     CHECK_CUDA(cudaMemset(p, 0xff, n ? n : 1));
+    /* cudaMemset may still run when it returns, on the legacy stream, which does not order
+     * the ops' non-blocking stream: without this the poison could land after the results. */
+    CHECK_CUDA(cudaDeviceSynchronize());
     return p;
 }
 
