@@ -21,11 +21,13 @@ class Client:
         u = urllib.parse.urlsplit(url)
         self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
 
-    def request(self, method, path, body=None, content_type="application/json"):
+    def request(self, method, path, body=None, content_type="application/json", headers=None):
         """Sends one request and returns the decoded JSON answer; raises RuntimeError on any
         status other than 200 or 201, with the daemon's error text. The body (bytes) goes out
         in its own send, so that a large one is not copied behind the headers."""
         self.conn.putrequest(method, path)
+        for name, value in (headers or {}).items():
+            self.conn.putheader(name, value)
         if body is not None:
             self.conn.putheader("Content-Type", content_type)
             self.conn.putheader("Content-Length", str(len(body)))

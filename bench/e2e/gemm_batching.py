@@ -4,10 +4,11 @@ with default settings and once against one started with --set scheduler.max_batc
 two results give what batching buys.
 
     gemm_batching.py URL [--jobs 4096] [--arrays 4] [--size 64] [--warmup 256]
-                     [--label NAME] [--json FILE]
+                     [--encoding binary|b64] [--label NAME] [--json FILE]
 
-Each job is gemm on f32 a[size,size] x b[size,size], inputs in base64 (16 distinct pairs,
-reused). After a warm-up array, the --jobs jobs go out as --arrays array POSTs at once, one
+Each job is gemm on f32 a[size,size] x b[size,size] (16 distinct pairs, reused), its inputs
+in the body's binary section (Gpujob-Json-Length), each job's own bytes, or with --encoding
+b64 in base64, whose parsing then bounds both runs. After a warm-up array, the --jobs jobs go out as --arrays array POSTs at once, one
 thread each; then the client waits for all of them. The span that counts is the daemon's:
 from the first POST (client clock) or the first job's started_at to the last job's
 finished_at (the daemon's clock; both are this host's realtime clock), read from the job
@@ -25,22 +26,39 @@ from common import Client, mark, percentile, time_us, write_json
 PAIRS = 16
 
 
-def gemm_job_texts(size):
-    """PAIRS distinct gemm jobs as JSON text, with small exact values."""
-    texts = []
+def gemm_pairs(size):
+    """PAIRS distinct pairs of matrices as raw f32 bytes, with small exact values."""
+    pairs = []
     for p in range(PAIRS):
-        mats = []
-        for m in range(2):
-            values = [((i * 7 + p * 3 + m) % 13 - 6) / 8 for i in range(size * size)]
-            mats.append(base64.b64encode(struct.pack(f"<{size * size}f", *values)).decode())
-        tensor = '{"dtype":"f32","shape":[%d,%d],"b64":"%s"}'
-        texts.append('{"op":"gemm","inputs":{"a":%s,"b":%s}}' %
-                     (tensor % (size, size, mats[0]), tensor % (size, size, mats[1])))
-    return texts
+        pairs.append([struct.pack(f"<{size * size}f",
+                                  *[((i * 7 + p * 3 + m) % 13 - 6) / 8 for i in range(size * size)])
+                      for m in range(2)])
+    return pairs
 
 
-def array_body(texts, first, count):
-    return ("[" + ",".join(texts[(first + i) % PAIRS] for i in range(count)) + "]").encode()
+TENSOR = '{"dtype":"f32","shape":[%d,%d],%s}'
+JOB = '{"op":"gemm","inputs":{"a":%s,"b":%s}}'
+
+
+def array_request(pairs, size, encoding, first, count):
+    """An array POST of count jobs (pairs first, first + 1, ...): (body, content type,
+    headers)."""
+    if encoding == "b64":
+        texts = [JOB % tuple(TENSOR % (size, size, '"b64":"%s"' % base64.b64encode(m).decode())
+                             for m in pair) for pair in pairs]
+        body = "[" + ",".join(texts[(first + i) % PAIRS] for i in range(count)) + "]"
+        return body.encode(), "application/json", None
+    jobs, section, offset = [], [], 0
+    for i in range(count):
+        refs = []
+        for m in pairs[(first + i) % PAIRS]:
+            refs.append(TENSOR % (size, size, '"binary_offset":%d' % offset))
+            section.append(m)
+            offset += len(m)
+        jobs.append(JOB % tuple(refs))
+    text = ("[" + ",".join(jobs) + "]").encode()
+    return (text + b"".join(section), "application/octet-stream",
+            {"Gpujob-Json-Length": str(len(text))})
 
 
 def wait_all(client, after, last_ids, expected):
@@ -60,20 +78,23 @@ def wait_all(client, after, last_ids, expected):
             raise RuntimeError(f"listed {len(rows)} gemm jobs, expected {expected}")
 
 
-def post_array(url, body, ids, index):
-    ids[index] = [j["id"] for j in Client(url).request("POST", "/v1/jobs", body)]
+def post_array(url, request, ids, index):
+    body, content_type, headers = request
+    ids[index] = [j["id"] for j in Client(url).request("POST", "/v1/jobs", body, content_type,
+                                                       headers)]
 
 
-def run(url, jobs, arrays, size, warmup):
+def run(url, jobs, arrays, size, warmup, encoding):
     client = Client(url)
-    texts = gemm_job_texts(size)
+    pairs = gemm_pairs(size)
     if warmup:
         after = mark(client)
-        ids = [j["id"] for j in client.request("POST", "/v1/jobs", array_body(texts, 0, warmup))]
+        body, content_type, headers = array_request(pairs, size, encoding, 0, warmup)
+        ids = [j["id"] for j in client.request("POST", "/v1/jobs", body, content_type, headers)]
         wait_all(client, after, [ids[-1]], warmup)
 
     per_array = [jobs // arrays + (i < jobs % arrays) for i in range(arrays)]
-    bodies = [array_body(texts, i, n) for i, n in enumerate(per_array)]
+    bodies = [array_request(pairs, size, encoding, i, n) for i, n in enumerate(per_array)]
     after = mark(client)
     ids = [None] * arrays
     threads = [threading.Thread(target=post_array, args=(url, b, ids, i))
@@ -99,6 +120,7 @@ def run(url, jobs, arrays, size, warmup):
         "succeeded": len(done),
         "arrays": arrays,
         "size": size,
+        "encoding": encoding,
         "submit_s": submit_s,
         "client_cpu_s": client_cpu_s,
         "wall_s": wall_s,
@@ -118,10 +140,11 @@ def main():
     parser.add_argument("--arrays", type=int, default=4)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=256)
+    parser.add_argument("--encoding", choices=("binary", "b64"), default="binary")
     parser.add_argument("--label", default="")
     parser.add_argument("--json")
     args = parser.parse_args()
-    r = run(args.url, args.jobs, args.arrays, args.size, args.warmup)
+    r = run(args.url, args.jobs, args.arrays, args.size, args.warmup, args.encoding)
     r["label"] = args.label
     write_json(args.json, r)
     print(f"gemm {args.label}: {r['succeeded']} of {r['jobs']} succeeded, "

@@ -171,7 +171,9 @@ def gemm_section(rep, out):
             else:
                 out.append(f"| {name} | {rep.why_missing('gemm')} |")
         size = (b or u)["size"]
-        out.append(f"\nEach job: gemm f32 {size}x{size} @ {size}x{size}, inputs in base64, sent "
+        inputs = ("in base64" if (b or u).get("encoding") == "b64" else
+                  "in the body's binary section")
+        out.append(f"\nEach job: gemm f32 {size}x{size} @ {size}x{size}, inputs {inputs}, sent "
                    f"as {(b or u)['arrays']} arrays at once after a warm-up. \"From first POST\" "
                    "ends at the last job's finished_at and includes the upload and parsing that "
                    "batching cannot change; \"from first start\" spans the daemon's execution "
