@@ -17,15 +17,12 @@
 
 struct commit_sync {
     char wal_path[PATH_MAX];
-    int fd; /* the WAL file, open while it exists; sync thread only */
-    void (*notify)(void *ud);
-    void *ud;
+    int fd;  /* the WAL file, open while it exists; sync thread only */
+    int err; /* the first failed sync's; sync thread only */
     pthread_t thread;
-    bool joined;
     pthread_mutex_t lock; /* guards what follows */
     pthread_cond_t cond;
-    uint64_t requested, done;
-    int err;
+    commit_sync_item_t *head, *tail; /* waiting for the next sync */
     bool stopping;
 };
 
@@ -66,30 +63,31 @@ static void *sync_thread(void *arg)
     prctl(PR_SET_NAME, "gj-sync");
     pthread_mutex_lock(&cs->lock);
     for (;;) {
-        while (cs->done == cs->requested && !cs->stopping)
+        while (!cs->head && !cs->stopping)
             pthread_cond_wait(&cs->cond, &cs->lock);
-        if (cs->done == cs->requested) break;
-        uint64_t target = cs->requested;
-        int r = cs->err;
+        commit_sync_item_t *item = cs->head;
+        if (!item) break;
+        cs->head = cs->tail = NULL;
         pthread_mutex_unlock(&cs->lock);
-        if (r == 0) r = sync_wal(cs);
-        pthread_mutex_lock(&cs->lock);
-        if (r < 0 && cs->err == 0) {
+        int r = cs->err;
+        if (r == 0 && (r = sync_wal(cs)) < 0) {
             cs->err = r;
             log_error("store: syncing '%s' failed: %s; accepted jobs are answered with an error "
                       "from now on",
                       cs->wal_path, strerror(-r));
         }
-        cs->done = target;
-        pthread_mutex_unlock(&cs->lock);
-        cs->notify(cs->ud);
+        while (item) {
+            commit_sync_item_t *next = item->next;
+            item->done(item, r);
+            item = next;
+        }
         pthread_mutex_lock(&cs->lock);
     }
     pthread_mutex_unlock(&cs->lock);
     return NULL;
 }
 
-int commit_sync_start(const char *wal_path, void (*notify)(void *ud), void *ud, commit_sync_t **ret)
+int commit_sync_start(const char *wal_path, commit_sync_t **ret)
 {
     commit_sync_t *cs = calloc(1, sizeof *cs);
     if (!cs) return -ENOMEM;
@@ -98,8 +96,6 @@ int commit_sync_start(const char *wal_path, void (*notify)(void *ud), void *ud, 
         return -ENAMETOOLONG;
     }
     cs->fd = -1;
-    cs->notify = notify;
-    cs->ud = ud;
     pthread_mutex_init(&cs->lock, NULL);
     pthread_cond_init(&cs->cond, NULL);
     int r = pthread_create(&cs->thread, NULL, sync_thread, cs);
@@ -113,39 +109,27 @@ int commit_sync_start(const char *wal_path, void (*notify)(void *ud), void *ud, 
     return 0;
 }
 
-uint64_t commit_sync_request(commit_sync_t *cs)
+void commit_sync_request(commit_sync_t *cs, commit_sync_item_t *item)
 {
+    item->next = NULL;
     pthread_mutex_lock(&cs->lock);
-    uint64_t ticket = ++cs->requested;
+    if (cs->tail)
+        cs->tail->next = item;
+    else
+        cs->head = item;
+    cs->tail = item;
     pthread_cond_signal(&cs->cond);
     pthread_mutex_unlock(&cs->lock);
-    return ticket;
-}
-
-uint64_t commit_sync_done(commit_sync_t *cs, int *ret_err)
-{
-    pthread_mutex_lock(&cs->lock);
-    uint64_t done = cs->done;
-    *ret_err = cs->err;
-    pthread_mutex_unlock(&cs->lock);
-    return done;
-}
-
-void commit_sync_stop(commit_sync_t *cs)
-{
-    if (!cs || cs->joined) return;
-    pthread_mutex_lock(&cs->lock);
-    cs->stopping = true;
-    pthread_cond_signal(&cs->cond);
-    pthread_mutex_unlock(&cs->lock);
-    pthread_join(cs->thread, NULL);
-    cs->joined = true;
 }
 
 void commit_sync_free(commit_sync_t *cs)
 {
     if (!cs) return;
-    commit_sync_stop(cs);
+    pthread_mutex_lock(&cs->lock);
+    cs->stopping = true;
+    pthread_cond_signal(&cs->cond);
+    pthread_mutex_unlock(&cs->lock);
+    pthread_join(cs->thread, NULL);
     if (cs->fd >= 0) close(cs->fd);
     pthread_mutex_destroy(&cs->lock);
     pthread_cond_destroy(&cs->cond);

@@ -105,7 +105,7 @@ typedef struct msg {
     /* A committed submission's answer, given once its commit is durable: */
     job_t **shown;     /* the jobs as accepted (or as first created, when replayed); owned */
     bool all_replayed; /* every job's idempotency key was known */
-    uint64_t ticket;   /* of the commit_sync request that makes its commit durable */
+    commit_sync_item_t synced; /* queued with the commit syncer, which answers it */
 } msg_t;
 
 struct sched {
@@ -129,11 +129,9 @@ struct sched {
     /* Loop thread only. */
     msg_t *pending_head, *pending_tail; /* awaiting the group commit */
     bool commit_scheduled;
-    /* With [store] sync_full: group commits are synced by this thread while the loop goes on;
-     * their answers wait in the unsynced list (ticket order) until then. */
+    /* With [store] sync_full: makes group commits durable while the loop goes on, and answers
+     * them then. */
     commit_sync_t *syncer;
-    uv_async_t synced;
-    msg_t *unsynced_head, *unsynced_tail;
     strmap_t *entries, *users, *keyqs;
     heap_t deadlines; /* queued entries with a deadline, earliest first */
     uint64_t next_seq;
@@ -555,39 +553,17 @@ static void answer_committed(msg_t *m)
     }
 }
 
-/* Answers the unsynced messages whose commit is durable now: through ticket `through`; with
- * an error when the sync failed (err). */
-static void answer_unsynced(sched_t *s, uint64_t through, int err)
+/* Sync thread: answers a message whose commit is durable now, or could not be made so. The
+ * message is the sync thread's alone by then: nothing in it belongs to the loop. */
+static void answer_synced(commit_sync_item_t *item, int err)
 {
-    while (s->unsynced_head && s->unsynced_head->ticket <= through) {
-        msg_t *m = s->unsynced_head;
-        s->unsynced_head = m->next;
-        if (!s->unsynced_head) s->unsynced_tail = NULL;
-        if (err)
-            reply_err(m->reply, m->token, err,
-                      "the store could not make the request durable (its jobs may still run)");
-        else
-            answer_committed(m);
-        msg_free(m);
-    }
-}
-
-static void maybe_finish_stop(sched_t *s);
-
-static void on_synced(uv_async_t *a)
-{
-    sched_t *s = a->data;
-    int err;
-    uint64_t done = commit_sync_done(s->syncer, &err);
-    answer_unsynced(s, done, err);
-    maybe_finish_stop(s);
-}
-
-/* Sync thread: wakes the loop. */
-static void notify_synced(void *ud)
-{
-    sched_t *s = ud;
-    uv_async_send(&s->synced);
+    msg_t *m = (msg_t *)(void *)((char *)item - offsetof(msg_t, synced));
+    if (err)
+        reply_err(m->reply, m->token, err,
+                  "the store could not make the request durable (its jobs may still run)");
+    else
+        answer_committed(m);
+    msg_free(m);
 }
 
 /* Writes every pending submission and buffer in one transaction, then answers them. */
@@ -606,6 +582,7 @@ static void commit_pending(sched_t *s)
     /* While the loop runs, the syncer makes the commit durable and the jobs start meanwhile;
      * when it is about to end, the commit syncs itself. */
     bool defer = s->syncer && !s->stopping;
+    msg_t *unsynced = NULL, **unsynced_end = &unsynced; /* committed, answered once durable */
     int r = defer ? store_begin_relaxed(s->st) : store_begin(s->st);
     for (msg_t *m = pending; m && r >= 0; m = m->next) {
         if (m->kind == MSG_BUF_PUT) {
@@ -626,9 +603,6 @@ static void commit_pending(sched_t *s)
         store_rollback(s->st);
         log_error("group commit failed: %s", strerror(-r));
     }
-    uint64_t ticket = r >= 0 && defer ? commit_sync_request(s->syncer) : 0;
-    /* A durable commit makes every commit before it durable too. */
-    if (r >= 0 && !defer) answer_unsynced(s, UINT64_MAX, 0);
 
     for (msg_t *m = pending, *next; m; m = next) {
         next = m->next;
@@ -646,20 +620,22 @@ static void commit_pending(sched_t *s)
         } else {
             if (m->kind == MSG_SUBMIT) take_submitted(s, m);
             if (defer) {
-                m->ticket = ticket;
                 m->next = NULL;
-                if (s->unsynced_tail)
-                    s->unsynced_tail->next = m;
-                else
-                    s->unsynced_head = m;
-                s->unsynced_tail = m;
+                *unsynced_end = m;
+                unsynced_end = &m->next;
                 continue;
             }
             answer_committed(m);
         }
         msg_free(m);
     }
+    /* The jobs start before the sync does: its fsync then covers their start too. */
     dispatch(s);
+    for (msg_t *m = unsynced, *next; m; m = next) {
+        next = m->next;
+        m->synced.done = answer_synced;
+        commit_sync_request(s->syncer, &m->synced);
+    }
 }
 
 /* ------------------------------------------------------------------------ dispatch */
@@ -1276,7 +1252,7 @@ static void stop_waiter(const char *key, void *value, void *ud)
 
 static void maybe_finish_stop(sched_t *s)
 {
-    if (!s->stopping || s->batches_in_flight > 0 || s->unsynced_head) return;
+    if (!s->stopping || s->batches_in_flight > 0) return;
     uv_timer_stop(&s->drain_timer);
     uv_stop(&s->loop);
 }
@@ -1578,8 +1554,6 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     pthread_mutex_init(&s->lock, NULL);
     uv_async_init(&s->loop, &s->wake, on_wake);
     s->wake.data = s;
-    uv_async_init(&s->loop, &s->synced, on_synced);
-    s->synced.data = s;
     init_timer(s, &s->commit_timer);
     init_timer(s, &s->dispatch_timer);
     init_timer(s, &s->deadline_timer);
@@ -1627,7 +1601,7 @@ int sched_start(sched_t *s)
     if (queued > 0) /* the recovered jobs go out as soon as the loop runs */
         uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0);
     const char *wal = store_wal_path(s->st);
-    if (wal && (r = commit_sync_start(wal, notify_synced, s, &s->syncer)) < 0)
+    if (wal && (r = commit_sync_start(wal, &s->syncer)) < 0)
         return log_error_errno(r, "starting the commit syncer failed: %s", strerror(-r));
     atomic_store(&s->accepting, true);
     r = pthread_create(&s->thread, NULL, loop_thread, s);
@@ -1666,13 +1640,9 @@ void sched_stop(sched_t *s)
     }
     pthread_join(s->thread, NULL);
     s->thread_started = false;
-    /* A drain that timed out may leave answers waiting for their sync. */
-    if (s->syncer) {
-        commit_sync_stop(s->syncer);
-        int err;
-        uint64_t done = commit_sync_done(s->syncer, &err);
-        answer_unsynced(s, done, err);
-    }
+    /* Answers still waiting for their sync are given before the HTTP server stops. */
+    commit_sync_free(s->syncer);
+    s->syncer = NULL;
     /* Requests that arrived while the loop was ending must be answered now: the HTTP server
      * cannot stop with connections still suspended on them. */
     inbox_close(s);

@@ -13,45 +13,54 @@
 #include "daemon/commit_sync.h"
 #include "daemon/store.h"
 
-typedef struct notified {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int calls;
-} notified_t;
+/* Items that record how they were done. */
+typedef struct probe {
+    commit_sync_item_t item;
+    int order; /* 1 + how many items were done before it; 0 until done */
+    int err;
+} probe_t;
 
-static void on_notify(void *ud)
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int n_done;
+
+static void on_done(commit_sync_item_t *item, int err)
 {
-    notified_t *n = ud;
-    pthread_mutex_lock(&n->lock);
-    n->calls++;
-    pthread_cond_broadcast(&n->cond);
-    pthread_mutex_unlock(&n->lock);
+    probe_t *p = (probe_t *)(void *)item;
+    pthread_mutex_lock(&lock);
+    p->order = ++n_done;
+    p->err = err;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
 }
 
-/* Waits (at most 5 s) until ticket is done; returns the sync error. */
-static int wait_done(commit_sync_t *cs, notified_t *n, uint64_t ticket)
+static void request(commit_sync_t *cs, probe_t *p)
+{
+    memset(p, 0, sizeof *p);
+    p->item.done = on_done;
+    commit_sync_request(cs, &p->item);
+}
+
+/* Waits (at most 5 s) until p is done; returns its error. */
+static int wait_done(probe_t *p)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += 5;
-    int err = 0;
-    pthread_mutex_lock(&n->lock);
-    while (commit_sync_done(cs, &err) < ticket)
-        ck_assert_int_eq(pthread_cond_timedwait(&n->cond, &n->lock, &until), 0);
-    pthread_mutex_unlock(&n->lock);
-    return err;
+    pthread_mutex_lock(&lock);
+    while (!p->order)
+        ck_assert_int_eq(pthread_cond_timedwait(&cond, &lock, &until), 0);
+    pthread_mutex_unlock(&lock);
+    return p->err;
 }
 
 static char dir[] = "/tmp/gj-csync-XXXXXX";
-static notified_t note;
 
 static void setup(void)
 {
     strcpy(dir, "/tmp/gj-csync-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    memset(&note, 0, sizeof note);
-    pthread_mutex_init(&note.lock, NULL);
-    pthread_cond_init(&note.cond, NULL);
+    n_done = 0;
 }
 
 static void teardown(void)
@@ -102,38 +111,36 @@ START_TEST(test_the_store_names_its_wal_only_with_sync_full)
 }
 END_TEST
 
-START_TEST(test_every_ticket_is_synced_and_each_sync_notifies)
+START_TEST(test_every_item_is_done_once_in_the_order_it_came)
 {
     config_t cfg;
     store_t *st = open_store(true, &cfg);
     commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(store_wal_path(st), on_notify, &note, &cs), 0);
-    uint64_t last = 0;
-    for (int i = 0; i < 50; i++) {
-        uint64_t t = commit_sync_request(cs);
-        ck_assert_uint_eq(t, last + 1); /* tickets count the requests */
-        last = t;
+    ck_assert_int_eq(commit_sync_start(store_wal_path(st), &cs), 0);
+    enum { N = 50 };
+    probe_t probes[N];
+    for (int i = 0; i < N; i++)
+        request(cs, &probes[i]);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(wait_done(&probes[i]), 0);
+        ck_assert_int_eq(probes[i].order, i + 1);
     }
-    ck_assert_int_eq(wait_done(cs, &note, last), 0);
-    /* Requests made while a sync ran share the next one: at most one call per request. */
-    pthread_mutex_lock(&note.lock);
-    ck_assert_int_ge(note.calls, 1);
-    ck_assert_int_le(note.calls, 50);
-    pthread_mutex_unlock(&note.lock);
-    int err;
-    ck_assert_uint_eq(commit_sync_done(cs, &err), last);
     commit_sync_free(cs);
+    ck_assert_int_eq(n_done, N); /* none twice */
     store_close(st);
 }
 END_TEST
 
-START_TEST(test_a_failed_sync_fails_its_ticket_and_every_later_one)
+START_TEST(test_a_failed_sync_fails_its_items_and_every_later_one)
 {
     /* fdatasync on a procfs file fails with EINVAL: a stand-in for a disk that fails. */
     commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start("/proc/self/stat", on_notify, &note, &cs), 0);
-    ck_assert_int_eq(wait_done(cs, &note, commit_sync_request(cs)), -EINVAL);
-    ck_assert_int_eq(wait_done(cs, &note, commit_sync_request(cs)), -EINVAL);
+    ck_assert_int_eq(commit_sync_start("/proc/self/stat", &cs), 0);
+    probe_t first, second;
+    request(cs, &first);
+    ck_assert_int_eq(wait_done(&first), -EINVAL);
+    request(cs, &second);
+    ck_assert_int_eq(wait_done(&second), -EINVAL);
     commit_sync_free(cs);
 }
 END_TEST
@@ -144,26 +151,28 @@ START_TEST(test_a_missing_wal_counts_as_synced)
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/none.db-wal", dir);
     commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(path, on_notify, &note, &cs), 0);
-    ck_assert_int_eq(wait_done(cs, &note, commit_sync_request(cs)), 0);
+    ck_assert_int_eq(commit_sync_start(path, &cs), 0);
+    probe_t p;
+    request(cs, &p);
+    ck_assert_int_eq(wait_done(&p), 0);
     commit_sync_free(cs);
 }
 END_TEST
 
-START_TEST(test_stop_finishes_the_syncs_asked_for)
+START_TEST(test_free_finishes_the_items_queued)
 {
     config_t cfg;
     store_t *st = open_store(true, &cfg);
     commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(store_wal_path(st), on_notify, &note, &cs), 0);
-    uint64_t t = 0;
+    ck_assert_int_eq(commit_sync_start(store_wal_path(st), &cs), 0);
+    probe_t probes[3];
     for (int i = 0; i < 3; i++)
-        t = commit_sync_request(cs);
-    commit_sync_stop(cs);
-    int err = -1;
-    ck_assert_uint_eq(commit_sync_done(cs, &err), t);
-    ck_assert_int_eq(err, 0);
+        request(cs, &probes[i]);
     commit_sync_free(cs);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(probes[i].order, i + 1);
+        ck_assert_int_eq(probes[i].err, 0);
+    }
     store_close(st);
 }
 END_TEST
@@ -174,10 +183,10 @@ int main(void)
     TCase *tc = tcase_create("commit_sync");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_the_store_names_its_wal_only_with_sync_full);
-    tcase_add_test(tc, test_every_ticket_is_synced_and_each_sync_notifies);
-    tcase_add_test(tc, test_a_failed_sync_fails_its_ticket_and_every_later_one);
+    tcase_add_test(tc, test_every_item_is_done_once_in_the_order_it_came);
+    tcase_add_test(tc, test_a_failed_sync_fails_its_items_and_every_later_one);
     tcase_add_test(tc, test_a_missing_wal_counts_as_synced);
-    tcase_add_test(tc, test_stop_finishes_the_syncs_asked_for);
+    tcase_add_test(tc, test_free_finishes_the_items_queued);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
