@@ -144,7 +144,7 @@ static const config_key_t config_keys[] = {
     KEY_SIZE("store", inline_blob_bytes, 0, 512 * MIB, "65536",
              "tensors up to this size live in database rows, larger ones in files (bytes)"),
     KEY_BOOL("store", sync_full, "true",
-             "fsync the commits that accept work (synchronous=FULL) or none (NORMAL)"),
+             "answer submissions once their commit is fsync'd (they run meanwhile), or fsync none"),
     KEY_INT("store", retention_s, 60, INT_MAX, "604800",
             "finished jobs and their outputs expire after this (s)"),
     KEY_INT("store", checkpoint_interval_s, 1, 86400, "60", "WAL checkpoint period (s)"),
