@@ -565,6 +565,28 @@ START_TEST(test_wait_and_cancel_go_through_the_scheduler)
 }
 END_TEST
 
+START_TEST(test_wait_for_an_ended_job_is_answered_from_the_store)
+{
+    store_job(JOB_ID, "alice", JOB_SUCCEEDED);
+    store_job(OTHER_ID, "alice", JOB_RUNNING);
+    test_req_t *t = run_json("GET", "/v1/jobs/" JOB_ID "/wait?timeout=5", NULL);
+    ck_assert_int_eq(t->req.resp.status, 200);
+    ck_assert_str_eq(json_string_value(json_object_get(t->req.resp.json, "state")), "succeeded");
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(t->req.resp.json, "outputs"), "out"));
+    done(t);
+    ck_assert_int_eq(fake_sched.waits, 0);
+    /* A job still running, or another user's, is the scheduler's to answer. */
+    job_t *running = make_job(OTHER_ID, "alice", JOB_RUNNING);
+    fake_sched.reply_job = running;
+    expect(run_json("GET", "/v1/jobs/" OTHER_ID "/wait?timeout=5", NULL), 200, NULL);
+    ck_assert_int_eq(fake_sched.waits, 1);
+    fake_sched.next_err = -ENOENT;
+    expect(run("bob", "GET", "/v1/jobs/" JOB_ID "/wait?timeout=5", NULL, NULL, 0), 404, "id");
+    ck_assert_int_eq(fake_sched.waits, 2);
+    job_free(running);
+}
+END_TEST
+
 START_TEST(test_outputs_download_as_json_raw_and_npy)
 {
     store_job(JOB_ID, "alice", JOB_SUCCEEDED);
@@ -736,6 +758,7 @@ static Suite *api_routes_suite(void)
     tcase_add_test(tc, test_get_job_checks_id_owner_and_inlines_outputs);
     tcase_add_test(tc, test_list_validates_its_query_and_pages);
     tcase_add_test(tc, test_wait_and_cancel_go_through_the_scheduler);
+    tcase_add_test(tc, test_wait_for_an_ended_job_is_answered_from_the_store);
     tcase_add_test(tc, test_outputs_download_as_json_raw_and_npy);
     tcase_add_test(tc, test_buffer_uploads_raw_and_npy);
     tcase_add_test(tc, test_buffer_metadata_delete_and_usage_respect_owners);
