@@ -223,7 +223,9 @@ int api_handle_jobs_submit(api_request_t *req)
         api_respond_api_error(req, &err);
         return API_DONE;
     }
-    store_reader_t *rd = key ? req->env->reader(req->env) : NULL;
+    /* With sync_full the rows read here may not be on disk yet (their commit's 201 may still be
+     * waiting for its sync): the scheduler then answers the retry, after a sync. */
+    store_reader_t *rd = key && !req->env->cfg->sync_full ? req->env->reader(req->env) : NULL;
     if (rd && answer_known_idempotent(req, rd, key, n, is_list)) {
         job_json_free_jobs(jobs, n);
         return API_DONE;

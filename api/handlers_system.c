@@ -20,8 +20,9 @@ int api_handle_readyz(api_request_t *req)
 {
     sched_stats_t stats;
     sched_get_stats(req->env->sched, &stats);
-    const char *status =
-        stats.accepting && !atomic_load(&req->env->intake_stopped) ? "ready" : "draining";
+    const char *status = stats.store_failed ? "store_failed"
+                         : stats.accepting && !atomic_load(&req->env->intake_stopped) ? "ready"
+                                                                                      : "draining";
     json_t *backend = sched_describe_backend(req->env->sched);
     json_t *states = json_array();
     bool serving = false;

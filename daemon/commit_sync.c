@@ -5,6 +5,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +18,8 @@
 
 struct commit_sync {
     char wal_path[PATH_MAX];
-    int fd;  /* the WAL file, open while it exists; sync thread only */
-    int err; /* the first failed sync's; sync thread only */
+    int fd;         /* the WAL file, open while it exists; sync thread only */
+    atomic_int err; /* the first failed sync's; written by the sync thread only */
     pthread_t thread;
     pthread_mutex_t lock; /* guards what follows */
     pthread_cond_t cond;
@@ -48,9 +49,9 @@ static int sync_wal(commit_sync_t *cs)
     }
     if (cs->fd < 0) {
         cs->fd = open(cs->wal_path, O_RDONLY | O_CLOEXEC);
-        /* No WAL: every commit is in the database file, synced by the checkpoint that moved
-         * it there. */
-        if (cs->fd < 0) return errno == ENOENT ? 0 : -errno;
+        /* SQLite keeps the WAL while a connection is open: a missing one was removed behind
+         * its back, and what it held cannot be synced through a name any more. */
+        if (cs->fd < 0) return -errno;
         int r = sync_parent_dir(cs->wal_path);
         if (r < 0) return r;
     }
@@ -69,9 +70,9 @@ static void *sync_thread(void *arg)
         if (!item) break;
         cs->head = cs->tail = NULL;
         pthread_mutex_unlock(&cs->lock);
-        int r = cs->err;
+        int r = atomic_load(&cs->err);
         if (r == 0 && (r = sync_wal(cs)) < 0) {
-            cs->err = r;
+            atomic_store(&cs->err, r);
             log_error("store: syncing '%s' failed: %s; accepted jobs are answered with an error "
                       "from now on",
                       cs->wal_path, strerror(-r));
@@ -120,6 +121,11 @@ void commit_sync_request(commit_sync_t *cs, commit_sync_item_t *item)
     cs->tail = item;
     pthread_cond_signal(&cs->cond);
     pthread_mutex_unlock(&cs->lock);
+}
+
+int commit_sync_error(commit_sync_t *cs)
+{
+    return atomic_load(&cs->err);
 }
 
 void commit_sync_free(commit_sync_t *cs)

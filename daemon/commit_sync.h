@@ -24,5 +24,7 @@ typedef struct commit_sync_item {
 int commit_sync_start(const char *wal_path, commit_sync_t **ret);
 /* Queues item (its done set) behind the next sync. Items are done in the order they came. */
 void commit_sync_request(commit_sync_t *cs, commit_sync_item_t *item);
+/* 0, or the negative errno of the first sync that failed (it sticks). Any thread. */
+int commit_sync_error(commit_sync_t *cs);
 /* Syncs for and finishes the items queued, joins the thread and frees it. Accepts NULL. */
 void commit_sync_free(commit_sync_t *cs);

@@ -1,6 +1,7 @@
 /* The scheduler's loop. Everything below runs on the loop thread except the public entry
- * points (which post a message and wake the loop) and on_batch_done (which runs on an executor
- * thread and posts the finished batch).
+ * points (which post a message and wake the loop), on_batch_done (which runs on an executor
+ * thread and posts the finished batch) and answer_synced (which runs on the commit syncer's
+ * thread and answers a message the loop handed over).
  *
  * In memory the loop keeps every job that is not final: an entry per job, indexed by id; per
  * user a heap of queued entries (priority, then arrival); per batch key a FIFO of queued
@@ -124,13 +125,14 @@ struct sched {
     pthread_mutex_t lock; /* guards the inbox */
     msg_t *inbox_head, *inbox_tail;
     atomic_bool accepting;
+    atomic_bool store_failed; /* a sync failed: nothing more is accepted */
     atomic_bool loop_gone;
 
     /* Loop thread only. */
     msg_t *pending_head, *pending_tail; /* awaiting the group commit */
     bool commit_scheduled;
-    /* With [store] sync_full: makes group commits durable while the loop goes on, and answers
-     * them then. */
+    /* With [store] sync_full: a thread that makes group commits durable while the loop goes
+     * on, and answers them then. */
     commit_sync_t *syncer;
     strmap_t *entries, *users, *keyqs;
     heap_t deadlines; /* queued entries with a deadline, earliest first */
@@ -558,15 +560,19 @@ static void answer_committed(msg_t *m)
 static void answer_synced(commit_sync_item_t *item, int err)
 {
     msg_t *m = (msg_t *)(void *)((char *)item - offsetof(msg_t, synced));
-    if (err)
-        reply_err(m->reply, m->token, err,
-                  "the store could not make the request durable (its jobs may still run)");
-    else
+    if (err) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "the store could not make the request durable (%s); its jobs may still run",
+                 strerror(-err));
+        reply_err(m->reply, m->token, -EIO, why);
+    } else
         answer_committed(m);
     msg_free(m);
 }
 
-/* Writes every pending submission and buffer in one transaction, then answers them. */
+/* Writes every pending submission and buffer in one transaction, starts what it can, and
+ * answers them (after the sync, with a syncer). */
 static void commit_pending(sched_t *s)
 {
     s->commit_scheduled = false;
@@ -583,7 +589,15 @@ static void commit_pending(sched_t *s)
      * when it is about to end, the commit syncs itself. */
     bool defer = s->syncer && !s->stopping;
     msg_t *unsynced = NULL, **unsynced_end = &unsynced; /* committed, answered once durable */
-    int r = defer ? store_begin_relaxed(s->st) : store_begin(s->st);
+    /* After a failed sync, what is committed may not reach the disk: nothing more is taken
+     * (the jobs would run, and their submitters, told of an error, would submit them again). */
+    int r = defer ? commit_sync_error(s->syncer) : 0;
+    const char *why = "the store could not commit the request";
+    if (r < 0) {
+        atomic_store(&s->store_failed, true);
+        why = "the store's disk failed to sync; nothing is accepted until the daemon restarts";
+    }
+    if (r == 0) r = defer ? store_begin_relaxed(s->st) : store_begin(s->st);
     for (msg_t *m = pending; m && r >= 0; m = m->next) {
         if (m->kind == MSG_BUF_PUT) {
             r = check_resident_quota(s, m);
@@ -614,7 +628,7 @@ static void commit_pending(sched_t *s)
                 for (int j = 0; j < OP_MAX_TENSORS; j++)
                     store_blob_discard(s->st, m->jobs[i]->in[j].blob);
         if (r < 0) {
-            reply_err(m->reply, m->token, -EIO, "the store could not commit the request");
+            reply_err(m->reply, m->token, -EIO, why);
         } else if (m->err) {
             reply_err(m->reply, m->token, m->err, m->err_message);
         } else {
@@ -1500,6 +1514,7 @@ void sched_get_stats(sched_t *s, sched_stats_t *ret)
 {
     *ret = (sched_stats_t){
         .accepting = atomic_load(&s->accepting),
+        .store_failed = atomic_load(&s->store_failed),
         .queued = atomic_load(&s->queued),
         .running = atomic_load(&s->running),
         .submitted_total = atomic_load(&s->submitted_total),

@@ -62,6 +62,7 @@ void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_re
 /* Counters for /metrics and /readyz; safe from any thread. */
 typedef struct sched_stats {
     bool accepting;
+    bool store_failed; /* a commit could not be synced: submissions are refused */
     long queued, running;
     long submitted_total, succeeded_total, failed_total, cancelled_total;
     long batches_total, batched_jobs_total;

@@ -41,8 +41,10 @@ void store_blob_discard(store_t *st, const char *blob);
 int store_begin(store_t *st);
 /* A transaction whose commit need not survive a power loss, only a crash of the process: its
  * WAL frames are written but not fsync'd ([store] sync_full then holds for the others, whose
- * fsync takes these frames along). For what the daemon can do again: a job's start or end,
- * which a power loss at worst makes run once more. Segment bytes are still synced first. */
+ * fsync takes these frames along). For what the daemon can do again (a job's start or end,
+ * which a power loss at worst makes run once more), or makes durable later: the acceptance of
+ * jobs, synced by the commit syncer before they are answered (commit_sync.h). Segment bytes
+ * are still synced first. */
 int store_begin_relaxed(store_t *st);
 int store_commit(store_t *st);
 int store_rollback(store_t *st);

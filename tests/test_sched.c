@@ -801,6 +801,38 @@ START_TEST(test_a_durable_submission_starts_running_before_it_is_answered)
 }
 END_TEST
 
+START_TEST(test_a_failed_sync_fails_its_answer_and_refuses_what_follows)
+{
+    fake->slots = 4;
+    /* SQLite goes on with its open descriptor; the syncer cannot reach the file any more. */
+    char wal[PATH_MAX];
+    snprintf(wal, sizeof wal, "%s/gpujobd.db-wal", state_dir);
+    ck_assert_int_eq(unlink(wal), 0);
+    job_t *job = add_job("alice", 10, 0);
+    job_t **arr = calloc(1, sizeof *arr);
+    arr[0] = job;
+    reply_box_t first;
+    box_init(&first);
+    sched_submit(sched, arr, 1, on_reply, &first);
+    box_wait(&first);
+    ck_assert_int_eq(first.err, -EIO);
+    ck_assert_int_eq(fake->n_got, 1); /* committed: it runs all the same */
+
+    job = add_job("alice", 10, 0);
+    arr = calloc(1, sizeof *arr);
+    arr[0] = job;
+    reply_box_t second;
+    box_init(&second);
+    sched_submit(sched, arr, 1, on_reply, &second);
+    box_wait(&second);
+    ck_assert_int_eq(second.err, -EIO);
+    ck_assert_int_eq(fake->n_got, 1); /* refused before its commit */
+    sched_stats_t stats;
+    sched_get_stats(sched, &stats);
+    ck_assert(stats.store_failed);
+}
+END_TEST
+
 START_TEST(test_without_sync_full_a_submission_is_answered_before_it_starts)
 {
     fake->slots = 4;
@@ -862,6 +894,7 @@ int main(void)
     tcase_add_checked_fixture(durable, start_sched_durable, teardown);
     tcase_set_timeout(durable, 30);
     tcase_add_test(durable, test_a_durable_submission_starts_running_before_it_is_answered);
+    tcase_add_test(durable, test_a_failed_sync_fails_its_answer_and_refuses_what_follows);
     tcase_add_test(durable, test_jobs_with_equal_batch_keys_go_out_as_one_batch);
     tcase_add_test(durable, test_idempotent_resubmission_returns_the_first_job);
     tcase_add_test(durable, test_queued_jobs_survive_a_stop_and_run_after_restart);
