@@ -1036,6 +1036,7 @@ static void *setup_thread(void *arg)
  * fail are dropped from ex->devices. */
 static void setup_devices(cuda_exec_t *ex)
 {
+    if (ex->n_devices == 0) return;
     pthread_t threads[ex->n_devices];
     bool started[ex->n_devices];
     for (int d = 0; d < ex->n_devices; d++) {
