@@ -29,7 +29,8 @@ struct store {
     store_segment_t segment; /* where small tensors' bytes go (store_segment.c) */
     bool sync_full;          /* commits are fsync'd ([store] sync_full) */
     bool in_txn;
-    bool relaxed;           /* the open transaction began with store_begin_relaxed */
+    bool relaxed; /* the open transaction began with store_begin_relaxed (with sync_full) */
+    bool raised;  /* synchronous is FULL for the open transaction or write (raise_sync) */
     uint64_t txn_row_bytes; /* small tensors' bytes the open transaction put in rows */
     /* Files whose rows were deleted: removed at the next durable commit. The first
      * n_unlink_committed were deleted by relaxed transactions already committed; the rest by
@@ -196,7 +197,7 @@ static int mkdir_if_missing(const char *path)
     return log_error_errno(-errno, "store: cannot create '%s': %s", path, strerror(errno));
 }
 
-static int configure_writer(store_conn_t *conn, bool sync_full)
+static int configure_writer(store_conn_t *conn)
 {
     sqlite3_stmt *stmt;
     if (sqlite3_prepare_v2(conn->db, "PRAGMA journal_mode = WAL", -1, &stmt, NULL) != SQLITE_OK)
@@ -208,9 +209,10 @@ static int configure_writer(store_conn_t *conn, bool sync_full)
         r = log_error_errno(-EIO, "store: '%s' cannot use WAL mode (journal_mode is '%s')",
                             conn->db_path, sqlite3_column_text(stmt, 0));
     sqlite3_finalize(stmt);
-    if (r == 0)
-        r = store_exec(conn,
-                       sync_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
+    /* NORMAL: a commit writes its WAL frames without an fsync. With sync_full the durable
+     * ones raise it to FULL around their commit (raise_sync); relaxed ones, the job path's,
+     * are made durable by the commit syncer, or not at all. */
+    if (r == 0) r = store_exec(conn, "PRAGMA synchronous = NORMAL");
     /* Each write runs in a savepoint, whose journal of the pages it changes would otherwise
      * go through a temporary file: 4 of every 5 bytes this process wrote for tiny jobs. */
     if (r == 0) r = store_exec(conn, "PRAGMA temp_store = MEMORY");
@@ -233,7 +235,7 @@ int store_open(const config_t *cfg, store_t **ret)
     }
     int removed = 0;
     r = mkdir_if_missing(st->conn.blobs_dir);
-    if (r == 0) r = configure_writer(&st->conn, cfg->sync_full);
+    if (r == 0) r = configure_writer(&st->conn);
     st->sync_full = cfg->sync_full;
     if (r == 0) r = migrate(&st->conn);
     if (r == 0) r = store_blob_sweep_orphans(&st->conn, &removed);
@@ -320,39 +322,56 @@ static int unlink_after_commit(store_t *st, const blob_file_t *files, size_t n)
     return 0;
 }
 
-int store_begin(store_t *st)
+/* With sync_full, raises synchronous to FULL for a durable commit. SQLite takes the level only
+ * outside a transaction, and re-prepares the PRAGMA each time it runs: so the rare durable
+ * transactions switch, and the job path's relaxed ones do not. */
+static int raise_sync(store_t *st)
 {
-    if (st->in_txn)
-        return log_error_errno(-EBUSY, "store: store_begin with a transaction already open");
-    /* IMMEDIATE takes the write lock now, so that no write inside can fail on a lock upgrade. */
-    int r = store_stmt_run(&st->conn, STMT_BEGIN_IMMEDIATE, "BEGIN IMMEDIATE");
-    if (r == 0) {
-        st->in_txn = true;
-        st->txn_row_bytes = 0;
-    }
+    if (!st->sync_full) return 0;
+    int r = store_stmt_run(&st->conn, STMT_SYNC_FULL, "raising synchronous to FULL");
+    st->raised = r == 0;
     return r;
 }
 
-/* The end of a transaction: a relaxed one hands synchronous back. */
-static void txn_end(store_t *st)
+static void lower_sync(store_t *st)
 {
-    st->in_txn = false;
-    if (st->relaxed) store_stmt_run(&st->conn, STMT_SYNC_FULL, "restoring synchronous = FULL");
-    st->relaxed = false;
-    store_segment_txn_end(&st->segment, &st->conn);
+    if (st->raised) store_stmt_run(&st->conn, STMT_SYNC_NORMAL, "lowering synchronous to NORMAL");
+    st->raised = false;
+}
+
+static int begin(store_t *st, bool relaxed)
+{
+    if (st->in_txn)
+        return log_error_errno(-EBUSY, "store: store_begin with a transaction already open");
+    int r = relaxed ? 0 : raise_sync(st);
+    /* IMMEDIATE takes the write lock now, so that no write inside can fail on a lock upgrade. */
+    if (r == 0) r = store_stmt_run(&st->conn, STMT_BEGIN_IMMEDIATE, "BEGIN IMMEDIATE");
+    if (r < 0) {
+        lower_sync(st);
+        return r;
+    }
+    st->in_txn = true;
+    st->relaxed = relaxed && st->sync_full;
+    st->txn_row_bytes = 0;
+    return 0;
+}
+
+int store_begin(store_t *st)
+{
+    return begin(st, false);
 }
 
 int store_begin_relaxed(store_t *st)
 {
-    /* SQLite takes the safety level only outside a transaction. */
-    if (st->sync_full && store_stmt_run(&st->conn, STMT_SYNC_NORMAL, "relaxing a commit") == 0)
-        st->relaxed = true;
-    int r = store_begin(st);
-    if (r < 0 && st->relaxed) {
-        store_stmt_run(&st->conn, STMT_SYNC_FULL, "restoring synchronous = FULL");
-        st->relaxed = false;
-    }
-    return r;
+    return begin(st, true);
+}
+
+static void txn_end(store_t *st)
+{
+    st->in_txn = false;
+    st->relaxed = false;
+    lower_sync(st);
+    store_segment_txn_end(&st->segment, &st->conn);
 }
 
 int store_commit(store_t *st)
@@ -396,9 +415,13 @@ int store_rollback(store_t *st)
 
 /* --- one write: a savepoint around it --- */
 
+/* Outside a transaction the write commits by itself, durably. */
 static int write_begin(store_t *st)
 {
-    return store_stmt_run(&st->conn, STMT_SAVEPOINT, "starting a write");
+    int r = st->in_txn ? 0 : raise_sync(st);
+    if (r == 0) r = store_stmt_run(&st->conn, STMT_SAVEPOINT, "starting a write");
+    if (r < 0 && !st->in_txn) lower_sync(st);
+    return r;
 }
 
 /* Ends a write begun by write_begin: keeps it when r is 0 (committing it when no caller's
@@ -409,7 +432,10 @@ static int write_end(store_t *st, int r)
      * store_commit. */
     if (r == 0 && !st->in_txn) r = store_segment_sync(&st->segment);
     if (r == 0 && (r = store_stmt_run(&st->conn, STMT_RELEASE, "committing a write")) == 0) {
-        if (!st->in_txn) store_segment_txn_end(&st->segment, &st->conn);
+        if (!st->in_txn) {
+            lower_sync(st);
+            store_segment_txn_end(&st->segment, &st->conn);
+        }
         return 0;
     }
     if (!sqlite3_get_autocommit(st->conn.db)) {
@@ -419,7 +445,10 @@ static int write_end(store_t *st, int r)
     } else if (st->in_txn) {
         log_error("store: SQLite rolled back the whole open transaction after an error");
     }
-    if (!st->in_txn) store_segment_txn_end(&st->segment, &st->conn);
+    if (!st->in_txn) {
+        lower_sync(st);
+        store_segment_txn_end(&st->segment, &st->conn);
+    }
     return r;
 }
 
@@ -772,17 +801,20 @@ static int recover_states(store_t *st, int max_attempts)
              "after %%d attempt(s) (the limit is %d)', attempts) "
              "WHERE state = 'running'",
              now_us(), max_attempts);
-    int r = store_exec(&st->conn, "BEGIN IMMEDIATE");
-    if (r < 0) return r;
+    int r = raise_sync(st);
+    if (r == 0) r = store_exec(&st->conn, "BEGIN IMMEDIATE");
+    if (r < 0) {
+        lower_sync(st);
+        return r;
+    }
     r = store_exec(&st->conn, requeue);
     int requeued = sqlite3_changes(st->conn.db);
     if (r == 0) r = store_exec(&st->conn, fail);
     int failed = sqlite3_changes(st->conn.db);
     if (r == 0) r = store_exec(&st->conn, "COMMIT");
-    if (r < 0) {
-        if (!sqlite3_get_autocommit(st->conn.db)) store_exec(&st->conn, "ROLLBACK");
-        return r;
-    }
+    if (r < 0 && !sqlite3_get_autocommit(st->conn.db)) store_exec(&st->conn, "ROLLBACK");
+    lower_sync(st);
+    if (r < 0) return r;
     if (requeued || failed)
         log_info("store: recovery: %d running job(s) re-queued, %d failed after too many "
                  "attempts",

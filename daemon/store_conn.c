@@ -72,7 +72,7 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_BEGIN_IMMEDIATE] = "BEGIN IMMEDIATE",
     [STMT_COMMIT] = "COMMIT",
     [STMT_ROLLBACK] = "ROLLBACK",
-    /* Switched around relaxed commits (store_begin_relaxed). */
+    /* Switched around durable commits (raise_sync in store.c). */
     [STMT_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
     [STMT_SYNC_FULL] = "PRAGMA synchronous = FULL",
 };
