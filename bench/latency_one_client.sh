@@ -16,17 +16,8 @@ if [ "${1:-}" = --duration ]; then
   duration=$2
   shift 2
 fi
-dir=$(mktemp -d /tmp/gpujobd-latency-XXXXXX)
-"$gpujobd" --listen 127.0.0.1:0 --state-dir "$dir/state" --backend cpu "$@" 2>"$dir/log" &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
-url=
-for _ in $(seq 100); do
-  url=$(grep -o "http://127.0.0.1:[0-9]*" "$dir/log" | head -1 || true)
-  [ -n "$url" ] && break
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "gpujobd did not start: $(tail -3 "$dir/log")" >&2; exit 1; }
+source bench/cpu_daemon.sh
+start_cpu_daemon latency "$@"
 mark=$(python3 bench/e2e/server_side.py "$url" --mark)
 "$loadgen" --duration "$duration" --modes e2e --concurrency 1 "$url" | grep '^| e2e'
 # Prints "server side e2e c=1: N of N jobs succeeded, p50 ... us, p99 ... us".

@@ -10,17 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 gpujobd=${GPUJOBD_BIN:-build/daemon/gpujobd}
 loadgen=${LOADGEN_BIN:-build/bench/bench_loadgen}
-dir=$(mktemp -d /tmp/gpujobd-threads-XXXXXX)
-"$gpujobd" --listen 127.0.0.1:0 --state-dir "$dir/state" --backend cpu 2>"$dir/log" &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
-url=
-for _ in $(seq 100); do
-  url=$(grep -o "http://127.0.0.1:[0-9]*" "$dir/log" | head -1 || true)
-  [ -n "$url" ] && break
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "gpujobd did not start: $(tail -3 "$dir/log")" >&2; exit 1; }
+source bench/cpu_daemon.sh
+start_cpu_daemon threads
 
 # utime + stime in clock ticks, summed by thread name.
 snapshot() {
