@@ -83,8 +83,11 @@ struct api_request {
     bool query_overflow; /* more than API_MAX_QUERY arguments: answered 400 */
     const char *accept, *content_type, *idempotency_key; /* NULL when absent */
     const char *json_length; /* Gpujob-Json-Length: a body of JSON, then bytes; NULL when absent */
-    char *body;              /* owned by the connection */
-    size_t body_len;
+    char *body;              /* owned by the connection; NULL when body_file holds it */
+    size_t body_len;         /* the body's length, in memory or in body_file */
+    /* A large raw upload, written to a store blob file as it arrived (see
+     * api_body_streams_to_file); the connection's until a handler takes it. */
+    store_blob_stream_t *body_file;
     api_user_t user;
     const api_conn_ops_t *conn_ops;
     void *conn; /* the connection ops' own */
@@ -194,6 +197,10 @@ int api_handle_buffer_put(api_request_t *req);
 int api_handle_buffer_get(api_request_t *req);
 int api_handle_buffer_delete(api_request_t *req);
 int api_handle_usage(api_request_t *req);
+/* Whether a request's body goes to a store blob file as it arrives rather than into memory
+ * (the server asks once the headers are in): a raw buffer upload too large for a row. */
+bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
+                              const char *content_type, uint64_t length);
 
 /* The job JSON a handler answers with: outputs inlined up to cfg->max_inline_output_bytes,
  * read through the calling thread's store reader when not in memory. A new reference. */

@@ -59,6 +59,14 @@ static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
     return 0;
 }
 
+bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
+                              const char *content_type, uint64_t length)
+{
+    return length > env->cfg->inline_blob_bytes && strcmp(method, "POST") == 0 &&
+           strcmp(path, "/v1/buffers") == 0 && content_type &&
+           api_media_is(content_type, strlen(content_type), "application/octet-stream");
+}
+
 static void buffer_put_reply(void *token, const sched_result_t *res)
 {
     api_request_t *req = token;
@@ -138,24 +146,33 @@ int api_handle_buffer_put(api_request_t *req)
         api_respond_error(req, 500, "internal", NULL, "out of memory");
         return API_DONE;
     }
-    /* The body becomes the buffer's bytes without a copy: uploads may be large. */
-    char *data = req->body;
-    req->body = NULL;
+    if (req->body_file) {
+        /* Streamed to its file as it arrived: synced now, the buffer's bytes from there on. */
+        int r = store_blob_stream_finish(req->body_file, &buf->blob);
+        req->body_file = NULL;
+        if (r < 0) {
+            buffer_free(buf);
+            api_respond_errno(req, r, "storing the upload failed");
+            return API_DONE;
+        }
+    } else {
+        /* The body becomes the buffer's bytes without a copy. */
+        buf->data = req->body ? req->body : malloc(1);
+        req->body = NULL;
+        if (!buf->data) {
+            buffer_free(buf);
+            api_respond_error(req, 500, "internal", NULL, "out of memory");
+            return API_DONE;
+        }
+        if (offset) memmove(buf->data, (char *)buf->data + offset, nbytes);
+    }
     req->body_len = 0;
-    if (data && offset) memmove(data, data + offset, nbytes);
-    if (!data) data = malloc(1);
     id_new('b', buf->id);
     snprintf(buf->owner, sizeof buf->owner, "%s", req->user.name);
     buf->desc = d;
     buf->nbytes = nbytes;
     buf->resident = resident;
     buf->created_us = now_us();
-    buf->data = data;
-    if (!data) {
-        buffer_free(buf);
-        api_respond_error(req, 500, "internal", NULL, "out of memory");
-        return API_DONE;
-    }
     api_request_suspend(req);
     sched_buffer_put(req->env->sched, buf, buffer_put_reply, req);
     return API_PENDING;

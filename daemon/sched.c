@@ -1479,11 +1479,13 @@ void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *tok
 {
     msg_t *m = msg_new(MSG_BUF_PUT, reply, token);
     if (!m) {
+        store_blob_discard(s->st, buf->blob);
         buffer_free(buf);
         return;
     }
     m->buf = buf;
     if (!atomic_load(&s->accepting)) {
+        store_blob_discard(s->st, buf->blob);
         reply_err(reply, token, -ESHUTDOWN, "the daemon is stopping");
         msg_free(m);
         return;

@@ -54,7 +54,8 @@ void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, s
 /* Cancels: a queued job is removed and never runs; a running job's result is discarded.
  * -EBUSY for a job already final. */
 void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token);
-/* Stores an uploaded buffer (ownership passes); replies when committed. */
+/* Stores an uploaded buffer (ownership passes): its bytes in buf->data, or already durable in
+ * the blob file buf->blob names (a streamed upload). Replies when committed. */
 void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token);
 void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
                          void *token);

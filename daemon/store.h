@@ -36,6 +36,22 @@ int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_
  * segment file is left alone). Any thread. */
 void store_blob_discard(store_t *st, const char *blob);
 
+/* A large upload written to a blob file of its own as its bytes arrive: it never sits whole in
+ * memory, and the disk writes it back while the rest comes in, so that little is left for the
+ * sync at its end. Any thread; one writer per stream. */
+typedef struct store_blob_stream store_blob_stream_t;
+/* Creates the stream's file under cfg's state directory. */
+int store_blob_stream_open(const config_t *cfg, store_blob_stream_t **ret);
+/* Appends n bytes. */
+int store_blob_stream_write(store_blob_stream_t *bs, const void *data, size_t n);
+/* Bytes appended so far. */
+uint64_t store_blob_stream_length(const store_blob_stream_t *bs);
+/* Makes the bytes durable and sets *ret_blob to their locator (malloc'd), which a row may then
+ * name as it would store_blob_write's; the stream is gone, and on failure its file too. */
+int store_blob_stream_finish(store_blob_stream_t *bs, char **ret_blob);
+/* Removes the stream's file and frees it; NULL is a no-op. */
+void store_blob_stream_abort(store_blob_stream_t *bs);
+
 /* Transactions (loop thread). Writes between begin and commit are one transaction; the group
  * commit of the scheduler uses them. Without begin, each write commits by itself. */
 int store_begin(store_t *st);

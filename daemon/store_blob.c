@@ -2,6 +2,8 @@
  * a random name, so that no two writers (any thread) ever pick the same file and no directory
  * grows past a 256th of the files. A file is complete and fsync'd, and its directory entry too,
  * before its locator is handed out: a row naming it may then be committed. */
+#define _GNU_SOURCE /* sync_file_range */
+#include "store.h"
 #include "store_internal.h"
 
 #include <dirent.h>
@@ -248,6 +250,81 @@ void store_blob_file_remove(const char *blobs_dir, const char *file)
     snprintf(path, sizeof path, "%s/%s", blobs_dir, file);
     if (unlink(path) < 0 && errno != ENOENT)
         log_warn("store: cannot remove blob '%s': %s", path, strerror(errno));
+}
+
+/* ------------------------------------------------------------------ upload streams */
+
+/* How far the disk may fall behind the bytes written before the stream asks it to catch up. */
+#define STREAM_WRITEBACK_BYTES ((uint64_t)16 << 20)
+
+struct store_blob_stream {
+    int fd;
+    uint64_t len;          /* bytes written */
+    uint64_t written_back; /* bytes whose writeback has been started */
+    char file[4 + STORE_BLOB_NAME_LEN];
+    char path[PATH_MAX + 64];
+};
+
+int store_blob_stream_open(const config_t *cfg, store_blob_stream_t **ret)
+{
+    char blobs_dir[PATH_MAX];
+    if (snprintf(blobs_dir, sizeof blobs_dir, "%s/blobs", cfg->state_dir) >= (int)sizeof blobs_dir)
+        return -ENAMETOOLONG;
+    store_blob_stream_t *bs = calloc(1, sizeof *bs);
+    if (!bs) return -ENOMEM;
+    int r = store_blob_file_create(blobs_dir, bs->file, bs->path, &bs->fd);
+    if (r < 0) {
+        free(bs);
+        return r;
+    }
+    *ret = bs;
+    return 0;
+}
+
+int store_blob_stream_write(store_blob_stream_t *bs, const void *data, size_t n)
+{
+    int r = store_write_all(bs->fd, data, n, bs->len);
+    if (r < 0) return r;
+    bs->len += n;
+    /* Start the writeback of what has piled up, without waiting for it: the disk then writes
+     * while the rest arrives, instead of all of it in the sync at the end. */
+    if (bs->len - bs->written_back >= STREAM_WRITEBACK_BYTES) {
+        sync_file_range(bs->fd, (off_t)bs->written_back, (off_t)(bs->len - bs->written_back),
+                        SYNC_FILE_RANGE_WRITE);
+        bs->written_back = bs->len;
+    }
+    return 0;
+}
+
+uint64_t store_blob_stream_length(const store_blob_stream_t *bs)
+{
+    return bs->len;
+}
+
+int store_blob_stream_finish(store_blob_stream_t *bs, char **ret_blob)
+{
+    int r = fdatasync(bs->fd) < 0 ? -errno : 0;
+    if (close(bs->fd) < 0 && r == 0) r = -errno;
+    bs->fd = -1;
+    char *blob = r == 0 ? store_locator_file(bs->file, 0) : NULL;
+    if (r == 0 && !blob) r = -ENOMEM;
+    if (r < 0) {
+        log_error("store: syncing upload '%s': %s", bs->path, strerror(-r));
+        store_blob_stream_abort(bs);
+        return r;
+    }
+    free(bs);
+    *ret_blob = blob;
+    return 0;
+}
+
+void store_blob_stream_abort(store_blob_stream_t *bs)
+{
+    if (!bs) return;
+    if (bs->fd >= 0) close(bs->fd);
+    if (unlink(bs->path) < 0 && errno != ENOENT)
+        log_warn("store: cannot remove upload '%s': %s", bs->path, strerror(errno));
+    free(bs);
 }
 
 int store_blob_file_referenced(store_conn_t *conn, const char *file, bool *ret)

@@ -3,6 +3,7 @@
 /* POSIX and XSI (nftw). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700
+#include <arpa/inet.h>
 #include <check.h>
 #include <ftw.h>
 #include <jansson.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "support/daemon_harness.h"
@@ -742,6 +744,87 @@ static int count_blob_files(e2e_daemon_t *d)
     return blob_files;
 }
 
+/* Waits up to 10 s for the daemon's blobs/ to hold n files; asserts it does. */
+static void expect_blob_files(e2e_daemon_t *d, int n, const char *why)
+{
+    double until = e2e_now() + 10;
+    while (count_blob_files(d) != n && e2e_now() < until)
+        usleep(10000);
+    ck_assert_msg(count_blob_files(d) == n, "%s: %d blob files, expected %d", why,
+                  count_blob_files(d), n);
+}
+
+/* A raw upload too large for a row is written to its blob file as it arrives: the file is
+ * there before the body has ended; a client that goes away mid-body, or a body that does not
+ * match its shape, leaves no file behind; and a job reads the stored bytes back unchanged. */
+START_TEST(test_large_upload_streams_to_its_file)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    enum { N = 300000 }; /* 1.2 MB of f32, past store.inline_blob_bytes (64 KiB) */
+    const size_t bytes = N * sizeof(float);
+    float *x = malloc(bytes), *got = malloc(bytes);
+    double *v = malloc(N * sizeof *v);
+    uint32_t seed = 23;
+    random_values("f32", v, N, -100, 100, &seed);
+    for (int i = 0; i < N; i++)
+        x[i] = (float)v[i];
+
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert(fd >= 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(e2e_daemon_port(d))};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert(connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0);
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/buffers?dtype=f32&shape=%d HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Content-Type: application/octet-stream\r\nContent-Length: %zu\r\n\r\n",
+                     N, bytes);
+    ck_assert(write(fd, head, (size_t)n) == n);
+    ck_assert(write(fd, x, bytes / 2) == (ssize_t)(bytes / 2));
+    expect_blob_files(d, 1, "half of an upload sent");
+    close(fd);
+    expect_blob_files(d, 0, "the client gone mid-body");
+
+    char shape[32];
+    snprintf(shape, sizeof shape, "%d", N + 1);
+    json_t *bad = e2e_upload_ok(d, "f32", shape, x, bytes, false, 400);
+    ck_assert_str_eq(e2e_error_field(bad), "body");
+    json_decref(bad);
+    expect_blob_files(d, 0, "a body short of its shape");
+
+    snprintf(shape, sizeof shape, "%d", N);
+    json_t *meta = e2e_upload_ok(d, "f32", shape, x, bytes, false, 201);
+    ck_assert_int_eq(json_integer_value(json_object_get(meta, "bytes")), (long)bytes);
+    ck_assert_int_eq(count_blob_files(d), 1);
+    const char *buf = json_string_value(json_object_get(meta, "id"));
+    json_t *job = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}}", "op", "add", "inputs", "x", "buffer",
+                            buf, "y", "buffer", buf);
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/outputs/out", id);
+    static const char *const accept_raw[] = {"Accept: application/octet-stream", NULL};
+    e2e_response_t resp;
+    ck_assert(e2e_http_request(d, "GET", path, accept_raw, NULL, 0, &resp) == 0);
+    ck_assert_int_eq(resp.status, 200);
+    ck_assert_uint_eq(resp.body_len, bytes);
+    memcpy(got, resp.body, bytes);
+    for (int i = 0; i < N; i++) /* doubling is exact */
+        ck_assert_msg(got[i] == 2 * x[i], "[%d]: %g, expected %g", i, got[i], 2 * x[i]);
+    e2e_response_clear(&resp);
+
+    free(id);
+    json_decref(job);
+    json_decref(done);
+    json_decref(meta);
+    free(v);
+    free(got);
+    free(x);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 START_TEST(test_cancel_running_job_keeps_nothing_of_its_result)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
@@ -1005,6 +1088,7 @@ int main(void)
     tcase_add_test(tc, test_npy_buffer_round_trip);
     tcase_add_test(tc, test_cancel_queued_job_never_runs);
     tcase_add_test(tc, test_cancel_running_job_keeps_nothing_of_its_result);
+    tcase_add_test(tc, test_large_upload_streams_to_its_file);
     tcase_add_test(tc, test_deadline_passes_while_queued);
     tcase_add_test(tc, test_idempotent_resubmission_returns_first_job);
     tcase_add_test(tc, test_list_pagination_and_filters);

@@ -80,6 +80,7 @@ UNPROVOKABLE = {
     ("GET", "/v1/jobs/{id}/outputs/{name}", 503): STORE_UNREADABLE,
     ("GET", "/v1/buffers/{id}", 503): STORE_UNREADABLE,
     ("GET", "/v1/usage", 503): STORE_UNREADABLE,
+    ("POST", "/v1/buffers", 507): "answered only when the daemon's disk is full",
 }
 INTERNAL_ERROR = (
     "internal failures (out of memory, store I/O errors) cannot be provoked from outside"
