@@ -19,6 +19,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,7 +103,9 @@ struct device_worker {
     resident_t **residents;
     int n_residents, cap_residents;
     size_t resident_bytes; /* counted against cap beside in_use */
-    unsigned placed;       /* buffers placed here, to spread equal devices */
+    uint64_t loaded_bytes; /* resident buffers' bytes loaded so far, and the time it took */
+    int64_t load_ns;
+    unsigned placed; /* buffers placed here, to spread equal devices */
     device_state_t state;
     int resets; /* contexts lost, since the daemon was first started (restart.h) */
     bool thread_started;
@@ -284,17 +287,59 @@ static resident_t *resident_acquire(slot_t *slot, const char *id)
     return found;
 }
 
+/* The pieces a resident buffer's load goes in: one is read from the store (by several threads,
+ * store_blob_read_at) into half of the slot's staging while the one before copies to the
+ * device from the other half. */
+#define LOAD_CHUNK ((size_t)16 << 20)
+
+/* Copies a buffer's stored bytes to dptr on the slot's stream (the slot is idle) and waits for
+ * them. 0; -EIO after a CUDA error, in *ret_err; or the store's or the host's errno. */
+static int load_bytes(slot_t *slot, store_reader_t *rd, const buffer_t *buf, void *dptr,
+                      cudaError_t *ret_err)
+{
+    cudaError_t e = cudaSuccess;
+    int r = 0;
+    cudaEvent_t copied[2] = {NULL, NULL};
+    if (buf->data) {
+        /* A small buffer, read with its row. From pageable memory the copy may return before
+         * the bytes land: the synchronize below covers it. */
+        e = cudaMemcpyAsync(dptr, buf->data, buf->nbytes, cudaMemcpyHostToDevice, slot->stream);
+    } else if ((r = grow_pinned(slot, 2 * LOAD_CHUNK)) == 0) {
+        char *half[2] = {slot->pinned, (char *)slot->pinned + LOAD_CHUNK};
+        e = cudaEventCreateWithFlags(&copied[0], cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&copied[1], cudaEventDisableTiming);
+        for (uint64_t off = 0; off < buf->nbytes && e == cudaSuccess && r == 0; off += LOAD_CHUNK) {
+            int k = (int)(off / LOAD_CHUNK % 2);
+            size_t n = buf->nbytes - off < LOAD_CHUNK ? (size_t)(buf->nbytes - off) : LOAD_CHUNK;
+            if (off >= 2 * LOAD_CHUNK) e = cudaEventSynchronize(copied[k]); /* half k is free */
+            if (e == cudaSuccess)
+                r = store_blob_read_at(rd, buf->blob, buf->nbytes, off, half[k], n);
+            if (e == cudaSuccess && r == 0)
+                e = cudaMemcpyAsync((char *)dptr + off, half[k], n, cudaMemcpyHostToDevice,
+                                    slot->stream);
+            if (e == cudaSuccess && r == 0) e = cudaEventRecord(copied[k], slot->stream);
+        }
+    }
+    /* Whatever failed, nothing may still be copying out of staging once this returns. */
+    cudaError_t synced = cudaStreamSynchronize(slot->stream);
+    if (e == cudaSuccess) e = synced;
+    for (int k = 0; k < 2; k++)
+        if (copied[k]) cudaEventDestroy(copied[k]);
+    *ret_err = e;
+    return e != cudaSuccess ? -EIO : r;
+}
+
 /* Copies a resident buffer's bytes to the slot's device and keeps them there, referenced by
  * the slot. NULL when it does not fit under the cap or the copy fails: the launch then copies
  * the bytes as for any input. */
-static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const char *id, const void *data,
-                                 uint64_t nbytes)
+static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const buffer_t *buf)
 {
     device_worker_t *dw = slot->dw;
     cuda_exec_t *ex = dw->ex;
+    uint64_t nbytes = buf->nbytes;
     resident_t *res = calloc(1, sizeof *res);
     if (!res) return NULL;
-    snprintf(res->id, sizeof res->id, "%s", id);
+    snprintf(res->id, sizeof res->id, "%s", buf->id);
     res->nbytes = nbytes;
     /* The batch reserved room for these bytes as an input to copy: as a resident copy they
      * move from its reservation to the resident bytes, not counted twice. */
@@ -311,6 +356,7 @@ static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const char *i
         free(res);
         return NULL;
     }
+    int64_t started = now_ns();
     cudaError_t e = cudaMalloc(&res->dptr, nbytes ? nbytes : 1);
     if (e != cudaSuccess) {
         /* Memory the batch pool keeps for reuse may be in the way: give it back, once. */
@@ -318,14 +364,11 @@ static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const char *i
         cudaMemPoolTrimTo(dw->pool, 0);
         e = cudaMalloc(&res->dptr, nbytes ? nbytes : 1);
     }
-    /* From pageable memory cudaMemcpy may return before the bytes land, and only the legacy
-     * stream orders after it: copy on the slot's stream, and wait for it (the slot is idle). */
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(res->dptr, data, nbytes, cudaMemcpyHostToDevice, slot->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(slot->stream);
+    int r = e == cudaSuccess ? load_bytes(slot, rd, buf, res->dptr, &e) : -EIO;
+    int64_t took = now_ns() - started;
     bool added = false;
     pthread_mutex_lock(&ex->lock);
-    if (e == cudaSuccess && dw->n_residents == dw->cap_residents) {
+    if (r == 0 && dw->n_residents == dw->cap_residents) {
         int cap = dw->cap_residents ? 2 * dw->cap_residents : 16;
         resident_t **a = realloc(dw->residents, (size_t)cap * sizeof *a);
         if (a) {
@@ -333,9 +376,10 @@ static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const char *i
             dw->cap_residents = cap;
         }
     }
-    if (e == cudaSuccess && dw->n_residents < dw->cap_residents &&
-        slot_track_locked(slot, res) == 0) {
+    if (r == 0 && dw->n_residents < dw->cap_residents && slot_track_locked(slot, res) == 0) {
         dw->residents[dw->n_residents++] = res;
+        dw->loaded_bytes += nbytes;
+        dw->load_ns += took;
         added = true;
     } else {
         dw->resident_bytes -= nbytes;
@@ -345,7 +389,7 @@ static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const char *i
     pthread_mutex_unlock(&ex->lock);
     if (!added) {
         if (e != cudaSuccess) {
-            log_warn("gpu %d: buffer %s stays in host memory: %s", dw->device, id,
+            log_warn("gpu %d: buffer %s stays in host memory: %s", dw->device, buf->id,
                      cudaGetErrorString(e));
             cudaGetLastError();
         }
@@ -353,10 +397,12 @@ static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const char *i
         free(res);
         return NULL;
     }
+    log_info("gpu %d: buffer %s loaded, %" PRIu64 " bytes in %.1f ms (%.2f GB/s)", dw->device,
+             buf->id, nbytes, (double)took / 1e6, took ? (double)nbytes / (double)took : 0.0);
     /* A delete that committed while the bytes were copied found nothing to mark: look again
      * now that the copy is listed, so that it cannot outlive its buffer. */
     buffer_t *still = NULL;
-    if (store_buffer_get(rd, id, &still) == -ENOENT) {
+    if (store_buffer_get(rd, buf->id, &still) == -ENOENT) {
         pthread_mutex_lock(&ex->lock);
         res->deleted = true;
         pthread_mutex_unlock(&ex->lock);
@@ -400,24 +446,23 @@ static int fetch_buffer_input(slot_t *slot, store_reader_t *rd, job_tensor_t *t,
     }
     buffer_t *buf = NULL;
     int r = store_buffer_get(rd, t->buffer_id, &buf);
-    if (r >= 0)
-        r = buf->data ? (t->data = buf->data, buf->data = NULL, 0)
-                      : store_blob_read(rd, buf->blob, buf->nbytes, &t->data);
+    if (r < 0) return r;
     /* Loaded on the device it was placed on, or on any device when that one is not served. */
     cuda_exec_t *ex = slot->dw->ex;
-    if (r >= 0 && buf->resident && buf->device != slot->dw->device) {
+    bool load_here = buf->resident;
+    if (load_here && buf->device != slot->dw->device) {
         pthread_mutex_lock(&ex->lock);
-        bool elsewhere = serves_device_locked(ex, buf->device);
+        load_here = !serves_device_locked(ex, buf->device);
         pthread_mutex_unlock(&ex->lock);
-        if (elsewhere) goto out;
     }
-    if (r >= 0 && buf->resident &&
-        (res = resident_load(slot, rd, t->buffer_id, t->data, t->nbytes))) {
-        free(t->data);
-        t->data = NULL;
+    if (load_here && (res = resident_load(slot, rd, buf))) {
         *ret_dptr = res->dptr;
+    } else if (buf->data) {
+        t->data = buf->data;
+        buf->data = NULL;
+    } else {
+        r = store_blob_read(rd, buf->blob, buf->nbytes, &t->data);
     }
-out:
     buffer_free(buf);
     return r;
 }
@@ -1145,13 +1190,16 @@ static json_t *cuda_describe(executor_t *base)
         snprintf(cc, sizeof cc, "%d.%d", dw->cc_major, dw->cc_minor);
         json_array_append_new(
             devices,
-            json_pack("{s:i, s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:s, s:i}",
-                      "index", dw->device, "name", dw->name, "uuid", dw->uuid, "compute_capability",
-                      cc, "sms", dw->sms, "memory_total", (json_int_t)dw->mem_total, "memory_free",
-                      (json_int_t)dw->mem_free, "pool_cap", (json_int_t)dw->cap, "pool_in_use",
-                      (json_int_t)dw->in_use, "resident_bytes", (json_int_t)dw->resident_bytes,
-                      "resident_buffers", dw->n_residents, "streams", dw->n_slots, "state",
-                      device_state_names[dw->state], "resets", dw->resets));
+            json_pack(
+                "{s:i, s:s, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:f, s:i, s:s, s:i}",
+                "index", dw->device, "name", dw->name, "uuid", dw->uuid, "compute_capability", cc,
+                "sms", dw->sms, "memory_total", (json_int_t)dw->mem_total, "memory_free",
+                (json_int_t)dw->mem_free, "pool_cap", (json_int_t)dw->cap, "pool_in_use",
+                (json_int_t)dw->in_use, "resident_bytes", (json_int_t)dw->resident_bytes,
+                "resident_buffers", dw->n_residents, "resident_loaded_bytes",
+                (json_int_t)dw->loaded_bytes, "resident_load_seconds", (double)dw->load_ns / 1e9,
+                "streams", dw->n_slots, "state", device_state_names[dw->state], "resets",
+                dw->resets));
     }
     pthread_mutex_unlock(&ex->lock);
     return json_pack("{s:s, s:o}", "name", "cuda", "devices", devices);

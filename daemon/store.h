@@ -122,6 +122,9 @@ int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***re
 
 /* Reads a tensor's or buffer's bytes by locator into a new malloc'd block. */
 int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void **ret_data);
+/* Reads n bytes at offset of a blob's nbytes into dst: a large blob a piece at a time. */
+int store_blob_read_at(store_reader_t *rd, const char *blob, uint64_t nbytes, uint64_t offset,
+                       void *dst, size_t n);
 
 int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret);
 

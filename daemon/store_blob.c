@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,11 +202,12 @@ int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbyt
     return 0;
 }
 
-int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t offset, uint64_t nbytes,
-                         void **ret_data)
+/* Opens the blob file that holds nbytes at offset (exactly them, for a file of its own), into
+ * *ret_fd; path is filled for messages. */
+static int blob_file_open(const char *blobs_dir, const char *file, uint64_t offset, uint64_t nbytes,
+                          char path[PATH_MAX + 64], int *ret_fd)
 {
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", blobs_dir, file);
+    snprintf(path, PATH_MAX + 64, "%s/%s", blobs_dir, file);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int r = -errno;
@@ -221,27 +223,100 @@ int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t offse
             -EIO, "store: blob '%s' holds %lld bytes, expected %" PRIu64 " at offset %" PRIu64,
             path, (long long)sb.st_size, nbytes, offset);
     }
+    *ret_fd = fd;
+    return 0;
+}
+
+/* pread()s exactly n bytes at offset into dst. */
+static int pread_all(int fd, const char *path, char *dst, uint64_t n, uint64_t offset)
+{
+    uint64_t done = 0;
+    while (done < n) {
+        size_t chunk = n - done > (1u << 30) ? (1u << 30) : (size_t)(n - done);
+        ssize_t k = pread(fd, dst + done, chunk, (off_t)(offset + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return log_error_errno(k < 0 ? -errno : -EIO, "store: reading blob '%s': %s", path,
+                                   k < 0 ? strerror(errno) : "end of file");
+        done += (uint64_t)k;
+    }
+    return 0;
+}
+
+/* Reads of at least this much are split among threads: one thread copies out of the page
+ * cache at about 6 GB/s (measured on the H200 host), a ninth of a pinned copy to the GPU. */
+#define PARALLEL_READ_MIN ((uint64_t)4 << 20)
+#define PARALLEL_READERS 8
+
+typedef struct read_part {
+    int fd;
+    const char *path;
+    char *dst;
+    uint64_t n, offset;
+    int r;
+} read_part_t;
+
+static void *read_part(void *arg)
+{
+    read_part_t *p = arg;
+    p->r = pread_all(p->fd, p->path, p->dst, p->n, p->offset);
+    return NULL;
+}
+
+/* pread_all(), in page-aligned parts side by side for a large read; then closes fd. */
+static int read_and_close(int fd, const char *path, char *dst, uint64_t n, uint64_t offset)
+{
+    int parts_n = n < PARALLEL_READ_MIN ? 1 : PARALLEL_READERS;
+    uint64_t per = (n / (uint64_t)parts_n + 4095) & ~(uint64_t)4095;
+    read_part_t parts[PARALLEL_READERS];
+    pthread_t threads[PARALLEL_READERS];
+    bool started[PARALLEL_READERS] = {false};
+    for (int k = 0; k < parts_n; k++) {
+        uint64_t from = (uint64_t)k * per < n ? (uint64_t)k * per : n;
+        uint64_t len = n - from < per ? n - from : per;
+        parts[k] = (read_part_t){fd, path, dst + from, len, offset + from, 0};
+        if (k > 0 && len) started[k] = pthread_create(&threads[k], NULL, read_part, &parts[k]) == 0;
+    }
+    int r = 0;
+    for (int k = 0; k < parts_n; k++) {
+        if (started[k])
+            pthread_join(threads[k], NULL);
+        else
+            read_part(&parts[k]); /* the first part, or one whose thread did not start */
+        if (parts[k].r < 0 && r == 0) r = parts[k].r;
+    }
+    close(fd);
+    return r;
+}
+
+int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t offset, uint64_t nbytes,
+                         void **ret_data)
+{
+    char path[PATH_MAX + 64];
+    int fd;
+    int r = blob_file_open(blobs_dir, file, offset, nbytes, path, &fd);
+    if (r < 0) return r;
     char *data = malloc(nbytes ? nbytes : 1);
     if (!data) {
         close(fd);
         return -ENOMEM;
     }
-    uint64_t done = 0;
-    while (done < nbytes) {
-        size_t chunk = nbytes - done > (1u << 30) ? (1u << 30) : (size_t)(nbytes - done);
-        ssize_t n = pread(fd, data + done, chunk, (off_t)(offset + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            int r = n < 0 ? -errno : -EIO;
-            close(fd);
-            free(data);
-            return log_error_errno(r, "store: reading blob '%s': %s", path, strerror(-r));
-        }
-        done += (uint64_t)n;
+    r = read_and_close(fd, path, data, nbytes, offset);
+    if (r < 0) {
+        free(data);
+        return r;
     }
-    close(fd);
     *ret_data = data;
     return 0;
+}
+
+int store_blob_file_read_at(const char *blobs_dir, const char *file, uint64_t offset,
+                            uint64_t nbytes, uint64_t at, void *dst, size_t n)
+{
+    char path[PATH_MAX + 64];
+    int fd;
+    int r = blob_file_open(blobs_dir, file, offset, nbytes, path, &fd);
+    return r < 0 ? r : read_and_close(fd, path, dst, n, offset + at);
 }
 
 void store_blob_file_remove(const char *blobs_dir, const char *file)

@@ -137,6 +137,9 @@ int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbyt
 /* Reads nbytes at offset of a blob file into a new malloc'd block. */
 int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t offset, uint64_t nbytes,
                          void **ret_data);
+/* Reads n bytes at `at` within the nbytes at offset of a blob file into dst. */
+int store_blob_file_read_at(const char *blobs_dir, const char *file, uint64_t offset,
+                            uint64_t nbytes, uint64_t at, void *dst, size_t n);
 /* Removes a blob file; a missing one is not an error (it was already collected). */
 void store_blob_file_remove(const char *blobs_dir, const char *file);
 /* Removes files under blobs/ that no row names: left by a crash between a blob's write and the

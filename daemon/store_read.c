@@ -4,6 +4,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,6 +261,24 @@ int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void 
     }
     int r = read_row_data(rd, stmt, blob, nbytes, ret_data);
     sqlite3_reset(stmt);
+    return r;
+}
+
+int store_blob_read_at(store_reader_t *rd, const char *blob, uint64_t nbytes, uint64_t offset,
+                       void *dst, size_t n)
+{
+    store_locator_t loc;
+    if (offset > nbytes || n > nbytes - offset || store_locator_parse(blob, &loc) < 0)
+        return log_error_errno(-EINVAL, "store: cannot read %zu bytes at %" PRIu64 " of '%s'", n,
+                               offset, blob ? blob : "");
+    if (loc.kind == STORE_LOCATOR_FILE)
+        return store_blob_file_read_at(rd->conn.blobs_dir, loc.file, loc.offset, nbytes, offset,
+                                       dst, n);
+    /* A row holds at most inline_blob_bytes: read it whole. */
+    void *all = NULL;
+    int r = store_blob_read(rd, blob, nbytes, &all);
+    if (r == 0) memcpy(dst, (char *)all + offset, n);
+    free(all);
     return r;
 }
 

@@ -3,6 +3,7 @@
  *   computation done here, and the job rows show that the jobs went out in batched launches
  *   (far fewer launches than jobs) with GPU time recorded; /metrics has the device's gauges;
  * - resident weights serve a pipeline of GEMMs from device memory;
+ * - a resident buffer of many load chunks reaches device memory byte for byte;
  * - a job over the device memory cap fails with a clear error, and the daemon goes on;
  * - an injected sticky fault loses the device's context: the daemon restarts itself on the
  *   same port to get it back, the faulting job fails with the CUDA error, the job it
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "support/daemon_harness.h"
@@ -178,6 +180,60 @@ START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
 }
 END_TEST
 
+/* The first job on a resident buffer loads it in pieces through two halves of pinned staging
+ * (exec_cuda.c): with several pieces and a ragged end, x + x over the resident copy must come
+ * back as exactly 2x, every element in its place. */
+START_TEST(test_a_large_resident_buffer_loads_byte_for_byte)
+{
+    e2e_daemon_t *d = gpu_daemon_start("");
+    enum { N = 5 * (4 << 20) + 12345 }; /* 80 MiB and a bit of f32: five 16 MiB pieces, more */
+    const size_t bytes = (size_t)N * sizeof(float);
+    unsigned seed = (unsigned)time(NULL);
+    printf("seed %u\n", seed);
+    float *x = malloc(bytes);
+    fill_random(DTYPE_F32, x, N, -100, 100, &seed);
+    char shape[32];
+    snprintf(shape, sizeof shape, "%d", N);
+    json_t *meta = e2e_upload_ok(d, "f32", shape, x, bytes, true, 201);
+    const char *buf = json_string_value(json_object_get(meta, "id"));
+    json_t *before = gpu_daemon_device(d, 0);
+    json_int_t loaded = json_integer_value(json_object_get(before, "resident_loaded_bytes"));
+    json_decref(before);
+
+    json_t *job = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}}", "op", "add", "inputs", "x", "buffer",
+                            buf, "y", "buffer", buf);
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 60);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    ck_assert_int_eq(json_integer_value(json_object_get(done, "run_device")), 0);
+    json_t *dev = gpu_daemon_device(d, 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_buffers")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_loaded_bytes")) - loaded,
+                     (json_int_t)bytes);
+    ck_assert(json_real_value(json_object_get(dev, "resident_load_seconds")) > 0);
+    json_decref(dev);
+
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/outputs/out", id);
+    static const char *const accept_raw[] = {"Accept: application/octet-stream", NULL};
+    e2e_response_t resp;
+    ck_assert(e2e_http_request(d, "GET", path, accept_raw, NULL, 0, &resp) == 0);
+    ck_assert_int_eq(resp.status, 200);
+    ck_assert_uint_eq(resp.body_len, bytes);
+    const float *got = (const float *)resp.body;
+    for (int i = 0; i < N; i++) /* doubling is exact */
+        ck_assert_msg(got[i] == 2 * x[i], "[%d]: %g, expected %g", i, got[i], 2 * x[i]);
+    e2e_response_clear(&resp);
+
+    free(id);
+    json_decref(done);
+    json_decref(job);
+    json_decref(meta);
+    free(x);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 START_TEST(test_a_job_over_the_device_memory_cap_fails_and_the_daemon_goes_on)
 {
     e2e_daemon_t *d = gpu_daemon_start("[gpu]\ndevice_memory_cap = 16MiB\n");
@@ -269,6 +325,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct);
     tcase_add_test(tc, test_resident_weights_serve_a_pipeline_of_gemms);
+    tcase_add_test(tc, test_a_large_resident_buffer_loads_byte_for_byte);
     tcase_add_test(tc, test_a_job_over_the_device_memory_cap_fails_and_the_daemon_goes_on);
     tcase_add_test(tc, test_an_injected_sticky_fault_resets_the_device_and_work_goes_on);
     suite_add_tcase(s, tc);
