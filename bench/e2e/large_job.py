@@ -2,10 +2,14 @@
 """A large job through gpujobd (standard library only): what the daemon adds to the kernel,
 and how fast a large buffer uploads.
 
-    large_job.py URL [--bytes 1073741824] [--jobs 20] [--json FILE]
+    large_job.py URL [--bytes 1073741824] [--jobs 20] [--disk-dir DIR] [--json FILE]
 
 Uploads two f32 buffers of --bytes each as resident (POST /v1/buffers, raw bytes), timing
-each upload from the first byte sent to the 201. Then runs --jobs `dot` jobs on the two, one
+each upload from the first byte sent to the 201. As the 201 waits for the bytes to be on disk,
+the ceiling there is the disk: with --disk-dir (a directory on the daemon's state filesystem)
+the same bytes are also written to a file there and fdatasync'd, timed the same way. The
+first job on the buffers loads them into device memory: the daemon's own count of the bytes
+it loaded and the time that took (/v1/info, CUDA backend) give its load rate. Then runs --jobs `dot` jobs on the two, one
 after another (after two warm-ups), each timed at the client from its POST to the /wait
 answer that says it is done. The daemon's overhead for a job is that end-to-end time minus
 its gpu_ms (the daemon's CUDA-event time of the launch); its output is one f32, so nothing
@@ -14,7 +18,9 @@ GET /healthz round trips, the HTTP cost of a submit and a wait that do nothing. 
 must take bodies of --bytes (--set limits.max_body_bytes=2GiB for 1 GiB)."""
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 
 from common import Client, percentile, time_us, write_json
@@ -30,6 +36,27 @@ def upload(client, data):
     return buf, time.perf_counter() - t
 
 
+def disk_write(directory, data):
+    """Seconds to write data to a new file in directory and fdatasync it (then removed)."""
+    with tempfile.NamedTemporaryFile(dir=directory) as f:
+        t = time.perf_counter()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(f.fileno(), view):]
+        os.fdatasync(f.fileno())
+        return time.perf_counter() - t
+
+
+def device_loads(client):
+    """Bytes the daemon loaded into device memory for resident buffers and the seconds it took,
+    over its devices; None on a backend without devices."""
+    devices = client.request("GET", "/v1/info")["backend"].get("devices")
+    if not devices:
+        return None
+    return (sum(d.get("resident_loaded_bytes", 0) for d in devices),
+            sum(d.get("resident_load_seconds", 0) for d in devices))
+
+
 def timed_job(client, job_text):
     """One job's end-to-end microseconds at the client and its final JSON."""
     t = time.perf_counter()
@@ -37,7 +64,7 @@ def timed_job(client, job_text):
     return (time.perf_counter() - t) * 1e6, job
 
 
-def run(url, nbytes, jobs):
+def run(url, nbytes, jobs, disk_dir):
     client = Client(url)
     data = b"\x00\x00\x80\x3f" * (nbytes // 4)  # 1.0f, little-endian
     bufs, upload_s = [], []
@@ -45,10 +72,16 @@ def run(url, nbytes, jobs):
         buf, s = upload(client, data)
         bufs.append(buf)
         upload_s.append(s)
+    disk_s = disk_write(disk_dir, data) if disk_dir else None
     del data
     job_text = json.dumps({"op": "dot", "inputs": {"x": {"buffer": bufs[0]["id"]},
                                                    "y": {"buffer": bufs[1]["id"]}}})
-    for _ in range(WARMUP):
+    loads_before = device_loads(client)
+    first_job_us = timed_job(client, job_text)[0]
+    loads_after = device_loads(client)
+    load_bytes, load_s = (loads_after[0] - loads_before[0], loads_after[1] - loads_before[1]) \
+        if loads_before else (0, 0)
+    for _ in range(WARMUP - 1):
         timed_job(client, job_text)
     e2e_us, gpu_us, server_us, value = [], [], [], None
     for _ in range(jobs):
@@ -72,6 +105,10 @@ def run(url, nbytes, jobs):
         "resident_device": bufs[0].get("device"),
         "upload_s": upload_s,
         "upload_gbps": [nbytes / s / 1e9 for s in upload_s],
+        "disk_write_gbps": nbytes / disk_s / 1e9 if disk_s else None,
+        "first_job_us": first_job_us,
+        "device_load_bytes": load_bytes,
+        "device_load_gbps": load_bytes / load_s / 1e9 if load_s else None,
         "jobs": jobs,
         "e2e_us_p50": percentile(e2e_us, 0.5),
         "gpu_us_p50": percentile(gpu_us, 0.5),
@@ -87,9 +124,10 @@ def main():
     parser.add_argument("url")
     parser.add_argument("--bytes", type=int, default=1 << 30)
     parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--disk-dir")
     parser.add_argument("--json")
     args = parser.parse_args()
-    r = run(args.url, args.bytes, args.jobs)
+    r = run(args.url, args.bytes, args.jobs, args.disk_dir)
     write_json(args.json, r)
     print(f"large job: upload {max(r['upload_gbps']):.2f} GB/s, overhead p50 "
           f"{r['overhead_us_p50']:.0f} us over {r['gpu_us_p50']:.0f} us of kernel",

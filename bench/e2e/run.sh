@@ -149,7 +149,7 @@ part_gemm() {
 part_large() {
   start_daemon large --set limits.max_body_bytes=$((2 * large_bytes))
   "$py" $here/large_job.py "$url" --bytes "$large_bytes" --jobs "$large_jobs" \
-    --json "$dir/large.json"
+    --disk-dir "$dir" --json "$dir/large.json"
   stop
 }
 
