@@ -18,7 +18,8 @@
 
 struct commit_sync {
     char wal_path[PATH_MAX];
-    int fd;         /* the WAL file, open while it exists; sync thread only */
+    int fd; /* the WAL file, open while it exists; sync thread only */
+    store_checkpointer_t *cp;
     atomic_int err; /* the first failed sync's; written by the sync thread only */
     pthread_t thread;
     pthread_mutex_t lock; /* guards what follows */
@@ -82,13 +83,15 @@ static void *sync_thread(void *arg)
             item->done(item, r);
             item = next;
         }
+        int c = cs->cp && r == 0 ? store_checkpointer_run(cs->cp) : 0;
+        if (c < 0) log_warn("store: WAL checkpoint failed: %s", strerror(-c));
         pthread_mutex_lock(&cs->lock);
     }
     pthread_mutex_unlock(&cs->lock);
     return NULL;
 }
 
-int commit_sync_start(const char *wal_path, commit_sync_t **ret)
+int commit_sync_start(const char *wal_path, store_checkpointer_t *cp, commit_sync_t **ret)
 {
     commit_sync_t *cs = calloc(1, sizeof *cs);
     if (!cs) return -ENOMEM;
@@ -97,6 +100,7 @@ int commit_sync_start(const char *wal_path, commit_sync_t **ret)
         return -ENAMETOOLONG;
     }
     cs->fd = -1;
+    cs->cp = cp;
     pthread_mutex_init(&cs->lock, NULL);
     pthread_cond_init(&cs->cond, NULL);
     int r = pthread_create(&cs->thread, NULL, sync_thread, cs);

@@ -9,8 +9,14 @@
  * that names them is written.
  *
  * A failed sync sticks: after a failed fdatasync the kernel may have dropped the dirty pages
- * it could not write, and a later success would not bring them back. */
+ * it could not write, and a later success would not bring them back.
+ *
+ * The thread also keeps the WAL short: after answering a round of items it runs the store's
+ * checkpointer, so that copying the WAL back (and its fsync) happens beside the job path
+ * rather than inside one of the loop's commits. */
 #pragma once
+
+#include "store.h"
 
 typedef struct commit_sync commit_sync_t;
 
@@ -21,7 +27,8 @@ typedef struct commit_sync_item {
     void (*done)(struct commit_sync_item *item, int err);
 } commit_sync_item_t;
 
-int commit_sync_start(const char *wal_path, commit_sync_t **ret);
+/* cp (borrowed; NULL for none) must outlive the syncer. */
+int commit_sync_start(const char *wal_path, store_checkpointer_t *cp, commit_sync_t **ret);
 /* Queues item (its done set) behind the next sync. Items are done in the order they came. */
 void commit_sync_request(commit_sync_t *cs, commit_sync_item_t *item);
 /* 0, or the negative errno of the first sync that failed (it sticks). Any thread. */

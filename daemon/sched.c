@@ -134,6 +134,7 @@ struct sched {
     /* With [store] sync_full: a thread that makes group commits durable while the loop goes
      * on, and answers them then. */
     commit_sync_t *syncer;
+    store_checkpointer_t *checkpointer; /* run by the syncer; NULL without one */
     strmap_t *entries, *users, *keyqs;
     heap_t deadlines; /* queued entries with a deadline, earliest first */
     uint64_t next_seq;
@@ -1618,7 +1619,10 @@ int sched_start(sched_t *s)
     if (queued > 0) /* the recovered jobs go out as soon as the loop runs */
         uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0);
     const char *wal = store_wal_path(s->st);
-    if (wal && (r = commit_sync_start(wal, &s->syncer)) < 0)
+    if (wal && (r = store_checkpointer_open(s->st, s->cfg, &s->checkpointer)) < 0)
+        log_warn("WAL checkpoints stay on the loop: opening a connection for them failed: %s",
+                 strerror(-r));
+    if (wal && (r = commit_sync_start(wal, s->checkpointer, &s->syncer)) < 0)
         return log_error_errno(r, "starting the commit syncer failed: %s", strerror(-r));
     atomic_store(&s->accepting, true);
     r = pthread_create(&s->thread, NULL, loop_thread, s);
@@ -1660,6 +1664,8 @@ void sched_stop(sched_t *s)
     /* Answers still waiting for their sync are given before the HTTP server stops. */
     commit_sync_free(s->syncer);
     s->syncer = NULL;
+    store_checkpointer_close(s->checkpointer);
+    s->checkpointer = NULL;
     /* Requests that arrived while the loop was ending must be answered now: the HTTP server
      * cannot stop with connections still suspended on them. */
     inbox_close(s);
@@ -1722,6 +1728,7 @@ void sched_free(sched_t *s)
     strmap_free(s->keyqs);
     free(s->deadlines.a);
     commit_sync_free(s->syncer);
+    store_checkpointer_close(s->checkpointer);
     store_reader_close(s->rd);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -10,6 +10,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,17 @@ struct store {
      * the open transaction. */
     blob_file_t *unlink_on_commit;
     size_t n_unlink, n_unlink_committed, cap_unlink;
+    /* Pages in the WAL after the last commit, once a checkpointer copies it back elsewhere
+     * (store_checkpointer_open); read by that checkpointer's thread. */
+    atomic_int wal_pages;
+};
+
+/* WAL pages past which a checkpointer copies the WAL back: SQLite's autocheckpoint default. */
+#define STORE_CHECKPOINT_PAGES 1000
+
+struct store_checkpointer {
+    store_t *st;
+    store_conn_t conn;
 };
 
 /* Schema migrations, in order. Version N is applied to a database at version N - 1, in one
@@ -982,6 +994,53 @@ int store_checkpoint(store_t *st)
     if (rc != SQLITE_OK) return store_sql_error(&st->conn, "checkpointing the WAL");
     log_debug("store: checkpoint: %d of %d WAL frames written back", done_frames, log_frames);
     return 0;
+}
+
+/* The writer's WAL hook once a checkpointer runs: it counts, and checkpoints no more. */
+static int note_wal_pages(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    store_t *st = arg;
+    atomic_store_explicit(&st->wal_pages, pages, memory_order_relaxed);
+    return SQLITE_OK;
+}
+
+int store_checkpointer_open(store_t *st, const config_t *cfg, store_checkpointer_t **ret)
+{
+    store_checkpointer_t *cp = calloc(1, sizeof *cp);
+    if (!cp) return -ENOMEM;
+    int r = store_conn_open(&cp->conn, cfg->state_dir, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+    /* A connection finds the WAL when it first reads the database; until then a checkpoint
+     * has nothing to copy. */
+    if (r == 0 && (r = store_exec(&cp->conn, "SELECT count(*) FROM sqlite_master")) < 0)
+        store_conn_close(&cp->conn);
+    if (r < 0) {
+        free(cp);
+        return r;
+    }
+    cp->st = st;
+    sqlite3_wal_hook(st->conn.db, note_wal_pages, st); /* replaces the autocheckpoint */
+    *ret = cp;
+    return 0;
+}
+
+int store_checkpointer_run(store_checkpointer_t *cp)
+{
+    if (atomic_load_explicit(&cp->st->wal_pages, memory_order_relaxed) < STORE_CHECKPOINT_PAGES)
+        return 0;
+    int log_frames = 0, done_frames = 0;
+    int rc = sqlite3_wal_checkpoint_v2(cp->conn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log_frames,
+                                       &done_frames);
+    if (rc != SQLITE_OK) return store_sql_error(&cp->conn, "checkpointing the WAL");
+    log_debug("store: checkpoint: %d of %d WAL frames written back", done_frames, log_frames);
+    return 0;
+}
+
+void store_checkpointer_close(store_checkpointer_t *cp)
+{
+    if (!cp) return;
+    sqlite3_wal_autocheckpoint(cp->st->conn.db, STORE_CHECKPOINT_PAGES);
+    store_conn_close(&cp->conn);
+    free(cp);
 }
 
 /* --- buffers --- */

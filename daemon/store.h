@@ -68,6 +68,18 @@ int store_rollback(store_t *st);
  * NULL when [store] sync_full is off, which leaves all commits relaxed. */
 const char *store_wal_path(const store_t *st);
 
+/* Checkpoints (copying the WAL back into the database file, and syncing that) off the
+ * writer's thread. By default a commit that leaves the WAL past 1000 pages checkpoints inside
+ * itself, on the writer's thread: the p99 of a tiny job. Once a checkpointer is open the
+ * writer only counts the WAL's pages, and the checkpointer's thread copies it back. Open and
+ * close it while the writer is idle (the writer checkpoints itself again once it is closed). */
+typedef struct store_checkpointer store_checkpointer_t;
+int store_checkpointer_open(store_t *st, const config_t *cfg, store_checkpointer_t **ret);
+/* A PASSIVE checkpoint, which never waits for the writer or readers, when the writer's commits
+ * have left the WAL past 1000 pages; else nothing. On one thread at a time. */
+int store_checkpointer_run(store_checkpointer_t *cp);
+void store_checkpointer_close(store_checkpointer_t *cp); /* accepts NULL */
+
 /* Inserts new queued jobs with their input tensors (descriptors, and bytes for in-memory
  * tensors: inline in the row when small, else the blob the caller got from store_blob_write,
  * set in the tensor's blob field). On success each persisted tensor's blob is set. -EEXIST

@@ -116,7 +116,7 @@ START_TEST(test_every_item_is_done_once_in_the_order_it_came)
     config_t cfg;
     store_t *st = open_store(true, &cfg);
     commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(store_wal_path(st), &cs), 0);
+    ck_assert_int_eq(commit_sync_start(store_wal_path(st), NULL, &cs), 0);
     enum { N = 50 };
     probe_t probes[N];
     for (int i = 0; i < N; i++)
@@ -135,7 +135,7 @@ START_TEST(test_a_failed_sync_fails_its_items_and_every_later_one)
 {
     /* fdatasync on a procfs file fails with EINVAL: a stand-in for a disk that fails. */
     commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start("/proc/self/stat", &cs), 0);
+    ck_assert_int_eq(commit_sync_start("/proc/self/stat", NULL, &cs), 0);
     probe_t first, second;
     request(cs, &first);
     ck_assert_int_eq(wait_done(&first), -EINVAL);
@@ -152,7 +152,7 @@ START_TEST(test_a_missing_wal_fails_the_sync)
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/none.db-wal", dir);
     commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(path, &cs), 0);
+    ck_assert_int_eq(commit_sync_start(path, NULL, &cs), 0);
     ck_assert_int_eq(commit_sync_error(cs), 0);
     probe_t p;
     request(cs, &p);
@@ -167,7 +167,7 @@ START_TEST(test_free_finishes_the_items_queued)
     config_t cfg;
     store_t *st = open_store(true, &cfg);
     commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(store_wal_path(st), &cs), 0);
+    ck_assert_int_eq(commit_sync_start(store_wal_path(st), NULL, &cs), 0);
     probe_t probes[3];
     for (int i = 0; i < 3; i++)
         request(cs, &probes[i]);
@@ -176,6 +176,79 @@ START_TEST(test_free_finishes_the_items_queued)
         ck_assert_int_eq(probes[i].order, i + 1);
         ck_assert_int_eq(probes[i].err, 0);
     }
+    store_close(st);
+}
+END_TEST
+
+static off_t file_size(const char *name)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    return sb.st_size;
+}
+
+enum { COMMITS = 200, COMMIT_BYTES = 32 << 10 }; /* about 1,600 WAL pages in all */
+
+/* A relaxed commit of one buffer of COMMIT_BYTES, kept in its row. */
+static void commit_a_buffer(store_t *st)
+{
+    ck_assert_int_eq(store_begin_relaxed(st), 0);
+    buffer_t *buf = buffer_new();
+    id_new('b', buf->id);
+    snprintf(buf->owner, sizeof buf->owner, "alice");
+    buf->desc = (tensor_desc_t){DTYPE_F32, 1, {COMMIT_BYTES / 4}};
+    buf->nbytes = COMMIT_BYTES;
+    buf->data = calloc(1, COMMIT_BYTES);
+    buf->device = -1;
+    ck_assert_int_eq(store_buffer_insert(st, buf), 0);
+    ck_assert_int_eq(store_commit(st), 0);
+    buffer_free(buf);
+}
+
+START_TEST(test_with_a_checkpointer_the_writer_leaves_the_wal_to_it)
+{
+    config_t cfg;
+    store_t *st = open_store(true, &cfg);
+    store_checkpointer_t *cp;
+    ck_assert_int_eq(store_checkpointer_open(st, &cfg, &cp), 0);
+    off_t db_before = file_size("gpujobd.db");
+    for (int i = 0; i < COMMITS; i++)
+        commit_a_buffer(st);
+    /* Past SQLite's 1,000 pages the writer would have copied them back itself. */
+    ck_assert_int_eq(file_size("gpujobd.db"), db_before);
+    ck_assert_int_eq(store_checkpointer_run(cp), 0);
+    ck_assert_int_ge(file_size("gpujobd.db"), db_before + (off_t)COMMITS * COMMIT_BYTES);
+    /* All of it copied back, the WAL starts over at the next commit instead of growing. */
+    off_t wal = file_size("gpujobd.db-wal");
+    commit_a_buffer(st);
+    ck_assert_int_eq(file_size("gpujobd.db-wal"), wal);
+    store_checkpointer_close(cp);
+    store_close(st);
+}
+END_TEST
+
+START_TEST(test_the_syncer_runs_the_checkpointer_after_its_rounds)
+{
+    config_t cfg;
+    store_t *st = open_store(true, &cfg);
+    store_checkpointer_t *cp;
+    ck_assert_int_eq(store_checkpointer_open(st, &cfg, &cp), 0);
+    commit_sync_t *cs;
+    ck_assert_int_eq(commit_sync_start(store_wal_path(st), cp, &cs), 0);
+    off_t db_before = file_size("gpujobd.db");
+    static probe_t probes[COMMITS];
+    for (int i = 0; i < COMMITS; i++) {
+        commit_a_buffer(st);
+        request(cs, &probes[i]);
+    }
+    for (int i = 0; i < COMMITS; i++)
+        ck_assert_int_eq(wait_done(&probes[i]), 0);
+    commit_sync_free(cs); /* after its last round */
+    /* The first 1,000 pages at least went back to the database file. */
+    ck_assert_int_ge(file_size("gpujobd.db"), db_before + 1000 * 4096 - 64 * 4096);
+    store_checkpointer_close(cp);
     store_close(st);
 }
 END_TEST
@@ -190,6 +263,8 @@ int main(void)
     tcase_add_test(tc, test_a_failed_sync_fails_its_items_and_every_later_one);
     tcase_add_test(tc, test_a_missing_wal_fails_the_sync);
     tcase_add_test(tc, test_free_finishes_the_items_queued);
+    tcase_add_test(tc, test_with_a_checkpointer_the_writer_leaves_the_wal_to_it);
+    tcase_add_test(tc, test_the_syncer_runs_the_checkpointer_after_its_rounds);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
