@@ -8,10 +8,12 @@
  * reports the batch. Several slots keep copies of one batch overlapping compute of another.
  * No thread spins: the worker sleeps on a condition variable between events.
  *
- * Resident buffers: the first launch that reads a resident buffer on its device loads it into
- * device memory (outside the batch pool, counted against the device cap) and keeps it there;
- * later launches pass its device pointer to the op and skip the copy. A deleted buffer's copy
- * is freed once no launch uses it. When it does not fit, the launch copies it as any input.
+ * Resident buffers: a resident buffer is loaded into device memory (outside the batch pool,
+ * counted against the device cap) as soon as it is stored, when its device's worker has
+ * nothing to start, or else by the first launch that reads it; a launch on another device
+ * that reads it keeps a copy there too. Launches pass its device pointer to the op and skip
+ * the copy. A deleted buffer's copies are freed once no launch uses them. When it does not
+ * fit, the launch copies it as any input.
  *
  * Faults: a sticky error loses the device's context for the rest of the process; the worker
  * hands its batches back and the daemon restarts itself (recover, restart.h). */
@@ -102,6 +104,8 @@ struct device_worker {
     int q_head, q_len, q_cap;
     resident_t **residents;
     int n_residents, cap_residents;
+    char (*preloads)[ID_SIZE]; /* resident buffers stored, to load ahead of their first job */
+    int n_preloads, cap_preloads;
     size_t resident_bytes; /* counted against cap beside in_use */
     uint64_t loaded_bytes; /* resident buffers' bytes loaded so far, and the time it took */
     int64_t load_ns;
@@ -298,13 +302,9 @@ static int load_bytes(slot_t *slot, store_reader_t *rd, const buffer_t *buf, voi
                       cudaError_t *ret_err)
 {
     cudaError_t e = cudaSuccess;
-    int r = 0;
     cudaEvent_t copied[2] = {NULL, NULL};
-    if (buf->data) {
-        /* A small buffer, read with its row. From pageable memory the copy may return before
-         * the bytes land: the synchronize below covers it. */
-        e = cudaMemcpyAsync(dptr, buf->data, buf->nbytes, cudaMemcpyHostToDevice, slot->stream);
-    } else if ((r = grow_pinned(slot, 2 * LOAD_CHUNK)) == 0) {
+    int r = grow_pinned(slot, 2 * LOAD_CHUNK);
+    if (r == 0) {
         char *half[2] = {slot->pinned, (char *)slot->pinned + LOAD_CHUNK};
         e = cudaEventCreateWithFlags(&copied[0], cudaEventDisableTiming);
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&copied[1], cudaEventDisableTiming);
@@ -330,10 +330,12 @@ static int load_bytes(slot_t *slot, store_reader_t *rd, const buffer_t *buf, voi
 }
 
 /* Copies a resident buffer's bytes to the slot's device and keeps them there, referenced by
- * the slot. NULL when it does not fit under the cap or the copy fails: the launch then copies
- * the bytes as for any input. */
-static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const buffer_t *buf)
+ * the slot. NULL when it does not fit under the cap or the copy fails (*ret_err says which
+ * CUDA error, if one did): the launch then copies the bytes as for any input. */
+static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const buffer_t *buf,
+                                 cudaError_t *ret_err)
 {
+    *ret_err = cudaSuccess;
     device_worker_t *dw = slot->dw;
     cuda_exec_t *ex = dw->ex;
     uint64_t nbytes = buf->nbytes;
@@ -392,6 +394,7 @@ static resident_t *resident_load(slot_t *slot, store_reader_t *rd, const buffer_
             log_warn("gpu %d: buffer %s stays in host memory: %s", dw->device, buf->id,
                      cudaGetErrorString(e));
             cudaGetLastError();
+            *ret_err = e;
         }
         if (res->dptr) cudaFree(res->dptr);
         free(res);
@@ -447,22 +450,13 @@ static int fetch_buffer_input(slot_t *slot, store_reader_t *rd, job_tensor_t *t,
     buffer_t *buf = NULL;
     int r = store_buffer_get(rd, t->buffer_id, &buf);
     if (r < 0) return r;
-    /* Loaded on the device it was placed on, or on any device when that one is not served. */
-    cuda_exec_t *ex = slot->dw->ex;
-    bool load_here = buf->resident;
-    if (load_here && buf->device != slot->dw->device) {
-        pthread_mutex_lock(&ex->lock);
-        load_here = !serves_device_locked(ex, buf->device);
-        pthread_mutex_unlock(&ex->lock);
-    }
-    if (load_here && (res = resident_load(slot, rd, buf))) {
+    /* Kept on whichever device runs a job that reads it: a job that reads buffers placed on
+     * two devices would otherwise copy one of them from the host every time it runs. */
+    cudaError_t e;
+    if (buf->resident && (res = resident_load(slot, rd, buf, &e)))
         *ret_dptr = res->dptr;
-    } else if (buf->data) {
-        t->data = buf->data;
-        buf->data = NULL;
-    } else {
+    else
         r = store_blob_read(rd, buf->blob, buf->nbytes, &t->data);
-    }
     buffer_free(buf);
     return r;
 }
@@ -838,6 +832,22 @@ static void wait_locked(cuda_exec_t *ex, int64_t wait_ns)
     pthread_cond_timedwait(&ex->cond, &ex->lock, &until);
 }
 
+/* Loads a resident buffer ahead of its first job, on the idle slot. Nothing is lost when it
+ * cannot (a job then loads or copies it); returns the context's error when that is lost. */
+static cudaError_t preload(slot_t *slot, store_reader_t *rd, const char *id)
+{
+    buffer_t *buf = NULL;
+    if (store_buffer_get(rd, id, &buf) < 0) return cudaSuccess; /* deleted meanwhile */
+    cudaError_t e;
+    resident_t *res = resident_load(slot, rd, buf, &e);
+    buffer_free(buf);
+    if (!res) return e != cudaSuccess ? sticky_error() : cudaSuccess;
+    pthread_mutex_lock(&slot->dw->ex->lock);
+    slot_release_residents_locked(slot); /* no launch holds it */
+    pthread_mutex_unlock(&slot->dw->ex->lock);
+    return cudaSuccess;
+}
+
 static void *device_thread(void *arg)
 {
     device_worker_t *dw = arg;
@@ -929,6 +939,18 @@ static void *device_thread(void *arg)
             pthread_cond_broadcast(&ex->cond);
             pthread_mutex_unlock(&ex->lock);
             ex->base.done(b, ex->base.done_ud);
+            pthread_mutex_lock(&ex->lock);
+            continue;
+        }
+        /* With nothing to start here, a free slot loads a resident buffer just stored. */
+        if (dw->n_preloads > 0 && free_slot && dw->q_len == 0 && !exclusive && !rerun_waiting &&
+            rd) {
+            char id[ID_SIZE];
+            memcpy(id, dw->preloads[--dw->n_preloads], sizeof id);
+            bool here = resident_here_locked(dw, id);
+            pthread_mutex_unlock(&ex->lock);
+            cudaError_t lost = here ? cudaSuccess : preload(free_slot, rd, id);
+            if (lost != cudaSuccess) recover(dw, lost);
             pthread_mutex_lock(&ex->lock);
             continue;
         }
@@ -1063,6 +1085,7 @@ static void worker_release(device_worker_t *dw)
         free(dw->residents[k]);
     }
     free(dw->residents);
+    free(dw->preloads);
     free(dw->slots);
     free(dw->queue);
     dw->slots = NULL;
@@ -1249,6 +1272,26 @@ static int cuda_place_buffer(executor_t *base, uint64_t nbytes)
     return device;
 }
 
+static void cuda_buffer_added(executor_t *base, const buffer_t *buf)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    for (int d = 0; d < ex->n_devices; d++) {
+        device_worker_t *dw = &ex->devices[d];
+        if (dw->device != buf->device) continue;
+        if (dw->n_preloads == dw->cap_preloads) {
+            int cap = dw->cap_preloads ? 2 * dw->cap_preloads : 8;
+            char(*a)[ID_SIZE] = realloc(dw->preloads, (size_t)cap * sizeof *a);
+            if (!a) break; /* its first job loads it */
+            dw->preloads = a;
+            dw->cap_preloads = cap;
+        }
+        snprintf(dw->preloads[dw->n_preloads++], ID_SIZE, "%s", buf->id);
+    }
+    pthread_cond_broadcast(&ex->cond);
+    pthread_mutex_unlock(&ex->lock);
+}
+
 static void cuda_buffer_deleted(executor_t *base, const char *id)
 {
     cuda_exec_t *ex = (cuda_exec_t *)base;
@@ -1277,6 +1320,7 @@ static const executor_ops_t cuda_ops = {
     .describe = cuda_describe,
     .destroy = cuda_destroy,
     .place_buffer = cuda_place_buffer,
+    .buffer_added = cuda_buffer_added,
     .buffer_deleted = cuda_buffer_deleted,
     .serves_device = cuda_serves_device,
 };

@@ -53,6 +53,9 @@ typedef struct executor_ops {
     /* Resident buffers; NULL where the backend has no device memory (the CPU). */
     /* The device a new resident buffer of nbytes should live on, or -1 for none. Any thread. */
     int (*place_buffer)(executor_t *ex, uint64_t nbytes);
+    /* A resident buffer is stored (its row committed): the backend may load it onto its
+     * device ahead of its first job. Loop thread. */
+    void (*buffer_added)(executor_t *ex, const buffer_t *buf);
     /* The buffer is gone from the store: free its device copy once no launch uses it. */
     void (*buffer_deleted)(executor_t *ex, const char *id);
     /* True when device is one this backend runs jobs on. Any thread. */

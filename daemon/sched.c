@@ -634,6 +634,8 @@ static void commit_pending(sched_t *s)
             reply_err(m->reply, m->token, m->err, m->err_message);
         } else {
             if (m->kind == MSG_SUBMIT) take_submitted(s, m);
+            if (m->kind == MSG_BUF_PUT && m->buf->resident && s->ex && s->ex->ops->buffer_added)
+                s->ex->ops->buffer_added(s->ex, m->buf);
             if (defer) {
                 m->next = NULL;
                 *unsynced_end = m;

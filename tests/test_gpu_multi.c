@@ -1,6 +1,7 @@
 /* The daemon on its CUDA backend with two GPUs or more (skipped with fewer):
  * - a burst of jobs spreads over the devices, and pinned jobs run where they are pinned;
- * - resident buffers are spread over the devices, and the jobs that read them run there;
+ * - resident buffers are spread over the devices, and the jobs that read them run there; a job
+ *   that reads two of them keeps a copy of the other on its device;
  * - a sticky fault on one device loses every device's context: the job running on the other
  *   device runs again and succeeds, the faulting job is found out when it runs alone and
  *   fails, and after the daemon's restarts both devices serve;
@@ -107,8 +108,36 @@ START_TEST(test_resident_buffers_spread_over_the_gpus_and_draw_their_jobs)
         json_t *dev = gpu_daemon_device(d, placed[k]);
         ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_buffers")), 1);
         json_decref(dev);
-        free(ids[k]);
     }
+
+    /* A job that reads both runs on one device, which keeps a copy of the other's buffer
+     * rather than copying it from the host at every run. */
+    json_t *job = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}}", "op", "add", "inputs", "x", "buffer",
+                            ids[0], "y", "buffer", ids[1]);
+    for (int round = 0; round < 2; round++) {
+        char *id = e2e_submit_ok(d, job);
+        json_t *done = e2e_wait_final_ok(d, id, 60);
+        ck_assert_str_eq(e2e_job_state(done), "succeeded");
+        int ran = (int)json_integer_value(json_object_get(done, "run_device"));
+        double got[N];
+        ck_assert_int_eq(
+            e2e_json_flatten(
+                json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "data"),
+                got, N),
+            N);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(got[i] == (double)(w[0][i] + w[1][i]), "both [%d]", i);
+        json_t *dev = gpu_daemon_device(d, ran);
+        ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_buffers")), 2);
+        ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_loaded_bytes")),
+                         2 * (json_int_t)sizeof w[0]);
+        json_decref(dev);
+        json_decref(done);
+        free(id);
+    }
+    json_decref(job);
+    free(ids[0]);
+    free(ids[1]);
     e2e_daemon_free(d);
 }
 END_TEST

@@ -8,8 +8,9 @@ Uploads two f32 buffers of --bytes each as resident (POST /v1/buffers, raw bytes
 each upload from the first byte sent to the 201. As the 201 waits for the bytes to be on disk,
 the ceiling there is the disk: with --disk-dir (a directory on the daemon's state filesystem)
 the same bytes are also written to a file there and fdatasync'd, timed the same way. The
-first job on the buffers loads them into device memory: the daemon's own count of the bytes
-it loaded and the time that took (/v1/info, CUDA backend) give its load rate. Then runs --jobs `dot` jobs on the two, one
+daemon loads resident buffers into device memory once they are stored (or at their first job
+at the latest): its own count of the bytes it loaded and the time that took (/v1/info, CUDA
+backend), read after the first job, give its load rate. Then runs --jobs `dot` jobs on the two, one
 after another (after two warm-ups), each timed at the client from its POST to the /wait
 answer that says it is done. The daemon's overhead for a job is that end-to-end time minus
 its gpu_ms (the daemon's CUDA-event time of the launch); its output is one f32, so nothing
@@ -66,6 +67,7 @@ def timed_job(client, job_text):
 
 def run(url, nbytes, jobs, disk_dir):
     client = Client(url)
+    loads_before = device_loads(client)
     data = b"\x00\x00\x80\x3f" * (nbytes // 4)  # 1.0f, little-endian
     bufs, upload_s = [], []
     for _ in range(2):
@@ -76,7 +78,6 @@ def run(url, nbytes, jobs, disk_dir):
     del data
     job_text = json.dumps({"op": "dot", "inputs": {"x": {"buffer": bufs[0]["id"]},
                                                    "y": {"buffer": bufs[1]["id"]}}})
-    loads_before = device_loads(client)
     first_job_us = timed_job(client, job_text)[0]
     loads_after = device_loads(client)
     load_bytes, load_s = (loads_after[0] - loads_before[0], loads_after[1] - loads_before[1]) \
