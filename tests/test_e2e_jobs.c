@@ -807,17 +807,9 @@ START_TEST(test_large_upload_streams_to_its_file)
     char *id = e2e_submit_ok(d, job);
     json_t *done = e2e_wait_final_ok(d, id, 30);
     ck_assert_str_eq(e2e_job_state(done), "succeeded");
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s/outputs/out", id);
-    static const char *const accept_raw[] = {"Accept: application/octet-stream", NULL};
-    e2e_response_t resp;
-    ck_assert(e2e_http_request(d, "GET", path, accept_raw, NULL, 0, &resp) == 0);
-    ck_assert_int_eq(resp.status, 200);
-    ck_assert_uint_eq(resp.body_len, bytes);
-    memcpy(got, resp.body, bytes);
+    e2e_output_raw_ok(d, id, "out", got, bytes);
     for (int i = 0; i < N; i++) /* doubling is exact */
         ck_assert_msg(got[i] == 2 * x[i], "[%d]: %g, expected %g", i, got[i], 2 * x[i]);
-    e2e_response_clear(&resp);
 
     free(id);
     json_decref(job);

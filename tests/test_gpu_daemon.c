@@ -214,18 +214,12 @@ START_TEST(test_a_large_resident_buffer_loads_byte_for_byte)
     ck_assert(json_real_value(json_object_get(dev, "resident_load_seconds")) > 0);
     json_decref(dev);
 
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s/outputs/out", id);
-    static const char *const accept_raw[] = {"Accept: application/octet-stream", NULL};
-    e2e_response_t resp;
-    ck_assert(e2e_http_request(d, "GET", path, accept_raw, NULL, 0, &resp) == 0);
-    ck_assert_int_eq(resp.status, 200);
-    ck_assert_uint_eq(resp.body_len, bytes);
-    const float *got = (const float *)resp.body;
+    float *got = malloc(bytes);
+    e2e_output_raw_ok(d, id, "out", got, bytes);
     for (int i = 0; i < N; i++) /* doubling is exact */
         ck_assert_msg(got[i] == 2 * x[i], "[%d]: %g, expected %g", i, got[i], 2 * x[i]);
-    e2e_response_clear(&resp);
 
+    free(got);
     free(id);
     json_decref(done);
     json_decref(job);

@@ -529,6 +529,22 @@ json_t *e2e_upload_ok(e2e_daemon_t *d, const char *dtype, const char *shape_quer
     return j;
 }
 
+void e2e_output_raw_ok(e2e_daemon_t *d, const char *job_id, const char *name, void *out,
+                       size_t nbytes)
+{
+    static const char *const headers[] = {"Accept: application/octet-stream", NULL};
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/outputs/%s", job_id, name);
+    e2e_response_t resp;
+    ck_assert_msg(e2e_http_request(d, "GET", path, headers, NULL, 0, &resp) == 0,
+                  "GET %s: no HTTP response", path);
+    ck_assert_msg(resp.status == 200 && resp.body_len == nbytes,
+                  "GET %s: status %ld with %zu bytes, expected 200 with %zu", path, resp.status,
+                  resp.body_len, nbytes);
+    memcpy(out, resp.body, nbytes);
+    e2e_response_clear(&resp);
+}
+
 char *e2e_submit_ok(e2e_daemon_t *d, const json_t *job)
 {
     char *text = json_dumps(job, JSON_COMPACT);

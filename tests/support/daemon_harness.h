@@ -79,6 +79,10 @@ json_t *e2e_json_until(e2e_daemon_t *d, const char *method, const char *path, lo
  * resident), asserts the status and returns the parsed body (a new reference). */
 json_t *e2e_upload_ok(e2e_daemon_t *d, const char *dtype, const char *shape_query,
                       const void *bytes, size_t len, bool resident, long expect_status);
+/* Downloads a job's output as raw bytes (GET /v1/jobs/{id}/outputs/{name}) into out; fails the
+ * test unless the answer is 200 with exactly nbytes bytes. */
+void e2e_output_raw_ok(e2e_daemon_t *d, const char *job_id, const char *name, void *out,
+                       size_t nbytes);
 /* Submits one job (a borrowed JSON object), asserts 201 and returns its id (malloc'd). */
 char *e2e_submit_ok(e2e_daemon_t *d, const json_t *job);
 /* Waits through GET /v1/jobs/{id}/wait until the job is final, across daemon restarts; fails
