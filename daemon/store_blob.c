@@ -267,7 +267,8 @@ static void *read_part(void *arg)
 static int read_and_close(int fd, const char *path, char *dst, uint64_t n, uint64_t offset)
 {
     int parts_n = n < PARALLEL_READ_MIN ? 1 : PARALLEL_READERS;
-    uint64_t per = (n / (uint64_t)parts_n + 4095) & ~(uint64_t)4095;
+    /* Parts of whole pages, rounded up so that they cover all n bytes. */
+    uint64_t per = ((n + (uint64_t)parts_n - 1) / (uint64_t)parts_n + 4095) & ~(uint64_t)4095;
     read_part_t parts[PARALLEL_READERS];
     pthread_t threads[PARALLEL_READERS];
     bool started[PARALLEL_READERS] = {false};

@@ -1464,6 +1464,37 @@ START_TEST(test_job_of_a_known_op_reads_back_as_the_same_validated_call)
 }
 END_TEST
 
+/* Reads of 4 MiB and more go in parts side by side (store_blob.c): whatever the size, every
+ * byte comes back, whole or a range at a time. */
+START_TEST(test_large_blobs_read_back_whole_and_by_range)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    static const uint64_t sizes[] = {(4u << 20) - 1, 4u << 20, (4u << 20) + 4, (8u << 20) + 7,
+                                     (8u << 20) + 4096 * 8 + 3};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uint64_t n = sizes[i];
+        unsigned char *bytes = malloc(n), *part = malloc(n);
+        fill_bytes(bytes, n, (unsigned)i + 1);
+        char *blob = NULL;
+        ck_assert_int_eq(store_blob_write(f.st, bytes, n, &blob), 0);
+        assert_blob_bytes(&f, blob, bytes, n);
+        /* In three ranges, the middle one past 4 MiB when n allows. */
+        uint64_t cut1 = n / 7, cut2 = n - 5;
+        memset(part, 0, n);
+        ck_assert_int_eq(store_blob_read_at(f.rd, blob, n, 0, part, cut1), 0);
+        ck_assert_int_eq(store_blob_read_at(f.rd, blob, n, cut1, part + cut1, cut2 - cut1), 0);
+        ck_assert_int_eq(store_blob_read_at(f.rd, blob, n, cut2, part + cut2, n - cut2), 0);
+        ck_assert_msg(memcmp(part, bytes, n) == 0, "%" PRIu64 " bytes by range", n);
+        ck_assert_int_eq(store_blob_read_at(f.rd, blob, n, n - 2, part, 3), -EINVAL);
+        free(blob);
+        free(part);
+        free(bytes);
+    }
+    fixture_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_bad_input_is_refused_with_einval_and_stores_nothing)
 {
     fixture_t f;
@@ -1649,6 +1680,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_job_of_an_op_this_build_lacks_keeps_its_name_and_refuses_to_run);
     tcase_add_test(tc, test_job_of_a_known_op_reads_back_as_the_same_validated_call);
     tcase_add_test(tc, test_bad_input_is_refused_with_einval_and_stores_nothing);
+    tcase_add_test(tc, test_large_blobs_read_back_whole_and_by_range);
     tcase_add_test(tc, test_usage_counts_states_and_sums_times_and_buffers_per_owner);
     tcase_add_test(tc, test_checkpoint_truncates_the_wal_and_does_not_wait_for_a_reader);
     suite_add_tcase(s, tc);
