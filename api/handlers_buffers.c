@@ -62,9 +62,14 @@ static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
 bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
                               const char *content_type, uint64_t length)
 {
-    return length > env->cfg->inline_blob_bytes && strcmp(method, "POST") == 0 &&
-           strcmp(path, "/v1/buffers") == 0 && content_type &&
-           api_media_is(content_type, strlen(content_type), "application/octet-stream");
+    if (length <= env->cfg->inline_blob_bytes || !content_type ||
+        !api_media_is(content_type, strlen(content_type), "application/octet-stream"))
+        return false;
+    size_t n;
+    const api_route_t *routes = api_routes(&n);
+    api_route_match_t m;
+    api_route_match(routes, n, method, path, &m);
+    return m.route && m.route->handler == api_handle_buffer_put;
 }
 
 static void buffer_put_reply(void *token, const sched_result_t *res)

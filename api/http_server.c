@@ -40,9 +40,6 @@
  * connections (long polls) are exempt. */
 #define API_CONNECTION_TIMEOUT_S 60
 #define API_LISTEN_BACKLOG 511
-/* Each connection's memory, which bounds how much MHD reads at once: at MHD's default of
- * 32 KiB a 1 GiB upload took 2.5 times as long. Pages are touched only as a body needs them. */
-#define API_CONNECTION_MEMORY ((size_t)1 << 20)
 
 typedef struct listener {
     struct api_server *srv;
@@ -315,7 +312,8 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
         char *end;
         errno = 0;
         unsigned long long n = strtoull(cl, &end, 10);
-        if (errno == 0 && *end == '\0' && n > l->srv->env.cfg->max_body_bytes) {
+        bool known = errno == 0 && *end == '\0';
+        if (known && n > l->srv->env.cfg->max_body_bytes) {
             ctx->dispatched = true;
             ctx->too_large = true;
             respond_too_large(ctx);
@@ -323,11 +321,10 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
         }
         const char *type =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-        if (errno == 0 && *end == '\0' &&
-            api_body_streams_to_file(&l->srv->env, method, url, type, n)) {
+        if (known && api_body_streams_to_file(&l->srv->env, method, url, type, n)) {
             r = store_blob_stream_open(l->srv->env.cfg, &ctx->req.body_file);
             if (r < 0) ctx->upload_err = r;
-        } else if (errno == 0 && *end == '\0' && n > 0) {
+        } else if (known && n > 0) {
             /* Room for the announced body up front, but no more than a few MiB before bytes
              * actually arrive: a client's header alone must not reserve max_body_bytes. */
             size_t want = n < BODY_PREALLOC_MAX ? (size_t)n + 1 : BODY_PREALLOC_MAX;
@@ -439,7 +436,6 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
         MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener,
                          MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_ARRAY,
                          bind_options, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
-                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, API_CONNECTION_MEMORY,
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_CONNECTION_TIMEOUT_S,
                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)API_LISTEN_BACKLOG,

@@ -44,8 +44,6 @@ typedef struct store_blob_stream store_blob_stream_t;
 int store_blob_stream_open(const config_t *cfg, store_blob_stream_t **ret);
 /* Appends n bytes. */
 int store_blob_stream_write(store_blob_stream_t *bs, const void *data, size_t n);
-/* Bytes appended so far. */
-uint64_t store_blob_stream_length(const store_blob_stream_t *bs);
 /* Makes the bytes durable and sets *ret_blob to their locator (malloc'd), which a row may then
  * name as it would store_blob_write's; the stream is gone, and on failure its file too. */
 int store_blob_stream_finish(store_blob_stream_t *bs, char **ret_blob);

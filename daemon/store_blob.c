@@ -332,11 +332,15 @@ void store_blob_file_remove(const char *blobs_dir, const char *file)
 
 /* How far the disk may fall behind the bytes written before the stream asks it to catch up. */
 #define STREAM_WRITEBACK_BYTES ((uint64_t)16 << 20)
+/* Bytes gathered before they are written: HTTP hands them over 16-32 KiB at a time. */
+#define STREAM_BUFFER_BYTES ((size_t)1 << 20)
 
 struct store_blob_stream {
     int fd;
-    uint64_t len;          /* bytes written */
+    uint64_t len;          /* bytes appended */
+    uint64_t written;      /* of them in the file; the rest are in buf */
     uint64_t written_back; /* bytes whose writeback has been started */
+    char *buf;             /* STREAM_BUFFER_BYTES */
     char file[4 + STORE_BLOB_NAME_LEN];
     char path[PATH_MAX + 64];
 };
@@ -347,39 +351,56 @@ int store_blob_stream_open(const config_t *cfg, store_blob_stream_t **ret)
     if (snprintf(blobs_dir, sizeof blobs_dir, "%s/blobs", cfg->state_dir) >= (int)sizeof blobs_dir)
         return -ENAMETOOLONG;
     store_blob_stream_t *bs = calloc(1, sizeof *bs);
-    if (!bs) return -ENOMEM;
-    int r = store_blob_file_create(blobs_dir, bs->file, bs->path, &bs->fd);
+    char *buf = malloc(STREAM_BUFFER_BYTES);
+    int r = bs && buf ? store_blob_file_create(blobs_dir, bs->file, bs->path, &bs->fd) : -ENOMEM;
     if (r < 0) {
+        free(buf);
         free(bs);
         return r;
     }
+    bs->buf = buf;
     *ret = bs;
+    return 0;
+}
+
+/* Writes what the buffer holds; then starts the writeback of what has piled up, without
+ * waiting for it: the disk writes while the rest arrives, instead of all of it in the sync at
+ * the end. */
+static int stream_flush(store_blob_stream_t *bs)
+{
+    int r = store_write_all(bs->fd, bs->buf, bs->len - bs->written, bs->written);
+    if (r < 0) return r;
+    bs->written = bs->len;
+    if (bs->written - bs->written_back >= STREAM_WRITEBACK_BYTES) {
+        sync_file_range(bs->fd, (off_t)bs->written_back, (off_t)(bs->written - bs->written_back),
+                        SYNC_FILE_RANGE_WRITE);
+        bs->written_back = bs->written;
+    }
     return 0;
 }
 
 int store_blob_stream_write(store_blob_stream_t *bs, const void *data, size_t n)
 {
-    int r = store_write_all(bs->fd, data, n, bs->len);
-    if (r < 0) return r;
-    bs->len += n;
-    /* Start the writeback of what has piled up, without waiting for it: the disk then writes
-     * while the rest arrives, instead of all of it in the sync at the end. */
-    if (bs->len - bs->written_back >= STREAM_WRITEBACK_BYTES) {
-        sync_file_range(bs->fd, (off_t)bs->written_back, (off_t)(bs->len - bs->written_back),
-                        SYNC_FILE_RANGE_WRITE);
-        bs->written_back = bs->len;
+    const char *p = data;
+    while (n > 0) {
+        size_t room = STREAM_BUFFER_BYTES - (size_t)(bs->len - bs->written);
+        size_t k = n < room ? n : room;
+        memcpy(bs->buf + (bs->len - bs->written), p, k);
+        bs->len += k;
+        p += k;
+        n -= k;
+        if (bs->len - bs->written == STREAM_BUFFER_BYTES) {
+            int r = stream_flush(bs);
+            if (r < 0) return r;
+        }
     }
     return 0;
 }
 
-uint64_t store_blob_stream_length(const store_blob_stream_t *bs)
-{
-    return bs->len;
-}
-
 int store_blob_stream_finish(store_blob_stream_t *bs, char **ret_blob)
 {
-    int r = fdatasync(bs->fd) < 0 ? -errno : 0;
+    int r = stream_flush(bs);
+    if (r == 0 && fdatasync(bs->fd) < 0) r = -errno;
     if (close(bs->fd) < 0 && r == 0) r = -errno;
     bs->fd = -1;
     char *blob = r == 0 ? store_locator_file(bs->file, 0) : NULL;
@@ -389,6 +410,7 @@ int store_blob_stream_finish(store_blob_stream_t *bs, char **ret_blob)
         store_blob_stream_abort(bs);
         return r;
     }
+    free(bs->buf);
     free(bs);
     *ret_blob = blob;
     return 0;
@@ -400,6 +422,7 @@ void store_blob_stream_abort(store_blob_stream_t *bs)
     if (bs->fd >= 0) close(bs->fd);
     if (unlink(bs->path) < 0 && errno != ENOENT)
         log_warn("store: cannot remove upload '%s': %s", bs->path, strerror(errno));
+    free(bs->buf);
     free(bs);
 }
 
