@@ -25,6 +25,7 @@ struct commit_sync {
     pthread_mutex_t lock; /* guards what follows */
     pthread_cond_t cond;
     commit_sync_item_t *head, *tail; /* waiting for the next sync */
+    bool checkpoint_due;
     bool stopping;
 };
 
@@ -65,14 +66,15 @@ static void *sync_thread(void *arg)
     prctl(PR_SET_NAME, "gj-sync");
     pthread_mutex_lock(&cs->lock);
     for (;;) {
-        while (!cs->head && !cs->stopping)
+        while (!cs->head && !cs->checkpoint_due && !cs->stopping)
             pthread_cond_wait(&cs->cond, &cs->lock);
         commit_sync_item_t *item = cs->head;
-        if (!item) break;
+        if (!item && !cs->checkpoint_due) break;
         cs->head = cs->tail = NULL;
+        cs->checkpoint_due = false;
         pthread_mutex_unlock(&cs->lock);
         int r = atomic_load(&cs->err);
-        if (r == 0 && (r = sync_wal(cs)) < 0) {
+        if (r == 0 && item && (r = sync_wal(cs)) < 0) {
             atomic_store(&cs->err, r);
             log_error("store: syncing '%s' failed: %s; accepted jobs are answered with an error "
                       "from now on",
@@ -123,6 +125,14 @@ void commit_sync_request(commit_sync_t *cs, commit_sync_item_t *item)
     else
         cs->head = item;
     cs->tail = item;
+    pthread_cond_signal(&cs->cond);
+    pthread_mutex_unlock(&cs->lock);
+}
+
+void commit_sync_checkpoint_soon(commit_sync_t *cs)
+{
+    pthread_mutex_lock(&cs->lock);
+    cs->checkpoint_due = true;
     pthread_cond_signal(&cs->cond);
     pthread_mutex_unlock(&cs->lock);
 }

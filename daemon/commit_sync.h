@@ -11,9 +11,9 @@
  * A failed sync sticks: after a failed fdatasync the kernel may have dropped the dirty pages
  * it could not write, and a later success would not bring them back.
  *
- * The thread also keeps the WAL short: after answering a round of items it runs the store's
- * checkpointer, so that copying the WAL back (and its fsync) happens beside the job path
- * rather than inside one of the loop's commits. */
+ * The thread also keeps the WAL short: it runs the store's checkpointer after answering a
+ * round of items, and when asked (commit_sync_checkpoint_soon), so that copying the WAL back
+ * (and its fsync) happens beside the job path rather than inside one of the loop's commits. */
 #pragma once
 
 #include "store.h"
@@ -31,6 +31,9 @@ typedef struct commit_sync_item {
 int commit_sync_start(const char *wal_path, store_checkpointer_t *cp, commit_sync_t **ret);
 /* Queues item (its done set) behind the next sync. Items are done in the order they came. */
 void commit_sync_request(commit_sync_t *cs, commit_sync_item_t *item);
+/* Has the thread run its checkpointer soon, with items to sync or not: the commits of jobs'
+ * starts and ends answer no one, but grow the WAL too. Any thread. */
+void commit_sync_checkpoint_soon(commit_sync_t *cs);
 /* 0, or the negative errno of the first sync that failed (it sticks). Any thread. */
 int commit_sync_error(commit_sync_t *cs);
 /* Syncs for and finishes the items queued, joins the thread and frees it. Accepts NULL. */

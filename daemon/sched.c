@@ -1241,8 +1241,16 @@ static void on_gc_timer(uv_timer_t *t)
 static void on_checkpoint_timer(uv_timer_t *t)
 {
     sched_t *s = t->data;
+    if (s->checkpointer) return; /* the syncer's thread checkpoints */
     int r = store_checkpoint(s->st);
     if (r < 0) log_warn("WAL checkpoint failed: %s", strerror(-r));
+}
+
+/* Writer's thread, after a commit that left the WAL long: the syncer copies it back. */
+static void on_checkpoint_due(void *arg)
+{
+    sched_t *s = arg;
+    if (s->syncer) commit_sync_checkpoint_soon(s->syncer);
 }
 
 /* The loop turns: systemd's watchdog hears it (service_notify.h). */
@@ -1621,7 +1629,8 @@ int sched_start(sched_t *s)
     if (queued > 0) /* the recovered jobs go out as soon as the loop runs */
         uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0);
     const char *wal = store_wal_path(s->st);
-    if (wal && (r = store_checkpointer_open(s->st, s->cfg, &s->checkpointer)) < 0)
+    if (wal &&
+        (r = store_checkpointer_open(s->st, s->cfg, on_checkpoint_due, s, &s->checkpointer)) < 0)
         log_warn("WAL checkpoints stay on the loop: opening a connection for them failed: %s",
                  strerror(-r));
     if (wal && (r = commit_sync_start(wal, s->checkpointer, &s->syncer)) < 0)

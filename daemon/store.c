@@ -10,6 +10,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -41,6 +42,11 @@ struct store {
     /* Pages in the WAL after the last commit, once a checkpointer copies it back elsewhere
      * (store_checkpointer_open); read by that checkpointer's thread. */
     atomic_int wal_pages;
+    void (*checkpoint_due)(void *arg);
+    void *checkpoint_arg;
+    /* Held by whoever checkpoints, the checkpointer or the writer: SQLite lets one at a time,
+     * and refuses the other rather than have it wait. */
+    pthread_mutex_t checkpoint_lock;
 };
 
 /* WAL pages past which a checkpointer copies the WAL back: SQLite's autocheckpoint default. */
@@ -996,15 +1002,27 @@ int store_checkpoint(store_t *st)
     return 0;
 }
 
-/* The writer's WAL hook once a checkpointer runs: it counts, and checkpoints no more. */
+/* The writer's WAL hook once a checkpointer runs: it counts, and calls for the checkpointer.
+ * SQLite starts the WAL over only after a checkpoint that reached its last frame, which under
+ * a steady stream of commits the checkpointer's never does: past four times the threshold the
+ * writer finishes the copy itself, between two of its transactions as SQLite's autocheckpoint
+ * would (after the checkpointer's pass, which has copied most of it). */
 static int note_wal_pages(void *arg, sqlite3 *db, const char *name, int pages)
 {
     store_t *st = arg;
     atomic_store_explicit(&st->wal_pages, pages, memory_order_relaxed);
+    if (pages >= 4 * STORE_CHECKPOINT_PAGES) {
+        pthread_mutex_lock(&st->checkpoint_lock);
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_unlock(&st->checkpoint_lock);
+    } else if (pages >= STORE_CHECKPOINT_PAGES) {
+        st->checkpoint_due(st->checkpoint_arg);
+    }
     return SQLITE_OK;
 }
 
-int store_checkpointer_open(store_t *st, const config_t *cfg, store_checkpointer_t **ret)
+int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *arg), void *arg,
+                            store_checkpointer_t **ret)
 {
     store_checkpointer_t *cp = calloc(1, sizeof *cp);
     if (!cp) return -ENOMEM;
@@ -1018,6 +1036,9 @@ int store_checkpointer_open(store_t *st, const config_t *cfg, store_checkpointer
         return r;
     }
     cp->st = st;
+    st->checkpoint_due = due;
+    st->checkpoint_arg = arg;
+    pthread_mutex_init(&st->checkpoint_lock, NULL);
     sqlite3_wal_hook(st->conn.db, note_wal_pages, st); /* replaces the autocheckpoint */
     *ret = cp;
     return 0;
@@ -1028,8 +1049,11 @@ int store_checkpointer_run(store_checkpointer_t *cp)
     if (atomic_load_explicit(&cp->st->wal_pages, memory_order_relaxed) < STORE_CHECKPOINT_PAGES)
         return 0;
     int log_frames = 0, done_frames = 0;
+    pthread_mutex_lock(&cp->st->checkpoint_lock);
     int rc = sqlite3_wal_checkpoint_v2(cp->conn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log_frames,
                                        &done_frames);
+    pthread_mutex_unlock(&cp->st->checkpoint_lock);
+    if (rc == SQLITE_BUSY) return 0; /* a lock the writer held for a moment: next time */
     if (rc != SQLITE_OK) return store_sql_error(&cp->conn, "checkpointing the WAL");
     log_debug("store: checkpoint: %d of %d WAL frames written back", done_frames, log_frames);
     return 0;
@@ -1039,6 +1063,7 @@ void store_checkpointer_close(store_checkpointer_t *cp)
 {
     if (!cp) return;
     sqlite3_wal_autocheckpoint(cp->st->conn.db, STORE_CHECKPOINT_PAGES);
+    pthread_mutex_destroy(&cp->st->checkpoint_lock);
     store_conn_close(&cp->conn);
     free(cp);
 }

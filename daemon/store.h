@@ -72,9 +72,14 @@ const char *store_wal_path(const store_t *st);
  * writer only counts the WAL's pages, and the checkpointer's thread copies it back. Open and
  * close it while the writer is idle (the writer checkpoints itself again once it is closed). */
 typedef struct store_checkpointer store_checkpointer_t;
-int store_checkpointer_open(store_t *st, const config_t *cfg, store_checkpointer_t **ret);
+/* due(arg) runs on the writer's thread after each commit that leaves the WAL past 1000 pages:
+ * time for store_checkpointer_run. */
+int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *arg), void *arg,
+                            store_checkpointer_t **ret);
 /* A PASSIVE checkpoint, which never waits for the writer or readers, when the writer's commits
- * have left the WAL past 1000 pages; else nothing. On one thread at a time. */
+ * have left the WAL past 1000 pages; else nothing. (Under a steady stream of commits such a
+ * checkpoint never reaches the WAL's end, which SQLite needs to start the WAL over: past 4000
+ * pages the writer finishes the copy itself.) On one thread at a time. */
 int store_checkpointer_run(store_checkpointer_t *cp);
 void store_checkpointer_close(store_checkpointer_t *cp); /* accepts NULL */
 

@@ -3,6 +3,7 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,17 +208,37 @@ static void commit_a_buffer(store_t *st)
     buffer_free(buf);
 }
 
+/* The checkpointer's due callback: asks the syncer (once there is one), and counts. */
+static commit_sync_t *due_syncer;
+static atomic_int due_calls;
+static void on_due(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&due_calls, 1);
+    if (due_syncer) commit_sync_checkpoint_soon(due_syncer);
+}
+
+static store_checkpointer_t *open_checkpointer(store_t *st, const config_t *cfg)
+{
+    due_syncer = NULL;
+    atomic_store(&due_calls, 0);
+    store_checkpointer_t *cp;
+    ck_assert_int_eq(store_checkpointer_open(st, cfg, on_due, NULL, &cp), 0);
+    return cp;
+}
+
 START_TEST(test_with_a_checkpointer_the_writer_leaves_the_wal_to_it)
 {
     config_t cfg;
     store_t *st = open_store(true, &cfg);
-    store_checkpointer_t *cp;
-    ck_assert_int_eq(store_checkpointer_open(st, &cfg, &cp), 0);
+    store_checkpointer_t *cp = open_checkpointer(st, &cfg);
     off_t db_before = file_size("gpujobd.db");
     for (int i = 0; i < COMMITS; i++)
         commit_a_buffer(st);
-    /* Past SQLite's 1,000 pages the writer would have copied them back itself. */
+    /* Past SQLite's 1,000 pages the writer would have copied them back itself; it called
+     * for the checkpointer instead. */
     ck_assert_int_eq(file_size("gpujobd.db"), db_before);
+    ck_assert_int_gt(atomic_load(&due_calls), 0);
     ck_assert_int_eq(store_checkpointer_run(cp), 0);
     ck_assert_int_ge(file_size("gpujobd.db"), db_before + (off_t)COMMITS * COMMIT_BYTES);
     /* All of it copied back, the WAL starts over at the next commit instead of growing. */
@@ -233,8 +254,7 @@ START_TEST(test_the_syncer_runs_the_checkpointer_after_its_rounds)
 {
     config_t cfg;
     store_t *st = open_store(true, &cfg);
-    store_checkpointer_t *cp;
-    ck_assert_int_eq(store_checkpointer_open(st, &cfg, &cp), 0);
+    store_checkpointer_t *cp = open_checkpointer(st, &cfg); /* due calls reach no syncer */
     commit_sync_t *cs;
     ck_assert_int_eq(commit_sync_start(store_wal_path(st), cp, &cs), 0);
     off_t db_before = file_size("gpujobd.db");
@@ -253,6 +273,61 @@ START_TEST(test_the_syncer_runs_the_checkpointer_after_its_rounds)
 }
 END_TEST
 
+START_TEST(test_commits_that_answer_no_one_get_checkpointed_too)
+{
+    config_t cfg;
+    store_t *st = open_store(true, &cfg);
+    store_checkpointer_t *cp = open_checkpointer(st, &cfg);
+    commit_sync_t *cs;
+    ck_assert_int_eq(commit_sync_start(store_wal_path(st), cp, &cs), 0);
+    due_syncer = cs;
+    off_t db_before = file_size("gpujobd.db");
+    for (int i = 0; i < COMMITS; i++) /* no item asks for a sync */
+        commit_a_buffer(st);
+    double waited = 0;
+    while (file_size("gpujobd.db") < db_before + 1000 * 4096 - 64 * 4096 && waited < 5) {
+        usleep(10000);
+        waited += 0.01;
+    }
+    ck_assert_int_ge(file_size("gpujobd.db"), db_before + 1000 * 4096 - 64 * 4096);
+    commit_sync_free(cs);
+    due_syncer = NULL;
+    store_checkpointer_close(cp);
+    store_close(st);
+}
+END_TEST
+
+/* A steady stream of commits beside the checkpointer: its PASSIVE checkpoints never reach the
+ * WAL's end, and unless the writer finished one the WAL would grow with every commit (16,000
+ * pages of them here). */
+static atomic_bool writing;
+static void *checkpoint_loop(void *arg)
+{
+    while (atomic_load(&writing))
+        ck_assert_int_eq(store_checkpointer_run(arg), 0);
+    return NULL;
+}
+
+START_TEST(test_the_wal_stays_bounded_under_a_steady_stream_of_commits)
+{
+    config_t cfg;
+    store_t *st = open_store(true, &cfg);
+    store_checkpointer_t *cp = open_checkpointer(st, &cfg);
+    atomic_store(&writing, true);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, checkpoint_loop, cp), 0);
+    for (int i = 0; i < 10 * COMMITS; i++)
+        commit_a_buffer(st);
+    atomic_store(&writing, false);
+    pthread_join(t, NULL);
+    /* 4,000 pages before the writer steps in, and a few commits more while the checkpointer
+     * holds the checkpoint lock. */
+    ck_assert_int_lt(file_size("gpujobd.db-wal"), (off_t)8000 * 4120);
+    store_checkpointer_close(cp);
+    store_close(st);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("commit_sync");
@@ -265,6 +340,8 @@ int main(void)
     tcase_add_test(tc, test_free_finishes_the_items_queued);
     tcase_add_test(tc, test_with_a_checkpointer_the_writer_leaves_the_wal_to_it);
     tcase_add_test(tc, test_the_syncer_runs_the_checkpointer_after_its_rounds);
+    tcase_add_test(tc, test_commits_that_answer_no_one_get_checkpointed_too);
+    tcase_add_test(tc, test_the_wal_stays_bounded_under_a_steady_stream_of_commits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
