@@ -303,15 +303,16 @@ static int load_bytes(slot_t *slot, store_reader_t *rd, const buffer_t *buf, voi
 {
     cudaError_t e = cudaSuccess;
     cudaEvent_t copied[2] = {NULL, NULL};
-    int r = grow_pinned(slot, 2 * LOAD_CHUNK);
+    size_t chunk = buf->nbytes < LOAD_CHUNK ? (size_t)buf->nbytes : LOAD_CHUNK;
+    int r = grow_pinned(slot, 2 * chunk);
     if (r == 0) {
-        char *half[2] = {slot->pinned, (char *)slot->pinned + LOAD_CHUNK};
+        char *half[2] = {slot->pinned, (char *)slot->pinned + chunk};
         e = cudaEventCreateWithFlags(&copied[0], cudaEventDisableTiming);
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&copied[1], cudaEventDisableTiming);
-        for (uint64_t off = 0; off < buf->nbytes && e == cudaSuccess && r == 0; off += LOAD_CHUNK) {
-            int k = (int)(off / LOAD_CHUNK % 2);
-            size_t n = buf->nbytes - off < LOAD_CHUNK ? (size_t)(buf->nbytes - off) : LOAD_CHUNK;
-            if (off >= 2 * LOAD_CHUNK) e = cudaEventSynchronize(copied[k]); /* half k is free */
+        for (uint64_t off = 0; off < buf->nbytes && e == cudaSuccess && r == 0; off += chunk) {
+            int k = (int)(off / chunk % 2);
+            size_t n = buf->nbytes - off < chunk ? (size_t)(buf->nbytes - off) : chunk;
+            if (off >= 2 * chunk) e = cudaEventSynchronize(copied[k]); /* half k is free */
             if (e == cudaSuccess)
                 r = store_blob_read_at(rd, buf->blob, buf->nbytes, off, half[k], n);
             if (e == cudaSuccess && r == 0)
@@ -942,14 +943,15 @@ static void *device_thread(void *arg)
             pthread_mutex_lock(&ex->lock);
             continue;
         }
-        /* With nothing to start here, a free slot loads a resident buffer just stored. */
-        if (dw->n_preloads > 0 && free_slot && dw->q_len == 0 && !exclusive && !rerun_waiting &&
-            rd) {
+        /* With nothing running or queued here, a slot loads a resident buffer just stored (a
+         * load holds this thread: no completion may be waiting behind it). */
+        if (dw->n_preloads > 0 && running == 0 && dw->q_len == 0 && !exclusive && !rerun_waiting &&
+            !ex->stopping && !ex->context_lost && dw->state == DEVICE_READY && rd) {
             char id[ID_SIZE];
             memcpy(id, dw->preloads[--dw->n_preloads], sizeof id);
             bool here = resident_here_locked(dw, id);
             pthread_mutex_unlock(&ex->lock);
-            cudaError_t lost = here ? cudaSuccess : preload(free_slot, rd, id);
+            cudaError_t lost = here ? cudaSuccess : preload(&dw->slots[0], rd, id);
             if (lost != cudaSuccess) recover(dw, lost);
             pthread_mutex_lock(&ex->lock);
             continue;
@@ -1278,7 +1280,7 @@ static void cuda_buffer_added(executor_t *base, const buffer_t *buf)
     pthread_mutex_lock(&ex->lock);
     for (int d = 0; d < ex->n_devices; d++) {
         device_worker_t *dw = &ex->devices[d];
-        if (dw->device != buf->device) continue;
+        if (dw->device != buf->device || dw->state != DEVICE_READY) continue;
         if (dw->n_preloads == dw->cap_preloads) {
             int cap = dw->cap_preloads ? 2 * dw->cap_preloads : 8;
             char(*a)[ID_SIZE] = realloc(dw->preloads, (size_t)cap * sizeof *a);

@@ -394,27 +394,27 @@ static json_t *upload_resident(e2e_daemon_t *d, const float *v, int n, long expe
     return e2e_upload_ok(d, "f32", shape, v, (size_t)n * sizeof *v, true, expect_status);
 }
 
-/* The resident buffers the CUDA backend holds on its devices, from /v1/info; -1 on the CPU. */
-static long resident_buffers_on_devices(e2e_daemon_t *d)
+/* A count the CUDA backend keeps per device (resident_buffers, resident_bytes), summed over
+ * its devices, from /v1/info; -1 on the CPU. */
+static long sum_over_devices(e2e_daemon_t *d, const char *key)
 {
     json_t *info = e2e_json_ok(d, "GET", "/v1/info", NULL, 200);
     json_t *backend = json_object_get(info, "backend");
     json_t *devices = json_object_get(backend, "devices");
     long n = strcmp(json_string_value(json_object_get(backend, "name")), "cuda") == 0 ? 0 : -1;
     for (size_t k = 0; k < json_array_size(devices); k++)
-        n += (long)json_integer_value(
-            json_object_get(json_array_get(devices, k), "resident_buffers"));
+        n += (long)json_integer_value(json_object_get(json_array_get(devices, k), key));
     json_decref(info);
     return n;
 }
 
-/* Waits up to 5 s for the devices to hold n resident buffers; asserts they do. */
-static void expect_resident_buffers_on_devices(e2e_daemon_t *d, long n)
+/* Waits up to 5 s for sum_over_devices(key) to be n; asserts it is. */
+static void expect_on_devices(e2e_daemon_t *d, const char *key, long n)
 {
     double until = e2e_now() + 5;
-    while (resident_buffers_on_devices(d) != n && e2e_now() < until)
+    while (sum_over_devices(d, key) != n && e2e_now() < until)
         usleep(20000);
-    ck_assert_int_eq(resident_buffers_on_devices(d), n);
+    ck_assert_int_eq(sum_over_devices(d, key), n);
 }
 
 START_TEST(test_resident_buffers_serve_jobs_within_the_owner_quota)
@@ -439,7 +439,7 @@ START_TEST(test_resident_buffers_serve_jobs_within_the_owner_quota)
         json_decref(meta);
     }
     /* On the CPU a resident buffer lives nowhere in particular; on CUDA, on a device. */
-    bool on_gpu = resident_buffers_on_devices(d) >= 0;
+    bool on_gpu = sum_over_devices(d, "resident_buffers") >= 0;
     ck_assert(on_gpu ? json_integer_value(placed) >= 0 : json_is_null(placed));
 
     /* The quota is full: one more resident float is refused, the same bytes not resident are
@@ -475,14 +475,15 @@ START_TEST(test_resident_buffers_serve_jobs_within_the_owner_quota)
         json_decref(done);
     }
     /* Both were loaded as they were stored, the one no job read as well. */
-    if (on_gpu) expect_resident_buffers_on_devices(d, 2);
+    if (on_gpu) expect_on_devices(d, "resident_buffers", 2);
 
     /* Deleting a resident buffer frees its quota and its device memory. */
     char path[128];
     snprintf(path, sizeof path, "/v1/buffers/%s", ids[0]);
     json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
     json_decref(upload_resident(d, wf, 1, 201));
-    if (on_gpu) expect_resident_buffers_on_devices(d, 2); /* ids[1] and the new one */
+    if (on_gpu) /* ids[1] and the new float: ids[0]'s copy is gone */
+        expect_on_devices(d, "resident_bytes", (long)(N * sizeof(float) + sizeof(float)));
     free(ids[0]);
     free(ids[1]);
     json_decref(placed);
