@@ -36,9 +36,6 @@
 /* The most body memory taken on a Content-Length header alone; more grows as data arrives. */
 #define BODY_PREALLOC_MAX ((size_t)4 << 20)
 
-/* Idle time after which MHD closes a connection (config has no key for it yet). Suspended
- * connections (long polls) are exempt. */
-#define API_CONNECTION_TIMEOUT_S 60
 #define API_LISTEN_BACKLOG 511
 
 typedef struct listener {
@@ -432,14 +429,13 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
                        : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, ai->ai_addr},
         {MHD_OPTION_LISTENING_ADDRESS_REUSE, inherited < 0, NULL},
         {MHD_OPTION_END, 0, NULL}};
-    srv->tcp =
-        MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener,
-                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_ARRAY,
-                         bind_options, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_CONNECTION_TIMEOUT_S,
-                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)API_LISTEN_BACKLOG,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+    srv->tcp = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_ARRAY, bind_options,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)cfg->idle_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)API_LISTEN_BACKLOG,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->tcp)
         return log_error_errno(-EADDRNOTAVAIL, "Failed to listen on '%s' (port %d)", host, port);
@@ -495,8 +491,8 @@ static int start_unix(api_server_t *srv, const char *path, int inherited)
         daemon_flags(), 0, NULL, NULL, on_request, &srv->unix_listener, MHD_OPTION_EXTERNAL_LOGGER,
         on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_CONNECTION_TIMEOUT_S,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, NULL, MHD_OPTION_END);
     if (!srv->local) {
         close(fd);
         unlink(path);

@@ -114,6 +114,8 @@ static const config_key_t config_keys[] = {
     KEY_ENUM("server", log_level, log_level_choices, "info", "error, warn, info or debug"),
     KEY_INT("server", http_threads, 1, 1024, "8", "HTTP worker threads"),
     KEY_INT("server", max_connections, 1, 1000000, "1024", "open HTTP connections at once"),
+    KEY_INT("server", idle_timeout_s, 1, 86400, "60",
+            "seconds an HTTP connection may sit idle, mid-request included, before it is closed"),
     KEY_INT("server", drain_timeout_ms, 0, 3600000, "30000",
             "on SIGTERM, how long running work may take to finish (ms)"),
 

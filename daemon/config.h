@@ -16,6 +16,7 @@ typedef struct config {
     char log_level[8]; /* "error", "warn", "info", "debug" */
     int http_threads;
     int max_connections;
+    int idle_timeout_s;   /* an idle HTTP connection is closed after it (long polls excepted) */
     int drain_timeout_ms; /* SIGTERM: how long running work may take to finish */
 
     /* [limits] */

@@ -39,6 +39,7 @@ static const field_case_t fields[] = {
     FIELD("server", log_level, "debug"),
     FIELD("server", http_threads, "3"),
     FIELD("server", max_connections, "5"),
+    FIELD("server", idle_timeout_s, "7"),
     FIELD("server", drain_timeout_ms, "1"),
     FIELD("limits", max_body_bytes, "1MiB"),
     FIELD("limits", max_tensor_bytes, "1GiB"),
@@ -125,6 +126,7 @@ START_TEST(test_defaults_equal_documented_values)
     ck_assert_str_eq(cfg.log_level, "info");
     ck_assert_int_eq(cfg.http_threads, 8);
     ck_assert_int_eq(cfg.max_connections, 1024);
+    ck_assert_int_eq(cfg.idle_timeout_s, 60);
     ck_assert_int_eq(cfg.drain_timeout_ms, 30000);
     ck_assert_uint_eq(cfg.max_body_bytes, 256 * MIB);
     ck_assert_uint_eq(cfg.max_tensor_bytes, 4 * GIB);
