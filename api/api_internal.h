@@ -101,6 +101,12 @@ struct api_request {
 
     /* A pending submission answers a list with a list. */
     bool submit_is_list;
+    /* ?wait=: the answer to a single job waits up to submit_wait_ms for its end. Meanwhile
+     * submit_answer (owned) holds the answer without the wait, given if the wait fails. */
+    bool submit_waits;
+    int submit_wait_ms;
+    int submit_status;
+    json_t *submit_answer;
 };
 
 /* Handler results. Both are non-zero so that helpers can return API_DONE for "answered" and
@@ -139,7 +145,8 @@ void api_route_match(const api_route_t *routes, size_t n, const char *method, co
  * API_PENDING. */
 int api_dispatch(api_request_t *req);
 
-/* Frees what a request owns (its response); not the request itself or its body. */
+/* Frees what a request owns (its response, a held submission answer); not the request itself
+ * or its body. */
 void api_request_cleanup(api_request_t *req);
 
 const char *api_query(const api_request_t *req, const char *key);

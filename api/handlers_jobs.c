@@ -85,6 +85,22 @@ static int visible_buffer_desc(void *ud, const char *owner, const char *id, tens
     return r;
 }
 
+/* Answers a submission with ?wait= once its job has ended or the wait is over: the job as it
+ * stands then, outputs inlined, as a wait answers it. If the wait itself fails (the daemon is
+ * stopping), the job is still accepted: the answer is the submission's own. */
+static void submit_wait_reply(void *token, const sched_result_t *res)
+{
+    api_request_t *req = token;
+    json_t *body = req->submit_answer;
+    req->submit_answer = NULL;
+    if (!res->err && res->n_jobs > 0) {
+        json_decref(body);
+        body = api_job_json(req->env, res->jobs[0], true);
+    }
+    api_respond_json(req, req->submit_status, body);
+    api_request_resume(req);
+}
+
 static void submit_reply(void *token, const sched_result_t *res)
 {
     api_request_t *req = token;
@@ -94,7 +110,7 @@ static void submit_reply(void *token, const sched_result_t *res)
         api_respond_error(req, 500, "internal", NULL, "the scheduler returned no job");
     } else {
         /* An idempotent retry is answered with the jobs the first submission created. */
-        bool retry = res->replayed;
+        int status = res->replayed ? 200 : 201;
         json_t *body;
         if (req->submit_is_list) {
             body = json_array();
@@ -103,7 +119,14 @@ static void submit_reply(void *token, const sched_result_t *res)
         } else {
             body = api_job_json(req->env, res->jobs[0], false);
         }
-        api_respond_json(req, retry ? 200 : 201, body);
+        if (req->submit_waits) {
+            req->submit_status = status;
+            req->submit_answer = body;
+            sched_wait(req->env->sched, api_request_owner_filter(req), res->jobs[0]->id,
+                       req->submit_wait_ms, submit_wait_reply, req);
+            return;
+        }
+        api_respond_json(req, status, body);
     }
     api_request_resume(req);
 }
@@ -154,10 +177,33 @@ static bool idempotency_key_valid(const char *key)
     return true;
 }
 
+/* How long to wait, from query parameter key (seconds; default_s when absent), in
+ * [0, limits.max_wait_ms]: 0 with *ret_ms set, or API_DONE after answering 400. */
+static int wait_query(api_request_t *req, const char *key, double default_s, int *ret_ms)
+{
+    double max_s = req->env->cfg->max_wait_ms / 1000.0, s = fmin(default_s, max_s);
+    const char *v = api_query(req, key);
+    if (v) {
+        char *end;
+        s = strtod(v, &end);
+        if (!*v || *end || !isfinite(s) || s < 0 || s > max_s) {
+            char field[32];
+            snprintf(field, sizeof field, "query.%s", key);
+            api_respond_error(req, 400, "invalid_argument", field,
+                              "%s must be a number of seconds in [0, %g]", key, max_s);
+            return API_DONE;
+        }
+    }
+    *ret_ms = (int)(s * 1000.0);
+    return 0;
+}
+
 int api_handle_jobs_submit(api_request_t *req)
 {
-    static const char *const no_args[] = {NULL};
-    if (api_query_check(req, no_args)) return API_DONE;
+    static const char *const allowed[] = {"wait", NULL};
+    if (api_query_check(req, allowed)) return API_DONE;
+    req->submit_waits = api_query(req, "wait") != NULL;
+    if (req->submit_waits && wait_query(req, "wait", 0, &req->submit_wait_ms)) return API_DONE;
     /* curl -d labels its body application/x-www-form-urlencoded unless told otherwise; the
      * body is JSON all the same, so that label is accepted too. With Gpujob-Json-Length, the
      * body is that many bytes of JSON and then the bytes its tensors name (binary_offset):
@@ -223,9 +269,18 @@ int api_handle_jobs_submit(api_request_t *req)
         api_respond_api_error(req, &err);
         return API_DONE;
     }
+    if (req->submit_waits && is_list) {
+        job_json_free_jobs(jobs, n);
+        api_respond_error(req, 400, "invalid_argument", "query.wait",
+                          "wait is for a single job; wait for each job of a list with GET "
+                          "/v1/jobs/{id}/wait");
+        return API_DONE;
+    }
     /* With sync_full the rows read here may not be on disk yet (their commit's 201 may still be
-     * waiting for its sync): the scheduler then answers the retry, after a sync. */
-    store_reader_t *rd = key && !req->env->cfg->sync_full ? req->env->reader(req->env) : NULL;
+     * waiting for its sync): the scheduler then answers the retry, after a sync. A retry that
+     * waits goes to the scheduler too. */
+    store_reader_t *rd =
+        key && !req->env->cfg->sync_full && !req->submit_waits ? req->env->reader(req->env) : NULL;
     if (rd && answer_known_idempotent(req, rd, key, n, is_list)) {
         job_json_free_jobs(jobs, n);
         return API_DONE;
@@ -342,18 +397,8 @@ int api_handle_job_wait(api_request_t *req)
     if (api_query_check(req, allowed)) return API_DONE;
     const char *id;
     if (check_job_id(req, &id)) return API_DONE;
-    double max_s = req->env->cfg->max_wait_ms / 1000.0;
-    double timeout_s = fmin(30.0, max_s);
-    const char *v = api_query(req, "timeout");
-    if (v) {
-        char *end;
-        timeout_s = strtod(v, &end);
-        if (!*v || *end || !isfinite(timeout_s) || timeout_s < 0 || timeout_s > max_s) {
-            api_respond_error(req, 400, "invalid_argument", "query.timeout",
-                              "timeout must be a number of seconds in [0, %g]", max_s);
-            return API_DONE;
-        }
-    }
+    int timeout_ms;
+    if (wait_query(req, "timeout", 30.0, &timeout_ms)) return API_DONE;
     /* A job that has ended is answered here, from the store, without the scheduler's loop (a
      * job's bottleneck): by the time its 201 arrives a tiny job has often ended already, as it
      * runs while its acceptance is synced. */
@@ -366,8 +411,7 @@ int api_handle_job_wait(api_request_t *req)
     job_free(job);
     if (ended) return API_DONE;
     api_request_suspend(req);
-    sched_wait(req->env->sched, api_request_owner_filter(req), id, (int)(timeout_s * 1000.0),
-               job_reply, req);
+    sched_wait(req->env->sched, api_request_owner_filter(req), id, timeout_ms, job_reply, req);
     return API_PENDING;
 }
 

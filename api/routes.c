@@ -122,6 +122,8 @@ static void response_clear(api_response_t *resp)
 void api_request_cleanup(api_request_t *req)
 {
     response_clear(&req->resp);
+    json_decref(req->submit_answer);
+    req->submit_answer = NULL;
 }
 
 const char *api_query(const api_request_t *req, const char *key)

@@ -491,6 +491,63 @@ START_TEST(test_resident_buffers_serve_jobs_within_the_owner_quota)
 }
 END_TEST
 
+/* POST /v1/jobs?wait=S answers once the job has ended: 201 with its final state and outputs
+ * inline, equal to the computation here; a job longer than the wait is answered as it stands
+ * (still 201: it is accepted); a list, or a wait out of range, answers 400. */
+START_TEST(test_submit_waits_for_its_job_when_asked)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    enum { N = 257 };
+    static const int64_t shape[] = {N};
+    uint32_t seed = 31;
+    double x[N], y[N], got[N];
+    random_values("f32", x, N, -4, 4, &seed);
+    random_values("f32", y, N, -4, 4, &seed);
+    json_t *job =
+        json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 1.5, "inputs", "x",
+                  tensor_inline("f32", shape, 1, x, N), "y", tensor_inline("f32", shape, 1, y, N));
+    char *text = json_dumps(job, JSON_COMPACT);
+    json_t *done = e2e_json_ok(d, "POST", "/v1/jobs?wait=30", text, 201);
+    job_output(done, "out", "f32", N, got);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(got[i] == (double)(1.5f * (float)x[i] + (float)y[i]), "[%d]", i);
+    json_decref(done);
+
+    /* A wait shorter than the job: answered as it stands, then it ends as any job does. */
+    json_t *long_job = e2e_long_job_new(1500);
+    char *long_text = json_dumps(long_job, JSON_COMPACT);
+    json_t *early = e2e_json_ok(d, "POST", "/v1/jobs?wait=0.2", long_text, 201);
+    const char *state = e2e_job_state(early);
+    ck_assert_msg(strcmp(state, "queued") == 0 || strcmp(state, "running") == 0, "state %s", state);
+    json_t *ended = e2e_wait_final_ok(d, json_string_value(json_object_get(early, "id")), 30);
+    ck_assert_str_eq(e2e_job_state(ended), "succeeded");
+    json_decref(ended);
+    json_decref(early);
+
+    json_t *one = json_pack("[O]", job);
+    char *list = json_dumps(one, JSON_COMPACT);
+    json_decref(one);
+    static const char *const bad_waits[] = {"-1", "abc", "1e9", ""};
+    for (size_t i = 0; i < sizeof bad_waits / sizeof bad_waits[0]; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/v1/jobs?wait=%s", bad_waits[i]);
+        json_t *bad = e2e_json_ok(d, "POST", path, text, 400);
+        ck_assert_str_eq(e2e_error_field(bad), "query.wait");
+        json_decref(bad);
+    }
+    json_t *bad = e2e_json_ok(d, "POST", "/v1/jobs?wait=1", list, 400);
+    ck_assert_str_eq(e2e_error_field(bad), "query.wait");
+    json_decref(bad);
+
+    free(list);
+    free(long_text);
+    json_decref(long_job);
+    free(text);
+    json_decref(job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 START_TEST(test_array_of_100_jobs_in_one_post)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("");
@@ -1083,6 +1140,7 @@ int main(void)
     tcase_add_test(tc, test_b64_and_buffer_inputs);
     tcase_add_test(tc, test_binary_section_inputs);
     tcase_add_test(tc, test_resident_buffers_serve_jobs_within_the_owner_quota);
+    tcase_add_test(tc, test_submit_waits_for_its_job_when_asked);
     tcase_add_test(tc, test_array_of_100_jobs_in_one_post);
     tcase_add_test(tc, test_output_download_json_raw_and_npy);
     tcase_add_test(tc, test_npy_buffer_round_trip);
