@@ -177,16 +177,18 @@ static bool idempotency_key_valid(const char *key)
     return true;
 }
 
-/* How long to wait, from query parameter key (seconds; default_s when absent), in
- * [0, limits.max_wait_ms]: 0 with *ret_ms set, or API_DONE after answering 400. */
-static int wait_query(api_request_t *req, const char *key, double default_s, int *ret_ms)
+/* How long to wait, from query parameter key (seconds; default_s when absent), at most
+ * limits.max_wait_ms: longer is cut down to it when clamp, else refused. 0 with *ret_ms set, or
+ * API_DONE after answering 400. */
+static int wait_query(api_request_t *req, const char *key, double default_s, bool clamp,
+                      int *ret_ms)
 {
-    double max_s = req->env->cfg->max_wait_ms / 1000.0, s = fmin(default_s, max_s);
+    double max_s = req->env->cfg->max_wait_ms / 1000.0, s = default_s;
     const char *v = api_query(req, key);
     if (v) {
         char *end;
         s = strtod(v, &end);
-        if (!*v || *end || !isfinite(s) || s < 0 || s > max_s) {
+        if (!*v || *end || !isfinite(s) || s < 0 || (!clamp && s > max_s)) {
             char field[32];
             snprintf(field, sizeof field, "query.%s", key);
             api_respond_error(req, 400, "invalid_argument", field,
@@ -194,7 +196,7 @@ static int wait_query(api_request_t *req, const char *key, double default_s, int
             return API_DONE;
         }
     }
-    *ret_ms = (int)(s * 1000.0);
+    *ret_ms = (int)(fmin(s, max_s) * 1000.0);
     return 0;
 }
 
@@ -203,7 +205,9 @@ int api_handle_jobs_submit(api_request_t *req)
     static const char *const allowed[] = {"wait", NULL};
     if (api_query_check(req, allowed)) return API_DONE;
     req->submit_waits = api_query(req, "wait") != NULL;
-    if (req->submit_waits && wait_query(req, "wait", 0, &req->submit_wait_ms)) return API_DONE;
+    /* A job is not refused for wanting a long wait: the wait is cut to the limit. */
+    if (req->submit_waits && wait_query(req, "wait", 0, true, &req->submit_wait_ms))
+        return API_DONE;
     /* curl -d labels its body application/x-www-form-urlencoded unless told otherwise; the
      * body is JSON all the same, so that label is accepted too. With Gpujob-Json-Length, the
      * body is that many bytes of JSON and then the bytes its tensors name (binary_offset):
@@ -398,7 +402,7 @@ int api_handle_job_wait(api_request_t *req)
     const char *id;
     if (check_job_id(req, &id)) return API_DONE;
     int timeout_ms;
-    if (wait_query(req, "timeout", 30.0, &timeout_ms)) return API_DONE;
+    if (wait_query(req, "timeout", 30.0, false, &timeout_ms)) return API_DONE;
     /* A job that has ended is answered here, from the store, without the scheduler's loop (a
      * job's bottleneck): by the time its 201 arrives a tiny job has often ended already, as it
      * runs while its acceptance is synced. */
