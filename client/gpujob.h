@@ -213,6 +213,11 @@ typedef struct gpujob_job gpujob_job_t;
 /* POST /v1/jobs with one job; *ret is the new job (queued). A new Idempotency-Key is generated
  * for the call and reused by its retries (gpujob_client_set_retries). */
 GPUJOB_API int gpujob_submit(gpujob_client_t *c, const gpujob_spec_t *spec, gpujob_job_t **ret);
+/* gpujob_submit, waiting in the same request up to wait_s seconds (the daemon cuts it to its
+ * limits.max_wait_ms) for the job to end: *ret is the job as it stands then, final or not, its
+ * small outputs inline. A negative wait_s does not wait (gpujob_submit). */
+GPUJOB_API int gpujob_submit_wait(gpujob_client_t *c, const gpujob_spec_t *spec, double wait_s,
+                                  gpujob_job_t **ret);
 /* POST /v1/jobs with n (>= 1) jobs in one request, all or nothing. ret_jobs receives n new
  * jobs in order (an array the caller provides). idempotency_key: the key to send (at most 127
  * characters; to retry a submission across process restarts), or NULL to generate one. */

@@ -532,16 +532,19 @@ static bool transport_error_is_retryable(int r)
  * answers a repeated key with the job it created the first time (200), so a retry can never
  * create a duplicate, whether or not the lost attempt reached it. */
 static int submit_body(gpujob_client_t *c, const char *body, size_t len, size_t json_len,
-                       bool binary, const char *key, json_t **ret)
+                       bool binary, const char *key, double wait_s, json_t **ret)
 {
+    char path[64] = "/v1/jobs";
+    if (wait_s >= 0) snprintf(path, sizeof path, "/v1/jobs?wait=%.3f", wait_s);
     gjc_request_t req = {.method = "POST",
-                         .path = "/v1/jobs",
+                         .path = path,
                          .content_type = binary ? "application/octet-stream" : "application/json",
                          .body = body,
                          .body_len = len,
                          .accept = "application/json",
                          .idempotency_key = key,
-                         .json_length = binary ? json_len : 0};
+                         .json_length = binary ? json_len : 0,
+                         .extra_timeout_ms = wait_s > 0 ? (long)(wait_s * 1000.0) : 0};
     long backoff_ms = 100;
     for (int attempt = 0;; attempt++) {
         gjc_response_t resp = {.retry_after_s = -1};
@@ -608,8 +611,9 @@ static char *submission_body(const gpujob_spec_t *const *specs, size_t n, size_t
     return body;
 }
 
-int gpujob_submit_many(gpujob_client_t *c, const gpujob_spec_t *const *specs, size_t n,
-                       const char *idempotency_key, gpujob_job_t **ret_jobs)
+/* gpujob_submit_many, waiting up to wait_s for a single job to end when wait_s >= 0. */
+static int submit_specs(gpujob_client_t *c, const gpujob_spec_t *const *specs, size_t n,
+                        const char *idempotency_key, double wait_s, gpujob_job_t **ret_jobs)
 {
     gjc_clear_error(c);
     if (!specs || n == 0 || !ret_jobs) return gjc_fail(c, -EINVAL, "no jobs to submit");
@@ -629,7 +633,7 @@ int gpujob_submit_many(gpujob_client_t *c, const gpujob_spec_t *const *specs, si
     if (!body) return gjc_fail(c, -ENOMEM, "out of memory encoding the submission");
 
     json_t *root = NULL;
-    int r = submit_body(c, body, len, json_len, binary, idempotency_key, &root);
+    int r = submit_body(c, body, len, json_len, binary, idempotency_key, wait_s, &root);
     free(body);
     if (r < 0) return r;
     bool shape_ok =
@@ -658,14 +662,27 @@ int gpujob_submit_many(gpujob_client_t *c, const gpujob_spec_t *const *specs, si
     return 0;
 }
 
+int gpujob_submit_many(gpujob_client_t *c, const gpujob_spec_t *const *specs, size_t n,
+                       const char *idempotency_key, gpujob_job_t **ret_jobs)
+{
+    return submit_specs(c, specs, n, idempotency_key, -1, ret_jobs);
+}
+
 int gpujob_submit(gpujob_client_t *c, const gpujob_spec_t *spec, gpujob_job_t **ret)
 {
+    return gpujob_submit_wait(c, spec, -1, ret);
+}
+
+int gpujob_submit_wait(gpujob_client_t *c, const gpujob_spec_t *spec, double wait_s,
+                       gpujob_job_t **ret)
+{
     const gpujob_spec_t *specs[1] = {spec};
-    if (!spec) {
+    if (!spec || !isfinite(wait_s)) {
         gjc_clear_error(c);
-        return gjc_fail(c, -EINVAL, "no job to submit");
+        return gjc_fail(c, -EINVAL,
+                        spec ? "the wait must be a number of seconds" : "no job to submit");
     }
-    return gpujob_submit_many(c, specs, 1, NULL, ret);
+    return submit_specs(c, specs, 1, NULL, wait_s, ret);
 }
 
 /* ---- Reading jobs ------------------------------------------------------------------------ */

@@ -734,6 +734,41 @@ static int stop_after_two(const gpujob_job_t *job, double elapsed_s, void *userd
     return ++*(int *)userdata >= 2;
 }
 
+/* gpujob_submit_wait: a short job comes back ended, its output inline, from the one request;
+ * a job longer than the wait comes back as it stands. */
+START_TEST(test_submit_wait_returns_the_job_once_it_ended)
+{
+    gpujob_client_t *c = client_tcp();
+    float x[3] = {1, 2, 3}, y[3] = {10, 20, 30};
+    gpujob_spec_t *spec = saxpy_spec(2, x, y, 3);
+    gpujob_job_t *job = NULL;
+    ck_assert_msg(gpujob_submit_wait(c, spec, 60, &job) == 0, "%s", gpujob_errmsg(c));
+    ck_assert_int_eq(gpujob_job_state(job), GPUJOB_SUCCEEDED);
+    gpujob_tensor_t out;
+    ck_assert_int_eq(gpujob_job_output(job, "out", &out), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert(((float *)out.data)[i] == 2 * x[i] + y[i]);
+    gpujob_tensor_clear(&out);
+    gpujob_job_free(job);
+
+    gpujob_buffer_t slow_buffers[2];
+    gpujob_spec_t *slow = long_spec(c, 128, slow_buffers);
+    ck_assert_msg(gpujob_submit_wait(c, slow, 0.05, &job) == 0, "%s", gpujob_errmsg(c));
+    ck_assert(gpujob_job_state(job) == GPUJOB_QUEUED || gpujob_job_state(job) == GPUJOB_RUNNING);
+    gpujob_job_t *done = wait_ok(c, gpujob_job_id(job));
+    ck_assert_int_eq(gpujob_job_state(done), GPUJOB_SUCCEEDED);
+    ck_assert_int_eq(gpujob_submit_wait(c, spec, NAN, &job), -EINVAL);
+
+    gpujob_job_free(done);
+    gpujob_job_free(job);
+    ck_assert_int_eq(gpujob_buffer_delete(c, slow_buffers[0].id), 0);
+    ck_assert_int_eq(gpujob_buffer_delete(c, slow_buffers[1].id), 0);
+    gpujob_spec_free(slow);
+    gpujob_spec_free(spec);
+    gpujob_client_free(c);
+}
+END_TEST
+
 START_TEST(test_cancel_queued_job_and_wait_timeout)
 {
     gpujob_client_t *c = client_tcp();
@@ -961,6 +996,7 @@ int main(void)
     TCase *tc = tcase_create("library");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_client_new_rejects_malformed_addresses);
+    tcase_add_test(tc, test_submit_wait_returns_the_job_once_it_ended);
     tcase_add_test(tc, test_daemon_down_is_econnrefused_with_message);
     tcase_add_test(tc, test_silent_daemon_times_out);
     tcase_add_test(tc, test_info_over_tcp_and_unix_socket);

@@ -498,7 +498,10 @@ static int cmd_run(cli_t *cli, int argc, char **argv)
 
     gpujob_job_t *job = NULL, *done = NULL;
     int r = 0;
-    if (status == CLI_EXIT_OK && (r = gpujob_submit(cli->client, spec, &job)) < 0)
+    /* With --wait the submission itself waits a little: a short job's result comes back in
+     * that one request. */
+    double first_wait = !wait ? -1 : timeout_s >= 0 && timeout_s < 0.5 ? timeout_s : 0.5;
+    if (status == CLI_EXIT_OK && (r = gpujob_submit_wait(cli->client, spec, first_wait, &job)) < 0)
         status = api_error(cli, "submit", r);
     if (status == CLI_EXIT_OK && !wait) {
         if (cli->json)
@@ -506,8 +509,12 @@ static int cmd_run(cli_t *cli, int argc, char **argv)
         else
             printf("%s\n", gpujob_job_id(job));
     }
-    if (status == CLI_EXIT_OK && wait) {
-        status = wait_job(cli, gpujob_job_id(job), timeout_s, &done);
+    if (status == CLI_EXIT_OK && wait && gpujob_state_is_final(gpujob_job_state(job))) {
+        done = job;
+        job = NULL;
+    } else if (status == CLI_EXIT_OK && wait) {
+        status =
+            wait_job(cli, gpujob_job_id(job), timeout_s < 0 ? -1 : timeout_s - first_wait, &done);
         if (status == CLI_EXIT_TIMEOUT) printf("%s\n", gpujob_job_id(job));
     }
     if (status == CLI_EXIT_OK && wait) {
