@@ -49,8 +49,11 @@ struct store {
     pthread_mutex_t checkpoint_lock;
 };
 
-/* WAL pages past which a checkpointer copies the WAL back: SQLite's autocheckpoint default. */
+/* WAL pages past which a checkpointer copies the WAL back: SQLite's autocheckpoint default;
+ * and past which the writer finishes the copy instead (note_wal_pages). The WAL file is cut
+ * back to about the second when it starts over (journal_size_limit). */
 #define STORE_CHECKPOINT_PAGES 1000
+#define STORE_WRITER_CHECKPOINT_PAGES (4 * STORE_CHECKPOINT_PAGES)
 
 struct store_checkpointer {
     store_t *st;
@@ -1004,17 +1007,19 @@ int store_checkpoint(store_t *st)
 
 /* The writer's WAL hook once a checkpointer runs: it counts, and calls for the checkpointer.
  * SQLite starts the WAL over only after a checkpoint that reached its last frame, which under
- * a steady stream of commits the checkpointer's never does: past four times the threshold the
- * writer finishes the copy itself, between two of its transactions as SQLite's autocheckpoint
- * would (after the checkpointer's pass, which has copied most of it). */
+ * a steady stream of commits the checkpointer's never does: past STORE_WRITER_CHECKPOINT_PAGES
+ * the checkpointer stops, and the writer finishes the copy itself, between two of its
+ * transactions as SQLite's autocheckpoint would (most of it copied already). It never waits
+ * for the checkpointer's pass: while that runs, the next commit tries again. */
 static int note_wal_pages(void *arg, sqlite3 *db, const char *name, int pages)
 {
     store_t *st = arg;
     atomic_store_explicit(&st->wal_pages, pages, memory_order_relaxed);
-    if (pages >= 4 * STORE_CHECKPOINT_PAGES) {
-        pthread_mutex_lock(&st->checkpoint_lock);
-        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-        pthread_mutex_unlock(&st->checkpoint_lock);
+    if (pages >= STORE_WRITER_CHECKPOINT_PAGES) {
+        if (pthread_mutex_trylock(&st->checkpoint_lock) == 0) {
+            sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+            pthread_mutex_unlock(&st->checkpoint_lock);
+        }
     } else if (pages >= STORE_CHECKPOINT_PAGES) {
         st->checkpoint_due(st->checkpoint_arg);
     }
@@ -1029,9 +1034,14 @@ int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *
     int r = store_conn_open(&cp->conn, cfg->state_dir, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
     /* A connection finds the WAL when it first reads the database; until then a checkpoint
      * has nothing to copy. */
-    if (r == 0 && (r = store_exec(&cp->conn, "SELECT count(*) FROM sqlite_master")) < 0)
-        store_conn_close(&cp->conn);
+    if (r == 0) r = store_exec(&cp->conn, "SELECT count(*) FROM sqlite_master");
+    /* Without a limit the WAL file would keep the size of its longest run for good. */
+    char limit[64];
+    snprintf(limit, sizeof limit, "PRAGMA journal_size_limit = %d",
+             STORE_WRITER_CHECKPOINT_PAGES * 4096);
+    if (r == 0) r = store_exec(&st->conn, limit);
     if (r < 0) {
+        store_conn_close(&cp->conn);
         free(cp);
         return r;
     }
@@ -1046,8 +1056,8 @@ int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *
 
 int store_checkpointer_run(store_checkpointer_t *cp)
 {
-    if (atomic_load_explicit(&cp->st->wal_pages, memory_order_relaxed) < STORE_CHECKPOINT_PAGES)
-        return 0;
+    int pages = atomic_load_explicit(&cp->st->wal_pages, memory_order_relaxed);
+    if (pages < STORE_CHECKPOINT_PAGES || pages >= STORE_WRITER_CHECKPOINT_PAGES) return 0;
     int log_frames = 0, done_frames = 0;
     pthread_mutex_lock(&cp->st->checkpoint_lock);
     int rc = sqlite3_wal_checkpoint_v2(cp->conn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log_frames,

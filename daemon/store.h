@@ -77,9 +77,9 @@ typedef struct store_checkpointer store_checkpointer_t;
 int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *arg), void *arg,
                             store_checkpointer_t **ret);
 /* A PASSIVE checkpoint, which never waits for the writer or readers, when the writer's commits
- * have left the WAL past 1000 pages; else nothing. (Under a steady stream of commits such a
- * checkpoint never reaches the WAL's end, which SQLite needs to start the WAL over: past 4000
- * pages the writer finishes the copy itself.) On one thread at a time. */
+ * have left the WAL between 1000 and 4000 pages; else nothing. (Under a steady stream of
+ * commits such a checkpoint never reaches the WAL's end, which SQLite needs to start the WAL
+ * over: past 4000 pages the writer finishes the copy itself.) On one thread at a time. */
 int store_checkpointer_run(store_checkpointer_t *cp);
 void store_checkpointer_close(store_checkpointer_t *cp); /* accepts NULL */
 

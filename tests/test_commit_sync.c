@@ -301,10 +301,11 @@ END_TEST
  * WAL's end, and unless the writer finished one the WAL would grow with every commit (16,000
  * pages of them here). */
 static atomic_bool writing;
+static atomic_int checkpoint_errors; /* counted here, asserted on the test's own thread */
 static void *checkpoint_loop(void *arg)
 {
     while (atomic_load(&writing))
-        ck_assert_int_eq(store_checkpointer_run(arg), 0);
+        if (store_checkpointer_run(arg) < 0) atomic_fetch_add(&checkpoint_errors, 1);
     return NULL;
 }
 
@@ -314,14 +315,16 @@ START_TEST(test_the_wal_stays_bounded_under_a_steady_stream_of_commits)
     store_t *st = open_store(true, &cfg);
     store_checkpointer_t *cp = open_checkpointer(st, &cfg);
     atomic_store(&writing, true);
+    atomic_store(&checkpoint_errors, 0);
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, checkpoint_loop, cp), 0);
     for (int i = 0; i < 10 * COMMITS; i++)
         commit_a_buffer(st);
     atomic_store(&writing, false);
     pthread_join(t, NULL);
+    ck_assert_int_eq(atomic_load(&checkpoint_errors), 0);
     /* 4,000 pages before the writer steps in, and a few commits more while the checkpointer
-     * holds the checkpoint lock. */
+     * finishes its pass. */
     ck_assert_int_lt(file_size("gpujobd.db-wal"), (off_t)8000 * 4120);
     store_checkpointer_close(cp);
     store_close(st);
