@@ -106,6 +106,7 @@ struct device_worker {
     int n_residents, cap_residents;
     char (*preloads)[ID_SIZE]; /* resident buffers stored, to load ahead of their first job */
     int n_preloads, cap_preloads;
+    bool preloading;       /* a load ahead of a job is being made: work in flight, as a batch is */
     size_t resident_bytes; /* counted against cap beside in_use */
     uint64_t loaded_bytes; /* resident buffers' bytes loaded so far, and the time it took */
     int64_t load_ns;
@@ -885,6 +886,7 @@ static void *device_thread(void *arg)
                 running_anywhere += s->batch != NULL;
                 exclusive |= s->batch && s->exclusive;
             }
+            running_anywhere += other->preloading; /* a re-run must wait for it too */
             rerun_waiting |=
                 other != dw && other->q_len > 0 && is_rerun(other->queue[other->q_head]);
         }
@@ -950,10 +952,17 @@ static void *device_thread(void *arg)
             char id[ID_SIZE];
             memcpy(id, dw->preloads[--dw->n_preloads], sizeof id);
             bool here = resident_here_locked(dw, id);
+            dw->preloading = !here;
             pthread_mutex_unlock(&ex->lock);
             cudaError_t lost = here ? cudaSuccess : preload(&dw->slots[0], rd, id);
-            if (lost != cudaSuccess) recover(dw, lost);
             pthread_mutex_lock(&ex->lock);
+            dw->preloading = false;
+            pthread_cond_broadcast(&ex->cond); /* a re-run may wait for it */
+            if (lost != cudaSuccess) {
+                pthread_mutex_unlock(&ex->lock);
+                recover(dw, lost);
+                pthread_mutex_lock(&ex->lock);
+            }
             continue;
         }
         /* The queue's head starts when a slot is free and no re-run holds the devices, unless
