@@ -791,9 +791,11 @@ START_TEST(test_cancel_queued_job_never_runs)
 END_TEST
 
 static int blob_files;
+static off_t blob_bytes;
 static int count_blob_file(const char *path, const struct stat *sb, int type, struct FTW *ftw)
 {
     blob_files += type == FTW_F;
+    if (type == FTW_F) blob_bytes += sb->st_size;
     return 0;
 }
 
@@ -803,6 +805,7 @@ static int count_blob_files(e2e_daemon_t *d)
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/state/blobs", e2e_daemon_dir(d));
     blob_files = 0;
+    blob_bytes = 0;
     nftw(path, count_blob_file, 16, FTW_PHYS);
     return blob_files;
 }
@@ -825,7 +828,7 @@ static void expect_blob_files(e2e_daemon_t *d, int n, const char *why)
 START_TEST(test_large_upload_streams_to_its_file)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("[server]\nidle_timeout_s = 2\n");
-    enum { N = 300000 }; /* 1.2 MB of f32, past store.inline_blob_bytes (64 KiB) */
+    enum { N = 700000 }; /* 2.8 MB of f32, past store.inline_blob_bytes (64 KiB) */
     const size_t bytes = N * sizeof(float);
     float *x = malloc(bytes), *got = malloc(bytes);
     double *v = malloc(N * sizeof *v);
@@ -847,6 +850,12 @@ START_TEST(test_large_upload_streams_to_its_file)
     ck_assert(write(fd, head, (size_t)n) == n);
     ck_assert(write(fd, x, bytes / 2) == (ssize_t)(bytes / 2));
     expect_blob_files(d, 1, "half of an upload sent");
+    /* On disk already, past the stream's 1 MiB buffer, before the body has ended. */
+    double until = e2e_now() + 10;
+    while (count_blob_files(d) == 1 && blob_bytes < (1 << 20) && e2e_now() < until)
+        usleep(10000);
+    ck_assert_msg(blob_bytes >= (1 << 20), "%lld bytes of 1.4 MB sent are in the file",
+                  (long long)blob_bytes);
     close(fd);
     expect_blob_files(d, 0, "the client gone mid-body");
 
