@@ -3,7 +3,7 @@
  *
  *   bench_loadgen [--duration S] [--concurrency 1,16,64] [--array 100,1000]
  *                 [--array-concurrency 4] [--elements 1024]
- *                 [--encoding b64|inline|binary] [--modes submit,array,e2e] URL
+ *                 [--encoding b64|inline|binary] [--modes submit,array,e2e,waited] URL
  *
  * Inputs travel as base64 of their bytes (--encoding b64, what libgpujob sends), as JSON
  * arrays of numbers (inline, what a curl user types) or as raw bytes in the body's binary
@@ -15,7 +15,9 @@
  *           accepted jobs/s (201s per second) and p50/p99 submit latency;
  *   array   N such jobs per POST for each N of --array: jobs/s and per-POST latency;
  *   e2e     submit, then GET /v1/jobs/{id}/wait until done, at each concurrency: completed
- *           jobs/s and p50/p99 submit-to-done latency.
+ *           jobs/s and p50/p99 submit-to-done latency;
+ *   waited  as e2e, but submitting with POST /v1/jobs?wait=30, which answers once the job has
+ *           ended: one request per job (a wait follows only if the job outlasts it).
  * Prints one Markdown table on stdout. */
 #define _GNU_SOURCE
 #include <curl/curl.h>
@@ -44,7 +46,7 @@ typedef struct loadgen_opts {
     int array_concurrency;
     int elements;
     loadgen_encoding_t encoding;
-    bool mode_submit, mode_array, mode_e2e;
+    bool mode_submit, mode_array, mode_e2e, mode_waited;
 } loadgen_opts_t;
 
 /* The body of a POST /v1/jobs, prepared once per level. A binary body holds NUL bytes, hence
@@ -248,10 +250,11 @@ static int body_build(request_body_t *b, int n, loadgen_encoding_t enc, int coun
     return 0;
 }
 
-static void slot_arm_submit(slot_t *s, const char *base_url, const request_body_t *body)
+static void slot_arm_submit(slot_t *s, const char *base_url, const request_body_t *body,
+                            bool waited)
 {
     curl_easy_reset(s->easy);
-    snprintf(s->url, sizeof s->url, "%s/v1/jobs", base_url);
+    snprintf(s->url, sizeof s->url, "%s/v1/jobs%s", base_url, waited ? "?wait=30" : "");
     curl_easy_setopt(s->easy, CURLOPT_URL, s->url);
     curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, body->headers);
     curl_easy_setopt(s->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len);
@@ -284,9 +287,10 @@ static void slot_arm_wait(slot_t *s, const char *base_url, const char *id)
 }
 
 /* Runs `concurrency` clients for duration_s. Each POSTs body (jobs_per_post jobs); in e2e mode
- * each then waits for its job. Responses after the deadline are not counted. */
+ * each then waits for its job; waited, its POST waits for it. Responses after the deadline are
+ * not counted. */
 static int run_level(const loadgen_opts_t *o, const request_body_t *body, int jobs_per_post,
-                     int concurrency, bool e2e, run_stats_t *ret)
+                     int concurrency, bool e2e, bool waited, run_stats_t *ret)
 {
     run_stats_t st = {0};
     CURLM *multi = curl_multi_init();
@@ -301,7 +305,7 @@ static int run_level(const loadgen_opts_t *o, const request_body_t *body, int jo
     double t0 = now_s(), end = t0 + o->duration_s;
     for (int i = 0; i < concurrency; i++) {
         slots[i].easy = curl_easy_init();
-        slot_arm_submit(&slots[i], o->url, body);
+        slot_arm_submit(&slots[i], o->url, body, waited);
         curl_multi_add_handle(multi, slots[i].easy);
     }
     int active = concurrency;
@@ -336,7 +340,7 @@ static int run_level(const loadgen_opts_t *o, const request_body_t *body, int jo
                     st.errors++;
                 }
                 json_decref(j);
-            } else if (s->phase == PHASE_WAIT) {
+            } else if (s->phase == PHASE_WAIT || waited) {
                 json_t *j = json_loadb(s->resp, s->resp_len, 0, NULL);
                 const char *state = json_string_value(json_object_get(j, "state"));
                 if (state && strcmp(state, "succeeded") == 0) {
@@ -361,7 +365,7 @@ static int run_level(const loadgen_opts_t *o, const request_body_t *body, int jo
                 slot_arm_wait(s, o->url, id);
                 curl_multi_add_handle(multi, s->easy);
             } else if (t < end) {
-                slot_arm_submit(s, o->url, body);
+                slot_arm_submit(s, o->url, body, waited);
                 curl_multi_add_handle(multi, s->easy);
             } else {
                 active--;
@@ -444,7 +448,7 @@ static void usage(FILE *f)
     fputs("usage: bench_loadgen [--duration S] [--concurrency 1,16,64] [--array 100,1000]\n"
           "                     [--array-concurrency 4] [--elements 1024]\n"
           "                     [--encoding b64|inline|binary]\n"
-          "                     [--modes submit,array,e2e] URL\n",
+          "                     [--modes submit,array,e2e,waited] URL\n",
           f);
 }
 
@@ -516,6 +520,7 @@ static int parse_args(int argc, char **argv, loadgen_opts_t *o)
             o->mode_submit = strstr(optarg, "submit") != NULL;
             o->mode_array = strstr(optarg, "array") != NULL;
             o->mode_e2e = strstr(optarg, "e2e") != NULL;
+            o->mode_waited = strstr(optarg, "waited") != NULL;
             break;
         case 'h':
             usage(stdout);
@@ -548,7 +553,7 @@ int main(int argc, char **argv)
     if (o.mode_submit)
         for (int i = 0; i < o.n_concurrency; i++) {
             wait_idle(o.url);
-            if (run_level(&o, &job, 1, o.concurrency[i], false, &st) < 0) return 1;
+            if (run_level(&o, &job, 1, o.concurrency[i], false, false, &st) < 0) return 1;
             print_row("submit", o.concurrency[i], 1, o.duration_s, &st);
             free(st.lat_ms);
         }
@@ -557,7 +562,7 @@ int main(int argc, char **argv)
             wait_idle(o.url);
             request_body_t body;
             if (body_build(&body, o.elements, o.encoding, o.array_sizes[i], true) < 0 ||
-                run_level(&o, &body, o.array_sizes[i], o.array_concurrency, false, &st) < 0)
+                run_level(&o, &body, o.array_sizes[i], o.array_concurrency, false, false, &st) < 0)
                 return 1;
             print_row("array", o.array_concurrency, o.array_sizes[i], o.duration_s, &st);
             free(st.lat_ms);
@@ -566,12 +571,19 @@ int main(int argc, char **argv)
     if (o.mode_e2e)
         for (int i = 0; i < o.n_concurrency; i++) {
             wait_idle(o.url);
-            if (run_level(&o, &job, 1, o.concurrency[i], true, &st) < 0) return 1;
+            if (run_level(&o, &job, 1, o.concurrency[i], true, false, &st) < 0) return 1;
             print_row("e2e", o.concurrency[i], 1, o.duration_s, &st);
             free(st.lat_ms);
         }
+    if (o.mode_waited)
+        for (int i = 0; i < o.n_concurrency; i++) {
+            wait_idle(o.url);
+            if (run_level(&o, &job, 1, o.concurrency[i], false, true, &st) < 0) return 1;
+            print_row("waited", o.concurrency[i], 1, o.duration_s, &st);
+            free(st.lat_ms);
+        }
     printf("\nElements per job: %d (saxpy, f32, %s); %.1f s per row. Latency: per POST "
-           "(submit, array) or submit-to-done (e2e).\n",
+           "(submit, array) or submit-to-done (e2e, waited).\n",
            o.elements,
            o.encoding == ENCODING_BINARY   ? "binary section"
            : o.encoding == ENCODING_INLINE ? "inline JSON numbers"

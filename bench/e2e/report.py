@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-ROW = re.compile(r"^\| (submit|array|e2e) \|")
+ROW = re.compile(r"^\| (submit|array|e2e|waited) \|")
 E2E_CLIENTS = (1, 16, 64)
 
 
@@ -87,7 +87,7 @@ def tiny_section(rep, out):
                "| binary section: jobs/s | p50 ms | peer jobs/s | p50 ms | p99 ms | errors "
                "| gpujobd / peer |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    modes = ("submit", "array", "e2e")
+    modes = ("submit", "array", "e2e", "waited")
     for key in sorted(set(ours) | set(peer), key=lambda k: (modes.index(k[0]), k[1], k[2])):
         o, b, p = ours.get(key, {}), binary.get(key, {}), peer.get(key, {})
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {num(o.get('jobs_s'))} | "
@@ -99,7 +99,8 @@ def tiny_section(rep, out):
                "same jobs with raw bytes after the JSON, Gpujob-Json-Length; the peer takes "
                "base64 only, so the ratio is base64 against base64). submit and array count "
                "201s; a gpujobd 201 means committed and queued, the peer's means done, so the e2e "
-               "rows (POST, then /wait until done) compare like with like.\n")
+               "rows (POST, then /wait until done) compare like with like; waited is gpujobd's "
+               "one-request form (POST /v1/jobs?wait=), the peer's way.\n")
 
     def jobs_s(rows, key):
         return rows.get(key, {}).get("jobs_s")
@@ -121,10 +122,15 @@ def tiny_section(rep, out):
     rep.target("array submissions >= 100,000 jobs/s", v, 100000,
                f"{num(v)} jobs/s ({best[2] if best else '-'} per POST, {enc})")
     for label, key in (("single-job submissions, 64 clients", c64),
-                       ("arrays, " + (f"{best[2]} per POST" if best else "best size"), best),
-                       ("submit-to-done, 64 clients", ("e2e", 64, 1))):
+                       ("arrays, " + (f"{best[2]} per POST" if best else "best size"), best)):
         r = ratio(jobs_s(ours, key), jobs_s(peer, key)) if key else None
         rep.target(f">= 10x the peer: {label}", r, 10, f"{num(r, 1)}x")
+    # Submit-to-done: gpujobd's better form (two requests, or one with ?wait=) against the
+    # peer's, whose POST answers once the job is done.
+    e2e, waited = jobs_s(ours, ("e2e", 64, 1)), jobs_s(ours, ("waited", 64, 1))
+    form = "waited" if (waited or 0) > (e2e or 0) else "e2e"
+    r = ratio(max(e2e or 0, waited or 0) or None, jobs_s(peer, ("e2e", 64, 1)))
+    rep.target(">= 10x the peer: submit-to-done, 64 clients", r, 10, f"{num(r, 1)}x ({form})")
 
 
 def server_section(rep, out):

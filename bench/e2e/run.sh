@@ -2,7 +2,8 @@
 # The end-to-end benchmark of the CUDA backend, side by side in one run: prints one Markdown
 # report (bench/e2e/report.py) on stdout, progress on stderr. Each part gets a fresh gpujobd
 # on a free port with a temporary state dir:
-#   tiny     bench_loadgen (submit at 1,16,64 clients; arrays of 100 and 1000; e2e at 1,16,64),
+#   tiny     bench_loadgen (submit at 1,16,64 clients; arrays of 100 and 1000; e2e and waited
+#            at 1,16,64),
 #            submit and arrays again with a binary section instead of base64, and, per e2e
 #            row, the daemon's own time per job (server_side.py);
 #   peer     the same load against bench/peer/aiohttp_torch_server.py (aiohttp + PyTorch);
@@ -115,6 +116,8 @@ part_tiny() {
     "$py" $here/server_side.py "$url" --after "$mark" --sample "$sample" --label "e2e c=$c" \
       --json "$dir/server-c$c.json"
   done
+  # Submit and wait in one request (POST /v1/jobs?wait=), as the peer answers.
+  "$loadgen" --duration "$duration" --modes waited --concurrency 1,16,64 "$url" >>"$dir/tiny.md"
   stop
 }
 
