@@ -509,6 +509,20 @@ static int check_resident_quota(sched_t *s, msg_t *m)
     return r;
 }
 
+/* How many of a submission's jobs would be new: a job whose idempotency key names a stored job
+ * is a retry, answered with that job, and adds nothing to the queue. */
+static long new_jobs(sched_t *s, const msg_t *m)
+{
+    long n = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        const job_t *job = m->jobs[i];
+        char id[ID_SIZE];
+        n += !job->idempotency_key[0] ||
+             store_job_find_idempotent(s->rd, job->owner, job->idempotency_key, id) < 0;
+    }
+    return n;
+}
+
 /* Takes a committed submission's jobs into the queues, keeping what its answer shows. */
 static void take_submitted(sched_t *s, msg_t *m)
 {
@@ -1297,7 +1311,9 @@ static void handle_msg(sched_t *s, msg_t *m)
     case MSG_BUF_PUT:
         if (m->kind == MSG_SUBMIT && m->n > 0) {
             user_t *u = user_get(s, m->jobs[0]->owner);
-            if (u && u->queue.len + u->pending + (long)m->n > s->cfg->max_queued_per_user) {
+            long queued = u ? u->queue.len + u->pending : 0;
+            if (u && queued + (long)m->n > s->cfg->max_queued_per_user &&
+                queued + new_jobs(s, m) > s->cfg->max_queued_per_user) {
                 reply_err(m->reply, m->token, -EAGAIN, "too many queued jobs for this user");
                 msg_free(m);
                 return;

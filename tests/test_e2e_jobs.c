@@ -991,6 +991,38 @@ START_TEST(test_idempotent_resubmission_returns_first_job)
 }
 END_TEST
 
+/* A retry of an accepted submission is answered with its job even while the user's queue is
+ * full (it adds nothing to the queue); a new job is refused then, 429. */
+START_TEST(test_idempotent_retry_is_answered_while_the_queue_is_full)
+{
+    e2e_daemon_t *d =
+        e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG "[limits]\nmax_queued_per_user = 2\n");
+    json_t *long_job = e2e_long_job_new(3000);
+    char *text = json_dumps(long_job, JSON_COMPACT);
+    char *running = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, running, "running", 10);
+    const char *keyed[] = {"Content-Type: application/json", "Idempotency-Key: full-queue", NULL};
+    e2e_response_t first, retry;
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs", keyed, text, strlen(text), &first) == 0);
+    ck_assert_msg(first.status == 201, "first: %ld %s", first.status, first.body);
+    char *second = e2e_submit_ok(d, long_job); /* the queue holds two now: full */
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs", keyed, text, strlen(text), &retry) == 0);
+    ck_assert_msg(retry.status == 200, "retry: %ld %s", retry.status, retry.body);
+    ck_assert_str_eq(json_string_value(json_object_get(retry.json, "id")),
+                     json_string_value(json_object_get(first.json, "id")));
+    json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 429);
+    ck_assert_str_eq(e2e_error_code(refused), "resource_exhausted");
+    json_decref(refused);
+    e2e_response_clear(&first);
+    e2e_response_clear(&retry);
+    free(second);
+    free(running);
+    free(text);
+    json_decref(long_job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 static bool id_in(const char *id, char **ids, int n)
 {
     for (int i = 0; i < n; i++)
@@ -1158,6 +1190,7 @@ int main(void)
     tcase_add_test(tc, test_large_upload_streams_to_its_file);
     tcase_add_test(tc, test_deadline_passes_while_queued);
     tcase_add_test(tc, test_idempotent_resubmission_returns_first_job);
+    tcase_add_test(tc, test_idempotent_retry_is_answered_while_the_queue_is_full);
     tcase_add_test(tc, test_list_pagination_and_filters);
     tcase_add_test(tc, test_health_metrics_usage_and_info);
     suite_add_tcase(s, tc);
