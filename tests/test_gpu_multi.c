@@ -66,6 +66,13 @@ START_TEST(test_a_burst_spreads_over_the_gpus_and_pins_hold)
 }
 END_TEST
 
+/* The n values of a succeeded job's output "out", into got. */
+static void out_values(const json_t *done, double *got, long n)
+{
+    json_t *out = json_object_get(json_object_get(done, "outputs"), "out");
+    ck_assert_int_eq(e2e_json_flatten(json_object_get(out, "data"), got, n), n);
+}
+
 START_TEST(test_resident_buffers_spread_over_the_gpus_and_draw_their_jobs)
 {
     e2e_daemon_t *d = gpu_daemon_start("");
@@ -93,11 +100,7 @@ START_TEST(test_resident_buffers_spread_over_the_gpus_and_draw_their_jobs)
         ck_assert_str_eq(e2e_job_state(done), "succeeded");
         ck_assert_int_eq(json_integer_value(json_object_get(done, "run_device")), placed[k]);
         double got[N];
-        ck_assert_int_eq(
-            e2e_json_flatten(
-                json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "data"),
-                got, N),
-            N);
+        out_values(done, got, N);
         for (int i = 0; i < N; i++)
             ck_assert_msg(got[i] == (double)(w[k][i] * y[i]), "buffer %d [%d]", k, i);
         json_decref(done);
@@ -120,11 +123,7 @@ START_TEST(test_resident_buffers_spread_over_the_gpus_and_draw_their_jobs)
         ck_assert_str_eq(e2e_job_state(done), "succeeded");
         int ran = (int)json_integer_value(json_object_get(done, "run_device"));
         double got[N];
-        ck_assert_int_eq(
-            e2e_json_flatten(
-                json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "data"),
-                got, N),
-            N);
+        out_values(done, got, N);
         for (int i = 0; i < N; i++)
             ck_assert_msg(got[i] == (double)(w[0][i] + w[1][i]), "both [%d]", i);
         json_t *dev = gpu_daemon_device(d, ran);
