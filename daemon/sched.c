@@ -73,7 +73,10 @@ struct entry {
     keyq_t *keyq;     /* while queued with a batch key */
     struct entry *kprev, *knext;
     waiter_t *waiters;
-    bool cancelled_while_running;
+    /* Its result is thrown away when its launch returns: it was cancelled while running, or
+     * its submission's commit failed after it had gone out. */
+    bool discard_result;
+    bool start_lost; /* cut in a group commit that failed: its row still says queued */
     double charged_us;
 };
 
@@ -87,6 +90,13 @@ typedef enum msg_kind {
     MSG_STOP,
 } msg_kind_t;
 
+/* What became of each job of a submission in its group commit. */
+typedef enum job_fate {
+    FATE_NEW,      /* not taken (yet): the message owns it */
+    FATE_REPLAYED, /* its idempotency key named a stored job: that job answers for it */
+    FATE_TAKEN,    /* in the queues; the message owns it until the commit has succeeded */
+} job_fate_t;
+
 typedef struct msg {
     struct msg *next;
     msg_kind_t kind;
@@ -94,7 +104,7 @@ typedef struct msg {
     void *token;
     job_t **jobs;
     size_t n;
-    bool *replayed; /* submit: per job, set when its idempotency key already existed */
+    job_fate_t *fate; /* submit: per job */
     bool any_owner;
     char owner[OWNER_SIZE];
     char id[ID_SIZE];
@@ -153,7 +163,15 @@ typedef struct sched_batch {
     struct msg *done_msg; /* allocated at dispatch, so that reporting the end needs no memory */
 } sched_batch_t;
 
+/* The most batches one dispatch cuts. */
+#define DISPATCH_MAX 64
+
 static void dispatch(sched_t *s);
+static int cut_batches(sched_t *s, sched_batch_t *ready[DISPATCH_MAX]);
+static int record_starts(sched_t *s, sched_batch_t *const *ready, int n);
+static void launch(sched_t *s, sched_batch_t *const *ready, int n, bool recorded, int *refusal);
+static void settle_refused(sched_t *s, sched_batch_t *const *ready, int n, const int *refusal);
+static void mark_starts_lost(sched_t *s, sched_batch_t *const *ready, int n);
 
 static void reply_err(sched_reply_fn reply, void *token, int err, const char *message)
 {
@@ -490,7 +508,7 @@ static void msg_free(msg_t *m)
     for (size_t i = 0; m->shown && i < m->n; i++)
         job_free(m->shown[i]);
     free(m->shown);
-    free(m->replayed);
+    free(m->fate);
     buffer_free(m->buf);
     free(m);
 }
@@ -523,35 +541,70 @@ static long new_jobs(sched_t *s, const msg_t *m)
     return n;
 }
 
-/* Takes a committed submission's jobs into the queues, keeping what its answer shows. */
+/* Takes a submission's new jobs into the queues, inside its group commit's transaction, and
+ * keeps what its answer shows of them (as accepted: queued). The message owns them until the
+ * commit returns: settle_submitted then hands them to the queues, or drop_submitted takes
+ * them back. */
 static void take_submitted(sched_t *s, msg_t *m)
 {
     m->shown = calloc(m->n, sizeof *m->shown);
-    m->all_replayed = true;
     for (size_t i = 0; i < m->n; i++) {
         job_t *job = m->jobs[i];
-        char id[ID_SIZE];
-        /* Replayed submissions answer with the job the key created first. */
-        if (m->shown && m->replayed[i] &&
-            (store_job_find_idempotent(s->rd, job->owner, job->idempotency_key, id) < 0 ||
-             store_job_get(s->rd, id, &m->shown[i]) < 0))
-            m->shown[i] = NULL;
-        if (m->shown && !m->shown[i]) m->shown[i] = job_copy_shown(job);
-        if (m->replayed[i]) continue;
-        m->all_replayed = false;
-        m->jobs[i] = NULL;
+        if (m->fate[i] == FATE_REPLAYED) continue;
+        if (m->shown) m->shown[i] = job_copy_shown(job);
         /* Keep small inputs in memory for the run; large ones are read back then. */
         for (int j = 0; j < OP_MAX_TENSORS; j++)
             if (job->in[j].nbytes > s->cfg->inline_blob_bytes && job->in[j].blob) {
                 free(job->in[j].data);
                 job->in[j].data = NULL;
             }
-        atomic_fetch_add(&s->submitted_total, 1);
-        if (enqueue(s, job) < 0) {
+        if (enqueue(s, job) == 0) m->fate[i] = FATE_TAKEN;
+    }
+}
+
+/* After the commit: the taken jobs belong to the queues (and to the batches they went out
+ * in); replayed ones answer with the job their key created first. */
+static void settle_submitted(sched_t *s, msg_t *m)
+{
+    m->all_replayed = true;
+    for (size_t i = 0; i < m->n; i++) {
+        job_t *job = m->jobs[i];
+        char id[ID_SIZE];
+        if (m->fate[i] == FATE_REPLAYED) {
+            if (m->shown &&
+                (store_job_find_idempotent(s->rd, job->owner, job->idempotency_key, id) < 0 ||
+                 store_job_get(s->rd, id, &m->shown[i]) < 0))
+                m->shown[i] = NULL;
+            if (m->shown && !m->shown[i]) m->shown[i] = job_copy_shown(job);
+            continue;
+        }
+        m->all_replayed = false;
+        if (m->fate[i] != FATE_TAKEN) {
             log_error("job %s committed but not queued (out of memory): it runs after a restart",
                       job->id);
-            job_free(job);
+            continue;
         }
+        m->jobs[i] = NULL;
+        atomic_fetch_add(&s->submitted_total, 1);
+    }
+}
+
+/* After a failed commit: the taken jobs leave the queues. Those that went out already stay
+ * with their batches, which throw their results away. */
+static void drop_submitted(sched_t *s, msg_t *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->fate[i] != FATE_TAKEN) continue;
+        entry_t *e = strmap_get(s->entries, m->jobs[i]->id);
+        if (e->job->state == JOB_RUNNING) {
+            e->discard_result = true;
+            m->jobs[i] = NULL;
+            continue;
+        }
+        entry_unqueue(s, e);
+        strmap_remove(s->entries, e->job->id);
+        atomic_fetch_sub(&s->queued, 1);
+        free(e);
     }
 }
 
@@ -622,10 +675,23 @@ static void commit_pending(sched_t *s)
         for (size_t i = 0; i < m->n && r >= 0; i++) {
             r = store_job_insert(s->st, m->jobs[i]);
             if (r == -EEXIST && m->jobs[i]->idempotency_key[0]) {
-                m->replayed[i] = true;
+                m->fate[i] = FATE_REPLAYED;
                 r = 0;
             }
         }
+    }
+    /* The new jobs join the queues and what can start goes out before the commit, its start
+     * recorded in the same transaction: the device runs them while the commit writes. */
+    sched_batch_t *ready[DISPATCH_MAX];
+    int refusal[DISPATCH_MAX];
+    int n_ready = 0;
+    bool cut = r >= 0;
+    if (cut) {
+        for (msg_t *m = pending; m; m = m->next)
+            if (m->kind == MSG_SUBMIT && !m->err) take_submitted(s, m);
+        n_ready = cut_batches(s, ready);
+        r = record_starts(s, ready, n_ready);
+        launch(s, ready, n_ready, r >= 0, refusal);
     }
     if (r >= 0) r = store_commit(s->st);
     if (r < 0) {
@@ -639,15 +705,16 @@ static void commit_pending(sched_t *s)
          * a replayed submission) go now rather than at the next start's sweep. */
         if (m->kind == MSG_BUF_PUT && (r < 0 || m->err)) store_blob_discard(s->st, m->buf->blob);
         for (size_t i = 0; i < m->n; i++)
-            if (r < 0 || m->replayed[i])
+            if (r < 0 || m->fate[i] == FATE_REPLAYED)
                 for (int j = 0; j < OP_MAX_TENSORS; j++)
                     store_blob_discard(s->st, m->jobs[i]->in[j].blob);
         if (r < 0) {
+            if (m->kind == MSG_SUBMIT) drop_submitted(s, m);
             reply_err(m->reply, m->token, -EIO, why);
         } else if (m->err) {
             reply_err(m->reply, m->token, m->err, m->err_message);
         } else {
-            if (m->kind == MSG_SUBMIT) take_submitted(s, m);
+            if (m->kind == MSG_SUBMIT) settle_submitted(s, m);
             if (m->kind == MSG_BUF_PUT && m->buf->resident && s->ex && s->ex->ops->buffer_added)
                 s->ex->ops->buffer_added(s->ex, m->buf);
             if (defer) {
@@ -660,8 +727,9 @@ static void commit_pending(sched_t *s)
         }
         msg_free(m);
     }
-    /* The jobs start before the sync does: its fsync then covers their start too. */
-    dispatch(s);
+    if (r < 0) mark_starts_lost(s, ready, n_ready);
+    settle_refused(s, ready, n_ready, refusal);
+    if (!cut) dispatch(s); /* the transaction failed before its cut: start what was queued */
     for (msg_t *m = unsynced, *next; m; m = next) {
         next = m->next;
         m->synced.done = answer_synced;
@@ -712,7 +780,7 @@ static void on_dispatch_timer(uv_timer_t *t)
 }
 
 static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why);
-static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran);
+static void retry_batch(sched_t *s, sched_batch_t *sb);
 
 /* Entries looked at, best first, when a user's first waits for its device. */
 #define STARTABLE_SCAN 64
@@ -763,18 +831,17 @@ static entry_t *best_startable(sched_t *s, user_t *u)
     return NULL;
 }
 
-/* Cuts batches while the executor has free slots. A partial batch whose oldest job has
- * waited less than max_delay_us is held back while other batches are in flight, so that
- * company can arrive; with the executor idle it goes at once. */
-static void dispatch(sched_t *s)
+/* Cuts batches while the executor has free slots, into ready; returns how many. A partial
+ * batch whose oldest job has waited less than max_delay_us is held back while other batches
+ * are in flight, so that company can arrive; with the executor idle it goes at once. */
+static int cut_batches(sched_t *s, sched_batch_t *ready[DISPATCH_MAX])
 {
-    if (s->stopping || !s->ex) return;
+    if (s->stopping || !s->ex) return 0;
     s->round++;
     int64_t hold_until = 0;
-    sched_batch_t *ready[64];
     int n_ready = 0;
     int slots = s->ex->ops->free_slots(s->ex, -1);
-    while (n_ready < slots && n_ready < (int)(sizeof ready / sizeof ready[0])) {
+    while (n_ready < slots && n_ready < DISPATCH_MAX) {
         user_t *u = pick_user(s);
         if (!u) break;
         /* A job pinned to a device with no room (or held there by its resident inputs) waits
@@ -842,43 +909,91 @@ static void dispatch(sched_t *s)
         }
     }
 
-    if (n_ready > 0) {
-        /* A start lost to a power loss costs a run; the launch need not wait for an fsync. */
-        int r = store_begin_relaxed(s->st);
-        for (int b = 0; b < n_ready && r >= 0; b++)
-            for (int i = 0; i < ready[b]->batch.n && r >= 0; i++)
-                r = store_job_update(s->st, ready[b]->batch.jobs[i]);
-        if (r >= 0) r = store_commit(s->st);
-        if (r < 0) store_rollback(s->st);
-        for (int b = 0; b < n_ready; b++) {
-            sched_batch_t *sb = ready[b];
-            long n = sb->batch.n;
-            atomic_fetch_sub(&s->queued, n);
-            atomic_fetch_add(&s->running, n);
-            s->batches_in_flight++;
-            sb->dispatched_us = now_us();
-            if (r < 0) {
-                fail_dispatched(s, sb, "the store could not record the start");
-                continue;
-            }
-            int er = s->ex->ops->submit(s->ex, &sb->batch);
-            if (er == -EAGAIN) {
-                requeue_batch(s, sb, false);
-                continue;
-            }
-            if (er < 0) {
-                fail_dispatched(s, sb, strerror(-er));
-                continue;
-            }
-            atomic_fetch_add(&s->batches_total, 1);
-            if (n > 1) atomic_fetch_add(&s->batched_jobs_total, n);
-        }
-    }
     if (hold_until) {
         int64_t wait_us = hold_until - now_us();
         uv_timer_start(&s->dispatch_timer, on_dispatch_timer,
                        wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
     }
+    return n_ready;
+}
+
+/* Records the starts of n cut batches in the store's open transaction. */
+static int record_starts(sched_t *s, sched_batch_t *const *ready, int n)
+{
+    int r = 0;
+    for (int b = 0; b < n && r >= 0; b++)
+        for (int i = 0; i < ready[b]->batch.n && r >= 0; i++)
+            r = store_job_update(s->st, ready[b]->batch.jobs[i]);
+    return r;
+}
+
+/* After a failed group commit: the starts it recorded went down with it, so the rows of the
+ * jobs it cut that were committed before still say queued. Their ends record the start
+ * first (record_end); a re-queue leaves them as they are (requeue_batch). */
+static void mark_starts_lost(sched_t *s, sched_batch_t *const *ready, int n)
+{
+    for (int b = 0; b < n; b++)
+        for (int i = 0; i < ready[b]->batch.n; i++) {
+            entry_t *e = strmap_get(s->entries, ready[b]->batch.jobs[i]->id);
+            e->start_lost = !e->discard_result;
+        }
+}
+
+/* A start the store did not record: the batch is not handed over. */
+enum { START_UNRECORDED = 1 };
+
+/* Counts n cut batches out of the queues and, when their starts are recorded, hands them to
+ * the executor. refusal[b] says what became of each: 0 handed over, else what
+ * settle_refused deals with once the store's transaction is over. */
+static void launch(sched_t *s, sched_batch_t *const *ready, int n, bool recorded, int *refusal)
+{
+    for (int b = 0; b < n; b++) {
+        sched_batch_t *sb = ready[b];
+        long jobs = sb->batch.n;
+        atomic_fetch_sub(&s->queued, jobs);
+        atomic_fetch_add(&s->running, jobs);
+        s->batches_in_flight++;
+        sb->dispatched_us = now_us();
+        refusal[b] = recorded ? s->ex->ops->submit(s->ex, &sb->batch) : START_UNRECORDED;
+        if (refusal[b] == 0) {
+            atomic_fetch_add(&s->batches_total, 1);
+            if (jobs > 1) atomic_fetch_add(&s->batched_jobs_total, jobs);
+        }
+    }
+}
+
+/* The batches launch did not hand over: turned down by a full device (-EAGAIN), their jobs go
+ * back to their queues; otherwise they fail with the reason. */
+static void settle_refused(sched_t *s, sched_batch_t *const *ready, int n, const int *refusal)
+{
+    for (int b = 0; b < n; b++) {
+        if (refusal[b] == 0) continue;
+        if (refusal[b] == -EAGAIN) {
+            ready[b]->batch.retry = EXEC_RETRY_UNSTARTED;
+            retry_batch(s, ready[b]);
+        } else {
+            fail_dispatched(s, ready[b],
+                            refusal[b] == START_UNRECORDED ? "the store could not record the start"
+                                                           : strerror(-refusal[b]));
+        }
+    }
+}
+
+/* Starts what the executor has room for, outside a group commit (a batch has ended, a held
+ * one's wait is over). */
+static void dispatch(sched_t *s)
+{
+    sched_batch_t *ready[DISPATCH_MAX];
+    int refusal[DISPATCH_MAX];
+    int n = cut_batches(s, ready);
+    if (n == 0) return;
+    /* A start lost to a power loss costs a run; the launch need not wait for an fsync. */
+    int r = store_begin_relaxed(s->st);
+    if (r >= 0) r = record_starts(s, ready, n);
+    if (r >= 0) r = store_commit(s->st);
+    if (r < 0) store_rollback(s->st);
+    launch(s, ready, n, r >= 0, refusal);
+    settle_refused(s, ready, n, refusal);
 }
 
 /* ---------------------------------------------------------------- batch completion */
@@ -914,12 +1029,21 @@ static void on_batch_done(exec_batch_t *batch, void *ud)
 
 static void maybe_finish_stop(sched_t *s);
 
-/* Records a job's end. When the store refuses it (a full disk while writing the outputs, say),
- * the job ends failed with the reason instead; when even that fails, the store keeps it
- * running and the next start runs it again, which the log says. */
-static void record_end(sched_t *s, job_t *job)
+/* Records a job's end (after its start, when that went down with a failed group commit).
+ * When the store refuses it (a full disk while writing the outputs, say), the job ends failed
+ * with the reason instead; when even that fails, the store keeps it unended and the next
+ * start runs it again, which the log says. */
+static void record_end(sched_t *s, entry_t *e)
 {
-    int r = store_job_update(s->st, job);
+    job_t *job = e->job;
+    int r = 0;
+    if (e->start_lost) {
+        job_state_t end = job->state;
+        job->state = JOB_RUNNING;
+        r = store_job_update(s->st, job);
+        job->state = end;
+    }
+    if (r >= 0) r = store_job_update(s->st, job);
     if (r >= 0) return;
     log_error("job %s: could not record its end: %s", job->id, strerror(-r));
     if (job->state == JOB_SUCCEEDED) {
@@ -927,7 +1051,7 @@ static void record_end(sched_t *s, job_t *job)
         job_set_error(job, "store_failed", "the outputs could not be stored: %s", strerror(-r));
         if (store_job_update(s->st, job) >= 0) return;
     }
-    log_error("job %s stays running in the store and runs again after a restart", job->id);
+    log_error("job %s stays unended in the store and runs again after a restart", job->id);
 }
 
 static void finish_batch(sched_t *s, sched_batch_t *sb)
@@ -941,7 +1065,7 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = strmap_get(s->entries, job->id);
-        if (e->cancelled_while_running) {
+        if (e->discard_result) {
             /* Its result is discarded: so are the files on_batch_done wrote for it, which no
              * row will name. */
             for (int j = 0; j < job->call.n_out; j++)
@@ -950,7 +1074,7 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
         }
         job->finished_us = now;
         job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
-        if (r >= 0) record_end(s, job);
+        if (r >= 0) record_end(s, e);
         /* A failed job keeps no outputs: files on_batch_done wrote for them go. */
         if (job->state != JOB_SUCCEEDED)
             for (int j = 0; j < job->call.n_out; j++)
@@ -965,7 +1089,7 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
                   strerror(-r));
         for (int i = 0; i < batch->n; i++) {
             entry_t *e = strmap_get(s->entries, batch->jobs[i]->id);
-            if (!e->cancelled_while_running) record_end(s, batch->jobs[i]);
+            if (!e->discard_result) record_end(s, e);
         }
     }
     /* Counters first: a waiter that wakes up and reads /metrics sees the batch ended. */
@@ -975,7 +1099,7 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
         entry_t *e = strmap_get(s->entries, job->id);
         e->user->running--;
         user_charge(e->user, share_us - e->charged_us);
-        if (!e->cancelled_while_running) {
+        if (!e->discard_result) {
             count_final(s, job->state);
             waiters_reply(e, job);
         }
@@ -1015,8 +1139,10 @@ static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran)
         job->error_code[0] = job->error_message[0] = '\0';
     }
     int r = store_begin(s->st);
-    for (int i = 0; i < batch->n && r >= 0; i++)
-        r = store_job_update(s->st, batch->jobs[i]);
+    for (int i = 0; i < batch->n && r >= 0; i++) {
+        entry_t *e = strmap_get(s->entries, batch->jobs[i]->id);
+        if (!e->start_lost) r = store_job_update(s->st, batch->jobs[i]);
+    }
     if (r >= 0) r = store_commit(s->st);
     if (r < 0) {
         store_rollback(s->st);
@@ -1036,6 +1162,7 @@ static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran)
         e->user->running--;
         user_charge(e->user, -e->charged_us);
         e->charged_us = 0;
+        e->start_lost = false;
         if (entry_queue(s, e) < 0) {
             log_error("job %s could not be re-queued (out of memory): it runs after a restart",
                       job->id);
@@ -1076,7 +1203,7 @@ static void retry_batch(sched_t *s, sched_batch_t *sb)
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = strmap_get(s->entries, job->id);
-        if (!e->cancelled_while_running && (!ran || job->attempts < s->cfg->max_attempts))
+        if (!e->discard_result && (!ran || job->attempts < s->cfg->max_attempts))
             batch->jobs[keep++] = job;
         else
             spent->batch.jobs[spent->batch.n++] = job;
@@ -1144,7 +1271,7 @@ static void handle_wait(sched_t *s, msg_t *m)
     entry_t *e = entry_find(s, m);
     /* A job cancelled while running has ended: the store holds its final record, and the
      * entry lives on only until its launch returns. */
-    if (!e || e->cancelled_while_running) {
+    if (!e || e->discard_result) {
         job_t *job = stored_job(s, m);
         if (job) reply_jobs(m->reply, m->token, &job, 1, false);
         job_free(job);
@@ -1186,7 +1313,7 @@ static void handle_cancel(sched_t *s, msg_t *m)
         if (r < 0) reply_err(m->reply, m->token, r, "the store refused the cancellation");
         return;
     }
-    if (e->cancelled_while_running) {
+    if (e->discard_result) {
         reply_err(m->reply, m->token, -EBUSY, "the job is already cancelled");
         return;
     }
@@ -1205,7 +1332,7 @@ static void handle_cancel(sched_t *s, msg_t *m)
     if (r < 0) {
         reply_err(m->reply, m->token, r, "the store refused the cancellation");
     } else {
-        e->cancelled_while_running = true;
+        e->discard_result = true;
         count_final(s, JOB_CANCELLED);
         reply_jobs(m->reply, m->token, &rec, 1, false);
         waiters_reply(e, rec);
@@ -1455,8 +1582,8 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
     }
     m->jobs = jobs;
     m->n = n;
-    m->replayed = calloc(n ? n : 1, sizeof *m->replayed);
-    if (!m->replayed) {
+    m->fate = calloc(n ? n : 1, sizeof *m->fate);
+    if (!m->fate) {
         reply_err(reply, token, -ENOMEM, NULL);
         msg_free(m);
         return;

@@ -3,9 +3,12 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/config.h"
@@ -827,14 +830,101 @@ START_TEST(test_a_failed_sync_fails_its_answer_and_refuses_what_follows)
 }
 END_TEST
 
-START_TEST(test_without_sync_full_a_submission_is_answered_before_it_starts)
+START_TEST(test_without_sync_full_a_submission_starts_before_its_commit_is_answered)
 {
     fake->slots = 4;
     job_t *job = add_job("alice", 10, 0);
     reply_box_t box;
     submit(&box, &job, 1);
-    ck_assert_int_eq(box.batches_started, 0);
-    fake_wait_batches(fake, 1);
+    /* The job went out inside the commit's transaction, its start recorded with it. */
+    ck_assert_int_eq(box.batches_started, 1);
+    ck_assert_int_eq(box.states[0], JOB_QUEUED);
+    ck_assert_int_eq(stored_state(box.ids[0]), JOB_RUNNING);
+}
+END_TEST
+
+/* A job of owner that goes out in a batch of its own. */
+static job_t *lone_job(const char *owner)
+{
+    job_t *job = add_job(owner, 10, 0);
+    job->call.batch_key[0] = '\0';
+    return job;
+}
+
+static size_t stored_jobs(void)
+{
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    store_list_query_t q = {.state = -1, .limit = 1000};
+    job_t **jobs = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(store_jobs_list(rd, &q, &jobs, &n), 0);
+    for (size_t i = 0; i < n; i++)
+        job_free(jobs[i]);
+    free(jobs);
+    store_reader_close(rd);
+    return n;
+}
+
+START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
+{
+    fake->slots = 0;
+    job_t *older = lone_job("alice");
+    reply_box_t first;
+    submit(&first, &older, 1);
+
+    /* No file may grow past its size now (a soft limit, lifted below): the next commit cannot
+     * append to the WAL, after its jobs have gone out. */
+    char wal[PATH_MAX];
+    snprintf(wal, sizeof wal, "%s/gpujobd.db-wal", state_dir);
+    struct stat ws;
+    ck_assert_int_eq(stat(wal, &ws), 0);
+    struct rlimit saved, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &saved), 0);
+    lim = (struct rlimit){.rlim_cur = (rlim_t)ws.st_size, .rlim_max = saved.rlim_max};
+    signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    fake->slots = 2;
+    job_t *jobs[2] = {lone_job("alice"), lone_job("bob")};
+    reply_box_t failed;
+    submit_any(&failed, jobs, 2);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &saved), 0);
+    ck_assert_int_eq(failed.err, -EIO);
+
+    /* Out went alice's older job and bob's new one; alice's new one left the queue. */
+    ck_assert_int_eq(failed.batches_started, 2);
+    ck_assert_str_eq(fake->got[0]->jobs[0]->id, first.ids[0]);
+    sched_stats_t stats;
+    sched_get_stats(sched, &stats);
+    ck_assert_int_eq(stats.queued, 0);
+    ck_assert_int_eq(stats.running, 2);
+    ck_assert_int_eq(stats.submitted_total, 1);
+
+    /* Both end: the older job as any other, bob's with its result thrown away. */
+    fake_complete(fake, 0);
+    fake_complete(fake, 1);
+    reply_box_t w;
+    box_init(&w);
+    sched_wait(sched, "alice", first.ids[0], 5000, on_reply, &w);
+    box_wait(&w);
+    ck_assert_int_eq(w.states[0], JOB_SUCCEEDED);
+    for (int i = 0; i < 100 && stats.running > 0; i++) {
+        usleep(10 * 1000);
+        sched_get_stats(sched, &stats);
+    }
+    ck_assert_int_eq(stats.running, 0);
+    ck_assert_int_eq(stats.succeeded_total, 1);
+    ck_assert_int_eq(stored_state(first.ids[0]), JOB_SUCCEEDED);
+    ck_assert_uint_eq(stored_jobs(), 1);
+
+    /* Nothing of the failed submission is left to go out. */
+    job_t *next = lone_job("carol");
+    reply_box_t last;
+    submit(&last, &next, 1);
+    fake_wait_batches(fake, 3);
+    usleep(20 * 1000);
+    ck_assert_int_eq(fake->n_got, 3);
+    ck_assert_str_eq(fake->got[2]->jobs[0]->id, last.ids[0]);
 }
 END_TEST
 
@@ -881,7 +971,8 @@ int main(void)
     tcase_add_test(tc, test_queued_jobs_survive_a_stop_and_run_after_restart);
     tcase_add_test(tc, test_submissions_after_stop_answer_shutdown);
     tcase_add_test(tc, test_a_batch_the_executor_turns_down_goes_back_to_its_queue);
-    tcase_add_test(tc, test_without_sync_full_a_submission_is_answered_before_it_starts);
+    tcase_add_test(tc, test_without_sync_full_a_submission_starts_before_its_commit_is_answered);
+    tcase_add_test(tc, test_a_failed_commit_takes_back_the_jobs_it_started);
     suite_add_tcase(s, tc);
     /* The daemon's default: answers wait for the commit syncer. */
     TCase *durable = tcase_create("durable");
