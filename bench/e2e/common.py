@@ -45,6 +45,14 @@ class Client:
         """POSTs one job or an array of jobs, given as JSON text; returns the 201's JSON."""
         return self.request("POST", "/v1/jobs", job_json.encode())
 
+    def submit_wait(self, job_json, timeout_s=120):
+        """POSTs one job with ?wait=: the answer comes once the job has ended (or timeout_s,
+        capped by the daemon's limits.max_wait_ms, has passed); returns its JSON."""
+        job = self.request("POST", f"/v1/jobs?wait={timeout_s}", job_json.encode())
+        if job["state"] in ("queued", "running"):
+            raise RuntimeError(f"job {job['id']} still {job['state']} after the wait")
+        return job
+
     def wait(self, job_id, timeout_s=120):
         """Long-polls until the job is final; raises RuntimeError when it is not by then."""
         job = self.request("GET", f"/v1/jobs/{job_id}/wait?timeout={timeout_s}")

@@ -10,13 +10,15 @@ the ceiling there is the disk: with --disk-dir (a directory on the daemon's stat
 the same bytes are also written to a file there and fdatasync'd, timed the same way. The
 daemon loads resident buffers into device memory once they are stored (or at their first job
 at the latest): its own count of the bytes it loaded and the time that took (/v1/info, CUDA
-backend), read after the first job, give its load rate. Then runs --jobs `dot` jobs on the two, one
-after another (after two warm-ups), each timed at the client from its POST to the /wait
-answer that says it is done. The daemon's overhead for a job is that end-to-end time minus
-its gpu_ms (the daemon's CUDA-event time of the launch); its output is one f32, so nothing
-large moves after the upload. For scale, the same connection's floor is reported too: two
-GET /healthz round trips, the HTTP cost of a submit and a wait that do nothing. The daemon
-must take bodies of --bytes (--set limits.max_body_bytes=2GiB for 1 GiB)."""
+backend), read after the first job, give its load rate. Then runs --jobs `dot` jobs on the two
+each way, one after another (after two warm-ups), the two ways taking turns: a POST and then a
+GET .../wait, each job timed at the client from its POST to the answer that says it is done;
+and one POST /v1/jobs?wait=, which answers once the job is done. The daemon's overhead for a
+job is that end-to-end time minus its gpu_ms (the daemon's CUDA-event time of the launch); its
+output is one f32, so nothing large moves after the upload. For scale, the same connection's
+floor is reported too: GET /healthz round trips (two, and one), the HTTP cost of requests
+that do nothing. The daemon must take bodies of --bytes (--set limits.max_body_bytes=2GiB for
+1 GiB)."""
 import argparse
 import json
 import os
@@ -58,11 +60,25 @@ def device_loads(client):
             sum(d.get("resident_load_seconds", 0) for d in devices))
 
 
-def timed_job(client, job_text):
-    """One job's end-to-end microseconds at the client and its final JSON."""
+def timed_job(client, job_text, waited=False):
+    """One job's end-to-end microseconds at the client and its final JSON: submitted and then
+    waited for, or (waited) in one POST ...?wait=."""
     t = time.perf_counter()
-    job = client.wait(client.submit(job_text)["id"])
+    job = client.submit_wait(job_text) if waited else client.wait(client.submit(job_text)["id"])
     return (time.perf_counter() - t) * 1e6, job
+
+
+def healthz_floor_us(client, round_trips):
+    """Microseconds of round_trips GET /healthz requests."""
+    t = time.perf_counter()
+    for _ in range(round_trips):
+        client.request("GET", "/healthz")
+    return (time.perf_counter() - t) * 1e6
+
+
+def overhead_p50(e2e_us, gpu_us):
+    """The median of end-to-end minus kernel time over jobs."""
+    return percentile([e - g for e, g in zip(e2e_us, gpu_us)], 0.5)
 
 
 def run(url, nbytes, jobs, disk_dir):
@@ -84,21 +100,22 @@ def run(url, nbytes, jobs, disk_dir):
         if loads_before else (0, 0)
     for _ in range(WARMUP - 1):
         timed_job(client, job_text)
-    e2e_us, gpu_us, server_us, value = [], [], [], None
+        timed_job(client, job_text, waited=True)
+    # Per way (False: submit then wait; True: one waited POST): end-to-end, gpu and server us.
+    e2e_us, gpu_us, server_us = {False: [], True: []}, {False: [], True: []}, []
+    value = None
     for _ in range(jobs):
-        us, job = timed_job(client, job_text)
-        if job["state"] != "succeeded":
-            raise RuntimeError(f"dot job {job['id']} {job['state']}: {job['error']}")
-        e2e_us.append(us)
-        gpu_us.append((job["gpu_ms"] or 0) * 1e3)
-        server_us.append(time_us(job["finished_at"]) - time_us(job["created_at"]))
-        value = job["outputs"]["out"].get("data")
-    floor_us = []
-    for _ in range(jobs):
-        t = time.perf_counter()
-        client.request("GET", "/healthz")
-        client.request("GET", "/healthz")
-        floor_us.append((time.perf_counter() - t) * 1e6)
+        for waited in (False, True):
+            us, job = timed_job(client, job_text, waited)
+            if job["state"] != "succeeded":
+                raise RuntimeError(f"dot job {job['id']} {job['state']}: {job['error']}")
+            e2e_us[waited].append(us)
+            gpu_us[waited].append((job["gpu_ms"] or 0) * 1e3)
+            server_us.append(time_us(job["finished_at"]) - time_us(job["created_at"])
+                             - gpu_us[waited][-1])
+            value = job["outputs"]["out"].get("data")
+    floor_us = [healthz_floor_us(client, 2) for _ in range(jobs)]
+    waited_floor_us = [healthz_floor_us(client, 1) for _ in range(jobs)]
     for buf in bufs:
         client.request("DELETE", f"/v1/buffers/{buf['id']}")
     return {
@@ -111,11 +128,14 @@ def run(url, nbytes, jobs, disk_dir):
         "device_load_bytes": load_bytes,
         "device_load_gbps": load_bytes / load_s / 1e9 if load_s else None,
         "jobs": jobs,
-        "e2e_us_p50": percentile(e2e_us, 0.5),
-        "gpu_us_p50": percentile(gpu_us, 0.5),
-        "overhead_us_p50": percentile([e - g for e, g in zip(e2e_us, gpu_us)], 0.5),
-        "server_overhead_us_p50": percentile([s - g for s, g in zip(server_us, gpu_us)], 0.5),
+        "e2e_us_p50": percentile(e2e_us[False], 0.5),
+        "gpu_us_p50": percentile(gpu_us[False] + gpu_us[True], 0.5),
+        "overhead_us_p50": overhead_p50(e2e_us[False], gpu_us[False]),
+        "waited_e2e_us_p50": percentile(e2e_us[True], 0.5),
+        "waited_overhead_us_p50": overhead_p50(e2e_us[True], gpu_us[True]),
+        "server_overhead_us_p50": percentile(server_us, 0.5),
         "http_floor_us_p50": percentile(floor_us, 0.5),
+        "waited_http_floor_us_p50": percentile(waited_floor_us, 0.5),
         "dot_value": value,
     }
 
@@ -131,7 +151,8 @@ def main():
     r = run(args.url, args.bytes, args.jobs, args.disk_dir)
     write_json(args.json, r)
     print(f"large job: upload {max(r['upload_gbps']):.2f} GB/s, overhead p50 "
-          f"{r['overhead_us_p50']:.0f} us over {r['gpu_us_p50']:.0f} us of kernel",
+          f"{r['overhead_us_p50']:.0f} us (submit, wait) / {r['waited_overhead_us_p50']:.0f} us "
+          f"(POST ?wait=) over {r['gpu_us_p50']:.0f} us of kernel",
           file=sys.stderr)
     return 0
 

@@ -217,22 +217,24 @@ def large_section(rep, out):
                        f"| {pcie['pageable_h2d_gbps']:.2f} |")
         else:
             out.append(f"| pinned host-to-device copy | {pcie['skipped']} |")
-        out.append(f"| dot on two resident {mib:,.0f} MiB buffers, {r['jobs']} jobs: "
-                   f"end-to-end p50 µs | {num(r['e2e_us_p50'])} |")
+        out.append(f"| dot on two resident {mib:,.0f} MiB buffers, {r['jobs']} jobs each way: "
+                   f"end-to-end p50 µs, POST then GET .../wait / one POST ?wait= "
+                   f"| {num(r['e2e_us_p50'])} / {num(r['waited_e2e_us_p50'])} |")
         out.append(f"| kernel (gpu_ms) p50 µs | {num(r['gpu_us_p50'])} |")
-        out.append(f"| daemon overhead (end-to-end - kernel) p50 µs "
-                   f"| {num(r['overhead_us_p50'])} |")
+        out.append(f"| daemon overhead (end-to-end - kernel) p50 µs, POST then wait / POST ?wait= "
+                   f"| {num(r['overhead_us_p50'])} / {num(r['waited_overhead_us_p50'])} |")
         out.append(f"| of it between the daemon's timestamps (finished_at - created_at - kernel), "
                    f"p50 µs "
                    f"| {num(r['server_overhead_us_p50'])} |")
-        out.append(f"| client floor: two GET /healthz round trips, p50 µs "
-                   f"| {num(r['http_floor_us_p50'])} |")
+        out.append(f"| client floor: GET /healthz round trips, two / one, p50 µs "
+                   f"| {num(r['http_floor_us_p50'])} / {num(r['waited_http_floor_us_p50'])} |")
         out.append(f"| dot's value (expected {r['bytes'] // 4:,}) | {r['dot_value']} |")
-        out.append("\nEnd-to-end is the client's POST to the /wait answer that says done "
-                   "(Python http.client on one keep-alive connection); the floor is what that "
-                   "client's two HTTP round trips cost with no work behind them.\n")
-    rep.target("large job: daemon overhead p50 <= 50 µs", r and r["overhead_us_p50"], 50,
-               f"{num(r and r['overhead_us_p50'])} µs", higher_is_better=False)
+        out.append("\nEnd-to-end is the client's POST to the answer that says done (Python "
+                   "http.client on one keep-alive connection); the floor is what that client's "
+                   "HTTP round trips cost with no work behind them.\n")
+    overhead = min(r["overhead_us_p50"], r["waited_overhead_us_p50"]) if r else None
+    rep.target("large job: daemon overhead p50 <= 50 µs (the better way)", overhead, 50,
+               f"{num(overhead)} µs", higher_is_better=False)
     best = max(r["upload_gbps"]) if r else None
     frac = best / ceiling if best and ceiling else None
     rep.target("upload of a large buffer >= 0.8 of pinned PCIe bandwidth", frac, 0.8,
