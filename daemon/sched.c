@@ -76,6 +76,7 @@ struct entry {
     /* Its result is thrown away when its launch returns: it was cancelled while running, or
      * its submission's commit failed after it had gone out. */
     bool discard_result;
+    bool unstored;   /* went out in a group commit that failed: it has no row */
     bool start_lost; /* cut in a group commit that failed: its row still says queued */
     double charged_us;
 };
@@ -94,7 +95,7 @@ typedef enum msg_kind {
 typedef enum job_fate {
     FATE_NEW,      /* not taken (yet): the message owns it */
     FATE_REPLAYED, /* its idempotency key named a stored job: that job answers for it */
-    FATE_TAKEN,    /* in the queues; the message owns it until the commit has succeeded */
+    FATE_TAKEN,    /* queued (or cut into a batch); the message owns it until the commit returns */
 } job_fate_t;
 
 typedef struct msg {
@@ -356,8 +357,8 @@ static int entry_queue(sched_t *s, entry_t *e)
     return r;
 }
 
-/* Makes a committed queued job schedulable. On allocation failure the job stays in the store
- * and is picked up at the next start. */
+/* Makes a queued job schedulable (inside its group commit, or recovered at the start). On
+ * allocation failure the job stays in the store and is picked up at the next start. */
 static int enqueue(sched_t *s, job_t *job)
 {
     entry_t *e = calloc(1, sizeof *e);
@@ -579,13 +580,13 @@ static void settle_submitted(sched_t *s, msg_t *m)
             continue;
         }
         m->all_replayed = false;
+        atomic_fetch_add(&s->submitted_total, 1);
         if (m->fate[i] != FATE_TAKEN) {
             log_error("job %s committed but not queued (out of memory): it runs after a restart",
                       job->id);
             continue;
         }
         m->jobs[i] = NULL;
-        atomic_fetch_add(&s->submitted_total, 1);
     }
 }
 
@@ -597,7 +598,7 @@ static void drop_submitted(sched_t *s, msg_t *m)
         if (m->fate[i] != FATE_TAKEN) continue;
         entry_t *e = strmap_get(s->entries, m->jobs[i]->id);
         if (e->job->state == JOB_RUNNING) {
-            e->discard_result = true;
+            e->discard_result = e->unstored = true;
             m->jobs[i] = NULL;
             continue;
         }
@@ -701,15 +702,16 @@ static void commit_pending(sched_t *s)
 
     for (msg_t *m = pending, *next; m; m = next) {
         next = m->next;
+        if (r < 0 && m->kind == MSG_SUBMIT) drop_submitted(s, m);
         /* Files written for rows that were not committed (a failed commit, a refused buffer,
-         * a replayed submission) go now rather than at the next start's sweep. */
+         * a replayed submission) go now rather than at the next start's sweep; those of jobs
+         * that went out go when their launch returns (finish_batch). */
         if (m->kind == MSG_BUF_PUT && (r < 0 || m->err)) store_blob_discard(s->st, m->buf->blob);
         for (size_t i = 0; i < m->n; i++)
-            if (r < 0 || m->fate[i] == FATE_REPLAYED)
+            if (m->jobs[i] && (r < 0 || m->fate[i] == FATE_REPLAYED))
                 for (int j = 0; j < OP_MAX_TENSORS; j++)
                     store_blob_discard(s->st, m->jobs[i]->in[j].blob);
         if (r < 0) {
-            if (m->kind == MSG_SUBMIT) drop_submitted(s, m);
             reply_err(m->reply, m->token, -EIO, why);
         } else if (m->err) {
             reply_err(m->reply, m->token, m->err, m->err_message);
@@ -1036,14 +1038,13 @@ static void maybe_finish_stop(sched_t *s);
 static void record_end(sched_t *s, entry_t *e)
 {
     job_t *job = e->job;
-    int r = 0;
     if (e->start_lost) {
         job_state_t end = job->state;
         job->state = JOB_RUNNING;
-        r = store_job_update(s->st, job);
+        store_job_update(s->st, job); /* should it fail, the end below says why */
         job->state = end;
     }
-    if (r >= 0) r = store_job_update(s->st, job);
+    int r = store_job_update(s->st, job);
     if (r >= 0) return;
     log_error("job %s: could not record its end: %s", job->id, strerror(-r));
     if (job->state == JOB_SUCCEEDED) {
@@ -1067,9 +1068,11 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
         entry_t *e = strmap_get(s->entries, job->id);
         if (e->discard_result) {
             /* Its result is discarded: so are the files on_batch_done wrote for it, which no
-             * row will name. */
-            for (int j = 0; j < job->call.n_out; j++)
-                store_blob_discard(s->st, job->out[j].blob);
+             * row will name, and its input files when it has no row either. */
+            for (int j = 0; j < OP_MAX_TENSORS; j++) {
+                if (j < job->call.n_out) store_blob_discard(s->st, job->out[j].blob);
+                if (e->unstored) store_blob_discard(s->st, job->in[j].blob);
+            }
             continue;
         }
         job->finished_us = now;
@@ -1270,7 +1273,8 @@ static void handle_wait(sched_t *s, msg_t *m)
 {
     entry_t *e = entry_find(s, m);
     /* A job cancelled while running has ended: the store holds its final record, and the
-     * entry lives on only until its launch returns. */
+     * entry lives on only until its launch returns. (One whose group commit failed has no
+     * record: its submitter was told so, and this answers that there is no such job.) */
     if (!e || e->discard_result) {
         job_t *job = stored_job(s, m);
         if (job) reply_jobs(m->reply, m->token, &job, 1, false);

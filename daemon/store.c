@@ -425,7 +425,8 @@ const char *store_wal_path(const store_t *st)
 
 int store_rollback(store_t *st)
 {
-    if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_rollback without store_begin");
+    /* A failed store_commit may have ended the transaction already (SQLite rolled it back). */
+    if (!st->in_txn) return 0;
     st->n_unlink = st->n_unlink_committed; /* the open transaction's rows are back */
     int r = sqlite3_get_autocommit(st->conn.db)
                 ? 0

@@ -61,6 +61,7 @@ int store_begin(store_t *st);
  * are still synced first. */
 int store_begin_relaxed(store_t *st);
 int store_commit(store_t *st);
+/* Undoes the open transaction; after a failed store_commit, whatever it left open. */
 int store_rollback(store_t *st);
 /* The WAL file, whose fdatasync makes every commit written before it durable (commit_sync.h);
  * NULL when [store] sync_full is off, which leaves all commits relaxed. */

@@ -843,10 +843,10 @@ START_TEST(test_without_sync_full_a_submission_starts_before_its_commit_is_answe
 }
 END_TEST
 
-/* A job of owner that goes out in a batch of its own. */
-static job_t *lone_job(const char *owner)
+/* A job of owner on n elements that goes out in a batch of its own. */
+static job_t *lone_job(const char *owner, int n)
 {
-    job_t *job = add_job(owner, 10, 0);
+    job_t *job = add_job(owner, n, 0);
     job->call.batch_key[0] = '\0';
     return job;
 }
@@ -866,10 +866,23 @@ static size_t stored_jobs(void)
     return n;
 }
 
+/* The files under the store's blobs directory. */
+static int blob_files(void)
+{
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "find %s/blobs -type f 2>/dev/null | wc -l", state_dir);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    int n = -1;
+    ck_assert_int_eq(fscanf(p, "%d", &n), 1);
+    pclose(p);
+    return n;
+}
+
 START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
 {
     fake->slots = 0;
-    job_t *older = lone_job("alice");
+    job_t *older = lone_job("alice", 10);
     reply_box_t first;
     submit(&first, &older, 1);
 
@@ -885,10 +898,17 @@ START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
     signal(SIGXFSZ, SIG_IGN);
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
     fake->slots = 2;
-    job_t *jobs[2] = {lone_job("alice"), lone_job("bob")};
+    /* Inputs past store.inline_blob_bytes go to files of their own (which the limit lets
+     * through), and a job that went out reads them still. */
+    enum { LARGE = 20000 };
+    ck_assert_int_gt(ws.st_size, LARGE * 4);
+    ck_assert_int_gt(LARGE * 4, cfg.inline_blob_bytes);
+    ck_assert_int_eq(blob_files(), 0);
+    job_t *jobs[2] = {lone_job("alice", LARGE), lone_job("bob", LARGE)};
     reply_box_t failed;
     submit_any(&failed, jobs, 2);
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &saved), 0);
+    signal(SIGXFSZ, SIG_DFL);
     ck_assert_int_eq(failed.err, -EIO);
 
     /* Out went alice's older job and bob's new one; alice's new one left the queue. */
@@ -899,6 +919,7 @@ START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
     ck_assert_int_eq(stats.queued, 0);
     ck_assert_int_eq(stats.running, 2);
     ck_assert_int_eq(stats.submitted_total, 1);
+    ck_assert_int_eq(blob_files(), 2); /* bob's, until his launch returns */
 
     /* Both end: the older job as any other, bob's with its result thrown away. */
     fake_complete(fake, 0);
@@ -916,9 +937,10 @@ START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
     ck_assert_int_eq(stats.succeeded_total, 1);
     ck_assert_int_eq(stored_state(first.ids[0]), JOB_SUCCEEDED);
     ck_assert_uint_eq(stored_jobs(), 1);
+    ck_assert_int_eq(blob_files(), 0);
 
     /* Nothing of the failed submission is left to go out. */
-    job_t *next = lone_job("carol");
+    job_t *next = lone_job("carol", 10);
     reply_box_t last;
     submit(&last, &next, 1);
     fake_wait_batches(fake, 3);
