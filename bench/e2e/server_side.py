@@ -57,7 +57,8 @@ def main():
     r = stats(client, args.after, args.sample, args.label)
     write_json(args.json, r)
     print(f"server side {args.label}: {r['succeeded']} of {r['listed']} jobs succeeded, "
-          f"p50 {r['server_us_p50']} us, p99 {r['server_us_p99']} us", file=sys.stderr)
+          f"p50 {r['server_us_p50']} us, p99 {r['server_us_p99']} us "
+          f"(medians: queue {r['queue_ms_p50']} ms, run {r['run_ms_p50']} ms)", file=sys.stderr)
     return 0
 
 
