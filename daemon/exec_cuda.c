@@ -4,10 +4,11 @@
  * handles and a pinned staging buffer, and the device's stream-ordered memory pool. A batch
  * runs on one slot as: inputs packed into pinned staging → one H2D copy → the op's run_cuda on
  * all n calls at once → one D2H copy of all outputs → an event, which the slot's waiter thread
- * blocks on and then wakes the worker. The worker then unpacks the outputs, records the GPU
- * time (CUDA events) and reports the batch. Several slots keep copies of one batch overlapping
- * compute of another. No thread spins: the worker sleeps on a condition variable between
- * events, and a waiter in the driver until its event is reached (a blocking-sync event).
+ * blocks on. The waiter then unpacks the outputs, records the GPU time (CUDA events), frees the
+ * slot and reports the batch, while the worker goes on launching. Several slots keep copies of
+ * one batch overlapping compute of another. No thread spins: the worker sleeps on a condition
+ * variable between events, and a waiter in the driver until its event is reached (a
+ * blocking-sync event).
  *
  * Resident buffers: a resident buffer is loaded into device memory (outside the batch pool,
  * counted against the device cap) as soon as it is stored, when its device's worker has
@@ -71,6 +72,7 @@ struct slot {
     pthread_t waiter;
     bool waiter_started;
     bool waiter_quit;
+    bool waiter_in_sync; /* in cudaEventSynchronize, which may never return (a hung kernel) */
     pthread_cond_t wake; /* the waiter's: a new launch, or its end */
     void *pinned;        /* staging, grown on demand, reused across batches */
     size_t pinned_size;
@@ -83,6 +85,7 @@ struct slot {
     bool launched;   /* the batch's work is on the stream (events recorded) */
     bool finished;   /* to be completed: its done event was reached, or it failed or faulted */
     bool ran;        /* its done event was reached without an error: the outputs are in staging */
+    bool completing; /* its waiter completes it and frees the slot: no one else touches it */
     unsigned launch; /* launches so far: the waiter waits for the done event of each */
     size_t reserved; /* bytes counted against the device cap */
 };
@@ -186,10 +189,35 @@ static void pool_free(void *pool, void *ptr)
     if (ptr) cudaFreeAsync(ptr, slot->stream);
 }
 
-/* A slot's waiter: sleeps in the driver until each launch's done event is reached, then marks
- * the slot finished and wakes the worker; its only CUDA call. A fault ends the wait with the
- * error. Measured on the H200 for a tiny batch, from the launch to a thread that sees its end:
- * 18 µs this way, 36-66 µs through a host function on the stream (.probe/complete.cu). */
+static cudaError_t complete(slot_t *slot);
+static void slot_release_residents_locked(slot_t *slot);
+
+/* Reports a slot's batch, which complete() has dealt with, then frees the slot. The report
+ * comes first: it may write large outputs to disk (the scheduler's done callback), and a batch
+ * given to the slot meanwhile would wait for them behind its waiter. Until then the slot's
+ * batch pointer, which the report may free, is only compared with NULL. */
+static void release_slot(slot_t *slot)
+{
+    cuda_exec_t *ex = slot->ex;
+    ex->base.done(slot->batch, ex->base.done_ud);
+    pthread_mutex_lock(&ex->lock);
+    slot_release_residents_locked(slot);
+    slot->dw->in_use -= slot->reserved;
+    slot->reserved = 0;
+    slot->batch = NULL;
+    slot->finished = slot->launched = slot->ran = slot->completing = slot->exclusive = false;
+    /* The worker may have a batch for this slot, and another device's re-run may be waiting
+     * for it to be free. */
+    pthread_cond_broadcast(&ex->cond);
+    pthread_mutex_unlock(&ex->lock);
+}
+
+/* A slot's waiter: sleeps in the driver until each launch's done event is reached, then
+ * completes the batch and frees the slot itself, while the worker goes on launching. A fault
+ * ends the wait with its error: the slot is then marked finished for the worker, which deals
+ * with faults, as it does with a batch that ran once the device's context is lost. Measured on
+ * the H200 for a tiny batch, from the launch to a thread that sees its end: 18 µs this way,
+ * 36-66 µs through a host function on the stream (.probe/complete.cu). */
 static void *slot_waiter(void *arg)
 {
     slot_t *slot = arg;
@@ -203,39 +231,53 @@ static void *slot_waiter(void *arg)
     for (;;) {
         while (slot->launch == seen && !slot->waiter_quit)
             pthread_cond_wait(&slot->wake, &ex->lock);
-        if (slot->launch == seen) break;
+        if (slot->waiter_quit) break;
         seen = slot->launch;
+        slot->waiter_in_sync = true;
         pthread_mutex_unlock(&ex->lock);
         cudaError_t e = cudaEventSynchronize(slot->done);
         cudaGetLastError();
         pthread_mutex_lock(&ex->lock);
-        if (slot->batch && slot->launch == seen) {
+        slot->waiter_in_sync = false;
+        if (slot->waiter_quit) break; /* left behind at the drain deadline */
+        if (!slot->batch || slot->launch != seen) continue;
+        slot->ran = e == cudaSuccess;
+        if (!slot->ran || ex->context_lost) {
             slot->finished = true;
-            slot->ran = e == cudaSuccess;
+            pthread_cond_broadcast(&ex->cond);
+            continue;
         }
-        pthread_cond_broadcast(&ex->cond);
+        slot->completing = true;
+        pthread_mutex_unlock(&ex->lock);
+        complete(slot);
+        release_slot(slot);
+        pthread_mutex_lock(&ex->lock);
     }
     pthread_mutex_unlock(&ex->lock);
     return NULL;
 }
 
-/* Ends the device's waiters: joined, or left to the process's exit when a launch of theirs
- * may never end (join false: its worker abandoned work at the drain deadline). */
-static void waiters_stop(device_worker_t *dw, bool join)
+/* Ends the device's waiters. One still in cudaEventSynchronize is left to the process's exit
+ * (its worker abandoned the launch at the drain deadline); should it wake, it finds itself told
+ * to quit and touches nothing but the executor's lock, which cuda_destroy then keeps. */
+static void waiters_stop(device_worker_t *dw)
 {
     pthread_mutex_lock(&dw->ex->lock);
     for (int k = 0; k < dw->n_slots; k++) {
         dw->slots[k].waiter_quit = true;
         pthread_cond_signal(&dw->slots[k].wake);
     }
+    bool in_sync[dw->n_slots];
+    for (int k = 0; k < dw->n_slots; k++)
+        in_sync[k] = dw->slots[k].waiter_in_sync;
     pthread_mutex_unlock(&dw->ex->lock);
     for (int k = 0; k < dw->n_slots; k++) {
         slot_t *s = &dw->slots[k];
         if (!s->waiter_started) continue;
-        if (join)
-            pthread_join(s->waiter, NULL);
-        else
+        if (in_sync[k])
             pthread_detach(s->waiter);
+        else
+            pthread_join(s->waiter, NULL);
         s->waiter_started = false;
     }
 }
@@ -617,6 +659,7 @@ static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
     if (r == 0 && e == cudaSuccess) e = cudaEventRecord(slot->done, slot->stream);
     if (r == 0 && e == cudaSuccess) {
         pthread_mutex_lock(&dw->ex->lock);
+        slot->launched = true;
         slot->launch++;
         pthread_cond_signal(&slot->wake);
         pthread_mutex_unlock(&dw->ex->lock);
@@ -819,13 +862,14 @@ static void recover(device_worker_t *dw, cudaError_t why)
     exec_batch_t *back[dw->n_slots + dw->q_cap];
     int n_back = 0;
 
-    /* A batch whose done event was reached did all its work: its outputs are in staging. */
+    /* A batch whose done event was reached did all its work: its outputs are in staging. One
+     * its waiter is completing is the waiter's to report. */
     bool ran[dw->n_slots];
     pthread_mutex_lock(&ex->lock);
     dw->state = DEVICE_RESETTING;
     find_culprit_locked(ex, why);
     for (int k = 0; k < dw->n_slots; k++)
-        ran[k] = dw->slots[k].batch && dw->slots[k].ran;
+        ran[k] = dw->slots[k].batch && dw->slots[k].ran && !dw->slots[k].completing;
     pthread_mutex_unlock(&ex->lock);
     for (int k = 0; k < dw->n_slots; k++)
         if (ran[k]) complete(&dw->slots[k]);
@@ -833,7 +877,7 @@ static void recover(device_worker_t *dw, cudaError_t why)
     pthread_mutex_lock(&ex->lock);
     for (int k = 0; k < dw->n_slots; k++) {
         slot_t *s = &dw->slots[k];
-        if (!s->batch) continue;
+        if (!s->batch || s->completing) continue;
         /* A batch that failed before its launch keeps its own error. */
         const char *fate = ran[k] ? "had finished" : "had failed before its launch";
         if (!ran[k] && s->launched) {
@@ -851,6 +895,7 @@ static void recover(device_worker_t *dw, cudaError_t why)
         back[n_back++] = s->batch;
         s->batch = NULL;
         s->finished = s->launched = s->ran = s->exclusive = false;
+        dw->in_use -= s->reserved;
         s->reserved = 0;
         s->n_used = 0;
     }
@@ -859,7 +904,6 @@ static void recover(device_worker_t *dw, cudaError_t why)
         back[n_back++]->retry = EXEC_RETRY_UNSTARTED;
         dw->q_head = (dw->q_head + 1) % dw->q_cap;
     }
-    dw->in_use = 0;
     dw->resets++;
     pthread_cond_broadcast(&ex->cond); /* its slots are free: waiting re-runs look again */
     pthread_mutex_unlock(&ex->lock);
@@ -973,24 +1017,12 @@ static void *device_thread(void *arg)
         for (int k = 0; k < dw->n_slots && !done; k++)
             if (dw->slots[k].batch && dw->slots[k].finished) done = &dw->slots[k];
         if (done) {
-            exec_batch_t *b = done->batch;
             pthread_mutex_unlock(&ex->lock);
             cudaError_t e = complete(done);
-            if (e != cudaSuccess && sticky_error() != cudaSuccess) {
+            if (e != cudaSuccess && sticky_error() != cudaSuccess)
                 recover(dw, e);
-                pthread_mutex_lock(&ex->lock);
-                continue;
-            }
-            pthread_mutex_lock(&ex->lock);
-            slot_release_residents_locked(done);
-            dw->in_use -= done->reserved;
-            done->reserved = 0;
-            done->batch = NULL;
-            done->finished = done->launched = done->ran = done->exclusive = false;
-            /* Another device's re-run may be waiting for this slot to be free. */
-            pthread_cond_broadcast(&ex->cond);
-            pthread_mutex_unlock(&ex->lock);
-            ex->base.done(b, ex->base.done_ud);
+            else
+                release_slot(done);
             pthread_mutex_lock(&ex->lock);
             continue;
         }
@@ -1053,8 +1085,10 @@ static void *device_thread(void *arg)
                 if (r == -EIO) lost = sticky_error();
             }
             pthread_mutex_lock(&ex->lock);
-            free_slot->launched = r == 0 || lost != cudaSuccess;
+            /* A whole launch (r == 0) is its waiter's now: the slot is not touched here. One
+             * that failed on a lost context counts as launched: its kernels may have run. */
             if (lost != cudaSuccess) {
+                free_slot->launched = true;
                 pthread_mutex_unlock(&ex->lock);
                 clear_errors(b);
                 recover(dw, lost);
@@ -1074,7 +1108,7 @@ static void *device_thread(void *arg)
             pthread_cond_wait(&ex->cond, &ex->lock);
     }
     pthread_mutex_unlock(&ex->lock);
-    waiters_stop(dw, !dw->abandoned);
+    waiters_stop(dw);
     store_reader_close(rd);
     return NULL;
 }
@@ -1121,7 +1155,7 @@ static int worker_init(cuda_exec_t *ex, device_worker_t *dw, int device)
 static void worker_release(device_worker_t *dw)
 {
     if (dw->slots) {
-        waiters_stop(dw, true);
+        waiters_stop(dw);
         device_teardown(dw);
         for (int k = 0; k < dw->n_slots; k++) {
             free(dw->slots[k].used);
@@ -1288,9 +1322,13 @@ static void cuda_destroy(executor_t *base, int timeout_ms)
     for (int d = 0; d < ex->n_devices; d++)
         if (ex->devices[d].thread_started) pthread_join(ex->devices[d].thread, NULL);
     /* Tearing down a device waits for its streams: one whose worker left work on it is left
-     * to the process's exit. */
-    for (int d = 0; d < ex->n_devices; d++)
+     * to the process's exit, and so is the executor, whose lock its waiters may still take. */
+    bool abandoned = false;
+    for (int d = 0; d < ex->n_devices; d++) {
+        abandoned |= ex->devices[d].abandoned;
         if (!ex->devices[d].abandoned) worker_release(&ex->devices[d]);
+    }
+    if (abandoned) return;
     pthread_mutex_destroy(&ex->lock);
     pthread_cond_destroy(&ex->cond);
     free(ex->devices);
