@@ -119,9 +119,8 @@ struct device_worker {
     bool thread_started;
     bool has_context; /* device_setup made the device current: there is something to tear down */
     int setup_rc;
-    bool abandoned; /* its worker left batches on the device at the drain deadline */
-    /* Written by the worker alone (the only thread that calls CUDA on the device, so that a
-     * reset never races another caller); read under the lock. */
+    bool abandoned; /* work was left on the device: at the drain deadline, or by recover() */
+    /* Written by the worker alone; read under the lock. */
     size_t mem_free;
     int64_t memory_checked_ns;
 };
@@ -192,20 +191,25 @@ static void pool_free(void *pool, void *ptr)
 static cudaError_t complete(slot_t *slot);
 static void slot_release_residents_locked(slot_t *slot);
 
-/* Reports a slot's batch, which complete() has dealt with, then frees the slot. The report
- * comes first: it may write large outputs to disk (the scheduler's done callback), and a batch
- * given to the slot meanwhile would wait for them behind its waiter. Until then the slot's
- * batch pointer, which the report may free, is only compared with NULL. */
+/* Reports a slot's batch, which complete() has dealt with, then frees the slot. Its device
+ * memory and resident buffers go back first; the slot itself only after the report, which may
+ * write large outputs to disk (the scheduler's done callback): a batch given to the slot
+ * meanwhile would wait for them behind its waiter. Until then the slot's batch pointer, which
+ * the report may free, is only compared with NULL. */
 static void release_slot(slot_t *slot)
 {
     cuda_exec_t *ex = slot->ex;
-    ex->base.done(slot->batch, ex->base.done_ud);
     pthread_mutex_lock(&ex->lock);
     slot_release_residents_locked(slot);
     slot->dw->in_use -= slot->reserved;
     slot->reserved = 0;
+    slot->exclusive = false;
+    pthread_cond_broadcast(&ex->cond); /* a batch may be waiting for the memory */
+    pthread_mutex_unlock(&ex->lock);
+    ex->base.done(slot->batch, ex->base.done_ud);
+    pthread_mutex_lock(&ex->lock);
     slot->batch = NULL;
-    slot->finished = slot->launched = slot->ran = slot->completing = slot->exclusive = false;
+    slot->finished = slot->launched = slot->ran = slot->completing = false;
     /* The worker may have a batch for this slot, and another device's re-run may be waiting
      * for it to be free. */
     pthread_cond_broadcast(&ex->cond);
@@ -227,12 +231,13 @@ static void *slot_waiter(void *arg)
     prctl(PR_SET_NAME, name);
     cudaSetDevice(slot->device);
     pthread_mutex_lock(&ex->lock);
-    unsigned seen = slot->launch;
+    unsigned seen = 0; /* the slot's launches start at 1: the first may come before this runs */
     for (;;) {
         while (slot->launch == seen && !slot->waiter_quit)
             pthread_cond_wait(&slot->wake, &ex->lock);
         if (slot->waiter_quit) break;
         seen = slot->launch;
+        if (!slot->batch) continue; /* handed back by recover() */
         slot->waiter_in_sync = true;
         pthread_mutex_unlock(&ex->lock);
         cudaError_t e = cudaEventSynchronize(slot->done);
@@ -257,19 +262,20 @@ static void *slot_waiter(void *arg)
     return NULL;
 }
 
-/* Ends the device's waiters. One still in cudaEventSynchronize is left to the process's exit
- * (its worker abandoned the launch at the drain deadline); should it wake, it finds itself told
- * to quit and touches nothing but the executor's lock, which cuda_destroy then keeps. */
+/* Ends the device's waiters. One still in cudaEventSynchronize (a launch its worker left at the
+ * drain deadline, or one recover() handed back) is left to the process's exit, and the device
+ * counts as abandoned: cuda_destroy then keeps its slots and the executor, as the waiter, should
+ * it wake, finds itself told to quit and touches nothing but its slot and the executor's lock. */
 static void waiters_stop(device_worker_t *dw)
 {
     pthread_mutex_lock(&dw->ex->lock);
+    bool in_sync[dw->n_slots];
     for (int k = 0; k < dw->n_slots; k++) {
         dw->slots[k].waiter_quit = true;
         pthread_cond_signal(&dw->slots[k].wake);
-    }
-    bool in_sync[dw->n_slots];
-    for (int k = 0; k < dw->n_slots; k++)
         in_sync[k] = dw->slots[k].waiter_in_sync;
+        dw->abandoned |= in_sync[k];
+    }
     pthread_mutex_unlock(&dw->ex->lock);
     for (int k = 0; k < dw->n_slots; k++) {
         slot_t *s = &dw->slots[k];
@@ -547,8 +553,8 @@ static int fetch_buffer_input(slot_t *slot, store_reader_t *rd, job_tensor_t *t,
     return r;
 }
 
-/* Queues a batch on a free slot. Returns 0 when the work is on the stream (completion comes
- * through on_stream_done), or a negative errno after failing the batch's jobs: -EIO when a
+/* Queues a batch on a free slot. Returns 0 when the work is on the stream (the slot's waiter
+ * completes it), or a negative errno after failing the batch's jobs: -EIO when a
  * CUDA call failed (which a lost context explains), another errno when the host did. */
 static int launch(slot_t *slot, exec_batch_t *b, store_reader_t *rd)
 {
@@ -1104,6 +1110,8 @@ static void *device_thread(void *arg)
          * woken by its own). */
         if (ex->stopping)
             wait_locked(ex, ex->drain_deadline_ns - now_ns());
+        else if (running > 0) /* keeps the free memory of /v1/info fresh while it runs */
+            wait_locked(ex, dw->memory_checked_ns + MEMORY_CHECK_NS - now_ns());
         else
             pthread_cond_wait(&ex->cond, &ex->lock);
     }
