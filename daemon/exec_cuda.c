@@ -191,6 +191,16 @@ static void pool_free(void *pool, void *ptr)
 static cudaError_t complete(slot_t *slot);
 static void slot_release_residents_locked(slot_t *slot);
 
+/* Names the calling thread after its device (as top -H shows it) and makes the device
+ * current for it. */
+static void enter_device_thread(const char *name_format, int device)
+{
+    char name[16];
+    snprintf(name, sizeof name, name_format, device);
+    prctl(PR_SET_NAME, name);
+    cudaSetDevice(device);
+}
+
 /* Reports a slot's batch, which complete() has dealt with, then frees the slot. Its device
  * memory and resident buffers go back first; the slot itself only after the report, which may
  * write large outputs to disk (the scheduler's done callback): a batch given to the slot
@@ -221,15 +231,12 @@ static void release_slot(slot_t *slot)
  * ends the wait with its error: the slot is then marked finished for the worker, which deals
  * with faults, as it does with a batch that ran once the device's context is lost. Measured on
  * the H200 for a tiny batch, from the launch to a thread that sees its end: 18 µs this way,
- * 36-66 µs through a host function on the stream (.probe/complete.cu). */
+ * 36-66 µs through a host function on the stream (bench/RESULTS.md, session 7). */
 static void *slot_waiter(void *arg)
 {
     slot_t *slot = arg;
     cuda_exec_t *ex = slot->ex;
-    char name[16];
-    snprintf(name, sizeof name, "gj-gpu%d-wait", slot->device);
-    prctl(PR_SET_NAME, name);
-    cudaSetDevice(slot->device);
+    enter_device_thread("gj-gpu%d-wait", slot->device);
     pthread_mutex_lock(&ex->lock);
     unsigned seen = 0; /* the slot's launches start at 1: the first may come before this runs */
     for (;;) {
@@ -954,10 +961,7 @@ static void *device_thread(void *arg)
 {
     device_worker_t *dw = arg;
     cuda_exec_t *ex = dw->ex;
-    char name[16];
-    snprintf(name, sizeof name, "gj-gpu%d", dw->device);
-    prctl(PR_SET_NAME, name);
-    cudaSetDevice(dw->device);
+    enter_device_thread("gj-gpu%d", dw->device);
     store_reader_t *rd = NULL;
     if (store_reader_open(ex->cfg, &rd) < 0)
         log_error("gpu %d: cannot open a store reader", dw->device);
