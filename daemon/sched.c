@@ -169,7 +169,7 @@ typedef struct sched_batch {
 
 static void dispatch(sched_t *s);
 static int cut_batches(sched_t *s, sched_batch_t *ready[DISPATCH_MAX]);
-static int record_starts(sched_t *s, sched_batch_t *const *ready, int n);
+static int record_starts(sched_t *s, sched_batch_t *const *ready, int n, uint64_t taken_from);
 static void launch(sched_t *s, sched_batch_t *const *ready, int n, bool recorded, int *refusal);
 static void settle_refused(sched_t *s, sched_batch_t *const *ready, int n, const int *refusal);
 static void mark_starts_lost(sched_t *s, sched_batch_t *const *ready, int n);
@@ -640,6 +640,25 @@ static void answer_synced(commit_sync_item_t *item, int err)
     msg_free(m);
 }
 
+/* Inserts the rows of a round's jobs with an idempotency key (keyed), or of the others. A
+ * keyed job goes in before the cut: when its key names a stored job it is replayed, and must
+ * not be queued. */
+static int insert_jobs(sched_t *s, msg_t *pending, bool keyed)
+{
+    int r = 0;
+    for (msg_t *m = pending; m && r >= 0; m = m->next)
+        for (size_t i = 0; m->kind == MSG_SUBMIT && i < m->n && r >= 0; i++) {
+            job_t *job = m->jobs[i];
+            if ((job->idempotency_key[0] != '\0') != keyed) continue;
+            r = store_job_insert(s->st, job);
+            if (r == -EEXIST && keyed) {
+                m->fate[i] = FATE_REPLAYED;
+                r = 0;
+            }
+        }
+    return r;
+}
+
 /* Writes every pending submission and buffer in one transaction, starts what it can, and
  * answers them (after the sync, with a syncer). */
 static void commit_pending(sched_t *s)
@@ -667,31 +686,27 @@ static void commit_pending(sched_t *s)
         why = "the store's disk failed to sync; nothing is accepted until the daemon restarts";
     }
     if (r == 0) r = defer ? store_begin_relaxed(s->st) : store_begin(s->st);
-    for (msg_t *m = pending; m && r >= 0; m = m->next) {
+    for (msg_t *m = pending; m && r >= 0; m = m->next)
         if (m->kind == MSG_BUF_PUT) {
             r = check_resident_quota(s, m);
             if (r >= 0 && !m->err) r = store_buffer_insert(s->st, m->buf);
-            continue;
         }
-        for (size_t i = 0; i < m->n && r >= 0; i++) {
-            r = store_job_insert(s->st, m->jobs[i]);
-            if (r == -EEXIST && m->jobs[i]->idempotency_key[0]) {
-                m->fate[i] = FATE_REPLAYED;
-                r = 0;
-            }
-        }
-    }
+    if (r >= 0) r = insert_jobs(s, pending, true);
     /* The new jobs join the queues and what can start goes out before the commit, its start
-     * recorded in the same transaction: the device runs them while the commit writes. */
+     * recorded in the same transaction: the device runs them while the commit writes. Jobs
+     * without a key get their rows only now, as their cut left them: one that starts costs
+     * one row write instead of two. */
     sched_batch_t *ready[DISPATCH_MAX];
     int refusal[DISPATCH_MAX];
     int n_ready = 0;
     bool cut = r >= 0;
     if (cut) {
+        uint64_t taken_from = s->next_seq;
         for (msg_t *m = pending; m; m = m->next)
             if (m->kind == MSG_SUBMIT && !m->err) take_submitted(s, m);
         n_ready = cut_batches(s, ready);
-        r = record_starts(s, ready, n_ready);
+        r = record_starts(s, ready, n_ready, taken_from);
+        if (r >= 0) r = insert_jobs(s, pending, false);
         launch(s, ready, n_ready, r >= 0, refusal);
     }
     if (r >= 0) r = store_commit(s->st);
@@ -919,13 +934,20 @@ static int cut_batches(sched_t *s, sched_batch_t *ready[DISPATCH_MAX])
     return n_ready;
 }
 
-/* Records the starts of n cut batches in the store's open transaction. */
-static int record_starts(sched_t *s, sched_batch_t *const *ready, int n)
+/* Records the starts of n cut batches in the store's open transaction, but for jobs without an
+ * idempotency key taken in since sequence number taken_from: their rows are yet to be inserted,
+ * started (insert_jobs). */
+static int record_starts(sched_t *s, sched_batch_t *const *ready, int n, uint64_t taken_from)
 {
     int r = 0;
     for (int b = 0; b < n && r >= 0; b++)
-        for (int i = 0; i < ready[b]->batch.n && r >= 0; i++)
-            r = store_job_update(s->st, ready[b]->batch.jobs[i]);
+        for (int i = 0; i < ready[b]->batch.n && r >= 0; i++) {
+            job_t *job = ready[b]->batch.jobs[i];
+            if (!job->idempotency_key[0] &&
+                ((entry_t *)strmap_get(s->entries, job->id))->seq >= taken_from)
+                continue;
+            r = store_job_update(s->st, job);
+        }
     return r;
 }
 
@@ -991,7 +1013,7 @@ static void dispatch(sched_t *s)
     if (n == 0) return;
     /* A start lost to a power loss costs a run; the launch need not wait for an fsync. */
     int r = store_begin_relaxed(s->st);
-    if (r >= 0) r = record_starts(s, ready, n);
+    if (r >= 0) r = record_starts(s, ready, n, UINT64_MAX);
     if (r >= 0) r = store_commit(s->st);
     if (r < 0) store_rollback(s->st);
     launch(s, ready, n, r >= 0, refusal);

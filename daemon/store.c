@@ -631,9 +631,11 @@ static int check_job_for_insert(const job_t *job)
     if (job->id[0] && !id_ok(job->id))
         return log_error_errno(-EINVAL, "store: id '%.*s' is not a valid id", ID_SIZE, job->id);
     if (!job->owner[0]) return log_error_errno(-EINVAL, "store: %s: owner is empty", id);
-    if (job->state != JOB_QUEUED)
-        return log_error_errno(-EINVAL, "store: %s: state must be queued to insert, not %s", id,
-                               job_state_name(job->state));
+    if (job->state != JOB_QUEUED && !(job->state == JOB_RUNNING && job->started_us > 0))
+        return log_error_errno(-EINVAL,
+                               "store: %s: state must be queued, or running with a start, to "
+                               "insert, not %s",
+                               id, job_state_name(job->state));
     for (int j = 0; j < OP_MAX_TENSORS; j++) {
         if (!job->call.has_in[j]) continue;
         char field[64];
@@ -675,6 +677,9 @@ int store_job_insert(store_t *st, job_t *job)
         sqlite3_bind_int(stmt, 8, job->attempts);
         sqlite3_bind_int64(stmt, 9, created_us);
         store_bind_text(stmt, 10, job->idempotency_key, true);
+        store_bind_text(stmt, 11, job_state_name(job->state), false);
+        sqlite3_bind_int64(stmt, 12, job->started_us);
+        sqlite3_bind_int(stmt, 13, job->batch_size);
         r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "inserting a job");
         sqlite3_reset(stmt);
     }

@@ -84,10 +84,12 @@ int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *
 int store_checkpointer_run(store_checkpointer_t *cp);
 void store_checkpointer_close(store_checkpointer_t *cp); /* accepts NULL */
 
-/* Inserts new queued jobs with their input tensors (descriptors, and bytes for in-memory
- * tensors: inline in the row when small, else the blob the caller got from store_blob_write,
- * set in the tensor's blob field). On success each persisted tensor's blob is set. -EEXIST
- * when an (owner, idempotency_key) pair is already taken. */
+/* Inserts a new job with its input tensors (descriptors, and bytes for in-memory tensors:
+ * inline in the row when small, else the blob the caller got from store_blob_write, set in the
+ * tensor's blob field). The job is queued, or running when it started in the transaction that
+ * takes it in (started_us set, attempts and batch_size as its start made them). On success
+ * each persisted tensor's blob is set. -EEXIST when an (owner, idempotency_key) pair is
+ * already taken. */
 int store_job_insert(store_t *st, job_t *job);
 
 /* Applies job->state as the new state, checking the transition from the stored state; writes

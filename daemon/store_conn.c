@@ -18,8 +18,8 @@
 
 static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_JOB_INSERT] = "INSERT INTO jobs (id, owner, op, params, priority, device, deadline_us, "
-                        "state, attempts, created_us, idempotency_key) "
-                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9, ?10)",
+                        "state, attempts, created_us, idempotency_key, started_us, batch_size) "
+                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?8, ?9, ?10, ?12, ?13)",
     [STMT_TENSOR_INSERT] = "INSERT INTO tensors (job_id, role, slot, name, dtype, shape, nbytes, "
                            "buffer_id, data, file, file_offset) "
                            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",

@@ -835,6 +835,45 @@ START_TEST(test_without_sync_full_a_submission_starts_before_its_commit_is_answe
 }
 END_TEST
 
+/* Jobs without a key are inserted after the cut, already running; a keyed one is inserted
+ * before it (its key may name a stored job) and its start recorded after. Either way the row
+ * says running once, with the start's attempt; a replay of the key goes nowhere. */
+START_TEST(test_keyed_and_plain_jobs_started_in_their_round_are_stored_running)
+{
+    fake->slots = 4;
+    job_t *jobs[2] = {add_job("alice", 10, 0), add_job("alice", 10, 0)};
+    strcpy(jobs[0]->idempotency_key, "key-1");
+    reply_box_t box;
+    submit(&box, jobs, 2);
+    ck_assert_int_ge(box.batches_started, 1);
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    for (int i = 0; i < 2; i++) {
+        job_t *stored = NULL;
+        ck_assert_int_eq(store_job_get(rd, box.ids[i], &stored), 0);
+        ck_assert_int_eq(stored->state, JOB_RUNNING);
+        ck_assert_int_eq(stored->attempts, 1);
+        ck_assert_int_ge(stored->started_us, stored->created_us);
+        ck_assert_int_ge(stored->batch_size, 1);
+        job_free(stored);
+    }
+    store_reader_close(rd);
+
+    pthread_mutex_lock(&fake->lock);
+    int went_out = fake->n_got;
+    pthread_mutex_unlock(&fake->lock);
+    job_t *again = add_job("alice", 10, 0);
+    strcpy(again->idempotency_key, "key-1");
+    reply_box_t replay;
+    submit(&replay, &again, 1);
+    ck_assert(replay.replayed);
+    ck_assert_str_eq(replay.ids[0], box.ids[0]);
+    pthread_mutex_lock(&fake->lock);
+    ck_assert_int_eq(fake->n_got, went_out);
+    pthread_mutex_unlock(&fake->lock);
+}
+END_TEST
+
 /* A job of owner on n elements that goes out in a batch of its own. */
 static job_t *lone_job(const char *owner, int n)
 {
@@ -982,6 +1021,7 @@ int main(void)
     tcase_add_test(tc, test_submissions_after_stop_answer_shutdown);
     tcase_add_test(tc, test_a_batch_the_executor_turns_down_goes_back_to_its_queue);
     tcase_add_test(tc, test_without_sync_full_a_submission_starts_before_its_commit_is_answered);
+    tcase_add_test(tc, test_keyed_and_plain_jobs_started_in_their_round_are_stored_running);
     tcase_add_test(tc, test_a_failed_commit_takes_back_the_jobs_it_started);
     suite_add_tcase(s, tc);
     /* The daemon's default: answers wait for the commit syncer. */

@@ -275,6 +275,40 @@ START_TEST(test_blob_write_files_only_large_data_and_insert_uses_the_callers_blo
 }
 END_TEST
 
+/* The scheduler inserts a job that started in the transaction taking it in as running: one row
+ * write. A running job without its start is refused, and leaves no row. */
+START_TEST(test_insert_of_a_job_started_in_its_own_transaction_stores_it_running)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    job_t *job = make_job(&test_op, "alice", now_us());
+    job->state = JOB_RUNNING;
+    job->attempts = 1;
+    job->started_us = job->created_us + 5;
+    job->batch_size = 7;
+    ck_assert_int_eq(store_job_insert(f.st, job), 0);
+    job_t *got = get_job(&f, job->id);
+    ck_assert_int_eq(got->state, JOB_RUNNING);
+    ck_assert_int_eq(got->attempts, 1);
+    ck_assert_int_eq(got->started_us, job->started_us);
+    ck_assert_int_eq(got->batch_size, 7);
+    job_free(got);
+
+    job_t *unstarted = make_job(&test_op, "alice", now_us());
+    id_new('j', unstarted->id);
+    unstarted->state = JOB_RUNNING;
+    ck_assert_int_eq(store_job_insert(f.st, unstarted), -EINVAL);
+    job_t *none = NULL;
+    ck_assert_int_eq(store_job_get(f.rd, unstarted->id, &none), -ENOENT);
+    unstarted->state = JOB_SUCCEEDED;
+    unstarted->started_us = now_us();
+    ck_assert_int_eq(store_job_insert(f.st, unstarted), -EINVAL);
+    job_free(unstarted);
+    job_free(job);
+    fixture_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_update_applies_legal_transitions_and_persists_outputs)
 {
     fixture_t f;
@@ -1657,6 +1691,7 @@ static Suite *store_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_insert_get_round_trips_inline_file_and_buffer_tensors);
     tcase_add_test(tc, test_blob_write_files_only_large_data_and_insert_uses_the_callers_blob);
+    tcase_add_test(tc, test_insert_of_a_job_started_in_its_own_transaction_stores_it_running);
     tcase_add_test(tc, test_update_applies_legal_transitions_and_persists_outputs);
     tcase_add_test(tc, test_update_refuses_every_illegal_transition_and_leaves_the_row_unchanged);
     tcase_add_test(tc, test_idempotency_conflict_returns_eexist_leaves_nothing_and_finds_the_first);
