@@ -898,6 +898,9 @@ static void recover(device_worker_t *dw, cudaError_t why)
                 fail_batch(s->batch, "cuda_error", msg);
                 fate = "caused the fault and fails";
             } else {
+                /* Not the fault of its own: the error complete() read off its stream goes,
+                 * so that a job out of attempts ends as reset, not as the culprit's error. */
+                clear_errors(s->batch);
                 fail_batch(s->batch, "device_reset", msg);
                 s->batch->retry = EXEC_RETRY_INTERRUPTED;
                 fate = "was interrupted and runs again alone";
