@@ -85,9 +85,11 @@ struct api_request {
     const char *json_length; /* Gpujob-Json-Length: a body of JSON, then bytes; NULL when absent */
     char *body;              /* owned by the connection; NULL when body_file holds it */
     size_t body_len;         /* the body's length, in memory or in body_file */
-    /* A large raw upload, written to a store blob file as it arrived (see
-     * api_body_streams_to_file); the connection's until a handler takes it. */
+    /* A large upload, written to a store blob file as it arrived (see
+     * api_body_streams_to_file); the connection's until a handler takes it. Of a .npy upload
+     * the file holds the data; its first body_head_len bytes, up to the data, are in body. */
     store_blob_stream_t *body_file;
+    size_t body_head_len;
     api_user_t user;
     const api_conn_ops_t *conn_ops;
     void *conn; /* the connection ops' own */
@@ -205,7 +207,8 @@ int api_handle_buffer_get(api_request_t *req);
 int api_handle_buffer_delete(api_request_t *req);
 int api_handle_usage(api_request_t *req);
 /* Whether a request's body goes to a store blob file as it arrives rather than into memory
- * (the server asks once the headers are in): a raw buffer upload too large for a row. */
+ * (the server asks once the headers are in): a buffer upload, raw or .npy, too large for a
+ * row. */
 bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
                               const char *content_type, uint64_t length);
 

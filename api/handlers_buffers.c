@@ -63,7 +63,8 @@ bool api_body_streams_to_file(const api_env_t *env, const char *method, const ch
                               const char *content_type, uint64_t length)
 {
     if (length <= env->cfg->inline_blob_bytes || !content_type ||
-        !api_media_is(content_type, strlen(content_type), "application/octet-stream"))
+        (!api_media_is(content_type, strlen(content_type), "application/octet-stream") &&
+         !api_media_is(content_type, strlen(content_type), "application/x-npy")))
         return false;
     size_t n;
     const api_route_t *routes = api_routes(&n);
@@ -113,8 +114,14 @@ int api_handle_buffer_put(api_request_t *req)
             return API_DONE;
         }
         codec_error_t cerr;
-        int r = codec_npy_parse(req->body, req->body_len, req->env->cfg->max_tensor_bytes, &d,
-                                &offset, &cerr);
+        uint64_t max = req->env->cfg->max_tensor_bytes;
+        int r;
+        if (req->body_file) {
+            r = codec_npy_parse_header(req->body, req->body_head_len, max, &d, &offset, &cerr);
+            if (r == 0) r = codec_npy_check_data_bytes(&d, req->body_len - offset, &cerr);
+        } else {
+            r = codec_npy_parse(req->body, req->body_len, max, &d, &offset, &cerr);
+        }
         if (r < 0) {
             int status = r == -E2BIG ? 413 : 400;
             api_respond_error(req, status, NULL, cerr.field, "%s", cerr.message);

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "api_internal.h"
+#include "tensor_codec.h"
 #include "daemon/log.h"
 
 /* The most body memory taken on a Content-Length header alone; more grows as data arrives. */
@@ -60,13 +61,17 @@ struct api_server {
     reader_entry_t *readers;
 };
 
+/* A streamed .npy upload's start, up to its data, is gathered in memory: at most this much. */
+#define NPY_HEAD_MAX (64 * 1024)
+
 typedef struct conn_ctx {
     api_server_t *srv;
     struct MHD_Connection *conn;
-    bool too_large;  /* the body passed max_body_bytes: answered 413 once it has ended */
-    int upload_err;  /* writing a streamed body failed: answered once it has ended */
-    bool dispatched; /* the router has run */
-    bool responded;  /* a response is queued: later calls only drain the upload */
+    bool npy_head_pending; /* a streamed .npy upload whose data has not started yet */
+    bool too_large;        /* the body passed max_body_bytes: answered 413 once it has ended */
+    int upload_err;        /* writing a streamed body failed: answered once it has ended */
+    bool dispatched;       /* the router has run */
+    bool responded;        /* a response is queued: later calls only drain the upload */
     atomic_bool reply_ready;
     size_t body_cap;
     api_request_t req;
@@ -220,32 +225,23 @@ static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const c
     return MHD_YES;
 }
 
-/* Appends an upload chunk, or drops it once the body has passed the limit or failed to be
- * written. */
-static void body_append(conn_ctx_t *ctx, const char *data, size_t n)
+static void body_stream(conn_ctx_t *ctx, const char *data, size_t n)
+{
+    api_request_t *req = &ctx->req;
+    int r = store_blob_stream_write(req->body_file, data, n);
+    if (r < 0) {
+        ctx->upload_err = r;
+        store_blob_stream_abort(req->body_file);
+        req->body_file = NULL;
+    }
+    req->body_len += n;
+}
+
+/* Keeps a chunk of the body in memory. */
+static void body_keep(conn_ctx_t *ctx, const char *data, size_t n)
 {
     api_request_t *req = &ctx->req;
     uint64_t max = ctx->srv->env.cfg->max_body_bytes;
-    if (ctx->too_large || ctx->upload_err) return;
-    if (req->body_len + n > max) {
-        ctx->too_large = true;
-        free(req->body);
-        req->body = NULL;
-        req->body_len = 0;
-        store_blob_stream_abort(req->body_file);
-        req->body_file = NULL;
-        return;
-    }
-    if (req->body_file) {
-        int r = store_blob_stream_write(req->body_file, data, n);
-        if (r < 0) {
-            ctx->upload_err = r;
-            store_blob_stream_abort(req->body_file);
-            req->body_file = NULL;
-        }
-        req->body_len += n;
-        return;
-    }
     if (req->body_len + n + 1 > ctx->body_cap) {
         size_t cap = ctx->body_cap ? ctx->body_cap : 4096;
         while (cap < req->body_len + n + 1)
@@ -266,6 +262,55 @@ static void body_append(conn_ctx_t *ctx, const char *data, size_t n)
     memcpy(req->body + req->body_len, data, n);
     req->body_len += n;
     req->body[req->body_len] = '\0';
+}
+
+/* A streamed .npy upload: its bytes stay in memory until they reach the data, which goes to
+ * the file from there on. A body that does not start as a .npy file, or whose header is
+ * longer than NPY_HEAD_MAX, stays in memory whole, as a small upload does: the handler then
+ * says what is wrong with it. */
+static void body_npy_head(conn_ctx_t *ctx, const char *data, size_t n)
+{
+    api_request_t *req = &ctx->req;
+    body_keep(ctx, data, n);
+    if (ctx->too_large) return;
+    req->body_head_len = req->body_len;
+    size_t offset;
+    int r = codec_npy_data_offset(req->body, req->body_len, &offset);
+    if (r == 0 && offset > NPY_HEAD_MAX) r = -E2BIG;
+    if (r == -EAGAIN || (r == 0 && req->body_len < offset)) return;
+    ctx->npy_head_pending = false;
+    if (r < 0) {
+        store_blob_stream_abort(req->body_file);
+        req->body_file = NULL;
+        return;
+    }
+    size_t data_len = req->body_len - offset;
+    req->body_head_len = req->body_len = offset;
+    body_stream(ctx, req->body + offset, data_len);
+}
+
+/* Appends an upload chunk, or drops it once the body has passed the limit or failed to be
+ * written. */
+static void body_append(conn_ctx_t *ctx, const char *data, size_t n)
+{
+    api_request_t *req = &ctx->req;
+    uint64_t max = ctx->srv->env.cfg->max_body_bytes;
+    if (ctx->too_large || ctx->upload_err) return;
+    if (req->body_len + n > max) {
+        ctx->too_large = true;
+        free(req->body);
+        req->body = NULL;
+        req->body_len = 0;
+        store_blob_stream_abort(req->body_file);
+        req->body_file = NULL;
+        return;
+    }
+    if (req->body_file && ctx->npy_head_pending)
+        body_npy_head(ctx, data, n);
+    else if (req->body_file)
+        body_stream(ctx, data, n);
+    else
+        body_keep(ctx, data, n);
 }
 
 static void respond_too_large(conn_ctx_t *ctx)
@@ -321,6 +366,7 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
         if (known && api_body_streams_to_file(&l->srv->env, method, url, type, n)) {
             r = store_blob_stream_open(l->srv->env.cfg, &ctx->req.body_file);
             if (r < 0) ctx->upload_err = r;
+            ctx->npy_head_pending = api_media_is(type, strlen(type), "application/x-npy");
         } else if (known && n > 0) {
             /* Room for the announced body up front, but no more than a few MiB before bytes
              * actually arrive: a client's header alone must not reserve max_body_bytes. */

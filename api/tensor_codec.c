@@ -535,21 +535,59 @@ static int npy_descr_dtype(const char *descr, dtype_t *ret, codec_error_t *err)
                        descr);
 }
 
-int codec_npy_parse(const void *file, size_t len, uint64_t max_bytes, tensor_desc_t *ret_desc,
-                    size_t *ret_data_offset, codec_error_t *err)
+/* The magic, version and header length at the start of a .npy file: 0 with the length of the
+ * fixed prefix and of the header; -EAGAIN when len is too short to hold them (err says so);
+ * -EINVAL when they are wrong. */
+static int npy_preamble(const unsigned char *b, size_t len, size_t *ret_prefix,
+                        size_t *ret_header_len, codec_error_t *err)
 {
-    const unsigned char *b = file;
-    if (len < 10 || memcmp(b, npy_magic, sizeof npy_magic) != 0)
+    if (len >= sizeof npy_magic && memcmp(b, npy_magic, sizeof npy_magic) != 0)
         return codec_error(err, -EINVAL, "body", "not a .npy file (bad magic)");
+    if (len < 10) return codec_error(err, -EAGAIN, "body", "not a .npy file (too short)");
     unsigned major = b[6], minor = b[7];
     if (major < 1 || major > 3 || minor != 0)
         return codec_error(err, -EINVAL, "body", "npy version %u.%u is not supported", major,
                            minor);
     size_t prefix = major == 1 ? 10 : 12;
-    if (len < prefix) return codec_error(err, -EINVAL, "body", "npy file is truncated");
-    size_t header_len =
+    if (len < prefix) return codec_error(err, -EAGAIN, "body", "npy file is truncated");
+    *ret_prefix = prefix;
+    *ret_header_len =
         major == 1 ? (size_t)b[8] | (size_t)b[9] << 8
                    : (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
+    return 0;
+}
+
+int codec_npy_data_offset(const void *file, size_t len, size_t *ret_offset)
+{
+    size_t prefix, header_len;
+    codec_error_t err;
+    int r = npy_preamble(file, len, &prefix, &header_len, &err);
+    if (r == 0) *ret_offset = prefix + header_len;
+    return r;
+}
+
+int codec_npy_parse(const void *file, size_t len, uint64_t max_bytes, tensor_desc_t *ret_desc,
+                    size_t *ret_data_offset, codec_error_t *err)
+{
+    tensor_desc_t d;
+    size_t offset;
+    int r = codec_npy_parse_header(file, len, max_bytes, &d, &offset, err);
+    if (r < 0) return r;
+    r = codec_npy_check_data_bytes(&d, len - offset, err);
+    if (r < 0) return r;
+    *ret_desc = d;
+    *ret_data_offset = offset;
+    return 0;
+}
+
+int codec_npy_parse_header(const void *file, size_t len, uint64_t max_bytes,
+                           tensor_desc_t *ret_desc, size_t *ret_data_offset, codec_error_t *err)
+{
+    const unsigned char *b = file;
+    size_t prefix, header_len;
+    int r = npy_preamble(b, len, &prefix, &header_len, err);
+    if (r == -EAGAIN) r = -EINVAL; /* the whole file is here: too short is wrong */
+    if (r < 0) return r;
     if (header_len > len - prefix)
         return codec_error(err, -EINVAL, "body", "npy file is truncated inside its header");
     for (size_t i = 0; i < header_len; i++)
@@ -599,11 +637,16 @@ int codec_npy_parse(const void *file, size_t len, uint64_t max_bytes, tensor_des
     if (!have_descr || !have_order || !have_shape)
         return codec_error(err, -EINVAL, "body",
                            "npy header must give descr, fortran_order and shape");
-    int r = tensor_desc_check(&d, max_bytes);
+    r = tensor_desc_check(&d, max_bytes);
     if (r < 0) return desc_check_error(&d, r, max_bytes, "body", err);
+    *ret_desc = d;
+    *ret_data_offset = prefix + header_len;
+    return 0;
+}
 
-    size_t offset = prefix + header_len;
-    uint64_t want = tensor_desc_bytes(&d), have = len - offset;
+int codec_npy_check_data_bytes(const tensor_desc_t *d, uint64_t have, codec_error_t *err)
+{
+    uint64_t want = tensor_desc_bytes(d);
     if (have < want)
         return codec_error(err, -EINVAL, "body",
                            "npy data is truncated: its header needs %" PRIu64
@@ -614,7 +657,5 @@ int codec_npy_parse(const void *file, size_t len, uint64_t max_bytes, tensor_des
                            "npy file has %" PRIu64 " bytes after the %" PRIu64
                            " its header describes",
                            have - want, want);
-    *ret_desc = d;
-    *ret_data_offset = offset;
     return 0;
 }

@@ -53,6 +53,14 @@ char *codec_b64_encode(const void *data, size_t len);
  * offset of the data, whose length is exactly the descriptor's bytes. */
 int codec_npy_parse(const void *file, size_t len, uint64_t max_bytes, tensor_desc_t *ret_desc,
                     size_t *ret_data_offset, codec_error_t *err);
+/* The same in two steps, for a file whose data is elsewhere (streamed to disk): the header,
+ * from the first len bytes (at least up to the data), then the data's length. */
+int codec_npy_parse_header(const void *file, size_t len, uint64_t max_bytes,
+                           tensor_desc_t *ret_desc, size_t *ret_data_offset, codec_error_t *err);
+int codec_npy_check_data_bytes(const tensor_desc_t *d, uint64_t have, codec_error_t *err);
+/* Where the data of a .npy file starts, from its first len bytes: 0; -EAGAIN when len is too
+ * short to tell; -EINVAL when they are not the start of a .npy file. */
+int codec_npy_data_offset(const void *file, size_t len, size_t *ret_offset);
 /* Writes a .npy v1.0 file (a new malloc'd block) of a tensor. -ENOTSUP for bf16. */
 int codec_npy_write(const tensor_desc_t *d, const void *data, void **ret_file, size_t *ret_len);
 

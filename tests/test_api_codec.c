@@ -384,6 +384,41 @@ START_TEST(test_npy_refuses_bad_magic_version_truncation_and_size)
 }
 END_TEST
 
+/* A streamed upload: where the data starts, told from the first bytes as they arrive, then the
+ * header from the bytes up to there and the data's length from the file. */
+START_TEST(test_npy_data_offset_and_header_from_the_first_bytes)
+{
+    for (int major = 1; major <= 2; major++) {
+        size_t len;
+        unsigned char *f = npy_make(
+            major, "{'descr': '<f4', 'fortran_order': False, 'shape': (1024,), }", 4096, &len);
+        size_t data_at = len - 4096, offset = 0;
+        size_t prefix = major == 1 ? 10 : 12;
+        for (size_t have = 0; have < prefix; have++)
+            ck_assert_int_eq(codec_npy_data_offset(f, have, &offset), -EAGAIN);
+        ck_assert_int_eq(codec_npy_data_offset(f, prefix, &offset), 0);
+        ck_assert_uint_eq(offset, data_at);
+
+        tensor_desc_t d;
+        codec_error_t err;
+        ck_assert_int_eq(codec_npy_parse_header(f, data_at, 4096, &d, &offset, &err), 0);
+        ck_assert_uint_eq(offset, data_at);
+        ck_assert_int_eq(d.dtype, DTYPE_F32);
+        ck_assert_int_eq(d.shape[0], 1024);
+        ck_assert_int_eq(codec_npy_check_data_bytes(&d, 4096, &err), 0);
+        ck_assert_int_eq(codec_npy_check_data_bytes(&d, 4095, &err), -EINVAL);
+        ck_assert(strstr(err.message, "truncated"));
+        ck_assert_int_eq(codec_npy_check_data_bytes(&d, 4097, &err), -EINVAL);
+        ck_assert_int_eq(codec_npy_parse_header(f, data_at - 1, 4096, &d, &offset, &err), -EINVAL);
+        ck_assert(strstr(err.message, "truncated inside its header"));
+
+        f[1] = 'X';
+        ck_assert_int_eq(codec_npy_data_offset(f, 6, &offset), -EINVAL);
+        free(f);
+    }
+}
+END_TEST
+
 /* --- job JSON --- */
 
 static const config_t *test_config(void)
@@ -684,6 +719,7 @@ static Suite *api_codec_suite(void)
     tcase_add_test(tc, test_npy_accepts_versions_2_and_3);
     tcase_add_test(tc, test_npy_refuses_bad_headers_and_lengths);
     tcase_add_test(tc, test_npy_refuses_bad_magic_version_truncation_and_size);
+    tcase_add_test(tc, test_npy_data_offset_and_header_from_the_first_bytes);
     suite_add_tcase(s, tc);
     TCase *jobs = tcase_create("job_json");
     tcase_add_test(jobs, test_job_parse_rejects_bad_fields_with_exact_paths);

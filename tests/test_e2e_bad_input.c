@@ -18,10 +18,12 @@
 
 #include "support/daemon_harness.h"
 
-/* Small limits so that the size cases need small bodies. */
+/* Small limits so that the size cases need small bodies; uploads past 1 KiB stream to disk. */
 static const char limits_config[] = "[limits]\n"
                                     "max_body_bytes = 65536\n"
-                                    "max_tensor_bytes = 4096\n";
+                                    "max_tensor_bytes = 4096\n"
+                                    "[store]\n"
+                                    "inline_blob_bytes = 1024\n";
 
 #define X_F32 "{\"dtype\":\"f32\",\"shape\":[2],\"data\":[1,2]}"
 #define Y_F32 "{\"dtype\":\"f32\",\"shape\":[2],\"data\":[3,4]}"
@@ -396,6 +398,16 @@ START_TEST(test_malformed_requests_answer_clear_errors)
         {"npy: header lies about the size", NULL,
          "{'descr': '<f4', 'fortran_order': False, 'shape': (100,), }", 8},
         {"npy: object dtype", NULL, "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", 16},
+        /* Past store.inline_blob_bytes an upload streams to disk as it arrives: the same
+         * mistakes are told the same way. */
+        {"npy, streamed: bad magic", "\x93NUMPZ",
+         "{'descr': '<f4', 'fortran_order': False, 'shape': (1000,), }", 4000},
+        {"npy, streamed: big-endian", NULL,
+         "{'descr': '>f4', 'fortran_order': False, 'shape': (1000,), }", 4000},
+        {"npy, streamed: more data than the header says", NULL,
+         "{'descr': '<f4', 'fortran_order': False, 'shape': (100,), }", 4000},
+        {"npy, streamed: less data than the header says", NULL,
+         "{'descr': '<f4', 'fortran_order': False, 'shape': (1000,), }", 2000},
     };
     for (size_t i = 0; i < sizeof npy_cases / sizeof npy_cases[0]; i++, n_cases++) {
         size_t len;

@@ -681,40 +681,44 @@ START_TEST(test_output_download_json_raw_and_npy)
 END_TEST
 
 /* Uploads a .npy, adds 0 to it in a job, downloads the result as .npy: the data bytes come back
- * unchanged, for f32 and i32. */
+ * unchanged, for f32 and i32, kept in memory (800 bytes) and streamed to disk as it arrives
+ * (120,000 bytes, past store.inline_blob_bytes). */
 START_TEST(test_npy_buffer_round_trip)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("");
     static const char *const descrs[] = {"<f4", "<i4"};
     static const char *const dtypes[] = {"f32", "i32"};
     static const char *const npy_hdr[] = {"Content-Type: application/x-npy", NULL};
-    for (int t = 0; t < 2; t++) {
-        enum { R = 4, C = 50 };
+    static const int rows[] = {4, 300};
+    for (int t = 0; t < 4; t++) {
+        const int R = rows[t / 2], C = 100 / (t < 2 ? 2 : 1);
         int64_t shape[] = {R, C};
         uint32_t seed = 31 + t;
-        uint32_t data[R * C];
+        size_t data_bytes = (size_t)R * C * 4;
+        uint32_t *data = malloc(data_bytes);
         for (int i = 0; i < R * C; i++) {
             float f = (float)e2e_rand_uniform(&seed, 0.5, 100);
             int32_t v = (int32_t)e2e_rand_uniform(&seed, -1e6, 1e6);
-            memcpy(&data[i], t == 0 ? (void *)&f : (void *)&v, 4);
+            memcpy(&data[i], t % 2 == 0 ? (void *)&f : (void *)&v, 4);
         }
         size_t len;
-        void *npy = e2e_npy_build(descrs[t], shape, 2, data, sizeof data, &len);
+        void *npy = e2e_npy_build(descrs[t % 2], shape, 2, data, data_bytes, &len);
         e2e_response_t resp;
         ck_assert(e2e_http_request(d, "POST", "/v1/buffers", npy_hdr, npy, len, &resp) == 0);
         ck_assert_msg(resp.status == 201, "npy upload: %ld %s", resp.status, resp.body);
-        ck_assert_str_eq(json_string_value(json_object_get(resp.json, "dtype")), dtypes[t]);
+        ck_assert_str_eq(json_string_value(json_object_get(resp.json, "dtype")), dtypes[t % 2]);
         json_t *rshape = json_object_get(resp.json, "shape");
         ck_assert(json_array_size(rshape) == 2 &&
                   json_integer_value(json_array_get(rshape, 0)) == R &&
                   json_integer_value(json_array_get(rshape, 1)) == C);
-        ck_assert_int_eq(json_integer_value(json_object_get(resp.json, "bytes")), sizeof data);
+        ck_assert_int_eq(json_integer_value(json_object_get(resp.json, "bytes")), data_bytes);
         char *buf = strdup(json_string_value(json_object_get(resp.json, "id")));
         e2e_response_clear(&resp);
         free(npy);
 
-        json_t *job = json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:[], s:[i]}}}", "op", "add", "inputs",
-                                "x", "buffer", buf, "y", "dtype", dtypes[t], "shape", "data", 0);
+        json_t *job =
+            json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:[], s:[i]}}}", "op", "add", "inputs", "x",
+                      "buffer", buf, "y", "dtype", dtypes[t % 2], "shape", "data", 0);
         char *id = e2e_submit_ok(d, job);
         json_t *done = e2e_wait_final_ok(d, id, 30);
         ck_assert_str_eq(e2e_job_state(done), "succeeded");
@@ -728,15 +732,18 @@ START_TEST(test_npy_buffer_round_trip)
         int ndim;
         size_t off;
         ck_assert(e2e_npy_parse(resp.body, resp.body_len, descr, dims, &ndim, &off) == 0);
-        ck_assert_str_eq(descr, descrs[t]);
+        ck_assert_str_eq(descr, descrs[t % 2]);
         ck_assert(ndim == 2 && dims[0] == R && dims[1] == C);
-        ck_assert_msg(memcmp(resp.body + off, data, sizeof data) == 0,
-                      "%s: downloaded bytes differ from the uploaded ones", dtypes[t]);
+        ck_assert_int_eq(resp.body_len - off, data_bytes);
+        ck_assert_msg(memcmp(resp.body + off, data, data_bytes) == 0,
+                      "%s, %zu bytes: downloaded bytes differ from the uploaded ones",
+                      dtypes[t % 2], data_bytes);
         e2e_response_clear(&resp);
         free(buf);
         free(id);
         json_decref(job);
         json_decref(done);
+        free(data);
     }
     e2e_daemon_free(d);
 }
