@@ -59,7 +59,11 @@ typedef struct api_header {
 typedef struct api_response {
     int status;   /* 0 until filled */
     json_t *json; /* owned */
-    void *body;   /* owned raw body when json is NULL */
+    /* framed: the JSON goes out followed by section, as application/octet-stream with a
+     * Gpujob-Json-Length header, the way a request carries a binary section. */
+    bool framed;
+    job_json_section_t section; /* owned */
+    void *body;                 /* owned raw body when json is NULL */
     size_t body_len;
     const char *content_type; /* static string; "application/json" for json */
     api_header_t headers[API_MAX_EXTRA_HEADERS];
@@ -212,6 +216,11 @@ int api_handle_usage(api_request_t *req);
 bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
                               const char *content_type, uint64_t length);
 
-/* The job JSON a handler answers with: outputs inlined up to cfg->max_inline_output_bytes,
- * read through the calling thread's store reader when not in memory. A new reference. */
-json_t *api_job_json(api_env_t *env, const job_t *job, bool inline_outputs);
+/* The job JSON of lists and submissions: outputs described, without their data. A new
+ * reference. */
+json_t *api_job_json(const job_t *job);
+/* Answers with the job's JSON, outputs inlined up to cfg->max_inline_output_bytes (read
+ * through the calling thread's store reader when not in memory): as JSON numbers, or in a
+ * binary section after the JSON when the request's Accept header puts
+ * application/octet-stream before application/json. */
+void api_respond_job(api_request_t *req, int status, const job_t *job);

@@ -20,10 +20,38 @@ static int load_tensor(void *ud, const job_tensor_t *t, void **ret_data)
     return store_blob_read(rd, t->blob, t->nbytes, ret_data);
 }
 
-json_t *api_job_json(api_env_t *env, const job_t *job, bool inline_outputs)
+json_t *api_job_json(const job_t *job)
 {
-    return job_json_from_job(job, inline_outputs ? env->cfg->max_inline_output_bytes : 0,
-                             inline_outputs ? load_tensor : NULL, env);
+    return job_json_from_job(job, 0, NULL, NULL, NULL);
+}
+
+/* True when the Accept header names application/octet-stream before application/json (a
+ * client that reads binary sections); absent, or naming neither, JSON. */
+static bool accepts_binary(const api_request_t *req)
+{
+    for (const char *item = req->accept ? req->accept : ""; *item;) {
+        size_t len = strcspn(item, ",");
+        if (api_media_is(item, len, "application/json")) return false;
+        if (api_media_is(item, len, "application/octet-stream")) return true;
+        item += len;
+        if (*item == ',') item++;
+    }
+    return false;
+}
+
+void api_respond_job(api_request_t *req, int status, const job_t *job)
+{
+    job_json_section_t section = {0};
+    bool binary = accepts_binary(req);
+    json_t *o = job_json_from_job(job, req->env->cfg->max_inline_output_bytes, load_tensor,
+                                  req->env, binary ? &section : NULL);
+    api_respond_json(req, status, o);
+    if (o && binary) {
+        req->resp.framed = true;
+        req->resp.section = section;
+    } else {
+        free(section.bytes);
+    }
 }
 
 /* Checks the {id} path parameter. 0, or API_DONE when it answered 400. */
@@ -95,9 +123,10 @@ static void submit_wait_reply(void *token, const sched_result_t *res)
     req->submit_answer = NULL;
     if (!res->err && res->n_jobs > 0) {
         json_decref(body);
-        body = api_job_json(req->env, res->jobs[0], true);
+        api_respond_job(req, req->submit_status, res->jobs[0]);
+    } else {
+        api_respond_json(req, req->submit_status, body);
     }
-    api_respond_json(req, req->submit_status, body);
     api_request_resume(req);
 }
 
@@ -115,9 +144,9 @@ static void submit_reply(void *token, const sched_result_t *res)
         if (req->submit_is_list) {
             body = json_array();
             for (size_t i = 0; i < res->n_jobs; i++)
-                json_array_append_new(body, api_job_json(req->env, res->jobs[i], false));
+                json_array_append_new(body, api_job_json(res->jobs[i]));
         } else {
-            body = api_job_json(req->env, res->jobs[0], false);
+            body = api_job_json(res->jobs[0]);
         }
         if (req->submit_waits) {
             req->submit_status = status;
@@ -151,7 +180,7 @@ static int answer_known_idempotent(api_request_t *req, store_reader_t *rd, const
             job_free(first);
             return 0;
         }
-        json_array_append_new(list, api_job_json(req->env, job, false));
+        json_array_append_new(list, api_job_json(job));
         if (!first)
             first = job;
         else
@@ -161,7 +190,7 @@ static int answer_known_idempotent(api_request_t *req, store_reader_t *rd, const
         api_respond_json(req, 200, list);
     } else {
         json_decref(list);
-        api_respond_json(req, 200, api_job_json(req->env, first, false));
+        api_respond_json(req, 200, api_job_json(first));
     }
     job_free(first);
     return 1;
@@ -358,7 +387,7 @@ int api_handle_jobs_list(api_request_t *req)
     }
     json_t *list = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(list, api_job_json(req->env, jobs[i], false));
+        json_array_append_new(list, api_job_json(jobs[i]));
     json_t *next = n == (size_t)q.limit && n > 0 ? json_string(jobs[n - 1]->id) : json_null();
     job_json_free_jobs(jobs, n);
     api_respond_json(req, 200, json_pack("{s:o, s:o}", "jobs", list, "next", next));
@@ -371,7 +400,7 @@ int api_handle_job_get(api_request_t *req)
     if (api_query_check(req, no_args)) return API_DONE;
     job_t *job;
     if (load_visible_job(req, &job)) return API_DONE;
-    api_respond_json(req, 200, api_job_json(req->env, job, true));
+    api_respond_job(req, 200, job);
     job_free(job);
     return API_DONE;
 }
@@ -391,7 +420,7 @@ static void job_reply(void *token, const sched_result_t *res)
     else if (res->n_jobs == 0)
         api_respond_error(req, 500, "internal", NULL, "the scheduler returned no job");
     else
-        api_respond_json(req, 200, api_job_json(req->env, res->jobs[0], true));
+        api_respond_job(req, 200, res->jobs[0]);
     api_request_resume(req);
 }
 
@@ -411,7 +440,7 @@ int api_handle_job_wait(api_request_t *req)
     job_t *job = NULL;
     bool ended = store_job_get(rd, id, &job) == 0 && job_state_is_final(job->state) &&
                  api_request_may_see(req, job->owner);
-    if (ended) api_respond_json(req, 200, api_job_json(req->env, job, true));
+    if (ended) api_respond_job(req, 200, job);
     job_free(job);
     if (ended) return API_DONE;
     api_request_suspend(req);

@@ -177,17 +177,21 @@ static enum MHD_Result send_response(conn_ctx_t *ctx)
     api_response_t *resp = &req->resp;
     char *data;
     size_t len;
+    size_t json_len = 0;
     if (resp->json) {
         data = json_dumps(resp->json, JSON_COMPACT);
-        len = data ? strlen(data) : 0;
-        char *grown = data ? realloc(data, len + 2) : NULL;
+        json_len = data ? strlen(data) : 0;
+        size_t section_len = resp->framed ? resp->section.len : 0;
+        char *grown = data ? realloc(data, json_len + 2 + section_len) : NULL;
         if (!grown) {
             free(data);
             return MHD_NO;
         }
         data = grown;
-        data[len++] = '\n';
-        data[len] = '\0';
+        data[json_len++] = '\n';
+        data[json_len] = '\0';
+        if (section_len) memcpy(data + json_len, resp->section.bytes, section_len);
+        len = json_len + section_len;
     } else {
         data = resp->body;
         len = resp->body_len;
@@ -198,8 +202,15 @@ static enum MHD_Result send_response(conn_ctx_t *ctx)
         free(data);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            resp->content_type ? resp->content_type : "application/json");
+    if (resp->json && resp->framed) {
+        char length[24];
+        snprintf(length, sizeof length, "%zu", json_len);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+        MHD_add_response_header(r, "Gpujob-Json-Length", length);
+    } else {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                resp->content_type ? resp->content_type : "application/json");
+    }
     for (int i = 0; i < resp->n_headers; i++)
         MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
     int status = resp->status ? resp->status : 500;

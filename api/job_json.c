@@ -393,20 +393,42 @@ static json_t *ms_or_null(int64_t from_us, int64_t to_us)
     return json_real((double)(to_us - from_us) / 1000.0);
 }
 
+/* Appends n bytes to the section: the offset they start at, or -1 when out of memory. */
+static json_int_t section_append(job_json_section_t *section, const void *bytes, size_t n)
+{
+    if (section->cap - section->len < n) {
+        size_t cap = section->cap ? section->cap : 4096;
+        while (cap - section->len < n)
+            cap *= 2;
+        unsigned char *grown = realloc(section->bytes, cap);
+        if (!grown) return -1;
+        section->bytes = grown;
+        section->cap = cap;
+    }
+    if (n) memcpy(section->bytes + section->len, bytes, n);
+    section->len += n;
+    return (json_int_t)(section->len - n);
+}
+
 static json_t *output_json(const job_tensor_t *t, uint64_t inline_max, job_json_load_fn load,
-                           void *load_ud)
+                           void *load_ud, job_json_section_t *section)
 {
     json_t *o = job_json_tensor_desc(&t->desc);
     if (!o || t->nbytes > inline_max) return o;
     void *bytes = t->data;
     if (!bytes && load && load(load_ud, t, &bytes) < 0) bytes = NULL;
-    if (bytes) json_object_set_new(o, "data", codec_data_to_json(&t->desc, bytes));
+    if (bytes && section) {
+        json_int_t at = section_append(section, bytes, t->nbytes);
+        if (at >= 0) json_object_set_new(o, "binary_offset", json_integer(at));
+    } else if (bytes) {
+        json_object_set_new(o, "data", codec_data_to_json(&t->desc, bytes));
+    }
     if (bytes != t->data) free(bytes);
     return o;
 }
 
 json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_fn load,
-                          void *load_ud)
+                          void *load_ud, job_json_section_t *section)
 {
     json_t *params = job->params_json ? json_loads(job->params_json, 0, NULL) : NULL;
     json_t *inputs = json_object(), *outputs = json_object();
@@ -421,7 +443,7 @@ json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_f
     for (int j = 0; job->state == JOB_SUCCEEDED && j < OP_MAX_TENSORS; j++)
         if (job->out[j].name[0])
             json_object_set_new(outputs, job->out[j].name,
-                                output_json(&job->out[j], inline_max, load, load_ud));
+                                output_json(&job->out[j], inline_max, load, load_ud, section));
 
     bool final = job_state_is_final(job->state);
     int64_t queue_end = job->started_us ? job->started_us : job->finished_us;

@@ -61,11 +61,20 @@ void job_json_free_jobs(job_t **jobs, size_t n);
  * errno (the output is then described without data). */
 typedef int (*job_json_load_fn)(void *ud, const job_tensor_t *t, void **ret_data);
 
+/* The binary section of an answer, as a request has one (Gpujob-Json-Length): the bytes of
+ * inline outputs, which their JSON names with binary_offset instead of carrying as data. Free
+ * bytes when done. */
+typedef struct job_json_section {
+    unsigned char *bytes;
+    size_t len, cap;
+} job_json_section_t;
+
 /* The job's JSON (a new reference, NULL on allocation failure). Outputs of at most
  * inline_max bytes carry their data: from t->data when in memory, else through load (which may
- * be NULL: then only in-memory data is inlined). */
+ * be NULL: then only in-memory data is inlined). With a section, that data is appended to it
+ * and named by "binary_offset"; without, it is "data", JSON numbers. */
 json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_fn load,
-                          void *load_ud);
+                          void *load_ud, job_json_section_t *section);
 /* {"dtype", "shape", "bytes"}: a new reference. */
 json_t *job_json_tensor_desc(const tensor_desc_t *d);
 json_t *job_json_from_buffer(const buffer_t *buf);

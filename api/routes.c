@@ -116,6 +116,7 @@ static void response_clear(api_response_t *resp)
 {
     json_decref(resp->json);
     free(resp->body);
+    free(resp->section.bytes);
     memset(resp, 0, sizeof *resp);
 }
 

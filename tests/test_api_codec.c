@@ -658,7 +658,7 @@ START_TEST(test_job_json_reports_times_states_and_inline_outputs)
     ck_assert_int_eq(
         request_parse("{\"op\": \"tadd\", \"inputs\": {" X3 "}}", NULL, &jobs, &n, &err), 0);
     job_t *job = jobs[0];
-    json_t *o = job_json_from_job(job, 1024, NULL, NULL);
+    json_t *o = job_json_from_job(job, 1024, NULL, NULL, NULL);
     ck_assert_str_eq(json_string_value(json_object_get(o, "state")), "queued");
     ck_assert_str_eq(json_string_value(json_object_get(o, "op")), "tadd");
     ck_assert_str_eq(json_string_value(json_object_get(o, "created_at")),
@@ -679,7 +679,7 @@ START_TEST(test_job_json_reports_times_states_and_inline_outputs)
     float out[3] = {4, 5, 6};
     job->out[0].data = malloc(sizeof out);
     memcpy(job->out[0].data, out, sizeof out);
-    o = job_json_from_job(job, 12, NULL, NULL);
+    o = job_json_from_job(job, 12, NULL, NULL, NULL);
     ck_assert(json_real_value(json_object_get(o, "queue_ms")) == 2.5);
     ck_assert(json_real_value(json_object_get(o, "run_ms")) == 1000.0);
     ck_assert(json_real_value(json_object_get(o, "gpu_ms")) == 3.0);
@@ -687,15 +687,31 @@ START_TEST(test_job_json_reports_times_states_and_inline_outputs)
     ck_assert_int_eq(json_array_size(data), 3);
     ck_assert(json_number_value(json_array_get(data, 2)) == 6.0);
     json_decref(o);
+    /* With a section the bytes go there, after what it held, named by binary_offset. */
+    job_json_section_t section = {0};
+    o = job_json_from_job(job, 12, NULL, NULL, &section);
+    json_t *out_o = json_object_get(json_object_get(o, "outputs"), "out");
+    ck_assert_ptr_null(json_object_get(out_o, "data"));
+    ck_assert_int_eq(json_integer_value(json_object_get(out_o, "binary_offset")), 0);
+    ck_assert_uint_eq(section.len, sizeof out);
+    ck_assert_mem_eq(section.bytes, out, sizeof out);
+    json_decref(o);
+    o = job_json_from_job(job, 12, NULL, NULL, &section);
+    out_o = json_object_get(json_object_get(o, "outputs"), "out");
+    ck_assert_int_eq(json_integer_value(json_object_get(out_o, "binary_offset")), sizeof out);
+    ck_assert_uint_eq(section.len, 2 * sizeof out);
+    ck_assert_mem_eq(section.bytes + sizeof out, out, sizeof out);
+    json_decref(o);
+    free(section.bytes);
     /* Over the inline limit the output is described without data. */
-    o = job_json_from_job(job, 11, NULL, NULL);
+    o = job_json_from_job(job, 11, NULL, NULL, NULL);
     ck_assert_ptr_null(
         json_object_get(json_object_get(json_object_get(o, "outputs"), "out"), "data"));
     json_decref(o);
 
     job->state = JOB_FAILED;
     job_set_error(job, "deadline_exceeded", "too late");
-    o = job_json_from_job(job, 12, NULL, NULL);
+    o = job_json_from_job(job, 12, NULL, NULL, NULL);
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")),
                      "deadline_exceeded");
     json_decref(o);

@@ -386,6 +386,98 @@ START_TEST(test_binary_section_inputs)
 }
 END_TEST
 
+/* A framed answer (Accept: application/octet-stream): its JSON, whose output "out" names
+ * its bytes in the binary section after it instead of carrying them; checks they are want and
+ * returns the JSON. */
+static json_t *expect_framed_output(const e2e_response_t *resp, const float *want, int n)
+{
+    char type[64], length[32];
+    ck_assert_msg(resp->status == 200 || resp->status == 201, "status %ld", resp->status);
+    ck_assert_str_eq(e2e_response_header(resp, "Content-Type", type, sizeof type),
+                     "application/octet-stream");
+    ck_assert_ptr_nonnull(e2e_response_header(resp, "Gpujob-Json-Length", length, sizeof length));
+    size_t json_len = strtoul(length, NULL, 10);
+    ck_assert_uint_le(json_len, resp->body_len);
+    json_t *job = json_loadb(resp->body, json_len, 0, NULL);
+    ck_assert_ptr_nonnull(job);
+    ck_assert_str_eq(e2e_job_state(job), "succeeded");
+    json_t *out = json_object_get(json_object_get(job, "outputs"), "out");
+    ck_assert_ptr_null(json_object_get(out, "data"));
+    json_int_t at = json_integer_value(json_object_get(out, "binary_offset"));
+    ck_assert(json_is_integer(json_object_get(out, "binary_offset")));
+    ck_assert_uint_eq(resp->body_len, json_len + (size_t)at + n * sizeof(float));
+    const char *bytes = resp->body + json_len + at;
+    for (int i = 0; i < n; i++) {
+        float got;
+        memcpy(&got, bytes + i * sizeof got, sizeof got);
+        ck_assert_msg(got == want[i], "[%d] %g, want %g", i, (double)got, (double)want[i]);
+    }
+    return job;
+}
+
+/* Job answers carry inline outputs in a binary section for a client that asks for one first in
+ * its Accept header, as JSON numbers for any other. */
+START_TEST(test_binary_section_outputs)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    enum { N = 300 };
+    static const int64_t shape[] = {N};
+    uint32_t seed = 12;
+    double x[N], y[N], got[N];
+    float want[N];
+    random_values("f32", x, N, -4, 4, &seed);
+    random_values("f32", y, N, -4, 4, &seed);
+    for (int i = 0; i < N; i++)
+        want[i] = 2.5f * (float)x[i] + (float)y[i];
+    json_t *job =
+        json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 2.5, "inputs", "x",
+                  tensor_inline("f32", shape, 1, x, N), "y", tensor_inline("f32", shape, 1, y, N));
+    char *text = json_dumps(job, JSON_COMPACT);
+    const char *binary[] = {"Content-Type: application/json",
+                            "Accept: application/octet-stream, application/json", NULL};
+    e2e_response_t resp;
+    ck_assert_int_eq(
+        e2e_http_request(d, "POST", "/v1/jobs?wait=30", binary, text, strlen(text), &resp), 0);
+    json_t *first = expect_framed_output(&resp, want, N);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", json_string_value(json_object_get(first, "id")));
+    json_decref(first);
+    e2e_response_clear(&resp);
+
+    for (int k = 0; k < 2; k++) {
+        if (k) strcat(path, "/wait");
+        ck_assert_int_eq(e2e_http_request(d, "GET", path, binary + 1, NULL, 0, &resp), 0);
+        json_decref(expect_framed_output(&resp, want, N));
+        e2e_response_clear(&resp);
+    }
+
+    /* JSON first, or no Accept at all: the data as numbers. */
+    const char *json_first[] = {"Accept: application/json, application/octet-stream", NULL};
+    for (int k = 0; k < 2; k++) {
+        char type[64];
+        ck_assert_int_eq(e2e_http_request(d, "GET", path, k ? NULL : json_first, NULL, 0, &resp),
+                         0);
+        ck_assert_int_eq(resp.status, 200);
+        ck_assert_str_eq(e2e_response_header(&resp, "Content-Type", type, sizeof type),
+                         "application/json");
+        job_output(resp.json, "out", "f32", N, got);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(got[i] == (double)want[i], "[%d]", i);
+        e2e_response_clear(&resp);
+    }
+    /* Errors stay JSON. */
+    ck_assert_int_eq(e2e_http_request(d, "GET", "/v1/jobs/j000000000000000000000000", binary + 1,
+                                      NULL, 0, &resp),
+                     0);
+    ck_assert_int_eq(resp.status, 404);
+    ck_assert_str_eq(e2e_error_code(resp.json), "not_found");
+    e2e_response_clear(&resp);
+    free(text);
+    json_decref(job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* Uploads n floats as a resident buffer, asserting the status; returns the body. */
 static json_t *upload_resident(e2e_daemon_t *d, const float *v, int n, long expect_status)
 {
@@ -1187,6 +1279,7 @@ int main(void)
     tcase_add_test(tc, test_gemm_matches_reference_when_present);
     tcase_add_test(tc, test_b64_and_buffer_inputs);
     tcase_add_test(tc, test_binary_section_inputs);
+    tcase_add_test(tc, test_binary_section_outputs);
     tcase_add_test(tc, test_resident_buffers_serve_jobs_within_the_owner_quota);
     tcase_add_test(tc, test_submit_waits_for_its_job_when_asked);
     tcase_add_test(tc, test_array_of_100_jobs_in_one_post);
