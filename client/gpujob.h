@@ -129,6 +129,11 @@ GPUJOB_API void gpujob_client_set_timeout_ms(gpujob_client_t *c, long request_ms
  * daemon's Retry-After). Every attempt carries the same Idempotency-Key, so the daemon creates
  * the job at most once. */
 GPUJOB_API void gpujob_client_set_retries(gpujob_client_t *c, int retries);
+/* Whether answers that carry a job ask for its inline outputs as bytes in a binary section
+ * (Accept: application/octet-stream) rather than as JSON numbers (default true: no number
+ * formatting in the daemon, no parsing here). gpujob_job_output reads either; the JSON of
+ * gpujob_job_json names such an output's bytes with "binary_offset" instead of "data". */
+GPUJOB_API void gpujob_client_set_binary_outputs(gpujob_client_t *c, bool on);
 
 /* The last failure of a call on c, in words ("" after a success; borrowed). */
 GPUJOB_API const char *gpujob_errmsg(const gpujob_client_t *c);
@@ -269,7 +274,8 @@ GPUJOB_API const char *gpujob_job_output_name(const gpujob_job_t *job, size_t i)
  * gpujob_output_tensor()). -ENOENT when the job has no such output, -EBADMSG when the daemon's
  * description cannot be read. Free with gpujob_tensor_clear(). */
 GPUJOB_API int gpujob_job_output(const gpujob_job_t *job, const char *name, gpujob_tensor_t *ret);
-/* The job's JSON as the daemon sent it. */
+/* The job's JSON as the daemon sent it (without a binary section; see
+ * gpujob_client_set_binary_outputs). */
 GPUJOB_API const char *gpujob_job_json(const gpujob_job_t *job);
 
 /* GET /v1/jobs: a page of the caller's jobs, in the daemon's order (submission order). */

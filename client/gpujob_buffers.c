@@ -37,7 +37,7 @@ static int buffer_post(gpujob_client_t *c, const char *query, const char *conten
                          .body_len = len,
                          .accept = "application/json"};
     json_t *root = NULL;
-    int r = gjc_call_json(c, &req, 201, 0, &root);
+    int r = gjc_call_json(c, &req, 201, 0, &root, NULL);
     free(path);
     if (r < 0) return r;
     r = buffer_from_json(c, root, ret);
@@ -108,7 +108,7 @@ int gpujob_buffer_get(gpujob_client_t *c, const char *id, gpujob_buffer_t *ret)
     if (!path) return id && id[0] ? -ENOMEM : -EINVAL;
     gjc_request_t req = {.method = "GET", .path = path, .accept = "application/json"};
     json_t *root = NULL;
-    int r = gjc_call_json(c, &req, 200, 0, &root);
+    int r = gjc_call_json(c, &req, 200, 0, &root, NULL);
     free(path);
     if (r < 0) return r;
     r = buffer_from_json(c, root, ret);
@@ -143,7 +143,7 @@ int gpujob_info(gpujob_client_t *c, gpujob_info_t **ret)
     gjc_clear_error(c);
     gjc_request_t req = {.method = "GET", .path = "/v1/info", .accept = "application/json"};
     json_t *root = NULL;
-    int r = gjc_call_json(c, &req, 200, 0, &root);
+    int r = gjc_call_json(c, &req, 200, 0, &root, NULL);
     if (r < 0) return r;
     if (!json_is_object(root) || !json_is_string(json_object_get(root, "version"))) {
         json_decref(root);
@@ -220,7 +220,7 @@ int gpujob_usage(gpujob_client_t *c, gpujob_usage_t *ret)
     gjc_clear_error(c);
     gjc_request_t req = {.method = "GET", .path = "/v1/usage", .accept = "application/json"};
     json_t *root = NULL;
-    int r = gjc_call_json(c, &req, 200, 0, &root);
+    int r = gjc_call_json(c, &req, 200, 0, &root, NULL);
     if (r < 0) return r;
     gpujob_usage_t u = {0};
     const char *owner = json_string_value(json_object_get(root, "owner"));

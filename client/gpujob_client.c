@@ -127,6 +127,7 @@ int gpujob_client_new(const char *address, gpujob_client_t **ret, char *errbuf, 
     c->request_timeout_ms = 60000;
     c->connect_timeout_ms = 10000;
     c->retries = 3;
+    c->binary_outputs = true;
     const char *token = getenv("GPUJOB_TOKEN");
     if (!c->address || !c->curl || (token && token[0] && gpujob_client_set_token(c, token) < 0)) {
         gpujob_client_free(c);
@@ -165,6 +166,16 @@ void gpujob_client_set_timeout_ms(gpujob_client_t *c, long request_ms, long conn
 {
     c->request_timeout_ms = request_ms < 0 ? 0 : request_ms;
     c->connect_timeout_ms = connect_ms < 0 ? 0 : connect_ms;
+}
+
+void gpujob_client_set_binary_outputs(gpujob_client_t *c, bool on)
+{
+    c->binary_outputs = on;
+}
+
+const char *gjc_job_accept(const gpujob_client_t *c)
+{
+    return c->binary_outputs ? "application/octet-stream, application/json" : "application/json";
 }
 
 void gpujob_client_set_retries(gpujob_client_t *c, int retries)
@@ -324,6 +335,14 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
     if (n >= 5 && strncmp(p, "HTTP/", 5) == 0) {
         r->x_dtype[0] = r->x_shape[0] = '\0';
         r->retry_after_s = -1;
+        r->framed = false;
+    } else if (header_is(p, n, "Gpujob-Json-Length")) {
+        char v[32] = "";
+        header_value(p, n, v, sizeof v);
+        char *end = NULL;
+        unsigned long long len = strtoull(v, &end, 10);
+        r->framed = end != v && *end == '\0' && v[0] != '-';
+        r->json_length = (size_t)len;
     } else if (header_is(p, n, "X-Dtype")) {
         header_value(p, n, r->x_dtype, sizeof r->x_dtype);
     } else if (header_is(p, n, "X-Shape")) {
@@ -502,8 +521,12 @@ int gjc_check_status(gpujob_client_t *c, const gjc_response_t *resp, long expect
 
 int gjc_parse_body(gpujob_client_t *c, const gjc_response_t *resp, json_t **ret)
 {
+    if (resp->framed && resp->json_length > resp->len)
+        return gjc_fail(c, -EBADMSG, "answer (HTTP %ld) is shorter than its Gpujob-Json-Length",
+                        resp->status);
     json_error_t jerr;
-    json_t *root = json_loadb(resp->body ? resp->body : "", resp->len, JSON_DECODE_ANY, &jerr);
+    json_t *root = json_loadb(resp->body ? resp->body : "",
+                              resp->framed ? resp->json_length : resp->len, JSON_DECODE_ANY, &jerr);
     if (!root)
         return gjc_fail(c, -EBADMSG, "answer (HTTP %ld) is not JSON: %s at line %d column %d",
                         resp->status, jerr.text, jerr.line, jerr.column);
@@ -511,14 +534,23 @@ int gjc_parse_body(gpujob_client_t *c, const gjc_response_t *resp, json_t **ret)
     return 0;
 }
 
+void gjc_take_section(gjc_response_t *resp, gjc_section_t *ret)
+{
+    *ret = (gjc_section_t){0};
+    if (!resp->framed || resp->json_length > resp->len) return;
+    *ret = (gjc_section_t){resp->body, resp->json_length, resp->len - resp->json_length};
+    resp->body = NULL;
+}
+
 int gjc_call_json(gpujob_client_t *c, const gjc_request_t *req, long expect, long expect2,
-                  json_t **ret)
+                  json_t **ret, gjc_section_t *ret_section)
 {
     gjc_response_t resp = {.retry_after_s = -1};
     int r = gjc_perform(c, req, &resp);
     if (r >= 0) r = gjc_check_status(c, &resp, expect, expect2);
     json_t *root = NULL;
     if (r >= 0) r = gjc_parse_body(c, &resp, &root);
+    if (r >= 0 && ret_section) gjc_take_section(&resp, ret_section);
     gjc_response_clear(&resp);
     if (r < 0) return r;
     *ret = root;

@@ -18,6 +18,7 @@ struct gpujob_client {
     char *auth_header; /* "Authorization: Bearer ..." or NULL */
     long request_timeout_ms, connect_timeout_ms;
     int retries;
+    bool binary_outputs; /* asks for jobs' inline outputs in a binary section */
     /* The last call's outcome. */
     char errmsg[512];
     char err_code[64];
@@ -51,7 +52,16 @@ typedef struct gjc_response {
     char x_dtype[16];
     char x_shape[160];
     long retry_after_s; /* -1 when absent */
+    /* Gpujob-Json-Length: the body is that many bytes of JSON, then a binary section. */
+    bool framed;
+    size_t json_length;
 } gjc_response_t;
+
+/* The binary section of a framed answer: the bytes of body from offset on. body is owned. */
+typedef struct gjc_section {
+    char *body;
+    size_t offset, len;
+} gjc_section_t;
 
 /* Resets the per-call error state; every public call taking a client begins with it. */
 GJC_HIDDEN void gjc_clear_error(gpujob_client_t *c);
@@ -65,17 +75,24 @@ GJC_HIDDEN int gjc_perform(gpujob_client_t *c, const gjc_request_t *req, gjc_res
  * of the status with the daemon's error code, field and message recorded. */
 GJC_HIDDEN int gjc_check_status(gpujob_client_t *c, const gjc_response_t *resp, long expect,
                                 long expect2);
-/* Parses the body as JSON (a new reference): 0 or -EBADMSG. */
+/* Parses the body as JSON (a new reference), only its JSON when framed: 0 or -EBADMSG. */
 GJC_HIDDEN int gjc_parse_body(gpujob_client_t *c, const gjc_response_t *resp, json_t **ret);
-/* perform + check + parse in one: a JSON body from an answer of status expect (or expect2). */
+/* Moves a framed answer's binary section out of resp into *ret (all zero when it has none). */
+GJC_HIDDEN void gjc_take_section(gjc_response_t *resp, gjc_section_t *ret);
+/* perform + check + parse in one: a JSON body from an answer of status expect (or expect2),
+ * and its binary section into *ret_section when that is not NULL. */
 GJC_HIDDEN int gjc_call_json(gpujob_client_t *c, const gjc_request_t *req, long expect,
-                             long expect2, json_t **ret);
+                             long expect2, json_t **ret, gjc_section_t *ret_section);
+/* The Accept header of requests answered with a job: binary sections first when c asks for
+ * them. */
+GJC_HIDDEN const char *gjc_job_accept(const gpujob_client_t *c);
 GJC_HIDDEN void gjc_response_clear(gjc_response_t *resp);
 /* A URL-escaped copy of a path segment (malloc'd) or NULL. */
 GJC_HIDDEN char *gjc_escape(gpujob_client_t *c, const char *segment);
 
-/* Wraps a parsed job (steals the reference). NULL on allocation failure. */
-GJC_HIDDEN gpujob_job_t *gjc_job_new(json_t *root);
+/* Wraps a parsed job (steals the reference, and the section's body when section is not NULL).
+ * NULL on allocation failure. */
+GJC_HIDDEN gpujob_job_t *gjc_job_new(json_t *root, gjc_section_t *section);
 /* Reads a tensor description {"dtype", "shape"} into *ret (no data). 0 or -EBADMSG. */
 GJC_HIDDEN int gjc_desc_from_json(const json_t *o, gpujob_tensor_t *ret);
 /* Sizes: numel and bytes with overflow checks. 0, -EINVAL or -EOVERFLOW. */

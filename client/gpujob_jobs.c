@@ -234,17 +234,20 @@ char *gpujob_spec_json(const gpujob_spec_t *spec)
 
 struct gpujob_job {
     json_t *root;
-    char *text; /* json_dumps of root, made on first use */
+    char *text;            /* json_dumps of root, made on first use */
+    gjc_section_t section; /* the answer's binary section: outputs' bytes */
 };
 
-gpujob_job_t *gjc_job_new(json_t *root)
+gpujob_job_t *gjc_job_new(json_t *root, gjc_section_t *section)
 {
     gpujob_job_t *job = calloc(1, sizeof *job);
     if (!job) {
         json_decref(root);
+        if (section) free(section->body);
         return NULL;
     }
     job->root = root;
+    if (section) job->section = *section;
     return job;
 }
 
@@ -253,6 +256,7 @@ void gpujob_job_free(gpujob_job_t *job)
     if (!job) return;
     json_decref(job->root);
     free(job->text);
+    free(job->section.body);
     free(job);
 }
 
@@ -482,7 +486,16 @@ int gpujob_job_output(const gpujob_job_t *job, const char *name, gpujob_tensor_t
     int r = gjc_desc_from_json(o, &t);
     if (r < 0) return r;
     const json_t *data = json_object_get(o, "data");
-    if (data) {
+    const json_t *offset = json_object_get(o, "binary_offset");
+    if (offset) {
+        json_int_t at = json_integer_value(offset);
+        if (!json_is_integer(offset) || at < 0 || (size_t)at > job->section.len ||
+            t.nbytes > job->section.len - (size_t)at)
+            return -EBADMSG;
+        t.data = malloc(t.nbytes ? t.nbytes : 1);
+        if (!t.data) return -ENOMEM;
+        memcpy(t.data, job->section.body + job->section.offset + at, t.nbytes);
+    } else if (data) {
         int64_t numel = gpujob_tensor_numel(&t), count = 0;
         t.data = malloc(t.nbytes ? t.nbytes : 1);
         if (!t.data) return -ENOMEM;
@@ -532,7 +545,8 @@ static bool transport_error_is_retryable(int r)
  * answers a repeated key with the job it created the first time (200), so a retry can never
  * create a duplicate, whether or not the lost attempt reached it. */
 static int submit_body(gpujob_client_t *c, const char *body, size_t len, size_t json_len,
-                       bool binary, const char *key, double wait_s, json_t **ret)
+                       bool binary, const char *key, double wait_s, json_t **ret,
+                       gjc_section_t *ret_section)
 {
     char path[64] = "/v1/jobs";
     if (wait_s >= 0) snprintf(path, sizeof path, "/v1/jobs?wait=%.3f", wait_s);
@@ -541,7 +555,7 @@ static int submit_body(gpujob_client_t *c, const char *body, size_t len, size_t 
                          .content_type = binary ? "application/octet-stream" : "application/json",
                          .body = body,
                          .body_len = len,
-                         .accept = "application/json",
+                         .accept = gjc_job_accept(c),
                          .idempotency_key = key,
                          .json_length = binary ? json_len : 0,
                          .extra_timeout_ms = wait_s > 0 ? (long)(wait_s * 1000.0) : 0};
@@ -566,6 +580,7 @@ static int submit_body(gpujob_client_t *c, const char *body, size_t len, size_t 
         if (r >= 0) r = gjc_check_status(c, &resp, 201, 200);
         json_t *root = NULL;
         if (r >= 0) r = gjc_parse_body(c, &resp, &root);
+        if (r >= 0) gjc_take_section(&resp, ret_section);
         gjc_response_clear(&resp);
         if (r < 0) return r;
         *ret = root;
@@ -633,7 +648,8 @@ static int submit_specs(gpujob_client_t *c, const gpujob_spec_t *const *specs, s
     if (!body) return gjc_fail(c, -ENOMEM, "out of memory encoding the submission");
 
     json_t *root = NULL;
-    int r = submit_body(c, body, len, json_len, binary, idempotency_key, wait_s, &root);
+    gjc_section_t section;
+    int r = submit_body(c, body, len, json_len, binary, idempotency_key, wait_s, &root, &section);
     free(body);
     if (r < 0) return r;
     bool shape_ok =
@@ -641,6 +657,7 @@ static int submit_specs(gpujob_client_t *c, const gpujob_spec_t *const *specs, s
                : json_is_array(root) && json_array_size(root) == n;
     if (!shape_ok) {
         json_decref(root);
+        free(section.body);
         return gjc_fail(c, -EBADMSG, "the daemon answered a submission of %zu jobs with %s", n,
                         json_is_array(root) ? "a list of another length" : "no job list");
     }
@@ -649,9 +666,12 @@ static int submit_specs(gpujob_client_t *c, const gpujob_spec_t *const *specs, s
     for (; made < n; made++) {
         json_t *item = json_is_array(root) ? json_array_get(root, made) : root;
         if (!json_is_string(json_object_get(item, "id"))) break;
-        jobs[made] = gjc_job_new(json_incref(item));
+        /* Only an answer of one job, which may have waited for its end, has outputs. */
+        jobs[made] = gjc_job_new(json_incref(item), n == 1 ? &section : NULL);
+        if (n == 1) section = (gjc_section_t){0}; /* the job's now, or freed */
         if (!jobs[made]) break;
     }
+    free(section.body);
     json_decref(root);
     if (made < n) {
         for (size_t i = 0; i < made; i++)
@@ -693,16 +713,18 @@ static int job_call(gpujob_client_t *c, const char *method, const char *path, lo
 {
     gjc_request_t req = {.method = method,
                          .path = path,
-                         .accept = "application/json",
+                         .accept = gjc_job_accept(c),
                          .extra_timeout_ms = extra_timeout_ms};
     json_t *root = NULL;
-    int r = gjc_call_json(c, &req, 200, 0, &root);
+    gjc_section_t section;
+    int r = gjc_call_json(c, &req, 200, 0, &root, &section);
     if (r < 0) return r;
     if (!json_is_object(root) || !json_is_string(json_object_get(root, "id"))) {
         json_decref(root);
+        free(section.body);
         return gjc_fail(c, -EBADMSG, "%s %s: the answer is not a job", method, path);
     }
-    gpujob_job_t *job = gjc_job_new(root);
+    gpujob_job_t *job = gjc_job_new(root, &section);
     if (!job) return gjc_fail(c, -ENOMEM, "out of memory");
     *ret = job;
     return 0;
@@ -869,7 +891,7 @@ int gpujob_list(gpujob_client_t *c, const gpujob_list_query_t *query, gpujob_job
 
     gjc_request_t req = {.method = "GET", .path = path, .accept = "application/json"};
     json_t *root = NULL;
-    r = gjc_call_json(c, &req, 200, 0, &root);
+    r = gjc_call_json(c, &req, 200, 0, &root, NULL);
     free(path);
     if (r < 0) return r;
     json_t *jobs = json_object_get(root, "jobs"), *next = json_object_get(root, "next");
@@ -883,7 +905,7 @@ int gpujob_list(gpujob_client_t *c, const gpujob_list_query_t *query, gpujob_job
     if (list && list->jobs && json_is_string(next)) list->next = strdup(json_string_value(next));
     bool ok = list && list->jobs && (!json_is_string(next) || list->next);
     for (size_t i = 0; ok && i < n; i++) {
-        list->jobs[i] = gjc_job_new(json_incref(json_array_get(jobs, i)));
+        list->jobs[i] = gjc_job_new(json_incref(json_array_get(jobs, i)), NULL);
         if (!list->jobs[i])
             ok = false;
         else

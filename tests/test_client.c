@@ -362,24 +362,28 @@ START_TEST(test_saxpy_round_trip_over_unix_socket)
 }
 END_TEST
 
-/* Inline outputs are decoded by the client per dtype (f16 and bf16 through its own
- * conversions): they must equal the raw bytes the daemon sends for the same output. */
+/* Inline outputs, as JSON numbers decoded by the client per dtype (f16 and bf16 through its
+ * own conversions) or as bytes in the answer's binary section: either way they must equal the
+ * raw bytes the daemon sends for the same output. */
 START_TEST(test_inline_outputs_decode_to_the_raw_bytes_for_every_dtype)
 {
     static const gpujob_dtype_t dts[] = {GPUJOB_F32, GPUJOB_F16, GPUJOB_BF16, GPUJOB_F64,
                                          GPUJOB_I32};
     gpujob_client_t *c = client_tcp();
     uint32_t seed = 99;
-    for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+    const size_t n_dts = sizeof dts / sizeof dts[0];
+    for (size_t k = 0; k < 2 * n_dts; k++) {
+        bool binary = k >= n_dts;
+        gpujob_client_set_binary_outputs(c, binary);
         int64_t shape[2] = {7, 9};
         gpujob_tensor_t tx, ty;
-        gpujob_tensor_init(&tx, dts[k], 2, shape, NULL);
-        gpujob_tensor_init(&ty, dts[k], 2, shape, NULL);
+        gpujob_tensor_init(&tx, dts[k % n_dts], 2, shape, NULL);
+        gpujob_tensor_init(&ty, dts[k % n_dts], 2, shape, NULL);
         tx.data = malloc(tx.nbytes);
         ty.data = malloc(ty.nbytes);
         for (int64_t i = 0; i < 63; i++) {
             double u = e2e_rand_uniform(&seed, -100, 100), v = e2e_rand_uniform(&seed, -3, 3);
-            switch (dts[k]) {
+            switch (dts[k % n_dts]) {
             case GPUJOB_F32:
                 ((float *)tx.data)[i] = (float)u, ((float *)ty.data)[i] = (float)v;
                 break;
@@ -392,9 +396,9 @@ START_TEST(test_inline_outputs_decode_to_the_raw_bytes_for_every_dtype)
             default:
                 /* Random finite 16-bit floats: any exponent but the all-ones one. */
                 ((uint16_t *)tx.data)[i] =
-                    (uint16_t)(e2e_rand(&seed) & (dts[k] == GPUJOB_F16 ? 0xbbff : 0xbf7f));
+                    (uint16_t)(e2e_rand(&seed) & (dts[k % n_dts] == GPUJOB_F16 ? 0xbbff : 0xbf7f));
                 ((uint16_t *)ty.data)[i] =
-                    (uint16_t)(e2e_rand(&seed) & (dts[k] == GPUJOB_F16 ? 0xbbff : 0xbf7f));
+                    (uint16_t)(e2e_rand(&seed) & (dts[k % n_dts] == GPUJOB_F16 ? 0xbbff : 0xbf7f));
             }
         }
         gpujob_spec_t *spec = NULL;
@@ -403,17 +407,20 @@ START_TEST(test_inline_outputs_decode_to_the_raw_bytes_for_every_dtype)
         ck_assert_int_eq(gpujob_spec_input(spec, "y", &ty), 0);
         gpujob_job_t *job = submit_ok(c, spec), *done = wait_ok(c, gpujob_job_id(job));
         ck_assert_msg(gpujob_job_state(done) == GPUJOB_SUCCEEDED, "%s: %s",
-                      gpujob_dtype_name(dts[k]), gpujob_job_json(done));
+                      gpujob_dtype_name(dts[k % n_dts]), gpujob_job_json(done));
+        /* The answer carried the output the way the client asked for it. */
+        ck_assert_ptr_nonnull(
+            strstr(gpujob_job_json(done), binary ? "\"binary_offset\":0" : "\"data\":["));
         gpujob_tensor_t inl, raw;
         ck_assert_int_eq(gpujob_job_output(done, "out", &inl), 0);
         ck_assert_int_eq(gpujob_output_tensor(c, gpujob_job_id(done), "out", &raw), 0);
-        ck_assert_int_eq(inl.dtype, dts[k]);
-        ck_assert_int_eq(raw.dtype, dts[k]);
+        ck_assert_int_eq(inl.dtype, dts[k % n_dts]);
+        ck_assert_int_eq(raw.dtype, dts[k % n_dts]);
         ck_assert_int_eq(raw.ndim, 2);
         ck_assert_int_eq(raw.shape[1], 9);
         ck_assert_ptr_nonnull(inl.data);
         ck_assert_msg(memcmp(inl.data, raw.data, raw.nbytes) == 0, "%s: inline != raw",
-                      gpujob_dtype_name(dts[k]));
+                      gpujob_dtype_name(dts[k % n_dts]));
         gpujob_tensor_clear(&inl);
         gpujob_tensor_clear(&raw);
         gpujob_job_free(done);

@@ -85,6 +85,8 @@ static int connect_client(cli_t *cli)
         fprintf(stderr, "gpujob: %s\n", err[0] ? err : gpujob_strerror(r));
         return CLI_EXIT_USAGE;
     }
+    /* --json prints the daemon's JSON: outputs as numbers, not offsets into a section. */
+    gpujob_client_set_binary_outputs(cli->client, !cli->json);
     return CLI_EXIT_OK;
 }
 
