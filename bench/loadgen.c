@@ -3,12 +3,15 @@
  *
  *   bench_loadgen [--duration S] [--concurrency 1,16,64] [--array 100,1000]
  *                 [--array-concurrency 4] [--elements 1024]
- *                 [--encoding b64|inline|binary] [--modes submit,array,e2e,waited] URL
+ *                 [--encoding b64|inline|binary] [--outputs json|binary]
+ *                 [--modes submit,array,e2e,waited] URL
  *
  * Inputs travel as base64 of their bytes (--encoding b64, what libgpujob sends), as JSON
  * arrays of numbers (inline, what a curl user types) or as raw bytes in the body's binary
  * section after the JSON (binary: application/octet-stream with Gpujob-Json-Length). All three
- * submit the same jobs.
+ * submit the same jobs. Ended jobs come back with their output as JSON numbers (--outputs json)
+ * or as bytes in a binary section after the JSON (binary: Accept: application/octet-stream),
+ * of which only the JSON is parsed.
  *
  * Modes, each run for --duration seconds per setting:
  *   submit  one tiny job (saxpy on --elements f32) per POST, at each concurrency:
@@ -28,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define LOADGEN_MAX_LEVELS 16
@@ -46,6 +50,7 @@ typedef struct loadgen_opts {
     int array_concurrency;
     int elements;
     loadgen_encoding_t encoding;
+    struct curl_slist *accept; /* of requests answered with an ended job: NULL for JSON */
     bool mode_submit, mode_array, mode_e2e, mode_waited;
 } loadgen_opts_t;
 
@@ -66,6 +71,7 @@ typedef struct slot {
     double t_start; /* of the current POST: latency is measured from here */
     char *resp;
     size_t resp_len, resp_cap;
+    size_t json_len; /* Gpujob-Json-Length of a framed answer; 0: all of resp is JSON */
     char url[512];
 } slot_t;
 
@@ -100,6 +106,17 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     memcpy(s->resp + s->resp_len, p, len);
     s->resp_len += len;
     s->resp[s->resp_len] = '\0';
+    return len;
+}
+
+/* Keeps the Gpujob-Json-Length of a framed answer: its JSON is that much of the body. */
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    slot_t *s = arg;
+    size_t len = size * n;
+    static const char name[] = "gpujob-json-length:";
+    if (len > sizeof name - 1 && strncasecmp(p, name, sizeof name - 1) == 0)
+        s->json_len = strtoul(p + sizeof name - 1, NULL, 10);
     return len;
 }
 
@@ -261,29 +278,34 @@ static void slot_arm_submit(slot_t *s, const char *base_url, const request_body_
     curl_easy_setopt(s->easy, CURLOPT_POSTFIELDS, body->data);
     curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(s->easy, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(s->easy, CURLOPT_HEADERDATA, s);
     curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
     curl_easy_setopt(s->easy, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(s->easy, CURLOPT_TIMEOUT, 120L);
     curl_easy_setopt(s->easy, CURLOPT_TCP_NODELAY, 1L);
     s->phase = PHASE_SUBMIT;
-    s->resp_len = 0;
+    s->resp_len = s->json_len = 0;
     s->t_start = now_s();
 }
 
-static void slot_arm_wait(slot_t *s, const char *base_url, const char *id)
+static void slot_arm_wait(slot_t *s, const loadgen_opts_t *o, const char *id)
 {
     curl_easy_reset(s->easy);
-    snprintf(s->url, sizeof s->url, "%s/v1/jobs/%s/wait?timeout=60", base_url, id);
+    snprintf(s->url, sizeof s->url, "%s/v1/jobs/%s/wait?timeout=60", o->url, id);
     curl_easy_setopt(s->easy, CURLOPT_URL, s->url);
     curl_easy_setopt(s->easy, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, o->accept);
     curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(s->easy, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(s->easy, CURLOPT_HEADERDATA, s);
     curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
     curl_easy_setopt(s->easy, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(s->easy, CURLOPT_TIMEOUT, 120L);
     curl_easy_setopt(s->easy, CURLOPT_TCP_NODELAY, 1L);
     s->phase = PHASE_WAIT;
-    s->resp_len = 0;
+    s->resp_len = s->json_len = 0;
 }
 
 /* Runs `concurrency` clients for duration_s. Each POSTs body (jobs_per_post jobs); in e2e mode
@@ -326,12 +348,13 @@ static int run_level(const loadgen_opts_t *o, const request_body_t *body, int jo
             bool in_time = t <= end;
             bool next_wait = false;
             char id[64] = "";
+            size_t json_len = s->json_len && s->json_len <= s->resp_len ? s->json_len : s->resp_len;
             if (in_time) st.requests++;
             if (cr != CURLE_OK || (s->phase == PHASE_SUBMIT && status != 201) ||
                 (s->phase == PHASE_WAIT && status != 200)) {
                 if (in_time) st.errors++;
             } else if (s->phase == PHASE_SUBMIT && e2e) {
-                json_t *j = json_loadb(s->resp, s->resp_len, 0, NULL);
+                json_t *j = json_loadb(s->resp, json_len, 0, NULL);
                 const char *v = json_string_value(json_object_get(j, "id"));
                 if (v) {
                     snprintf(id, sizeof id, "%s", v);
@@ -341,7 +364,7 @@ static int run_level(const loadgen_opts_t *o, const request_body_t *body, int jo
                 }
                 json_decref(j);
             } else if (s->phase == PHASE_WAIT || waited) {
-                json_t *j = json_loadb(s->resp, s->resp_len, 0, NULL);
+                json_t *j = json_loadb(s->resp, json_len, 0, NULL);
                 const char *state = json_string_value(json_object_get(j, "state"));
                 if (state && strcmp(state, "succeeded") == 0) {
                     if (in_time) {
@@ -362,7 +385,7 @@ static int run_level(const loadgen_opts_t *o, const request_body_t *body, int jo
                 stats_add_latency(&st, (t - s->t_start) * 1e3);
             }
             if (next_wait) {
-                slot_arm_wait(s, o->url, id);
+                slot_arm_wait(s, o, id);
                 curl_multi_add_handle(multi, s->easy);
             } else if (t < end) {
                 slot_arm_submit(s, o->url, body, waited);
@@ -447,7 +470,7 @@ static void usage(FILE *f)
 {
     fputs("usage: bench_loadgen [--duration S] [--concurrency 1,16,64] [--array 100,1000]\n"
           "                     [--array-concurrency 4] [--elements 1024]\n"
-          "                     [--encoding b64|inline|binary]\n"
+          "                     [--encoding b64|inline|binary] [--outputs json|binary]\n"
           "                     [--modes submit,array,e2e,waited] URL\n",
           f);
 }
@@ -461,6 +484,7 @@ static int parse_args(int argc, char **argv, loadgen_opts_t *o)
         {"array-concurrency", required_argument, NULL, 'A'},
         {"elements", required_argument, NULL, 'n'},
         {"encoding", required_argument, NULL, 'e'},
+        {"outputs", required_argument, NULL, 'o'},
         {"modes", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -516,6 +540,15 @@ static int parse_args(int argc, char **argv, loadgen_opts_t *o)
                 return -EINVAL;
             }
             break;
+        case 'o':
+            if (strcmp(optarg, "binary") == 0) {
+                o->accept = curl_slist_append(NULL, "Accept: application/octet-stream");
+                if (!o->accept) return -ENOMEM;
+            } else if (strcmp(optarg, "json") != 0) {
+                fprintf(stderr, "bench_loadgen: --outputs is json or binary\n");
+                return -EINVAL;
+            }
+            break;
         case 'm':
             o->mode_submit = strstr(optarg, "submit") != NULL;
             o->mode_array = strstr(optarg, "array") != NULL;
@@ -544,7 +577,9 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) < 0) return 2;
     curl_global_init(CURL_GLOBAL_ALL);
     request_body_t job;
-    if (body_build(&job, o.elements, o.encoding, 1, false) < 0) return 1;
+    if (body_build(&job, o.elements, o.encoding, 1, false) < 0 ||
+        (o.accept && headers_add(&job.headers, "Accept: application/octet-stream") < 0))
+        return 1;
 
     printf("| mode | concurrency | jobs/POST | requests | jobs ok | errors | jobs/s | p50 ms | "
            "p99 ms |\n");
@@ -590,6 +625,7 @@ int main(int argc, char **argv)
                                            : "base64",
            o.duration_s);
     body_free(&job);
+    curl_slist_free_all(o.accept);
     curl_global_cleanup();
     return 0;
 }

@@ -4,7 +4,8 @@
 # on a free port with a temporary state dir:
 #   tiny     bench_loadgen (submit at 1,16,64 clients; arrays of 100 and 1000; e2e and waited
 #            at 1,16,64),
-#            submit and arrays again with a binary section instead of base64, and, per e2e
+#            submit and arrays again with a binary section instead of base64, e2e and waited
+#            with binary sections both ways (inputs and outputs), and, per e2e
 #            row, the daemon's own time per job (server_side.py);
 #   peer     the same load against bench/peer/aiohttp_torch_server.py (aiohttp + PyTorch);
 #   gemm     4,096 gemm 64^3 jobs on a default daemon and on one with batching off
@@ -118,6 +119,9 @@ part_tiny() {
   done
   # Submit and wait in one request (POST /v1/jobs?wait=), as the peer answers.
   "$loadgen" --duration "$duration" --modes waited --concurrency 1,16,64 "$url" >>"$dir/tiny.md"
+  # Both ways with binary sections: outputs too come back as bytes after the JSON.
+  "$loadgen" --duration "$duration" --modes e2e,waited --concurrency 1,16,64 --encoding binary \
+    --outputs binary "$url" >>"$dir/tiny-binary.md"
   stop
 }
 
