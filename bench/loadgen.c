@@ -35,6 +35,7 @@
 #include <time.h>
 
 #define LOADGEN_MAX_LEVELS 16
+#define ACCEPT_BINARY "Accept: application/octet-stream"
 
 typedef enum loadgen_encoding {
     ENCODING_B64,    /* inputs as base64 */
@@ -542,7 +543,7 @@ static int parse_args(int argc, char **argv, loadgen_opts_t *o)
             break;
         case 'o':
             if (strcmp(optarg, "binary") == 0) {
-                o->accept = curl_slist_append(NULL, "Accept: application/octet-stream");
+                if (!o->accept) o->accept = curl_slist_append(NULL, ACCEPT_BINARY);
                 if (!o->accept) return -ENOMEM;
             } else if (strcmp(optarg, "json") != 0) {
                 fprintf(stderr, "bench_loadgen: --outputs is json or binary\n");
@@ -578,7 +579,7 @@ int main(int argc, char **argv)
     curl_global_init(CURL_GLOBAL_ALL);
     request_body_t job;
     if (body_build(&job, o.elements, o.encoding, 1, false) < 0 ||
-        (o.accept && headers_add(&job.headers, "Accept: application/octet-stream") < 0))
+        (o.accept && headers_add(&job.headers, ACCEPT_BINARY) < 0))
         return 1;
 
     printf("| mode | concurrency | jobs/POST | requests | jobs ok | errors | jobs/s | p50 ms | "
@@ -617,13 +618,13 @@ int main(int argc, char **argv)
             print_row("waited", o.concurrency[i], 1, o.duration_s, &st);
             free(st.lat_ms);
         }
-    printf("\nElements per job: %d (saxpy, f32, %s); %.1f s per row. Latency: per POST "
-           "(submit, array) or submit-to-done (e2e, waited).\n",
+    printf("\nElements per job: %d (saxpy, f32, %s; outputs %s); %.1f s per row. Latency: per "
+           "POST (submit, array) or submit-to-done (e2e, waited).\n",
            o.elements,
            o.encoding == ENCODING_BINARY   ? "binary section"
            : o.encoding == ENCODING_INLINE ? "inline JSON numbers"
                                            : "base64",
-           o.duration_s);
+           o.accept ? "as bytes after the JSON" : "as JSON numbers", o.duration_s);
     body_free(&job);
     curl_slist_free_all(o.accept);
     curl_global_cleanup();
