@@ -25,6 +25,17 @@
 
 typedef char blob_file_t[4 + STORE_BLOB_NAME_LEN];
 
+/* Changes to blob_refs, the count of job tensors naming each file, not written yet. */
+typedef struct ref_delta {
+    blob_file_t file;
+    int64_t n;
+} ref_delta_t;
+
+typedef struct ref_deltas {
+    ref_delta_t *a;
+    size_t n, cap;
+} ref_deltas_t;
+
 struct store {
     store_conn_t conn;
     uint64_t inline_blob_bytes;
@@ -34,6 +45,10 @@ struct store {
     bool relaxed; /* the open transaction began with store_begin_relaxed (with sync_full) */
     bool raised;  /* synchronous is FULL for the open transaction or write (raise_sync) */
     uint64_t txn_row_bytes; /* small tensors' bytes the open transaction put in rows */
+    /* blob_refs changes: the open write's, and the open transaction's (its writes' that were
+     * kept), which its commit writes, one statement per file rather than one per tensor. */
+    ref_deltas_t write_refs, txn_refs;
+    store_bytes_t cols; /* the records of the tensors of the job being written */
     /* Files whose rows were deleted: removed at the next durable commit. The first
      * n_unlink_committed were deleted by relaxed transactions already committed; the rest by
      * the open transaction. */
@@ -61,7 +76,8 @@ struct store_checkpointer {
 };
 
 /* Schema migrations, in order. Version N is applied to a database at version N - 1, in one
- * transaction that also sets user_version = N. A new version is one more entry. */
+ * transaction that also sets user_version = N: its SQL, then its conversion in C if it has
+ * one. A new version is one more entry. */
 static const struct {
     int version;
     const char *sql;
@@ -181,7 +197,28 @@ static const struct {
         "CREATE INDEX jobs_state ON jobs (state, created_us, id);"
         "CREATE INDEX jobs_finished ON jobs (finished_us) WHERE " STORE_FINAL_STATES ";"
         "CREATE INDEX tensors_file ON tensors (file) WHERE file IS NOT NULL;"},
+    /* A job's tensors move into its row (store_tensors.c says why), and which files they name
+     * into blob_refs: how many job tensors name each file, the count that retention and the
+     * sweep at open go by. move_tensors_into_jobs (conversions below) fills the new columns
+     * and drops tensors. */
+    {5, "ALTER TABLE jobs ADD COLUMN inputs BLOB;"
+        "ALTER TABLE jobs ADD COLUMN outputs BLOB;"
+        "CREATE TABLE blob_refs ("
+        "  file TEXT PRIMARY KEY,"
+        "  refs INTEGER NOT NULL"
+        ") WITHOUT ROWID;"
+        "INSERT INTO blob_refs SELECT file, count(*) FROM tensors WHERE file IS NOT NULL "
+        "  GROUP BY file;"},
 };
+
+static int move_tensors_into_jobs(store_conn_t *conn);
+
+/* The migrations whose rows SQL alone cannot rewrite, by version. */
+static const struct {
+    int version;
+    int (*convert)(store_conn_t *conn);
+} conversions[] = {{5, move_tensors_into_jobs}};
+
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
 _Static_assert(STORE_SCHEMA_VERSION == N_MIGRATIONS, "one migration per schema version");
@@ -198,6 +235,9 @@ static int migrate(store_conn_t *conn)
             snprintf(set_version, sizeof set_version, "PRAGMA user_version = %d",
                      migrations[i].version);
             r = store_exec(conn, migrations[i].sql);
+            for (size_t c = 0; c < sizeof conversions / sizeof conversions[0]; c++)
+                if (r == 0 && conversions[c].version == migrations[i].version)
+                    r = conversions[c].convert(conn);
             if (r == 0) r = store_exec(conn, set_version);
             if (r == 0)
                 log_info("store: migrated '%s' to schema version %d", conn->db_path,
@@ -210,6 +250,82 @@ static int migrate(store_conn_t *conn)
         }
     }
     return 0;
+}
+
+/* Schema 5: a job's tensor rows, in slot order, become the records of its inputs and outputs
+ * columns; then the tensors table goes. */
+static int move_tensors_into_jobs(store_conn_t *conn)
+{
+    sqlite3_stmt *rows = NULL, *update = NULL;
+    store_bytes_t cols[2] = {{0}}; /* inputs, outputs */
+    char job[ID_SIZE] = "";
+    int r = 0, rc = SQLITE_DONE, moved = 0;
+    if (sqlite3_prepare_v2(conn->db,
+                           "SELECT job_id, role, slot, name, dtype, shape, nbytes, buffer_id, "
+                           "data, file, file_offset FROM tensors ORDER BY job_id, role, slot",
+                           -1, &rows, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(conn->db, "UPDATE jobs SET inputs = ?2, outputs = ?3 WHERE id = ?1", -1,
+                           &update, NULL) != SQLITE_OK)
+        r = store_sql_error(conn, "moving tensors into their jobs");
+    for (bool more = r == 0; more;) {
+        rc = sqlite3_step(rows);
+        more = rc == SQLITE_ROW;
+        const char *id = more ? (const char *)sqlite3_column_text(rows, 0) : NULL;
+        if (job[0] && (!more || !id || strcmp(id, job) != 0)) {
+            store_bind_text(update, 1, job, false);
+            for (int c = 0; c < 2; c++)
+                if (cols[c].len)
+                    sqlite3_bind_blob64(update, 2 + c, cols[c].p, cols[c].len, SQLITE_STATIC);
+                else
+                    sqlite3_bind_null(update, 2 + c);
+            if (sqlite3_step(update) != SQLITE_DONE)
+                r = store_sql_error(conn, "moving tensors into their jobs");
+            sqlite3_reset(update);
+            cols[0].len = cols[1].len = 0;
+            moved++;
+        }
+        if (!more || r < 0) break;
+        snprintf(job, sizeof job, "%s", id ? id : "");
+        const char *role = (const char *)sqlite3_column_text(rows, 1);
+        bool output = role && strcmp(role, "out") == 0;
+        store_tensor_rec_t rec = {.slot = sqlite3_column_int(rows, 2)};
+        store_column_copy(rows, 3, rec.name, sizeof rec.name);
+        const char *dtype = (const char *)sqlite3_column_text(rows, 4);
+        const char *shape = (const char *)sqlite3_column_text(rows, 5);
+        rec.nbytes = (uint64_t)sqlite3_column_int64(rows, 6);
+        if (!dtype || dtype_parse(dtype, &rec.desc.dtype) < 0 || !shape ||
+            store_shape_parse(shape, &rec.desc) < 0) {
+            r = log_error_errno(-EIO,
+                                "store: job %s: a stored tensor's dtype or shape is "
+                                "malformed; schema version 5 cannot be reached",
+                                job);
+            break;
+        }
+        if (sqlite3_column_type(rows, 7) == SQLITE_TEXT) {
+            rec.where = STORE_IN_BUFFER;
+            store_column_copy(rows, 7, rec.buffer_id, sizeof rec.buffer_id);
+        } else if (sqlite3_column_type(rows, 9) == SQLITE_TEXT) {
+            rec.where = STORE_IN_FILE;
+            store_column_copy(rows, 9, rec.file, sizeof rec.file);
+            rec.offset = (uint64_t)sqlite3_column_int64(rows, 10);
+        } else {
+            rec.where = STORE_IN_ROW;
+            rec.data = sqlite3_column_blob(rows, 8);
+            if ((uint64_t)sqlite3_column_bytes(rows, 8) != rec.nbytes) rec.data = NULL;
+        }
+        r = store_tensors_append(&cols[output], &rec);
+        if (r < 0)
+            log_error("store: job %s: tensor slot %d cannot be moved into its row: %s", job,
+                      rec.slot, strerror(-r));
+    }
+    if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(conn, "moving tensors into their jobs");
+    sqlite3_finalize(rows);
+    sqlite3_finalize(update);
+    free(cols[0].p);
+    free(cols[1].p);
+    if (r == 0) r = store_exec(conn, "DROP TABLE tensors");
+    if (r == 0 && moved) log_info("store: moved the tensors of %d job(s) into their rows", moved);
+    return r;
 }
 
 static int mkdir_if_missing(const char *path)
@@ -279,6 +395,9 @@ void store_close(store_t *st)
     }
     store_segment_close(&st->segment, &st->conn);
     store_conn_close(&st->conn);
+    free(st->write_refs.a);
+    free(st->txn_refs.a);
+    free(st->cols.p);
     free(st->unlink_on_commit);
     free(st);
 }
@@ -308,6 +427,68 @@ void store_blob_discard(store_t *st, const char *blob)
     if (blob && store_locator_parse(blob, &loc) == 0 && loc.kind == STORE_LOCATOR_FILE &&
         loc.offset == 0)
         store_blob_file_remove(st->conn.blobs_dir, loc.file);
+}
+
+/* --- blob_refs --- */
+
+static int refs_reserve(ref_deltas_t *d, size_t more)
+{
+    if (d->n + more <= d->cap) return 0;
+    size_t cap = d->cap ? d->cap * 2 : 16;
+    while (cap < d->n + more)
+        cap *= 2;
+    ref_delta_t *grown = realloc(d->a, cap * sizeof *grown);
+    if (!grown) return -ENOMEM;
+    d->a = grown;
+    d->cap = cap;
+    return 0;
+}
+
+/* Adds what the open write changed to what its transaction will write; room was reserved. */
+static void refs_merge(ref_deltas_t *into, const ref_deltas_t *from)
+{
+    for (size_t i = 0; i < from->n; i++) {
+        size_t j = into->n;
+        while (j-- > 0 && strcmp(into->a[j].file, from->a[i].file) != 0)
+            ;
+        if (j == SIZE_MAX) {
+            into->a[into->n] = from->a[i];
+            into->n++;
+        } else {
+            into->a[j].n += from->a[i].n;
+        }
+    }
+}
+
+/* Writes the changes into blob_refs (a count that drops to zero takes its row along). */
+static int refs_write(store_t *st, ref_deltas_t *d)
+{
+    int r = 0;
+    for (size_t i = 0; i < d->n && r == 0; i++) {
+        if (d->a[i].n == 0) continue;
+        store_stmt_id_t id = STMT_REFS_ADD;
+        for (int step = 0; step < 2 && r == 0; step++) {
+            sqlite3_stmt *stmt = store_stmt(&st->conn, id);
+            if (!stmt) return -EIO;
+            store_bind_text(stmt, 1, d->a[i].file, false);
+            if (id == STMT_REFS_ADD) sqlite3_bind_int64(stmt, 2, d->a[i].n);
+            if (sqlite3_step(stmt) != SQLITE_DONE)
+                r = store_sql_error(&st->conn, "counting a file");
+            sqlite3_reset(stmt);
+            if (d->a[i].n > 0) break;
+            id = STMT_REFS_DROP;
+        }
+    }
+    if (r == 0) d->n = 0;
+    return r;
+}
+
+/* The open transaction's change to the count of file, not written yet. */
+static int64_t refs_pending(const store_t *st, const char *file)
+{
+    for (size_t i = 0; i < st->txn_refs.n; i++)
+        if (strcmp(st->txn_refs.a[i].file, file) == 0) return st->txn_refs.a[i].n;
+    return 0;
 }
 
 /* --- transactions --- */
@@ -389,6 +570,7 @@ int store_begin_relaxed(store_t *st)
 
 static void txn_end(store_t *st)
 {
+    st->txn_refs.n = 0; /* written by the commit, or gone with the rollback */
     st->in_txn = false;
     st->relaxed = false;
     lower_sync(st);
@@ -401,6 +583,7 @@ int store_commit(store_t *st)
     /* The segment bytes its rows name reach the disk first, relaxed or not: then WAL frames
      * that survive a power loss never name bytes that did not. */
     int r = store_segment_sync(&st->segment);
+    if (r == 0) r = refs_write(st, &st->txn_refs);
     if (r == 0) r = store_stmt_run(&st->conn, STMT_COMMIT, "COMMIT");
     if (r == 0) {
         /* Files whose rows a relaxed commit deleted stay until a durable one: a power loss
@@ -440,6 +623,8 @@ int store_rollback(store_t *st)
 /* Outside a transaction the write commits by itself, durably. */
 static int write_begin(store_t *st)
 {
+    st->write_refs.n = 0;
+    st->cols.len = 0;
     int r = st->in_txn ? 0 : raise_sync(st);
     if (r == 0) r = store_stmt_run(&st->conn, STMT_SAVEPOINT, "starting a write");
     if (r < 0 && !st->in_txn) lower_sync(st);
@@ -450,10 +635,15 @@ static int write_begin(store_t *st)
  * transaction is open), else undoes it. Returns r, or the error of the release. */
 static int write_end(store_t *st, int r)
 {
-    /* Outside a transaction the release commits: the segment bytes go first, as in
-     * store_commit. */
+    /* Outside a transaction the release commits: the segment bytes and the file counts go
+     * first, as in store_commit. Inside one, the counts join the transaction's (room made
+     * first, so that nothing can fail once the write is kept). */
     if (r == 0 && !st->in_txn) r = store_segment_sync(&st->segment);
+    if (r == 0)
+        r = st->in_txn ? refs_reserve(&st->txn_refs, st->write_refs.n)
+                       : refs_write(st, &st->write_refs);
     if (r == 0 && (r = store_stmt_run(&st->conn, STMT_RELEASE, "committing a write")) == 0) {
+        if (st->in_txn) refs_merge(&st->txn_refs, &st->write_refs);
         if (!st->in_txn) {
             lower_sync(st);
             store_segment_txn_end(&st->segment, &st->conn);
@@ -513,79 +703,85 @@ static int check_tensor(const char *owner_id, const char *field, const job_tenso
 }
 
 /* Decides where a tensor's bytes go (the row, the active segment, or a file of their own,
- * written now if the caller has not) and binds them to columns data_col, data_col + 1 (file)
- * and, where the table has it (segments: true), data_col + 2 (file_offset). *ret_file and
- * *ret_offset say where they went; ret_file is "" for the row. */
-static int place_bytes(store_t *st, sqlite3_stmt *stmt, int data_col, bool segments,
-                       const void *data, uint64_t nbytes, const char *blob,
-                       written_files_t *written, blob_file_t ret_file, uint64_t *ret_offset)
+ * written now if the caller has not) and says so in rec (where, data, file, offset). */
+static int place_bytes(store_t *st, bool segments, const void *data, uint64_t nbytes,
+                       const char *blob, written_files_t *written, store_tensor_rec_t *rec)
 {
     store_locator_t loc;
-    ret_file[0] = '\0';
-    *ret_offset = 0;
+    rec->where = STORE_IN_FILE;
+    rec->data = NULL;
+    rec->offset = 0;
     if (blob && store_locator_parse(blob, &loc) == 0 && loc.kind == STORE_LOCATOR_FILE) {
         if (loc.offset && !segments)
             return log_error_errno(-EINVAL, "store: '%s' is a segment, which buffers never are",
                                    blob);
-        memcpy(ret_file, loc.file, sizeof loc.file);
-        *ret_offset = loc.offset;
+        memcpy(rec->file, loc.file, sizeof loc.file);
+        rec->offset = loc.offset;
     } else if (nbytes > st->inline_blob_bytes) {
-        int r = store_blob_file_write(st->conn.blobs_dir, data, nbytes, ret_file);
+        int r = store_blob_file_write(st->conn.blobs_dir, data, nbytes, rec->file);
         if (r < 0) return r;
-        memcpy(written->files[written->n++], ret_file, sizeof(blob_file_t));
+        memcpy(written->files[written->n++], rec->file, sizeof(blob_file_t));
     } else if (segments && nbytes >= STORE_SEGMENT_MIN_BYTES &&
                (!st->in_txn || st->txn_row_bytes + nbytes > STORE_TXN_ROW_BYTES)) {
-        int r = store_segment_append(&st->segment, &st->conn, data, nbytes, ret_file, ret_offset);
+        int r =
+            store_segment_append(&st->segment, &st->conn, data, nbytes, rec->file, &rec->offset);
         if (r < 0) return r;
-    } else if (nbytes == 0) {
-        sqlite3_bind_zeroblob(stmt, data_col, 0);
     } else {
-        sqlite3_bind_blob64(stmt, data_col, data, nbytes, SQLITE_STATIC);
+        rec->where = STORE_IN_ROW;
+        rec->data = data;
         if (segments && nbytes >= STORE_SEGMENT_MIN_BYTES) st->txn_row_bytes += nbytes;
     }
-    if (ret_file[0]) sqlite3_bind_text(stmt, data_col + 1, ret_file, -1, SQLITE_TRANSIENT);
-    if (segments) sqlite3_bind_int64(stmt, data_col + 2, (sqlite3_int64)*ret_offset);
     return 0;
 }
 
-/* Inserts one tensor row of job_id and returns the tensor's new locator in *ret_blob (NULL for
- * a buffer reference). */
-static int insert_tensor(store_t *st, const char *job_id, bool output, int slot, const char *name,
-                         const job_tensor_t *t, written_files_t *written, char **ret_blob)
+/* Notes n more job tensors naming file in the open write's count changes. */
+static int refs_note(ref_deltas_t *d, const char *file, int64_t n)
 {
-    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_TENSOR_INSERT);
-    if (!stmt) return -EIO;
-    char shape[TENSOR_MAX_DIMS * 21 + 3];
-    store_shape_format(&t->desc, shape, sizeof shape);
-    store_bind_text(stmt, 1, job_id, false);
-    store_bind_text(stmt, 2, output ? "out" : "in", false);
-    sqlite3_bind_int(stmt, 3, slot);
-    store_bind_text(stmt, 4, name, false);
-    store_bind_text(stmt, 5, dtype_name(t->desc.dtype), false);
-    store_bind_text(stmt, 6, shape, false);
-    sqlite3_bind_int64(stmt, 7, (sqlite3_int64)t->nbytes);
-    blob_file_t file = "";
-    uint64_t offset = 0;
+    for (size_t i = d->n; i-- > 0;)
+        if (strcmp(d->a[i].file, file) == 0) {
+            d->a[i].n += n;
+            return 0;
+        }
+    if (refs_reserve(d, 1) < 0) return -ENOMEM;
+    memcpy(d->a[d->n].file, file, sizeof(blob_file_t));
+    d->a[d->n++].n = n;
+    return 0;
+}
+
+/* Places job_id's tensor t (input or output slot, named name) and appends its record to
+ * st->cols; returns the tensor's new locator in *ret_blob (NULL for a buffer reference). */
+static int place_tensor(store_t *st, const char *job_id, bool output, int slot, const char *name,
+                        const job_tensor_t *t, written_files_t *written, char **ret_blob)
+{
+    store_tensor_rec_t rec = {.slot = slot, .desc = t->desc, .nbytes = t->nbytes};
+    snprintf(rec.name, sizeof rec.name, "%s", name);
+    int r = 0;
     if (t->buffer_id[0]) {
-        store_bind_text(stmt, 8, t->buffer_id, false);
-        sqlite3_bind_int64(stmt, 11, 0);
+        rec.where = STORE_IN_BUFFER;
+        memcpy(rec.buffer_id, t->buffer_id, sizeof rec.buffer_id);
     } else {
-        int r = place_bytes(st, stmt, 9, true, t->data, t->nbytes, t->blob, written, file, &offset);
-        if (r < 0) return r;
+        r = place_bytes(st, true, t->data, t->nbytes, t->blob, written, &rec);
+        if (r == 0 && rec.where == STORE_IN_FILE) r = refs_note(&st->write_refs, rec.file, 1);
     }
-    int r =
-        sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "inserting a tensor");
-    sqlite3_reset(stmt);
-    sqlite3_clear_bindings(stmt); /* drop the SQLITE_STATIC pointer to the caller's bytes */
+    if (r == 0) r = store_tensors_append(&st->cols, &rec);
     if (r < 0) return r;
     char *blob = NULL;
-    if (!t->buffer_id[0]) {
-        blob =
-            file[0] ? store_locator_file(file, offset) : store_locator_tensor(job_id, output, slot);
+    if (rec.where != STORE_IN_BUFFER) {
+        blob = rec.where == STORE_IN_FILE ? store_locator_file(rec.file, rec.offset)
+                                          : store_locator_tensor(job_id, output, slot);
         if (!blob) return -ENOMEM;
     }
     *ret_blob = blob;
     return 0;
+}
+
+/* Binds st->cols (the records place_tensor appended) to col, NULL when there are none. */
+static void bind_cols(store_t *st, sqlite3_stmt *stmt, int col)
+{
+    if (st->cols.len)
+        sqlite3_bind_blob64(stmt, col, st->cols.p, st->cols.len, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(stmt, col);
 }
 
 static void free_blobs(char **blobs)
@@ -664,8 +860,12 @@ int store_job_insert(store_t *st, job_t *job)
     if (r < 0) return r;
     written_files_t written = {.n = 0};
     char *blobs[OP_MAX_TENSORS] = {0};
-    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_INSERT);
-    if (!stmt) r = -EIO;
+    for (int j = 0; r == 0 && j < OP_MAX_TENSORS; j++)
+        if (job->call.has_in[j])
+            r = place_tensor(st, id, false, j, input_name(job, j), &job->in[j], &written,
+                             &blobs[j]);
+    sqlite3_stmt *stmt = r == 0 ? store_stmt(&st->conn, STMT_JOB_INSERT) : NULL;
+    if (r == 0 && !stmt) r = -EIO;
     if (r == 0) {
         store_bind_text(stmt, 1, id, false);
         store_bind_text(stmt, 2, job->owner, false);
@@ -680,13 +880,11 @@ int store_job_insert(store_t *st, job_t *job)
         store_bind_text(stmt, 11, job_state_name(job->state), false);
         sqlite3_bind_int64(stmt, 12, job->started_us);
         sqlite3_bind_int(stmt, 13, job->batch_size);
+        bind_cols(st, stmt, 14);
         r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "inserting a job");
         sqlite3_reset(stmt);
+        sqlite3_clear_bindings(stmt); /* drop the SQLITE_STATIC pointer to st->cols */
     }
-    for (int j = 0; r == 0 && j < OP_MAX_TENSORS; j++)
-        if (job->call.has_in[j])
-            r = insert_tensor(st, id, false, j, input_name(job, j), &job->in[j], &written,
-                              &blobs[j]);
     r = write_end(st, r);
     if (r < 0) {
         written_remove(st, &written);
@@ -775,8 +973,10 @@ static int update_row(store_t *st, const job_t *job)
     store_bind_text(stmt, 11, job_state_name((job_state_t)from[0]), false);
     store_bind_text(stmt, 12, job_state_name((job_state_t)(from[1] >= 0 ? from[1] : from[0])),
                     false);
+    bind_cols(st, stmt, 13);
     int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "updating a job");
     sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
     if (r < 0) return r;
     if (sqlite3_changes(st->conn.db) == 1) return 0;
 
@@ -802,10 +1002,10 @@ int store_job_update(store_t *st, const job_t *job)
     if (r < 0) return r;
     written_files_t written = {.n = 0};
     char *blobs[OP_MAX_TENSORS] = {0};
-    r = update_row(st, job);
     for (int j = 0; r == 0 && job->state == JOB_SUCCEEDED && j < job->call.n_out; j++)
-        r = insert_tensor(st, job->id, true, j, output_name(job, j), &job->out[j], &written,
-                          &blobs[j]);
+        r = place_tensor(st, job->id, true, j, output_name(job, j), &job->out[j], &written,
+                         &blobs[j]);
+    if (r == 0) r = update_row(st, job);
     /* The job is const: the outputs' locators are read back with store_job_get. */
     free_blobs(blobs);
     r = write_end(st, r);
@@ -889,7 +1089,7 @@ static int load_job(store_t *st, const char *id, job_t **ret)
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, id, false);
     int rc = sqlite3_step(stmt);
-    int r = rc == SQLITE_ROW    ? store_job_from_row(&st->conn, stmt, ret)
+    int r = rc == SQLITE_ROW    ? store_job_from_row(stmt, ret)
             : rc == SQLITE_DONE ? -ENOENT
                                 : store_sql_error(&st->conn, "reading a job");
     sqlite3_reset(stmt);
@@ -936,19 +1136,35 @@ static int gc_batch(store_t *st, int64_t cutoff_us, blob_file_t **files, size_t 
     sqlite3_reset(stmt);
 
     for (int i = 0; r == 0 && i < n; i++) {
-        stmt = store_stmt(&st->conn, STMT_GC_FILES);
+        stmt = store_stmt(&st->conn, STMT_JOB_TENSORS);
         if (!stmt) return -EIO;
         store_bind_text(stmt, 1, ids[i], false);
-        while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-            blob_file_t *grown = realloc(*files, (*n_files + 1) * sizeof **files);
-            if (!grown) {
-                r = -ENOMEM;
-                break;
+        rc = sqlite3_step(stmt);
+        if (rc != SQLITE_ROW) r = store_sql_error(&st->conn, "reading an expired job's tensors");
+        for (int col = 0; r == 0 && col < 2; col++) {
+            const void *bytes = sqlite3_column_blob(stmt, col);
+            size_t len = (size_t)sqlite3_column_bytes(stmt, col), pos = 0;
+            store_tensor_rec_t rec;
+            int k;
+            while ((k = store_tensors_next(bytes, len, &pos, &rec)) > 0) {
+                if (rec.where != STORE_IN_FILE) continue;
+                bool known = false;
+                for (size_t f = 0; f < st->write_refs.n && !known; f++)
+                    known = strcmp(st->write_refs.a[f].file, rec.file) == 0;
+                r = refs_note(&st->write_refs, rec.file, -1);
+                if (r < 0) break;
+                if (known) continue;
+                blob_file_t *grown = realloc(*files, (*n_files + 1) * sizeof **files);
+                if (!grown) {
+                    r = -ENOMEM;
+                    break;
+                }
+                *files = grown;
+                memcpy((*files)[(*n_files)++], rec.file, sizeof(blob_file_t));
             }
-            *files = grown;
-            store_column_copy(stmt, 0, (*files)[(*n_files)++], sizeof(blob_file_t));
+            /* A job whose tensors cannot be read still goes; its files go at the next sweep. */
+            if (k < 0) log_warn("store: gc: job %s: its stored tensors are malformed", ids[i]);
         }
-        if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(&st->conn, "listing blob files");
         sqlite3_reset(stmt);
         if (r < 0) break;
         stmt = store_stmt(&st->conn, STMT_GC_DELETE);
@@ -980,7 +1196,9 @@ int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted)
             for (size_t i = 0; i < n_files; i++) {
                 bool used = true;
                 if (!store_segment_is_active(&st->segment, files[i]) &&
-                    store_blob_file_referenced(&st->conn, files[i], &used) == 0 && !used)
+                    store_blob_file_referenced(&st->conn, files[i], refs_pending(st, files[i]),
+                                               &used) == 0 &&
+                    !used)
                     memcpy(files[unused++], files[i], sizeof *files);
             }
             unlink_after_commit(st, files, unused);
@@ -1116,9 +1334,13 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
     sqlite3_bind_int64(stmt, 7, created_us);
     sqlite3_bind_int(stmt, 10, buf->device);
     written_files_t written = {.n = 0};
-    blob_file_t file;
-    uint64_t offset;
-    r = place_bytes(st, stmt, 8, false, buf->data, buf->nbytes, buf->blob, &written, file, &offset);
+    store_tensor_rec_t placed;
+    r = place_bytes(st, false, buf->data, buf->nbytes, buf->blob, &written, &placed);
+    const char *file = placed.where == STORE_IN_FILE ? placed.file : "";
+    if (r == 0 && file[0])
+        store_bind_text(stmt, 9, file, false);
+    else if (r == 0)
+        sqlite3_bind_blob64(stmt, 8, buf->nbytes ? buf->data : "", buf->nbytes, SQLITE_STATIC);
     if (r == 0) {
         /* One statement: atomic by itself, no savepoint needed. */
         r = sqlite3_step(stmt) == SQLITE_DONE ? 0

@@ -67,8 +67,8 @@ int store_locator_parse(const char *blob, store_locator_t *ret)
         if (!is_id(id, strlen(id))) return -EINVAL;
         loc.kind = STORE_LOCATOR_BUFFER;
         snprintf(loc.id, sizeof loc.id, "%s", id);
-    } else if (strncmp(blob, "row:tensors/", 12) == 0) {
-        const char *id = blob + 12;
+    } else if (strncmp(blob, "row:jobs/", 9) == 0) {
+        const char *id = blob + 9;
         const char *slash = strchr(id, '/');
         if (!slash || !is_id(id, (size_t)(slash - id))) return -EINVAL;
         const char *role = slash + 1;
@@ -104,7 +104,7 @@ char *store_locator_file(const char *file, uint64_t offset)
 char *store_locator_tensor(const char *job_id, bool output, int slot)
 {
     char buf[STORE_LOCATOR_SIZE];
-    snprintf(buf, sizeof buf, "row:tensors/%s/%s/%d", job_id, output ? "out" : "in", slot);
+    snprintf(buf, sizeof buf, "row:jobs/%s/%s/%d", job_id, output ? "out" : "in", slot);
     return strdup(buf);
 }
 
@@ -426,13 +426,13 @@ void store_blob_stream_abort(store_blob_stream_t *bs)
     free(bs);
 }
 
-int store_blob_file_referenced(store_conn_t *conn, const char *file, bool *ret)
+int store_blob_file_referenced(store_conn_t *conn, const char *file, int64_t pending, bool *ret)
 {
     sqlite3_stmt *stmt = store_stmt(conn, STMT_FILE_REFERENCED);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, file, false);
     if (sqlite3_step(stmt) != SQLITE_ROW) return store_sql_error(conn, "checking a blob file");
-    *ret = sqlite3_column_int(stmt, 0) != 0;
+    *ret = sqlite3_column_int64(stmt, 0) + pending > 0 || sqlite3_column_int(stmt, 1) != 0;
     sqlite3_reset(stmt);
     return 0;
 }
@@ -451,7 +451,7 @@ static int sweep_fan_dir(store_conn_t *conn, const char *fan, int *removed)
             !is_file_name(file))
             continue; /* not ours (or "." and ".."): leave it alone */
         bool used = true;
-        r = store_blob_file_referenced(conn, file, &used);
+        r = store_blob_file_referenced(conn, file, 0, &used);
         if (r == 0 && !used) {
             store_blob_file_remove(conn->blobs_dir, file);
             (*removed)++;

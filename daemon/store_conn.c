@@ -14,28 +14,23 @@
 #define JOB_COLUMNS                                                                                \
     "id, owner, op, params, priority, device, deadline_us, state, attempts, created_us, "          \
     "started_us, finished_us, run_device, gpu_ns, batch_size, error_code, error_message, "         \
-    "idempotency_key"
+    "idempotency_key, inputs, outputs"
 
 static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_JOB_INSERT] = "INSERT INTO jobs (id, owner, op, params, priority, device, deadline_us, "
-                        "state, attempts, created_us, idempotency_key, started_us, batch_size) "
-                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?8, ?9, ?10, ?12, ?13)",
-    [STMT_TENSOR_INSERT] = "INSERT INTO tensors (job_id, role, slot, name, dtype, shape, nbytes, "
-                           "buffer_id, data, file, file_offset) "
-                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                        "state, attempts, created_us, idempotency_key, started_us, batch_size, "
+                        "inputs) "
+                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?8, ?9, ?10, ?12, ?13, ?14)",
     /* The allowed previous states are bound as ?11 and ?12 (the same twice when only one is
      * allowed), so the check and the change are one atomic statement. */
     [STMT_JOB_UPDATE] = "UPDATE jobs SET state = ?2, attempts = ?3, started_us = ?4, "
                         "finished_us = ?5, run_device = ?6, gpu_ns = ?7, batch_size = ?8, "
-                        "error_code = ?9, error_message = ?10 "
+                        "error_code = ?9, error_message = ?10, outputs = ?13 "
                         "WHERE id = ?1 AND (state = ?11 OR state = ?12)",
     [STMT_JOB_STATE] = "SELECT state FROM jobs WHERE id = ?1",
     [STMT_JOB_GET] = "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1",
-    [STMT_TENSORS_OF_JOB] = "SELECT role, slot, name, dtype, shape, nbytes, buffer_id, file, "
-                            "file_offset "
-                            "FROM tensors WHERE job_id = ?1 ORDER BY role, slot",
     [STMT_JOB_FIND_IDEMPOTENT] = "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
-    [STMT_TENSOR_DATA] = "SELECT data FROM tensors WHERE job_id = ?1 AND role = ?2 AND slot = ?3",
+    [STMT_JOB_TENSORS] = "SELECT inputs, outputs FROM jobs WHERE id = ?1",
     [STMT_BUFFER_INSERT] = "INSERT INTO buffers (id, owner, dtype, shape, nbytes, resident, "
                            "created_us, data, file, device) "
                            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -57,10 +52,14 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
      * final job. (A prepare fails if the index ever stops matching; the gc tests see it.) */
     [STMT_GC_SELECT] = "SELECT id FROM jobs INDEXED BY jobs_finished WHERE " STORE_FINAL_STATES
                        " AND finished_us < ?1 LIMIT ?2",
-    [STMT_GC_FILES] = "SELECT file FROM tensors WHERE job_id = ?1 AND file IS NOT NULL",
     [STMT_GC_DELETE] = "DELETE FROM jobs WHERE id = ?1",
-    [STMT_FILE_REFERENCED] = "SELECT EXISTS (SELECT 1 FROM tensors WHERE file = ?1) "
-                             "OR EXISTS (SELECT 1 FROM buffers WHERE file = ?1)",
+    [STMT_FILE_REFERENCED] = "SELECT coalesce((SELECT refs FROM blob_refs WHERE file = ?1), 0), "
+                             "EXISTS (SELECT 1 FROM buffers WHERE file = ?1)",
+    /* A transaction's changes to the count of job tensors naming a file, one per file at its
+     * commit (store.c: refs_flush). */
+    [STMT_REFS_ADD] = "INSERT INTO blob_refs (file, refs) VALUES (?1, ?2) "
+                      "ON CONFLICT (file) DO UPDATE SET refs = refs + ?2",
+    [STMT_REFS_DROP] = "DELETE FROM blob_refs WHERE file = ?1 AND refs <= 0",
     /* Each write is wrapped in a savepoint: inside a caller's transaction a failed write
      * undoes only its own rows, and outside one the savepoint is the transaction. */
     [STMT_SAVEPOINT] = "SAVEPOINT store_write",
@@ -141,14 +140,8 @@ int store_conn_open(store_conn_t *conn, const char *state_dir, int flags)
         return r;
     }
     sqlite3_extended_result_codes(conn->db, 1);
-    /* Every connection waits for a competing lock rather than failing at once, and enforces
-     * the tensors -> jobs cascade. */
+    /* Every connection waits for a competing lock rather than failing at once. */
     sqlite3_busy_timeout(conn->db, STORE_BUSY_TIMEOUT_MS);
-    int r = store_exec(conn, "PRAGMA foreign_keys = ON");
-    if (r < 0) {
-        store_conn_close(conn);
-        return r;
-    }
     return 0;
 }
 

@@ -10,7 +10,7 @@
 
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 /* The final states as a condition, in the one spelling that both the jobs_finished partial
  * index and the queries that should use it share (SQLite matches it by its text). An OR chain,
  * not an IN list: SQLite builds an ephemeral table for every IN list it evaluates. */
@@ -21,13 +21,11 @@
 /* Every cached statement, by purpose. The SQL texts live in store_conn.c. */
 typedef enum store_stmt_id {
     STMT_JOB_INSERT,
-    STMT_TENSOR_INSERT,
     STMT_JOB_UPDATE,
     STMT_JOB_STATE,
     STMT_JOB_GET,
-    STMT_TENSORS_OF_JOB,
     STMT_JOB_FIND_IDEMPOTENT,
-    STMT_TENSOR_DATA,
+    STMT_JOB_TENSORS,
     STMT_BUFFER_INSERT,
     STMT_BUFFER_GET,
     STMT_BUFFER_DATA,
@@ -37,9 +35,10 @@ typedef enum store_stmt_id {
     STMT_USAGE_TIMES,
     STMT_USAGE_BUFFERS,
     STMT_GC_SELECT,
-    STMT_GC_FILES,
     STMT_GC_DELETE,
     STMT_FILE_REFERENCED,
+    STMT_REFS_ADD,
+    STMT_REFS_DROP,
     STMT_SAVEPOINT,
     STMT_RELEASE,
     STMT_ROLLBACK_TO,
@@ -102,7 +101,7 @@ int store_shape_parse(const char *text, tensor_desc_t *d);
 typedef enum store_locator_kind {
     STORE_LOCATOR_FILE,   /* "file:ab/ab0123..." under blobs/, or "file:ab/ab0123...@OFFSET"
                              for a tensor inside a segment file */
-    STORE_LOCATOR_TENSOR, /* "row:tensors/<job id>/<in|out>/<slot>" */
+    STORE_LOCATOR_TENSOR, /* "row:jobs/<job id>/<in|out>/<slot>": bytes in the job's row */
     STORE_LOCATOR_BUFFER, /* "row:buffers/<buffer id>" */
 } store_locator_kind_t;
 
@@ -129,8 +128,9 @@ int store_blob_file_create(const char *blobs_dir, char ret_file[4 + STORE_BLOB_N
                            char ret_path[PATH_MAX + 64], int *ret_fd);
 /* pwrite()s all of data at offset. 0 or a negative errno. */
 int store_write_all(int fd, const void *data, uint64_t nbytes, uint64_t offset);
-/* Whether any tensor or buffer row names file. */
-int store_blob_file_referenced(store_conn_t *conn, const char *file, bool *ret);
+/* Whether a buffer row or job tensors name file: the count in blob_refs plus pending (the
+ * writer's open transaction's changes not written yet). */
+int store_blob_file_referenced(store_conn_t *conn, const char *file, int64_t pending, bool *ret);
 /* Writes nbytes to a new fsync'd file under blobs_dir; *ret_file is its "ab/<name>". */
 int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbytes,
                           char ret_file[4 + STORE_BLOB_NAME_LEN]);
@@ -189,11 +189,44 @@ void store_segment_txn_end(store_segment_t *seg, store_conn_t *conn);
 bool store_segment_is_active(const store_segment_t *seg, const char *file);
 void store_segment_close(store_segment_t *seg, store_conn_t *conn);
 
+/* --- a job's tensors in its row (store_tensors.c) --- */
+
+typedef enum store_where {
+    STORE_IN_ROW,    /* the bytes follow the record */
+    STORE_IN_FILE,   /* a blob file of their own (offset 0) or a segment */
+    STORE_IN_BUFFER, /* an uploaded buffer, by id */
+} store_where_t;
+
+/* One tensor's record: its descriptor and where its bytes are. */
+typedef struct store_tensor_rec {
+    int slot;
+    store_where_t where;
+    char name[32];
+    tensor_desc_t desc;
+    uint64_t nbytes;
+    const void *data; /* IN_ROW: the bytes (decoded: pointing into the column's bytes) */
+    char file[4 + STORE_BLOB_NAME_LEN]; /* IN_FILE */
+    uint64_t offset;                    /* IN_FILE */
+    char buffer_id[ID_SIZE];            /* IN_BUFFER */
+} store_tensor_rec_t;
+
+/* A growable byte string; p is malloc'd. */
+typedef struct store_bytes {
+    unsigned char *p;
+    size_t len, cap;
+} store_bytes_t;
+
+/* Appends rec's record to b. -EINVAL for a record that cannot be written, -ENOMEM. */
+int store_tensors_append(store_bytes_t *b, const store_tensor_rec_t *rec);
+/* Decodes the record at *pos of a column's len bytes into *ret and moves *pos past it: 1, or 0
+ * at the end, or -EIO for malformed bytes. */
+int store_tensors_next(const void *bytes, size_t len, size_t *pos, store_tensor_rec_t *ret);
+
 /* --- jobs read back (store_read.c) --- */
 
 /* Builds a job from a row of STMT_JOB_GET's columns (or a list statement's, which are the
- * same), loading its tensors' descriptors and locators and resolving its op. */
-int store_job_from_row(store_conn_t *conn, sqlite3_stmt *row, job_t **ret);
+ * same), with its tensors' descriptors and locators, and resolves its op. */
+int store_job_from_row(sqlite3_stmt *row, job_t **ret);
 
 /* --- ops of stored jobs (store_ops.c) --- */
 

@@ -61,48 +61,34 @@ static int corrupt(const char *job_id, const char *what)
     return log_error_errno(-EIO, "store: job %s: stored %s is malformed", job_id, what);
 }
 
-/* Fills one tensor of job from a row of STMT_TENSORS_OF_JOB. */
-static int tensor_from_row(job_t *job, sqlite3_stmt *row)
+/* Fills job's inputs (output false) or outputs from their column of a job row. */
+static int tensors_from_column(job_t *job, sqlite3_stmt *row, int col, bool output)
 {
-    const char *role = (const char *)sqlite3_column_text(row, 0);
-    int slot = sqlite3_column_int(row, 1);
-    bool output = role && strcmp(role, "out") == 0;
-    if (slot < 0 || slot >= OP_MAX_TENSORS) return corrupt(job->id, "tensor slot");
-    job_tensor_t *t = output ? &job->out[slot] : &job->in[slot];
-    store_column_copy(row, 2, t->name, sizeof t->name);
-    if (dtype_parse((const char *)sqlite3_column_text(row, 3), &t->desc.dtype) < 0)
-        return corrupt(job->id, "tensor dtype");
-    if (store_shape_parse((const char *)sqlite3_column_text(row, 4), &t->desc) < 0)
-        return corrupt(job->id, "tensor shape");
-    t->nbytes = (uint64_t)sqlite3_column_int64(row, 5);
-    store_column_copy(row, 6, t->buffer_id, sizeof t->buffer_id);
-    const char *file = (const char *)sqlite3_column_text(row, 7);
-    if (file)
-        t->blob = store_locator_file(file, (uint64_t)sqlite3_column_int64(row, 8));
-    else if (!t->buffer_id[0])
-        t->blob = store_locator_tensor(job->id, output, slot);
-    if ((file || !t->buffer_id[0]) && !t->blob) return -ENOMEM;
-    if (!output) {
-        job->call.has_in[slot] = true;
-        job->call.in[slot] = t->desc;
+    const void *bytes = sqlite3_column_blob(row, col);
+    size_t len = (size_t)sqlite3_column_bytes(row, col), pos = 0;
+    store_tensor_rec_t rec;
+    int k;
+    while ((k = store_tensors_next(bytes, len, &pos, &rec)) > 0) {
+        job_tensor_t *t = output ? &job->out[rec.slot] : &job->in[rec.slot];
+        memcpy(t->name, rec.name, sizeof t->name);
+        t->desc = rec.desc;
+        t->nbytes = rec.nbytes;
+        if (rec.where == STORE_IN_BUFFER) {
+            memcpy(t->buffer_id, rec.buffer_id, sizeof t->buffer_id);
+        } else {
+            t->blob = rec.where == STORE_IN_FILE ? store_locator_file(rec.file, rec.offset)
+                                                 : store_locator_tensor(job->id, output, rec.slot);
+            if (!t->blob) return -ENOMEM;
+        }
+        if (!output) {
+            job->call.has_in[rec.slot] = true;
+            job->call.in[rec.slot] = t->desc;
+        }
     }
-    return 0;
+    return k < 0 ? corrupt(job->id, output ? "outputs" : "inputs") : 0;
 }
 
-static int load_tensors(store_conn_t *conn, job_t *job)
-{
-    sqlite3_stmt *stmt = store_stmt(conn, STMT_TENSORS_OF_JOB);
-    if (!stmt) return -EIO;
-    store_bind_text(stmt, 1, job->id, false);
-    int rc, r = 0;
-    while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
-        r = tensor_from_row(job, stmt);
-    if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(conn, "reading tensors");
-    sqlite3_reset(stmt);
-    return r;
-}
-
-int store_job_from_row(store_conn_t *conn, sqlite3_stmt *row, job_t **ret)
+int store_job_from_row(sqlite3_stmt *row, job_t **ret)
 {
     job_t *job = job_new();
     if (!job) return -ENOMEM;
@@ -128,7 +114,8 @@ int store_job_from_row(store_conn_t *conn, sqlite3_stmt *row, job_t **ret)
     store_column_copy(row, 15, job->error_code, sizeof job->error_code);
     store_column_copy(row, 16, job->error_message, sizeof job->error_message);
     store_column_copy(row, 17, job->idempotency_key, sizeof job->idempotency_key);
-    if (r == 0) r = load_tensors(conn, job);
+    if (r == 0) r = tensors_from_column(job, row, 18, false);
+    if (r == 0) r = tensors_from_column(job, row, 19, true);
     if (r == 0) r = store_ops_resolve(job, op_name);
     if (r < 0) {
         job_free(job);
@@ -147,7 +134,7 @@ int store_job_get(store_reader_t *rd, const char *id, job_t **ret)
     if (!stmt) return read_end(rd, -EIO);
     store_bind_text(stmt, 1, id, false);
     int rc = sqlite3_step(stmt);
-    r = rc == SQLITE_ROW    ? store_job_from_row(&rd->conn, stmt, ret)
+    r = rc == SQLITE_ROW    ? store_job_from_row(stmt, ret)
         : rc == SQLITE_DONE ? -ENOENT
                             : store_sql_error(&rd->conn, "reading a job");
     sqlite3_reset(stmt);
@@ -186,7 +173,7 @@ static int list_rows(store_reader_t *rd, sqlite3_stmt *stmt, int limit, job_t **
     size_t n = 0;
     int rc, r = 0;
     while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW && n < (size_t)limit)
-        if ((r = store_job_from_row(&rd->conn, stmt, &jobs[n])) == 0) n++;
+        if ((r = store_job_from_row(stmt, &jobs[n])) == 0) n++;
     if (r == 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
         r = store_sql_error(&rd->conn, "listing jobs");
     if (r < 0) {
@@ -223,17 +210,10 @@ int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***re
     return read_end(rd, r);
 }
 
-/* Reads the data column of a one-row statement; -ENOENT when there is no such row or its
- * bytes are not in the row. */
-static int read_row_data(store_reader_t *rd, sqlite3_stmt *stmt, const char *blob, uint64_t nbytes,
-                         void **ret_data)
+/* Copies the nbytes at bytes into a new malloc'd block. */
+static int copy_out(const void *bytes, uint64_t len, const char *blob, uint64_t nbytes,
+                    void **ret_data)
 {
-    int rc = sqlite3_step(stmt);
-    if (rc != SQLITE_ROW)
-        return rc == SQLITE_DONE ? -ENOENT : store_sql_error(&rd->conn, "reading a blob");
-    if (sqlite3_column_type(stmt, 0) != SQLITE_BLOB) return -ENOENT;
-    const void *bytes = sqlite3_column_blob(stmt, 0);
-    uint64_t len = (uint64_t)sqlite3_column_bytes(stmt, 0);
     if (len != nbytes)
         return log_error_errno(-EIO, "store: blob '%s' holds %llu bytes, expected %llu", blob,
                                (unsigned long long)len, (unsigned long long)nbytes);
@@ -244,6 +224,24 @@ static int read_row_data(store_reader_t *rd, sqlite3_stmt *stmt, const char *blo
     return 0;
 }
 
+/* The bytes a job row holds for one of its tensors (the record of loc's slot in its inputs or
+ * outputs column); -ENOENT when there is no such job or its bytes are not in the row. */
+static int read_tensor_bytes(sqlite3_stmt *stmt, const store_locator_t *loc, const char *blob,
+                             uint64_t nbytes, void **ret_data)
+{
+    int col = loc->output ? 1 : 0;
+    const void *bytes = sqlite3_column_blob(stmt, col);
+    size_t len = (size_t)sqlite3_column_bytes(stmt, col), pos = 0;
+    store_tensor_rec_t rec;
+    int k;
+    while ((k = store_tensors_next(bytes, len, &pos, &rec)) > 0)
+        if (rec.slot == loc->slot)
+            return rec.where == STORE_IN_ROW
+                       ? copy_out(rec.data, rec.nbytes, blob, nbytes, ret_data)
+                       : -ENOENT;
+    return k < 0 ? corrupt(loc->id, loc->output ? "outputs" : "inputs") : -ENOENT;
+}
+
 int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void **ret_data)
 {
     store_locator_t loc;
@@ -251,15 +249,20 @@ int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void 
         return log_error_errno(-EINVAL, "store: '%s' is not a blob locator", blob ? blob : "");
     if (loc.kind == STORE_LOCATOR_FILE)
         return store_blob_file_read(rd->conn.blobs_dir, loc.file, loc.offset, nbytes, ret_data);
-    sqlite3_stmt *stmt = store_stmt(&rd->conn, loc.kind == STORE_LOCATOR_TENSOR ? STMT_TENSOR_DATA
-                                                                                : STMT_BUFFER_DATA);
+    bool tensor = loc.kind == STORE_LOCATOR_TENSOR;
+    sqlite3_stmt *stmt = store_stmt(&rd->conn, tensor ? STMT_JOB_TENSORS : STMT_BUFFER_DATA);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, loc.id, false);
-    if (loc.kind == STORE_LOCATOR_TENSOR) {
-        store_bind_text(stmt, 2, loc.output ? "out" : "in", false);
-        sqlite3_bind_int(stmt, 3, loc.slot);
-    }
-    int r = read_row_data(rd, stmt, blob, nbytes, ret_data);
+    int rc = sqlite3_step(stmt), r;
+    if (rc != SQLITE_ROW)
+        r = rc == SQLITE_DONE ? -ENOENT : store_sql_error(&rd->conn, "reading a blob");
+    else if (tensor)
+        r = read_tensor_bytes(stmt, &loc, blob, nbytes, ret_data);
+    else if (sqlite3_column_type(stmt, 0) != SQLITE_BLOB)
+        r = -ENOENT;
+    else
+        r = copy_out(sqlite3_column_blob(stmt, 0), (uint64_t)sqlite3_column_bytes(stmt, 0), blob,
+                     nbytes, ret_data);
     sqlite3_reset(stmt);
     return r;
 }

@@ -67,19 +67,20 @@ static int flush(store_segment_t *seg, bool partial)
 static void remove_if_unused(store_conn_t *conn, const char *file)
 {
     bool used = true;
-    if (store_blob_file_referenced(conn, file, &used) == 0 && !used)
+    if (store_blob_file_referenced(conn, file, 0, &used) == 0 && !used)
         store_blob_file_remove(conn->blobs_dir, file);
 }
 
 /* Closes the active segment. Whether a row still names it is known once the transaction that
  * retires it has ended (its rows may yet be rolled back): store_segment_txn_end looks. */
-static void retire(store_segment_t *seg, store_conn_t *conn)
+static void retire(store_segment_t *seg)
 {
     if (seg->fd < 0) return;
     close(seg->fd);
     if (seg->n_retired == STORE_SEGMENT_RETIRED_MAX) {
-        /* Rotations within one transaction: the oldest is looked at now. */
-        remove_if_unused(conn, seg->retired[0]);
+        /* Rotations within one transaction: the oldest is forgotten, as whether its rows are
+         * kept is not known before the transaction ends (the counts in blob_refs are written
+         * at its commit). Should none be, the sweep at the next open removes it. */
         memmove(seg->retired[0], seg->retired[1], sizeof seg->retired - sizeof seg->retired[0]);
         seg->n_retired--;
     }
@@ -99,7 +100,7 @@ int store_segment_append(store_segment_t *seg, store_conn_t *conn, const void *d
         /* Its bytes appended so far must be on disk before a commit names them. */
         int r = store_segment_sync(seg);
         if (r < 0) return r;
-        retire(seg, conn);
+        retire(seg);
     }
     if (!seg->buf && !(seg->buf = malloc(SEGMENT_BUF_BYTES))) return -ENOMEM;
     if (seg->fd < 0) {
@@ -161,7 +162,7 @@ void store_segment_txn_end(store_segment_t *seg, store_conn_t *conn)
 {
     if (seg->failed) {
         log_warn("store: segment '%s' abandoned after a failed sync", seg->file);
-        retire(seg, conn);
+        retire(seg);
     }
     for (int i = 0; i < seg->n_retired; i++)
         remove_if_unused(conn, seg->retired[i]);

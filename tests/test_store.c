@@ -199,7 +199,7 @@ START_TEST(test_insert_get_round_trips_inline_file_and_buffer_tensors)
     ck_assert_int_eq(store_job_insert(f.st, job), 0);
 
     ck_assert(id_valid('j', job->id));
-    ck_assert_int_eq(strncmp(job->in[0].blob, "row:tensors/", 12), 0);
+    ck_assert_int_eq(strncmp(job->in[0].blob, "row:jobs/", 9), 0);
     ck_assert_int_eq(strncmp(job->in[1].blob, "file:", 5), 0);
     ck_assert(blob_file_exists(&f, job->in[1].blob));
     ck_assert_ptr_null(job->in[2].blob);
@@ -351,7 +351,7 @@ START_TEST(test_update_applies_legal_transitions_and_persists_outputs)
     ck_assert_str_eq(got->out[0].name, "out");
     ck_assert_str_eq(got->out[1].name, "big");
     ck_assert(tensor_desc_equal(&got->out[1].desc, &job->out[1].desc));
-    ck_assert_int_eq(strncmp(got->out[0].blob, "row:tensors/", 12), 0);
+    ck_assert_int_eq(strncmp(got->out[0].blob, "row:jobs/", 9), 0);
     ck_assert_int_eq(strncmp(got->out[1].blob, "file:", 5), 0);
     assert_blob_bytes(&f, got->out[0].blob, job->out[0].data, job->out[0].nbytes);
     assert_blob_bytes(&f, got->out[1].blob, job->out[1].data, job->out[1].nbytes);
@@ -508,14 +508,12 @@ START_TEST(test_failed_insert_in_a_transaction_undoes_only_its_own_rows)
     snprintf(path, sizeof path, "%s/gpujobd.db", f.dir);
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
     sqlite3_stmt *stmt;
-    ck_assert_int_eq(sqlite3_prepare_v2(db,
-                                        "SELECT (SELECT count(*) FROM jobs), "
-                                        "(SELECT count(*) FROM tensors)",
-                                        -1, &stmt, NULL),
-                     SQLITE_OK);
+    ck_assert_int_eq(
+        sqlite3_prepare_v2(db, "SELECT count(*), count(inputs) FROM jobs", -1, &stmt, NULL),
+        SQLITE_OK);
     ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-    ck_assert_int_eq(sqlite3_column_int(stmt, 0), 1);
-    ck_assert_int_eq(sqlite3_column_int(stmt, 1), 1); /* a's one tensor, none of b's */
+    ck_assert_int_eq(sqlite3_column_int(stmt, 0), 1); /* a, with its tensor; not b */
+    ck_assert_int_eq(sqlite3_column_int(stmt, 1), 1);
     sqlite3_finalize(stmt);
     sqlite3_close(db);
 
@@ -533,19 +531,41 @@ START_TEST(test_failed_insert_in_a_transaction_undoes_only_its_own_rows)
 }
 END_TEST
 
-/* Makes SQLite refuse a tensor row of the given slot, as a disk or constraint failure would. */
-static void inject_tensor_failure(fixture_t *f, int slot)
+/* Runs sql on the test's database through a connection of its own. */
+static void db_exec(fixture_t *f, const char *sql)
 {
-    char path[128], sql[256];
+    char path[128];
     snprintf(path, sizeof path, "%s/gpujobd.db", f->dir);
-    snprintf(sql, sizeof sql,
-             "CREATE TRIGGER inject_failure BEFORE INSERT ON tensors WHEN NEW.slot = %d "
-             "BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
-             slot);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
     ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
+}
+
+/* The one integer that sql (a query of one row) gives on the test's database. */
+static int64_t db_int(fixture_t *f, const char *sql)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/gpujobd.db", f->dir);
+    sqlite3 *db;
+    sqlite3_stmt *stmt;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &stmt, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+    return v;
+}
+
+/* Makes SQLite refuse a job row that names tensors in files (inputs at insert, outputs at an
+ * update), as a disk or constraint failure would once those files are written. */
+static void inject_row_failure(fixture_t *f)
+{
+    db_exec(f, "CREATE TRIGGER fail_insert BEFORE INSERT ON jobs WHEN NEW.inputs IS NOT NULL "
+               "BEGIN SELECT RAISE(ABORT, 'injected failure'); END;"
+               "CREATE TRIGGER fail_update BEFORE UPDATE ON jobs WHEN NEW.outputs IS NOT NULL "
+               "BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
 }
 
 START_TEST(test_failed_write_removes_the_files_it_wrote_and_its_rows)
@@ -555,9 +575,9 @@ START_TEST(test_failed_write_removes_the_files_it_wrote_and_its_rows)
     char queued[ID_SIZE];
     insert_small(&f, &test_op, "alice", now_us(), queued);
     ck_assert_int_eq(set_state(&f, queued, JOB_RUNNING), 0);
-    inject_tensor_failure(&f, 2);
+    inject_row_failure(&f);
 
-    /* Slot 1 goes to a file before slot 2's row fails. */
+    /* Slots 1 and 2 go to files before the row fails. */
     job_t *job = make_job(&test_op, "alice", now_us());
     for (int j = 1; j < 3; j++) {
         job->call.has_in[j] = true;
@@ -586,6 +606,7 @@ START_TEST(test_failed_write_removes_the_files_it_wrote_and_its_rows)
     }
     ck_assert_int_eq(store_job_update(f.st, running), -EIO);
     ck_assert_int_eq(count_blob_files(&f), 0);
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM blob_refs"), 0); /* no file counted */
     job_t *after = get_job(&f, queued);
     ck_assert_int_eq(after->state, JOB_RUNNING);
     ck_assert_ptr_null(after->out[0].blob);
@@ -655,7 +676,7 @@ START_TEST(test_recover_requeues_running_fails_past_max_attempts_and_returns_que
     for (int i = 0; i < rec.n; i++) {
         ck_assert_int_eq(rec.jobs[i]->state, JOB_QUEUED);
         ck_assert_str_eq(rec.jobs[i]->call.op->name, "test_store_op");
-        ck_assert_int_eq(strncmp(rec.jobs[i]->in[0].blob, "row:tensors/", 12), 0);
+        ck_assert_int_eq(strncmp(rec.jobs[i]->in[0].blob, "row:jobs/", 9), 0);
         ck_assert_ptr_null(rec.jobs[i]->in[0].data);
     }
     ck_assert_int_eq(rec.jobs[1]->attempts, 1); /* runs started; the next start counts */
@@ -1001,6 +1022,46 @@ START_TEST(test_small_tensors_share_a_segment_that_goes_with_its_last_job)
 }
 END_TEST
 
+/* Inserts n jobs, each with a 4 KiB input, in one transaction that commits or rolls back. */
+static void insert_in_one_transaction(fixture_t *f, int n, bool commit)
+{
+    ck_assert_int_eq(store_begin(f->st), 0);
+    for (int i = 0; i < n; i++) {
+        job_t *job = make_job(&test_op, "alice", 1000 + i);
+        job->call.has_in[1] = true;
+        tensor_set(&job->in[1], "y", 1024, (unsigned)i);
+        job->call.in[1] = job->in[1].desc;
+        ck_assert_int_eq(store_job_insert(f->st, job), 0);
+        job_free(job);
+    }
+    ck_assert_int_eq(commit ? store_commit(f->st) : store_rollback(f->st), 0);
+}
+
+START_TEST(test_a_transaction_counts_the_tensors_naming_each_file_once_it_commits)
+{
+    fixture_t f;
+    snprintf(f.dir, sizeof f.dir, "/tmp/test_store.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(f.dir));
+    memset(&f.cfg, 0, sizeof f.cfg);
+    snprintf(f.cfg.state_dir, sizeof f.cfg.state_dir, "%s", f.dir);
+    f.cfg.inline_blob_bytes = 65536;
+    f.cfg.sync_full = true;
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+
+    /* 20 inputs of 4 KiB: the first 64 KiB stay in their rows, the other 4 share a segment,
+     * counted in one row. A rolled-back transaction counts nothing. */
+    insert_in_one_transaction(&f, 20, false);
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM blob_refs"), 0);
+    insert_in_one_transaction(&f, 20, true);
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM blob_refs"), 1);
+    ck_assert_int_eq(db_int(&f, "SELECT refs FROM blob_refs"), 4);
+    insert_in_one_transaction(&f, 20, false);
+    ck_assert_int_eq(db_int(&f, "SELECT refs FROM blob_refs"), 4);
+    fixture_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_gc_deletes_more_expired_jobs_than_one_batch_holds)
 {
     fixture_t f;
@@ -1183,7 +1244,7 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
 
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
-    const char *tables[] = {"jobs", "tensors", "buffers"};
+    const char *tables[] = {"jobs", "blob_refs", "buffers"};
     for (int i = 0; i < 3; i++) {
         sqlite3_stmt *stmt;
         ck_assert_int_eq(sqlite3_prepare_v2(db,
@@ -1211,68 +1272,107 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
 }
 END_TEST
 
+/* Schema version 1 as it shipped (daemon/store.c keeps it as the first migration), with rows
+ * of a finished job whose tensors are in a row, in a file of their own and in a buffer. */
+static const char schema_v1_with_rows[] =
+    "CREATE TABLE jobs (id TEXT PRIMARY KEY, owner TEXT NOT NULL, op TEXT NOT NULL, params TEXT,"
+    "  priority INTEGER NOT NULL, device INTEGER NOT NULL, deadline_us INTEGER NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN "
+    "    ('queued', 'running', 'succeeded', 'failed', 'cancelled')),"
+    "  attempts INTEGER NOT NULL DEFAULT 0, created_us INTEGER NOT NULL,"
+    "  started_us INTEGER NOT NULL DEFAULT 0, finished_us INTEGER NOT NULL DEFAULT 0,"
+    "  run_device INTEGER NOT NULL DEFAULT -1, gpu_ns INTEGER NOT NULL DEFAULT 0,"
+    "  batch_size INTEGER NOT NULL DEFAULT 0, error_code TEXT NOT NULL DEFAULT '',"
+    "  error_message TEXT NOT NULL DEFAULT '', idempotency_key TEXT) WITHOUT ROWID;"
+    "CREATE UNIQUE INDEX jobs_idempotency ON jobs (owner, idempotency_key)"
+    "  WHERE idempotency_key IS NOT NULL;"
+    "CREATE INDEX jobs_owner_id ON jobs (owner, id);"
+    "CREATE INDEX jobs_state ON jobs (state, created_us, id);"
+    "CREATE INDEX jobs_finished ON jobs (finished_us)"
+    "  WHERE state IN ('succeeded', 'failed', 'cancelled');"
+    "CREATE TABLE tensors (job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,"
+    "  role TEXT NOT NULL CHECK (role IN ('in', 'out')), slot INTEGER NOT NULL,"
+    "  name TEXT NOT NULL, dtype TEXT NOT NULL, shape TEXT NOT NULL, nbytes INTEGER NOT NULL,"
+    "  buffer_id TEXT, data BLOB, file TEXT, PRIMARY KEY (job_id, role, slot));"
+    "CREATE INDEX tensors_file ON tensors (file) WHERE file IS NOT NULL;"
+    "CREATE TABLE buffers (id TEXT PRIMARY KEY, owner TEXT NOT NULL, dtype TEXT NOT NULL,"
+    "  shape TEXT NOT NULL, nbytes INTEGER NOT NULL, resident INTEGER NOT NULL,"
+    "  created_us INTEGER NOT NULL, data BLOB, file TEXT);"
+    "CREATE INDEX buffers_owner ON buffers (owner);"
+    "CREATE INDEX buffers_file ON buffers (file) WHERE file IS NOT NULL;"
+    "INSERT INTO jobs (id, owner, op, params, priority, device, deadline_us, state, attempts,"
+    "  created_us, started_us, finished_us) VALUES ('j1', 'alice', 'test_store_op', '{}', 0, -1,"
+    "  0, 'succeeded', 1, 1000, 2000, 3000);"
+    "INSERT INTO tensors VALUES ('j1', 'in', 0, 'x', 'f32', '[2]', 8, NULL, x'0000803f00000040',"
+    "  NULL);"
+    "INSERT INTO tensors VALUES ('j1', 'in', 1, 'y', 'f32', '[1]', 4, NULL, NULL,"
+    "  'ab/ab000000000000000000000000000001');"
+    "INSERT INTO tensors VALUES ('j1', 'in', 2, 'w', 'f32', '[4]', 16, 'b1', NULL, NULL);"
+    "INSERT INTO tensors VALUES ('j1', 'out', 0, 'out', 'f32', '[1]', 4, NULL, x'00004040', NULL);"
+    "INSERT INTO buffers VALUES ('b1', 'alice', 'f32', '[4]', 16, 1, 500, zeroblob(16), NULL);"
+    "PRAGMA user_version = 1";
+
 START_TEST(test_open_migrates_version_1_rows_to_the_current_schema)
 {
     fixture_t f;
-    fixture_setup(&f);
-    char job_id[ID_SIZE];
-    insert_small(&f, &test_op, "alice", now_us(), job_id);
-    ck_assert_int_eq(set_state(&f, job_id, JOB_CANCELLED), 0);
-    buffer_t *buf = buffer_new();
-    snprintf(buf->owner, OWNER_SIZE, "alice");
-    buf->desc = (tensor_desc_t){.dtype = DTYPE_F32, .ndim = 1, .shape = {4}};
-    buf->nbytes = 16;
-    buf->data = calloc(1, 16);
-    buf->resident = true;
-    buf->device = 1;
-    ck_assert_int_eq(store_buffer_insert(f.st, buf), 0);
-    store_reader_close(f.rd);
-    store_close(f.st);
-
-    /* Back to version 1, which had no buffers.device nor tensors.file_offset (the later
-     * versions' rebuilt tables migrate again from there). */
+    snprintf(f.dir, sizeof f.dir, "/tmp/test_store.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(f.dir));
+    memset(&f.cfg, 0, sizeof f.cfg);
+    snprintf(f.cfg.state_dir, sizeof f.cfg.state_dir, "%s", f.dir);
+    f.cfg.inline_blob_bytes = INLINE_LIMIT;
     char path[128];
     snprintf(path, sizeof path, "%s/gpujobd.db", f.dir);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_exec(db,
-                                  "ALTER TABLE buffers DROP COLUMN device; "
-                                  "ALTER TABLE tensors DROP COLUMN file_offset; "
-                                  "PRAGMA user_version = 1",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, schema_v1_with_rows, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
+    snprintf(path, sizeof path, "%s/blobs", f.dir);
+    ck_assert_int_eq(mkdir(path, 0750), 0);
+    snprintf(path, sizeof path, "%s/blobs/ab", f.dir);
+    ck_assert_int_eq(mkdir(path, 0750), 0);
+    const float y = 7.0f;
+    snprintf(path, sizeof path, "%s/blobs/ab/ab000000000000000000000000000001", f.dir);
+    int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0640);
+    ck_assert_int_eq(write(fd, &y, sizeof y), (ssize_t)sizeof y);
+    close(fd);
 
     ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
     ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    snprintf(path, sizeof path, "%s/gpujobd.db", f.dir);
     ck_assert_int_eq(db_user_version(path), STORE_SCHEMA_VERSION);
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM sqlite_schema WHERE name = 'tensors'"), 0);
+    ck_assert_int_eq(
+        db_int(&f, "SELECT refs FROM blob_refs WHERE file = 'ab/ab000000000000000000000000000001'"),
+        1);
     buffer_t *got = NULL;
-    ck_assert_int_eq(store_buffer_get(f.rd, buf->id, &got), 0);
+    ck_assert_int_eq(store_buffer_get(f.rd, "b1", &got), 0);
     ck_assert(got->resident);
     ck_assert_int_eq(got->device, -1);
     buffer_free(got);
-    buffer_free(buf);
 
-    /* The job and its input survived the rebuilt tables, and deleting the job still takes its
-     * tensors with it. */
-    job_t *job = get_job(&f, job_id);
-    ck_assert_int_eq(job->state, JOB_CANCELLED);
-    ck_assert(job->call.has_in[0]);
-    void *data = NULL;
-    ck_assert_int_eq(store_blob_read(f.rd, job->in[0].blob, job->in[0].nbytes, &data), 0);
-    free(data);
-    job_free(job);
+    /* Every tensor kept its descriptor and where its bytes are; the file survived the sweep at
+     * open, as a row names it. */
+    job_t *job = get_job(&f, "j1");
+    ck_assert_int_eq(job->state, JOB_SUCCEEDED);
+    ck_assert(job->call.has_in[0] && job->call.has_in[1] && job->call.has_in[2]);
+    const float x[2] = {1.0f, 2.0f}, out = 3.0f;
+    ck_assert_str_eq(job->in[0].name, "x");
+    ck_assert_int_eq(job->in[0].desc.shape[0], 2);
+    assert_blob_bytes(&f, job->in[0].blob, x, sizeof x);
+    ck_assert(blob_file_exists(&f, job->in[1].blob));
+    assert_blob_bytes(&f, job->in[1].blob, &y, sizeof y);
+    ck_assert_str_eq(job->in[2].buffer_id, "b1");
+    ck_assert_ptr_null(job->in[2].blob);
+    ck_assert_str_eq(job->out[0].name, "out");
+    assert_blob_bytes(&f, job->out[0].blob, &out, sizeof out);
+
+    /* Deleting the job takes its file and its count with it. */
     int deleted = 0;
-    ck_assert_int_eq(store_gc(f.st, now_us() + 1000000, &deleted), 0);
+    ck_assert_int_eq(store_gc(f.st, now_us(), &deleted), 0);
     ck_assert_int_eq(deleted, 1);
-    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
-    sqlite3_stmt *stmt;
-    ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT count(*) FROM tensors", -1, &stmt, NULL),
-                     SQLITE_OK);
-    ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
-    ck_assert_int_eq(sqlite3_column_int(stmt, 0), 0);
-    sqlite3_finalize(stmt);
-    sqlite3_close(db);
+    ck_assert(!blob_file_exists(&f, job->in[1].blob));
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM blob_refs"), 0);
+    job_free(job);
     fixture_teardown(&f);
 }
 END_TEST
@@ -1567,8 +1667,8 @@ START_TEST(test_bad_input_is_refused_with_einval_and_stores_nothing)
     void *data;
     const char *bad_locators[] = {"",
                                   "row:",
-                                  "row:tensors/j1/sideways/0",
-                                  "row:tensors/j1/in/9",
+                                  "row:jobs/j1/sideways/0",
+                                  "row:jobs/j1/in/9",
                                   "file:ab/zz",
                                   "file:ab/../../../../etc/passwd",
                                   "http://x"};
@@ -1702,6 +1802,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor);
     tcase_add_test(tc, test_gc_removes_expired_finished_jobs_and_their_files_but_not_others);
     tcase_add_test(tc, test_small_tensors_share_a_segment_that_goes_with_its_last_job);
+    tcase_add_test(tc, test_a_transaction_counts_the_tensors_naming_each_file_once_it_commits);
     tcase_add_test(tc, test_segment_bytes_read_back_across_buffer_flushes_and_large_appends);
     tcase_add_test(tc, test_gc_deletes_more_expired_jobs_than_one_batch_holds);
     tcase_add_test(tc, test_buffers_insert_get_delete_check_the_owner);
