@@ -48,7 +48,8 @@ struct store {
     /* blob_refs changes: the open write's, and the open transaction's (its writes' that were
      * kept), which its commit writes, one statement per file rather than one per tensor. */
     ref_deltas_t write_refs, txn_refs;
-    store_bytes_t cols; /* the records of the tensors of the job being written */
+    /* The records of the tensors of the job being written, and the bytes of those in its row. */
+    store_bytes_t cols, data;
     /* Files whose rows were deleted: removed at the next durable commit. The first
      * n_unlink_committed were deleted by relaxed transactions already committed; the rest by
      * the open transaction. */
@@ -203,6 +204,8 @@ static const struct {
      * and drops tensors. */
     {5, "ALTER TABLE jobs ADD COLUMN inputs BLOB;"
         "ALTER TABLE jobs ADD COLUMN outputs BLOB;"
+        "ALTER TABLE jobs ADD COLUMN in_data BLOB;"
+        "ALTER TABLE jobs ADD COLUMN out_data BLOB;"
         "CREATE TABLE blob_refs ("
         "  file TEXT PRIMARY KEY,"
         "  refs INTEGER NOT NULL"
@@ -252,20 +255,31 @@ static int migrate(store_conn_t *conn)
     return 0;
 }
 
+/* Binds b's bytes to col, NULL when there are none. */
+static void bind_bytes(sqlite3_stmt *stmt, int col, const store_bytes_t *b)
+{
+    if (b->len)
+        sqlite3_bind_blob64(stmt, col, b->p, b->len, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(stmt, col);
+}
+
 /* Schema 5: a job's tensor rows, in slot order, become the records of its inputs and outputs
  * columns; then the tensors table goes. */
 static int move_tensors_into_jobs(store_conn_t *conn)
 {
     sqlite3_stmt *rows = NULL, *update = NULL;
-    store_bytes_t cols[2] = {{0}}; /* inputs, outputs */
+    store_bytes_t cols[2] = {{0}}, data[2] = {{0}}; /* inputs, outputs */
     char job[ID_SIZE] = "";
     int r = 0, rc = SQLITE_DONE, moved = 0;
     if (sqlite3_prepare_v2(conn->db,
                            "SELECT job_id, role, slot, name, dtype, shape, nbytes, buffer_id, "
                            "data, file, file_offset FROM tensors ORDER BY job_id, role, slot",
                            -1, &rows, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(conn->db, "UPDATE jobs SET inputs = ?2, outputs = ?3 WHERE id = ?1", -1,
-                           &update, NULL) != SQLITE_OK)
+        sqlite3_prepare_v2(
+            conn->db,
+            "UPDATE jobs SET inputs = ?2, outputs = ?3, in_data = ?4, out_data = ?5 WHERE id = ?1",
+            -1, &update, NULL) != SQLITE_OK)
         r = store_sql_error(conn, "moving tensors into their jobs");
     for (bool more = r == 0; more;) {
         rc = sqlite3_step(rows);
@@ -273,15 +287,14 @@ static int move_tensors_into_jobs(store_conn_t *conn)
         const char *id = more ? (const char *)sqlite3_column_text(rows, 0) : NULL;
         if (job[0] && (!more || !id || strcmp(id, job) != 0)) {
             store_bind_text(update, 1, job, false);
-            for (int c = 0; c < 2; c++)
-                if (cols[c].len)
-                    sqlite3_bind_blob64(update, 2 + c, cols[c].p, cols[c].len, SQLITE_STATIC);
-                else
-                    sqlite3_bind_null(update, 2 + c);
+            for (int c = 0; c < 2; c++) {
+                bind_bytes(update, 2 + c, &cols[c]);
+                bind_bytes(update, 4 + c, &data[c]);
+            }
             if (sqlite3_step(update) != SQLITE_DONE)
                 r = store_sql_error(conn, "moving tensors into their jobs");
             sqlite3_reset(update);
-            cols[0].len = cols[1].len = 0;
+            cols[0].len = cols[1].len = data[0].len = data[1].len = 0;
             moved++;
         }
         if (!more || r < 0) break;
@@ -313,7 +326,7 @@ static int move_tensors_into_jobs(store_conn_t *conn)
             rec.data = sqlite3_column_blob(rows, 8);
             if ((uint64_t)sqlite3_column_bytes(rows, 8) != rec.nbytes) rec.data = NULL;
         }
-        r = store_tensors_append(&cols[output], &rec);
+        r = store_tensors_append(&cols[output], &data[output], &rec);
         if (r < 0)
             log_error("store: job %s: tensor slot %d cannot be moved into its row: %s", job,
                       rec.slot, strerror(-r));
@@ -321,8 +334,10 @@ static int move_tensors_into_jobs(store_conn_t *conn)
     if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(conn, "moving tensors into their jobs");
     sqlite3_finalize(rows);
     sqlite3_finalize(update);
-    free(cols[0].p);
-    free(cols[1].p);
+    for (int c = 0; c < 2; c++) {
+        free(cols[c].p);
+        free(data[c].p);
+    }
     if (r == 0) r = store_exec(conn, "DROP TABLE tensors");
     if (r == 0 && moved) log_info("store: moved the tensors of %d job(s) into their rows", moved);
     return r;
@@ -398,6 +413,7 @@ void store_close(store_t *st)
     free(st->write_refs.a);
     free(st->txn_refs.a);
     free(st->cols.p);
+    free(st->data.p);
     free(st->unlink_on_commit);
     free(st);
 }
@@ -624,7 +640,7 @@ int store_rollback(store_t *st)
 static int write_begin(store_t *st)
 {
     st->write_refs.n = 0;
-    st->cols.len = 0;
+    st->cols.len = st->data.len = 0;
     int r = st->in_txn ? 0 : raise_sync(st);
     if (r == 0) r = store_stmt_run(&st->conn, STMT_SAVEPOINT, "starting a write");
     if (r < 0 && !st->in_txn) lower_sync(st);
@@ -763,7 +779,7 @@ static int place_tensor(store_t *st, const char *job_id, bool output, int slot, 
         r = place_bytes(st, true, t->data, t->nbytes, t->blob, written, &rec);
         if (r == 0 && rec.where == STORE_IN_FILE) r = refs_note(&st->write_refs, rec.file, 1);
     }
-    if (r == 0) r = store_tensors_append(&st->cols, &rec);
+    if (r == 0) r = store_tensors_append(&st->cols, &st->data, &rec);
     if (r < 0) return r;
     char *blob = NULL;
     if (rec.where != STORE_IN_BUFFER) {
@@ -775,13 +791,11 @@ static int place_tensor(store_t *st, const char *job_id, bool output, int slot, 
     return 0;
 }
 
-/* Binds st->cols (the records place_tensor appended) to col, NULL when there are none. */
+/* Binds the records place_tensor appended to col and their bytes to col + 1 (NULL for none). */
 static void bind_cols(store_t *st, sqlite3_stmt *stmt, int col)
 {
-    if (st->cols.len)
-        sqlite3_bind_blob64(stmt, col, st->cols.p, st->cols.len, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(stmt, col);
+    bind_bytes(stmt, col, &st->cols);
+    bind_bytes(stmt, col + 1, &st->data);
 }
 
 static void free_blobs(char **blobs)

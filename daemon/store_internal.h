@@ -204,7 +204,8 @@ typedef struct store_tensor_rec {
     char name[32];
     tensor_desc_t desc;
     uint64_t nbytes;
-    const void *data; /* IN_ROW: the bytes (decoded: pointing into the column's bytes) */
+    const void *data;                   /* IN_ROW, to append: the bytes */
+    uint64_t at;                        /* IN_ROW: where they start in the data column */
     char file[4 + STORE_BLOB_NAME_LEN]; /* IN_FILE */
     uint64_t offset;                    /* IN_FILE */
     char buffer_id[ID_SIZE];            /* IN_BUFFER */
@@ -216,8 +217,9 @@ typedef struct store_bytes {
     size_t len, cap;
 } store_bytes_t;
 
-/* Appends rec's record to b. -EINVAL for a record that cannot be written, -ENOMEM. */
-int store_tensors_append(store_bytes_t *b, const store_tensor_rec_t *rec);
+/* Appends rec's record to b, and for a tensor in the row its bytes to data (setting rec->at).
+ * -EINVAL for a record that cannot be written, -ENOMEM. */
+int store_tensors_append(store_bytes_t *b, store_bytes_t *data, store_tensor_rec_t *rec);
 /* Decodes the record at *pos of a column's len bytes into *ret and moves *pos past it: 1, or 0
  * at the end, or -EIO for malformed bytes. */
 int store_tensors_next(const void *bytes, size_t len, size_t *pos, store_tensor_rec_t *ret);

@@ -225,7 +225,8 @@ static int copy_out(const void *bytes, uint64_t len, const char *blob, uint64_t 
 }
 
 /* The bytes a job row holds for one of its tensors (the record of loc's slot in its inputs or
- * outputs column); -ENOENT when there is no such job or its bytes are not in the row. */
+ * outputs column says where in in_data or out_data); -ENOENT when its bytes are not in the
+ * row. */
 static int read_tensor_bytes(sqlite3_stmt *stmt, const store_locator_t *loc, const char *blob,
                              uint64_t nbytes, void **ret_data)
 {
@@ -234,11 +235,17 @@ static int read_tensor_bytes(sqlite3_stmt *stmt, const store_locator_t *loc, con
     size_t len = (size_t)sqlite3_column_bytes(stmt, col), pos = 0;
     store_tensor_rec_t rec;
     int k;
-    while ((k = store_tensors_next(bytes, len, &pos, &rec)) > 0)
-        if (rec.slot == loc->slot)
-            return rec.where == STORE_IN_ROW
-                       ? copy_out(rec.data, rec.nbytes, blob, nbytes, ret_data)
-                       : -ENOENT;
+    while ((k = store_tensors_next(bytes, len, &pos, &rec)) > 0) {
+        if (rec.slot != loc->slot) continue;
+        if (rec.where != STORE_IN_ROW) return -ENOENT;
+        const unsigned char *data = sqlite3_column_blob(stmt, col + 2);
+        uint64_t data_len = (uint64_t)sqlite3_column_bytes(stmt, col + 2);
+        if (rec.at > data_len || rec.nbytes > data_len - rec.at) {
+            k = -EIO;
+            break;
+        }
+        return copy_out(rec.nbytes ? data + rec.at : NULL, rec.nbytes, blob, nbytes, ret_data);
+    }
     return k < 0 ? corrupt(loc->id, loc->output ? "outputs" : "inputs") : -ENOENT;
 }
 

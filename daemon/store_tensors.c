@@ -1,5 +1,7 @@
-/* A job's tensors inside its own row: the inputs in one BLOB column and the outputs in another,
- * each a sequence of records. Until schema version 5 every tensor had a row of its own, three
+/* A job's tensors inside its own row: the inputs' records in one BLOB column and the outputs'
+ * in another, and the bytes of tensors kept in the row in two more, in_data and out_data, last
+ * in the row: SQLite reads them only when asked for them, and a job read back to be shown or
+ * waited for needs no bytes. Until schema version 5 every tensor had a row of its own, three
  * or four per tiny job: their inserts were a third of the loop thread's work per job
  * (bench_sched_throughput, with them skipped: 52 -> 36 µs per job of an array, 63 -> 40 µs for
  * single submissions). A job is now one row, written once when taken in and once when it ends.
@@ -8,7 +10,8 @@
  *
  *   u8 slot, u8 where (STORE_IN_ROW, STORE_IN_FILE, STORE_IN_BUFFER),
  *   u8 length + name, u8 length + dtype name, u8 ndim + ndim x u64 dims, u64 nbytes,
- *   then by where: the nbytes bytes | u8 length + file + u64 offset | u8 length + buffer id.
+ *   then by where: u64 offset in the data column | u8 length + file + u64 offset |
+ *   u8 length + buffer id.
  *
  * The decoder checks every length against what is left, so that a damaged row is an error and
  * never a read past its end. */
@@ -54,7 +57,7 @@ static void put_str(store_bytes_t *b, const char *s, size_t len)
     put(b, s, len);
 }
 
-int store_tensors_append(store_bytes_t *b, const store_tensor_rec_t *rec)
+int store_tensors_append(store_bytes_t *b, store_bytes_t *data, store_tensor_rec_t *rec)
 {
     const char *dtype = dtype_name(rec->desc.dtype);
     size_t name_len = strnlen(rec->name, sizeof rec->name - 1);
@@ -66,10 +69,12 @@ int store_tensors_append(store_bytes_t *b, const store_tensor_rec_t *rec)
         (rec->where == STORE_IN_ROW && rec->nbytes > 0 && !rec->data))
         return -EINVAL;
     size_t need = 2 + 1 + name_len + 1 + dtype_len + 1 + 8 * (size_t)rec->desc.ndim + 8;
-    if (rec->where == STORE_IN_ROW) need += rec->nbytes;
+    if (rec->where == STORE_IN_ROW) need += 8;
     if (rec->where == STORE_IN_FILE) need += 1 + file_len + 8;
     if (rec->where == STORE_IN_BUFFER) need += 1 + id_len;
-    if (reserve(b, need) < 0) return -ENOMEM;
+    if (reserve(b, need) < 0 ||
+        (rec->where == STORE_IN_ROW && reserve(data, (size_t)rec->nbytes) < 0))
+        return -ENOMEM;
     put_u8(b, (unsigned)rec->slot);
     put_u8(b, rec->where);
     put_str(b, rec->name, name_len);
@@ -78,7 +83,11 @@ int store_tensors_append(store_bytes_t *b, const store_tensor_rec_t *rec)
     for (int d = 0; d < rec->desc.ndim; d++)
         put_u64(b, (uint64_t)rec->desc.shape[d]);
     put_u64(b, rec->nbytes);
-    if (rec->where == STORE_IN_ROW) put(b, rec->data, rec->nbytes);
+    if (rec->where == STORE_IN_ROW) {
+        rec->at = data->len;
+        put(data, rec->data, (size_t)rec->nbytes);
+        put_u64(b, rec->at);
+    }
     if (rec->where == STORE_IN_FILE) {
         put_str(b, rec->file, file_len);
         put_u64(b, rec->offset);
@@ -147,7 +156,7 @@ int store_tensors_next(const void *bytes, size_t len, size_t *pos, store_tensor_
         rec.desc.shape[d] = (int64_t)get_u64(&r);
     rec.nbytes = get_u64(&r);
     if (rec.where == STORE_IN_ROW) {
-        rec.data = take(&r, rec.nbytes);
+        rec.at = get_u64(&r);
     } else if (rec.where == STORE_IN_FILE) {
         get_str(&r, rec.file, sizeof rec.file);
         rec.offset = get_u64(&r);
