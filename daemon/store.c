@@ -204,8 +204,12 @@ static const struct {
      * and drops tensors. */
     {5, "ALTER TABLE jobs ADD COLUMN inputs BLOB;"
         "ALTER TABLE jobs ADD COLUMN outputs BLOB;"
-        "ALTER TABLE jobs ADD COLUMN in_data BLOB;"
-        "ALTER TABLE jobs ADD COLUMN out_data BLOB;"
+        "CREATE TABLE job_bytes ("
+        "  job_id TEXT NOT NULL,"
+        "  output INTEGER NOT NULL,"
+        "  data BLOB NOT NULL,"
+        "  PRIMARY KEY (job_id, output)"
+        ");"
         "CREATE TABLE blob_refs ("
         "  file TEXT PRIMARY KEY,"
         "  refs INTEGER NOT NULL"
@@ -264,6 +268,21 @@ static void bind_bytes(sqlite3_stmt *stmt, int col, const store_bytes_t *b)
         sqlite3_bind_null(stmt, col);
 }
 
+/* Writes a job's inputs' (output 0) or outputs' bytes kept in the database, if it has any. */
+static int insert_bytes(store_conn_t *conn, const char *job_id, int output, const store_bytes_t *b)
+{
+    if (b->len == 0) return 0;
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_JOB_BYTES_INSERT);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, job_id, false);
+    sqlite3_bind_int(stmt, 2, output);
+    bind_bytes(stmt, 3, b);
+    int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(conn, "writing a job's bytes");
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    return r;
+}
+
 /* Schema 5: a job's tensor rows, in slot order, become the records of its inputs and outputs
  * columns; then the tensors table goes. */
 static int move_tensors_into_jobs(store_conn_t *conn)
@@ -276,10 +295,8 @@ static int move_tensors_into_jobs(store_conn_t *conn)
                            "SELECT job_id, role, slot, name, dtype, shape, nbytes, buffer_id, "
                            "data, file, file_offset FROM tensors ORDER BY job_id, role, slot",
                            -1, &rows, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(
-            conn->db,
-            "UPDATE jobs SET inputs = ?2, outputs = ?3, in_data = ?4, out_data = ?5 WHERE id = ?1",
-            -1, &update, NULL) != SQLITE_OK)
+        sqlite3_prepare_v2(conn->db, "UPDATE jobs SET inputs = ?2, outputs = ?3 WHERE id = ?1", -1,
+                           &update, NULL) != SQLITE_OK)
         r = store_sql_error(conn, "moving tensors into their jobs");
     for (bool more = r == 0; more;) {
         rc = sqlite3_step(rows);
@@ -287,13 +304,13 @@ static int move_tensors_into_jobs(store_conn_t *conn)
         const char *id = more ? (const char *)sqlite3_column_text(rows, 0) : NULL;
         if (job[0] && (!more || !id || strcmp(id, job) != 0)) {
             store_bind_text(update, 1, job, false);
-            for (int c = 0; c < 2; c++) {
-                bind_bytes(update, 2 + c, &cols[c]);
-                bind_bytes(update, 4 + c, &data[c]);
-            }
+            bind_bytes(update, 2, &cols[0]);
+            bind_bytes(update, 3, &cols[1]);
             if (sqlite3_step(update) != SQLITE_DONE)
                 r = store_sql_error(conn, "moving tensors into their jobs");
             sqlite3_reset(update);
+            for (int c = 0; c < 2 && r == 0; c++)
+                r = insert_bytes(conn, job, c, &data[c]);
             cols[0].len = cols[1].len = data[0].len = data[1].len = 0;
             moved++;
         }
@@ -791,13 +808,6 @@ static int place_tensor(store_t *st, const char *job_id, bool output, int slot, 
     return 0;
 }
 
-/* Binds the records place_tensor appended to col and their bytes to col + 1 (NULL for none). */
-static void bind_cols(store_t *st, sqlite3_stmt *stmt, int col)
-{
-    bind_bytes(stmt, col, &st->cols);
-    bind_bytes(stmt, col + 1, &st->data);
-}
-
 static void free_blobs(char **blobs)
 {
     for (int j = 0; j < OP_MAX_TENSORS; j++) {
@@ -894,11 +904,12 @@ int store_job_insert(store_t *st, job_t *job)
         store_bind_text(stmt, 11, job_state_name(job->state), false);
         sqlite3_bind_int64(stmt, 12, job->started_us);
         sqlite3_bind_int(stmt, 13, job->batch_size);
-        bind_cols(st, stmt, 14);
+        bind_bytes(stmt, 14, &st->cols);
         r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "inserting a job");
         sqlite3_reset(stmt);
         sqlite3_clear_bindings(stmt); /* drop the SQLITE_STATIC pointer to st->cols */
     }
+    if (r == 0) r = insert_bytes(&st->conn, id, 0, &st->data);
     r = write_end(st, r);
     if (r < 0) {
         written_remove(st, &written);
@@ -987,7 +998,7 @@ static int update_row(store_t *st, const job_t *job)
     store_bind_text(stmt, 11, job_state_name((job_state_t)from[0]), false);
     store_bind_text(stmt, 12, job_state_name((job_state_t)(from[1] >= 0 ? from[1] : from[0])),
                     false);
-    bind_cols(st, stmt, 13);
+    bind_bytes(stmt, 13, &st->cols);
     int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "updating a job");
     sqlite3_reset(stmt);
     sqlite3_clear_bindings(stmt);
@@ -1020,6 +1031,7 @@ int store_job_update(store_t *st, const job_t *job)
         r = place_tensor(st, job->id, true, j, output_name(job, j), &job->out[j], &written,
                          &blobs[j]);
     if (r == 0) r = update_row(st, job);
+    if (r == 0) r = insert_bytes(&st->conn, job->id, 1, &st->data);
     /* The job is const: the outputs' locators are read back with store_job_get. */
     free_blobs(blobs);
     r = write_end(st, r);
@@ -1180,12 +1192,15 @@ static int gc_batch(store_t *st, int64_t cutoff_us, blob_file_t **files, size_t 
             if (k < 0) log_warn("store: gc: job %s: its stored tensors are malformed", ids[i]);
         }
         sqlite3_reset(stmt);
-        if (r < 0) break;
-        stmt = store_stmt(&st->conn, STMT_GC_DELETE);
-        if (!stmt) return -EIO;
-        store_bind_text(stmt, 1, ids[i], false);
-        r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "deleting a job");
-        sqlite3_reset(stmt);
+        static const store_stmt_id_t deletes[] = {STMT_GC_DELETE_BYTES, STMT_GC_DELETE};
+        for (int d = 0; r == 0 && d < 2; d++) {
+            stmt = store_stmt(&st->conn, deletes[d]);
+            if (!stmt) return -EIO;
+            store_bind_text(stmt, 1, ids[i], false);
+            r = sqlite3_step(stmt) == SQLITE_DONE ? 0
+                                                  : store_sql_error(&st->conn, "deleting a job");
+            sqlite3_reset(stmt);
+        }
     }
     if (r == 0) *ret_n = n;
     return r;

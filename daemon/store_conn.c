@@ -19,18 +19,23 @@
 static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_JOB_INSERT] = "INSERT INTO jobs (id, owner, op, params, priority, device, deadline_us, "
                         "state, attempts, created_us, idempotency_key, started_us, batch_size, "
-                        "inputs, in_data) "
-                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?8, ?9, ?10, ?12, ?13, ?14, ?15)",
+                        "inputs) "
+                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?8, ?9, ?10, ?12, ?13, ?14)",
     /* The allowed previous states are bound as ?11 and ?12 (the same twice when only one is
      * allowed), so the check and the change are one atomic statement. */
     [STMT_JOB_UPDATE] = "UPDATE jobs SET state = ?2, attempts = ?3, started_us = ?4, "
                         "finished_us = ?5, run_device = ?6, gpu_ns = ?7, batch_size = ?8, "
-                        "error_code = ?9, error_message = ?10, outputs = ?13, out_data = ?14 "
+                        "error_code = ?9, error_message = ?10, outputs = ?13 "
                         "WHERE id = ?1 AND (state = ?11 OR state = ?12)",
     [STMT_JOB_STATE] = "SELECT state FROM jobs WHERE id = ?1",
     [STMT_JOB_GET] = "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1",
     [STMT_JOB_FIND_IDEMPOTENT] = "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
-    [STMT_JOB_TENSORS] = "SELECT inputs, outputs, in_data, out_data FROM jobs WHERE id = ?1",
+    [STMT_JOB_TENSORS] = "SELECT inputs, outputs FROM jobs WHERE id = ?1",
+    /* ?2: 0 for the inputs' bytes, 1 for the outputs'. */
+    [STMT_JOB_BYTES] = "SELECT j.inputs, j.outputs, b.data FROM jobs j LEFT JOIN job_bytes b "
+                       "ON b.job_id = j.id AND b.output = ?2 WHERE j.id = ?1",
+    [STMT_JOB_BYTES_INSERT] = "INSERT OR REPLACE INTO job_bytes (job_id, output, data) "
+                              "VALUES (?1, ?2, ?3)",
     [STMT_BUFFER_INSERT] = "INSERT INTO buffers (id, owner, dtype, shape, nbytes, resident, "
                            "created_us, data, file, device) "
                            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -53,6 +58,7 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_GC_SELECT] = "SELECT id FROM jobs INDEXED BY jobs_finished WHERE " STORE_FINAL_STATES
                        " AND finished_us < ?1 LIMIT ?2",
     [STMT_GC_DELETE] = "DELETE FROM jobs WHERE id = ?1",
+    [STMT_GC_DELETE_BYTES] = "DELETE FROM job_bytes WHERE job_id = ?1",
     [STMT_FILE_REFERENCED] = "SELECT coalesce((SELECT refs FROM blob_refs WHERE file = ?1), 0), "
                              "EXISTS (SELECT 1 FROM buffers WHERE file = ?1)",
     /* A transaction's changes to the count of job tensors naming a file, one per file at its

@@ -26,6 +26,8 @@ typedef enum store_stmt_id {
     STMT_JOB_GET,
     STMT_JOB_FIND_IDEMPOTENT,
     STMT_JOB_TENSORS,
+    STMT_JOB_BYTES,
+    STMT_JOB_BYTES_INSERT,
     STMT_BUFFER_INSERT,
     STMT_BUFFER_GET,
     STMT_BUFFER_DATA,
@@ -36,6 +38,7 @@ typedef enum store_stmt_id {
     STMT_USAGE_BUFFERS,
     STMT_GC_SELECT,
     STMT_GC_DELETE,
+    STMT_GC_DELETE_BYTES,
     STMT_FILE_REFERENCED,
     STMT_REFS_ADD,
     STMT_REFS_DROP,
@@ -205,7 +208,7 @@ typedef struct store_tensor_rec {
     tensor_desc_t desc;
     uint64_t nbytes;
     const void *data;                   /* IN_ROW, to append: the bytes */
-    uint64_t at;                        /* IN_ROW: where they start in the data column */
+    uint64_t at;                        /* IN_ROW: where they start in the job's bytes */
     char file[4 + STORE_BLOB_NAME_LEN]; /* IN_FILE */
     uint64_t offset;                    /* IN_FILE */
     char buffer_id[ID_SIZE];            /* IN_BUFFER */

@@ -224,9 +224,9 @@ static int copy_out(const void *bytes, uint64_t len, const char *blob, uint64_t 
     return 0;
 }
 
-/* The bytes a job row holds for one of its tensors (the record of loc's slot in its inputs or
- * outputs column says where in in_data or out_data); -ENOENT when its bytes are not in the
- * row. */
+/* The bytes the database holds for one of a job's tensors, from a row of STMT_JOB_BYTES: the
+ * record of loc's slot says where they are in the job's bytes. -ENOENT when they are not
+ * there. */
 static int read_tensor_bytes(sqlite3_stmt *stmt, const store_locator_t *loc, const char *blob,
                              uint64_t nbytes, void **ret_data)
 {
@@ -238,8 +238,8 @@ static int read_tensor_bytes(sqlite3_stmt *stmt, const store_locator_t *loc, con
     while ((k = store_tensors_next(bytes, len, &pos, &rec)) > 0) {
         if (rec.slot != loc->slot) continue;
         if (rec.where != STORE_IN_ROW) return -ENOENT;
-        const unsigned char *data = sqlite3_column_blob(stmt, col + 2);
-        uint64_t data_len = (uint64_t)sqlite3_column_bytes(stmt, col + 2);
+        const unsigned char *data = sqlite3_column_blob(stmt, 2);
+        uint64_t data_len = (uint64_t)sqlite3_column_bytes(stmt, 2);
         if (rec.at > data_len || rec.nbytes > data_len - rec.at) {
             k = -EIO;
             break;
@@ -257,9 +257,10 @@ int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void 
     if (loc.kind == STORE_LOCATOR_FILE)
         return store_blob_file_read(rd->conn.blobs_dir, loc.file, loc.offset, nbytes, ret_data);
     bool tensor = loc.kind == STORE_LOCATOR_TENSOR;
-    sqlite3_stmt *stmt = store_stmt(&rd->conn, tensor ? STMT_JOB_TENSORS : STMT_BUFFER_DATA);
+    sqlite3_stmt *stmt = store_stmt(&rd->conn, tensor ? STMT_JOB_BYTES : STMT_BUFFER_DATA);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, loc.id, false);
+    if (tensor) sqlite3_bind_int(stmt, 2, loc.output);
     int rc = sqlite3_step(stmt), r;
     if (rc != SQLITE_ROW)
         r = rc == SQLITE_DONE ? -ENOENT : store_sql_error(&rd->conn, "reading a blob");

@@ -1,16 +1,17 @@
 /* A job's tensors inside its own row: the inputs' records in one BLOB column and the outputs'
- * in another, and the bytes of tensors kept in the row in two more, in_data and out_data, last
- * in the row: SQLite reads them only when asked for them, and a job read back to be shown or
- * waited for needs no bytes. Until schema version 5 every tensor had a row of its own, three
- * or four per tiny job: their inserts were a third of the loop thread's work per job
- * (bench_sched_throughput, with them skipped: 52 -> 36 µs per job of an array, 63 -> 40 µs for
- * single submissions). A job is now one row, written once when taken in and once when it ends.
+ * in another. The bytes of the small tensors kept in the database go to job_bytes, one row for
+ * a job's inputs and one for its outputs, written once: in the job's row, every update of it
+ * (its start, its end) would write them again, and every read of it would read them. Until schema
+ * version 5 every tensor had a row of its own, three or four per tiny job: their inserts were a
+ * third of the loop thread's work per job (bench_sched_throughput, with them skipped: 52 -> 36 µs
+ * per job of an array, 63 -> 40 µs for single submissions). A job is now one row, written once when
+ * taken in and once when it ends.
  *
  * A record, integers little-endian:
  *
  *   u8 slot, u8 where (STORE_IN_ROW, STORE_IN_FILE, STORE_IN_BUFFER),
  *   u8 length + name, u8 length + dtype name, u8 ndim + ndim x u64 dims, u64 nbytes,
- *   then by where: u64 offset in the data column | u8 length + file + u64 offset |
+ *   then by where: u64 offset in the job's bytes | u8 length + file + u64 offset |
  *   u8 length + buffer id.
  *
  * The decoder checks every length against what is left, so that a damaged row is an error and

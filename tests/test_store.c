@@ -1366,12 +1366,14 @@ START_TEST(test_open_migrates_version_1_rows_to_the_current_schema)
     ck_assert_str_eq(job->out[0].name, "out");
     assert_blob_bytes(&f, job->out[0].blob, &out, sizeof out);
 
-    /* Deleting the job takes its file and its count with it. */
+    /* Deleting the job takes its file, its count and its bytes (inputs', outputs') with it. */
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM job_bytes WHERE job_id = 'j1'"), 2);
     int deleted = 0;
     ck_assert_int_eq(store_gc(f.st, now_us(), &deleted), 0);
     ck_assert_int_eq(deleted, 1);
     ck_assert(!blob_file_exists(&f, job->in[1].blob));
     ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM blob_refs"), 0);
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM job_bytes"), 0);
     job_free(job);
     fixture_teardown(&f);
 }
