@@ -48,7 +48,7 @@ struct store {
     /* blob_refs changes: the open write's, and the open transaction's (its writes' that were
      * kept), which its commit writes, one statement per file rather than one per tensor. */
     ref_deltas_t write_refs, txn_refs;
-    /* The records of the tensors of the job being written, and the bytes of those in its row. */
+    /* The records of the tensors of the job being written, and its job_bytes row's bytes. */
     store_bytes_t cols, data;
     /* Files whose rows were deleted: removed at the next durable commit. The first
      * n_unlink_committed were deleted by relaxed transactions already committed; the rest by

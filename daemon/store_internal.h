@@ -220,7 +220,8 @@ typedef struct store_bytes {
     size_t len, cap;
 } store_bytes_t;
 
-/* Appends rec's record to b, and for a tensor in the row its bytes to data (setting rec->at).
+/* Appends rec's record to b, and for a tensor kept in the database its bytes to data (the
+ * job's job_bytes row; setting rec->at).
  * -EINVAL for a record that cannot be written, -ENOMEM. */
 int store_tensors_append(store_bytes_t *b, store_bytes_t *data, store_tensor_rec_t *rec);
 /* Decodes the record at *pos of a column's len bytes into *ret and moves *pos past it: 1, or 0

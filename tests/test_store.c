@@ -47,16 +47,23 @@ typedef struct fixture {
     store_reader_t *rd;
 } fixture_t;
 
-static void fixture_setup(fixture_t *f)
+/* A fresh state directory whose store keeps tensors of up to inline_blob_bytes out of files of
+ * their own. */
+static void fixture_setup_inline(fixture_t *f, uint64_t inline_blob_bytes)
 {
     snprintf(f->dir, sizeof f->dir, "/tmp/test_store.XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(f->dir));
     memset(&f->cfg, 0, sizeof f->cfg);
     snprintf(f->cfg.state_dir, sizeof f->cfg.state_dir, "%s", f->dir);
-    f->cfg.inline_blob_bytes = INLINE_LIMIT;
+    f->cfg.inline_blob_bytes = inline_blob_bytes;
     f->cfg.sync_full = true;
     ck_assert_int_eq(store_open(&f->cfg, &f->st), 0);
     ck_assert_int_eq(store_reader_open(&f->cfg, &f->rd), 0);
+}
+
+static void fixture_setup(fixture_t *f)
+{
+    fixture_setup_inline(f, INLINE_LIMIT);
 }
 
 static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
@@ -887,14 +894,7 @@ static void insert_finished_with_segment_input(fixture_t *f, int64_t finished_us
 START_TEST(test_segment_bytes_read_back_across_buffer_flushes_and_large_appends)
 {
     fixture_t f;
-    snprintf(f.dir, sizeof f.dir, "/tmp/test_store.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(f.dir));
-    memset(&f.cfg, 0, sizeof f.cfg);
-    snprintf(f.cfg.state_dir, sizeof f.cfg.state_dir, "%s", f.dir);
-    f.cfg.inline_blob_bytes = 8 << 20;
-    f.cfg.sync_full = true;
-    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    fixture_setup_inline(&f, 8 << 20);
 
     /* f32 counts: small and odd (unaligned ends), a block, near the 1 MiB buffer, past it. */
     static const int64_t sizes[] = {150,    1000,   1023,   4096 / 4, 3001,
@@ -958,14 +958,7 @@ END_TEST
 START_TEST(test_small_tensors_share_a_segment_that_goes_with_its_last_job)
 {
     fixture_t f;
-    snprintf(f.dir, sizeof f.dir, "/tmp/test_store.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(f.dir));
-    memset(&f.cfg, 0, sizeof f.cfg);
-    snprintf(f.cfg.state_dir, sizeof f.cfg.state_dir, "%s", f.dir);
-    f.cfg.inline_blob_bytes = 65536;
-    f.cfg.sync_full = true;
-    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    fixture_setup_inline(&f, 65536);
 
     /* Three jobs' inputs land in one segment, each at its own offset past the header, and read
      * back; a job read from the store names the same place. */
@@ -1040,14 +1033,7 @@ static void insert_in_one_transaction(fixture_t *f, int n, bool commit)
 START_TEST(test_a_transaction_counts_the_tensors_naming_each_file_once_it_commits)
 {
     fixture_t f;
-    snprintf(f.dir, sizeof f.dir, "/tmp/test_store.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(f.dir));
-    memset(&f.cfg, 0, sizeof f.cfg);
-    snprintf(f.cfg.state_dir, sizeof f.cfg.state_dir, "%s", f.dir);
-    f.cfg.inline_blob_bytes = 65536;
-    f.cfg.sync_full = true;
-    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    fixture_setup_inline(&f, 65536);
 
     /* 20 inputs of 4 KiB: the first 64 KiB stay in their rows, the other 4 share a segment,
      * counted in one row. A rolled-back transaction counts nothing. */
