@@ -466,15 +466,7 @@ void store_blob_discard(store_t *st, const char *blob)
 
 static int refs_reserve(ref_deltas_t *d, size_t more)
 {
-    if (d->n + more <= d->cap) return 0;
-    size_t cap = d->cap ? d->cap * 2 : 16;
-    while (cap < d->n + more)
-        cap *= 2;
-    ref_delta_t *grown = realloc(d->a, cap * sizeof *grown);
-    if (!grown) return -ENOMEM;
-    d->a = grown;
-    d->cap = cap;
-    return 0;
+    return store_grow((void **)&d->a, &d->cap, d->n + more, sizeof *d->a, 16);
 }
 
 /* Adds what the open write changed to what its transaction will write; room was reserved. */
@@ -542,16 +534,10 @@ static int unlink_after_commit(store_t *st, const blob_file_t *files, size_t n)
             store_blob_file_remove(st->conn.blobs_dir, files[i]);
         return 0;
     }
-    if (st->n_unlink + n > st->cap_unlink) {
-        size_t cap = st->cap_unlink ? st->cap_unlink * 2 : 64;
-        while (cap < st->n_unlink + n)
-            cap *= 2;
-        blob_file_t *grown = realloc(st->unlink_on_commit, cap * sizeof *grown);
-        /* Out of memory: the files stay, and the sweep at the next open removes them. */
-        if (!grown) return -ENOMEM;
-        st->unlink_on_commit = grown;
-        st->cap_unlink = cap;
-    }
+    /* Out of memory: the files stay, and the sweep at the next open removes them. */
+    if (store_grow((void **)&st->unlink_on_commit, &st->cap_unlink, st->n_unlink + n,
+                   sizeof *st->unlink_on_commit, 64) < 0)
+        return -ENOMEM;
     memcpy(st->unlink_on_commit + st->n_unlink, files, n * sizeof *files);
     st->n_unlink += n;
     return 0;

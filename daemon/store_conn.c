@@ -221,6 +221,19 @@ int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_nu
     return sqlite3_bind_text(stmt, col, s, -1, SQLITE_TRANSIENT);
 }
 
+int store_grow(void **a, size_t *cap, size_t need, size_t elem_size, size_t first)
+{
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap * 2 : first;
+    while (n < need)
+        n *= 2;
+    void *grown = realloc(*a, n * elem_size);
+    if (!grown) return -ENOMEM;
+    *a = grown;
+    *cap = n;
+    return 0;
+}
+
 void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size)
 {
     const unsigned char *s = sqlite3_column_text(stmt, col);

@@ -89,6 +89,9 @@ int store_exec(store_conn_t *conn, const char *sql);
 int store_stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what);
 /* Binds a C string, or NULL for NULL or "" when empty_is_null. */
 int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_null);
+/* Makes room in the array *a (*cap elements of elem_size bytes) for need elements, doubling its
+ * capacity from first. 0, or -ENOMEM with the array as it was. */
+int store_grow(void **a, size_t *cap, size_t need, size_t elem_size, size_t first);
 /* Copies a text column into dst (truncating to size, always NUL-terminated). */
 void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size);
 

@@ -19,20 +19,11 @@
 #include "store_internal.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 static int reserve(store_bytes_t *b, size_t more)
 {
-    if (b->len + more <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + more)
-        cap *= 2;
-    unsigned char *grown = realloc(b->p, cap);
-    if (!grown) return -ENOMEM;
-    b->p = grown;
-    b->cap = cap;
-    return 0;
+    return store_grow((void **)&b->p, &b->cap, b->len + more, 1, 256);
 }
 
 static void put(store_bytes_t *b, const void *src, size_t n)
