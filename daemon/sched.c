@@ -1022,7 +1022,8 @@ static void dispatch(sched_t *s)
 
 /* ---------------------------------------------------------------- batch completion */
 
-/* Executor thread: persists large outputs off the loop, then hands the batch to the loop. */
+/* Executor thread: persists large outputs off the loop, and many small ones together (else the
+ * loop appends them to its segment), then hands the batch to the loop. */
 static void on_batch_done(exec_batch_t *batch, void *ud)
 {
     sched_t *s = ud;
@@ -1038,6 +1039,10 @@ static void on_batch_done(exec_batch_t *batch, void *ud)
             }
         }
     }
+    int r = store_blob_pack(s->st, batch->jobs, (size_t)batch->n, true);
+    if (r < 0)
+        log_warn("could not write a batch's outputs together (%s): the loop stores them",
+                 strerror(-r));
     msg_t *m = ((sched_batch_t *)batch->sched_priv)->done_msg;
     m->kind = MSG_DONE;
     m->batch = batch;
@@ -1620,19 +1625,25 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
         return;
     }
     int64_t now = now_us();
+    int r = 0;
     for (size_t i = 0; i < n; i++) {
         job_t *job = jobs[i];
         id_new('j', job->id);
         job->created_us = now;
         job->state = JOB_QUEUED;
-        for (int j = 0; j < OP_MAX_TENSORS; j++) {
-            int r = persist_large(s, &job->in[j]);
-            if (r < 0) {
-                reply_err(reply, token, -EIO, "could not persist an input tensor");
-                msg_free(m);
-                return;
-            }
-        }
+        for (int j = 0; j < OP_MAX_TENSORS && r == 0; j++)
+            r = persist_large(s, &job->in[j]);
+    }
+    /* An array's many small inputs too: written here, by the HTTP thread, not by the loop. */
+    if (r == 0) r = store_blob_pack(s->st, jobs, n, false);
+    if (r < 0) {
+        /* Files of their own only, which any thread may remove: a failed pack leaves none. */
+        for (size_t i = 0; i < n; i++)
+            for (int j = 0; j < OP_MAX_TENSORS; j++)
+                store_blob_discard(s->st, jobs[i]->in[j].blob);
+        reply_err(reply, token, -EIO, "could not persist the input tensors");
+        msg_free(m);
+        return;
     }
     post(s, m);
 }

@@ -23,8 +23,6 @@
 
 #define GC_BATCH 256
 
-typedef char blob_file_t[4 + STORE_BLOB_NAME_LEN];
-
 /* Changes to blob_refs, the count of job tensors naming each file, not written yet. */
 typedef struct ref_delta {
     blob_file_t file;
@@ -53,8 +51,12 @@ struct store {
     /* Files whose rows were deleted: removed at the next durable commit. The first
      * n_unlink_committed were deleted by relaxed transactions already committed; the rest by
      * the open transaction. */
-    blob_file_t *unlink_on_commit;
-    size_t n_unlink, n_unlink_committed, cap_unlink;
+    blob_files_t unlink;
+    size_t n_unlink_committed;
+    /* Shared files (segments, and segments written whole by other threads) that may have lost
+     * their last row in the open transaction, or never had one: at its end, those that no row
+     * names go. */
+    blob_files_t maybe_unused;
     /* Pages in the WAL after the last commit, once a checkpointer copies it back elsewhere
      * (store_checkpointer_open); read by that checkpointer's thread. */
     atomic_int wal_pages;
@@ -388,6 +390,28 @@ static int configure_writer(store_conn_t *conn)
     return r;
 }
 
+/* Removes the shared files that may have lost their last row, or never had one, if no row
+ * names them; the active segment stays whatever. A file that cannot be checked stays for the
+ * sweep at the next open. */
+static void remove_unused(store_t *st)
+{
+    for (size_t i = 0; i < st->maybe_unused.n; i++) {
+        const char *file = st->maybe_unused.a[i];
+        bool used = true;
+        if (!store_segment_is_active(&st->segment, file) &&
+            store_blob_file_referenced(&st->conn, file, 0, &used) == 0 && !used)
+            store_blob_file_remove(st->conn.blobs_dir, file);
+    }
+    st->maybe_unused.n = 0;
+}
+
+/* After a commit or rollback (of a transaction, or of a write outside one). */
+static void files_txn_end(store_t *st)
+{
+    store_segment_txn_end(&st->segment, &st->maybe_unused);
+    remove_unused(st);
+}
+
 int store_open(const config_t *cfg, store_t **ret)
 {
     int r = mkdir_if_missing(cfg->state_dir);
@@ -425,13 +449,15 @@ void store_close(store_t *st)
         log_warn("store: closing with a transaction open: rolling it back");
         store_rollback(st);
     }
-    store_segment_close(&st->segment, &st->conn);
+    store_segment_close(&st->segment, &st->maybe_unused);
+    remove_unused(st);
     store_conn_close(&st->conn);
     free(st->write_refs.a);
     free(st->txn_refs.a);
     free(st->cols.p);
     free(st->data.p);
-    free(st->unlink_on_commit);
+    free(st->unlink.a);
+    free(st->maybe_unused.a);
     free(st);
 }
 
@@ -455,11 +481,76 @@ int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_
 
 void store_blob_discard(store_t *st, const char *blob)
 {
-    /* Only a file of its own: a segment holds other tensors too. */
     store_locator_t loc;
-    if (blob && store_locator_parse(blob, &loc) == 0 && loc.kind == STORE_LOCATOR_FILE &&
-        loc.offset == 0)
+    if (!blob || store_locator_parse(blob, &loc) < 0 || loc.kind != STORE_LOCATOR_FILE) return;
+    if (loc.offset == 0) {
         store_blob_file_remove(st->conn.blobs_dir, loc.file);
+        return;
+    }
+    /* A segment holds other tensors too: it goes if no row names it once the transaction
+     * ends. Out of memory, it stays for the sweep at the next open. */
+    store_files_add(&st->maybe_unused, loc.file);
+    if (!st->in_txn) remove_unused(st);
+}
+
+/* The tensor slot of a job that store_blob_pack takes: bytes in memory for a row, of a size
+ * that would go to the loop's segment. */
+static job_tensor_t *packable(const store_t *st, job_t *job, bool outputs, int slot)
+{
+    job_tensor_t *t = outputs ? &job->out[slot] : &job->in[slot];
+    if (outputs && (slot >= job->call.n_out || job->error_code[0])) return NULL;
+    bool takes = t->data && !t->blob && !t->buffer_id[0] && t->nbytes >= STORE_SEGMENT_MIN_BYTES &&
+                 t->nbytes <= st->inline_blob_bytes;
+    return takes ? t : NULL;
+}
+
+int store_blob_pack(store_t *st, job_t *const *jobs, size_t n, bool outputs)
+{
+    size_t count = 0;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        for (int j = 0; j < OP_MAX_TENSORS; j++) {
+            job_tensor_t *t = packable(st, jobs[i], outputs, j);
+            if (!t) continue;
+            count++;
+            total += t->nbytes;
+        }
+    if (total <= STORE_TXN_ROW_BYTES) return 0;
+
+    const void **data = malloc(count * sizeof *data);
+    uint64_t *nbytes = malloc(count * sizeof *nbytes), *offsets = malloc(count * sizeof *offsets);
+    job_tensor_t **tensors = malloc(count * sizeof *tensors);
+    int r = data && nbytes && offsets && tensors ? 0 : -ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; r == 0 && i < n; i++)
+        for (int j = 0; j < OP_MAX_TENSORS; j++) {
+            job_tensor_t *t = packable(st, jobs[i], outputs, j);
+            if (!t) continue;
+            tensors[k] = t;
+            data[k] = t->data;
+            nbytes[k++] = t->nbytes;
+        }
+    blob_file_t file;
+    if (r == 0) r = store_segment_write(st->conn.blobs_dir, data, nbytes, count, file, offsets);
+    if (r == 0) {
+        k = 0;
+        while (k < count && (tensors[k]->blob = store_locator_file(file, offsets[k])))
+            k++;
+        if (k < count) {
+            /* Out of memory for the locators: the file goes with them. */
+            while (k-- > 0) {
+                free(tensors[k]->blob);
+                tensors[k]->blob = NULL;
+            }
+            store_blob_file_remove(st->conn.blobs_dir, file);
+            r = -ENOMEM;
+        }
+    }
+    free(data);
+    free(nbytes);
+    free(offsets);
+    free(tensors);
+    return r;
 }
 
 /* --- blob_refs --- */
@@ -520,9 +611,9 @@ static int64_t refs_pending(const store_t *st, const char *file)
 
 static void unlink_pending(store_t *st)
 {
-    for (size_t i = 0; i < st->n_unlink; i++)
-        store_blob_file_remove(st->conn.blobs_dir, st->unlink_on_commit[i]);
-    st->n_unlink = st->n_unlink_committed = 0;
+    for (size_t i = 0; i < st->unlink.n; i++)
+        store_blob_file_remove(st->conn.blobs_dir, st->unlink.a[i]);
+    st->unlink.n = st->n_unlink_committed = 0;
 }
 
 /* Removes files whose rows are gone: now when that deletion is committed, else at the caller's
@@ -535,11 +626,11 @@ static int unlink_after_commit(store_t *st, const blob_file_t *files, size_t n)
         return 0;
     }
     /* Out of memory: the files stay, and the sweep at the next open removes them. */
-    if (store_grow((void **)&st->unlink_on_commit, &st->cap_unlink, st->n_unlink + n,
-                   sizeof *st->unlink_on_commit, 64) < 0)
+    if (store_grow((void **)&st->unlink.a, &st->unlink.cap, st->unlink.n + n, sizeof *st->unlink.a,
+                   64) < 0)
         return -ENOMEM;
-    memcpy(st->unlink_on_commit + st->n_unlink, files, n * sizeof *files);
-    st->n_unlink += n;
+    memcpy(st->unlink.a + st->unlink.n, files, n * sizeof *files);
+    st->unlink.n += n;
     return 0;
 }
 
@@ -593,7 +684,7 @@ static void txn_end(store_t *st)
     st->in_txn = false;
     st->relaxed = false;
     lower_sync(st);
-    store_segment_txn_end(&st->segment, &st->conn);
+    files_txn_end(st);
 }
 
 int store_commit(store_t *st)
@@ -608,13 +699,13 @@ int store_commit(store_t *st)
         /* Files whose rows a relaxed commit deleted stay until a durable one: a power loss
          * may bring those rows back. */
         if (st->relaxed)
-            st->n_unlink_committed = st->n_unlink;
+            st->n_unlink_committed = st->unlink.n;
         else
             unlink_pending(st);
         txn_end(st);
     } else if (sqlite3_get_autocommit(st->conn.db)) {
         /* SQLite rolled the transaction back itself: nothing is left to commit or undo. */
-        st->n_unlink = st->n_unlink_committed;
+        st->unlink.n = st->n_unlink_committed;
         txn_end(st);
     }
     return r;
@@ -629,7 +720,7 @@ int store_rollback(store_t *st)
 {
     /* A failed store_commit may have ended the transaction already (SQLite rolled it back). */
     if (!st->in_txn) return 0;
-    st->n_unlink = st->n_unlink_committed; /* the open transaction's rows are back */
+    st->unlink.n = st->n_unlink_committed; /* the open transaction's rows are back */
     int r = sqlite3_get_autocommit(st->conn.db)
                 ? 0
                 : store_stmt_run(&st->conn, STMT_ROLLBACK, "ROLLBACK");
@@ -665,7 +756,7 @@ static int write_end(store_t *st, int r)
         if (st->in_txn) refs_merge(&st->txn_refs, &st->write_refs);
         if (!st->in_txn) {
             lower_sync(st);
-            store_segment_txn_end(&st->segment, &st->conn);
+            files_txn_end(st);
         }
         return 0;
     }
@@ -678,7 +769,7 @@ static int write_end(store_t *st, int r)
     }
     if (!st->in_txn) {
         lower_sync(st);
-        store_segment_txn_end(&st->segment, &st->conn);
+        files_txn_end(st);
     }
     return r;
 }
@@ -742,8 +833,8 @@ static int place_bytes(store_t *st, bool segments, const void *data, uint64_t nb
         memcpy(written->files[written->n++], rec->file, sizeof(blob_file_t));
     } else if (segments && nbytes >= STORE_SEGMENT_MIN_BYTES &&
                (!st->in_txn || st->txn_row_bytes + nbytes > STORE_TXN_ROW_BYTES)) {
-        int r =
-            store_segment_append(&st->segment, &st->conn, data, nbytes, rec->file, &rec->offset);
+        int r = store_segment_append(&st->segment, st->conn.blobs_dir, &st->maybe_unused, data,
+                                     nbytes, rec->file, &rec->offset);
         if (r < 0) return r;
     } else {
         rec->where = STORE_IN_ROW;
@@ -1130,10 +1221,8 @@ int store_recover(store_t *st, int max_attempts, void (*cb)(job_t *job, void *ud
 
 /* --- retention --- */
 
-/* Deletes up to GC_BATCH expired jobs; their files are appended to files (room for all the
- * batch's). */
-static int gc_batch(store_t *st, int64_t cutoff_us, blob_file_t **files, size_t *n_files,
-                    int *ret_n)
+/* Deletes up to GC_BATCH expired jobs; the files they named are added to files. */
+static int gc_batch(store_t *st, int64_t cutoff_us, blob_files_t *files, int *ret_n)
 {
     char ids[GC_BATCH][ID_SIZE];
     int n = 0, r = 0;
@@ -1166,13 +1255,7 @@ static int gc_batch(store_t *st, int64_t cutoff_us, blob_file_t **files, size_t 
                 r = refs_note(&st->write_refs, rec.file, -1);
                 if (r < 0) break;
                 if (known) continue;
-                blob_file_t *grown = realloc(*files, (*n_files + 1) * sizeof **files);
-                if (!grown) {
-                    r = -ENOMEM;
-                    break;
-                }
-                *files = grown;
-                memcpy((*files)[(*n_files)++], rec.file, sizeof(blob_file_t));
+                if ((r = store_files_add(files, rec.file)) < 0) break;
             }
             /* A job whose tensors cannot be read still goes; its files go at the next sweep. */
             if (k < 0) log_warn("store: gc: job %s: its stored tensors are malformed", ids[i]);
@@ -1197,28 +1280,27 @@ int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted)
     int deleted = 0, n = GC_BATCH, r = 0;
     /* Batches keep each transaction (and the time the loop thread spends in it) short. */
     while (r == 0 && n == GC_BATCH) {
-        blob_file_t *files = NULL;
-        size_t n_files = 0;
+        blob_files_t files = {0};
         r = write_begin(st);
         if (r < 0) break;
-        r = write_end(st, gc_batch(st, cutoff_us, &files, &n_files, &n));
+        r = write_end(st, gc_batch(st, cutoff_us, &files, &n));
         if (r == 0) {
             deleted += n;
             /* A file goes with the last row naming it: segments hold many jobs' tensors, and
              * the active one is still being appended to. Failing to remove one only leaves it
              * for the sweep at the next open. */
             size_t unused = 0;
-            for (size_t i = 0; i < n_files; i++) {
+            for (size_t i = 0; i < files.n; i++) {
                 bool used = true;
-                if (!store_segment_is_active(&st->segment, files[i]) &&
-                    store_blob_file_referenced(&st->conn, files[i], refs_pending(st, files[i]),
+                if (!store_segment_is_active(&st->segment, files.a[i]) &&
+                    store_blob_file_referenced(&st->conn, files.a[i], refs_pending(st, files.a[i]),
                                                &used) == 0 &&
                     !used)
-                    memcpy(files[unused++], files[i], sizeof *files);
+                    memcpy(files.a[unused++], files.a[i], sizeof *files.a);
             }
-            unlink_after_commit(st, files, unused);
+            unlink_after_commit(st, files.a, unused);
         }
-        free(files);
+        free(files.a);
     }
     if (r < 0) return r;
     if (deleted > 0) log_debug("store: gc deleted %d finished job(s)", deleted);

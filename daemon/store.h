@@ -32,8 +32,16 @@ void store_close(store_t *st);
  * blobs/ (fsync'd) and returns its locator in *ret_blob (malloc'd). Any thread. For data of
  * at most inline_blob_bytes it does nothing and sets *ret_blob = NULL: the row keeps them. */
 int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_blob);
-/* Removes a file store_blob_write made for a row that will never be written (a tensor in a
- * segment file is left alone). Any thread. */
+/* Writes the small tensors of many jobs (an array submission's inputs, or with outputs a
+ * finished batch's outputs, but for failed jobs) to one new file, each at its own offset, when
+ * together they would weigh on the loop thread's group commit (past 64 KiB): the thread that
+ * has them writes and syncs them, in parallel with others, and the rows only name them. Sets
+ * each such tensor's blob; below the threshold, nothing. Any thread. */
+int store_blob_pack(store_t *st, job_t *const *jobs, size_t n, bool outputs);
+/* Removes a file store_blob_write made for a row that will never be written. Any thread. A
+ * tensor in a file shared with others (store_blob_pack's, the loop's segments): the file goes
+ * when no row names it at the end of the open transaction, or now outside one; loop thread
+ * only. */
 void store_blob_discard(store_t *st, const char *blob);
 
 /* A large upload written to a blob file of its own as its bytes arrive: it never sits whole in

@@ -234,6 +234,14 @@ int store_grow(void **a, size_t *cap, size_t need, size_t elem_size, size_t firs
     return 0;
 }
 
+int store_files_add(blob_files_t *l, const char *file)
+{
+    if (l->n > 0 && strcmp(l->a[l->n - 1], file) == 0) return 0;
+    if (store_grow((void **)&l->a, &l->cap, l->n + 1, sizeof *l->a, 16) < 0) return -ENOMEM;
+    snprintf(l->a[l->n++], sizeof *l->a, "%s", file);
+    return 0;
+}
+
 void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size)
 {
     const unsigned char *s = sqlite3_column_text(stmt, col);

@@ -104,6 +104,18 @@ int store_shape_parse(const char *text, tensor_desc_t *d);
 #define STORE_BLOB_NAME_LEN 32 /* hex digits of a file blob's random name */
 #define STORE_LOCATOR_SIZE 96
 
+/* A blob file's name under blobs/: "ab/<32 hex digits>". */
+typedef char blob_file_t[4 + STORE_BLOB_NAME_LEN];
+
+/* A growable list of blob files. */
+typedef struct blob_files {
+    blob_file_t *a;
+    size_t n, cap;
+} blob_files_t;
+
+/* Appends file, unless it is the list's last already: 0, or -ENOMEM. */
+int store_files_add(blob_files_t *l, const char *file);
+
 typedef enum store_locator_kind {
     STORE_LOCATOR_FILE,   /* "file:ab/ab0123..." under blobs/, or "file:ab/ab0123...@OFFSET"
                              for a tensor inside a segment file */
@@ -163,8 +175,6 @@ int store_blob_sweep_orphans(store_conn_t *conn, int *ret_removed);
  * only one for a job's relaxed end). Past it, a large group commit uses the segment. */
 #define STORE_TXN_ROW_BYTES (64 * 1024)
 
-#define STORE_SEGMENT_RETIRED_MAX 4
-
 typedef struct store_segment {
     int fd; /* -1 when no segment is active */
     char file[4 + STORE_BLOB_NAME_LEN];
@@ -175,25 +185,28 @@ typedef struct store_segment {
     uint64_t buf_off;
     bool dirty;  /* appended to since the last sync */
     bool failed; /* a sync failed: the transaction cannot commit; abandoned at its end */
-    char retired[STORE_SEGMENT_RETIRED_MAX][4 + STORE_BLOB_NAME_LEN]; /* in this transaction */
-    int n_retired;
 } store_segment_t;
 
 void store_segment_init(store_segment_t *seg);
-/* Appends nbytes to the active segment (starting one, or a new one when it is full) and
+/* Appends nbytes to the active segment (starting one, or a new one when it is full, adding
+ * the full one to retired: whether a row names it is known when the transaction ends) and
  * returns where they went. The caller's commit must store_segment_sync() first. */
-int store_segment_append(store_segment_t *seg, store_conn_t *conn, const void *data,
-                         uint64_t nbytes, char ret_file[4 + STORE_BLOB_NAME_LEN],
+int store_segment_append(store_segment_t *seg, const char *blobs_dir, blob_files_t *retired,
+                         const void *data, uint64_t nbytes, blob_file_t ret_file,
                          uint64_t *ret_offset);
 /* fdatasync()s what was appended since the last sync; once one failed, -EIO until the
  * transaction ends. */
 int store_segment_sync(store_segment_t *seg);
-/* After a commit or rollback: abandons a segment whose sync failed, and removes retired ones
- * that no row names. */
-void store_segment_txn_end(store_segment_t *seg, store_conn_t *conn);
+/* After a commit or rollback: retires a segment whose sync failed. */
+void store_segment_txn_end(store_segment_t *seg, blob_files_t *retired);
 /* True for the segment still being appended to, which no collection may remove. */
 bool store_segment_is_active(const store_segment_t *seg, const char *file);
-void store_segment_close(store_segment_t *seg, store_conn_t *conn);
+void store_segment_close(store_segment_t *seg, blob_files_t *retired);
+/* Writes a whole segment at once, into a new file (fdatasync'd, as store_blob_file_write's):
+ * the n pieces data[i] of nbytes[i] bytes each, behind the header, at ret_offsets[i]. Any
+ * thread. */
+int store_segment_write(const char *blobs_dir, const void *const *data, const uint64_t *nbytes,
+                        size_t n, blob_file_t ret_file, uint64_t *ret_offsets);
 
 /* --- a job's tensors in its row (store_tensors.c) --- */
 

@@ -5,7 +5,9 @@
  * written once, and the commit that names them syncs the file once (store_segment_sync).
  *
  * One segment is active at a time, appended to by the loop thread only (the store_t owner); a
- * full one is retired and a new one created. A segment starts with a short header, so that no
+ * full one is retired and a new one created. Other threads write whole segments of their own
+ * at once (store_segment_write): the many small tensors of an array submission, or of a batch's
+ * outputs, which the loop then only names. A segment starts with a short header, so that no
  * tensor sits at offset 0, which locators keep for whole-file blobs. Bytes of rows that were
  * never committed stay in the file as garbage; a file goes once no row names it (store_gc, the
  * check at the end of the transaction that retired it, and the orphan sweep at open).
@@ -20,11 +22,13 @@
  * next fdatasync may succeed without the lost pages. So a failure sticks to the transaction
  * (every later sync in it fails) and the segment is abandoned when the transaction ends. A
  * failed write does the same. */
+#define _GNU_SOURCE /* IOV_MAX */
 #include "store_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -35,6 +39,12 @@
 #define SEGMENT_BLOCK 4096
 /* The write buffer; larger appends go to the file directly. */
 #define SEGMENT_BUF_BYTES (UINT64_C(1) << 20)
+
+static void header(unsigned char buf[SEGMENT_HEADER_BYTES])
+{
+    memset(buf, 0, SEGMENT_HEADER_BYTES);
+    memcpy(buf, SEGMENT_HEADER, sizeof SEGMENT_HEADER - 1);
+}
 
 void store_segment_init(store_segment_t *seg)
 {
@@ -63,36 +73,22 @@ static int flush(store_segment_t *seg, bool partial)
     return 0;
 }
 
-/* Removes file when no row names it. */
-static void remove_if_unused(store_conn_t *conn, const char *file)
-{
-    bool used = true;
-    if (store_blob_file_referenced(conn, file, 0, &used) == 0 && !used)
-        store_blob_file_remove(conn->blobs_dir, file);
-}
-
 /* Closes the active segment. Whether a row still names it is known once the transaction that
- * retires it has ended (its rows may yet be rolled back): store_segment_txn_end looks. */
-static void retire(store_segment_t *seg)
+ * retires it has ended (its rows may yet be rolled back): the store looks then. Should there be
+ * no room to note it, the sweep at the next open removes it if no row does. */
+static void retire(store_segment_t *seg, blob_files_t *retired)
 {
     if (seg->fd < 0) return;
     close(seg->fd);
-    if (seg->n_retired == STORE_SEGMENT_RETIRED_MAX) {
-        /* Rotations within one transaction: the oldest is forgotten, as whether its rows are
-         * kept is not known before the transaction ends (the counts in blob_refs are written
-         * at its commit). Should none be, the sweep at the next open removes it. */
-        memmove(seg->retired[0], seg->retired[1], sizeof seg->retired - sizeof seg->retired[0]);
-        seg->n_retired--;
-    }
-    memcpy(seg->retired[seg->n_retired++], seg->file, sizeof seg->file);
+    store_files_add(retired, seg->file);
     seg->fd = -1;
     seg->file[0] = '\0';
     seg->size = 0;
     seg->dirty = seg->failed = false;
 }
 
-int store_segment_append(store_segment_t *seg, store_conn_t *conn, const void *data,
-                         uint64_t nbytes, char ret_file[4 + STORE_BLOB_NAME_LEN],
+int store_segment_append(store_segment_t *seg, const char *blobs_dir, blob_files_t *retired,
+                         const void *data, uint64_t nbytes, blob_file_t ret_file,
                          uint64_t *ret_offset)
 {
     if (seg->failed) return -EIO;
@@ -100,18 +96,17 @@ int store_segment_append(store_segment_t *seg, store_conn_t *conn, const void *d
         /* Its bytes appended so far must be on disk before a commit names them. */
         int r = store_segment_sync(seg);
         if (r < 0) return r;
-        retire(seg);
+        retire(seg, retired);
     }
     if (!seg->buf && !(seg->buf = malloc(SEGMENT_BUF_BYTES))) return -ENOMEM;
     if (seg->fd < 0) {
         char path[PATH_MAX + 64];
-        int r = store_blob_file_create(conn->blobs_dir, seg->file, path, &seg->fd);
+        int r = store_blob_file_create(blobs_dir, seg->file, path, &seg->fd);
         if (r < 0) {
             store_segment_init(seg);
             return log_error_errno(r, "store: cannot start a segment file: %s", strerror(-r));
         }
-        memset(seg->buf, 0, SEGMENT_HEADER_BYTES);
-        memcpy(seg->buf, SEGMENT_HEADER, sizeof SEGMENT_HEADER - 1);
+        header(seg->buf);
         seg->buf_off = 0;
         seg->size = SEGMENT_HEADER_BYTES;
     }
@@ -158,15 +153,12 @@ int store_segment_sync(store_segment_t *seg)
     return 0;
 }
 
-void store_segment_txn_end(store_segment_t *seg, store_conn_t *conn)
+void store_segment_txn_end(store_segment_t *seg, blob_files_t *retired)
 {
     if (seg->failed) {
         log_warn("store: segment '%s' abandoned after a failed sync", seg->file);
-        retire(seg);
+        retire(seg, retired);
     }
-    for (int i = 0; i < seg->n_retired; i++)
-        remove_if_unused(conn, seg->retired[i]);
-    seg->n_retired = 0;
 }
 
 bool store_segment_is_active(const store_segment_t *seg, const char *file)
@@ -174,11 +166,61 @@ bool store_segment_is_active(const store_segment_t *seg, const char *file)
     return seg->fd >= 0 && strcmp(seg->file, file) == 0;
 }
 
-void store_segment_close(store_segment_t *seg, store_conn_t *conn)
+void store_segment_close(store_segment_t *seg, blob_files_t *retired)
 {
-    store_segment_txn_end(seg, conn);
+    store_segment_txn_end(seg, retired);
     if (seg->fd >= 0) close(seg->fd);
     free(seg->buf);
     seg->buf = NULL;
     store_segment_init(seg);
+}
+
+/* pwritev() of all n pieces, however many the kernel takes per call. */
+static int pwritev_all(int fd, struct iovec *iov, size_t n, uint64_t offset)
+{
+    while (n > 0) {
+        ssize_t w = pwritev(fd, iov, n < IOV_MAX ? (int)n : IOV_MAX, (off_t)offset);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        offset += (uint64_t)w;
+        for (; n > 0 && (size_t)w >= iov->iov_len; iov++, n--)
+            w -= (ssize_t)iov->iov_len;
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+int store_segment_write(const char *blobs_dir, const void *const *data, const uint64_t *nbytes,
+                        size_t n, blob_file_t ret_file, uint64_t *ret_offsets)
+{
+    unsigned char head[SEGMENT_HEADER_BYTES];
+    struct iovec *iov = malloc((n + 1) * sizeof *iov);
+    if (!iov) return -ENOMEM;
+    header(head);
+    iov[0] = (struct iovec){head, sizeof head};
+    uint64_t at = sizeof head;
+    for (size_t i = 0; i < n; i++) {
+        iov[i + 1] = (struct iovec){(void *)data[i], nbytes[i]};
+        ret_offsets[i] = at;
+        at += nbytes[i];
+    }
+    char path[PATH_MAX + 64];
+    int fd;
+    int r = store_blob_file_create(blobs_dir, ret_file, path, &fd);
+    if (r == 0) {
+        r = pwritev_all(fd, iov, n + 1, 0);
+        if (r == 0 && fdatasync(fd) < 0) r = -errno;
+        if (close(fd) < 0 && r == 0) r = -errno;
+        if (r < 0) {
+            unlink(path);
+            log_error("store: writing segment '%s': %s", path, strerror(-r));
+        }
+    }
+    free(iov);
+    return r;
 }

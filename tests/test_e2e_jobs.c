@@ -643,7 +643,10 @@ END_TEST
 START_TEST(test_array_of_100_jobs_in_one_post)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("");
-    enum { JOBS = 100, N = 16 };
+    /* 4 KiB tensors: the array's inputs, and each batch's outputs, come to more than 64 KiB, so
+     * that they are written together to files of their own (store_blob_pack), which the
+     * answers read back. */
+    enum { JOBS = 100, N = 1024 };
     static const int64_t shape[] = {N};
     static double x[JOBS][N], y[JOBS][N];
     uint32_t seed = 11;

@@ -1015,6 +1015,153 @@ START_TEST(test_small_tensors_share_a_segment_that_goes_with_its_last_job)
 }
 END_TEST
 
+/* n jobs, each with a 4 KiB input y and, when with_output, a 4 KiB output, succeeded. */
+static void make_small_tensor_jobs(job_t **jobs, int n, bool with_output)
+{
+    for (int i = 0; i < n; i++) {
+        jobs[i] = make_job(&test_op, "alice", 1000 + i);
+        jobs[i]->call.has_in[1] = true;
+        tensor_set(&jobs[i]->in[1], "y", 1024, 100u + (unsigned)i);
+        jobs[i]->call.in[1] = jobs[i]->in[1].desc;
+        if (!with_output) continue;
+        jobs[i]->call.n_out = 1;
+        tensor_set(&jobs[i]->out[0], "out", 1024, 200u + (unsigned)i);
+    }
+}
+
+/* The file part of a locator "file:<file>@<offset>", for comparing two. */
+static size_t locator_file_len(const char *blob)
+{
+    const char *at = blob ? strchr(blob, '@') : NULL;
+    ck_assert_msg(at && atoll(at + 1) >= 64, "not in a shared file: %s", blob ? blob : "NULL");
+    return (size_t)(at - blob);
+}
+
+START_TEST(test_pack_writes_many_jobs_small_tensors_to_one_file_that_goes_with_its_last_job)
+{
+    fixture_t f;
+    fixture_setup_inline(&f, 65536);
+    enum { N = 20 };
+    job_t *jobs[N];
+    make_small_tensor_jobs(jobs, N, true);
+
+    /* 64 KiB of tensors weigh little on a group commit: they are left to it. */
+    ck_assert_int_eq(store_blob_pack(f.st, jobs, 16, false), 0);
+    for (int i = 0; i < 16; i++)
+        ck_assert_ptr_null(jobs[i]->in[1].blob);
+    ck_assert_int_eq(count_blob_files(&f), 0);
+
+    /* 80 KiB go to one file, each tensor at its own offset; inputs too small for a segment
+     * (x, 32 bytes) stay for the row. */
+    ck_assert_int_eq(store_blob_pack(f.st, jobs, N, false), 0);
+    ck_assert_int_eq(count_blob_files(&f), 1);
+    size_t len = locator_file_len(jobs[0]->in[1].blob);
+    for (int i = 0; i < N; i++) {
+        ck_assert_ptr_null(jobs[i]->in[0].blob);
+        ck_assert_uint_eq(locator_file_len(jobs[i]->in[1].blob), len);
+        ck_assert_int_eq(strncmp(jobs[i]->in[1].blob, jobs[0]->in[1].blob, len), 0);
+        ck_assert(i == 0 || strcmp(jobs[i]->in[1].blob, jobs[i - 1]->in[1].blob) != 0);
+    }
+
+    /* A batch's outputs likewise, but a failed job's, which no row keeps. */
+    snprintf(jobs[3]->error_code, sizeof jobs[3]->error_code, "%s", "kernel_failed");
+    ck_assert_int_eq(store_blob_pack(f.st, jobs, N, true), 0);
+    ck_assert_int_eq(count_blob_files(&f), 2);
+    ck_assert_ptr_null(jobs[3]->out[0].blob);
+    len = locator_file_len(jobs[0]->out[0].blob);
+    for (int i = 0; i < N; i++)
+        if (i != 3) ck_assert_int_eq(strncmp(jobs[i]->out[0].blob, jobs[0]->out[0].blob, len), 0);
+
+    /* The rows name the tensors where they are, and read back equal, after a restart too. */
+    ck_assert_int_eq(store_begin(f.st), 0);
+    for (int i = 0; i < N; i++) {
+        jobs[i]->state = JOB_RUNNING;
+        jobs[i]->started_us = 1000 + i;
+        ck_assert_int_eq(store_job_insert(f.st, jobs[i]), 0);
+    }
+    ck_assert_int_eq(store_commit(f.st), 0);
+    for (int i = 0; i < N; i++) {
+        jobs[i]->state = i == 3 ? JOB_FAILED : JOB_SUCCEEDED;
+        jobs[i]->finished_us = 1000 + i;
+        ck_assert_int_eq(store_job_update(f.st, jobs[i]), 0);
+    }
+    store_reader_close(f.rd);
+    store_close(f.st);
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    ck_assert_int_eq(count_blob_files(&f), 2);
+    for (int i = 0; i < N; i++) {
+        job_t *got = get_job(&f, jobs[i]->id);
+        ck_assert_str_eq(got->in[1].blob, jobs[i]->in[1].blob);
+        assert_blob_bytes(&f, got->in[1].blob, jobs[i]->in[1].data, jobs[i]->in[1].nbytes);
+        if (i != 3) assert_blob_bytes(&f, got->out[0].blob, jobs[i]->out[0].data, 4096);
+        job_free(got);
+    }
+
+    /* The files go with the last job naming them. */
+    int deleted = -1;
+    ck_assert_int_eq(store_gc(f.st, 1010, &deleted), 0);
+    ck_assert_int_eq(deleted, 10);
+    ck_assert(blob_file_exists(&f, jobs[0]->in[1].blob));
+    ck_assert(blob_file_exists(&f, jobs[0]->out[0].blob));
+    ck_assert_int_eq(store_gc(f.st, 1020, &deleted), 0);
+    ck_assert_int_eq(deleted, 10);
+    ck_assert_int_eq(count_blob_files(&f), 0);
+
+    for (int i = 0; i < N; i++)
+        job_free(jobs[i]);
+    fixture_teardown(&f);
+}
+END_TEST
+
+/* A file store_blob_pack wrote goes once its tensors are discarded and no row names it: at the
+ * end of the transaction (rolled back or not), or at once outside one. */
+START_TEST(test_discarded_packed_tensors_take_their_file_once_no_row_names_it)
+{
+    fixture_t f;
+    fixture_setup_inline(&f, 65536);
+    enum { N = 20 };
+    job_t *jobs[N];
+
+    /* One job's row commits: the file stays for it. */
+    make_small_tensor_jobs(jobs, N, false);
+    ck_assert_int_eq(store_blob_pack(f.st, jobs, N, false), 0);
+    ck_assert_int_eq(store_begin(f.st), 0);
+    ck_assert_int_eq(store_job_insert(f.st, jobs[0]), 0);
+    for (int i = 1; i < N; i++)
+        store_blob_discard(f.st, jobs[i]->in[1].blob);
+    ck_assert(blob_file_exists(&f, jobs[0]->in[1].blob));
+    ck_assert_int_eq(store_commit(f.st), 0);
+    ck_assert(blob_file_exists(&f, jobs[0]->in[1].blob));
+    for (int i = 0; i < N; i++)
+        job_free(jobs[i]);
+    ck_assert_int_eq(count_blob_files(&f), 1);
+
+    /* Rolled back: the file goes with the transaction. */
+    make_small_tensor_jobs(jobs, N, false);
+    ck_assert_int_eq(store_blob_pack(f.st, jobs, N, false), 0);
+    ck_assert_int_eq(count_blob_files(&f), 2);
+    ck_assert_int_eq(store_begin(f.st), 0);
+    ck_assert_int_eq(store_job_insert(f.st, jobs[0]), 0);
+    for (int i = 0; i < N; i++)
+        store_blob_discard(f.st, jobs[i]->in[1].blob);
+    ck_assert_int_eq(store_rollback(f.st), 0);
+    ck_assert(!blob_file_exists(&f, jobs[0]->in[1].blob));
+    for (int i = 0; i < N; i++)
+        job_free(jobs[i]);
+
+    /* Outside a transaction, at once. */
+    make_small_tensor_jobs(jobs, N, false);
+    ck_assert_int_eq(store_blob_pack(f.st, jobs, N, false), 0);
+    ck_assert_int_eq(count_blob_files(&f), 2);
+    store_blob_discard(f.st, jobs[5]->in[1].blob);
+    ck_assert_int_eq(count_blob_files(&f), 1);
+    for (int i = 0; i < N; i++)
+        job_free(jobs[i]);
+    fixture_teardown(&f);
+}
+END_TEST
+
 /* Inserts n jobs, each with a 4 KiB input, in one transaction that commits or rolls back. */
 static void insert_in_one_transaction(fixture_t *f, int n, bool commit)
 {
@@ -1790,6 +1937,9 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor);
     tcase_add_test(tc, test_gc_removes_expired_finished_jobs_and_their_files_but_not_others);
     tcase_add_test(tc, test_small_tensors_share_a_segment_that_goes_with_its_last_job);
+    tcase_add_test(
+        tc, test_pack_writes_many_jobs_small_tensors_to_one_file_that_goes_with_its_last_job);
+    tcase_add_test(tc, test_discarded_packed_tensors_take_their_file_once_no_row_names_it);
     tcase_add_test(tc, test_a_transaction_counts_the_tensors_naming_each_file_once_it_commits);
     tcase_add_test(tc, test_segment_bytes_read_back_across_buffer_flushes_and_large_appends);
     tcase_add_test(tc, test_gc_deletes_more_expired_jobs_than_one_batch_holds);
