@@ -500,6 +500,14 @@ static void schedule_commit(sched_t *s)
     uv_timer_start(&s->commit_timer, on_commit_timer, (uint64_t)s->cfg->commit_delay_us / 1000, 0);
 }
 
+/* Removes the files written for a job's inputs that no row of it will name (a file shared
+ * with other jobs' tensors once none does). */
+static void discard_inputs(sched_t *s, const job_t *job)
+{
+    for (int j = 0; j < OP_MAX_TENSORS; j++)
+        store_blob_discard(s->st, job->in[j].blob);
+}
+
 static void msg_free(msg_t *m)
 {
     if (!m) return;
@@ -723,9 +731,7 @@ static void commit_pending(sched_t *s)
          * that went out go when their launch returns (finish_batch). */
         if (m->kind == MSG_BUF_PUT && (r < 0 || m->err)) store_blob_discard(s->st, m->buf->blob);
         for (size_t i = 0; i < m->n; i++)
-            if (m->jobs[i] && (r < 0 || m->fate[i] == FATE_REPLAYED))
-                for (int j = 0; j < OP_MAX_TENSORS; j++)
-                    store_blob_discard(s->st, m->jobs[i]->in[j].blob);
+            if (m->jobs[i] && (r < 0 || m->fate[i] == FATE_REPLAYED)) discard_inputs(s, m->jobs[i]);
         if (r < 0) {
             reply_err(m->reply, m->token, -EIO, why);
         } else if (m->err) {
@@ -1096,10 +1102,9 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
         if (e->discard_result) {
             /* Its result is discarded: so are the files on_batch_done wrote for it, which no
              * row will name, and its input files when it has no row either. */
-            for (int j = 0; j < OP_MAX_TENSORS; j++) {
-                if (j < job->call.n_out) store_blob_discard(s->st, job->out[j].blob);
-                if (e->unstored) store_blob_discard(s->st, job->in[j].blob);
-            }
+            for (int j = 0; j < job->call.n_out; j++)
+                store_blob_discard(s->st, job->out[j].blob);
+            if (e->unstored) discard_inputs(s, job);
             continue;
         }
         job->finished_us = now;
@@ -1473,6 +1478,8 @@ static void handle_msg(sched_t *s, msg_t *m)
             if (u && queued + (long)m->n > s->cfg->max_queued_per_user &&
                 queued + new_jobs(s, m) > s->cfg->max_queued_per_user) {
                 reply_err(m->reply, m->token, -EAGAIN, "too many queued jobs for this user");
+                for (size_t i = 0; i < m->n; i++)
+                    discard_inputs(s, m->jobs[i]);
                 msg_free(m);
                 return;
             }
@@ -1639,8 +1646,7 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
     if (r < 0) {
         /* Files of their own only, which any thread may remove: a failed pack leaves none. */
         for (size_t i = 0; i < n; i++)
-            for (int j = 0; j < OP_MAX_TENSORS; j++)
-                store_blob_discard(s->st, jobs[i]->in[j].blob);
+            discard_inputs(s, jobs[i]);
         reply_err(reply, token, -EIO, "could not persist the input tensors");
         msg_free(m);
         return;

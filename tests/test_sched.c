@@ -251,6 +251,19 @@ static job_t *add_job(const char *owner, int n, int priority)
     return job;
 }
 
+/* The files under the store's blobs directory. */
+static int blob_files(void)
+{
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "find %s/blobs -type f 2>/dev/null | wc -l", state_dir);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    int n = -1;
+    ck_assert_int_eq(fscanf(p, "%d", &n), 1);
+    pclose(p);
+    return n;
+}
+
 /* Submits jobs (taking them) and waits for the answer, in box. */
 static void submit_any(reply_box_t *box, job_t **jobs, size_t n)
 {
@@ -731,7 +744,8 @@ START_TEST(test_queued_limit_counts_submissions_waiting_for_their_commit)
     job_t **second = calloc(3, sizeof *second);
     for (int i = 0; i < 3; i++) {
         first[i] = add_job("alice", 10, 0);
-        second[i] = add_job("alice", 10, 0);
+        /* 192 KiB of small inputs, written to a file of their own as it is submitted. */
+        second[i] = add_job("alice", 8192, 0);
     }
     sched_submit(sched, first, 3, on_reply, &a);
     sched_submit(sched, second, 3, on_reply, &b);
@@ -739,6 +753,8 @@ START_TEST(test_queued_limit_counts_submissions_waiting_for_their_commit)
     box_wait(&b);
     ck_assert_int_eq(a.err, 0);
     ck_assert_int_eq(b.err, -EAGAIN);
+    /* The refused jobs' file goes with them. */
+    ck_assert_int_eq(blob_files(), 0);
 }
 END_TEST
 
@@ -894,19 +910,6 @@ static size_t stored_jobs(void)
         job_free(jobs[i]);
     free(jobs);
     store_reader_close(rd);
-    return n;
-}
-
-/* The files under the store's blobs directory. */
-static int blob_files(void)
-{
-    char cmd[PATH_MAX + 64];
-    snprintf(cmd, sizeof cmd, "find %s/blobs -type f 2>/dev/null | wc -l", state_dir);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    int n = -1;
-    ck_assert_int_eq(fscanf(p, "%d", &n), 1);
-    pclose(p);
     return n;
 }
 
