@@ -40,8 +40,9 @@ struct store {
     store_segment_t segment; /* where small tensors' bytes go (store_segment.c) */
     bool sync_full;          /* commits are fsync'd ([store] sync_full) */
     bool in_txn;
-    bool relaxed; /* the open transaction began with store_begin_relaxed (with sync_full) */
-    bool raised;  /* synchronous is FULL for the open transaction or write (raise_sync) */
+    bool relaxed;         /* the open transaction began with store_begin_relaxed (with sync_full) */
+    bool raised;          /* synchronous is FULL for the open transaction or write (raise_sync) */
+    bool write_savepoint; /* the open write has a savepoint (write_begin) */
     uint64_t txn_row_bytes; /* small tensors' bytes the open transaction put in rows */
     /* blob_refs changes: the open write's, and the open transaction's (its writes' that were
      * kept), which its commit writes, one statement per file rather than one per tensor. */
@@ -728,13 +729,24 @@ int store_rollback(store_t *st)
     return r;
 }
 
-/* --- one write: a savepoint around it --- */
+/* --- one write: a savepoint around it, unless it is one statement in a transaction --- */
 
-/* Outside a transaction the write commits by itself, durably. */
-static int write_begin(store_t *st)
+/* Empties what a write collects (its tensors' records and file counts) before it places
+ * them. */
+static void write_reset(store_t *st)
 {
     st->write_refs.n = 0;
     st->cols.len = st->data.len = 0;
+}
+
+/* Outside a transaction the write commits by itself, durably. A write of one statement inside
+ * a transaction (one_statement, its file counts all noted already) needs no savepoint: SQLite
+ * undoes a failed statement by itself, and room for the counts is made here, so that nothing
+ * can fail once the statement ran. A savepoint cost the loop two more statements per job. */
+static int write_begin(store_t *st, bool one_statement)
+{
+    st->write_savepoint = !st->in_txn || !one_statement;
+    if (!st->write_savepoint) return refs_reserve(&st->txn_refs, st->write_refs.n);
     int r = st->in_txn ? 0 : raise_sync(st);
     if (r == 0) r = store_stmt_run(&st->conn, STMT_SAVEPOINT, "starting a write");
     if (r < 0 && !st->in_txn) lower_sync(st);
@@ -745,6 +757,13 @@ static int write_begin(store_t *st)
  * transaction is open), else undoes it. Returns r, or the error of the release. */
 static int write_end(store_t *st, int r)
 {
+    if (!st->write_savepoint) {
+        if (r == 0)
+            refs_merge(&st->txn_refs, &st->write_refs);
+        else if (sqlite3_get_autocommit(st->conn.db))
+            log_error("store: SQLite rolled back the whole open transaction after an error");
+        return r;
+    }
     /* Outside a transaction the release commits: the segment bytes and the file counts go
      * first, as in store_commit. Inside one, the counts join the transaction's (room made
      * first, so that nothing can fail once the write is kept). */
@@ -957,16 +976,21 @@ int store_job_insert(store_t *st, job_t *job)
         id_new('j', id);
     int64_t created_us = job->created_us ? job->created_us : now_us();
 
-    r = write_begin(st);
-    if (r < 0) return r;
+    write_reset(st);
     written_files_t written = {.n = 0};
     char *blobs[OP_MAX_TENSORS] = {0};
     for (int j = 0; r == 0 && j < OP_MAX_TENSORS; j++)
         if (job->call.has_in[j])
             r = place_tensor(st, id, false, j, input_name(job, j), &job->in[j], &written,
                              &blobs[j]);
-    sqlite3_stmt *stmt = r == 0 ? store_stmt(&st->conn, STMT_JOB_INSERT) : NULL;
-    if (r == 0 && !stmt) r = -EIO;
+    if (r == 0) r = write_begin(st, st->data.len == 0); /* else a job_bytes row too */
+    if (r < 0) {
+        written_remove(st, &written);
+        free_blobs(blobs);
+        return r;
+    }
+    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_INSERT);
+    if (!stmt) r = -EIO;
     if (r == 0) {
         store_bind_text(stmt, 1, id, false);
         store_bind_text(stmt, 2, job->owner, false);
@@ -1100,14 +1124,19 @@ int store_job_update(store_t *st, const job_t *job)
     int r = job->state == JOB_SUCCEEDED ? check_outputs(job) : 0;
     if (r < 0) return r;
 
-    r = write_begin(st);
-    if (r < 0) return r;
+    write_reset(st);
     written_files_t written = {.n = 0};
     char *blobs[OP_MAX_TENSORS] = {0};
     for (int j = 0; r == 0 && job->state == JOB_SUCCEEDED && j < job->call.n_out; j++)
         r = place_tensor(st, job->id, true, j, output_name(job, j), &job->out[j], &written,
                          &blobs[j]);
-    if (r == 0) r = update_row(st, job);
+    if (r == 0) r = write_begin(st, st->data.len == 0); /* else a job_bytes row too */
+    if (r < 0) {
+        written_remove(st, &written);
+        free_blobs(blobs);
+        return r;
+    }
+    r = update_row(st, job);
     if (r == 0) r = insert_bytes(&st->conn, job->id, 1, &st->data);
     /* The job is const: the outputs' locators are read back with store_job_get. */
     free_blobs(blobs);
@@ -1281,7 +1310,8 @@ int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted)
     /* Batches keep each transaction (and the time the loop thread spends in it) short. */
     while (r == 0 && n == GC_BATCH) {
         blob_files_t files = {0};
-        r = write_begin(st);
+        write_reset(st);
+        r = write_begin(st, false);
         if (r < 0) break;
         r = write_end(st, gc_batch(st, cutoff_us, &files, &n));
         if (r == 0) {
@@ -1489,7 +1519,8 @@ int store_buffer_delete(store_t *st, const char *owner, const char *id)
 {
     if (!id) return -ENOENT;
     blob_file_t file = "";
-    int r = write_begin(st);
+    write_reset(st);
+    int r = write_begin(st, false);
     if (r < 0) return r;
     r = write_end(st, buffer_delete_row(st, owner, id, file));
     if (r == 0 && file[0]) unlink_after_commit(st, (const blob_file_t *)&file, 1);

@@ -66,8 +66,9 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_REFS_ADD] = "INSERT INTO blob_refs (file, refs) VALUES (?1, ?2) "
                       "ON CONFLICT (file) DO UPDATE SET refs = refs + ?2",
     [STMT_REFS_DROP] = "DELETE FROM blob_refs WHERE file = ?1 AND refs <= 0",
-    /* Each write is wrapped in a savepoint: inside a caller's transaction a failed write
-     * undoes only its own rows, and outside one the savepoint is the transaction. */
+    /* A write of more than one statement is wrapped in a savepoint: inside a caller's
+     * transaction a failed write undoes only its own rows, and outside one the savepoint is the
+     * transaction (store.c, write_begin). */
     [STMT_SAVEPOINT] = "SAVEPOINT store_write",
     [STMT_RELEASE] = "RELEASE store_write",
     [STMT_ROLLBACK_TO] = "ROLLBACK TO store_write",

@@ -565,6 +565,48 @@ static int64_t db_int(fixture_t *f, const char *sql)
     return v;
 }
 
+/* Inside a transaction a write of one statement has no savepoint of its own: a refused insert
+ * or update still leaves no row, no file and no file count behind, and the transaction's
+ * other writes commit. */
+START_TEST(test_failed_writes_in_a_transaction_leave_no_rows_files_or_counts)
+{
+    fixture_t f;
+    fixture_setup_inline(&f, 16); /* every tensor in a file: no job_bytes rows */
+    job_t *a = make_job(&test_op, "alice", now_us());
+    snprintf(a->idempotency_key, sizeof a->idempotency_key, "k");
+    job_t *b = make_job(&test_op, "alice", now_us());
+    snprintf(b->idempotency_key, sizeof b->idempotency_key, "k");
+    job_t *c = make_job(&test_op, "alice", now_us());
+    for (int i = 0; i < 2; i++) {
+        job_t *job = i ? c : b;
+        /* Written already, as sched_submit does: the row only names the file, and counts it. */
+        job_tensor_t *x = &job->in[0];
+        ck_assert_int_eq(store_blob_write(f.st, x->data, x->nbytes, &x->blob), 0);
+    }
+
+    ck_assert_int_eq(store_begin(f.st), 0);
+    ck_assert_int_eq(store_job_insert(f.st, a), 0);
+    ck_assert_int_eq(store_job_insert(f.st, b), -EEXIST);
+    a->state = JOB_SUCCEEDED; /* a is queued: refused */
+    ck_assert_int_eq(store_job_update(f.st, a), -EBUSY);
+    ck_assert_int_eq(store_job_insert(f.st, c), 0);
+    ck_assert_int_eq(store_commit(f.st), 0);
+
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM jobs"), 2);
+    job_t *got = get_job(&f, a->id);
+    ck_assert_int_eq(got->state, JOB_QUEUED);
+    job_free(got);
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM blob_refs"), 2); /* a's file, c's */
+    ck_assert_int_eq(db_int(&f, "SELECT sum(refs) FROM blob_refs"), 2);
+    store_blob_discard(f.st, b->in[0].blob); /* what its refused submitter does */
+    ck_assert_int_eq(count_blob_files(&f), 2);
+    job_free(c);
+    job_free(b);
+    job_free(a);
+    fixture_teardown(&f);
+}
+END_TEST
+
 /* Makes SQLite refuse a job row that names tensors in files (inputs at insert, outputs at an
  * update), as a disk or constraint failure would once those files are written. */
 static void inject_row_failure(fixture_t *f)
@@ -1931,6 +1973,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_update_refuses_every_illegal_transition_and_leaves_the_row_unchanged);
     tcase_add_test(tc, test_idempotency_conflict_returns_eexist_leaves_nothing_and_finds_the_first);
     tcase_add_test(tc, test_failed_insert_in_a_transaction_undoes_only_its_own_rows);
+    tcase_add_test(tc, test_failed_writes_in_a_transaction_leave_no_rows_files_or_counts);
     tcase_add_test(tc, test_failed_write_removes_the_files_it_wrote_and_its_rows);
     tcase_add_test(
         tc, test_recover_requeues_running_fails_past_max_attempts_and_returns_queued_oldest_first);
