@@ -115,8 +115,8 @@ typedef struct msg {
     int err; /* a refusal of this message alone, within a group commit */
     char err_message[160];
     /* A committed submission's answer, given once its commit is durable: */
-    job_t **shown;     /* the jobs as accepted (or as first created, when replayed); owned */
-    bool all_replayed; /* every job's idempotency key was known */
+    job_t **shown; /* submit: the jobs as accepted (or as first created, when replayed); owned */
+    bool all_replayed;         /* every job's idempotency key was known */
     commit_sync_item_t synced; /* queued with the commit syncer, which answers it */
 } msg_t;
 
@@ -550,17 +550,14 @@ static long new_jobs(sched_t *s, const msg_t *m)
     return n;
 }
 
-/* Takes a submission's new jobs into the queues, inside its group commit's transaction, and
- * keeps what its answer shows of them (as accepted: queued). The message owns them until the
- * commit returns: settle_submitted then hands them to the queues, or drop_submitted takes
- * them back. */
+/* Takes a submission's new jobs into the queues, inside its group commit's transaction. The
+ * message owns them until the commit returns: settle_submitted then hands them to the queues,
+ * or drop_submitted takes them back. */
 static void take_submitted(sched_t *s, msg_t *m)
 {
-    m->shown = calloc(m->n, sizeof *m->shown);
     for (size_t i = 0; i < m->n; i++) {
         job_t *job = m->jobs[i];
         if (m->fate[i] == FATE_REPLAYED) continue;
-        if (m->shown) m->shown[i] = job_copy_shown(job);
         /* Keep small inputs in memory for the run; large ones are read back then. */
         for (int j = 0; j < OP_MAX_TENSORS; j++)
             if (job->in[j].nbytes > s->cfg->inline_blob_bytes && job->in[j].blob) {
@@ -580,11 +577,12 @@ static void settle_submitted(sched_t *s, msg_t *m)
         job_t *job = m->jobs[i];
         char id[ID_SIZE];
         if (m->fate[i] == FATE_REPLAYED) {
-            if (m->shown &&
-                (store_job_find_idempotent(s->rd, job->owner, job->idempotency_key, id) < 0 ||
-                 store_job_get(s->rd, id, &m->shown[i]) < 0))
-                m->shown[i] = NULL;
-            if (m->shown && !m->shown[i]) m->shown[i] = job_copy_shown(job);
+            job_t *first = NULL;
+            if (store_job_find_idempotent(s->rd, job->owner, job->idempotency_key, id) == 0 &&
+                store_job_get(s->rd, id, &first) == 0) {
+                job_free(m->shown[i]);
+                m->shown[i] = first;
+            }
             continue;
         }
         m->all_replayed = false;
@@ -621,7 +619,7 @@ static void drop_submitted(sched_t *s, msg_t *m)
 static void answer_committed(msg_t *m)
 {
     for (size_t i = 0; !m->err && m->kind == MSG_SUBMIT && i < m->n; i++)
-        if (!m->shown || !m->shown[i]) m->err = -ENOMEM; /* committed, but cannot be shown */
+        if (!m->shown[i]) m->err = -ENOMEM; /* committed, but cannot be shown */
     if (m->err) {
         reply_err(m->reply, m->token, m->err, m->err_message[0] ? m->err_message : NULL);
     } else if (m->kind == MSG_BUF_PUT) {
@@ -1621,7 +1619,8 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
     m->jobs = jobs;
     m->n = n;
     m->fate = calloc(n ? n : 1, sizeof *m->fate);
-    if (!m->fate) {
+    m->shown = calloc(n ? n : 1, sizeof *m->shown);
+    if (!m->fate || !m->shown) {
         reply_err(reply, token, -ENOMEM, NULL);
         msg_free(m);
         return;
@@ -1638,6 +1637,8 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
         id_new('j', job->id);
         job->created_us = now;
         job->state = JOB_QUEUED;
+        /* What the answer shows of it, as accepted; copied here, off the loop. */
+        m->shown[i] = job_copy_shown(job);
         for (int j = 0; j < OP_MAX_TENSORS && r == 0; j++)
             r = persist_large(s, &job->in[j]);
     }
