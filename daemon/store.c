@@ -807,27 +807,28 @@ static void written_remove(store_t *st, const written_files_t *w)
         store_blob_file_remove(st->conn.blobs_dir, w->files[i]);
 }
 
-/* Checks a tensor's descriptor, byte count and the source of its bytes. field is the tensor's
- * path ("inputs.x") for the message. */
-static int check_tensor(const char *owner_id, const char *field, const job_tensor_t *t)
+/* Checks a tensor's descriptor, byte count and the source of its bytes. group and name make
+ * the tensor's path for the message ("inputs", "x": inputs.x). */
+static int check_tensor(const char *owner_id, const char *group, const char *name,
+                        const job_tensor_t *t)
 {
     int r = tensor_desc_check(&t->desc, UINT64_MAX);
     if (r < 0)
-        return log_error_errno(-EINVAL, "store: %s: %s.shape: not a valid dtype and shape",
-                               owner_id, field);
+        return log_error_errno(-EINVAL, "store: %s: %s.%s.shape: not a valid dtype and shape",
+                               owner_id, group, name);
     uint64_t bytes = tensor_desc_bytes(&t->desc);
     if (t->nbytes != bytes)
         return log_error_errno(
-            -EINVAL, "store: %s: %s.nbytes is %" PRIu64 " but its dtype and shape make %" PRIu64,
-            owner_id, field, t->nbytes, bytes);
+            -EINVAL, "store: %s: %s.%s.nbytes is %" PRIu64 " but its dtype and shape make %" PRIu64,
+            owner_id, group, name, t->nbytes, bytes);
     store_locator_t loc;
     if (t->blob && (store_locator_parse(t->blob, &loc) < 0 ||
                     (loc.kind != STORE_LOCATOR_FILE && !t->data && t->nbytes > 0)))
-        return log_error_errno(-EINVAL, "store: %s: %s.blob '%s' is not a file blob", owner_id,
-                               field, t->blob);
+        return log_error_errno(-EINVAL, "store: %s: %s.%s.blob '%s' is not a file blob", owner_id,
+                               group, name, t->blob);
     if (!t->buffer_id[0] && !t->blob && !t->data && t->nbytes > 0)
-        return log_error_errno(-EINVAL, "store: %s: %s has no data, buffer or blob", owner_id,
-                               field);
+        return log_error_errno(-EINVAL, "store: %s: %s.%s has no data, buffer or blob", owner_id,
+                               group, name);
     return 0;
 }
 
@@ -883,7 +884,7 @@ static int place_tensor(store_t *st, const char *job_id, bool output, int slot, 
                         const job_tensor_t *t, written_files_t *written, char **ret_blob)
 {
     store_tensor_rec_t rec = {.slot = slot, .desc = t->desc, .nbytes = t->nbytes};
-    snprintf(rec.name, sizeof rec.name, "%s", name);
+    store_copy_str(rec.name, sizeof rec.name, name);
     int r = 0;
     if (t->buffer_id[0]) {
         rec.where = STORE_IN_BUFFER;
@@ -926,12 +927,7 @@ static void set_blobs(job_tensor_t *ts, char **blobs)
 /* Ids end up in locators and URLs: keep them to the alphabet id_new uses, plus '_' and '-'. */
 static bool id_ok(const char *id)
 {
-    size_t len = strnlen(id, ID_SIZE);
-    if (len == 0 || len >= ID_SIZE) return false;
-    store_locator_t loc;
-    char probe[STORE_LOCATOR_SIZE];
-    snprintf(probe, sizeof probe, "row:buffers/%s", id);
-    return store_locator_parse(probe, &loc) == 0;
+    return store_id_ok(id, strnlen(id, ID_SIZE));
 }
 
 static const char *input_name(const job_t *job, int j)
@@ -954,12 +950,10 @@ static int check_job_for_insert(const job_t *job)
                                id, job_state_name(job->state));
     for (int j = 0; j < OP_MAX_TENSORS; j++) {
         if (!job->call.has_in[j]) continue;
-        char field[64];
         if (j >= job->call.op->n_inputs)
             return log_error_errno(-EINVAL, "store: %s: input slot %d: op '%s' has %d inputs", id,
                                    j, job->call.op->name, job->call.op->n_inputs);
-        snprintf(field, sizeof field, "inputs.%s", input_name(job, j));
-        int r = check_tensor(id, field, &job->in[j]);
+        int r = check_tensor(id, "inputs", input_name(job, j), &job->in[j]);
         if (r < 0) return r;
     }
     return 0;
@@ -1047,14 +1041,12 @@ static int check_outputs(const job_t *job)
         return log_error_errno(-EINVAL, "store: %s: call.n_out %d is out of range", job->id,
                                job->call.n_out);
     for (int j = 0; j < job->call.n_out; j++) {
-        char field[64];
         if (!output_name(job, j)[0])
             return log_error_errno(-EINVAL, "store: %s: output %d has no name", job->id, j);
         if (job->out[j].buffer_id[0])
             return log_error_errno(-EINVAL, "store: %s: outputs.%s cannot be a buffer reference",
                                    job->id, output_name(job, j));
-        snprintf(field, sizeof field, "outputs.%s", output_name(job, j));
-        int r = check_tensor(job->id, field, &job->out[j]);
+        int r = check_tensor(job->id, "outputs", output_name(job, j), &job->out[j]);
         if (r < 0) return r;
     }
     return 0;
@@ -1439,7 +1431,7 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
     if (!buf->owner[0]) return log_error_errno(-EINVAL, "store: buffer: owner is empty");
     job_tensor_t as_tensor = {
         .desc = buf->desc, .nbytes = buf->nbytes, .data = buf->data, .blob = buf->blob};
-    int r = check_tensor("buffer", "buffer", &as_tensor);
+    int r = check_tensor("buffer", "buffer", "bytes", &as_tensor);
     if (r < 0) return r;
     char id[ID_SIZE];
     if (buf->id[0])

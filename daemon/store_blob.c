@@ -28,7 +28,7 @@ static bool is_hex_name(const char *s, size_t len)
 }
 
 /* Ids in row locators come from our own rows; the check keeps a corrupted one harmless. */
-static bool is_id(const char *s, size_t len)
+bool store_id_ok(const char *s, size_t len)
 {
     if (len == 0 || len >= ID_SIZE) return false;
     for (size_t i = 0; i < len; i++)
@@ -44,13 +44,20 @@ static bool is_file_name(const char *file)
            is_hex_name(file + 3, STORE_BLOB_NAME_LEN) && memcmp(file, file + 3, 2) == 0;
 }
 
+void store_copy_str(char *dst, size_t size, const char *src)
+{
+    size_t len = strnlen(src, size - 1);
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
 int store_locator_parse(const char *blob, store_locator_t *ret)
 {
     store_locator_t loc = {0};
     if (!blob) return -EINVAL;
     if (strncmp(blob, "file:", 5) == 0) {
         char file[4 + STORE_BLOB_NAME_LEN];
-        snprintf(file, sizeof file, "%s", blob + 5);
+        store_copy_str(file, sizeof file, blob + 5);
         const char *at = blob + 5 + 3 + STORE_BLOB_NAME_LEN;
         if (!is_file_name(file) || (*at != '\0' && *at != '@')) return -EINVAL;
         if (*at == '@') {
@@ -64,13 +71,13 @@ int store_locator_parse(const char *blob, store_locator_t *ret)
         memcpy(loc.file, file, sizeof file);
     } else if (strncmp(blob, "row:buffers/", 12) == 0) {
         const char *id = blob + 12;
-        if (!is_id(id, strlen(id))) return -EINVAL;
+        if (!store_id_ok(id, strlen(id))) return -EINVAL;
         loc.kind = STORE_LOCATOR_BUFFER;
-        snprintf(loc.id, sizeof loc.id, "%s", id);
+        store_copy_str(loc.id, sizeof loc.id, id);
     } else if (strncmp(blob, "row:jobs/", 9) == 0) {
         const char *id = blob + 9;
         const char *slash = strchr(id, '/');
-        if (!slash || !is_id(id, (size_t)(slash - id))) return -EINVAL;
+        if (!slash || !store_id_ok(id, (size_t)(slash - id))) return -EINVAL;
         const char *role = slash + 1;
         if (strncmp(role, "in/", 3) == 0)
             loc.output = false;

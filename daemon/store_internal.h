@@ -132,6 +132,11 @@ typedef struct store_locator {
     int slot;                           /* TENSOR */
 } store_locator_t;
 
+/* Copies src into dst of size bytes, cut to fit: snprintf's "%s" without its formatting cost,
+ * which the loop paid several times per job. */
+void store_copy_str(char *dst, size_t size, const char *src);
+/* Whether s[0..len) is an id: 1 to ID_SIZE - 1 of [0-9a-zA-Z_-]. */
+bool store_id_ok(const char *s, size_t len);
 /* Parses a locator strictly (so that a corrupted row can never name a path outside blobs/).
  * 0 or -EINVAL. */
 int store_locator_parse(const char *blob, store_locator_t *ret);
