@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# On the lent GPU machine (see ../shared/gpu/README.md): build with CUDA for sm_90, then any of
+# On the lent GPU machine (see ../shared/gpu/README.md; stage with
+# `../shared/gpu/stage.sh libjemalloc-dev libjemalloc2`, as its image lacks jemalloc too):
+# build with CUDA for sm_90, then any of
 #   tests  the GPU-labelled tests
 #   bench  bench_kernels and the PyTorch peers, joined into one table
 #   load   bench/run_loadgen.sh against the daemon on its CUDA backend
