@@ -924,6 +924,18 @@ static void set_blobs(job_tensor_t *ts, char **blobs)
     }
 }
 
+/* Begins the write of a job whose tensors were placed (r: how that went); undoes the placing
+ * when either failed. */
+static int begin_placed(store_t *st, int r, written_files_t *written, char **blobs)
+{
+    if (r == 0) r = write_begin(st, st->data.len == 0); /* else a job_bytes row too */
+    if (r < 0) {
+        written_remove(st, written);
+        free_blobs(blobs);
+    }
+    return r;
+}
+
 /* Ids end up in locators and URLs: keep them to the alphabet id_new uses, plus '_' and '-'. */
 static bool id_ok(const char *id)
 {
@@ -977,12 +989,8 @@ int store_job_insert(store_t *st, job_t *job)
         if (job->call.has_in[j])
             r = place_tensor(st, id, false, j, input_name(job, j), &job->in[j], &written,
                              &blobs[j]);
-    if (r == 0) r = write_begin(st, st->data.len == 0); /* else a job_bytes row too */
-    if (r < 0) {
-        written_remove(st, &written);
-        free_blobs(blobs);
-        return r;
-    }
+    r = begin_placed(st, r, &written, blobs);
+    if (r < 0) return r;
     sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_INSERT);
     if (!stmt) r = -EIO;
     if (r == 0) {
@@ -1122,12 +1130,8 @@ int store_job_update(store_t *st, const job_t *job)
     for (int j = 0; r == 0 && job->state == JOB_SUCCEEDED && j < job->call.n_out; j++)
         r = place_tensor(st, job->id, true, j, output_name(job, j), &job->out[j], &written,
                          &blobs[j]);
-    if (r == 0) r = write_begin(st, st->data.len == 0); /* else a job_bytes row too */
-    if (r < 0) {
-        written_remove(st, &written);
-        free_blobs(blobs);
-        return r;
-    }
+    r = begin_placed(st, r, &written, blobs);
+    if (r < 0) return r;
     r = update_row(st, job);
     if (r == 0) r = insert_bytes(&st->conn, job->id, 1, &st->data);
     /* The job is const: the outputs' locators are read back with store_job_get. */
