@@ -162,12 +162,14 @@ typedef struct sched_batch {
     sched_t *s;
     int64_t dispatched_us;
     struct msg *done_msg; /* allocated at dispatch, so that reporting the end needs no memory */
+    struct sched_batch *next_ended; /* in the list of finished batches end_batches records */
 } sched_batch_t;
 
 /* The most batches one dispatch cuts. */
 #define DISPATCH_MAX 64
 
 static void dispatch(sched_t *s);
+static void end_batches(sched_t *s, sched_batch_t *ended, bool start_next);
 static int cut_batches(sched_t *s, sched_batch_t *ready[DISPATCH_MAX]);
 static int record_starts(sched_t *s, sched_batch_t *const *ready, int n, uint64_t taken_from);
 static void launch(sched_t *s, sched_batch_t *const *ready, int n, bool recorded, int *refusal);
@@ -726,7 +728,7 @@ static void commit_pending(sched_t *s)
         if (r < 0 && m->kind == MSG_SUBMIT) drop_submitted(s, m);
         /* Files written for rows that were not committed (a failed commit, a refused buffer,
          * a replayed submission) go now rather than at the next start's sweep; those of jobs
-         * that went out go when their launch returns (finish_batch). */
+         * that went out go when their launch returns (end_jobs). */
         if (m->kind == MSG_BUF_PUT && (r < 0 || m->err)) store_blob_discard(s->st, m->buf->blob);
         for (size_t i = 0; i < m->n; i++)
             if (m->jobs[i] && (r < 0 || m->fate[i] == FATE_REPLAYED)) discard_inputs(s, m->jobs[i]);
@@ -1007,21 +1009,11 @@ static void settle_refused(sched_t *s, sched_batch_t *const *ready, int n, const
     }
 }
 
-/* Starts what the executor has room for, outside a group commit (a batch has ended, a held
- * one's wait is over). */
+/* Starts what the executor has room for, outside a group commit (a held batch's wait is
+ * over, a group commit failed before its cut, a batch was given back). */
 static void dispatch(sched_t *s)
 {
-    sched_batch_t *ready[DISPATCH_MAX];
-    int refusal[DISPATCH_MAX];
-    int n = cut_batches(s, ready);
-    if (n == 0) return;
-    /* A start lost to a power loss costs a run; the launch need not wait for an fsync. */
-    int r = store_begin_relaxed(s->st);
-    if (r >= 0) r = record_starts(s, ready, n, UINT64_MAX);
-    if (r >= 0) r = store_commit(s->st);
-    if (r < 0) store_rollback(s->st);
-    launch(s, ready, n, r >= 0, refusal);
-    settle_refused(s, ready, n, refusal);
+    end_batches(s, NULL, true);
 }
 
 /* ---------------------------------------------------------------- batch completion */
@@ -1086,17 +1078,18 @@ static void record_end(sched_t *s, entry_t *e)
     log_error("job %s stays unended in the store and runs again after a restart", job->id);
 }
 
-static void finish_batch(sched_t *s, sched_batch_t *sb)
+/* A finished batch's jobs take their end states, recorded in the store's open transaction
+ * when record; its slot and its users' running counts are freed, so that a cut in the same
+ * transaction sees them, and its users are charged what it took. */
+static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
 {
     exec_batch_t *batch = &sb->batch;
-    int64_t now = now_us();
     double share_us = batch->n ? (double)(now - sb->dispatched_us) / batch->n : 0;
-    /* An end lost to a power loss makes the job run again (at least once, never lost): its
-     * waiters need not wait for an fsync. */
-    int r = store_begin_relaxed(s->st);
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = strmap_get(s->entries, job->id);
+        e->user->running--;
+        user_charge(e->user, share_us - e->charged_us);
         if (e->discard_result) {
             /* Its result is discarded: so are the files on_batch_done wrote for it, which no
              * row will name, and its input files when it has no row either. */
@@ -1107,31 +1100,25 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
         }
         job->finished_us = now;
         job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
-        if (r >= 0) record_end(s, e);
+        if (record) record_end(s, e);
         /* A failed job keeps no outputs: files on_batch_done wrote for them go. */
         if (job->state != JOB_SUCCEEDED)
             for (int j = 0; j < job->call.n_out; j++)
                 store_blob_discard(s->st, job->out[j].blob);
     }
-    if (r >= 0) r = store_commit(s->st);
-    if (r < 0) {
-        /* The transaction is lost: record each end on its own, so that no job is answered
-         * as ended while the store still says running. */
-        store_rollback(s->st);
-        log_error("could not commit a finished batch (%s): recording its jobs one by one",
-                  strerror(-r));
-        for (int i = 0; i < batch->n; i++) {
-            entry_t *e = strmap_get(s->entries, batch->jobs[i]->id);
-            if (!e->discard_result) record_end(s, e);
-        }
-    }
-    /* Counters first: a waiter that wakes up and reads /metrics sees the batch ended. */
+    /* Counters before the waiters: one that wakes up and reads /metrics sees the batch ended. */
     atomic_fetch_sub(&s->running, batch->n);
+    s->batches_in_flight--;
+}
+
+/* Once a batch's ends are in the store: its jobs are counted, their waiters answered, and
+ * they leave memory. */
+static void release_ended(sched_t *s, sched_batch_t *sb)
+{
+    exec_batch_t *batch = &sb->batch;
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = strmap_get(s->entries, job->id);
-        e->user->running--;
-        user_charge(e->user, share_us - e->charged_us);
         if (!e->discard_result) {
             count_final(s, job->state);
             waiters_reply(e, job);
@@ -1140,9 +1127,49 @@ static void finish_batch(sched_t *s, sched_batch_t *sb)
         job_free(job);
         free(e);
     }
-    s->batches_in_flight--;
     free(batch->jobs);
     free(sb);
+}
+
+/* Records the ends of the finished batches (a list through next_ended, maybe empty) and, when
+ * start_next, the starts of what the executor has room for then, in one transaction: one
+ * commit per completion instead of two. The new batches go out before the commit, as in a
+ * group commit, and the ended jobs' waiters are answered after it. An end or start lost to a
+ * power loss makes the job run again (at least once, never lost): nothing here waits for an
+ * fsync. */
+static void end_batches(sched_t *s, sched_batch_t *ended, bool start_next)
+{
+    int64_t now = now_us();
+    int r = ended ? store_begin_relaxed(s->st) : 0;
+    for (sched_batch_t *sb = ended; sb; sb = sb->next_ended)
+        end_jobs(s, sb, now, r >= 0);
+    sched_batch_t *ready[DISPATCH_MAX];
+    int refusal[DISPATCH_MAX];
+    int n_ready = start_next ? cut_batches(s, ready) : 0;
+    if (!ended && n_ready == 0) return;
+    if (!ended) r = store_begin_relaxed(s->st);
+    if (r >= 0) r = record_starts(s, ready, n_ready, UINT64_MAX);
+    launch(s, ready, n_ready, r >= 0, refusal);
+    if (r >= 0) r = store_commit(s->st);
+    if (r < 0) {
+        /* The transaction is lost: record each end on its own, so that no job is answered
+         * as ended while the store still says running. */
+        store_rollback(s->st);
+        log_error("could not commit a round of ends and starts (%s)%s", strerror(-r),
+                  ended ? ": recording the ends one by one" : "");
+        for (sched_batch_t *sb = ended; sb; sb = sb->next_ended)
+            for (int i = 0; i < sb->batch.n; i++) {
+                entry_t *e = strmap_get(s->entries, sb->batch.jobs[i]->id);
+                if (!e->discard_result) record_end(s, e);
+            }
+        mark_starts_lost(s, ready, n_ready);
+    }
+    for (sched_batch_t *sb = ended, *next; sb; sb = next) {
+        next = sb->next_ended;
+        release_ended(s, sb);
+    }
+    settle_refused(s, ready, n_ready, refusal);
+    maybe_finish_stop(s);
 }
 
 /* A batch that never reached the executor: its jobs fail with the reason. */
@@ -1152,7 +1179,7 @@ static void fail_dispatched(sched_t *s, sched_batch_t *sb, const char *why)
     sb->done_msg = NULL;
     for (int i = 0; i < sb->batch.n; i++)
         job_set_error(sb->batch.jobs[i], "dispatch_failed", "%s", why);
-    finish_batch(s, sb);
+    end_batches(s, sb, false);
 }
 
 /* A batch the executor turned down although it had room (-EAGAIN: the device its jobs are
@@ -1229,7 +1256,7 @@ static void retry_batch(sched_t *s, sched_batch_t *sb)
             if (!batch->jobs[i]->error_code[0])
                 job_set_error(batch->jobs[i], "out_of_memory",
                               "the job's device was reset and it could not be queued again");
-        finish_batch(s, sb);
+        end_batches(s, sb, false);
         return;
     }
     int keep = 0;
@@ -1246,8 +1273,8 @@ static void retry_batch(sched_t *s, sched_batch_t *sb)
         spent->s = s;
         spent->dispatched_us = sb->dispatched_us;
         spent->batch.sched_priv = spent;
-        s->batches_in_flight++; /* finish_batch counts it out */
-        finish_batch(s, spent);
+        s->batches_in_flight++; /* end_jobs counts it out */
+        end_batches(s, spent, false);
     } else {
         free(spent->batch.jobs);
         free(spent);
@@ -1511,13 +1538,10 @@ static void handle_msg(sched_t *s, msg_t *m)
         }
         break;
     }
-    case MSG_DONE: {
+    case MSG_DONE: { /* a batch given back: on_wake ends the others */
         sched_batch_t *sb = m->batch->sched_priv;
         sb->done_msg = NULL; /* m itself, freed below */
-        if (m->batch->retry != EXEC_RETRY_NONE)
-            retry_batch(s, sb);
-        else
-            finish_batch(s, sb);
+        retry_batch(s, sb);
         maybe_finish_stop(s);
         dispatch(s);
         break;
@@ -1540,12 +1564,29 @@ static void on_wake(uv_async_t *a)
     msg_t *m = s->inbox_head;
     s->inbox_head = s->inbox_tail = NULL;
     pthread_mutex_unlock(&s->lock);
+    /* The batches that ended since the last wake are recorded together, with the starts that
+     * follow them. Messages whose handling looks at running jobs' ends come after those. */
+    sched_batch_t *ended = NULL, **ended_tail = &ended;
     while (m) {
         msg_t *next = m->next;
         m->next = NULL;
-        handle_msg(s, m);
+        if (m->kind == MSG_DONE && m->batch->retry == EXEC_RETRY_NONE) {
+            sched_batch_t *sb = m->batch->sched_priv;
+            sb->done_msg = NULL;
+            msg_free(m);
+            *ended_tail = sb;
+            ended_tail = &sb->next_ended;
+        } else {
+            if (ended && m->kind != MSG_SUBMIT && m->kind != MSG_BUF_PUT && m->kind != MSG_WAIT) {
+                end_batches(s, ended, true);
+                ended = NULL;
+                ended_tail = &ended;
+            }
+            handle_msg(s, m);
+        }
         m = next;
     }
+    if (ended) end_batches(s, ended, true);
 }
 
 static void *loop_thread(void *arg)

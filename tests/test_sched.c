@@ -980,6 +980,53 @@ START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
 }
 END_TEST
 
+/* A completion's ends and the starts it lets out are one transaction, and the new batch goes
+ * out before its commit: when that commit fails, the job still runs, and its end records the
+ * start that was lost. */
+START_TEST(test_a_start_lost_with_a_completions_commit_is_recorded_at_its_end)
+{
+    fake->slots = 1;
+    job_t *first = lone_job("alice", 10), *second = lone_job("bob", 10);
+    reply_box_t a, b;
+    submit(&a, &first, 1);
+    submit(&b, &second, 1);
+    fake_wait_batches(fake, 1);
+    ck_assert_int_eq(stored_state(b.ids[0]), JOB_QUEUED);
+
+    /* The WAL may not grow now: no commit can succeed until the limit is lifted. */
+    char wal[PATH_MAX];
+    snprintf(wal, sizeof wal, "%s/gpujobd.db-wal", state_dir);
+    struct stat ws;
+    ck_assert_int_eq(stat(wal, &ws), 0);
+    struct rlimit saved, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &saved), 0);
+    lim = (struct rlimit){.rlim_cur = (rlim_t)ws.st_size, .rlim_max = saved.rlim_max};
+    signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    fake_complete(fake, 0);
+    ended_state("alice", a.ids[0]); /* answered once the completion has been handled */
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &saved), 0);
+    signal(SIGXFSZ, SIG_DFL);
+
+    pthread_mutex_lock(&fake->lock);
+    ck_assert_int_eq(fake->n_got, 2);
+    ck_assert_str_eq(fake->got[1]->jobs[0]->id, b.ids[0]);
+    pthread_mutex_unlock(&fake->lock);
+    ck_assert_int_eq(stored_state(b.ids[0]), JOB_QUEUED);
+    fake_complete(fake, 1);
+    ck_assert_int_eq(ended_state("bob", b.ids[0]), JOB_SUCCEEDED);
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    job_t *stored = NULL;
+    ck_assert_int_eq(store_job_get(rd, b.ids[0], &stored), 0);
+    ck_assert_int_eq(stored->state, JOB_SUCCEEDED);
+    ck_assert_int_eq(stored->attempts, 1);
+    ck_assert_int_ge(stored->started_us, stored->created_us);
+    job_free(stored);
+    store_reader_close(rd);
+}
+END_TEST
+
 static void start_sched_limited(void)
 {
     setup(false);
@@ -1026,6 +1073,7 @@ int main(void)
     tcase_add_test(tc, test_without_sync_full_a_submission_starts_before_its_commit_is_answered);
     tcase_add_test(tc, test_keyed_and_plain_jobs_started_in_their_round_are_stored_running);
     tcase_add_test(tc, test_a_failed_commit_takes_back_the_jobs_it_started);
+    tcase_add_test(tc, test_a_start_lost_with_a_completions_commit_is_recorded_at_its_end);
     suite_add_tcase(s, tc);
     /* The daemon's default: answers wait for the commit syncer. */
     TCase *durable = tcase_create("durable");
