@@ -113,6 +113,18 @@ static int visible_buffer_desc(void *ud, const char *owner, const char *id, tens
     return r;
 }
 
+/* Job id from the store when it has ended and the user may see it; else NULL. */
+static job_t *stored_if_ended(api_request_t *req, const char *id)
+{
+    store_reader_t *rd = req->env->reader(req->env);
+    job_t *job = NULL;
+    if (rd && store_job_get(rd, id, &job) == 0 && job_state_is_final(job->state) &&
+        api_request_may_see(req, job->owner))
+        return job;
+    job_free(job);
+    return NULL;
+}
+
 /* Answers a submission with ?wait= once its job has ended or the wait is over: the job as it
  * stands then, outputs inlined, as a wait answers it. If the wait itself fails (the daemon is
  * stopping), the job is still accepted: the answer is the submission's own. */
@@ -133,13 +145,21 @@ static void submit_wait_reply(void *token, const sched_result_t *res)
 static void submit_reply(void *token, const sched_result_t *res)
 {
     api_request_t *req = token;
+    /* An idempotent retry is answered with the jobs the first submission created. */
+    int status = res->replayed ? 200 : 201;
+    /* With sync_full this runs once the acceptance is durable, by when a tiny job has often
+     * ended: a ?wait= is answered from the store then, without a trip through the loop. */
+    job_t *ended = !res->err && res->n_jobs > 0 && req->submit_waits && req->env->cfg->sync_full
+                       ? stored_if_ended(req, res->jobs[0]->id)
+                       : NULL;
     if (res->err) {
         api_respond_errno(req, res->err, res->message);
     } else if (res->n_jobs == 0) {
         api_respond_error(req, 500, "internal", NULL, "the scheduler returned no job");
+    } else if (ended) {
+        api_respond_job(req, status, ended);
+        job_free(ended);
     } else {
-        /* An idempotent retry is answered with the jobs the first submission created. */
-        int status = res->replayed ? 200 : 201;
         json_t *body;
         if (req->submit_is_list) {
             body = json_array();
@@ -435,14 +455,12 @@ int api_handle_job_wait(api_request_t *req)
     /* A job that has ended is answered here, from the store, without the scheduler's loop (a
      * job's bottleneck): by the time its 201 arrives a tiny job has often ended already, as it
      * runs while its acceptance is synced. */
-    store_reader_t *rd = api_request_reader(req);
-    if (!rd) return API_DONE;
-    job_t *job = NULL;
-    bool ended = store_job_get(rd, id, &job) == 0 && job_state_is_final(job->state) &&
-                 api_request_may_see(req, job->owner);
-    if (ended) api_respond_job(req, 200, job);
-    job_free(job);
-    if (ended) return API_DONE;
+    job_t *ended = stored_if_ended(req, id);
+    if (ended) {
+        api_respond_job(req, 200, ended);
+        job_free(ended);
+        return API_DONE;
+    }
     api_request_suspend(req);
     sched_wait(req->env->sched, api_request_owner_filter(req), id, timeout_ms, job_reply, req);
     return API_PENDING;
