@@ -700,10 +700,10 @@ static void commit_pending(sched_t *s)
             if (r >= 0 && !m->err) r = store_buffer_insert(s->st, m->buf);
         }
     if (r >= 0) r = insert_jobs(s, pending, true);
-    /* The new jobs join the queues and what can start goes out at once, its start recorded
-     * in the same transaction: the device runs them while the rows and the commit are
-     * written. Jobs without a key get their rows only now, as their cut left them: one that
-     * starts costs one row write instead of two. */
+    /* The new jobs join the queues and what can start goes out before the commit, its start
+     * recorded in the same transaction: the device runs them while the commit writes. Jobs
+     * without a key get their rows only now, as their cut left them: one that starts costs
+     * one row write instead of two. */
     sched_batch_t *ready[DISPATCH_MAX];
     int refusal[DISPATCH_MAX];
     int n_ready = 0;
@@ -713,9 +713,9 @@ static void commit_pending(sched_t *s)
         for (msg_t *m = pending; m; m = m->next)
             if (m->kind == MSG_SUBMIT && !m->err) take_submitted(s, m);
         n_ready = cut_batches(s, ready);
-        launch(s, ready, n_ready, true, refusal);
         r = record_starts(s, ready, n_ready, taken_from);
         if (r >= 0) r = insert_jobs(s, pending, false);
+        launch(s, ready, n_ready, r >= 0, refusal);
     }
     if (r >= 0) r = store_commit(s->st);
     if (r < 0) {
@@ -972,9 +972,9 @@ static void mark_starts_lost(sched_t *s, sched_batch_t *const *ready, int n)
 /* A start the store did not record: the batch is not handed over. */
 enum { START_UNRECORDED = 1 };
 
-/* Counts n cut batches out of the queues and, when the store's transaction that records their
- * starts is open (recorded), hands them to the executor. refusal[b] says what became of each:
- * 0 handed over, else what settle_refused deals with once the transaction is over. */
+/* Counts n cut batches out of the queues and, when their starts are recorded, hands them to
+ * the executor. refusal[b] says what became of each: 0 handed over, else what
+ * settle_refused deals with once the store's transaction is over. */
 static void launch(sched_t *s, sched_batch_t *const *ready, int n, bool recorded, int *refusal)
 {
     for (int b = 0; b < n; b++) {
@@ -1148,8 +1148,8 @@ static void end_batches(sched_t *s, sched_batch_t *ended, bool start_next)
     int n_ready = start_next ? cut_batches(s, ready) : 0;
     if (!ended && n_ready == 0) return;
     if (!ended) r = store_begin_relaxed(s->st);
-    launch(s, ready, n_ready, r >= 0, refusal);
     if (r >= 0) r = record_starts(s, ready, n_ready, UINT64_MAX);
+    launch(s, ready, n_ready, r >= 0, refusal);
     if (r >= 0) r = store_commit(s->st);
     if (r < 0) {
         /* The transaction is lost: record each end on its own, so that no job is answered
