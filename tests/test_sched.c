@@ -3,6 +3,7 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +22,10 @@ typedef struct fake_exec {
     executor_t base;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int slots;               /* batches it accepts before the test completes some */
-    int turn_down;           /* submits to answer -EAGAIN although slots are free */
-    int device0_free;        /* free slots device 0 reports to pinned jobs; -1: as any */
+    /* Set by the test while the loop reads them. */
+    atomic_int slots;        /* batches it accepts before the test completes some */
+    atomic_int turn_down;    /* submits to answer -EAGAIN although slots are free */
+    atomic_int device0_free; /* free slots device 0 reports to pinned jobs; -1: as any */
     exec_batch_t *got[4096]; /* every batch handed over, in order */
     int n_got, n_done;
 } fake_exec_t;
