@@ -667,6 +667,25 @@ static int insert_jobs(sched_t *s, msg_t *pending, bool keyed)
     return r;
 }
 
+/* Hands the store the small inputs of a round's submissions before their rows are written, so
+ * that, when they go to its segment, its sync runs beside those writes
+ * (store_jobs_place_small). Out of memory, the writes place them as they go. */
+static int place_submitted_inputs(sched_t *s, msg_t *pending)
+{
+    size_t n = 0;
+    for (msg_t *m = pending; m; m = m->next)
+        if (m->kind == MSG_SUBMIT && !m->err) n += m->n;
+    job_t **jobs = n > 0 ? malloc(n * sizeof *jobs) : NULL;
+    if (!jobs) return 0;
+    n = 0;
+    for (msg_t *m = pending; m; m = m->next)
+        for (size_t i = 0; m->kind == MSG_SUBMIT && !m->err && i < m->n; i++)
+            jobs[n++] = m->jobs[i];
+    int r = store_jobs_place_small(s->st, jobs, n, false);
+    free(jobs);
+    return r;
+}
+
 /* Writes every pending submission and buffer in one transaction, starts what it can, and
  * answers them (after the sync, with a syncer). */
 static void commit_pending(sched_t *s)
@@ -694,6 +713,7 @@ static void commit_pending(sched_t *s)
         why = "the store's disk failed to sync; nothing is accepted until the daemon restarts";
     }
     if (r == 0) r = defer ? store_begin_relaxed(s->st) : store_begin(s->st);
+    if (r >= 0) r = place_submitted_inputs(s, pending);
     for (msg_t *m = pending; m && r >= 0; m = m->next)
         if (m->kind == MSG_BUF_PUT) {
             r = check_resident_quota(s, m);
@@ -1131,6 +1151,26 @@ static void release_ended(sched_t *s, sched_batch_t *sb)
     free(sb);
 }
 
+/* The outputs of the ended batches' jobs whose results are kept, to the store ahead of their
+ * ends, as place_submitted_inputs does with inputs. */
+static int place_ended_outputs(sched_t *s, sched_batch_t *ended)
+{
+    size_t n = 0;
+    for (sched_batch_t *sb = ended; sb; sb = sb->next_ended)
+        n += (size_t)sb->batch.n;
+    job_t **jobs = n > 0 ? malloc(n * sizeof *jobs) : NULL;
+    if (!jobs) return 0;
+    n = 0;
+    for (sched_batch_t *sb = ended; sb; sb = sb->next_ended)
+        for (int i = 0; i < sb->batch.n; i++) {
+            job_t *job = sb->batch.jobs[i];
+            if (!((entry_t *)strmap_get(s->entries, job->id))->discard_result) jobs[n++] = job;
+        }
+    int r = store_jobs_place_small(s->st, jobs, n, true);
+    free(jobs);
+    return r;
+}
+
 /* Records the ends of the finished batches (a list through next_ended, maybe empty) and, when
  * start_next, the starts of what the executor has room for then, in one transaction: one
  * commit per completion instead of two. The new batches go out before the commit, as in a
@@ -1141,6 +1181,7 @@ static void end_batches(sched_t *s, sched_batch_t *ended, bool start_next)
 {
     int64_t now = now_us();
     int r = ended ? store_begin_relaxed(s->st) : 0;
+    if (r >= 0 && ended) r = place_ended_outputs(s, ended);
     for (sched_batch_t *sb = ended; sb; sb = sb->next_ended)
         end_jobs(s, sb, now, r >= 0);
     sched_batch_t *ready[DISPATCH_MAX];

@@ -554,6 +554,31 @@ int store_blob_pack(store_t *st, job_t *const *jobs, size_t n, bool outputs)
     return r;
 }
 
+int store_jobs_place_small(store_t *st, job_t *const *jobs, size_t n, bool outputs)
+{
+    if (!st->in_txn)
+        return log_error_errno(-EINVAL, "store: placing tensors outside a transaction");
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        for (int j = 0; j < OP_MAX_TENSORS; j++) {
+            const job_tensor_t *t = packable(st, jobs[i], outputs, j);
+            if (t) total += t->nbytes;
+        }
+    if (st->txn_row_bytes + total <= STORE_TXN_ROW_BYTES) return 0;
+    for (size_t i = 0; i < n; i++)
+        for (int j = 0; j < OP_MAX_TENSORS; j++) {
+            job_tensor_t *t = packable(st, jobs[i], outputs, j);
+            if (!t) continue;
+            blob_file_t file;
+            uint64_t offset;
+            int r = store_segment_append(&st->segment, st->conn.blobs_dir, &st->maybe_unused,
+                                         t->data, t->nbytes, file, &offset);
+            if (r == 0 && !(t->blob = store_locator_file(file, offset))) r = -ENOMEM;
+            if (r < 0) return r;
+        }
+    return store_segment_sync_begin(&st->segment);
+}
+
 /* --- blob_refs --- */
 
 static int refs_reserve(ref_deltas_t *d, size_t more)

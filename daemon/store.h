@@ -38,6 +38,12 @@ int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_
  * has them writes and syncs them, in parallel with others, and the rows only name them. Sets
  * each such tensor's blob; below the threshold, nothing. Any thread. */
 int store_blob_pack(store_t *st, job_t *const *jobs, size_t n, bool outputs);
+/* Inside a transaction, before the writes of n jobs: when their small tensors (inputs, or
+ * outputs as store_blob_pack takes them) are more than the transaction keeps in rows, appends
+ * them all to the loop's segment now and has it synced on another thread while the rows are
+ * written; the commit then waits for that sync rather than making it after them. Sets each
+ * such tensor's blob; otherwise, nothing. Loop thread. */
+int store_jobs_place_small(store_t *st, job_t *const *jobs, size_t n, bool outputs);
 /* Removes a file store_blob_write made for a row that will never be written. Any thread. A
  * tensor in a file shared with others (store_blob_pack's, the loop's segments): the file goes
  * when no row names it at the end of the open transaction, or now outside one; loop thread

@@ -190,6 +190,11 @@ typedef struct store_segment {
     uint64_t buf_off;
     bool dirty;  /* appended to since the last sync */
     bool failed; /* a sync failed: the transaction cannot commit; abandoned at its end */
+    /* A sync made by another thread meanwhile (store_segment_sync_begin), of the bytes up to
+     * sync_size; the syncer is started by the first. */
+    struct segment_syncer *syncer;
+    bool sync_pending;
+    uint64_t sync_size;
 } store_segment_t;
 
 void store_segment_init(store_segment_t *seg);
@@ -199,9 +204,14 @@ void store_segment_init(store_segment_t *seg);
 int store_segment_append(store_segment_t *seg, const char *blobs_dir, blob_files_t *retired,
                          const void *data, uint64_t nbytes, blob_file_t ret_file,
                          uint64_t *ret_offset);
-/* fdatasync()s what was appended since the last sync; once one failed, -EIO until the
- * transaction ends. */
+/* fdatasync()s what was appended since the last sync (waiting for one begun before, which
+ * then only leaves what was appended since); once one failed, -EIO until the transaction
+ * ends. */
 int store_segment_sync(store_segment_t *seg);
+/* Writes out what was appended and has the syncer thread fdatasync() it while the caller goes
+ * on; store_segment_sync() then waits for that. Without a syncer it does nothing, and the next
+ * store_segment_sync() makes the whole sync. */
+int store_segment_sync_begin(store_segment_t *seg);
 /* After a commit or rollback: retires a segment whose sync failed. */
 void store_segment_txn_end(store_segment_t *seg, blob_files_t *retired);
 /* True for the segment still being appended to, which no collection may remove. */

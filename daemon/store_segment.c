@@ -26,8 +26,10 @@
 #include "store_internal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -46,12 +48,96 @@ static void header(unsigned char buf[SEGMENT_HEADER_BYTES])
     memcpy(buf, SEGMENT_HEADER, sizeof SEGMENT_HEADER - 1);
 }
 
+/* The thread that fdatasync()s the active segment while the loop writes the rows that name
+ * it: a group commit of many small tensors then waits for a sync that ran beside its inserts
+ * (about 60-140 µs for 8-64 KiB on the H200 host's disk) instead of making it after them. */
+typedef struct segment_syncer {
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* a sync asked, made, or the thread told to quit */
+    pthread_t thread;
+    int fd;    /* while busy: the file to sync */
+    bool busy; /* a sync is asked or in progress */
+    bool quit;
+    int rc; /* of the last sync */
+} segment_syncer_t;
+
+static void *syncer_main(void *arg)
+{
+    segment_syncer_t *y = arg;
+    prctl(PR_SET_NAME, "gj-segsync");
+    pthread_mutex_lock(&y->lock);
+    for (;;) {
+        while (!y->busy && !y->quit)
+            pthread_cond_wait(&y->cond, &y->lock);
+        if (!y->busy) break;
+        int fd = y->fd;
+        pthread_mutex_unlock(&y->lock);
+        int rc = fdatasync(fd) < 0 ? -errno : 0;
+        pthread_mutex_lock(&y->lock);
+        y->rc = rc;
+        y->busy = false;
+        pthread_cond_broadcast(&y->cond);
+    }
+    pthread_mutex_unlock(&y->lock);
+    return NULL;
+}
+
+static segment_syncer_t *syncer_start(void)
+{
+    segment_syncer_t *y = calloc(1, sizeof *y);
+    if (!y) return NULL;
+    pthread_mutex_init(&y->lock, NULL);
+    pthread_cond_init(&y->cond, NULL);
+    if (pthread_create(&y->thread, NULL, syncer_main, y) != 0) {
+        pthread_cond_destroy(&y->cond);
+        pthread_mutex_destroy(&y->lock);
+        free(y);
+        return NULL;
+    }
+    return y;
+}
+
+static void syncer_stop(segment_syncer_t *y)
+{
+    if (!y) return;
+    pthread_mutex_lock(&y->lock);
+    y->quit = true;
+    pthread_cond_broadcast(&y->cond);
+    pthread_mutex_unlock(&y->lock);
+    pthread_join(y->thread, NULL);
+    pthread_cond_destroy(&y->cond);
+    pthread_mutex_destroy(&y->lock);
+    free(y);
+}
+
+/* Waits for the sync store_segment_sync_begin asked for, if any: when it succeeded and
+ * nothing was appended since, the segment is clean. */
+static int sync_collect(store_segment_t *seg)
+{
+    if (!seg->sync_pending) return 0;
+    segment_syncer_t *y = seg->syncer;
+    pthread_mutex_lock(&y->lock);
+    while (y->busy)
+        pthread_cond_wait(&y->cond, &y->lock);
+    int rc = y->rc;
+    pthread_mutex_unlock(&y->lock);
+    seg->sync_pending = false;
+    if (rc < 0) {
+        seg->failed = true;
+        return log_error_errno(rc, "store: syncing segment '%s': %s", seg->file, strerror(-rc));
+    }
+    if (seg->size == seg->sync_size) seg->dirty = false;
+    return 0;
+}
+
 void store_segment_init(store_segment_t *seg)
 {
     unsigned char *buf = seg->buf;
+    segment_syncer_t *syncer = seg->syncer;
     memset(seg, 0, sizeof *seg);
     seg->fd = -1;
     seg->buf = buf;
+    seg->syncer = syncer;
 }
 
 /* Writes the buffered bytes; all of them, or (partial) all but the last, unfinished block,
@@ -79,6 +165,7 @@ static int flush(store_segment_t *seg, bool partial)
 static void retire(store_segment_t *seg, blob_files_t *retired)
 {
     if (seg->fd < 0) return;
+    sync_collect(seg); /* the syncer is done with the file */
     close(seg->fd);
     store_files_add(retired, seg->file);
     seg->fd = -1;
@@ -141,8 +228,10 @@ int store_segment_append(store_segment_t *seg, const char *blobs_dir, blob_files
 int store_segment_sync(store_segment_t *seg)
 {
     if (seg->failed) return -EIO;
+    int r = sync_collect(seg);
+    if (r < 0) return r;
     if (!seg->dirty) return 0;
-    int r = flush(seg, false);
+    r = flush(seg, false);
     if (r < 0) return r;
     if (fdatasync(seg->fd) < 0) {
         seg->failed = true;
@@ -150,6 +239,24 @@ int store_segment_sync(store_segment_t *seg)
                                strerror(errno));
     }
     seg->dirty = false;
+    return 0;
+}
+
+int store_segment_sync_begin(store_segment_t *seg)
+{
+    if (seg->failed) return -EIO;
+    if (!seg->dirty || seg->sync_pending) return 0;
+    if (!seg->syncer && !(seg->syncer = syncer_start())) return 0;
+    int r = flush(seg, false);
+    if (r < 0) return r;
+    segment_syncer_t *y = seg->syncer;
+    pthread_mutex_lock(&y->lock);
+    y->fd = seg->fd;
+    y->busy = true;
+    pthread_cond_broadcast(&y->cond);
+    pthread_mutex_unlock(&y->lock);
+    seg->sync_pending = true;
+    seg->sync_size = seg->size;
     return 0;
 }
 
@@ -169,9 +276,12 @@ bool store_segment_is_active(const store_segment_t *seg, const char *file)
 void store_segment_close(store_segment_t *seg, blob_files_t *retired)
 {
     store_segment_txn_end(seg, retired);
+    sync_collect(seg);
     if (seg->fd >= 0) close(seg->fd);
     free(seg->buf);
     seg->buf = NULL;
+    syncer_stop(seg->syncer);
+    seg->syncer = NULL;
     store_segment_init(seg);
 }
 

@@ -1156,6 +1156,82 @@ START_TEST(test_pack_writes_many_jobs_small_tensors_to_one_file_that_goes_with_i
 }
 END_TEST
 
+/* Placed ahead of their rows (store_jobs_place_small), a round's small tensors go to the active
+ * segment together when its rows cannot take them all, and the segment is synced meanwhile by
+ * another thread; bytes appended after that sync began are synced by the commit. They read
+ * back equal after a restart. */
+START_TEST(test_small_tensors_placed_ahead_share_the_segment_and_read_back_after_a_restart)
+{
+    fixture_t f;
+    fixture_setup_inline(&f, 65536);
+    enum { N = 20 };
+    job_t *jobs[N];
+    make_small_tensor_jobs(jobs, N, true);
+
+    /* Outside a transaction it refuses; 64 KiB of inputs are left to the rows. */
+    ck_assert_int_eq(store_jobs_place_small(f.st, jobs, N, false), -EINVAL);
+    ck_assert_int_eq(store_begin(f.st), 0);
+    ck_assert_int_eq(store_jobs_place_small(f.st, jobs, 16, false), 0);
+    for (int i = 0; i < 16; i++)
+        ck_assert_ptr_null(jobs[i]->in[1].blob);
+    ck_assert_int_eq(count_blob_files(&f), 0);
+
+    /* 80 KiB go to the segment, each tensor at its own offset (x, 32 bytes, stays for the row),
+     * then the outputs, appended while the first sync runs, but a failed job's. */
+    ck_assert_int_eq(store_jobs_place_small(f.st, jobs, N, false), 0);
+    snprintf(jobs[3]->error_code, sizeof jobs[3]->error_code, "%s", "kernel_failed");
+    ck_assert_int_eq(store_jobs_place_small(f.st, jobs, N, true), 0);
+    ck_assert_int_eq(count_blob_files(&f), 1);
+    size_t len = locator_file_len(jobs[0]->in[1].blob);
+    for (int i = 0; i < N; i++) {
+        ck_assert_ptr_null(jobs[i]->in[0].blob);
+        ck_assert_int_eq(strncmp(jobs[i]->in[1].blob, jobs[0]->in[1].blob, len), 0);
+        ck_assert(i == 0 || strcmp(jobs[i]->in[1].blob, jobs[i - 1]->in[1].blob) != 0);
+        if (i != 3) ck_assert_int_eq(strncmp(jobs[i]->out[0].blob, jobs[0]->in[1].blob, len), 0);
+    }
+    ck_assert_ptr_null(jobs[3]->out[0].blob);
+    for (int i = 0; i < N; i++) {
+        jobs[i]->state = JOB_RUNNING;
+        jobs[i]->started_us = 1000 + i;
+        ck_assert_int_eq(store_job_insert(f.st, jobs[i]), 0);
+    }
+    ck_assert_int_eq(store_commit(f.st), 0);
+    for (int i = 0; i < N; i++) {
+        jobs[i]->state = i == 3 ? JOB_FAILED : JOB_SUCCEEDED;
+        jobs[i]->finished_us = 1000 + i;
+        ck_assert_int_eq(store_job_update(f.st, jobs[i]), 0);
+    }
+    ck_assert_int_eq(db_int(&f, "SELECT refs FROM blob_refs"), 2 * N - 1);
+    for (int i = 0; i < N; i++)
+        if (i != 3) assert_blob_bytes(&f, jobs[i]->out[0].blob, jobs[i]->out[0].data, 4096);
+
+    /* A round rolled back with its sync under way leaves bytes no row names. */
+    job_t *more[N];
+    make_small_tensor_jobs(more, N, false);
+    ck_assert_int_eq(store_begin(f.st), 0);
+    ck_assert_int_eq(store_jobs_place_small(f.st, more, N, false), 0);
+    ck_assert_ptr_nonnull(more[0]->in[1].blob);
+    ck_assert_int_eq(store_rollback(f.st), 0);
+
+    store_reader_close(f.rd);
+    store_close(f.st);
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    for (int i = 0; i < N; i++) {
+        job_t *got = get_job(&f, jobs[i]->id);
+        ck_assert_str_eq(got->in[1].blob, jobs[i]->in[1].blob);
+        assert_blob_bytes(&f, got->in[1].blob, jobs[i]->in[1].data, jobs[i]->in[1].nbytes);
+        if (i != 3) assert_blob_bytes(&f, got->out[0].blob, jobs[i]->out[0].data, 4096);
+        job_free(got);
+    }
+    for (int i = 0; i < N; i++) {
+        job_free(jobs[i]);
+        job_free(more[i]);
+    }
+    fixture_teardown(&f);
+}
+END_TEST
+
 /* A file store_blob_pack wrote goes once its tensors are discarded and no row names it: at the
  * end of the transaction (rolled back or not), or at once outside one. */
 START_TEST(test_discarded_packed_tensors_take_their_file_once_no_row_names_it)
@@ -1982,6 +2058,8 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_small_tensors_share_a_segment_that_goes_with_its_last_job);
     tcase_add_test(
         tc, test_pack_writes_many_jobs_small_tensors_to_one_file_that_goes_with_its_last_job);
+    tcase_add_test(tc,
+                   test_small_tensors_placed_ahead_share_the_segment_and_read_back_after_a_restart);
     tcase_add_test(tc, test_discarded_packed_tensors_take_their_file_once_no_row_names_it);
     tcase_add_test(tc, test_a_transaction_counts_the_tensors_naming_each_file_once_it_commits);
     tcase_add_test(tc, test_segment_bytes_read_back_across_buffer_flushes_and_large_appends);
