@@ -2,7 +2,10 @@
  * row as file + offset. Writing them through SQLite cost a tiny job most of its time on the
  * loop thread (measured with bench/sched_throughput: 4 KiB tensors were written 5-6 times over,
  * as overflow pages, WAL frames with checksums and checkpoints); appended here they are
- * written once, and the commit that names them syncs the file once (store_segment_sync).
+ * written once, and the commit that names them syncs the file once (store_segment_sync), before
+ * the WAL frames that name them are written. A round that appends its tensors first has the
+ * sync made by a thread of its own meanwhile (store_segment_sync_begin), and its commit waits
+ * for that instead.
  *
  * One segment is active at a time, appended to by the loop thread only (the store_t owner); a
  * full one is retired and a new one created. Other threads write whole segments of their own
