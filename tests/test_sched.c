@@ -915,6 +915,27 @@ static size_t stored_jobs(void)
     return n;
 }
 
+/* No file may grow past the WAL's size now (a soft limit, until wal_limit_lift): the next
+ * commit cannot append to the WAL. Returns that size. */
+static off_t wal_limit(struct rlimit *saved)
+{
+    char wal[PATH_MAX];
+    snprintf(wal, sizeof wal, "%s/gpujobd.db-wal", state_dir);
+    struct stat ws;
+    ck_assert_int_eq(stat(wal, &ws), 0);
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, saved), 0);
+    struct rlimit lim = {.rlim_cur = (rlim_t)ws.st_size, .rlim_max = saved->rlim_max};
+    signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    return ws.st_size;
+}
+
+static void wal_limit_lift(const struct rlimit *saved)
+{
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, saved), 0);
+    signal(SIGXFSZ, SIG_DFL);
+}
+
 START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
 {
     fake->slots = 0;
@@ -922,29 +943,20 @@ START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
     reply_box_t first;
     submit(&first, &older, 1);
 
-    /* No file may grow past its size now (a soft limit, lifted below): the next commit cannot
-     * append to the WAL, after its jobs have gone out. */
-    char wal[PATH_MAX];
-    snprintf(wal, sizeof wal, "%s/gpujobd.db-wal", state_dir);
-    struct stat ws;
-    ck_assert_int_eq(stat(wal, &ws), 0);
-    struct rlimit saved, lim;
-    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &saved), 0);
-    lim = (struct rlimit){.rlim_cur = (rlim_t)ws.st_size, .rlim_max = saved.rlim_max};
-    signal(SIGXFSZ, SIG_IGN);
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    /* The next commit cannot append to the WAL, after its jobs have gone out. */
+    struct rlimit saved;
+    off_t wal_size = wal_limit(&saved);
     fake->slots = 2;
     /* Inputs past store.inline_blob_bytes go to files of their own (which the limit lets
      * through), and a job that went out reads them still. */
     enum { LARGE = 20000 };
-    ck_assert_int_gt(ws.st_size, LARGE * 4);
+    ck_assert_int_gt(wal_size, LARGE * 4);
     ck_assert_int_gt(LARGE * 4, cfg.inline_blob_bytes);
     ck_assert_int_eq(blob_files(), 0);
     job_t *jobs[2] = {lone_job("alice", LARGE), lone_job("bob", LARGE)};
     reply_box_t failed;
     submit_any(&failed, jobs, 2);
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &saved), 0);
-    signal(SIGXFSZ, SIG_DFL);
+    wal_limit_lift(&saved);
     ck_assert_int_eq(failed.err, -EIO);
 
     /* Out went alice's older job and bob's new one; alice's new one left the queue. */
@@ -995,20 +1007,12 @@ START_TEST(test_a_start_lost_with_a_completions_commit_is_recorded_at_its_end)
     fake_wait_batches(fake, 1);
     ck_assert_int_eq(stored_state(b.ids[0]), JOB_QUEUED);
 
-    /* The WAL may not grow now: no commit can succeed until the limit is lifted. */
-    char wal[PATH_MAX];
-    snprintf(wal, sizeof wal, "%s/gpujobd.db-wal", state_dir);
-    struct stat ws;
-    ck_assert_int_eq(stat(wal, &ws), 0);
-    struct rlimit saved, lim;
-    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &saved), 0);
-    lim = (struct rlimit){.rlim_cur = (rlim_t)ws.st_size, .rlim_max = saved.rlim_max};
-    signal(SIGXFSZ, SIG_IGN);
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    /* No commit can succeed until the limit is lifted. */
+    struct rlimit saved;
+    wal_limit(&saved);
     fake_complete(fake, 0);
     ended_state("alice", a.ids[0]); /* answered once the completion has been handled */
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &saved), 0);
-    signal(SIGXFSZ, SIG_DFL);
+    wal_limit_lift(&saved);
 
     pthread_mutex_lock(&fake->lock);
     ck_assert_int_eq(fake->n_got, 2);

@@ -182,6 +182,15 @@ static int set_state(fixture_t *f, const char *id, job_state_t to)
     return r;
 }
 
+/* Closes the store and opens it again, as a restart does. */
+static void reopen(fixture_t *f)
+{
+    store_reader_close(f->rd);
+    store_close(f->st);
+    ck_assert_int_eq(store_open(&f->cfg, &f->st), 0);
+    ck_assert_int_eq(store_reader_open(&f->cfg, &f->rd), 0);
+}
+
 START_TEST(test_insert_get_round_trips_inline_file_and_buffer_tensors)
 {
     fixture_t f;
@@ -711,10 +720,7 @@ START_TEST(test_recover_requeues_running_fails_past_max_attempts_and_returns_que
     ck_assert_int_eq(set_state(&f, done, JOB_SUCCEEDED), 0);
 
     /* A restart: the store is closed (the process died) and opened again. */
-    store_reader_close(f.rd);
-    store_close(f.st);
-    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    reopen(&f);
     recovered_t rec = {.n = 0};
     ck_assert_int_eq(store_recover(f.st, max_attempts, collect, &rec), 0);
 
@@ -988,10 +994,7 @@ START_TEST(test_segment_bytes_read_back_across_buffer_flushes_and_large_appends)
             free(want.data);
         }
         /* Once more after a restart: everything was on disk. */
-        store_reader_close(f.rd);
-        store_close(f.st);
-        ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-        ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+        reopen(&f);
     }
     fixture_teardown(&f);
 }
@@ -1019,10 +1022,7 @@ START_TEST(test_small_tensors_share_a_segment_that_goes_with_its_last_job)
     ck_assert_int_eq(count_blob_files(&f), 1);
 
     /* After a restart the segment is no longer active: it stays while a job names it. */
-    store_reader_close(f.rd);
-    store_close(f.st);
-    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    reopen(&f);
     int deleted = -1;
     ck_assert_int_eq(store_gc(f.st, 1500, &deleted), 0);
     ck_assert_int_eq(deleted, 1);
@@ -1043,10 +1043,7 @@ START_TEST(test_small_tensors_share_a_segment_that_goes_with_its_last_job)
     ck_assert_int_eq(store_gc(f.st, 1500, &deleted), 0);
     ck_assert_int_eq(deleted, 1);
     ck_assert(blob_file_exists(&f, blob));
-    store_reader_close(f.rd);
-    store_close(f.st);
-    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    reopen(&f);
     ck_assert(!blob_file_exists(&f, blob));
     ck_assert_int_eq(count_blob_files(&f), 0);
 
@@ -1077,6 +1074,36 @@ static size_t locator_file_len(const char *blob)
     const char *at = blob ? strchr(blob, '@') : NULL;
     ck_assert_msg(at && atoll(at + 1) >= 64, "not in a shared file: %s", blob ? blob : "NULL");
     return (size_t)(at - blob);
+}
+
+/* Inserts n jobs made by make_small_tensor_jobs as running in the open transaction and commits
+ * it, then ends each in a transaction of its own: job `failed` failed, the others succeeded. */
+static void commit_running_then_end(fixture_t *f, job_t **jobs, int n, int failed)
+{
+    for (int i = 0; i < n; i++) {
+        jobs[i]->state = JOB_RUNNING;
+        jobs[i]->started_us = 1000 + i;
+        ck_assert_int_eq(store_job_insert(f->st, jobs[i]), 0);
+    }
+    ck_assert_int_eq(store_commit(f->st), 0);
+    for (int i = 0; i < n; i++) {
+        jobs[i]->state = i == failed ? JOB_FAILED : JOB_SUCCEEDED;
+        jobs[i]->finished_us = 1000 + i;
+        ck_assert_int_eq(store_job_update(f->st, jobs[i]), 0);
+    }
+}
+
+/* Each stored job names its input y where the job says, and reads back its bytes and, but for
+ * job `failed`, its output's. */
+static void assert_small_tensors_read_back(fixture_t *f, job_t **jobs, int n, int failed)
+{
+    for (int i = 0; i < n; i++) {
+        job_t *got = get_job(f, jobs[i]->id);
+        ck_assert_str_eq(got->in[1].blob, jobs[i]->in[1].blob);
+        assert_blob_bytes(f, got->in[1].blob, jobs[i]->in[1].data, jobs[i]->in[1].nbytes);
+        if (i != failed) assert_blob_bytes(f, got->out[0].blob, jobs[i]->out[0].data, 4096);
+        job_free(got);
+    }
 }
 
 START_TEST(test_pack_writes_many_jobs_small_tensors_to_one_file_that_goes_with_its_last_job)
@@ -1116,29 +1143,10 @@ START_TEST(test_pack_writes_many_jobs_small_tensors_to_one_file_that_goes_with_i
 
     /* The rows name the tensors where they are, and read back equal, after a restart too. */
     ck_assert_int_eq(store_begin(f.st), 0);
-    for (int i = 0; i < N; i++) {
-        jobs[i]->state = JOB_RUNNING;
-        jobs[i]->started_us = 1000 + i;
-        ck_assert_int_eq(store_job_insert(f.st, jobs[i]), 0);
-    }
-    ck_assert_int_eq(store_commit(f.st), 0);
-    for (int i = 0; i < N; i++) {
-        jobs[i]->state = i == 3 ? JOB_FAILED : JOB_SUCCEEDED;
-        jobs[i]->finished_us = 1000 + i;
-        ck_assert_int_eq(store_job_update(f.st, jobs[i]), 0);
-    }
-    store_reader_close(f.rd);
-    store_close(f.st);
-    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    commit_running_then_end(&f, jobs, N, 3);
+    reopen(&f);
     ck_assert_int_eq(count_blob_files(&f), 2);
-    for (int i = 0; i < N; i++) {
-        job_t *got = get_job(&f, jobs[i]->id);
-        ck_assert_str_eq(got->in[1].blob, jobs[i]->in[1].blob);
-        assert_blob_bytes(&f, got->in[1].blob, jobs[i]->in[1].data, jobs[i]->in[1].nbytes);
-        if (i != 3) assert_blob_bytes(&f, got->out[0].blob, jobs[i]->out[0].data, 4096);
-        job_free(got);
-    }
+    assert_small_tensors_read_back(&f, jobs, N, 3);
 
     /* The files go with the last job naming them. */
     int deleted = -1;
@@ -1190,20 +1198,9 @@ START_TEST(test_small_tensors_placed_ahead_share_the_segment_and_read_back_after
         if (i != 3) ck_assert_int_eq(strncmp(jobs[i]->out[0].blob, jobs[0]->in[1].blob, len), 0);
     }
     ck_assert_ptr_null(jobs[3]->out[0].blob);
-    for (int i = 0; i < N; i++) {
-        jobs[i]->state = JOB_RUNNING;
-        jobs[i]->started_us = 1000 + i;
-        ck_assert_int_eq(store_job_insert(f.st, jobs[i]), 0);
-    }
-    ck_assert_int_eq(store_commit(f.st), 0);
-    for (int i = 0; i < N; i++) {
-        jobs[i]->state = i == 3 ? JOB_FAILED : JOB_SUCCEEDED;
-        jobs[i]->finished_us = 1000 + i;
-        ck_assert_int_eq(store_job_update(f.st, jobs[i]), 0);
-    }
+    commit_running_then_end(&f, jobs, N, 3);
     ck_assert_int_eq(db_int(&f, "SELECT refs FROM blob_refs"), 2 * N - 1);
-    for (int i = 0; i < N; i++)
-        if (i != 3) assert_blob_bytes(&f, jobs[i]->out[0].blob, jobs[i]->out[0].data, 4096);
+    assert_small_tensors_read_back(&f, jobs, N, 3);
 
     /* A round rolled back with its sync under way leaves bytes no row names. */
     job_t *more[N];
@@ -1213,17 +1210,8 @@ START_TEST(test_small_tensors_placed_ahead_share_the_segment_and_read_back_after
     ck_assert_ptr_nonnull(more[0]->in[1].blob);
     ck_assert_int_eq(store_rollback(f.st), 0);
 
-    store_reader_close(f.rd);
-    store_close(f.st);
-    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
-    for (int i = 0; i < N; i++) {
-        job_t *got = get_job(&f, jobs[i]->id);
-        ck_assert_str_eq(got->in[1].blob, jobs[i]->in[1].blob);
-        assert_blob_bytes(&f, got->in[1].blob, jobs[i]->in[1].data, jobs[i]->in[1].nbytes);
-        if (i != 3) assert_blob_bytes(&f, got->out[0].blob, jobs[i]->out[0].data, 4096);
-        job_free(got);
-    }
+    reopen(&f);
+    assert_small_tensors_read_back(&f, jobs, N, 3);
     for (int i = 0; i < N; i++) {
         job_free(jobs[i]);
         job_free(more[i]);
@@ -1760,10 +1748,7 @@ START_TEST(test_open_sweeps_blob_files_no_committed_row_names)
     ck_assert_int_eq(store_job_insert(f.st, job), 0);
     ck_assert_int_eq(count_blob_files(&f), 2);
 
-    store_reader_close(f.rd);
-    store_close(f.st);
-    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    reopen(&f);
     ck_assert(!blob_file_exists(&f, orphan));
     ck_assert(blob_file_exists(&f, job->in[1].blob));
     ck_assert_int_eq(count_blob_files(&f), 1);
