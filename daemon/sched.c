@@ -876,6 +876,21 @@ static entry_t *best_startable(sched_t *s, user_t *u)
     return NULL;
 }
 
+/* A queued entry joins a batch being cut: it leaves the queues, starts, and its user is
+ * charged an estimate at once (corrected when the batch ends). */
+static void batch_take(sched_t *s, sched_batch_t *sb, entry_t *e, int64_t now)
+{
+    job_t *job = e->job;
+    sb->batch.jobs[sb->batch.n++] = job;
+    entry_unqueue(s, e);
+    e->user->running++;
+    job->state = JOB_RUNNING;
+    job->started_us = now;
+    job->attempts++;
+    e->charged_us = estimate_us(job);
+    user_charge(e->user, e->charged_us);
+}
+
 /* Cuts batches while the executor has free slots, into ready; returns how many. A partial
  * batch whose oldest job has waited less than max_delay_us is held back while other batches
  * are in flight, so that company can arrive; with the executor idle it goes at once. */
@@ -927,31 +942,15 @@ static int cut_batches(sched_t *s, sched_batch_t *ready[DISPATCH_MAX])
          * jobs of users under their running limit, the batch's own jobs counted. The look
          * ahead is bounded, so that a backlog of users at their limit costs no long scan:
          * the jobs behind it lead batches of their own when their users are picked. */
-        if (q && e != top) {
-            jobs[sb->batch.n++] = top->job;
-            entry_unqueue(s, top);
-            top->user->running++;
-        }
+        if (q && e != top) batch_take(s, sb, top, now);
         for (int seen = 0; e && sb->batch.n < want && seen < 4 * want; seen++) {
             entry_t *next = e->knext;
-            if (e->user->running < s->cfg->max_running_per_user) {
-                jobs[sb->batch.n++] = e->job;
-                entry_unqueue(s, e);
-                e->user->running++;
-            }
+            if (e->user->running < s->cfg->max_running_per_user) batch_take(s, sb, e, now);
             e = next;
         }
         ready[n_ready++] = sb;
-        for (int i = 0; i < sb->batch.n; i++) {
-            job_t *job = jobs[i];
-            entry_t *je = strmap_get(s->entries, job->id);
-            job->state = JOB_RUNNING;
-            job->started_us = now;
-            job->attempts++;
-            job->batch_size = sb->batch.n;
-            je->charged_us = estimate_us(job);
-            user_charge(je->user, je->charged_us);
-        }
+        for (int i = 0; i < sb->batch.n; i++)
+            jobs[i]->batch_size = sb->batch.n;
     }
 
     if (hold_until) {
@@ -963,15 +962,15 @@ static int cut_batches(sched_t *s, sched_batch_t *ready[DISPATCH_MAX])
 }
 
 /* Records the starts of n cut batches in the store's open transaction, but for jobs without an
- * idempotency key taken in since sequence number taken_from: their rows are yet to be inserted,
- * started (insert_jobs). */
+ * idempotency key taken in since sequence number taken_from (UINT64_MAX: none): their rows are
+ * yet to be inserted, started (insert_jobs). */
 static int record_starts(sched_t *s, sched_batch_t *const *ready, int n, uint64_t taken_from)
 {
     int r = 0;
     for (int b = 0; b < n && r >= 0; b++)
         for (int i = 0; i < ready[b]->batch.n && r >= 0; i++) {
             job_t *job = ready[b]->batch.jobs[i];
-            if (!job->idempotency_key[0] &&
+            if (taken_from != UINT64_MAX && !job->idempotency_key[0] &&
                 ((entry_t *)strmap_get(s->entries, job->id))->seq >= taken_from)
                 continue;
             r = store_job_update(s->st, job);
