@@ -58,6 +58,10 @@ struct store {
      * their last row in the open transaction, or never had one: at its end, those that no row
      * names go. */
     blob_files_t maybe_unused;
+    /* Tensors store_jobs_place_small named in the open transaction: should it not commit, their
+     * locators go (a retry writes them again, to a segment that syncs). */
+    job_tensor_t **placed;
+    size_t n_placed, cap_placed;
     /* Pages in the WAL after the last commit, once a checkpointer copies it back elsewhere
      * (store_checkpointer_open); read by that checkpointer's thread. */
     atomic_int wal_pages;
@@ -459,6 +463,7 @@ void store_close(store_t *st)
     free(st->data.p);
     free(st->unlink.a);
     free(st->maybe_unused.a);
+    free(st->placed);
     free(st);
 }
 
@@ -559,12 +564,22 @@ int store_jobs_place_small(store_t *st, job_t *const *jobs, size_t n, bool outpu
     if (!st->in_txn)
         return log_error_errno(-EINVAL, "store: placing tensors outside a transaction");
     uint64_t total = 0;
+    size_t count = 0;
     for (size_t i = 0; i < n; i++)
         for (int j = 0; j < OP_MAX_TENSORS; j++) {
             const job_tensor_t *t = packable(st, jobs[i], outputs, j);
-            if (t) total += t->nbytes;
+            if (!t) continue;
+            total += t->nbytes;
+            count++;
         }
     if (st->txn_row_bytes + total <= STORE_TXN_ROW_BYTES) return 0;
+    if (st->n_placed + count > st->cap_placed) {
+        size_t cap = 2 * (st->n_placed + count);
+        job_tensor_t **a = realloc(st->placed, cap * sizeof *a);
+        if (!a) return -ENOMEM;
+        st->placed = a;
+        st->cap_placed = cap;
+    }
     for (size_t i = 0; i < n; i++)
         for (int j = 0; j < OP_MAX_TENSORS; j++) {
             job_tensor_t *t = packable(st, jobs[i], outputs, j);
@@ -575,6 +590,7 @@ int store_jobs_place_small(store_t *st, job_t *const *jobs, size_t n, bool outpu
                                          t->data, t->nbytes, file, &offset);
             if (r == 0 && !(t->blob = store_locator_file(file, offset))) r = -ENOMEM;
             if (r < 0) return r;
+            st->placed[st->n_placed++] = t;
         }
     return store_segment_sync_begin(&st->segment);
 }
@@ -704,8 +720,13 @@ int store_begin_relaxed(store_t *st)
     return begin(st, true);
 }
 
-static void txn_end(store_t *st)
+static void txn_end(store_t *st, bool committed)
 {
+    for (size_t i = 0; !committed && i < st->n_placed; i++) {
+        free(st->placed[i]->blob);
+        st->placed[i]->blob = NULL;
+    }
+    st->n_placed = 0;
     st->txn_refs.n = 0; /* written by the commit, or gone with the rollback */
     st->in_txn = false;
     st->relaxed = false;
@@ -728,11 +749,11 @@ int store_commit(store_t *st)
             st->n_unlink_committed = st->unlink.n;
         else
             unlink_pending(st);
-        txn_end(st);
+        txn_end(st, true);
     } else if (sqlite3_get_autocommit(st->conn.db)) {
         /* SQLite rolled the transaction back itself: nothing is left to commit or undo. */
         st->unlink.n = st->n_unlink_committed;
-        txn_end(st);
+        txn_end(st, false);
     }
     return r;
 }
@@ -750,7 +771,7 @@ int store_rollback(store_t *st)
     int r = sqlite3_get_autocommit(st->conn.db)
                 ? 0
                 : store_stmt_run(&st->conn, STMT_ROLLBACK, "ROLLBACK");
-    txn_end(st);
+    txn_end(st, false);
     return r;
 }
 

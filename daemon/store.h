@@ -42,7 +42,8 @@ int store_blob_pack(store_t *st, job_t *const *jobs, size_t n, bool outputs);
  * outputs as store_blob_pack takes them) are more than the transaction keeps in rows, appends
  * them all to the loop's segment now and has it synced on another thread while the rows are
  * written; the commit then waits for that sync rather than making it after them. Sets each
- * such tensor's blob; otherwise, nothing. Loop thread. */
+ * such tensor's blob; otherwise, nothing. Should the transaction not commit, its rollback
+ * frees and clears those blobs again: the jobs must outlive it. Loop thread. */
 int store_jobs_place_small(store_t *st, job_t *const *jobs, size_t n, bool outputs);
 /* Removes a file store_blob_write made for a row that will never be written. Any thread. A
  * tensor in a file shared with others (store_blob_pack's, the loop's segments): the file goes
