@@ -1149,6 +1149,7 @@ static void release_ended(sched_t *s, sched_batch_t *sb)
         free(e);
     }
     free(batch->jobs);
+    free(sb->done_msg); /* NULL when the batch's end came in it */
     free(sb);
 }
 
@@ -1187,7 +1188,10 @@ static void end_batches(sched_t *s, sched_batch_t *ended, bool start_next)
         end_jobs(s, sb, now, r >= 0);
     sched_batch_t *ready[DISPATCH_MAX];
     int refusal[DISPATCH_MAX];
-    int n_ready = start_next ? cut_batches(s, ready) : 0;
+    /* Starts join the ends' transaction only while it stands; else they get one of their own
+     * once the ends are dealt with, rather than fail for want of a record. */
+    bool cut = start_next && r >= 0;
+    int n_ready = cut ? cut_batches(s, ready) : 0;
     if (!ended && n_ready == 0) return;
     if (!ended) r = store_begin_relaxed(s->st);
     if (r >= 0) r = record_starts(s, ready, n_ready, UINT64_MAX);
@@ -1211,6 +1215,7 @@ static void end_batches(sched_t *s, sched_batch_t *ended, bool start_next)
         release_ended(s, sb);
     }
     settle_refused(s, ready, n_ready, refusal);
+    if (start_next && !cut) dispatch(s);
     maybe_finish_stop(s);
 }
 
@@ -1619,7 +1624,11 @@ static void on_wake(uv_async_t *a)
             *ended_tail = sb;
             ended_tail = &sb->next_ended;
         } else {
-            if (ended && m->kind != MSG_SUBMIT && m->kind != MSG_BUF_PUT && m->kind != MSG_WAIT) {
+            /* A wait that answers at once must see them ended; a longer one is answered by
+             * their end anyway. */
+            bool sees_ends = m->kind != MSG_SUBMIT && m->kind != MSG_BUF_PUT &&
+                             (m->kind != MSG_WAIT || m->timeout_ms <= 0);
+            if (ended && sees_ends) {
                 end_batches(s, ended, true);
                 ended = NULL;
                 ended_tail = &ended;

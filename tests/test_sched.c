@@ -994,6 +994,21 @@ START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
 }
 END_TEST
 
+/* The job of box b ends succeeded, and its row says so, with the one start it had. */
+static void assert_ended_once(const reply_box_t *b)
+{
+    ck_assert_int_eq(ended_state("bob", b->ids[0]), JOB_SUCCEEDED);
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    job_t *stored = NULL;
+    ck_assert_int_eq(store_job_get(rd, b->ids[0], &stored), 0);
+    ck_assert_int_eq(stored->state, JOB_SUCCEEDED);
+    ck_assert_int_eq(stored->attempts, 1);
+    ck_assert_int_ge(stored->started_us, stored->created_us);
+    job_free(stored);
+    store_reader_close(rd);
+}
+
 /* A completion's ends and the starts it lets out are one transaction, and the new batch goes
  * out before its commit: when that commit fails, the job still runs, and its end records the
  * start that was lost. */
@@ -1020,16 +1035,44 @@ START_TEST(test_a_start_lost_with_a_completions_commit_is_recorded_at_its_end)
     pthread_mutex_unlock(&fake->lock);
     ck_assert_int_eq(stored_state(b.ids[0]), JOB_QUEUED);
     fake_complete(fake, 1);
-    ck_assert_int_eq(ended_state("bob", b.ids[0]), JOB_SUCCEEDED);
-    store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
-    job_t *stored = NULL;
-    ck_assert_int_eq(store_job_get(rd, b.ids[0], &stored), 0);
-    ck_assert_int_eq(stored->state, JOB_SUCCEEDED);
-    ck_assert_int_eq(stored->attempts, 1);
-    ck_assert_int_ge(stored->started_us, stored->created_us);
-    job_free(stored);
-    store_reader_close(rd);
+    assert_ended_once(&b);
+}
+END_TEST
+
+/* When a completion's transaction fails before its cut (here its outputs cannot be written to
+ * the segment), the jobs waiting for the freed slot go out in a transaction of their own, not
+ * failed for want of a recorded start. */
+START_TEST(test_queued_jobs_go_out_after_a_completion_whose_outputs_cannot_be_placed)
+{
+    fake->slots = 1;
+    /* 16 jobs of one batch with 64 KiB outputs each: 1 MiB, which the size limit below keeps
+     * out of every file. */
+    enum { N = 16, ELEMS = 16384 };
+    job_t *jobs[N];
+    for (int i = 0; i < N; i++)
+        jobs[i] = add_job("alice", ELEMS, 0);
+    job_t *second = lone_job("bob", 10);
+    reply_box_t a, b;
+    submit(&a, jobs, N);
+    submit(&b, &second, 1);
+    fake_wait_batches(fake, 1);
+    pthread_mutex_lock(&fake->lock);
+    ck_assert_int_eq(fake->got[0]->n, N);
+    pthread_mutex_unlock(&fake->lock);
+
+    struct rlimit saved;
+    ck_assert_int_lt(wal_limit(&saved), N * ELEMS * 4);
+    fake_complete(fake, 0);
+    ended_state("alice", a.ids[0]); /* answered once the completion has been handled */
+    fake_wait_batches(fake, 2);
+    wal_limit_lift(&saved);
+
+    pthread_mutex_lock(&fake->lock);
+    ck_assert_int_eq(fake->n_got, 2);
+    ck_assert_str_eq(fake->got[1]->jobs[0]->id, b.ids[0]);
+    pthread_mutex_unlock(&fake->lock);
+    fake_complete(fake, 1);
+    assert_ended_once(&b);
 }
 END_TEST
 
@@ -1080,6 +1123,7 @@ int main(void)
     tcase_add_test(tc, test_keyed_and_plain_jobs_started_in_their_round_are_stored_running);
     tcase_add_test(tc, test_a_failed_commit_takes_back_the_jobs_it_started);
     tcase_add_test(tc, test_a_start_lost_with_a_completions_commit_is_recorded_at_its_end);
+    tcase_add_test(tc, test_queued_jobs_go_out_after_a_completion_whose_outputs_cannot_be_placed);
     suite_add_tcase(s, tc);
     /* The daemon's default: answers wait for the commit syncer. */
     TCase *durable = tcase_create("durable");
