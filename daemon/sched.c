@@ -1624,10 +1624,10 @@ static void on_wake(uv_async_t *a)
             *ended_tail = sb;
             ended_tail = &sb->next_ended;
         } else {
-            /* A wait that answers at once must see them ended; a longer one is answered by
-             * their end anyway. */
+            /* A wait that answers at once (no timeout, or the loop is stopping) must see them
+             * ended; a longer one is answered by their end anyway. */
             bool sees_ends = m->kind != MSG_SUBMIT && m->kind != MSG_BUF_PUT &&
-                             (m->kind != MSG_WAIT || m->timeout_ms <= 0);
+                             (m->kind != MSG_WAIT || m->timeout_ms <= 0 || s->stopping);
             if (ended && sees_ends) {
                 end_batches(s, ended, true);
                 ended = NULL;
