@@ -223,6 +223,22 @@ static const struct {
         ") WITHOUT ROWID;"
         "INSERT INTO blob_refs SELECT file, count(*) FROM tensors WHERE file IS NOT NULL "
         "  GROUP BY file;"},
+    /* Indexes that a job's start leaves alone. jobs_state (state, created_us, id) and
+     * jobs_finished's condition on state made every change of state rewrite index entries:
+     * the start's, the end's, and a re-queue's. They give way to two partial indexes on
+     * finished_us, which is 0 until a job ends and set when it does (update_row keeps it so):
+     * jobs_live for the queued and running jobs (recovery, the queue reloaded at open), and
+     * jobs_finished for the ended ones (retention). A start, which sets neither finished_us
+     * nor an indexed column (STMT_JOB_START), then writes the row alone: the three writes of a
+     * job cost 12.0 -> 9.6 µs (a probe of SQLite alone, 2-core machine). Ended jobs a past
+     * version left without a finish time get their start's or their creation's. */
+    {6, "DROP INDEX jobs_state;"
+        "DROP INDEX jobs_finished;"
+        "UPDATE jobs SET finished_us = max(started_us, created_us, 1) "
+        "  WHERE finished_us <= 0 AND " STORE_FINAL_STATES ";"
+        "UPDATE jobs SET finished_us = 0 WHERE finished_us <> 0 AND NOT " STORE_FINAL_STATES ";"
+        "CREATE INDEX jobs_live ON jobs (created_us, id) WHERE " STORE_LIVE ";"
+        "CREATE INDEX jobs_finished ON jobs (finished_us) WHERE " STORE_ENDED ";"},
 };
 
 static int move_tensors_into_jobs(store_conn_t *conn);
@@ -1124,28 +1140,33 @@ static int job_state_of(store_t *st, const char *id, job_state_t *ret_state)
 
 static int update_row(store_t *st, const job_t *job)
 {
-    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_UPDATE);
+    bool start = job->state == JOB_RUNNING;
+    sqlite3_stmt *stmt = store_stmt(&st->conn, start ? STMT_JOB_START : STMT_JOB_UPDATE);
     if (!stmt) return -EIO;
-    /* A state's timestamp the caller left unset is the time of the change. */
+    /* A state's timestamp the caller left unset is the time of the change. finished_us is set
+     * exactly when the job is in a final state: the partial indexes go by it. */
     int64_t now = now_us();
-    int64_t started = job->started_us == 0 && job->state == JOB_RUNNING ? now : job->started_us;
-    int64_t finished =
-        job->finished_us == 0 && job_state_is_final(job->state) ? now : job->finished_us;
+    int64_t started = job->started_us == 0 && start ? now : job->started_us;
+    int64_t finished = !job_state_is_final(job->state) ? 0
+                       : job->finished_us > 0          ? job->finished_us
+                                                       : now;
     store_bind_text(stmt, 1, job->id, false);
-    store_bind_text(stmt, 2, job_state_name(job->state), false);
     sqlite3_bind_int(stmt, 3, job->attempts);
     sqlite3_bind_int64(stmt, 4, started);
-    sqlite3_bind_int64(stmt, 5, finished);
     sqlite3_bind_int(stmt, 6, job->run_device);
-    sqlite3_bind_int64(stmt, 7, job->gpu_ns);
     sqlite3_bind_int(stmt, 8, job->batch_size);
-    store_bind_text(stmt, 9, job->error_code, false);
-    store_bind_text(stmt, 10, job->error_message, false);
-    const int *from = allowed_from[job->state];
-    store_bind_text(stmt, 11, job_state_name((job_state_t)from[0]), false);
-    store_bind_text(stmt, 12, job_state_name((job_state_t)(from[1] >= 0 ? from[1] : from[0])),
-                    false);
-    bind_bytes(stmt, 13, &st->cols);
+    if (!start) {
+        store_bind_text(stmt, 2, job_state_name(job->state), false);
+        sqlite3_bind_int64(stmt, 5, finished);
+        sqlite3_bind_int64(stmt, 7, job->gpu_ns);
+        store_bind_text(stmt, 9, job->error_code, false);
+        store_bind_text(stmt, 10, job->error_message, false);
+        const int *from = allowed_from[job->state];
+        store_bind_text(stmt, 11, job_state_name((job_state_t)from[0]), false);
+        store_bind_text(stmt, 12, job_state_name((job_state_t)(from[1] >= 0 ? from[1] : from[0])),
+                        false);
+        bind_bytes(stmt, 13, &st->cols);
+    }
     int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "updating a job");
     sqlite3_reset(stmt);
     sqlite3_clear_bindings(stmt);
@@ -1193,14 +1214,15 @@ static int recover_states(store_t *st, int max_attempts)
 {
     char requeue[160], fail[512];
     snprintf(requeue, sizeof requeue,
-             "UPDATE jobs SET state = 'queued' WHERE state = 'running' AND attempts < %d",
+             "UPDATE jobs SET state = 'queued' WHERE " STORE_LIVE " AND state = 'running' "
+             "AND attempts < %d",
              max_attempts);
     snprintf(fail, sizeof fail,
              "UPDATE jobs SET state = 'failed', finished_us = %" PRId64 ", "
              "error_code = 'daemon_restarted', "
              "error_message = printf('the daemon restarted while the job was running, "
              "after %%d attempt(s) (the limit is %d)', attempts) "
-             "WHERE state = 'running'",
+             "WHERE " STORE_LIVE " AND state = 'running'",
              now_us(), max_attempts);
     int r = raise_sync(st);
     if (r == 0) r = store_exec(&st->conn, "BEGIN IMMEDIATE");
@@ -1228,8 +1250,9 @@ static int queued_ids(store_t *st, char (**ret_ids)[ID_SIZE], size_t *ret_n)
 {
     sqlite3_stmt *stmt;
     if (sqlite3_prepare_v2(st->conn.db,
-                           "SELECT id FROM jobs WHERE state = 'queued' ORDER BY created_us, id", -1,
-                           &stmt, NULL) != SQLITE_OK)
+                           "SELECT id FROM jobs WHERE " STORE_LIVE
+                           " AND state = 'queued' ORDER BY created_us, id",
+                           -1, &stmt, NULL) != SQLITE_OK)
         return store_sql_error(&st->conn, "listing queued jobs");
     char(*ids)[ID_SIZE] = NULL;
     size_t n = 0, cap = 0;

@@ -10,11 +10,16 @@
 
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 5
-/* The final states as a condition, in the one spelling that both the jobs_finished partial
- * index and the queries that should use it share (SQLite matches it by its text). An OR chain,
- * not an IN list: SQLite builds an ephemeral table for every IN list it evaluates. */
+#define STORE_SCHEMA_VERSION 6
+/* The final states as a condition. An OR chain, not an IN list: SQLite builds an ephemeral
+ * table for every IN list it evaluates. */
 #define STORE_FINAL_STATES "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled')"
+/* The conditions of the partial indexes jobs_live and jobs_finished (schema version 6), in the
+ * one spelling that the indexes and the queries that should use them share: SQLite matches a
+ * query to a partial index by the text of its terms. finished_us is set exactly when a job is
+ * in a final state. */
+#define STORE_LIVE "finished_us = 0"
+#define STORE_ENDED "finished_us > 0"
 #define STORE_DB_NAME "gpujobd.db"
 #define STORE_BUSY_TIMEOUT_MS 5000
 
@@ -22,6 +27,7 @@
 typedef enum store_stmt_id {
     STMT_JOB_INSERT,
     STMT_JOB_UPDATE,
+    STMT_JOB_START,
     STMT_JOB_STATE,
     STMT_JOB_GET,
     STMT_JOB_FIND_IDEMPOTENT,
@@ -51,16 +57,17 @@ typedef enum store_stmt_id {
     STMT_ROLLBACK,
     STMT_SYNC_NORMAL,
     STMT_SYNC_FULL,
-    /* store_jobs_list: one statement per combination of filters (owner, state, op, after),
-     * so that each can use its index; STMT_LIST_FIRST + bitmask. */
+    /* store_jobs_list: one statement per combination of filters (owner, state, op, after,
+     * live), so that each can use its index; STMT_LIST_FIRST + bitmask. */
     STMT_LIST_FIRST,
-    STMT_COUNT = STMT_LIST_FIRST + 16
+    STMT_COUNT = STMT_LIST_FIRST + 32
 } store_stmt_id_t;
 
 #define STORE_LIST_BY_OWNER 1
 #define STORE_LIST_BY_STATE 2
 #define STORE_LIST_BY_OP 4
 #define STORE_LIST_AFTER 8
+#define STORE_LIST_LIVE 16 /* with BY_STATE, a state before the end: jobs_live serves it */
 
 /* One SQLite connection (the writer's or a reader's) with its prepared statements. */
 typedef struct store_conn {

@@ -194,7 +194,8 @@ int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***re
     if (q->state != -1 && (q->state < 0 || q->state >= JOB_STATE_COUNT))
         return log_error_errno(-EINVAL, "store: list: state %d is not a job state", q->state);
     int mask = (q->owner ? STORE_LIST_BY_OWNER : 0) | (q->state >= 0 ? STORE_LIST_BY_STATE : 0) |
-               (q->op ? STORE_LIST_BY_OP : 0) | (q->after && *q->after ? STORE_LIST_AFTER : 0);
+               (q->op ? STORE_LIST_BY_OP : 0) | (q->after && *q->after ? STORE_LIST_AFTER : 0) |
+               (q->state >= 0 && !job_state_is_final(q->state) ? STORE_LIST_LIVE : 0);
     int r = read_begin(rd);
     if (r < 0) return r;
     sqlite3_stmt *stmt = store_stmt(&rd->conn, (store_stmt_id_t)(STMT_LIST_FIRST + mask));

@@ -1621,6 +1621,70 @@ START_TEST(test_open_migrates_version_1_rows_to_the_current_schema)
 }
 END_TEST
 
+/* Schema version 6 indexes jobs by finish time, which only ended jobs have. A version-5
+ * database, with an ended job a past version left without one, comes out of the migration
+ * with the new indexes, the finish time set, and its jobs found by recovery, by state and by
+ * retention as before. */
+START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char queued[ID_SIZE], running[ID_SIZE], ended[ID_SIZE];
+    insert_small(&f, &test_op, "alice", 1000, queued);
+    insert_small(&f, &test_op, "alice", 2000, running);
+    ck_assert_int_eq(set_state(&f, running, JOB_RUNNING), 0);
+    insert_small(&f, &test_op, "alice", 3000, ended);
+    ck_assert_int_eq(set_state(&f, ended, JOB_RUNNING), 0);
+    ck_assert_int_eq(set_state(&f, ended, JOB_SUCCEEDED), 0);
+    store_reader_close(f.rd);
+    store_close(f.st);
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "DROP INDEX jobs_live; DROP INDEX jobs_finished;"
+             "CREATE INDEX jobs_state ON jobs (state, created_us, id);"
+             "CREATE INDEX jobs_finished ON jobs (finished_us) WHERE " STORE_FINAL_STATES ";"
+             "UPDATE jobs SET finished_us = 0, started_us = 3500 WHERE id = '%s';"
+             "PRAGMA user_version = 5",
+             ended);
+    db_exec(&f, sql);
+
+    ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
+    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    ck_assert_int_eq(db_int(&f, "PRAGMA user_version"), 6);
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM sqlite_schema WHERE name = 'jobs_state'"), 0);
+    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM sqlite_schema WHERE name = 'jobs_live' "
+                                "AND sql LIKE '%WHERE finished_us = 0'"),
+                     1);
+    job_t *got = get_job(&f, ended);
+    ck_assert_int_eq(got->finished_us, 3500); /* its start: the latest time it has */
+    job_free(got);
+
+    store_list_query_t q = {.state = JOB_QUEUED, .limit = 10};
+    job_t **jobs = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(store_jobs_list(f.rd, &q, &jobs, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(jobs[0]->id, queued);
+    for (size_t i = 0; i < n; i++)
+        job_free(jobs[i]);
+    free(jobs);
+
+    recovered_t rec = {.n = 0};
+    ck_assert_int_eq(store_recover(f.st, 3, collect, &rec), 0);
+    ck_assert_int_eq(rec.n, 2);
+    ck_assert_str_eq(rec.jobs[0]->id, queued);
+    ck_assert_str_eq(rec.jobs[1]->id, running);
+    for (int i = 0; i < rec.n; i++)
+        job_free(rec.jobs[i]);
+
+    int deleted = 0;
+    ck_assert_int_eq(store_gc(f.st, 4000, &deleted), 0);
+    ck_assert_int_eq(deleted, 1);
+    ck_assert_int_eq(store_job_get(f.rd, ended, &got), -ENOENT);
+    fixture_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_open_refuses_a_database_from_a_newer_version)
 {
     char dir[] = "/tmp/test_store.XXXXXX";
@@ -2056,6 +2120,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_a_relaxed_commit_keeps_deleted_files_until_a_durable_one);
     tcase_add_test(tc, test_open_migrates_an_empty_file_to_the_current_schema);
     tcase_add_test(tc, test_open_migrates_version_1_rows_to_the_current_schema);
+    tcase_add_test(tc, test_open_migrates_version_5_state_indexes_to_finish_time_ones);
     tcase_add_test(tc, test_open_refuses_a_database_from_a_newer_version);
     tcase_add_test(tc, test_committed_job_survives_kill_9_and_uncommitted_one_does_not);
     tcase_add_test(tc, test_reader_sees_committed_data_while_the_writer_holds_a_transaction);
