@@ -190,13 +190,16 @@ int store_user_version(store_conn_t *conn, int *ret)
 /* The SELECT of store_jobs_list for one combination of filters. */
 static void list_sql(int mask, char *buf, size_t size)
 {
-    /* The live jobs are few, and the planner, without statistics, would rather read every job
-     * in id order than them. */
+    /* A state names its partial index (jobs_live or jobs_ended) by the index's condition. The
+     * live jobs are few, and the planner, without statistics, would rather read every job in
+     * id order than them. */
+    bool by_state = mask & STORE_LIST_BY_STATE, live = mask & STORE_LIST_LIVE;
     snprintf(buf, size, "SELECT " JOB_COLUMNS " FROM jobs%s WHERE 1%s%s%s%s%s ORDER BY id LIMIT ?5",
-             mask & STORE_LIST_LIVE ? " INDEXED BY jobs_live" : "",
-             mask & STORE_LIST_BY_OWNER ? " AND owner = ?1" : "",
-             mask & STORE_LIST_BY_STATE ? " AND state = ?2" : "",
-             mask & STORE_LIST_LIVE ? " AND " STORE_LIVE : "",
+             by_state && live ? " INDEXED BY jobs_live" : "",
+             mask & STORE_LIST_BY_OWNER ? " AND owner = ?1" : "", by_state ? " AND state = ?2" : "",
+             !by_state ? ""
+             : live    ? " AND " STORE_LIVE
+                       : " AND " STORE_ENDED,
              mask & STORE_LIST_BY_OP ? " AND op = ?3" : "",
              mask & STORE_LIST_AFTER ? " AND id > ?4" : "");
 }

@@ -14,10 +14,10 @@
 /* The final states as a condition. An OR chain, not an IN list: SQLite builds an ephemeral
  * table for every IN list it evaluates. */
 #define STORE_FINAL_STATES "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled')"
-/* The conditions of the partial indexes jobs_live and jobs_finished (schema version 6), in the
- * one spelling that the indexes and the queries that should use them share: SQLite matches a
- * query to a partial index by the text of its terms. finished_us is set exactly when a job is
- * in a final state. */
+/* The conditions of the partial indexes jobs_live, jobs_ended and jobs_finished (schema
+ * version 6), in the one spelling that the indexes and the queries that should use them share:
+ * SQLite matches a query to a partial index by the text of its terms. finished_us is set
+ * exactly when a job is in a final state. */
 #define STORE_LIVE "finished_us = 0"
 #define STORE_ENDED "finished_us > 0"
 #define STORE_DB_NAME "gpujobd.db"
@@ -67,7 +67,8 @@ typedef enum store_stmt_id {
 #define STORE_LIST_BY_STATE 2
 #define STORE_LIST_BY_OP 4
 #define STORE_LIST_AFTER 8
-#define STORE_LIST_LIVE 16 /* with BY_STATE, a state before the end: jobs_live serves it */
+/* With BY_STATE: the state is one before the end (jobs_live serves it), else jobs_ended does. */
+#define STORE_LIST_LIVE 16
 
 /* One SQLite connection (the writer's or a reader's) with its prepared statements. */
 typedef struct store_conn {

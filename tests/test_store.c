@@ -191,6 +191,19 @@ static void reopen(fixture_t *f)
     ck_assert_int_eq(store_reader_open(&f->cfg, &f->rd), 0);
 }
 
+/* Listing by state finds exactly one job, id. */
+static void assert_listed_by_state(fixture_t *f, job_state_t state, const char *id)
+{
+    store_list_query_t q = {.state = (int)state, .limit = 10};
+    job_t **jobs = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(store_jobs_list(f->rd, &q, &jobs, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(jobs[0]->id, id);
+    job_free(jobs[0]);
+    free(jobs);
+}
+
 START_TEST(test_insert_get_round_trips_inline_file_and_buffer_tensors)
 {
     fixture_t f;
@@ -321,6 +334,33 @@ START_TEST(test_insert_of_a_job_started_in_its_own_transaction_stores_it_running
     ck_assert_int_eq(store_job_insert(f.st, unstarted), -EINVAL);
     job_free(unstarted);
     job_free(job);
+    fixture_teardown(&f);
+}
+END_TEST
+
+/* A job handed back to the queue (a device fault) is live again: whatever finish time the
+ * caller's copy holds, the row gets none, so the live index lists it and retention leaves it. */
+START_TEST(test_a_job_back_in_the_queue_has_no_finish_time)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char id[ID_SIZE];
+    insert_small(&f, &test_op, "alice", now_us(), id);
+    ck_assert_int_eq(set_state(&f, id, JOB_RUNNING), 0);
+    job_t *job = get_job(&f, id);
+    job->state = JOB_QUEUED;
+    job->finished_us = 12345;
+    ck_assert_int_eq(store_job_update(f.st, job), 0);
+    job_free(job);
+
+    job = get_job(&f, id);
+    ck_assert_int_eq(job->state, JOB_QUEUED);
+    ck_assert_int_eq(job->finished_us, 0);
+    job_free(job);
+    assert_listed_by_state(&f, JOB_QUEUED, id);
+    int deleted = -1;
+    ck_assert_int_eq(store_gc(f.st, now_us() + 1000000, &deleted), 0);
+    ck_assert_int_eq(deleted, 0);
     fixture_teardown(&f);
 }
 END_TEST
@@ -1622,9 +1662,9 @@ START_TEST(test_open_migrates_version_1_rows_to_the_current_schema)
 END_TEST
 
 /* Schema version 6 indexes jobs by finish time, which only ended jobs have. A version-5
- * database, with an ended job a past version left without one, comes out of the migration
- * with the new indexes, the finish time set, and its jobs found by recovery, by state and by
- * retention as before. */
+ * database, with an ended job a past version left without one and a running one with one,
+ * comes out of the migration with the new indexes, the finish times made right, and its jobs
+ * found by recovery, by state and by retention as before. */
 START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
 {
     fixture_t f;
@@ -1640,12 +1680,13 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
     store_close(f.st);
     char sql[512];
     snprintf(sql, sizeof sql,
-             "DROP INDEX jobs_live; DROP INDEX jobs_finished;"
+             "DROP INDEX jobs_live; DROP INDEX jobs_ended; DROP INDEX jobs_finished;"
              "CREATE INDEX jobs_state ON jobs (state, created_us, id);"
              "CREATE INDEX jobs_finished ON jobs (finished_us) WHERE " STORE_FINAL_STATES ";"
              "UPDATE jobs SET finished_us = 0, started_us = 3500 WHERE id = '%s';"
+             "UPDATE jobs SET finished_us = 777 WHERE id = '%s';"
              "PRAGMA user_version = 5",
-             ended);
+             ended, running);
     db_exec(&f, sql);
 
     ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
@@ -1658,16 +1699,12 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
     job_t *got = get_job(&f, ended);
     ck_assert_int_eq(got->finished_us, 3500); /* its start: the latest time it has */
     job_free(got);
-
-    store_list_query_t q = {.state = JOB_QUEUED, .limit = 10};
-    job_t **jobs = NULL;
-    size_t n = 0;
-    ck_assert_int_eq(store_jobs_list(f.rd, &q, &jobs, &n), 0);
-    ck_assert_uint_eq(n, 1);
-    ck_assert_str_eq(jobs[0]->id, queued);
-    for (size_t i = 0; i < n; i++)
-        job_free(jobs[i]);
-    free(jobs);
+    got = get_job(&f, running);
+    ck_assert_int_eq(got->finished_us, 0);
+    job_free(got);
+    assert_listed_by_state(&f, JOB_QUEUED, queued);
+    assert_listed_by_state(&f, JOB_RUNNING, running);
+    assert_listed_by_state(&f, JOB_SUCCEEDED, ended);
 
     recovered_t rec = {.n = 0};
     ck_assert_int_eq(store_recover(f.st, 3, collect, &rec), 0);
@@ -2098,6 +2135,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_blob_write_files_only_large_data_and_insert_uses_the_callers_blob);
     tcase_add_test(tc, test_insert_of_a_job_started_in_its_own_transaction_stores_it_running);
     tcase_add_test(tc, test_update_applies_legal_transitions_and_persists_outputs);
+    tcase_add_test(tc, test_a_job_back_in_the_queue_has_no_finish_time);
     tcase_add_test(tc, test_update_refuses_every_illegal_transition_and_leaves_the_row_unchanged);
     tcase_add_test(tc, test_idempotency_conflict_returns_eexist_leaves_nothing_and_finds_the_first);
     tcase_add_test(tc, test_failed_insert_in_a_transaction_undoes_only_its_own_rows);
