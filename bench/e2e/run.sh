@@ -6,7 +6,7 @@
 #            at 1,16,64),
 #            submit and arrays again with a binary section instead of base64, e2e and waited
 #            with binary sections both ways (inputs and outputs), and, per e2e
-#            row, the daemon's own time per job (server_side.py);
+#            row of either encoding, the daemon's own time per job (server_side.py);
 #   peer     the same load against bench/peer/aiohttp_torch_server.py (aiohttp + PyTorch);
 #   gemm     4,096 gemm 64^3 jobs on a default daemon and on one with batching off
 #            (scheduler.max_batch=1) (gemm_batching.py);
@@ -119,8 +119,17 @@ part_tiny() {
   done
   # Submit and wait in one request (POST /v1/jobs?wait=), as the peer answers.
   "$loadgen" --duration "$duration" --modes waited --concurrency 1,16,64 "$url" >>"$dir/tiny.md"
-  # Both ways with binary sections: outputs too come back as bytes after the JSON.
-  "$loadgen" --duration "$duration" --modes e2e,waited --concurrency 1,16,64 --encoding binary \
+  # Both ways with binary sections: outputs too come back as bytes after the JSON. The e2e
+  # rows' server-side times too: a faster client leaves the daemon's threads less time to
+  # fall asleep between jobs.
+  for c in 1 16 64; do
+    mark=$("$py" $here/server_side.py "$url" --mark)
+    "$loadgen" --duration "$duration" --modes e2e --concurrency "$c" --encoding binary \
+      --outputs binary "$url" >>"$dir/tiny-binary.md"
+    "$py" $here/server_side.py "$url" --after "$mark" --sample "$sample" \
+      --label "e2e binary c=$c" --json "$dir/server-binary-c$c.json"
+  done
+  "$loadgen" --duration "$duration" --modes waited --concurrency 1,16,64 --encoding binary \
     --outputs binary "$url" >>"$dir/tiny-binary.md"
   stop
 }
