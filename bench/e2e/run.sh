@@ -100,7 +100,7 @@ start_daemon() {
 
 # Arrays of 100 from 16 clients too, beside bench_loadgen's 4: more POSTs share each group
 # commit (59k against 41k jobs/s on nvidia-h200 in session 13).
-arrays16="--modes array --array 100 --array-concurrency 16"
+arrays16=(--modes array --array 100 --array-concurrency 16)
 
 # SIGTERM, then waits for the process of start_daemon (or the peer) to exit.
 stop() {
@@ -111,11 +111,12 @@ stop() {
 part_tiny() {
   start_daemon tiny
   "$loadgen" --duration "$duration" --modes submit,array "$url" >"$dir/tiny.md"
-  "$loadgen" --duration "$duration" $arrays16 "$url" >>"$dir/tiny.md"
+  "$loadgen" --duration "$duration" "${arrays16[@]}" "$url" >>"$dir/tiny.md"
   # The same jobs with their tensors in a binary section (no base64), which the peer lacks.
   "$loadgen" --duration "$duration" --modes submit,array --encoding binary "$url" \
     >"$dir/tiny-binary.md"
-  "$loadgen" --duration "$duration" $arrays16 --encoding binary "$url" >>"$dir/tiny-binary.md"
+  "$loadgen" --duration "$duration" "${arrays16[@]}" --encoding binary "$url" \
+    >>"$dir/tiny-binary.md"
   local c mark
   for c in 1 16 64; do
     mark=$("$py" $here/server_side.py "$url" --mark)
@@ -154,7 +155,7 @@ if sys.argv[1].startswith("cuda") and not torch.cuda.is_available():
   echo "$pid" >>"$dir/pids"
   url=$(wait_for_url "$dir/peer.log" "$pid")
   "$loadgen" --duration "$duration" "$url" >"$dir/peer.md"
-  "$loadgen" --duration "$duration" $arrays16 "$url" >>"$dir/peer.md"
+  "$loadgen" --duration "$duration" "${arrays16[@]}" "$url" >>"$dir/peer.md"
   stop
 }
 
