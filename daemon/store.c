@@ -231,7 +231,7 @@ static const struct {
      * listing by a live state), jobs_ended (state, id) for a listing by a final state, and
      * jobs_finished for retention. A start, which sets neither finished_us nor an indexed
      * column (STMT_JOB_START), then writes the row alone: the three writes of a job cost
-     * 12.0 -> 10.0 µs (a probe of SQLite alone, 2-core machine). Ended jobs a past version
+     * 12.0 -> 10.8 µs (a probe of SQLite alone, 2-core machine). Ended jobs a past version
      * left without a finish time get their start's or their creation's, and live ones lose
      * any they have. */
     {6, "DROP INDEX jobs_state;"
