@@ -191,17 +191,37 @@ static void reopen(fixture_t *f)
     ck_assert_int_eq(store_reader_open(&f->cfg, &f->rd), 0);
 }
 
+/* Pages through a query until the end; returns how many jobs and checks ids ascend. */
+static size_t list_all(fixture_t *f, store_list_query_t q, char ids[][ID_SIZE], size_t cap)
+{
+    size_t total = 0;
+    char cursor[ID_SIZE] = "";
+    for (;;) {
+        job_t **jobs;
+        size_t n;
+        q.after = cursor[0] ? cursor : NULL;
+        ck_assert_int_eq(store_jobs_list(f->rd, &q, &jobs, &n), 0);
+        ck_assert_uint_le(n, (size_t)q.limit);
+        for (size_t i = 0; i < n; i++) {
+            if (total > 0) ck_assert_int_lt(strcmp(ids[total - 1], jobs[i]->id), 0);
+            ck_assert_uint_lt(total, cap);
+            memcpy(ids[total++], jobs[i]->id, ID_SIZE);
+            job_free(jobs[i]);
+        }
+        free(jobs);
+        if (n == 0) break;
+        memcpy(cursor, ids[total - 1], ID_SIZE);
+    }
+    return total;
+}
+
 /* Listing by state finds exactly one job, id. */
 static void assert_listed_by_state(fixture_t *f, job_state_t state, const char *id)
 {
+    char got[2][ID_SIZE];
     store_list_query_t q = {.state = (int)state, .limit = 10};
-    job_t **jobs = NULL;
-    size_t n = 0;
-    ck_assert_int_eq(store_jobs_list(f->rd, &q, &jobs, &n), 0);
-    ck_assert_uint_eq(n, 1);
-    ck_assert_str_eq(jobs[0]->id, id);
-    job_free(jobs[0]);
-    free(jobs);
+    ck_assert_uint_eq(list_all(f, q, got, 2), 1);
+    ck_assert_str_eq(got[0], id);
 }
 
 START_TEST(test_insert_get_round_trips_inline_file_and_buffer_tensors)
@@ -796,30 +816,6 @@ START_TEST(test_recover_requeues_running_fails_past_max_attempts_and_returns_que
     fixture_teardown(&f);
 }
 END_TEST
-
-/* Pages through a query until the end; returns how many jobs and checks ids ascend. */
-static size_t list_all(fixture_t *f, store_list_query_t q, char ids[][ID_SIZE], size_t cap)
-{
-    size_t total = 0;
-    char cursor[ID_SIZE] = "";
-    for (;;) {
-        job_t **jobs;
-        size_t n;
-        q.after = cursor[0] ? cursor : NULL;
-        ck_assert_int_eq(store_jobs_list(f->rd, &q, &jobs, &n), 0);
-        ck_assert_uint_le(n, (size_t)q.limit);
-        for (size_t i = 0; i < n; i++) {
-            if (total > 0) ck_assert_int_lt(strcmp(ids[total - 1], jobs[i]->id), 0);
-            ck_assert_uint_lt(total, cap);
-            memcpy(ids[total++], jobs[i]->id, ID_SIZE);
-            job_free(jobs[i]);
-        }
-        free(jobs);
-        if (n == 0) break;
-        memcpy(cursor, ids[total - 1], ID_SIZE);
-    }
-    return total;
-}
 
 START_TEST(test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor)
 {
@@ -1693,9 +1689,12 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
     ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
     ck_assert_int_eq(db_int(&f, "PRAGMA user_version"), 6);
     ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM sqlite_schema WHERE name = 'jobs_state'"), 0);
-    ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM sqlite_schema WHERE name = 'jobs_live' "
-                                "AND sql LIKE '%WHERE finished_us = 0'"),
-                     1);
+    ck_assert_int_eq(
+        db_int(&f, "SELECT count(*) FROM sqlite_schema WHERE "
+                   "(name = 'jobs_live' AND sql LIKE '%(owner, id) WHERE finished_us = 0') "
+                   "OR (name = 'jobs_ended' AND sql LIKE '%(state, id) WHERE finished_us > 0') "
+                   "OR (name = 'jobs_finished' AND sql LIKE '%WHERE finished_us > 0')"),
+        3);
     job_t *got = get_job(&f, ended);
     ck_assert_int_eq(got->finished_us, 3500); /* its start: the latest time it has */
     job_free(got);
