@@ -78,6 +78,7 @@ static timing_t run_one(const char *base, bool sync_full, uint64_t inline_limit,
 {
     config_t cfg;
     memset(&cfg, 0, sizeof cfg);
+    cfg.shards = 1;
     snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s/bench_store.XXXXXX", base);
     if (!mkdtemp(cfg.state_dir)) die("mkdtemp", -errno);
     cfg.inline_blob_bytes = inline_limit;
@@ -138,6 +139,7 @@ static void bench_small_inserts(const char *base, bool sync_full)
 {
     config_t cfg;
     memset(&cfg, 0, sizeof cfg);
+    cfg.shards = 1;
     snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s/bench_store.XXXXXX", base);
     if (!mkdtemp(cfg.state_dir)) die("mkdtemp", -errno);
     cfg.inline_blob_bytes = 65536;

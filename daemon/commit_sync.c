@@ -16,9 +16,15 @@
 
 #include "log.h"
 
+/* A shard's WAL file. */
+typedef struct wal {
+    char path[PATH_MAX];
+    int fd; /* open while the file exists; sync thread only */
+} wal_t;
+
 struct commit_sync {
-    char wal_path[PATH_MAX];
-    int fd; /* the WAL file, open while it exists; sync thread only */
+    wal_t wals[STORE_MAX_SHARDS];
+    int n_wals;
     store_checkpointer_t *cp;
     atomic_int err; /* the first failed sync's; written by the sync thread only */
     pthread_t thread;
@@ -41,23 +47,23 @@ static int sync_parent_dir(const char *path)
     return r;
 }
 
-static int sync_wal(commit_sync_t *cs)
+static int sync_wal(wal_t *w)
 {
     struct stat sb;
     /* SQLite deletes the WAL only when its last connection closes; a new one is opened anew. */
-    if (cs->fd >= 0 && (fstat(cs->fd, &sb) < 0 || sb.st_nlink == 0)) {
-        close(cs->fd);
-        cs->fd = -1;
+    if (w->fd >= 0 && (fstat(w->fd, &sb) < 0 || sb.st_nlink == 0)) {
+        close(w->fd);
+        w->fd = -1;
     }
-    if (cs->fd < 0) {
-        cs->fd = open(cs->wal_path, O_RDONLY | O_CLOEXEC);
+    if (w->fd < 0) {
+        w->fd = open(w->path, O_RDONLY | O_CLOEXEC);
         /* SQLite keeps the WAL while a connection is open: a missing one was removed behind
          * its back, and what it held cannot be synced through a name any more. */
-        if (cs->fd < 0) return -errno;
-        int r = sync_parent_dir(cs->wal_path);
+        if (w->fd < 0) return -errno;
+        int r = sync_parent_dir(w->path);
         if (r < 0) return r;
     }
-    return fdatasync(cs->fd) < 0 ? -errno : 0;
+    return fdatasync(w->fd) < 0 ? -errno : 0;
 }
 
 static void *sync_thread(void *arg)
@@ -74,12 +80,13 @@ static void *sync_thread(void *arg)
         cs->checkpoint_due = false;
         pthread_mutex_unlock(&cs->lock);
         int r = atomic_load(&cs->err);
-        if (r == 0 && item && (r = sync_wal(cs)) < 0) {
-            atomic_store(&cs->err, r);
-            log_error("store: syncing '%s' failed: %s; accepted jobs are answered with an error "
-                      "from now on",
-                      cs->wal_path, strerror(-r));
-        }
+        for (int k = 0; r == 0 && item && k < cs->n_wals; k++)
+            if ((r = sync_wal(&cs->wals[k])) < 0) {
+                atomic_store(&cs->err, r);
+                log_error("store: syncing '%s' failed: %s; accepted jobs are answered with an "
+                          "error from now on",
+                          cs->wals[k].path, strerror(-r));
+            }
         while (item) {
             commit_sync_item_t *next = item->next;
             item->done(item, r);
@@ -93,15 +100,21 @@ static void *sync_thread(void *arg)
     return NULL;
 }
 
-int commit_sync_start(const char *wal_path, store_checkpointer_t *cp, commit_sync_t **ret)
+int commit_sync_start(const char *const *wal_paths, int n_wals, store_checkpointer_t *cp,
+                      commit_sync_t **ret)
 {
+    if (n_wals < 1 || n_wals > STORE_MAX_SHARDS) return -EINVAL;
     commit_sync_t *cs = calloc(1, sizeof *cs);
     if (!cs) return -ENOMEM;
-    if (snprintf(cs->wal_path, sizeof cs->wal_path, "%s", wal_path) >= (int)sizeof cs->wal_path) {
-        free(cs);
-        return -ENAMETOOLONG;
+    for (int k = 0; k < n_wals; k++) {
+        wal_t *w = &cs->wals[k];
+        w->fd = -1;
+        if (snprintf(w->path, sizeof w->path, "%s", wal_paths[k]) >= (int)sizeof w->path) {
+            free(cs);
+            return -ENAMETOOLONG;
+        }
     }
-    cs->fd = -1;
+    cs->n_wals = n_wals;
     cs->cp = cp;
     pthread_mutex_init(&cs->lock, NULL);
     pthread_cond_init(&cs->cond, NULL);
@@ -150,7 +163,8 @@ void commit_sync_free(commit_sync_t *cs)
     pthread_cond_signal(&cs->cond);
     pthread_mutex_unlock(&cs->lock);
     pthread_join(cs->thread, NULL);
-    if (cs->fd >= 0) close(cs->fd);
+    for (int k = 0; k < cs->n_wals; k++)
+        if (cs->wals[k].fd >= 0) close(cs->wals[k].fd);
     pthread_mutex_destroy(&cs->lock);
     pthread_cond_destroy(&cs->cond);
     free(cs);

@@ -2,11 +2,11 @@
  *
  * The scheduler commits a group of accepted jobs without an fsync (store_begin_relaxed), starts
  * them, and hands this thread an item per request to answer: the thread fdatasyncs the SQLite
- * WAL file and then answers them itself, so that neither the jobs nor the loop wait for the
- * disk. One fdatasync makes every commit written before it durable (fsync works on the file,
- * whichever descriptor names it), so one sync serves all the items queued while the one before
- * it ran. Segment bytes are synced by the commit itself (store_commit), before any WAL frame
- * that names them is written.
+ * WAL files (one per shard of the store) and then answers them itself, so that neither the
+ * jobs nor the loop wait for the disk. One fdatasync makes every commit written before it
+ * durable (fsync works on the file, whichever descriptor names it), so one sync of each file
+ * serves all the items queued while the one before it ran. Segment bytes are synced by the commit
+ * itself (store_commit), before any WAL frame that names them is written.
  *
  * A failed sync sticks: after a failed fdatasync the kernel may have dropped the dirty pages
  * it could not write, and a later success would not bring them back.
@@ -27,8 +27,10 @@ typedef struct commit_sync_item {
     void (*done)(struct commit_sync_item *item, int err);
 } commit_sync_item_t;
 
-/* cp (borrowed; NULL for none) must outlive the syncer. */
-int commit_sync_start(const char *wal_path, store_checkpointer_t *cp, commit_sync_t **ret);
+/* Syncs the n_wals WAL files (the store's shards', store_wal_paths). cp (borrowed; NULL for
+ * none) must outlive the syncer. */
+int commit_sync_start(const char *const *wal_paths, int n_wals, store_checkpointer_t *cp,
+                      commit_sync_t **ret);
 /* Queues item (its done set) behind the next sync. Items are done in the order they came. */
 void commit_sync_request(commit_sync_t *cs, commit_sync_item_t *item);
 /* Has the thread run its checkpointer soon, with items to sync or not: the commits of jobs'

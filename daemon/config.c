@@ -36,7 +36,8 @@ typedef struct config_key {
     size_t offset; /* of the field in config_t */
     size_t size;   /* of the field: a string's capacity including its NUL */
     int64_t min, max;
-    bool zero_is_off; /* CONFIG_INT: 0 is also allowed, and turns the feature off */
+    bool zero_is_off;  /* CONFIG_INT: 0 is also allowed, and turns the feature off */
+    bool power_of_two; /* CONFIG_INT: only powers of two in [min, max] */
     uint64_t umin, umax;
     const char *const *choices; /* CONFIG_ENUM: NULL-terminated */
     config_check_fn check;      /* CONFIG_STRING: NULL for any string that fits */
@@ -90,6 +91,12 @@ static const char *const log_level_choices[] = {"error", "warn", "info", "debug"
     {                                                                                              \
         .section = sec, .name = #field, .type = CONFIG_INT, FIELD_OF_TYPE(field, int), .min = lo,  \
         .max = hi, .zero_is_off = true, .def = dflt, .help = hlp                                   \
+    }
+/* A power of two in [lo, hi]. */
+#define KEY_INT_POW2(sec, field, lo, hi, dflt, hlp)                                                \
+    {                                                                                              \
+        .section = sec, .name = #field, .type = CONFIG_INT, FIELD_OF_TYPE(field, int), .min = lo,  \
+        .max = hi, .power_of_two = true, .def = dflt, .help = hlp                                  \
     }
 #define KEY_SIZE(sec, field, lo, hi, dflt, hlp)                                                    \
     {                                                                                              \
@@ -147,6 +154,9 @@ static const config_key_t config_keys[] = {
              "tensors up to this size live in database rows, larger ones in files (bytes)"),
     KEY_BOOL("store", sync_full, "true",
              "answer submissions once their commit is fsync'd (they run meanwhile), or fsync none"),
+    KEY_INT_POW2("store", shards, 1, 16, "1", /* STORE_MAX_SHARDS */
+                 "database files the jobs are spread over, so that their writes run side by side: "
+                 "1, 2, 4, 8 or 16; fixed when the state directory is created"),
     KEY_INT("store", retention_s, 60, INT_MAX, "604800",
             "finished jobs and their outputs expire after this (s)"),
     KEY_INT("store", checkpoint_interval_s, 1, 86400, "60", "WAL checkpoint period (s)"),
@@ -459,14 +469,16 @@ static int check_devices(const char *value, char *reason, size_t reason_size)
 
 static bool int_key_allows(const config_key_t *key, int64_t n)
 {
-    return (n >= key->min && n <= key->max) || (key->zero_is_off && n == 0);
+    return (n >= key->min && n <= key->max && (!key->power_of_two || (n & (n - 1)) == 0)) ||
+           (key->zero_is_off && n == 0);
 }
 
-/* An int key's range as messages give it: "1..1024", or "0, or 100..60000". */
+/* An int key's range as messages give it: "1..1024", "0, or 100..60000", or "a power of two in
+ * 1..16". */
 static void int_key_range(const config_key_t *key, char *buf, size_t buf_size)
 {
-    snprintf(buf, buf_size, "%s%" PRId64 "..%" PRId64, key->zero_is_off ? "0, or " : "", key->min,
-             key->max);
+    snprintf(buf, buf_size, "%s%s%" PRId64 "..%" PRId64, key->zero_is_off ? "0, or " : "",
+             key->power_of_two ? "a power of two in " : "", key->min, key->max);
 }
 
 /* Parses value for key and stores it in cfg; cfg is untouched on error, and reason says why

@@ -40,6 +40,7 @@ typedef struct config {
     /* [store] */
     uint64_t inline_blob_bytes; /* tensors up to this live in SQLite rows, larger in files */
     bool sync_full;             /* synchronous=FULL (fsync each commit) vs NORMAL */
+    int shards;                 /* database files the jobs are spread over (store.h) */
     int retention_s;            /* finished jobs and their outputs expire after this */
     int checkpoint_interval_s;  /* WAL checkpoint timer */
     int gc_interval_s;          /* retention sweep timer */

@@ -139,6 +139,7 @@ struct sched {
     atomic_bool accepting;
     atomic_bool store_failed; /* a sync failed: nothing more is accepted */
     atomic_bool loop_gone;
+    atomic_uint next_shard; /* of the store, for the next submission without a key */
 
     /* Loop thread only. */
     msg_t *pending_head, *pending_tail; /* awaiting the group commit */
@@ -1699,6 +1700,26 @@ static int persist_large(sched_t *s, job_tensor_t *t)
     return store_blob_write(s->st, t->data, t->nbytes, &t->blob);
 }
 
+/* The store shard of a submission's jobs: all of one submission go to one, so that its
+ * commit is one shard's. A submission with an idempotency key goes where its key does, so
+ * that a retry meets the first's row there and is told apart by the shard's unique index;
+ * the others take turns. */
+static int submission_shard(sched_t *s, job_t *const *jobs, size_t n)
+{
+    int shards = store_shards(s->st);
+    if (shards == 1 || n == 0) return 0;
+    if (!jobs[0]->idempotency_key[0])
+        return (int)(atomic_fetch_add(&s->next_shard, 1) & (unsigned)(shards - 1));
+    uint32_t h = 2166136261u; /* FNV-1a over owner, NUL, key */
+    for (const char *p = jobs[0]->owner;; p++) {
+        h = (h ^ (unsigned char)*p) * 16777619u;
+        if (!*p) break;
+    }
+    for (const char *p = jobs[0]->idempotency_key; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return (int)(h & (uint32_t)(shards - 1));
+}
+
 void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token)
 {
     msg_t *m = msg_new(MSG_SUBMIT, reply, token);
@@ -1723,10 +1744,11 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
         return;
     }
     int64_t now = now_us();
-    int r = 0;
+    int r = 0, shard = submission_shard(s, jobs, n);
     for (size_t i = 0; i < n; i++) {
         job_t *job = jobs[i];
         id_new('j', job->id);
+        store_id_assign_shard(job->id, store_shards(s->st), shard);
         job->created_us = now;
         job->state = JOB_QUEUED;
         /* What the answer shows of it, as accepted; copied here, off the loop. */
@@ -1907,12 +1929,13 @@ int sched_start(sched_t *s)
     deadline_arm(s);
     if (queued > 0) /* the recovered jobs go out as soon as the loop runs */
         uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0);
-    const char *wal = store_wal_path(s->st);
-    if (wal &&
+    const char *wals[STORE_MAX_SHARDS];
+    int n_wals = store_wal_paths(s->st, wals);
+    if (n_wals &&
         (r = store_checkpointer_open(s->st, s->cfg, on_checkpoint_due, s, &s->checkpointer)) < 0)
         log_warn("WAL checkpoints stay on the loop: opening a connection for them failed: %s",
                  strerror(-r));
-    if (wal && (r = commit_sync_start(wal, s->checkpointer, &s->syncer)) < 0)
+    if (n_wals && (r = commit_sync_start(wals, n_wals, s->checkpointer, &s->syncer)) < 0)
         return log_error_errno(r, "starting the commit syncer failed: %s", strerror(-r));
     atomic_store(&s->accepting, true);
     r = pthread_create(&s->thread, NULL, loop_thread, s);

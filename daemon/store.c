@@ -34,7 +34,13 @@ typedef struct ref_deltas {
     size_t n, cap;
 } ref_deltas_t;
 
-struct store {
+/* One database file of the store and what its writes keep between statements: the store's
+ * jobs are spread over its shards by id (store_id_shard), each a SQLite file of its own with
+ * the whole schema; buffers live in shard 0. Files under blobs/ are shared: a job tensor in any
+ * shard may name one, and one goes only when no shard names it. */
+typedef struct shard {
+    store_t *st; /* the store it belongs to */
+    int index;
     store_conn_t conn;
     uint64_t inline_blob_bytes;
     store_segment_t segment; /* where small tensors' bytes go (store_segment.c) */
@@ -56,7 +62,7 @@ struct store {
     size_t n_unlink_committed;
     /* Shared files (segments, and segments written whole by other threads) that may have lost
      * their last row in the open transaction, or never had one: at its end, those that no row
-     * names go. */
+     * of any shard names go. */
     blob_files_t maybe_unused;
     /* Tensors store_jobs_place_small named in the open transaction: should it not commit, their
      * locators go (a retry writes them again, to a segment that syncs). */
@@ -65,11 +71,20 @@ struct store {
     /* Pages in the WAL after the last commit, once a checkpointer copies it back elsewhere
      * (store_checkpointer_open); read by that checkpointer's thread. */
     atomic_int wal_pages;
-    void (*checkpoint_due)(void *arg);
-    void *checkpoint_arg;
     /* Held by whoever checkpoints, the checkpointer or the writer: SQLite lets one at a time,
      * and refuses the other rather than have it wait. */
     pthread_mutex_t checkpoint_lock;
+} shard_t;
+
+struct store {
+    int n_shards;
+    bool in_txn;
+    bool relaxed;
+    uint64_t inline_blob_bytes;
+    char blobs_dir[PATH_MAX];
+    void (*checkpoint_due)(void *arg);
+    void *checkpoint_arg;
+    shard_t shards[STORE_MAX_SHARDS];
 };
 
 /* WAL pages past which a checkpointer copies the WAL back: SQLite's autocheckpoint default;
@@ -80,7 +95,7 @@ struct store {
 
 struct store_checkpointer {
     store_t *st;
-    store_conn_t conn;
+    store_conn_t conns[STORE_MAX_SHARDS];
 };
 
 /* Schema migrations, in order. Version N is applied to a database at version N - 1, in one
@@ -242,6 +257,12 @@ static const struct {
         "CREATE INDEX jobs_live ON jobs (owner, id) WHERE " STORE_LIVE ";"
         "CREATE INDEX jobs_ended ON jobs (state, id) WHERE " STORE_ENDED ";"
         "CREATE INDEX jobs_finished ON jobs (finished_us) WHERE " STORE_ENDED ";"},
+    /* Settings of the store itself: in shard 0 how many shards it has ("shards"), in the
+     * others which one the file is ("shard"). */
+    {7, "CREATE TABLE settings ("
+        "  name TEXT PRIMARY KEY,"
+        "  value INTEGER NOT NULL"
+        ") WITHOUT ROWID;"},
 };
 
 static int move_tensors_into_jobs(store_conn_t *conn);
@@ -414,26 +435,105 @@ static int configure_writer(store_conn_t *conn)
     return r;
 }
 
-/* Removes the shared files that may have lost their last row, or never had one, if no row
- * names them; the active segment stays whatever. A file that cannot be checked stays for the
- * sweep at the next open. */
-static void remove_unused(store_t *st)
+static int64_t refs_pending(const shard_t *sh, const char *file);
+
+/* Whether a row of any shard names file, counting the changes of each shard's open write and
+ * transaction not written yet, or file is a shard's active segment. A file that cannot be
+ * checked counts as named: it stays for the sweep at the next open. */
+static bool file_in_use(store_t *st, const char *file)
 {
-    for (size_t i = 0; i < st->maybe_unused.n; i++) {
-        const char *file = st->maybe_unused.a[i];
+    for (int k = 0; k < st->n_shards; k++) {
+        shard_t *sh = &st->shards[k];
         bool used = true;
-        if (!store_segment_is_active(&st->segment, file) &&
-            store_blob_file_referenced(&st->conn, file, 0, &used) == 0 && !used)
-            store_blob_file_remove(st->conn.blobs_dir, file);
+        if (store_segment_is_active(&sh->segment, file) ||
+            store_blob_file_referenced(&sh->conn, file, refs_pending(sh, file), &used) < 0 || used)
+            return true;
     }
-    st->maybe_unused.n = 0;
+    return false;
 }
 
-/* After a commit or rollback (of a transaction, or of a write outside one). */
-static void files_txn_end(store_t *st)
+/* After a commit or rollback (of the store's transaction, or of a write outside one): retires
+ * segments whose sync failed, and removes the shared files that may have lost their last row,
+ * or never had one, when no row names them. */
+static void files_settle(store_t *st)
 {
-    store_segment_txn_end(&st->segment, &st->maybe_unused);
-    remove_unused(st);
+    for (int k = 0; k < st->n_shards; k++)
+        store_segment_txn_end(&st->shards[k].segment, &st->shards[k].maybe_unused);
+    for (int k = 0; k < st->n_shards; k++) {
+        blob_files_t *l = &st->shards[k].maybe_unused;
+        for (size_t i = 0; i < l->n; i++)
+            if (!file_in_use(st, l->a[i])) store_blob_file_remove(st->blobs_dir, l->a[i]);
+        l->n = 0;
+    }
+}
+
+static int shard_open(store_t *st, int k, const config_t *cfg, int *ret_version_before)
+{
+    shard_t *sh = &st->shards[k];
+    sh->st = st;
+    sh->index = k;
+    sh->inline_blob_bytes = cfg->inline_blob_bytes;
+    sh->sync_full = cfg->sync_full;
+    store_segment_init(&sh->segment);
+    pthread_mutex_init(&sh->checkpoint_lock, NULL);
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+    /* Shard 0 says how many shards there are; the others exist from the store's creation on:
+     * one missing held jobs, and is not made anew. */
+    if (k == 0 || st->n_shards == 0) flags |= SQLITE_OPEN_CREATE;
+    int r = store_conn_open(&sh->conn, cfg->state_dir, k, flags);
+    if (r == -ENOENT)
+        return log_error_errno(-ENOENT,
+                               "store: shard file '%s' is missing: the jobs stored in it cannot "
+                               "be read; restore it from a backup",
+                               sh->conn.db_path);
+    if (r == 0) r = configure_writer(&sh->conn);
+    if (r == 0) r = store_user_version(&sh->conn, ret_version_before);
+    if (r == 0) r = migrate(&sh->conn);
+    return r;
+}
+
+static void shard_close(shard_t *sh)
+{
+    if (sh->in_txn) {
+        log_warn("store: closing with a transaction open: rolling it back");
+        store_rollback(sh->st);
+    }
+    store_segment_close(&sh->segment, &sh->maybe_unused);
+}
+
+/* The shard count of the store (n_shards, from the setting in shard 0; a store from before
+ * shards has one), its other shards opened, and the count recorded once they all are. A
+ * shard other than 0 records its index, so that files swapped by hand are refused. */
+static int open_shards(store_t *st, const config_t *cfg, int version_before)
+{
+    int recorded = 0;
+    int r = store_setting_get(&st->shards[0].conn, "shards", &recorded);
+    if (r < 0) return r;
+    int n = recorded ? recorded : version_before == 0 ? cfg->shards : 1;
+    if (n < 1 || n > STORE_MAX_SHARDS || (n & (n - 1)))
+        return log_error_errno(-EPROTO, "store: '%s' records %d shards, not a power of two to %d",
+                               st->shards[0].conn.db_path, n, STORE_MAX_SHARDS);
+    if (n != cfg->shards)
+        log_warn("store: the store in '%s' has %d shard(s): [store] shards = %d applies to a new "
+                 "state directory only",
+                 cfg->state_dir, n, cfg->shards);
+    st->n_shards = recorded ? n : 0; /* 0 while they are created: shard_open may create them */
+    for (int k = 1; k < n && r == 0; k++) {
+        int version = 0, index = 0;
+        r = shard_open(st, k, cfg, &version);
+        if (r == 0 && version == 0) r = store_setting_set(&st->shards[k].conn, "shard", k);
+        if (r == 0) r = store_setting_get(&st->shards[k].conn, "shard", &index);
+        if (r == 0 && index != k)
+            r = log_error_errno(-EPROTO, "store: '%s' holds shard %d, not %d",
+                                st->shards[k].conn.db_path, index, k);
+        if (r < 0) {
+            st->n_shards = k + 1; /* so that store_close closes what was opened */
+            return r;
+        }
+    }
+    st->n_shards = n;
+    if (!recorded) r = store_setting_set(&st->shards[0].conn, "shards", n);
+    return r;
 }
 
 int store_open(const config_t *cfg, store_t **ret)
@@ -443,25 +543,27 @@ int store_open(const config_t *cfg, store_t **ret)
     store_t *st = calloc(1, sizeof *st);
     if (!st) return -ENOMEM;
     st->inline_blob_bytes = cfg->inline_blob_bytes;
-    store_segment_init(&st->segment);
-    r = store_conn_open(&st->conn, cfg->state_dir,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
-    if (r < 0) {
+    if (snprintf(st->blobs_dir, sizeof st->blobs_dir, "%s/blobs", cfg->state_dir) >=
+        (int)sizeof st->blobs_dir) {
         free(st);
-        return r;
+        return log_error_errno(-ENAMETOOLONG, "store: state_dir '%s' is too long", cfg->state_dir);
     }
-    int removed = 0;
-    r = mkdir_if_missing(st->conn.blobs_dir);
-    if (r == 0) r = configure_writer(&st->conn);
-    st->sync_full = cfg->sync_full;
-    if (r == 0) r = migrate(&st->conn);
-    if (r == 0) r = store_blob_sweep_orphans(&st->conn, &removed);
+    st->n_shards = 1;
+    int version_before = 0, removed = 0;
+    r = mkdir_if_missing(st->blobs_dir);
+    if (r == 0) r = shard_open(st, 0, cfg, &version_before);
+    if (r == 0) r = open_shards(st, cfg, version_before);
+    store_conn_t *conns[STORE_MAX_SHARDS];
+    for (int k = 0; k < st->n_shards; k++)
+        conns[k] = &st->shards[k].conn;
+    if (r == 0) r = store_blob_sweep_orphans(conns, st->n_shards, &removed);
     if (r < 0) {
         store_close(st);
         return r;
     }
     if (removed > 0)
         log_info("store: removed %d blob file(s) that no committed row named", removed);
+    if (st->n_shards > 1) log_info("store: %d shards", st->n_shards);
     *ret = st;
     return 0;
 }
@@ -469,21 +571,32 @@ int store_open(const config_t *cfg, store_t **ret)
 void store_close(store_t *st)
 {
     if (!st) return;
-    if (st->in_txn) {
-        log_warn("store: closing with a transaction open: rolling it back");
-        store_rollback(st);
+    for (int k = 0; k < st->n_shards; k++)
+        shard_close(&st->shards[k]);
+    files_settle(st);
+    for (int k = 0; k < st->n_shards; k++) {
+        shard_t *sh = &st->shards[k];
+        store_conn_close(&sh->conn);
+        pthread_mutex_destroy(&sh->checkpoint_lock);
+        free(sh->write_refs.a);
+        free(sh->txn_refs.a);
+        free(sh->cols.p);
+        free(sh->data.p);
+        free(sh->unlink.a);
+        free(sh->maybe_unused.a);
+        free(sh->placed);
     }
-    store_segment_close(&st->segment, &st->maybe_unused);
-    remove_unused(st);
-    store_conn_close(&st->conn);
-    free(st->write_refs.a);
-    free(st->txn_refs.a);
-    free(st->cols.p);
-    free(st->data.p);
-    free(st->unlink.a);
-    free(st->maybe_unused.a);
-    free(st->placed);
     free(st);
+}
+
+int store_shards(const store_t *st)
+{
+    return st->n_shards;
+}
+
+static shard_t *shard_of(store_t *st, const char *id)
+{
+    return &st->shards[store_id_shard(id, st->n_shards)];
 }
 
 int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_blob)
@@ -493,11 +606,11 @@ int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_
         return 0;
     }
     blob_file_t file;
-    int r = store_blob_file_write(st->conn.blobs_dir, data, nbytes, file);
+    int r = store_blob_file_write(st->blobs_dir, data, nbytes, file);
     if (r < 0) return r;
     char *blob = store_locator_file(file, 0);
     if (!blob) {
-        store_blob_file_remove(st->conn.blobs_dir, file);
+        store_blob_file_remove(st->blobs_dir, file);
         return -ENOMEM;
     }
     *ret_blob = blob;
@@ -509,23 +622,23 @@ void store_blob_discard(store_t *st, const char *blob)
     store_locator_t loc;
     if (!blob || store_locator_parse(blob, &loc) < 0 || loc.kind != STORE_LOCATOR_FILE) return;
     if (loc.offset == 0) {
-        store_blob_file_remove(st->conn.blobs_dir, loc.file);
+        store_blob_file_remove(st->blobs_dir, loc.file);
         return;
     }
     /* A segment holds other tensors too: it goes if no row names it once the transaction
      * ends. Out of memory, it stays for the sweep at the next open. */
-    store_files_add(&st->maybe_unused, loc.file);
-    if (!st->in_txn) remove_unused(st);
+    store_files_add(&st->shards[0].maybe_unused, loc.file);
+    if (!st->in_txn) files_settle(st);
 }
 
 /* The tensor slot of a job that store_blob_pack takes: bytes in memory for a row, of a size
  * that would go to the loop's segment. */
-static job_tensor_t *packable(const store_t *st, job_t *job, bool outputs, int slot)
+static job_tensor_t *packable(uint64_t inline_blob_bytes, job_t *job, bool outputs, int slot)
 {
     job_tensor_t *t = outputs ? &job->out[slot] : &job->in[slot];
     if (outputs && (slot >= job->call.n_out || job->error_code[0])) return NULL;
     bool takes = t->data && !t->blob && !t->buffer_id[0] && t->nbytes >= STORE_SEGMENT_MIN_BYTES &&
-                 t->nbytes <= st->inline_blob_bytes;
+                 t->nbytes <= inline_blob_bytes;
     return takes ? t : NULL;
 }
 
@@ -535,7 +648,7 @@ int store_blob_pack(store_t *st, job_t *const *jobs, size_t n, bool outputs)
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         for (int j = 0; j < OP_MAX_TENSORS; j++) {
-            job_tensor_t *t = packable(st, jobs[i], outputs, j);
+            job_tensor_t *t = packable(st->inline_blob_bytes, jobs[i], outputs, j);
             if (!t) continue;
             count++;
             total += t->nbytes;
@@ -549,14 +662,14 @@ int store_blob_pack(store_t *st, job_t *const *jobs, size_t n, bool outputs)
     size_t k = 0;
     for (size_t i = 0; r == 0 && i < n; i++)
         for (int j = 0; j < OP_MAX_TENSORS; j++) {
-            job_tensor_t *t = packable(st, jobs[i], outputs, j);
+            job_tensor_t *t = packable(st->inline_blob_bytes, jobs[i], outputs, j);
             if (!t) continue;
             tensors[k] = t;
             data[k] = t->data;
             nbytes[k++] = t->nbytes;
         }
     blob_file_t file;
-    if (r == 0) r = store_segment_write(st->conn.blobs_dir, data, nbytes, count, file, offsets);
+    if (r == 0) r = store_segment_write(st->blobs_dir, data, nbytes, count, file, offsets);
     if (r == 0) {
         k = 0;
         while (k < count && (tensors[k]->blob = store_locator_file(file, offsets[k])))
@@ -567,7 +680,7 @@ int store_blob_pack(store_t *st, job_t *const *jobs, size_t n, bool outputs)
                 free(tensors[k]->blob);
                 tensors[k]->blob = NULL;
             }
-            store_blob_file_remove(st->conn.blobs_dir, file);
+            store_blob_file_remove(st->blobs_dir, file);
             r = -ENOMEM;
         }
     }
@@ -578,40 +691,62 @@ int store_blob_pack(store_t *st, job_t *const *jobs, size_t n, bool outputs)
     return r;
 }
 
-int store_jobs_place_small(store_t *st, job_t *const *jobs, size_t n, bool outputs)
+static int touch(shard_t *sh);
+
+/* store_jobs_place_small for the jobs of one shard (in, an array of n), which go to its
+ * segment. */
+static int shard_place_small(shard_t *sh, job_t *const *jobs, size_t n, bool outputs)
 {
-    if (!st->in_txn)
-        return log_error_errno(-EINVAL, "store: placing tensors outside a transaction");
     uint64_t total = 0;
     size_t count = 0;
     for (size_t i = 0; i < n; i++)
         for (int j = 0; j < OP_MAX_TENSORS; j++) {
-            const job_tensor_t *t = packable(st, jobs[i], outputs, j);
+            const job_tensor_t *t = packable(sh->inline_blob_bytes, jobs[i], outputs, j);
             if (!t) continue;
             total += t->nbytes;
             count++;
         }
-    if (st->txn_row_bytes + total <= STORE_TXN_ROW_BYTES) return 0;
-    if (st->n_placed + count > st->cap_placed) {
-        size_t cap = 2 * (st->n_placed + count);
-        job_tensor_t **a = realloc(st->placed, cap * sizeof *a);
+    if (sh->txn_row_bytes + total <= STORE_TXN_ROW_BYTES) return 0;
+    int r = touch(sh);
+    if (r < 0) return r;
+    if (sh->n_placed + count > sh->cap_placed) {
+        size_t cap = 2 * (sh->n_placed + count);
+        job_tensor_t **a = realloc(sh->placed, cap * sizeof *a);
         if (!a) return 0; /* nothing placed: the writes place them as they go */
-        st->placed = a;
-        st->cap_placed = cap;
+        sh->placed = a;
+        sh->cap_placed = cap;
     }
     for (size_t i = 0; i < n; i++)
         for (int j = 0; j < OP_MAX_TENSORS; j++) {
-            job_tensor_t *t = packable(st, jobs[i], outputs, j);
+            job_tensor_t *t = packable(sh->inline_blob_bytes, jobs[i], outputs, j);
             if (!t) continue;
             blob_file_t file;
             uint64_t offset;
-            int r = store_segment_append(&st->segment, st->conn.blobs_dir, &st->maybe_unused,
-                                         t->data, t->nbytes, file, &offset);
+            r = store_segment_append(&sh->segment, sh->conn.blobs_dir, &sh->maybe_unused, t->data,
+                                     t->nbytes, file, &offset);
             if (r == 0 && !(t->blob = store_locator_file(file, offset))) r = -ENOMEM;
             if (r < 0) return r;
-            st->placed[st->n_placed++] = t;
+            sh->placed[sh->n_placed++] = t;
         }
-    return store_segment_sync_begin(&st->segment);
+    return store_segment_sync_begin(&sh->segment);
+}
+
+int store_jobs_place_small(store_t *st, job_t *const *jobs, size_t n, bool outputs)
+{
+    if (!st->in_txn)
+        return log_error_errno(-EINVAL, "store: placing tensors outside a transaction");
+    if (st->n_shards == 1) return shard_place_small(&st->shards[0], jobs, n, outputs);
+    job_t **mine = malloc((n ? n : 1) * sizeof *mine);
+    if (!mine) return 0; /* the writes place them as they go */
+    int r = 0;
+    for (int k = 0; k < st->n_shards && r == 0; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (store_id_shard(jobs[i]->id, st->n_shards) == k) mine[m++] = jobs[i];
+        if (m > 0) r = shard_place_small(&st->shards[k], mine, m, outputs);
+    }
+    free(mine);
+    return r;
 }
 
 /* --- blob_refs --- */
@@ -638,19 +773,19 @@ static void refs_merge(ref_deltas_t *into, const ref_deltas_t *from)
 }
 
 /* Writes the changes into blob_refs (a count that drops to zero takes its row along). */
-static int refs_write(store_t *st, ref_deltas_t *d)
+static int refs_write(shard_t *sh, ref_deltas_t *d)
 {
     int r = 0;
     for (size_t i = 0; i < d->n && r == 0; i++) {
         if (d->a[i].n == 0) continue;
         store_stmt_id_t id = STMT_REFS_ADD;
         for (int step = 0; step < 2 && r == 0; step++) {
-            sqlite3_stmt *stmt = store_stmt(&st->conn, id);
+            sqlite3_stmt *stmt = store_stmt(&sh->conn, id);
             if (!stmt) return -EIO;
             store_bind_text(stmt, 1, d->a[i].file, false);
             if (id == STMT_REFS_ADD) sqlite3_bind_int64(stmt, 2, d->a[i].n);
             if (sqlite3_step(stmt) != SQLITE_DONE)
-                r = store_sql_error(&st->conn, "counting a file");
+                r = store_sql_error(&sh->conn, "counting a file");
             sqlite3_reset(stmt);
             if (d->a[i].n > 0) break;
             id = STMT_REFS_DROP;
@@ -661,199 +796,259 @@ static int refs_write(store_t *st, ref_deltas_t *d)
 }
 
 /* The open transaction's change to the count of file, not written yet. */
-static int64_t refs_pending(const store_t *st, const char *file)
+static int64_t refs_pending(const shard_t *sh, const char *file)
 {
-    for (size_t i = 0; i < st->txn_refs.n; i++)
-        if (strcmp(st->txn_refs.a[i].file, file) == 0) return st->txn_refs.a[i].n;
+    for (size_t i = 0; i < sh->txn_refs.n; i++)
+        if (strcmp(sh->txn_refs.a[i].file, file) == 0) return sh->txn_refs.a[i].n;
     return 0;
 }
 
 /* --- transactions --- */
 
-static void unlink_pending(store_t *st)
+static void unlink_pending(shard_t *sh)
 {
-    for (size_t i = 0; i < st->unlink.n; i++)
-        store_blob_file_remove(st->conn.blobs_dir, st->unlink.a[i]);
-    st->unlink.n = st->n_unlink_committed = 0;
+    for (size_t i = 0; i < sh->unlink.n; i++)
+        store_blob_file_remove(sh->conn.blobs_dir, sh->unlink.a[i]);
+    sh->unlink.n = sh->n_unlink_committed = 0;
 }
 
 /* Removes files whose rows are gone: now when that deletion is committed, else at the caller's
  * transaction's commit, or the next durable one after a relaxed transaction. */
-static int unlink_after_commit(store_t *st, const blob_file_t *files, size_t n)
+static int unlink_after_commit(shard_t *sh, const blob_file_t *files, size_t n)
 {
-    if (!st->in_txn) {
+    if (!sh->in_txn) {
         for (size_t i = 0; i < n; i++)
-            store_blob_file_remove(st->conn.blobs_dir, files[i]);
+            store_blob_file_remove(sh->conn.blobs_dir, files[i]);
         return 0;
     }
     /* Out of memory: the files stay, and the sweep at the next open removes them. */
-    if (store_grow((void **)&st->unlink.a, &st->unlink.cap, st->unlink.n + n, sizeof *st->unlink.a,
+    if (store_grow((void **)&sh->unlink.a, &sh->unlink.cap, sh->unlink.n + n, sizeof *sh->unlink.a,
                    64) < 0)
         return -ENOMEM;
-    memcpy(st->unlink.a + st->unlink.n, files, n * sizeof *files);
-    st->unlink.n += n;
+    memcpy(sh->unlink.a + sh->unlink.n, files, n * sizeof *files);
+    sh->unlink.n += n;
     return 0;
 }
 
 /* With sync_full, raises synchronous to FULL for a durable commit. SQLite takes the level only
  * outside a transaction, and re-prepares the PRAGMA each time it runs: so the rare durable
  * transactions switch, and the job path's relaxed ones do not. */
-static int raise_sync(store_t *st)
+static int raise_sync(shard_t *sh)
 {
-    if (!st->sync_full) return 0;
-    int r = store_stmt_run(&st->conn, STMT_SYNC_FULL, "raising synchronous to FULL");
-    st->raised = r == 0;
+    if (!sh->sync_full) return 0;
+    int r = store_stmt_run(&sh->conn, STMT_SYNC_FULL, "raising synchronous to FULL");
+    sh->raised = r == 0;
     return r;
 }
 
-static void lower_sync(store_t *st)
+static void lower_sync(shard_t *sh)
 {
-    if (st->raised) store_stmt_run(&st->conn, STMT_SYNC_NORMAL, "lowering synchronous to NORMAL");
-    st->raised = false;
+    if (sh->raised) store_stmt_run(&sh->conn, STMT_SYNC_NORMAL, "lowering synchronous to NORMAL");
+    sh->raised = false;
 }
 
-static int begin(store_t *st, bool relaxed)
+static int begin(shard_t *sh, bool relaxed)
+{
+    if (sh->in_txn)
+        return log_error_errno(-EBUSY, "store: store_begin with a transaction already open");
+    int r = relaxed ? 0 : raise_sync(sh);
+    /* IMMEDIATE takes the write lock now, so that no write inside can fail on a lock upgrade. */
+    if (r == 0) r = store_stmt_run(&sh->conn, STMT_BEGIN_IMMEDIATE, "BEGIN IMMEDIATE");
+    if (r < 0) {
+        lower_sync(sh);
+        return r;
+    }
+    sh->in_txn = true;
+    sh->relaxed = relaxed && sh->sync_full;
+    sh->txn_row_bytes = 0;
+    return 0;
+}
+
+/* Begins the shard's part of the store's open transaction, at its first write: the shards a
+ * transaction leaves alone cost it nothing. */
+static int touch(shard_t *sh)
+{
+    return sh->st->in_txn && !sh->in_txn ? begin(sh, sh->st->relaxed) : 0;
+}
+
+static int store_begin_txn(store_t *st, bool relaxed)
 {
     if (st->in_txn)
         return log_error_errno(-EBUSY, "store: store_begin with a transaction already open");
-    int r = relaxed ? 0 : raise_sync(st);
-    /* IMMEDIATE takes the write lock now, so that no write inside can fail on a lock upgrade. */
-    if (r == 0) r = store_stmt_run(&st->conn, STMT_BEGIN_IMMEDIATE, "BEGIN IMMEDIATE");
-    if (r < 0) {
-        lower_sync(st);
-        return r;
-    }
     st->in_txn = true;
-    st->relaxed = relaxed && st->sync_full;
-    st->txn_row_bytes = 0;
+    st->relaxed = relaxed;
     return 0;
 }
 
 int store_begin(store_t *st)
 {
-    return begin(st, false);
+    return store_begin_txn(st, false);
 }
 
 int store_begin_relaxed(store_t *st)
 {
-    return begin(st, true);
+    return store_begin_txn(st, true);
 }
 
-static void txn_end(store_t *st, bool committed)
+static void txn_end(shard_t *sh, bool committed)
 {
-    for (size_t i = 0; !committed && i < st->n_placed; i++) {
-        free(st->placed[i]->blob);
-        st->placed[i]->blob = NULL;
+    for (size_t i = 0; !committed && i < sh->n_placed; i++) {
+        free(sh->placed[i]->blob);
+        sh->placed[i]->blob = NULL;
     }
-    st->n_placed = 0;
-    st->txn_refs.n = 0; /* written by the commit, or gone with the rollback */
-    st->in_txn = false;
-    st->relaxed = false;
-    lower_sync(st);
-    files_txn_end(st);
+    sh->n_placed = 0;
+    sh->txn_refs.n = 0; /* written by the commit, or gone with the rollback */
+    sh->in_txn = false;
+    sh->relaxed = false;
+    lower_sync(sh);
 }
 
-int store_commit(store_t *st)
+static int shard_commit(shard_t *sh)
 {
-    if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_commit without store_begin");
     /* The segment bytes its rows name reach the disk first, relaxed or not: then WAL frames
      * that survive a power loss never name bytes that did not. */
-    int r = store_segment_sync(&st->segment);
-    if (r == 0) r = refs_write(st, &st->txn_refs);
-    if (r == 0) r = store_stmt_run(&st->conn, STMT_COMMIT, "COMMIT");
+    int r = store_segment_sync(&sh->segment);
+    if (r == 0) r = refs_write(sh, &sh->txn_refs);
+    if (r == 0) r = store_stmt_run(&sh->conn, STMT_COMMIT, "COMMIT");
     if (r == 0) {
         /* Files whose rows a relaxed commit deleted stay until a durable one: a power loss
          * may bring those rows back. */
-        if (st->relaxed)
-            st->n_unlink_committed = st->unlink.n;
+        if (sh->relaxed)
+            sh->n_unlink_committed = sh->unlink.n;
         else
-            unlink_pending(st);
-        txn_end(st, true);
-    } else if (sqlite3_get_autocommit(st->conn.db)) {
+            unlink_pending(sh);
+        txn_end(sh, true);
+    } else if (sqlite3_get_autocommit(sh->conn.db)) {
         /* SQLite rolled the transaction back itself: nothing is left to commit or undo. */
-        st->unlink.n = st->n_unlink_committed;
-        txn_end(st, false);
+        sh->unlink.n = sh->n_unlink_committed;
+        txn_end(sh, false);
     }
     return r;
 }
 
-const char *store_wal_path(const store_t *st)
+static int shard_rollback(shard_t *sh)
 {
-    return st->sync_full ? sqlite3_filename_wal(sqlite3_db_filename(st->conn.db, "main")) : NULL;
+    /* A failed commit may have ended the transaction already (SQLite rolled it back). */
+    if (!sh->in_txn) return 0;
+    sh->unlink.n = sh->n_unlink_committed; /* the open transaction's rows are back */
+    int r = sqlite3_get_autocommit(sh->conn.db)
+                ? 0
+                : store_stmt_run(&sh->conn, STMT_ROLLBACK, "ROLLBACK");
+    txn_end(sh, false);
+    return r;
+}
+
+/* Commits the shards one after the other. SQLite has no commit across files in WAL mode:
+ * should one fail, those after it are rolled back, but those before it stay committed. The
+ * caller answers the whole transaction as failed; its jobs in those shards run after a
+ * restart, as any job does whose submitter was told that its commit failed. */
+int store_commit(store_t *st)
+{
+    if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_commit without store_begin");
+    int r = 0, committed = 0;
+    for (int k = 0; k < st->n_shards; k++) {
+        shard_t *sh = &st->shards[k];
+        /* A durable commit takes along the files that relaxed ones deleted rows of. */
+        if (!st->relaxed && sh->n_unlink_committed > 0 && r == 0) r = touch(sh);
+        if (!sh->in_txn) continue;
+        if (r == 0) {
+            r = shard_commit(sh);
+            committed += r == 0;
+        } else {
+            shard_rollback(sh);
+        }
+    }
+    if (r < 0 && committed > 0)
+        log_error("store: a commit failed after %d shard(s) had committed their part", committed);
+    /* After a failed commit the store's transaction stays open for store_rollback. */
+    if (r == 0) {
+        st->in_txn = st->relaxed = false;
+        files_settle(st);
+    }
+    return r;
 }
 
 int store_rollback(store_t *st)
 {
-    /* A failed store_commit may have ended the transaction already (SQLite rolled it back). */
     if (!st->in_txn) return 0;
-    st->unlink.n = st->n_unlink_committed; /* the open transaction's rows are back */
-    int r = sqlite3_get_autocommit(st->conn.db)
-                ? 0
-                : store_stmt_run(&st->conn, STMT_ROLLBACK, "ROLLBACK");
-    txn_end(st, false);
+    int r = 0;
+    for (int k = 0; k < st->n_shards; k++) {
+        int e = shard_rollback(&st->shards[k]);
+        if (r == 0) r = e;
+    }
+    st->in_txn = st->relaxed = false;
+    files_settle(st);
     return r;
+}
+
+int store_wal_paths(const store_t *st, const char *ret[STORE_MAX_SHARDS])
+{
+    if (!st->shards[0].sync_full) return 0;
+    for (int k = 0; k < st->n_shards; k++)
+        ret[k] = sqlite3_filename_wal(sqlite3_db_filename(st->shards[k].conn.db, "main"));
+    return st->n_shards;
 }
 
 /* --- one write: a savepoint around it, unless it is one statement in a transaction --- */
 
 /* Empties what a write collects (its tensors' records and file counts) before it places
  * them. */
-static void write_reset(store_t *st)
+static void write_reset(shard_t *sh)
 {
-    st->write_refs.n = 0;
-    st->cols.len = st->data.len = 0;
+    sh->write_refs.n = 0;
+    sh->cols.len = sh->data.len = 0;
 }
 
 /* Outside a transaction the write commits by itself, durably. A write of one statement inside
  * a transaction (one_statement, its file counts all noted already) needs no savepoint: SQLite
  * undoes a failed statement by itself, and room for the counts is made here, so that nothing
  * can fail once the statement ran. A savepoint cost the loop two more statements per job. */
-static int write_begin(store_t *st, bool one_statement)
+static int write_begin(shard_t *sh, bool one_statement)
 {
-    st->write_savepoint = !st->in_txn || !one_statement;
-    if (!st->write_savepoint) return refs_reserve(&st->txn_refs, st->write_refs.n);
-    int r = st->in_txn ? 0 : raise_sync(st);
-    if (r == 0) r = store_stmt_run(&st->conn, STMT_SAVEPOINT, "starting a write");
-    if (r < 0 && !st->in_txn) lower_sync(st);
+    sh->write_savepoint = !sh->in_txn || !one_statement;
+    if (!sh->write_savepoint) return refs_reserve(&sh->txn_refs, sh->write_refs.n);
+    int r = sh->in_txn ? 0 : raise_sync(sh);
+    if (r == 0) r = store_stmt_run(&sh->conn, STMT_SAVEPOINT, "starting a write");
+    if (r < 0 && !sh->in_txn) lower_sync(sh);
     return r;
 }
 
 /* Ends a write begun by write_begin: keeps it when r is 0 (committing it when no caller's
  * transaction is open), else undoes it. Returns r, or the error of the release. */
-static int write_end(store_t *st, int r)
+static int write_end(shard_t *sh, int r)
 {
-    if (!st->write_savepoint) {
+    if (!sh->write_savepoint) {
         if (r == 0)
-            refs_merge(&st->txn_refs, &st->write_refs);
-        else if (sqlite3_get_autocommit(st->conn.db))
+            refs_merge(&sh->txn_refs, &sh->write_refs);
+        else if (sqlite3_get_autocommit(sh->conn.db))
             log_error("store: SQLite rolled back the whole open transaction after an error");
         return r;
     }
     /* Outside a transaction the release commits: the segment bytes and the file counts go
      * first, as in store_commit. Inside one, the counts join the transaction's (room made
      * first, so that nothing can fail once the write is kept). */
-    if (r == 0 && !st->in_txn) r = store_segment_sync(&st->segment);
+    if (r == 0 && !sh->in_txn) r = store_segment_sync(&sh->segment);
     if (r == 0)
-        r = st->in_txn ? refs_reserve(&st->txn_refs, st->write_refs.n)
-                       : refs_write(st, &st->write_refs);
-    if (r == 0 && (r = store_stmt_run(&st->conn, STMT_RELEASE, "committing a write")) == 0) {
-        if (st->in_txn) refs_merge(&st->txn_refs, &st->write_refs);
-        if (!st->in_txn) {
-            lower_sync(st);
-            files_txn_end(st);
+        r = sh->in_txn ? refs_reserve(&sh->txn_refs, sh->write_refs.n)
+                       : refs_write(sh, &sh->write_refs);
+    if (r == 0 && (r = store_stmt_run(&sh->conn, STMT_RELEASE, "committing a write")) == 0) {
+        if (sh->in_txn) refs_merge(&sh->txn_refs, &sh->write_refs);
+        if (!sh->in_txn) {
+            lower_sync(sh);
+            files_settle(sh->st);
         }
         return 0;
     }
-    if (!sqlite3_get_autocommit(st->conn.db)) {
-        store_stmt_run(&st->conn, STMT_ROLLBACK_TO, "undoing a failed write");
-        store_stmt_run(&st->conn, STMT_RELEASE, "undoing a failed write");
-        if (!st->in_txn && !sqlite3_get_autocommit(st->conn.db)) store_exec(&st->conn, "ROLLBACK");
-    } else if (st->in_txn) {
+    if (!sqlite3_get_autocommit(sh->conn.db)) {
+        store_stmt_run(&sh->conn, STMT_ROLLBACK_TO, "undoing a failed write");
+        store_stmt_run(&sh->conn, STMT_RELEASE, "undoing a failed write");
+        if (!sh->in_txn && !sqlite3_get_autocommit(sh->conn.db)) store_exec(&sh->conn, "ROLLBACK");
+    } else if (sh->in_txn) {
         log_error("store: SQLite rolled back the whole open transaction after an error");
     }
-    if (!st->in_txn) {
-        lower_sync(st);
-        files_txn_end(st);
+    if (!sh->in_txn) {
+        lower_sync(sh);
+        files_settle(sh->st);
     }
     return r;
 }
@@ -866,10 +1061,10 @@ typedef struct written_files {
     int n;
 } written_files_t;
 
-static void written_remove(store_t *st, const written_files_t *w)
+static void written_remove(shard_t *sh, const written_files_t *w)
 {
     for (int i = 0; i < w->n; i++)
-        store_blob_file_remove(st->conn.blobs_dir, w->files[i]);
+        store_blob_file_remove(sh->conn.blobs_dir, w->files[i]);
 }
 
 /* Checks a tensor's descriptor, byte count and the source of its bytes. group and name make
@@ -899,7 +1094,7 @@ static int check_tensor(const char *owner_id, const char *group, const char *nam
 
 /* Decides where a tensor's bytes go (the row, the active segment, or a file of their own,
  * written now if the caller has not) and says so in rec (where, data, file, offset). */
-static int place_bytes(store_t *st, bool segments, const void *data, uint64_t nbytes,
+static int place_bytes(shard_t *sh, bool segments, const void *data, uint64_t nbytes,
                        const char *blob, written_files_t *written, store_tensor_rec_t *rec)
 {
     store_locator_t loc;
@@ -912,19 +1107,19 @@ static int place_bytes(store_t *st, bool segments, const void *data, uint64_t nb
                                    blob);
         memcpy(rec->file, loc.file, sizeof loc.file);
         rec->offset = loc.offset;
-    } else if (nbytes > st->inline_blob_bytes) {
-        int r = store_blob_file_write(st->conn.blobs_dir, data, nbytes, rec->file);
+    } else if (nbytes > sh->inline_blob_bytes) {
+        int r = store_blob_file_write(sh->conn.blobs_dir, data, nbytes, rec->file);
         if (r < 0) return r;
         memcpy(written->files[written->n++], rec->file, sizeof(blob_file_t));
     } else if (segments && nbytes >= STORE_SEGMENT_MIN_BYTES &&
-               (!st->in_txn || st->txn_row_bytes + nbytes > STORE_TXN_ROW_BYTES)) {
-        int r = store_segment_append(&st->segment, st->conn.blobs_dir, &st->maybe_unused, data,
+               (!sh->in_txn || sh->txn_row_bytes + nbytes > STORE_TXN_ROW_BYTES)) {
+        int r = store_segment_append(&sh->segment, sh->conn.blobs_dir, &sh->maybe_unused, data,
                                      nbytes, rec->file, &rec->offset);
         if (r < 0) return r;
     } else {
         rec->where = STORE_IN_ROW;
         rec->data = data;
-        if (segments && nbytes >= STORE_SEGMENT_MIN_BYTES) st->txn_row_bytes += nbytes;
+        if (segments && nbytes >= STORE_SEGMENT_MIN_BYTES) sh->txn_row_bytes += nbytes;
     }
     return 0;
 }
@@ -944,8 +1139,8 @@ static int refs_note(ref_deltas_t *d, const char *file, int64_t n)
 }
 
 /* Places job_id's tensor t (input or output slot, named name) and appends its record to
- * st->cols; returns the tensor's new locator in *ret_blob (NULL for a buffer reference). */
-static int place_tensor(store_t *st, const char *job_id, bool output, int slot, const char *name,
+ * sh->cols; returns the tensor's new locator in *ret_blob (NULL for a buffer reference). */
+static int place_tensor(shard_t *sh, const char *job_id, bool output, int slot, const char *name,
                         const job_tensor_t *t, written_files_t *written, char **ret_blob)
 {
     store_tensor_rec_t rec = {.slot = slot, .desc = t->desc, .nbytes = t->nbytes};
@@ -955,10 +1150,10 @@ static int place_tensor(store_t *st, const char *job_id, bool output, int slot, 
         rec.where = STORE_IN_BUFFER;
         memcpy(rec.buffer_id, t->buffer_id, sizeof rec.buffer_id);
     } else {
-        r = place_bytes(st, true, t->data, t->nbytes, t->blob, written, &rec);
-        if (r == 0 && rec.where == STORE_IN_FILE) r = refs_note(&st->write_refs, rec.file, 1);
+        r = place_bytes(sh, true, t->data, t->nbytes, t->blob, written, &rec);
+        if (r == 0 && rec.where == STORE_IN_FILE) r = refs_note(&sh->write_refs, rec.file, 1);
     }
-    if (r == 0) r = store_tensors_append(&st->cols, &st->data, &rec);
+    if (r == 0) r = store_tensors_append(&sh->cols, &sh->data, &rec);
     if (r < 0) return r;
     char *blob = NULL;
     if (rec.where != STORE_IN_BUFFER) {
@@ -991,11 +1186,11 @@ static void set_blobs(job_tensor_t *ts, char **blobs)
 
 /* Begins the write of a job whose tensors were placed (r: how that went); undoes the placing
  * when either failed. */
-static int begin_placed(store_t *st, int r, written_files_t *written, char **blobs)
+static int begin_placed(shard_t *sh, int r, written_files_t *written, char **blobs)
 {
-    if (r == 0) r = write_begin(st, st->data.len == 0); /* else a job_bytes row too */
+    if (r == 0) r = write_begin(sh, sh->data.len == 0); /* else a job_bytes row too */
     if (r < 0) {
-        written_remove(st, written);
+        written_remove(sh, written);
         free_blobs(blobs);
     }
     return r;
@@ -1046,17 +1241,19 @@ int store_job_insert(store_t *st, job_t *job)
     else
         id_new('j', id);
     int64_t created_us = job->created_us ? job->created_us : now_us();
+    shard_t *sh = shard_of(st, id);
+    if ((r = touch(sh)) < 0) return r;
 
-    write_reset(st);
+    write_reset(sh);
     written_files_t written = {.n = 0};
     char *blobs[OP_MAX_TENSORS] = {0};
     for (int j = 0; r == 0 && j < OP_MAX_TENSORS; j++)
         if (job->call.has_in[j])
-            r = place_tensor(st, id, false, j, input_name(job, j), &job->in[j], &written,
+            r = place_tensor(sh, id, false, j, input_name(job, j), &job->in[j], &written,
                              &blobs[j]);
-    r = begin_placed(st, r, &written, blobs);
+    r = begin_placed(sh, r, &written, blobs);
     if (r < 0) return r;
-    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_INSERT);
+    sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_JOB_INSERT);
     if (!stmt) r = -EIO;
     if (r == 0) {
         store_bind_text(stmt, 1, id, false);
@@ -1072,15 +1269,15 @@ int store_job_insert(store_t *st, job_t *job)
         store_bind_text(stmt, 11, job_state_name(job->state), false);
         sqlite3_bind_int64(stmt, 12, job->started_us);
         sqlite3_bind_int(stmt, 13, job->batch_size);
-        bind_bytes(stmt, 14, &st->cols);
-        r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "inserting a job");
+        bind_bytes(stmt, 14, &sh->cols);
+        r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&sh->conn, "inserting a job");
         sqlite3_reset(stmt);
-        sqlite3_clear_bindings(stmt); /* drop the SQLITE_STATIC pointer to st->cols */
+        sqlite3_clear_bindings(stmt); /* drop the SQLITE_STATIC pointer to sh->cols */
     }
-    if (r == 0) r = insert_bytes(&st->conn, id, 0, &st->data);
-    r = write_end(st, r);
+    if (r == 0) r = insert_bytes(&sh->conn, id, 0, &sh->data);
+    r = write_end(sh, r);
     if (r < 0) {
-        written_remove(st, &written);
+        written_remove(sh, &written);
         free_blobs(blobs);
         return r;
     }
@@ -1126,9 +1323,9 @@ static int check_outputs(const job_t *job)
 }
 
 /* 0 when job id exists (in *ret_state), -ENOENT when not. */
-static int job_state_of(store_t *st, const char *id, job_state_t *ret_state)
+static int job_state_of(shard_t *sh, const char *id, job_state_t *ret_state)
 {
-    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_STATE);
+    sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_JOB_STATE);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, id, false);
     int rc = sqlite3_step(stmt);
@@ -1136,15 +1333,15 @@ static int job_state_of(store_t *st, const char *id, job_state_t *ret_state)
     if (rc == SQLITE_ROW)
         r = job_state_parse((const char *)sqlite3_column_text(stmt, 0), ret_state);
     else
-        r = rc == SQLITE_DONE ? -ENOENT : store_sql_error(&st->conn, "reading a job's state");
+        r = rc == SQLITE_DONE ? -ENOENT : store_sql_error(&sh->conn, "reading a job's state");
     sqlite3_reset(stmt);
     return r;
 }
 
-static int update_row(store_t *st, const job_t *job)
+static int update_row(shard_t *sh, const job_t *job)
 {
     bool start = job->state == JOB_RUNNING;
-    sqlite3_stmt *stmt = store_stmt(&st->conn, start ? STMT_JOB_START : STMT_JOB_UPDATE);
+    sqlite3_stmt *stmt = store_stmt(&sh->conn, start ? STMT_JOB_START : STMT_JOB_UPDATE);
     if (!stmt) return -EIO;
     /* A state's timestamp the caller left unset is the time of the change. finished_us is set
      * exactly when the job is in a final state: the partial indexes go by it. */
@@ -1168,16 +1365,16 @@ static int update_row(store_t *st, const job_t *job)
         store_bind_text(stmt, 11, job_state_name((job_state_t)from[0]), false);
         store_bind_text(stmt, 12, job_state_name((job_state_t)(from[1] >= 0 ? from[1] : from[0])),
                         false);
-        bind_bytes(stmt, 13, &st->cols);
+        bind_bytes(stmt, 13, &sh->cols);
     }
-    int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "updating a job");
+    int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&sh->conn, "updating a job");
     sqlite3_reset(stmt);
     sqlite3_clear_bindings(stmt);
     if (r < 0) return r;
-    if (sqlite3_changes(st->conn.db) == 1) return 0;
+    if (sqlite3_changes(sh->conn.db) == 1) return 0;
 
     job_state_t stored;
-    r = job_state_of(st, job->id, &stored);
+    r = job_state_of(sh, job->id, &stored);
     if (r == -ENOENT) return -ENOENT;
     if (r < 0) return r;
     log_debug("store: %s: refused change from %s to %s", job->id, job_state_name(stored),
@@ -1192,28 +1389,30 @@ int store_job_update(store_t *st, const job_t *job)
                                (int)job->state);
     if (!id_ok(job->id)) return log_error_errno(-EINVAL, "store: update of a job with no id");
     int r = job->state == JOB_SUCCEEDED ? check_outputs(job) : 0;
+    shard_t *sh = shard_of(st, job->id);
+    if (r == 0) r = touch(sh);
     if (r < 0) return r;
 
-    write_reset(st);
+    write_reset(sh);
     written_files_t written = {.n = 0};
     char *blobs[OP_MAX_TENSORS] = {0};
     for (int j = 0; r == 0 && job->state == JOB_SUCCEEDED && j < job->call.n_out; j++)
-        r = place_tensor(st, job->id, true, j, output_name(job, j), &job->out[j], &written,
+        r = place_tensor(sh, job->id, true, j, output_name(job, j), &job->out[j], &written,
                          &blobs[j]);
-    r = begin_placed(st, r, &written, blobs);
+    r = begin_placed(sh, r, &written, blobs);
     if (r < 0) return r;
-    r = update_row(st, job);
-    if (r == 0) r = insert_bytes(&st->conn, job->id, 1, &st->data);
+    r = update_row(sh, job);
+    if (r == 0) r = insert_bytes(&sh->conn, job->id, 1, &sh->data);
     /* The job is const: the outputs' locators are read back with store_job_get. */
     free_blobs(blobs);
-    r = write_end(st, r);
-    if (r < 0) written_remove(st, &written);
+    r = write_end(sh, r);
+    if (r < 0) written_remove(sh, &written);
     return r;
 }
 
 /* --- recovery --- */
 
-static int recover_states(store_t *st, int max_attempts)
+static int recover_states(shard_t *sh, int max_attempts)
 {
     char requeue[160], fail[512];
     snprintf(requeue, sizeof requeue,
@@ -1227,19 +1426,19 @@ static int recover_states(store_t *st, int max_attempts)
              "after %%d attempt(s) (the limit is %d)', attempts) "
              "WHERE " STORE_LIVE " AND state = 'running'",
              now_us(), max_attempts);
-    int r = raise_sync(st);
-    if (r == 0) r = store_exec(&st->conn, "BEGIN IMMEDIATE");
+    int r = raise_sync(sh);
+    if (r == 0) r = store_exec(&sh->conn, "BEGIN IMMEDIATE");
     if (r < 0) {
-        lower_sync(st);
+        lower_sync(sh);
         return r;
     }
-    r = store_exec(&st->conn, requeue);
-    int requeued = sqlite3_changes(st->conn.db);
-    if (r == 0) r = store_exec(&st->conn, fail);
-    int failed = sqlite3_changes(st->conn.db);
-    if (r == 0) r = store_exec(&st->conn, "COMMIT");
-    if (r < 0 && !sqlite3_get_autocommit(st->conn.db)) store_exec(&st->conn, "ROLLBACK");
-    lower_sync(st);
+    r = store_exec(&sh->conn, requeue);
+    int requeued = sqlite3_changes(sh->conn.db);
+    if (r == 0) r = store_exec(&sh->conn, fail);
+    int failed = sqlite3_changes(sh->conn.db);
+    if (r == 0) r = store_exec(&sh->conn, "COMMIT");
+    if (r < 0 && !sqlite3_get_autocommit(sh->conn.db)) store_exec(&sh->conn, "ROLLBACK");
+    lower_sync(sh);
     if (r < 0) return r;
     if (requeued || failed)
         log_info("store: recovery: %d running job(s) re-queued, %d failed after too many "
@@ -1248,50 +1447,54 @@ static int recover_states(store_t *st, int max_attempts)
     return 0;
 }
 
-/* The ids of every queued job, oldest first. */
-static int queued_ids(store_t *st, char (**ret_ids)[ID_SIZE], size_t *ret_n)
+/* A queued job, as recovery lists them. */
+typedef struct queued {
+    int64_t created_us;
+    char id[ID_SIZE];
+} queued_t;
+
+typedef struct queued_list {
+    queued_t *a;
+    size_t n, cap;
+} queued_list_t;
+
+/* Appends the shard's queued jobs to l. */
+static int queued_list(shard_t *sh, queued_list_t *l)
 {
     sqlite3_stmt *stmt;
-    if (sqlite3_prepare_v2(st->conn.db,
-                           "SELECT id FROM jobs WHERE " STORE_LIVE
-                           " AND state = 'queued' ORDER BY created_us, id",
+    if (sqlite3_prepare_v2(sh->conn.db,
+                           "SELECT created_us, id FROM jobs WHERE " STORE_LIVE
+                           " AND state = 'queued'",
                            -1, &stmt, NULL) != SQLITE_OK)
-        return store_sql_error(&st->conn, "listing queued jobs");
-    char(*ids)[ID_SIZE] = NULL;
-    size_t n = 0, cap = 0;
+        return store_sql_error(&sh->conn, "listing queued jobs");
     int rc, r = 0;
     while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 256;
-            char(*grown)[ID_SIZE] = realloc(ids, cap * sizeof *ids);
-            if (!grown) {
-                r = -ENOMEM;
-                break;
-            }
-            ids = grown;
-        }
-        store_column_copy(stmt, 0, ids[n++], ID_SIZE);
+        r = store_grow((void **)&l->a, &l->cap, l->n + 1, sizeof *l->a, 256);
+        if (r < 0) break;
+        l->a[l->n].created_us = sqlite3_column_int64(stmt, 0);
+        store_column_copy(stmt, 1, l->a[l->n++].id, ID_SIZE);
     }
-    if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(&st->conn, "listing queued jobs");
+    if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(&sh->conn, "listing queued jobs");
     sqlite3_finalize(stmt);
-    if (r < 0) {
-        free(ids);
-        return r;
-    }
-    *ret_ids = ids;
-    *ret_n = n;
-    return 0;
+    return r;
 }
 
-static int load_job(store_t *st, const char *id, job_t **ret)
+static int queued_before(const void *pa, const void *pb)
 {
-    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_JOB_GET);
+    const queued_t *a = pa, *b = pb;
+    if (a->created_us != b->created_us) return a->created_us < b->created_us ? -1 : 1;
+    return strcmp(a->id, b->id);
+}
+
+static int load_job(shard_t *sh, const char *id, job_t **ret)
+{
+    sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_JOB_GET);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, id, false);
     int rc = sqlite3_step(stmt);
     int r = rc == SQLITE_ROW    ? store_job_from_row(stmt, ret)
             : rc == SQLITE_DONE ? -ENOENT
-                                : store_sql_error(&st->conn, "reading a job");
+                                : store_sql_error(&sh->conn, "reading a job");
     sqlite3_reset(stmt);
     return r;
 }
@@ -1299,46 +1502,48 @@ static int load_job(store_t *st, const char *id, job_t **ret)
 int store_recover(store_t *st, int max_attempts, void (*cb)(job_t *job, void *ud), void *ud)
 {
     if (st->in_txn) return log_error_errno(-EBUSY, "store: store_recover inside a transaction");
-    int r = recover_states(st, max_attempts);
-    if (r < 0) return r;
-    char(*ids)[ID_SIZE] = NULL;
-    size_t n = 0;
-    r = queued_ids(st, &ids, &n);
-    if (r < 0) return r;
-    /* Loaded one at a time, after the listing is finished, so that cb may use the store. */
-    for (size_t i = 0; r == 0 && i < n; i++) {
+    int r = 0;
+    queued_list_t l = {0};
+    for (int k = 0; k < st->n_shards && r == 0; k++) {
+        r = recover_states(&st->shards[k], max_attempts);
+        if (r == 0) r = queued_list(&st->shards[k], &l);
+    }
+    /* Oldest first across the shards; loaded one at a time, after the listing is finished, so
+     * that cb may use the store. */
+    if (r == 0) qsort(l.a, l.n, sizeof *l.a, queued_before);
+    for (size_t i = 0; r == 0 && i < l.n; i++) {
         job_t *job;
-        r = load_job(st, ids[i], &job);
+        r = load_job(shard_of(st, l.a[i].id), l.a[i].id, &job);
         if (r == 0) cb(job, ud);
     }
-    free(ids);
-    if (r == 0 && n > 0) log_info("store: recovery: %zu queued job(s) handed back", n);
+    free(l.a);
+    if (r == 0 && l.n > 0) log_info("store: recovery: %zu queued job(s) handed back", l.n);
     return r;
 }
 
 /* --- retention --- */
 
 /* Deletes up to GC_BATCH expired jobs; the files they named are added to files. */
-static int gc_batch(store_t *st, int64_t cutoff_us, blob_files_t *files, int *ret_n)
+static int gc_batch(shard_t *sh, int64_t cutoff_us, blob_files_t *files, int *ret_n)
 {
     char ids[GC_BATCH][ID_SIZE];
     int n = 0, r = 0;
-    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_GC_SELECT);
+    sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_GC_SELECT);
     if (!stmt) return -EIO;
     sqlite3_bind_int64(stmt, 1, cutoff_us);
     sqlite3_bind_int(stmt, 2, GC_BATCH);
     int rc;
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
         store_column_copy(stmt, 0, ids[n++], ID_SIZE);
-    if (rc != SQLITE_DONE) r = store_sql_error(&st->conn, "listing expired jobs");
+    if (rc != SQLITE_DONE) r = store_sql_error(&sh->conn, "listing expired jobs");
     sqlite3_reset(stmt);
 
     for (int i = 0; r == 0 && i < n; i++) {
-        stmt = store_stmt(&st->conn, STMT_JOB_TENSORS);
+        stmt = store_stmt(&sh->conn, STMT_JOB_TENSORS);
         if (!stmt) return -EIO;
         store_bind_text(stmt, 1, ids[i], false);
         rc = sqlite3_step(stmt);
-        if (rc != SQLITE_ROW) r = store_sql_error(&st->conn, "reading an expired job's tensors");
+        if (rc != SQLITE_ROW) r = store_sql_error(&sh->conn, "reading an expired job's tensors");
         for (int col = 0; r == 0 && col < 2; col++) {
             const void *bytes = sqlite3_column_blob(stmt, col);
             size_t len = (size_t)sqlite3_column_bytes(stmt, col), pos = 0;
@@ -1347,9 +1552,9 @@ static int gc_batch(store_t *st, int64_t cutoff_us, blob_files_t *files, int *re
             while ((k = store_tensors_next(bytes, len, &pos, &rec)) > 0) {
                 if (rec.where != STORE_IN_FILE) continue;
                 bool known = false;
-                for (size_t f = 0; f < st->write_refs.n && !known; f++)
-                    known = strcmp(st->write_refs.a[f].file, rec.file) == 0;
-                r = refs_note(&st->write_refs, rec.file, -1);
+                for (size_t f = 0; f < sh->write_refs.n && !known; f++)
+                    known = strcmp(sh->write_refs.a[f].file, rec.file) == 0;
+                r = refs_note(&sh->write_refs, rec.file, -1);
                 if (r < 0) break;
                 if (known) continue;
                 if ((r = store_files_add(files, rec.file)) < 0) break;
@@ -1360,11 +1565,11 @@ static int gc_batch(store_t *st, int64_t cutoff_us, blob_files_t *files, int *re
         sqlite3_reset(stmt);
         static const store_stmt_id_t deletes[] = {STMT_GC_DELETE_BYTES, STMT_GC_DELETE};
         for (int d = 0; r == 0 && d < 2; d++) {
-            stmt = store_stmt(&st->conn, deletes[d]);
+            stmt = store_stmt(&sh->conn, deletes[d]);
             if (!stmt) return -EIO;
             store_bind_text(stmt, 1, ids[i], false);
             r = sqlite3_step(stmt) == SQLITE_DONE ? 0
-                                                  : store_sql_error(&st->conn, "deleting a job");
+                                                  : store_sql_error(&sh->conn, "deleting a job");
             sqlite3_reset(stmt);
         }
     }
@@ -1372,33 +1577,40 @@ static int gc_batch(store_t *st, int64_t cutoff_us, blob_files_t *files, int *re
     return r;
 }
 
-int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted)
+static int shard_gc(shard_t *sh, int64_t cutoff_us, int *ret_deleted)
 {
-    int deleted = 0, n = GC_BATCH, r = 0;
+    int deleted = 0, n = GC_BATCH, r = touch(sh);
     /* Batches keep each transaction (and the time the loop thread spends in it) short. */
     while (r == 0 && n == GC_BATCH) {
         blob_files_t files = {0};
-        write_reset(st);
-        r = write_begin(st, false);
+        write_reset(sh);
+        r = write_begin(sh, false);
         if (r < 0) break;
-        r = write_end(st, gc_batch(st, cutoff_us, &files, &n));
+        r = write_end(sh, gc_batch(sh, cutoff_us, &files, &n));
         if (r == 0) {
             deleted += n;
             /* A file goes with the last row naming it: segments hold many jobs' tensors, and
              * the active one is still being appended to. Failing to remove one only leaves it
              * for the sweep at the next open. */
             size_t unused = 0;
-            for (size_t i = 0; i < files.n; i++) {
-                bool used = true;
-                if (!store_segment_is_active(&st->segment, files.a[i]) &&
-                    store_blob_file_referenced(&st->conn, files.a[i], refs_pending(st, files.a[i]),
-                                               &used) == 0 &&
-                    !used)
+            for (size_t i = 0; i < files.n; i++)
+                if (!file_in_use(sh->st, files.a[i]))
                     memcpy(files.a[unused++], files.a[i], sizeof *files.a);
-            }
-            unlink_after_commit(st, files.a, unused);
+            unlink_after_commit(sh, files.a, unused);
         }
         free(files.a);
+    }
+    *ret_deleted = deleted;
+    return r;
+}
+
+int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted)
+{
+    int deleted = 0, r = 0;
+    for (int k = 0; k < st->n_shards && r == 0; k++) {
+        int n = 0;
+        r = shard_gc(&st->shards[k], cutoff_us, &n);
+        deleted += n;
     }
     if (r < 0) return r;
     if (deleted > 0) log_debug("store: gc deleted %d finished job(s)", deleted);
@@ -1406,41 +1618,53 @@ int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted)
     return 0;
 }
 
-int store_checkpoint(store_t *st)
+static int shard_checkpoint(shard_t *sh)
 {
-    if (st->in_txn) return log_error_errno(-EBUSY, "store: store_checkpoint inside a transaction");
     int log_frames = 0, done_frames = 0;
     /* TRUNCATE must wait for readers; the loop thread must not, so try it without waiting
      * and fall back to a PASSIVE checkpoint of what no reader still needs. */
-    sqlite3_busy_timeout(st->conn.db, 0);
-    int rc = sqlite3_wal_checkpoint_v2(st->conn.db, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log_frames,
+    sqlite3_busy_timeout(sh->conn.db, 0);
+    int rc = sqlite3_wal_checkpoint_v2(sh->conn.db, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log_frames,
                                        &done_frames);
     if (rc == SQLITE_BUSY)
-        rc = sqlite3_wal_checkpoint_v2(st->conn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log_frames,
+        rc = sqlite3_wal_checkpoint_v2(sh->conn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log_frames,
                                        &done_frames);
-    sqlite3_busy_timeout(st->conn.db, STORE_BUSY_TIMEOUT_MS);
-    if (rc != SQLITE_OK) return store_sql_error(&st->conn, "checkpointing the WAL");
-    log_debug("store: checkpoint: %d of %d WAL frames written back", done_frames, log_frames);
+    sqlite3_busy_timeout(sh->conn.db, STORE_BUSY_TIMEOUT_MS);
+    if (rc != SQLITE_OK) return store_sql_error(&sh->conn, "checkpointing the WAL");
+    log_debug("store: checkpoint of shard %d: %d of %d WAL frames written back", sh->index,
+              done_frames, log_frames);
     return 0;
 }
 
-/* The writer's WAL hook once a checkpointer runs: it counts, and calls for the checkpointer.
- * SQLite starts the WAL over only after a checkpoint that reached its last frame, which under
- * a steady stream of commits the checkpointer's never does: past STORE_WRITER_CHECKPOINT_PAGES
- * the checkpointer stops, and the writer finishes the copy itself, between two of its
- * transactions as SQLite's autocheckpoint would (most of it copied already). It never waits
- * for the checkpointer's pass: while that runs, the next commit tries again. */
+int store_checkpoint(store_t *st)
+{
+    if (st->in_txn) return log_error_errno(-EBUSY, "store: store_checkpoint inside a transaction");
+    int r = 0;
+    for (int k = 0; k < st->n_shards; k++) {
+        int e = shard_checkpoint(&st->shards[k]);
+        if (r == 0) r = e;
+    }
+    return r;
+}
+
+/* A shard writer's WAL hook once a checkpointer runs: it counts, and calls for the
+ * checkpointer. SQLite starts the WAL over only after a checkpoint that reached its last frame,
+ * which under a steady stream of commits the checkpointer's never does: past
+ * STORE_WRITER_CHECKPOINT_PAGES the checkpointer stops, and the writer finishes the copy
+ * itself, between two of its transactions as SQLite's autocheckpoint would (most of it copied
+ * already). It never waits for the checkpointer's pass: while that runs, the next commit tries
+ * again. */
 static int note_wal_pages(void *arg, sqlite3 *db, const char *name, int pages)
 {
-    store_t *st = arg;
-    atomic_store_explicit(&st->wal_pages, pages, memory_order_relaxed);
+    shard_t *sh = arg;
+    atomic_store_explicit(&sh->wal_pages, pages, memory_order_relaxed);
     if (pages >= STORE_WRITER_CHECKPOINT_PAGES) {
-        if (pthread_mutex_trylock(&st->checkpoint_lock) == 0) {
+        if (pthread_mutex_trylock(&sh->checkpoint_lock) == 0) {
             sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-            pthread_mutex_unlock(&st->checkpoint_lock);
+            pthread_mutex_unlock(&sh->checkpoint_lock);
         }
     } else if (pages >= STORE_CHECKPOINT_PAGES) {
-        st->checkpoint_due(st->checkpoint_arg);
+        sh->st->checkpoint_due(sh->st->checkpoint_arg);
     }
     return SQLITE_OK;
 }
@@ -1450,57 +1674,75 @@ int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *
 {
     store_checkpointer_t *cp = calloc(1, sizeof *cp);
     if (!cp) return -ENOMEM;
-    int r = store_conn_open(&cp->conn, cfg->state_dir, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
-    /* A connection finds the WAL when it first reads the database; until then a checkpoint
-     * has nothing to copy. */
-    if (r == 0) r = store_exec(&cp->conn, "SELECT count(*) FROM sqlite_master");
+    cp->st = st;
     /* Without a limit the WAL file would keep the size of its longest run for good. */
     char limit[64];
     snprintf(limit, sizeof limit, "PRAGMA journal_size_limit = %d",
              STORE_WRITER_CHECKPOINT_PAGES * 4096);
-    if (r == 0) r = store_exec(&st->conn, limit);
+    int r = 0;
+    for (int k = 0; k < st->n_shards && r == 0; k++) {
+        r = store_conn_open(&cp->conns[k], cfg->state_dir, k,
+                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
+        /* A connection finds the WAL when it first reads the database; until then a checkpoint
+         * has nothing to copy. */
+        if (r == 0) r = store_exec(&cp->conns[k], "SELECT count(*) FROM sqlite_master");
+        if (r == 0) r = store_exec(&st->shards[k].conn, limit);
+    }
     if (r < 0) {
-        store_conn_close(&cp->conn);
+        for (int k = 0; k < st->n_shards; k++)
+            store_conn_close(&cp->conns[k]);
         free(cp);
         return r;
     }
-    cp->st = st;
     st->checkpoint_due = due;
     st->checkpoint_arg = arg;
-    pthread_mutex_init(&st->checkpoint_lock, NULL);
-    sqlite3_wal_hook(st->conn.db, note_wal_pages, st); /* replaces the autocheckpoint */
+    for (int k = 0; k < st->n_shards; k++) /* replaces the autocheckpoint */
+        sqlite3_wal_hook(st->shards[k].conn.db, note_wal_pages, &st->shards[k]);
     *ret = cp;
     return 0;
 }
 
 int store_checkpointer_run(store_checkpointer_t *cp)
 {
-    int pages = atomic_load_explicit(&cp->st->wal_pages, memory_order_relaxed);
-    if (pages < STORE_CHECKPOINT_PAGES || pages >= STORE_WRITER_CHECKPOINT_PAGES) return 0;
-    int log_frames = 0, done_frames = 0;
-    pthread_mutex_lock(&cp->st->checkpoint_lock);
-    int rc = sqlite3_wal_checkpoint_v2(cp->conn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log_frames,
-                                       &done_frames);
-    pthread_mutex_unlock(&cp->st->checkpoint_lock);
-    if (rc == SQLITE_BUSY) return 0; /* a lock the writer held for a moment: next time */
-    if (rc != SQLITE_OK) return store_sql_error(&cp->conn, "checkpointing the WAL");
-    log_debug("store: checkpoint: %d of %d WAL frames written back", done_frames, log_frames);
-    return 0;
+    int r = 0;
+    for (int k = 0; k < cp->st->n_shards; k++) {
+        shard_t *sh = &cp->st->shards[k];
+        int pages = atomic_load_explicit(&sh->wal_pages, memory_order_relaxed);
+        if (pages < STORE_CHECKPOINT_PAGES || pages >= STORE_WRITER_CHECKPOINT_PAGES) continue;
+        int log_frames = 0, done_frames = 0;
+        pthread_mutex_lock(&sh->checkpoint_lock);
+        int rc = sqlite3_wal_checkpoint_v2(cp->conns[k].db, NULL, SQLITE_CHECKPOINT_PASSIVE,
+                                           &log_frames, &done_frames);
+        pthread_mutex_unlock(&sh->checkpoint_lock);
+        if (rc == SQLITE_BUSY) continue; /* a lock the writer held for a moment: next time */
+        if (rc != SQLITE_OK) {
+            if (r == 0) r = store_sql_error(&cp->conns[k], "checkpointing the WAL");
+            continue;
+        }
+        log_debug("store: checkpoint of shard %d: %d of %d WAL frames written back", k, done_frames,
+                  log_frames);
+    }
+    return r;
 }
 
 void store_checkpointer_close(store_checkpointer_t *cp)
 {
     if (!cp) return;
-    sqlite3_wal_autocheckpoint(cp->st->conn.db, STORE_CHECKPOINT_PAGES);
-    pthread_mutex_destroy(&cp->st->checkpoint_lock);
-    store_conn_close(&cp->conn);
+    for (int k = 0; k < cp->st->n_shards; k++) {
+        sqlite3_wal_autocheckpoint(cp->st->shards[k].conn.db, STORE_CHECKPOINT_PAGES);
+        store_conn_close(&cp->conns[k]);
+    }
     free(cp);
 }
 
 /* --- buffers --- */
 
+static int shard_buffer_delete(shard_t *sh, const char *owner, const char *id);
+
+/* Buffers live in shard 0. */
 int store_buffer_insert(store_t *st, buffer_t *buf)
 {
+    shard_t *sh = &st->shards[0];
     if (buf->id[0] && !id_ok(buf->id))
         return log_error_errno(-EINVAL, "store: buffer id '%.*s' is not a valid id", ID_SIZE,
                                buf->id);
@@ -1515,8 +1757,9 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
     else
         id_new('b', id);
     int64_t created_us = buf->created_us ? buf->created_us : now_us();
+    if ((r = touch(sh)) < 0) return r;
 
-    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_BUFFER_INSERT);
+    sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_BUFFER_INSERT);
     if (!stmt) return -EIO;
     char shape[TENSOR_MAX_DIMS * 21 + 3];
     store_shape_format(&buf->desc, shape, sizeof shape);
@@ -1530,7 +1773,7 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
     sqlite3_bind_int(stmt, 10, buf->device);
     written_files_t written = {.n = 0};
     store_tensor_rec_t placed;
-    r = place_bytes(st, false, buf->data, buf->nbytes, buf->blob, &written, &placed);
+    r = place_bytes(sh, false, buf->data, buf->nbytes, buf->blob, &written, &placed);
     const char *file = placed.where == STORE_IN_FILE ? placed.file : "";
     if (r == 0 && file[0])
         store_bind_text(stmt, 9, file, false);
@@ -1539,7 +1782,7 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
     if (r == 0) {
         /* One statement: atomic by itself, no savepoint needed. */
         r = sqlite3_step(stmt) == SQLITE_DONE ? 0
-                                              : store_sql_error(&st->conn, "inserting a buffer");
+                                              : store_sql_error(&sh->conn, "inserting a buffer");
     }
     sqlite3_reset(stmt);
     sqlite3_clear_bindings(stmt);
@@ -1547,11 +1790,11 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
     if (r == 0 && !(blob = file[0] ? store_locator_file(file, 0) : store_locator_buffer(id))) {
         r = -ENOMEM;
         /* The row is in; take it out again so the failure leaves nothing behind. */
-        store_buffer_delete(st, NULL, id);
-        written.n = 0; /* store_buffer_delete queued or removed the file */
+        shard_buffer_delete(sh, NULL, id);
+        written.n = 0; /* shard_buffer_delete queued or removed the file */
     }
     if (r < 0) {
-        written_remove(st, &written);
+        written_remove(sh, &written);
         return r;
     }
     memcpy(buf->id, id, ID_SIZE);
@@ -1561,9 +1804,9 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
     return 0;
 }
 
-static int buffer_delete_row(store_t *st, const char *owner, const char *id, blob_file_t ret_file)
+static int buffer_delete_row(shard_t *sh, const char *owner, const char *id, blob_file_t ret_file)
 {
-    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_BUFFER_FILE);
+    sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_BUFFER_FILE);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, id, false);
     store_bind_text(stmt, 2, owner, false);
@@ -1571,40 +1814,48 @@ static int buffer_delete_row(store_t *st, const char *owner, const char *id, blo
     if (rc == SQLITE_ROW) store_column_copy(stmt, 0, ret_file, sizeof(blob_file_t));
     int r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? -ENOENT
-                                : store_sql_error(&st->conn, "reading a buffer");
+                                : store_sql_error(&sh->conn, "reading a buffer");
     sqlite3_reset(stmt);
     if (r < 0) return r;
-    stmt = store_stmt(&st->conn, STMT_BUFFER_DELETE);
+    stmt = store_stmt(&sh->conn, STMT_BUFFER_DELETE);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, id, false);
     store_bind_text(stmt, 2, owner, false);
-    r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&st->conn, "deleting a buffer");
+    r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&sh->conn, "deleting a buffer");
     sqlite3_reset(stmt);
+    return r;
+}
+
+static int shard_buffer_delete(shard_t *sh, const char *owner, const char *id)
+{
+    if (!id) return -ENOENT;
+    blob_file_t file = "";
+    int r = touch(sh);
+    if (r < 0) return r;
+    write_reset(sh);
+    r = write_begin(sh, false);
+    if (r < 0) return r;
+    r = write_end(sh, buffer_delete_row(sh, owner, id, file));
+    if (r == 0 && file[0]) unlink_after_commit(sh, (const blob_file_t *)&file, 1);
     return r;
 }
 
 int store_buffer_delete(store_t *st, const char *owner, const char *id)
 {
-    if (!id) return -ENOENT;
-    blob_file_t file = "";
-    write_reset(st);
-    int r = write_begin(st, false);
-    if (r < 0) return r;
-    r = write_end(st, buffer_delete_row(st, owner, id, file));
-    if (r == 0 && file[0]) unlink_after_commit(st, (const blob_file_t *)&file, 1);
-    return r;
+    return shard_buffer_delete(&st->shards[0], owner, id);
 }
 
 int store_resident_bytes(store_t *st, const char *owner, uint64_t *ret)
 {
-    sqlite3_stmt *stmt = store_stmt(&st->conn, STMT_USAGE_BUFFERS);
+    shard_t *sh = &st->shards[0];
+    sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_USAGE_BUFFERS);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, owner, false);
     int r = 0;
     if (sqlite3_step(stmt) == SQLITE_ROW)
         *ret = (uint64_t)sqlite3_column_int64(stmt, 2);
     else
-        r = store_sql_error(&st->conn, "summing resident bytes");
+        r = store_sql_error(&sh->conn, "summing resident bytes");
     sqlite3_reset(stmt);
     return r;
 }

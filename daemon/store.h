@@ -1,5 +1,10 @@
 /* The durable store: every job and buffer, in SQLite (WAL mode) under the state directory.
  *
+ * Shards: the jobs are spread over [store] shards database files (STATE_DIR/gpujobd.db, then
+ * gpujobd-1.db ...), each with the whole schema, so that their writes can run side by side. A
+ * job's id names its shard (store_id_shard); buffers live in shard 0. A transaction spans the
+ * shards its writes touch. The count is fixed when the state directory is created.
+ *
  * Threads: the store_t (the write connection) belongs to the scheduler's loop thread alone.
  * Any other thread reads through a store_reader_t of its own (a read-only connection; WAL lets
  * readers run beside the writer). store_blob_write() may be called from any thread.
@@ -16,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "config.h"
 #include "job.h"
@@ -23,10 +29,37 @@
 typedef struct store store_t;
 typedef struct store_reader store_reader_t;
 
-/* Opens (creating if needed) STATE_DIR/gpujobd.db and STATE_DIR/blobs/, migrating the schema
- * to the current version. */
+#define STORE_MAX_SHARDS 16
+
+/* Opens (creating if needed) the shards' database files and STATE_DIR/blobs/, migrating the
+ * schema to the current version. */
 int store_open(const config_t *cfg, store_t **ret);
 void store_close(store_t *st);
+
+/* How many shards the store has: a power of two, at most STORE_MAX_SHARDS. */
+int store_shards(const store_t *st);
+/* The shard of a job id among n_shards (a power of two): the low bits of its last character,
+ * whose hex digit is random in the ids id_new makes. */
+static inline int store_id_shard(const char *id, int n_shards)
+{
+    size_t len = strlen(id);
+    unsigned char c = len ? (unsigned char)id[len - 1] : 0;
+    unsigned v = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                 : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                                        : c;
+    return (int)(v & (unsigned)(n_shards - 1));
+}
+/* Sets the last hex digit of an id made by id_new so that its shard among n_shards is
+ * shard. */
+static inline void store_id_assign_shard(char *id, int n_shards, int shard)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t len = strlen(id);
+    if (!len) return;
+    unsigned mask = (unsigned)(n_shards - 1);
+    unsigned v = ((unsigned)store_id_shard(id, 16) & ~mask) | ((unsigned)shard & mask);
+    id[len - 1] = hex[v & 15];
+}
 
 /* Persists tensor bytes that are too large for a row: writes them to a new file under
  * blobs/ (fsync'd) and returns its locator in *ret_blob (malloc'd). Any thread. For data of
@@ -66,7 +99,9 @@ int store_blob_stream_finish(store_blob_stream_t *bs, char **ret_blob);
 void store_blob_stream_abort(store_blob_stream_t *bs);
 
 /* Transactions (loop thread). Writes between begin and commit are one transaction; the group
- * commit of the scheduler uses them. Without begin, each write commits by itself. */
+ * commit of the scheduler uses them. Without begin, each write commits by itself. A
+ * transaction is one per shard it writes to, committed one after the other: a commit that
+ * fails in one shard may have committed others (store_commit says more). */
 int store_begin(store_t *st);
 /* A transaction whose commit need not survive a power loss, only a crash of the process: its
  * WAL frames are written but not fsync'd ([store] sync_full then holds for the others, whose
@@ -78,9 +113,10 @@ int store_begin_relaxed(store_t *st);
 int store_commit(store_t *st);
 /* Undoes the open transaction; after a failed store_commit, whatever it left open. */
 int store_rollback(store_t *st);
-/* The WAL file, whose fdatasync makes every commit written before it durable (commit_sync.h);
- * NULL when [store] sync_full is off, which leaves all commits relaxed. */
-const char *store_wal_path(const store_t *st);
+/* The shards' WAL files, whose fdatasync makes every commit written before it durable
+ * (commit_sync.h): how many, in ret; 0 when [store] sync_full is off, which leaves all commits
+ * relaxed. */
+int store_wal_paths(const store_t *st, const char *ret[STORE_MAX_SHARDS]);
 
 /* Checkpoints (copying the WAL back into the database file, and syncing that) off the
  * writer's thread. By default a commit that leaves the WAL past 1000 pages checkpoints inside

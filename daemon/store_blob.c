@@ -444,10 +444,10 @@ int store_blob_file_referenced(store_conn_t *conn, const char *file, int64_t pen
     return 0;
 }
 
-static int sweep_fan_dir(store_conn_t *conn, const char *fan, int *removed)
+static int sweep_fan_dir(store_conn_t *const *conns, int n, const char *fan, int *removed)
 {
     char fan_path[PATH_MAX + 8];
-    snprintf(fan_path, sizeof fan_path, "%s/%s", conn->blobs_dir, fan);
+    snprintf(fan_path, sizeof fan_path, "%s/%s", conns[0]->blobs_dir, fan);
     DIR *dir = opendir(fan_path);
     if (!dir) return errno == ENOENT ? 0 : -errno;
     int r = 0;
@@ -457,10 +457,11 @@ static int sweep_fan_dir(store_conn_t *conn, const char *fan, int *removed)
         if (snprintf(file, sizeof file, "%s/%s", fan, de->d_name) >= (int)sizeof file ||
             !is_file_name(file))
             continue; /* not ours (or "." and ".."): leave it alone */
-        bool used = true;
-        r = store_blob_file_referenced(conn, file, 0, &used);
+        bool used = false;
+        for (int k = 0; k < n && r == 0 && !used; k++)
+            r = store_blob_file_referenced(conns[k], file, 0, &used);
         if (r == 0 && !used) {
-            store_blob_file_remove(conn->blobs_dir, file);
+            store_blob_file_remove(conns[0]->blobs_dir, file);
             (*removed)++;
         }
     }
@@ -468,17 +469,17 @@ static int sweep_fan_dir(store_conn_t *conn, const char *fan, int *removed)
     return r;
 }
 
-int store_blob_sweep_orphans(store_conn_t *conn, int *ret_removed)
+int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int *ret_removed)
 {
-    DIR *dir = opendir(conn->blobs_dir);
+    DIR *dir = opendir(conns[0]->blobs_dir);
     if (!dir)
-        return log_error_errno(-errno, "store: cannot open '%s': %s", conn->blobs_dir,
+        return log_error_errno(-errno, "store: cannot open '%s': %s", conns[0]->blobs_dir,
                                strerror(errno));
     int removed = 0, r = 0;
     struct dirent *de;
     while (r == 0 && (de = readdir(dir)))
         if (strlen(de->d_name) == 2 && is_hex_name(de->d_name, 2))
-            r = sweep_fan_dir(conn, de->d_name, &removed);
+            r = sweep_fan_dir(conns, n, de->d_name, &removed);
     closedir(dir);
     if (r < 0) return r;
     *ret_removed = removed;

@@ -74,6 +74,8 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
      * transaction a failed write undoes only its own rows, and outside one the savepoint is the
      * transaction (store.c, write_begin). */
     [STMT_SAVEPOINT] = "SAVEPOINT store_write",
+    [STMT_SETTING_GET] = "SELECT value FROM settings WHERE name = ?1",
+    [STMT_SETTING_SET] = "INSERT OR REPLACE INTO settings (name, value) VALUES (?1, ?2)",
     [STMT_RELEASE] = "RELEASE store_write",
     [STMT_ROLLBACK_TO] = "ROLLBACK TO store_write",
     /* Transactions run several times per job (submit, start, end): prepared once, as
@@ -130,12 +132,17 @@ static void configure_sqlite(void)
         log_debug("store: cannot configure SQLite's page cache: %s", sqlite3_errstr(rc));
 }
 
-int store_conn_open(store_conn_t *conn, const char *state_dir, int flags)
+int store_conn_open(store_conn_t *conn, const char *state_dir, int shard, int flags)
 {
     static pthread_once_t configured = PTHREAD_ONCE_INIT;
     pthread_once(&configured, configure_sqlite);
     memset(conn, 0, sizeof *conn);
-    if (snprintf(conn->db_path, sizeof conn->db_path, "%s/%s", state_dir, STORE_DB_NAME) >=
+    char name[32];
+    if (shard == 0)
+        snprintf(name, sizeof name, "%s", STORE_DB_NAME);
+    else
+        snprintf(name, sizeof name, "gpujobd-%d.db", shard);
+    if (snprintf(conn->db_path, sizeof conn->db_path, "%s/%s", state_dir, name) >=
             (int)sizeof conn->db_path ||
         snprintf(conn->blobs_dir, sizeof conn->blobs_dir, "%s/blobs", state_dir) >=
             (int)sizeof conn->blobs_dir)
@@ -185,6 +192,28 @@ int store_user_version(store_conn_t *conn, int *ret)
                                conn->db_path, version, STORE_SCHEMA_VERSION);
     *ret = version;
     return 0;
+}
+
+int store_setting_get(store_conn_t *conn, const char *name, int *ret)
+{
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_SETTING_GET);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, name, false);
+    int rc = sqlite3_step(stmt);
+    *ret = rc == SQLITE_ROW ? sqlite3_column_int(stmt, 0) : 0;
+    sqlite3_reset(stmt);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : store_sql_error(conn, "reading a setting");
+}
+
+int store_setting_set(store_conn_t *conn, const char *name, int value)
+{
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_SETTING_SET);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, name, false);
+    sqlite3_bind_int(stmt, 2, value);
+    int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(conn, "writing a setting");
+    sqlite3_reset(stmt);
+    return r;
 }
 
 /* The SELECT of store_jobs_list for one combination of filters. */

@@ -10,7 +10,7 @@
 
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 6
+#define STORE_SCHEMA_VERSION 7
 /* The final states as a condition. An OR chain, not an IN list: SQLite builds an ephemeral
  * table for every IN list it evaluates. */
 #define STORE_FINAL_STATES "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled')"
@@ -48,6 +48,8 @@ typedef enum store_stmt_id {
     STMT_FILE_REFERENCED,
     STMT_REFS_ADD,
     STMT_REFS_DROP,
+    STMT_SETTING_GET,
+    STMT_SETTING_SET,
     STMT_SAVEPOINT,
     STMT_RELEASE,
     STMT_ROLLBACK_TO,
@@ -78,8 +80,10 @@ typedef struct store_conn {
     char blobs_dir[PATH_MAX];
 } store_conn_t;
 
-/* Opens conn->db_path with flags and sets busy_timeout and foreign_keys on it. */
-int store_conn_open(store_conn_t *conn, const char *state_dir, int flags);
+/* Opens the database file of shard (STORE_DB_NAME for shard 0, "gpujobd-<shard>.db" for the
+ * others) under state_dir with flags, and sets busy_timeout on it. -ENOENT when it does not
+ * exist and flags do not create it. */
+int store_conn_open(store_conn_t *conn, const char *state_dir, int shard, int flags);
 void store_conn_close(store_conn_t *conn);
 /* The cached statement, prepared on first use; reset and unbound, ready to bind. NULL after
  * logging on failure. */
@@ -90,6 +94,9 @@ int store_sql_error(store_conn_t *conn, const char *what);
 /* The schema version (PRAGMA user_version); -EPROTO, logged, when it is newer than this
  * build's. */
 int store_user_version(store_conn_t *conn, int *ret);
+/* A value of the settings table (schema version 7): *ret is 0 when name has none. */
+int store_setting_get(store_conn_t *conn, const char *name, int *ret);
+int store_setting_set(store_conn_t *conn, const char *name, int value);
 /* Runs SQL without results (pragmas, schema changes). */
 int store_exec(store_conn_t *conn, const char *sql);
 /* Runs a cached statement without results (BEGIN, COMMIT, savepoints): 0, or the error of
@@ -173,10 +180,10 @@ int store_blob_file_read_at(const char *blobs_dir, const char *file, uint64_t of
                             uint64_t nbytes, uint64_t at, void *dst, size_t n);
 /* Removes a blob file; a missing one is not an error (it was already collected). */
 void store_blob_file_remove(const char *blobs_dir, const char *file);
-/* Removes files under blobs/ that no row names: left by a crash between a blob's write and the
- * commit of its row, or by a rolled-back transaction. Run at open, before any other thread
- * can write blobs. *ret_removed: how many. */
-int store_blob_sweep_orphans(store_conn_t *conn, int *ret_removed);
+/* Removes files under blobs/ that no row of the n shards' connections names: left by a crash
+ * between a blob's write and the commit of its row, or by a rolled-back transaction. Run at
+ * open, before any other thread can write blobs. *ret_removed: how many. */
+int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int *ret_removed);
 
 /* --- segment files (store_segment.c) --- */
 

@@ -13,22 +13,43 @@
 
 #define LIST_LIMIT_MAX 1000
 
+/* A connection per shard (store.h); conns[0] also reads the buffers. */
 struct store_reader {
-    store_conn_t conn;
+    int n_shards;
+    store_conn_t conns[];
 };
 
-int store_reader_open(const config_t *cfg, store_reader_t **ret)
+static int open_shard(const config_t *cfg, int k, store_conn_t *conn)
 {
-    store_reader_t *rd = calloc(1, sizeof *rd);
-    if (!rd) return -ENOMEM;
-    int r = store_conn_open(&rd->conn, cfg->state_dir, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+    int r = store_conn_open(conn, cfg->state_dir, k, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
     int version = 0;
-    if (r == 0) r = store_user_version(&rd->conn, &version);
+    if (r == 0) r = store_user_version(conn, &version);
     if (r == 0 && version != STORE_SCHEMA_VERSION)
         r = log_error_errno(-EPROTO,
                             "store: '%s' has schema version %d, this gpujobd reads %d: open the "
                             "store for writing first so that it migrates",
-                            rd->conn.db_path, version, STORE_SCHEMA_VERSION);
+                            conn->db_path, version, STORE_SCHEMA_VERSION);
+    return r;
+}
+
+int store_reader_open(const config_t *cfg, store_reader_t **ret)
+{
+    store_conn_t first;
+    int n = 0;
+    int r = open_shard(cfg, 0, &first);
+    if (r == 0) r = store_setting_get(&first, "shards", &n);
+    if (r == 0 && (n < 0 || n > STORE_MAX_SHARDS))
+        r = log_error_errno(-EPROTO, "store: '%s' records %d shards", first.db_path, n);
+    if (n == 0) n = 1;
+    store_reader_t *rd = r == 0 ? calloc(1, sizeof *rd + (size_t)n * sizeof rd->conns[0]) : NULL;
+    if (!rd) {
+        store_conn_close(&first);
+        return r < 0 ? r : -ENOMEM;
+    }
+    rd->conns[0] = first;
+    rd->n_shards = 1;
+    for (; r == 0 && rd->n_shards < n; rd->n_shards++)
+        r = open_shard(cfg, rd->n_shards, &rd->conns[rd->n_shards]);
     if (r < 0) {
         store_reader_close(rd);
         return r;
@@ -40,19 +61,26 @@ int store_reader_open(const config_t *cfg, store_reader_t **ret)
 void store_reader_close(store_reader_t *rd)
 {
     if (!rd) return;
-    store_conn_close(&rd->conn);
+    for (int k = 0; k < rd->n_shards; k++)
+        store_conn_close(&rd->conns[k]);
     free(rd);
 }
 
-static int read_begin(store_reader_t *rd)
+/* The connection of the shard a job id names. */
+static store_conn_t *job_conn(store_reader_t *rd, const char *id)
 {
-    return store_stmt_run(&rd->conn, STMT_BEGIN, "BEGIN");
+    return &rd->conns[store_id_shard(id, rd->n_shards)];
+}
+
+static int read_begin(store_conn_t *conn)
+{
+    return store_stmt_run(conn, STMT_BEGIN, "BEGIN");
 }
 
 /* Ends the read transaction; returns r (the read's own result) unless ending it failed. */
-static int read_end(store_reader_t *rd, int r)
+static int read_end(store_conn_t *conn, int r)
 {
-    int e = store_stmt_run(&rd->conn, STMT_COMMIT, "COMMIT");
+    int e = store_stmt_run(conn, STMT_COMMIT, "COMMIT");
     return r < 0 ? r : e;
 }
 
@@ -128,63 +156,65 @@ int store_job_from_row(sqlite3_stmt *row, job_t **ret)
 int store_job_get(store_reader_t *rd, const char *id, job_t **ret)
 {
     if (!id) return -ENOENT;
-    int r = read_begin(rd);
+    store_conn_t *conn = job_conn(rd, id);
+    int r = read_begin(conn);
     if (r < 0) return r;
-    sqlite3_stmt *stmt = store_stmt(&rd->conn, STMT_JOB_GET);
-    if (!stmt) return read_end(rd, -EIO);
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_JOB_GET);
+    if (!stmt) return read_end(conn, -EIO);
     store_bind_text(stmt, 1, id, false);
     int rc = sqlite3_step(stmt);
     r = rc == SQLITE_ROW    ? store_job_from_row(stmt, ret)
         : rc == SQLITE_DONE ? -ENOENT
-                            : store_sql_error(&rd->conn, "reading a job");
+                            : store_sql_error(conn, "reading a job");
     sqlite3_reset(stmt);
-    return read_end(rd, r);
+    return read_end(conn, r);
 }
 
+/* A key may be in any shard: a submission goes to one, chosen by its first job's key
+ * (sched.c), and the others of an array carry keys of their own. */
 int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char *key,
                               char ret_id[ID_SIZE])
 {
     if (!owner || !key || !*key) return -ENOENT;
-    sqlite3_stmt *stmt = store_stmt(&rd->conn, STMT_JOB_FIND_IDEMPOTENT);
-    if (!stmt) return -EIO;
-    store_bind_text(stmt, 1, owner, false);
-    store_bind_text(stmt, 2, key, false);
-    int rc = sqlite3_step(stmt);
-    int r = rc == SQLITE_ROW    ? 0
+    int r = -ENOENT;
+    for (int k = 0; k < rd->n_shards && r == -ENOENT; k++) {
+        store_conn_t *conn = &rd->conns[k];
+        sqlite3_stmt *stmt = store_stmt(conn, STMT_JOB_FIND_IDEMPOTENT);
+        if (!stmt) return -EIO;
+        store_bind_text(stmt, 1, owner, false);
+        store_bind_text(stmt, 2, key, false);
+        int rc = sqlite3_step(stmt);
+        r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? -ENOENT
-                                : store_sql_error(&rd->conn, "finding an idempotency key");
-    if (r == 0) store_column_copy(stmt, 0, ret_id, ID_SIZE);
-    sqlite3_reset(stmt);
+                                : store_sql_error(conn, "finding an idempotency key");
+        if (r == 0) store_column_copy(stmt, 0, ret_id, ID_SIZE);
+        sqlite3_reset(stmt);
+    }
     return r;
 }
 
-static void free_jobs(job_t **jobs, size_t n)
+/* Appends the job rows stmt lists, up to limit, to jobs (room for that many made). */
+static int list_rows(store_conn_t *conn, sqlite3_stmt *stmt, int limit, job_t **jobs, size_t *n)
 {
-    for (size_t i = 0; i < n; i++)
-        job_free(jobs[i]);
-    free(jobs);
+    int rc = SQLITE_DONE, r = 0;
+    size_t got = 0;
+    while (r == 0 && got < (size_t)limit && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+        if ((r = store_job_from_row(stmt, &jobs[*n])) == 0) {
+            (*n)++;
+            got++;
+        }
+    if (r == 0 && got < (size_t)limit && rc != SQLITE_DONE)
+        r = store_sql_error(conn, "listing jobs");
+    return r;
 }
 
-static int list_rows(store_reader_t *rd, sqlite3_stmt *stmt, int limit, job_t ***ret_jobs,
-                     size_t *ret_n)
+static int id_order(const void *a, const void *b)
 {
-    job_t **jobs = calloc((size_t)limit, sizeof *jobs);
-    if (!jobs) return -ENOMEM;
-    size_t n = 0;
-    int rc, r = 0;
-    while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW && n < (size_t)limit)
-        if ((r = store_job_from_row(stmt, &jobs[n])) == 0) n++;
-    if (r == 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
-        r = store_sql_error(&rd->conn, "listing jobs");
-    if (r < 0) {
-        free_jobs(jobs, n);
-        return r;
-    }
-    *ret_jobs = jobs;
-    *ret_n = n;
-    return 0;
+    return strcmp((*(job_t *const *)a)->id, (*(job_t *const *)b)->id);
 }
 
+/* Each shard lists its first limit jobs; the first limit of them all in id order are the
+ * answer. */
 int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***ret_jobs,
                     size_t *ret_n)
 {
@@ -196,19 +226,39 @@ int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***re
     int mask = (q->owner ? STORE_LIST_BY_OWNER : 0) | (q->state >= 0 ? STORE_LIST_BY_STATE : 0) |
                (q->op ? STORE_LIST_BY_OP : 0) | (q->after && *q->after ? STORE_LIST_AFTER : 0) |
                (q->state >= 0 && !job_state_is_final(q->state) ? STORE_LIST_LIVE : 0);
-    int r = read_begin(rd);
-    if (r < 0) return r;
-    sqlite3_stmt *stmt = store_stmt(&rd->conn, (store_stmt_id_t)(STMT_LIST_FIRST + mask));
-    if (!stmt) return read_end(rd, -EIO);
-    if (mask & STORE_LIST_BY_OWNER) store_bind_text(stmt, 1, q->owner, false);
-    if (mask & STORE_LIST_BY_STATE)
-        store_bind_text(stmt, 2, job_state_name((job_state_t)q->state), false);
-    if (mask & STORE_LIST_BY_OP) store_bind_text(stmt, 3, q->op, false);
-    if (mask & STORE_LIST_AFTER) store_bind_text(stmt, 4, q->after, false);
-    sqlite3_bind_int(stmt, 5, q->limit);
-    r = list_rows(rd, stmt, q->limit, ret_jobs, ret_n);
-    sqlite3_reset(stmt);
-    return read_end(rd, r);
+    job_t **jobs = calloc((size_t)rd->n_shards * (size_t)q->limit, sizeof *jobs);
+    if (!jobs) return -ENOMEM;
+    size_t n = 0;
+    int r = 0;
+    for (int k = 0; k < rd->n_shards && r == 0; k++) {
+        store_conn_t *conn = &rd->conns[k];
+        if ((r = read_begin(conn)) < 0) break;
+        sqlite3_stmt *stmt = store_stmt(conn, (store_stmt_id_t)(STMT_LIST_FIRST + mask));
+        if (!stmt) {
+            r = read_end(conn, -EIO);
+            break;
+        }
+        if (mask & STORE_LIST_BY_OWNER) store_bind_text(stmt, 1, q->owner, false);
+        if (mask & STORE_LIST_BY_STATE)
+            store_bind_text(stmt, 2, job_state_name((job_state_t)q->state), false);
+        if (mask & STORE_LIST_BY_OP) store_bind_text(stmt, 3, q->op, false);
+        if (mask & STORE_LIST_AFTER) store_bind_text(stmt, 4, q->after, false);
+        sqlite3_bind_int(stmt, 5, q->limit);
+        r = list_rows(conn, stmt, q->limit, jobs, &n);
+        sqlite3_reset(stmt);
+        r = read_end(conn, r);
+    }
+    if (r == 0 && rd->n_shards > 1) qsort(jobs, n, sizeof *jobs, id_order);
+    size_t keep = r == 0 && n > (size_t)q->limit ? (size_t)q->limit : n;
+    for (size_t i = r == 0 ? keep : 0; i < n; i++)
+        job_free(jobs[i]);
+    if (r < 0) {
+        free(jobs);
+        return r;
+    }
+    *ret_jobs = jobs;
+    *ret_n = keep;
+    return 0;
 }
 
 /* Copies the nbytes at bytes into a new malloc'd block. */
@@ -256,15 +306,16 @@ int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void 
     if (store_locator_parse(blob, &loc) < 0)
         return log_error_errno(-EINVAL, "store: '%s' is not a blob locator", blob ? blob : "");
     if (loc.kind == STORE_LOCATOR_FILE)
-        return store_blob_file_read(rd->conn.blobs_dir, loc.file, loc.offset, nbytes, ret_data);
+        return store_blob_file_read(rd->conns[0].blobs_dir, loc.file, loc.offset, nbytes, ret_data);
     bool tensor = loc.kind == STORE_LOCATOR_TENSOR;
-    sqlite3_stmt *stmt = store_stmt(&rd->conn, tensor ? STMT_JOB_BYTES : STMT_BUFFER_DATA);
+    store_conn_t *conn = tensor ? job_conn(rd, loc.id) : &rd->conns[0];
+    sqlite3_stmt *stmt = store_stmt(conn, tensor ? STMT_JOB_BYTES : STMT_BUFFER_DATA);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, loc.id, false);
     if (tensor) sqlite3_bind_int(stmt, 2, loc.output);
     int rc = sqlite3_step(stmt), r;
     if (rc != SQLITE_ROW)
-        r = rc == SQLITE_DONE ? -ENOENT : store_sql_error(&rd->conn, "reading a blob");
+        r = rc == SQLITE_DONE ? -ENOENT : store_sql_error(conn, "reading a blob");
     else if (tensor)
         r = read_tensor_bytes(stmt, &loc, blob, nbytes, ret_data);
     else if (sqlite3_column_type(stmt, 0) != SQLITE_BLOB)
@@ -284,7 +335,7 @@ int store_blob_read_at(store_reader_t *rd, const char *blob, uint64_t nbytes, ui
         return log_error_errno(-EINVAL, "store: cannot read %zu bytes at %" PRIu64 " of '%s'", n,
                                offset, blob ? blob : "");
     if (loc.kind == STORE_LOCATOR_FILE)
-        return store_blob_file_read_at(rd->conn.blobs_dir, loc.file, loc.offset, nbytes, offset,
+        return store_blob_file_read_at(rd->conns[0].blobs_dir, loc.file, loc.offset, nbytes, offset,
                                        dst, n);
     /* A row holds at most inline_blob_bytes: read it whole. */
     void *all = NULL;
@@ -297,12 +348,12 @@ int store_blob_read_at(store_reader_t *rd, const char *blob, uint64_t nbytes, ui
 int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret)
 {
     if (!id) return -ENOENT;
-    sqlite3_stmt *stmt = store_stmt(&rd->conn, STMT_BUFFER_GET);
+    sqlite3_stmt *stmt = store_stmt(&rd->conns[0], STMT_BUFFER_GET);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, id, false);
     int rc = sqlite3_step(stmt);
     if (rc != SQLITE_ROW) {
-        int r = rc == SQLITE_DONE ? -ENOENT : store_sql_error(&rd->conn, "reading a buffer");
+        int r = rc == SQLITE_DONE ? -ENOENT : store_sql_error(&rd->conns[0], "reading a buffer");
         sqlite3_reset(stmt);
         return r;
     }
@@ -331,18 +382,19 @@ int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret)
     return 0;
 }
 
-static int usage_read(store_reader_t *rd, const char *owner, store_usage_t *u)
+/* Adds what a shard's rows say of owner's jobs and buffers to u. */
+static int usage_read(store_conn_t *conn, const char *owner, store_usage_t *u)
 {
-    sqlite3_stmt *stmt = store_stmt(&rd->conn, STMT_USAGE_STATES);
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_USAGE_STATES);
     if (!stmt) return -EIO;
     store_bind_text(stmt, 1, owner, false);
     int rc;
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
         job_state_t s;
         if (job_state_parse((const char *)sqlite3_column_text(stmt, 0), &s) == 0)
-            u->jobs_by_state[s] = sqlite3_column_int64(stmt, 1);
+            u->jobs_by_state[s] += sqlite3_column_int64(stmt, 1);
     }
-    int r = rc == SQLITE_DONE ? 0 : store_sql_error(&rd->conn, "counting jobs");
+    int r = rc == SQLITE_DONE ? 0 : store_sql_error(conn, "counting jobs");
     sqlite3_reset(stmt);
     if (r < 0) return r;
 
@@ -350,13 +402,13 @@ static int usage_read(store_reader_t *rd, const char *owner, store_usage_t *u)
     int64_t *dst[2][3] = {{&u->run_us, &u->gpu_ns, NULL},
                           {&u->buffers, &u->buffer_bytes, &u->resident_bytes}};
     for (int i = 0; r == 0 && i < 2; i++) {
-        if (!(stmt = store_stmt(&rd->conn, sums[i]))) return -EIO;
+        if (!(stmt = store_stmt(conn, sums[i]))) return -EIO;
         store_bind_text(stmt, 1, owner, false);
         if (sqlite3_step(stmt) == SQLITE_ROW) {
             for (int c = 0; c < 3 && dst[i][c]; c++)
-                *dst[i][c] = sqlite3_column_int64(stmt, c);
+                *dst[i][c] += sqlite3_column_int64(stmt, c);
         } else {
-            r = store_sql_error(&rd->conn, "summing usage");
+            r = store_sql_error(conn, "summing usage");
         }
         sqlite3_reset(stmt);
     }
@@ -369,9 +421,11 @@ int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret)
     store_usage_t u;
     memset(&u, 0, sizeof u);
     snprintf(u.owner, sizeof u.owner, "%s", owner);
-    int r = read_begin(rd);
-    if (r < 0) return r;
-    r = read_end(rd, usage_read(rd, owner, &u));
+    int r = 0;
+    for (int k = 0; k < rd->n_shards && r == 0; k++) {
+        store_conn_t *conn = &rd->conns[k];
+        if ((r = read_begin(conn)) == 0) r = read_end(conn, usage_read(conn, owner, &u));
+    }
     if (r == 0) *ret = u;
     return r;
 }

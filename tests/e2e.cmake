@@ -6,6 +6,12 @@ gj_test(test_e2e_restart SOURCES test_e2e_restart.c support/daemon_harness.c
         LIBS gpujobd_core PkgConfig::CURL)
 gj_test(test_e2e_bad_input SOURCES test_e2e_bad_input.c support/daemon_harness.c
         LIBS gpujobd_core PkgConfig::CURL)
+# The jobs and restart suites again on a store of four shards (store.h).
+foreach(suite test_e2e_jobs test_e2e_restart)
+  add_test(NAME ${suite}_sharded COMMAND ${suite})
+  set_tests_properties(${suite}_sharded PROPERTIES TIMEOUT 900
+    ENVIRONMENT "GPUJOBD_BIN=$<TARGET_FILE:gpujobd>;GPUJOB_SOURCE_DIR=${PROJECT_SOURCE_DIR};GPUJOB_E2E_SHARDS=4")
+endforeach()
 # The binary under test must be built before the suites run.
 add_dependencies(test_e2e_jobs gpujobd)
 add_dependencies(test_e2e_restart gpujobd)

@@ -93,21 +93,40 @@ static store_t *open_store(bool sync_full, config_t *cfg)
     return st;
 }
 
+/* A syncer of the store's WAL files. */
+static commit_sync_t *start_syncer(store_t *st, store_checkpointer_t *cp)
+{
+    const char *wals[STORE_MAX_SHARDS];
+    int n = store_wal_paths(st, wals);
+    ck_assert_int_gt(n, 0);
+    commit_sync_t *cs;
+    ck_assert_int_eq(commit_sync_start(wals, n, cp, &cs), 0);
+    return cs;
+}
+
+/* A syncer of one file that is no store's. */
+static commit_sync_t *start_syncer_of(const char *path)
+{
+    commit_sync_t *cs;
+    ck_assert_int_eq(commit_sync_start(&path, 1, NULL, &cs), 0);
+    return cs;
+}
+
 START_TEST(test_the_store_names_its_wal_only_with_sync_full)
 {
     config_t cfg;
     store_t *st = open_store(true, &cfg);
-    const char *wal = store_wal_path(st);
-    ck_assert_ptr_nonnull(wal);
+    const char *wals[STORE_MAX_SHARDS];
+    ck_assert_int_eq(store_wal_paths(st, wals), 1);
     char expected[PATH_MAX];
     snprintf(expected, sizeof expected, "%s/gpujobd.db-wal", dir);
-    ck_assert_str_eq(wal, expected);
+    ck_assert_str_eq(wals[0], expected);
     struct stat sb;
-    ck_assert_int_eq(stat(wal, &sb), 0);
+    ck_assert_int_eq(stat(wals[0], &sb), 0);
     ck_assert_int_gt(sb.st_size, 0); /* the relaxed commit is in it */
     store_close(st);
     st = open_store(false, &cfg);
-    ck_assert_ptr_null(store_wal_path(st));
+    ck_assert_int_eq(store_wal_paths(st, wals), 0);
     store_close(st);
 }
 END_TEST
@@ -116,8 +135,7 @@ START_TEST(test_every_item_is_done_once_in_the_order_it_came)
 {
     config_t cfg;
     store_t *st = open_store(true, &cfg);
-    commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(store_wal_path(st), NULL, &cs), 0);
+    commit_sync_t *cs = start_syncer(st, NULL);
     enum { N = 50 };
     probe_t probes[N];
     for (int i = 0; i < N; i++)
@@ -135,8 +153,7 @@ END_TEST
 START_TEST(test_a_failed_sync_fails_its_items_and_every_later_one)
 {
     /* fdatasync on a procfs file fails with EINVAL: a stand-in for a disk that fails. */
-    commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start("/proc/self/stat", NULL, &cs), 0);
+    commit_sync_t *cs = start_syncer_of("/proc/self/stat");
     probe_t first, second;
     request(cs, &first);
     ck_assert_int_eq(wait_done(&first), -EINVAL);
@@ -152,8 +169,7 @@ START_TEST(test_a_missing_wal_fails_the_sync)
      * back, and its frames cannot be synced through the name. */
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/none.db-wal", dir);
-    commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(path, NULL, &cs), 0);
+    commit_sync_t *cs = start_syncer_of(path);
     ck_assert_int_eq(commit_sync_error(cs), 0);
     probe_t p;
     request(cs, &p);
@@ -167,8 +183,7 @@ START_TEST(test_free_finishes_the_items_queued)
 {
     config_t cfg;
     store_t *st = open_store(true, &cfg);
-    commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(store_wal_path(st), NULL, &cs), 0);
+    commit_sync_t *cs = start_syncer(st, NULL);
     probe_t probes[3];
     for (int i = 0; i < 3; i++)
         request(cs, &probes[i]);
@@ -255,8 +270,7 @@ START_TEST(test_the_syncer_runs_the_checkpointer_after_its_rounds)
     config_t cfg;
     store_t *st = open_store(true, &cfg);
     store_checkpointer_t *cp = open_checkpointer(st, &cfg); /* due calls reach no syncer */
-    commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(store_wal_path(st), cp, &cs), 0);
+    commit_sync_t *cs = start_syncer(st, cp);
     off_t db_before = file_size("gpujobd.db");
     static probe_t probes[COMMITS];
     for (int i = 0; i < COMMITS; i++) {
@@ -278,8 +292,7 @@ START_TEST(test_commits_that_answer_no_one_get_checkpointed_too)
     config_t cfg;
     store_t *st = open_store(true, &cfg);
     store_checkpointer_t *cp = open_checkpointer(st, &cfg);
-    commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(store_wal_path(st), cp, &cs), 0);
+    commit_sync_t *cs = start_syncer(st, cp);
     due_syncer = cs;
     off_t db_before = file_size("gpujobd.db");
     for (int i = 0; i < COMMITS; i++) /* no item asks for a sync */

@@ -47,18 +47,24 @@ typedef struct fixture {
     store_reader_t *rd;
 } fixture_t;
 
-/* A fresh state directory whose store keeps tensors of up to inline_blob_bytes out of files of
- * their own. */
-static void fixture_setup_inline(fixture_t *f, uint64_t inline_blob_bytes)
+/* A fresh state directory whose store, of `shards` shards, keeps tensors of up to
+ * inline_blob_bytes out of files of their own. */
+static void fixture_setup_shards(fixture_t *f, uint64_t inline_blob_bytes, int shards)
 {
     snprintf(f->dir, sizeof f->dir, "/tmp/test_store.XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(f->dir));
     memset(&f->cfg, 0, sizeof f->cfg);
+    f->cfg.shards = shards;
     snprintf(f->cfg.state_dir, sizeof f->cfg.state_dir, "%s", f->dir);
     f->cfg.inline_blob_bytes = inline_blob_bytes;
     f->cfg.sync_full = true;
     ck_assert_int_eq(store_open(&f->cfg, &f->st), 0);
     ck_assert_int_eq(store_reader_open(&f->cfg, &f->rd), 0);
+}
+
+static void fixture_setup_inline(fixture_t *f, uint64_t inline_blob_bytes)
+{
+    fixture_setup_shards(f, inline_blob_bytes, 1);
 }
 
 static void fixture_setup(fixture_t *f)
@@ -1513,6 +1519,7 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
 
     config_t cfg;
     memset(&cfg, 0, sizeof cfg);
+    cfg.shards = 1;
     snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", dir);
     cfg.inline_blob_bytes = INLINE_LIMIT;
     store_t *st = NULL;
@@ -1596,6 +1603,7 @@ START_TEST(test_open_migrates_version_1_rows_to_the_current_schema)
     snprintf(f.dir, sizeof f.dir, "/tmp/test_store.XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(f.dir));
     memset(&f.cfg, 0, sizeof f.cfg);
+    f.cfg.shards = 1;
     snprintf(f.cfg.state_dir, sizeof f.cfg.state_dir, "%s", f.dir);
     f.cfg.inline_blob_bytes = INLINE_LIMIT;
     char path[128];
@@ -1681,13 +1689,14 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
              "CREATE INDEX jobs_finished ON jobs (finished_us) WHERE " STORE_FINAL_STATES ";"
              "UPDATE jobs SET finished_us = 0, started_us = 3500 WHERE id = '%s';"
              "UPDATE jobs SET finished_us = 777 WHERE id = '%s';"
+             "DROP TABLE settings;"
              "PRAGMA user_version = 5",
              ended, running);
     db_exec(&f, sql);
 
     ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
     ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
-    ck_assert_int_eq(db_int(&f, "PRAGMA user_version"), 6);
+    ck_assert_int_eq(db_int(&f, "PRAGMA user_version"), STORE_SCHEMA_VERSION);
     ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM sqlite_schema WHERE name = 'jobs_state'"), 0);
     ck_assert_int_eq(
         db_int(&f, "SELECT count(*) FROM sqlite_schema WHERE "
@@ -1734,6 +1743,7 @@ START_TEST(test_open_refuses_a_database_from_a_newer_version)
 
     config_t cfg;
     memset(&cfg, 0, sizeof cfg);
+    cfg.shards = 1;
     snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", dir);
     store_t *st = NULL;
     ck_assert_int_eq(store_open(&cfg, &st), -EPROTO);
@@ -2125,6 +2135,229 @@ START_TEST(test_checkpoint_truncates_the_wal_and_does_not_wait_for_a_reader)
 }
 END_TEST
 
+/* --- shards --- */
+
+/* A new job whose id names shard k of n. */
+static job_t *make_job_in(const op_def_t *op, int64_t created_us, int k, int n)
+{
+    job_t *job = make_job(op, "alice", created_us);
+    id_new('j', job->id);
+    store_id_assign_shard(job->id, n, k);
+    ck_assert_int_eq(store_id_shard(job->id, n), k);
+    return job;
+}
+
+/* The ids of the jobs in shard k's file, how many in *n. */
+static void shard_ids(fixture_t *f, int k, char ids[][ID_SIZE], int cap, int *n)
+{
+    char path[128];
+    if (k == 0)
+        snprintf(path, sizeof path, "%s/gpujobd.db", f->dir);
+    else
+        snprintf(path, sizeof path, "%s/gpujobd-%d.db", f->dir, k);
+    sqlite3 *db;
+    sqlite3_stmt *stmt;
+    ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT id FROM jobs ORDER BY id", -1, &stmt, NULL),
+                     SQLITE_OK);
+    *n = 0;
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+        ck_assert_int_lt(*n, cap);
+        snprintf(ids[(*n)++], ID_SIZE, "%s", (const char *)sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+}
+
+static char recovered[16][ID_SIZE];
+static int n_recovered;
+static void collect_recovered(job_t *job, void *ud)
+{
+    (void)ud;
+    ck_assert_int_lt(n_recovered, 16);
+    snprintf(recovered[n_recovered++], ID_SIZE, "%s", job->id);
+    job_free(job);
+}
+
+/* Four shards: each job's row is in the file its id names, one transaction spans the shards it
+ * writes, and every read (by id, listing, usage, recovery, retention) sees all of them. */
+START_TEST(test_a_sharded_store_keeps_each_job_where_its_id_says_and_reads_them_all)
+{
+    fixture_t f;
+    fixture_setup_shards(&f, INLINE_LIMIT, 4);
+    ck_assert_int_eq(store_shards(f.st), 4);
+    enum { N = 8 };
+    char ids[N][ID_SIZE];
+    /* Created in the order 7, 6, ..., 0: recovery hands them back oldest first, across
+     * shards. */
+    ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+    for (int i = 0; i < N; i++) {
+        job_t *job = make_job_in(&test_op, 1000 + (N - i) * 10, i % 4, 4);
+        ck_assert_int_eq(store_job_insert(f.st, job), 0);
+        memcpy(ids[i], job->id, ID_SIZE);
+        job_free(job);
+    }
+    ck_assert_int_eq(store_commit(f.st), 0);
+    for (int k = 0; k < 4; k++) {
+        char in[N][ID_SIZE];
+        int n = 0;
+        shard_ids(&f, k, in, N, &n);
+        ck_assert_int_eq(n, 2);
+        for (int j = 0; j < n; j++)
+            ck_assert_int_eq(store_id_shard(in[j], 4), k);
+    }
+    for (int i = 0; i < N; i++) {
+        job_t *job = get_job(&f, ids[i]);
+        ck_assert_str_eq(job->id, ids[i]);
+        job_free(job);
+    }
+    char listed[N + 1][ID_SIZE];
+    store_list_query_t all = {.state = -1, .limit = 3};
+    ck_assert_uint_eq(list_all(&f, all, listed, N + 1), N); /* in id order, by pages */
+
+    /* Jobs of three shards end; one of them started in the transaction that ends it. */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(set_state(&f, ids[i], JOB_RUNNING), 0);
+        ck_assert_int_eq(set_state(&f, ids[i], JOB_SUCCEEDED), 0);
+    }
+    store_list_query_t done = {.state = JOB_SUCCEEDED, .limit = 2};
+    ck_assert_uint_eq(list_all(&f, done, listed, N + 1), 3);
+    store_usage_t u;
+    ck_assert_int_eq(store_usage_get(f.rd, "alice", &u), 0);
+    ck_assert_int_eq(u.jobs_by_state[JOB_SUCCEEDED], 3);
+    ck_assert_int_eq(u.jobs_by_state[JOB_QUEUED], N - 3);
+
+    /* A rolled-back transaction leaves no row in any shard it wrote. */
+    ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+    char gone[2][ID_SIZE];
+    for (int i = 0; i < 2; i++) {
+        job_t *job = make_job_in(&test_op, 5000, i + 1, 4);
+        ck_assert_int_eq(store_job_insert(f.st, job), 0);
+        memcpy(gone[i], job->id, ID_SIZE);
+        job_free(job);
+    }
+    ck_assert_int_eq(store_rollback(f.st), 0);
+    job_t *none = NULL;
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(store_job_get(f.rd, gone[i], &none), -ENOENT);
+
+    /* A restart: a running job of shard 3 is queued again, and the queued jobs come back
+     * oldest first, whichever shard holds them. */
+    ck_assert_int_eq(set_state(&f, ids[3], JOB_RUNNING), 0);
+    reopen(&f);
+    n_recovered = 0;
+    ck_assert_int_eq(store_recover(f.st, 3, collect_recovered, NULL), 0);
+    ck_assert_int_eq(n_recovered, N - 3);
+    for (int i = 0; i < n_recovered; i++)
+        ck_assert_str_eq(recovered[i], ids[N - 1 - i]);
+
+    /* Retention reaches every shard. */
+    int deleted = 0;
+    ck_assert_int_eq(store_gc(f.st, now_us() + 1000000, &deleted), 0);
+    ck_assert_int_eq(deleted, 3);
+    ck_assert_uint_eq(list_all(&f, all, listed, N + 1), N - 3);
+    fixture_teardown(&f);
+}
+END_TEST
+
+/* A file of outputs that jobs of two shards name (a batch's, written whole) stays while
+ * either names it, through retention and the sweep at open. */
+START_TEST(test_a_file_two_shards_name_goes_only_when_neither_does)
+{
+    fixture_t f;
+    fixture_setup_shards(&f, 65536, 4);
+    job_t *jobs[2];
+    for (int i = 0; i < 2; i++) {
+        jobs[i] = make_job_in(&test_op, 1000, i + 1, 4);
+        ck_assert_int_eq(store_job_insert(f.st, jobs[i]), 0);
+        jobs[i]->state = JOB_RUNNING;
+        jobs[i]->attempts = 1;
+        ck_assert_int_eq(store_job_update(f.st, jobs[i]), 0);
+        jobs[i]->call.n_out = 1;
+        jobs[i]->call.out_names[0] = "out";
+        tensor_set(&jobs[i]->out[0], "out", 10000, 40 + i); /* 40,000 bytes each */
+    }
+    ck_assert_int_eq(store_blob_pack(f.st, jobs, 2, true), 0);
+    ck_assert_ptr_nonnull(jobs[0]->out[0].blob);
+    char *file = strdup(jobs[0]->out[0].blob);
+    ck_assert_int_eq(strncmp(file, jobs[1]->out[0].blob, 40), 0); /* the same file */
+    ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+    for (int i = 0; i < 2; i++) {
+        jobs[i]->state = JOB_SUCCEEDED;
+        jobs[i]->finished_us = i == 0 ? 2000 : now_us();
+        ck_assert_int_eq(store_job_update(f.st, jobs[i]), 0);
+    }
+    ck_assert_int_eq(store_commit(f.st), 0);
+
+    int deleted = 0;
+    ck_assert_int_eq(store_gc(f.st, 3000, &deleted), 0); /* the first job only */
+    ck_assert_int_eq(deleted, 1);
+    ck_assert(blob_file_exists(&f, file));
+    reopen(&f);
+    ck_assert(blob_file_exists(&f, file));
+    job_t *kept = get_job(&f, jobs[1]->id);
+    float expected[10000];
+    fill_bytes(expected, sizeof expected, 41);
+    assert_blob_bytes(&f, kept->out[0].blob, expected, sizeof expected);
+    job_free(kept);
+    ck_assert_int_eq(store_gc(f.st, now_us() + 1000000, &deleted), 0);
+    ck_assert_int_eq(deleted, 1);
+    ck_assert(!blob_file_exists(&f, file));
+    free(file);
+    for (int i = 0; i < 2; i++)
+        job_free(jobs[i]);
+    fixture_teardown(&f);
+}
+END_TEST
+
+static void shard_path(const fixture_t *f, int k, char *path, size_t size)
+{
+    snprintf(path, size, "%s/gpujobd-%d.db", f->dir, k);
+}
+
+/* The shard count is the store's from its creation on; a shard file that is missing or in
+ * another's place stops the open. */
+START_TEST(test_a_store_keeps_its_shard_count_and_refuses_a_missing_or_swapped_shard)
+{
+    fixture_t f;
+    fixture_setup_shards(&f, INLINE_LIMIT, 4);
+    job_t *job = make_job_in(&test_op, 1000, 3, 4);
+    ck_assert_int_eq(store_job_insert(f.st, job), 0);
+    f.cfg.shards = 1; /* a count configured later changes nothing */
+    reopen(&f);
+    ck_assert_int_eq(store_shards(f.st), 4);
+    job_free(get_job(&f, job->id));
+    job_free(job);
+    store_reader_close(f.rd);
+    store_close(f.st);
+
+    char one[128], two[128], moved[128];
+    shard_path(&f, 1, one, sizeof one);
+    shard_path(&f, 2, two, sizeof two);
+    snprintf(moved, sizeof moved, "%s/moved.db", f.dir);
+    ck_assert_int_eq(rename(two, moved), 0);
+    store_t *st = NULL;
+    ck_assert_int_eq(store_open(&f.cfg, &st), -ENOENT);
+    ck_assert_int_eq(access(two, F_OK), -1); /* not made anew */
+    ck_assert_int_eq(rename(one, two), 0);
+    ck_assert_int_eq(rename(moved, one), 0);
+    ck_assert_int_eq(store_open(&f.cfg, &st), -EPROTO);
+    ck_assert_ptr_null(st);
+    f.st = NULL;
+    f.rd = NULL;
+    fixture_teardown(&f);
+
+    /* A store of one shard stays one. */
+    fixture_setup(&f);
+    f.cfg.shards = 4;
+    reopen(&f);
+    ck_assert_int_eq(store_shards(f.st), 1);
+    shard_path(&f, 1, one, sizeof one);
+    ck_assert_int_eq(access(one, F_OK), -1);
+    fixture_teardown(&f);
+}
+END_TEST
+
 static Suite *store_suite(void)
 {
     Suite *s = suite_create("store");
@@ -2168,6 +2401,9 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_large_blobs_read_back_whole_and_by_range);
     tcase_add_test(tc, test_usage_counts_states_and_sums_times_and_buffers_per_owner);
     tcase_add_test(tc, test_checkpoint_truncates_the_wal_and_does_not_wait_for_a_reader);
+    tcase_add_test(tc, test_a_sharded_store_keeps_each_job_where_its_id_says_and_reads_them_all);
+    tcase_add_test(tc, test_a_file_two_shards_name_goes_only_when_neither_does);
+    tcase_add_test(tc, test_a_store_keeps_its_shard_count_and_refuses_a_missing_or_swapped_shard);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -167,6 +167,11 @@ static int spawn(e2e_daemon_t *d)
          * machine); the default is the CPU backend every machine has. The test-only ops give
          * the suites a job of known length on either (e2e_long_job_new). */
         const char *backend = getenv("GPUJOB_E2E_BACKEND");
+        /* GPUJOB_E2E_SHARDS runs them on a store of that many shards. */
+        const char *shards = getenv("GPUJOB_E2E_SHARDS");
+        char shards_set[64];
+        snprintf(shards_set, sizeof shards_set, "store.shards=%s",
+                 shards && *shards ? shards : "1");
         char *argv[] = {(char *)bin,
                         "--config",
                         d->config_path,
@@ -180,6 +185,8 @@ static int spawn(e2e_daemon_t *d)
                         "info",
                         "--set",
                         "debug.test_ops=true",
+                        "--set",
+                        shards_set,
                         NULL};
         execv(bin, argv);
         fprintf(stderr, "e2e: exec %s: %s\n", bin, strerror(errno));
