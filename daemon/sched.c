@@ -736,8 +736,12 @@ static void commit_pending(sched_t *s)
         for (msg_t *m = pending; m; m = m->next)
             if (m->kind == MSG_SUBMIT && !m->err) take_submitted(s, m);
         n_ready = cut_batches(s, ready);
+        /* The shards of the store write the rows side by side (store_defer_writes). */
+        store_defer_writes(s->st);
         r = record_starts(s, ready, n_ready, taken_from);
         if (r >= 0) r = insert_jobs(s, pending, false);
+        int flushed = store_flush(s->st, NULL, NULL);
+        if (r >= 0) r = flushed;
         launch(s, ready, n_ready, r >= 0, refusal);
     }
     if (r >= 0) r = store_commit(s->st);
@@ -1076,10 +1080,32 @@ static void on_batch_done(exec_batch_t *batch, void *ud)
 
 static void maybe_finish_stop(sched_t *s);
 
-/* Records a job's end (after its start, when that went down with a failed group commit).
- * When the store refuses it (a full disk while writing the outputs, say), the job ends failed
- * with the reason instead; when even that fails, the store keeps it unended and the next
- * start runs it again, which the log says. */
+/* The store could not record job's end (err), inside a transaction or outside one: the job
+ * ends failed with the reason instead, when it was to succeed (a full disk while writing the
+ * outputs, say); when even that fails, the store keeps it unended and the next start runs it
+ * again, which the log says. */
+static void end_refused(sched_t *s, job_t *job, int err)
+{
+    log_error("job %s: could not record its end: %s", job->id, strerror(-err));
+    if (job->state == JOB_SUCCEEDED) {
+        job->state = JOB_FAILED;
+        job_set_error(job, "store_failed", "the outputs could not be stored: %s", strerror(-err));
+        if (store_job_update(s->st, job) >= 0) return;
+    }
+    log_error("job %s stays unended in the store and runs again after a restart", job->id);
+}
+
+/* store_flush's report of a deferred write that failed: an end is dealt with here, and the
+ * start recorded ahead of it when it was lost (record_end) leaves it to the end; a start of a
+ * job still running fails the transaction. */
+static int end_unrecorded(job_t *job, job_state_t written, int err, void *ud)
+{
+    if (!job_state_is_final(job->state)) return err;
+    if (job_state_is_final(written)) end_refused(ud, job, err);
+    return 0;
+}
+
+/* Records a job's end (after its start, when that went down with a failed group commit). */
 static void record_end(sched_t *s, entry_t *e)
 {
     job_t *job = e->job;
@@ -1090,14 +1116,7 @@ static void record_end(sched_t *s, entry_t *e)
         job->state = end;
     }
     int r = store_job_update(s->st, job);
-    if (r >= 0) return;
-    log_error("job %s: could not record its end: %s", job->id, strerror(-r));
-    if (job->state == JOB_SUCCEEDED) {
-        job->state = JOB_FAILED;
-        job_set_error(job, "store_failed", "the outputs could not be stored: %s", strerror(-r));
-        if (store_job_update(s->st, job) >= 0) return;
-    }
-    log_error("job %s stays unended in the store and runs again after a restart", job->id);
+    if (r < 0) end_refused(s, job, r);
 }
 
 /* A finished batch's jobs take their end states, recorded in the store's open transaction
@@ -1185,6 +1204,9 @@ static void end_batches(sched_t *s, sched_batch_t *ended, bool start_next)
     int64_t now = now_us();
     int r = ended ? store_begin_relaxed(s->st) : 0;
     if (r >= 0 && ended) r = place_ended_outputs(s, ended);
+    /* The shards of the store write the ends and starts side by side (store_defer_writes);
+     * an end they refuse is dealt with by end_unrecorded. */
+    if (r >= 0 && ended) store_defer_writes(s->st);
     for (sched_batch_t *sb = ended; sb; sb = sb->next_ended)
         end_jobs(s, sb, now, r >= 0);
     sched_batch_t *ready[DISPATCH_MAX];
@@ -1194,8 +1216,10 @@ static void end_batches(sched_t *s, sched_batch_t *ended, bool start_next)
     bool cut = start_next && r >= 0;
     int n_ready = cut ? cut_batches(s, ready) : 0;
     if (!ended && n_ready == 0) return;
-    if (!ended) r = store_begin_relaxed(s->st);
+    if (!ended && (r = store_begin_relaxed(s->st)) >= 0) store_defer_writes(s->st);
     if (r >= 0) r = record_starts(s, ready, n_ready, UINT64_MAX);
+    int flushed = store_flush(s->st, end_unrecorded, s);
+    if (r >= 0) r = flushed;
     launch(s, ready, n_ready, r >= 0, refusal);
     if (r >= 0) r = store_commit(s->st);
     if (r < 0) {

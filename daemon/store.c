@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include "log.h"
@@ -38,9 +39,29 @@ typedef struct ref_deltas {
  * jobs are spread over its shards by id (store_id_shard), each a SQLite file of its own with
  * the whole schema; buffers live in shard 0. Files under blobs/ are shared: a job tensor in any
  * shard may name one, and one goes only when no shard names it. */
+/* A write asked for while the store defers them (store_defer_writes). */
+typedef enum deferred_kind { DEFER_INSERT, DEFER_UPDATE } deferred_kind_t;
+
+typedef struct deferred {
+    job_t *job;
+    deferred_kind_t kind;
+    job_state_t state; /* the job's when its write was asked for */
+    int result;
+} deferred_t;
+
 typedef struct shard {
     store_t *st; /* the store it belongs to */
     int index;
+    /* Writes deferred to the next store_flush, in the order they were asked for; and the
+     * thread that runs them then (shards but 0), woken by go (guarded by the store's lock). */
+    struct {
+        deferred_t *a;
+        size_t n, cap;
+    } deferred;
+    pthread_t thread;
+    bool has_thread;
+    pthread_cond_t wake;
+    bool go;
     store_conn_t conn;
     uint64_t inline_blob_bytes;
     store_segment_t segment; /* where small tensors' bytes go (store_segment.c) */
@@ -80,6 +101,14 @@ struct store {
     int n_shards;
     bool in_txn;
     bool relaxed;
+    bool deferring; /* job writes wait for store_flush (store_defer_writes) */
+    /* The shards' threads: lock guards their go flags, running (how many still run) and
+     * stopping. */
+    bool threads_ready;
+    pthread_mutex_t lock;
+    pthread_cond_t all_done;
+    int running;
+    bool stopping;
     uint64_t inline_blob_bytes;
     char blobs_dir[PATH_MAX];
     void (*checkpoint_due)(void *arg);
@@ -436,6 +465,8 @@ static int configure_writer(store_conn_t *conn)
 }
 
 static int64_t refs_pending(const shard_t *sh, const char *file);
+static int start_shard_threads(store_t *st);
+static void stop_shard_threads(store_t *st);
 
 /* Whether a row of any shard names file, counting the changes of each shard's open write and
  * transaction not written yet, or file is a shard's active segment. A file that cannot be
@@ -557,6 +588,7 @@ int store_open(const config_t *cfg, store_t **ret)
     for (int k = 0; k < st->n_shards; k++)
         conns[k] = &st->shards[k].conn;
     if (r == 0) r = store_blob_sweep_orphans(conns, st->n_shards, &removed);
+    if (r == 0 && st->n_shards > 1) r = start_shard_threads(st);
     if (r < 0) {
         store_close(st);
         return r;
@@ -571,6 +603,7 @@ int store_open(const config_t *cfg, store_t **ret)
 void store_close(store_t *st)
 {
     if (!st) return;
+    stop_shard_threads(st);
     for (int k = 0; k < st->n_shards; k++)
         shard_close(&st->shards[k]);
     files_settle(st);
@@ -585,6 +618,7 @@ void store_close(store_t *st)
         free(sh->unlink.a);
         free(sh->maybe_unused.a);
         free(sh->placed);
+        free(sh->deferred.a);
     }
     free(st);
 }
@@ -945,7 +979,7 @@ static int shard_rollback(shard_t *sh)
 int store_commit(store_t *st)
 {
     if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_commit without store_begin");
-    int r = 0, committed = 0;
+    int r = store_flush(st, NULL, NULL), committed = 0;
     for (int k = 0; k < st->n_shards; k++) {
         shard_t *sh = &st->shards[k];
         /* A durable commit takes along the files that relaxed ones deleted rows of. */
@@ -971,6 +1005,9 @@ int store_commit(store_t *st)
 int store_rollback(store_t *st)
 {
     if (!st->in_txn) return 0;
+    st->deferring = false;
+    for (int k = 0; k < st->n_shards; k++)
+        st->shards[k].deferred.n = 0;
     int r = 0;
     for (int k = 0; k < st->n_shards; k++) {
         int e = shard_rollback(&st->shards[k]);
@@ -1231,17 +1268,11 @@ static int check_job_for_insert(const job_t *job)
     return 0;
 }
 
-int store_job_insert(store_t *st, job_t *job)
+static int shard_job_insert(shard_t *sh, job_t *job, const char *id)
 {
     int r = check_job_for_insert(job);
     if (r < 0) return r;
-    char id[ID_SIZE];
-    if (job->id[0])
-        memcpy(id, job->id, ID_SIZE);
-    else
-        id_new('j', id);
     int64_t created_us = job->created_us ? job->created_us : now_us();
-    shard_t *sh = shard_of(st, id);
     if ((r = touch(sh)) < 0) return r;
 
     write_reset(sh);
@@ -1288,6 +1319,20 @@ int store_job_insert(store_t *st, job_t *job)
             snprintf(job->in[j].name, sizeof job->in[j].name, "%s", input_name(job, j));
     set_blobs(job->in, blobs);
     return 0;
+}
+
+static int defer(shard_t *sh, job_t *job, deferred_kind_t kind);
+
+int store_job_insert(store_t *st, job_t *job)
+{
+    char id[ID_SIZE];
+    if (job->id[0])
+        memcpy(id, job->id, ID_SIZE);
+    else
+        id_new('j', id);
+    shard_t *sh = shard_of(st, id);
+    if (st->deferring && job->id[0]) return defer(sh, job, DEFER_INSERT);
+    return shard_job_insert(sh, job, id);
 }
 
 /* --- state changes --- */
@@ -1382,14 +1427,13 @@ static int update_row(shard_t *sh, const job_t *job)
     return -EBUSY;
 }
 
-int store_job_update(store_t *st, const job_t *job)
+static int shard_job_update(shard_t *sh, const job_t *job)
 {
     if ((unsigned)job->state >= JOB_STATE_COUNT)
         return log_error_errno(-EINVAL, "store: %s: state %d is not a job state", job->id,
                                (int)job->state);
     if (!id_ok(job->id)) return log_error_errno(-EINVAL, "store: update of a job with no id");
     int r = job->state == JOB_SUCCEEDED ? check_outputs(job) : 0;
-    shard_t *sh = shard_of(st, job->id);
     if (r == 0) r = touch(sh);
     if (r < 0) return r;
 
@@ -1407,6 +1451,149 @@ int store_job_update(store_t *st, const job_t *job)
     free_blobs(blobs);
     r = write_end(sh, r);
     if (r < 0) written_remove(sh, &written);
+    return r;
+}
+
+int store_job_update(store_t *st, const job_t *job)
+{
+    shard_t *sh = shard_of(st, job->id);
+    if (st->deferring) return defer(sh, (job_t *)job, DEFER_UPDATE);
+    return shard_job_update(sh, job);
+}
+
+/* --- deferred writes, run by the shards side by side --- */
+
+/* Below this many deferred writes, store_flush runs them on the caller's thread: waking the
+ * shards' threads costs more than the writes. */
+#define PARALLEL_MIN_WRITES 64
+
+void store_defer_writes(store_t *st)
+{
+    st->deferring = st->n_shards > 1 && st->in_txn;
+}
+
+static int defer(shard_t *sh, job_t *job, deferred_kind_t kind)
+{
+    int r = store_grow((void **)&sh->deferred.a, &sh->deferred.cap, sh->deferred.n + 1,
+                       sizeof *sh->deferred.a, 64);
+    if (r < 0) return r;
+    sh->deferred.a[sh->deferred.n++] = (deferred_t){.job = job, .kind = kind, .state = job->state};
+    return 0;
+}
+
+/* Runs a shard's deferred writes in order. The state a job is written with is the one it had
+ * when its write was asked for. */
+static void run_deferred(shard_t *sh)
+{
+    for (size_t i = 0; i < sh->deferred.n; i++) {
+        deferred_t *d = &sh->deferred.a[i];
+        job_state_t now = d->job->state;
+        d->job->state = d->state;
+        if (d->kind == DEFER_INSERT) {
+            char id[ID_SIZE];
+            memcpy(id, d->job->id, ID_SIZE);
+            d->result = shard_job_insert(sh, d->job, id);
+        } else {
+            d->result = shard_job_update(sh, d->job);
+        }
+        d->job->state = now;
+    }
+}
+
+static void *shard_thread(void *arg)
+{
+    shard_t *sh = arg;
+    store_t *st = sh->st;
+    char name[16];
+    snprintf(name, sizeof name, "gj-shard%d", sh->index);
+    prctl(PR_SET_NAME, name);
+    pthread_mutex_lock(&st->lock);
+    for (;;) {
+        while (!sh->go && !st->stopping)
+            pthread_cond_wait(&sh->wake, &st->lock);
+        if (!sh->go) break;
+        pthread_mutex_unlock(&st->lock);
+        run_deferred(sh);
+        pthread_mutex_lock(&st->lock);
+        sh->go = false;
+        if (--st->running == 0) pthread_cond_signal(&st->all_done);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return NULL;
+}
+
+/* Starts a thread per shard but 0, whose writes the flushing thread runs itself. */
+static int start_shard_threads(store_t *st)
+{
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_cond_init(&st->all_done, NULL);
+    st->threads_ready = true;
+    for (int k = 1; k < st->n_shards; k++)
+        pthread_cond_init(&st->shards[k].wake, NULL);
+    for (int k = 1; k < st->n_shards; k++) {
+        shard_t *sh = &st->shards[k];
+        int r = pthread_create(&sh->thread, NULL, shard_thread, sh);
+        if (r != 0)
+            return log_error_errno(-r, "store: cannot start a shard's thread: %s", strerror(r));
+        sh->has_thread = true;
+    }
+    return 0;
+}
+
+static void stop_shard_threads(store_t *st)
+{
+    if (!st->threads_ready) return;
+    pthread_mutex_lock(&st->lock);
+    st->stopping = true;
+    for (int k = 1; k < st->n_shards; k++)
+        if (st->shards[k].has_thread) pthread_cond_signal(&st->shards[k].wake);
+    pthread_mutex_unlock(&st->lock);
+    for (int k = 1; k < st->n_shards; k++) {
+        shard_t *sh = &st->shards[k];
+        if (sh->has_thread) pthread_join(sh->thread, NULL);
+        pthread_cond_destroy(&sh->wake);
+    }
+    pthread_cond_destroy(&st->all_done);
+    pthread_mutex_destroy(&st->lock);
+}
+
+int store_flush(store_t *st, int (*failed)(job_t *job, job_state_t written, int err, void *ud),
+                void *ud)
+{
+    st->deferring = false;
+    size_t total = 0;
+    for (int k = 0; k < st->n_shards; k++)
+        total += st->shards[k].deferred.n;
+    if (total == 0) return 0;
+    if (total < PARALLEL_MIN_WRITES) {
+        for (int k = 0; k < st->n_shards; k++)
+            run_deferred(&st->shards[k]);
+    } else {
+        pthread_mutex_lock(&st->lock);
+        for (int k = 1; k < st->n_shards; k++) {
+            shard_t *sh = &st->shards[k];
+            if (sh->deferred.n == 0) continue;
+            sh->go = true;
+            st->running++;
+            pthread_cond_signal(&sh->wake);
+        }
+        pthread_mutex_unlock(&st->lock);
+        run_deferred(&st->shards[0]);
+        pthread_mutex_lock(&st->lock);
+        while (st->running > 0)
+            pthread_cond_wait(&st->all_done, &st->lock);
+        pthread_mutex_unlock(&st->lock);
+    }
+    int r = 0;
+    for (int k = 0; k < st->n_shards; k++) {
+        shard_t *sh = &st->shards[k];
+        for (size_t i = 0; i < sh->deferred.n; i++) {
+            deferred_t *d = &sh->deferred.a[i];
+            int e = d->result < 0 && failed ? failed(d->job, d->state, d->result, ud) : d->result;
+            if (r == 0 && e < 0) r = e;
+        }
+        sh->deferred.n = 0;
+    }
     return r;
 }
 

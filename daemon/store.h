@@ -110,7 +110,20 @@ int store_begin(store_t *st);
  * jobs, synced by the commit syncer before they are answered (commit_sync.h). Segment bytes
  * are still synced first. */
 int store_begin_relaxed(store_t *st);
+/* Runs deferred writes first (store_flush). */
 int store_commit(store_t *st);
+/* Inside a transaction of a store of several shards: the job writes that follow
+ * (store_job_insert of a job whose id is set, store_job_update) are only queued, and return 0,
+ * until store_flush runs them, each shard's on a thread of its own. The jobs must stay as they
+ * are until then, but for their state: a write takes the one the job has when it is asked for.
+ * Does nothing with one shard. */
+void store_defer_writes(store_t *st);
+/* Runs the deferred writes and stops deferring. Each write that failed is passed to failed (if
+ * not NULL), on the caller's thread, with the state it wrote and its error: failed returns the
+ * error to report, or 0 when it dealt with it. Returns the first error reported (without
+ * failed: the first). */
+int store_flush(store_t *st, int (*failed)(job_t *job, job_state_t written, int err, void *ud),
+                void *ud);
 /* Undoes the open transaction; after a failed store_commit, whatever it left open. */
 int store_rollback(store_t *st);
 /* The shards' WAL files, whose fdatasync makes every commit written before it durable

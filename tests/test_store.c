@@ -2310,6 +2310,73 @@ START_TEST(test_a_file_two_shards_name_goes_only_when_neither_does)
 }
 END_TEST
 
+static int n_failed_writes;
+static job_state_t failed_written;
+static int failed_err;
+static int note_failed_write(job_t *job, job_state_t written, int err, void *ud)
+{
+    (void)job;
+    (void)ud;
+    n_failed_writes++;
+    failed_written = written;
+    failed_err = err;
+    return 0;
+}
+
+/* Deferred writes run when flushed, on the shards side by side: each job's row in its shard,
+ * each write with the state its job had when it was asked for, and a write that fails reported
+ * on its own. */
+START_TEST(test_deferred_writes_run_by_the_shards_when_flushed)
+{
+    fixture_t f;
+    fixture_setup_shards(&f, INLINE_LIMIT, 4);
+    enum { N = 100 };
+    job_t *jobs[N];
+    ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+    store_defer_writes(f.st);
+    for (int i = 0; i < N; i++) {
+        jobs[i] = make_job_in(&test_op, 1000 + i, i % 4, 4);
+        ck_assert_int_eq(store_job_insert(f.st, jobs[i]), 0);
+        jobs[i]->state = JOB_RUNNING;
+        jobs[i]->attempts = 1;
+        ck_assert_int_eq(store_job_update(f.st, jobs[i]), 0);
+        jobs[i]->state = JOB_SUCCEEDED; /* after the ask: not what is written */
+    }
+    job_t *unknown = make_job_in(&test_op, 1000, 2, 4);
+    unknown->state = JOB_CANCELLED;
+    ck_assert_int_eq(store_job_update(f.st, unknown), 0);
+    job_t *none = NULL;
+    ck_assert_int_eq(store_job_get(f.rd, jobs[0]->id, &none), -ENOENT); /* not yet written */
+    n_failed_writes = 0;
+    ck_assert_int_eq(store_flush(f.st, note_failed_write, NULL), 0);
+    ck_assert_int_eq(n_failed_writes, 1);
+    ck_assert_int_eq(failed_written, JOB_CANCELLED);
+    ck_assert_int_eq(failed_err, -ENOENT);
+    ck_assert_int_eq(jobs[0]->state, JOB_SUCCEEDED); /* the caller's state, given back */
+    ck_assert_int_eq(store_commit(f.st), 0);
+    char listed[N + 1][ID_SIZE];
+    store_list_query_t running = {.state = JOB_RUNNING, .limit = 40};
+    ck_assert_uint_eq(list_all(&f, running, listed, N + 1), N);
+    for (int k = 0; k < 4; k++) {
+        char in[N][ID_SIZE];
+        int n = 0;
+        shard_ids(&f, k, in, N, &n);
+        ck_assert_int_eq(n, N / 4);
+    }
+
+    /* Without a callback the first failure is the flush's; the commit then fails too. */
+    ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+    store_defer_writes(f.st);
+    ck_assert_int_eq(store_job_update(f.st, unknown), 0);
+    ck_assert_int_eq(store_commit(f.st), -ENOENT);
+    ck_assert_int_eq(store_rollback(f.st), 0);
+    job_free(unknown);
+    for (int i = 0; i < N; i++)
+        job_free(jobs[i]);
+    fixture_teardown(&f);
+}
+END_TEST
+
 static void shard_path(const fixture_t *f, int k, char *path, size_t size)
 {
     snprintf(path, size, "%s/gpujobd-%d.db", f->dir, k);
@@ -2403,6 +2470,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_checkpoint_truncates_the_wal_and_does_not_wait_for_a_reader);
     tcase_add_test(tc, test_a_sharded_store_keeps_each_job_where_its_id_says_and_reads_them_all);
     tcase_add_test(tc, test_a_file_two_shards_name_goes_only_when_neither_does);
+    tcase_add_test(tc, test_deferred_writes_run_by_the_shards_when_flushed);
     tcase_add_test(tc, test_a_store_keeps_its_shard_count_and_refuses_a_missing_or_swapped_shard);
     suite_add_tcase(s, tc);
     return s;
