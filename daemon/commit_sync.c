@@ -79,9 +79,12 @@ static void *sync_thread(void *arg)
         cs->head = cs->tail = NULL;
         cs->checkpoint_due = false;
         pthread_mutex_unlock(&cs->lock);
+        unsigned wals = 0;
+        for (commit_sync_item_t *i = item; i; i = i->next)
+            wals |= i->wals ? i->wals : ~0u;
         int r = atomic_load(&cs->err);
-        for (int k = 0; r == 0 && item && k < cs->n_wals; k++)
-            if ((r = sync_wal(&cs->wals[k])) < 0) {
+        for (int k = 0; r == 0 && k < cs->n_wals; k++)
+            if ((wals & (1u << k)) && (r = sync_wal(&cs->wals[k])) < 0) {
                 atomic_store(&cs->err, r);
                 log_error("store: syncing '%s' failed: %s; accepted jobs are answered with an "
                           "error from now on",

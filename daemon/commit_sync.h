@@ -25,13 +25,17 @@ typedef struct commit_sync commit_sync_t;
 typedef struct commit_sync_item {
     struct commit_sync_item *next;
     void (*done)(struct commit_sync_item *item, int err);
+    /* The WAL files whose sync it waits for: bit k for the k-th of commit_sync_start's; 0 for
+     * all. */
+    unsigned wals;
 } commit_sync_item_t;
 
 /* Syncs the n_wals WAL files (the store's shards', store_wal_paths). cp (borrowed; NULL for
  * none) must outlive the syncer. */
 int commit_sync_start(const char *const *wal_paths, int n_wals, store_checkpointer_t *cp,
                       commit_sync_t **ret);
-/* Queues item (its done set) behind the next sync. Items are done in the order they came. */
+/* Queues item (its done and wals set) behind the next sync, of the files its wals name and
+ * those of the items queued with it. Items are done in the order they came. */
 void commit_sync_request(commit_sync_t *cs, commit_sync_item_t *item);
 /* Has the thread run its checkpointer soon, with items to sync or not: the commits of jobs'
  * starts and ends answer no one, but grow the WAL too. Any thread. */

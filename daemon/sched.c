@@ -118,6 +118,7 @@ typedef struct msg {
     /* A committed submission's answer, given once its commit is durable: */
     job_t **shown; /* submit: the jobs as accepted (or as first created, when replayed); owned */
     bool all_replayed;         /* every job's idempotency key was known */
+    int shard;                 /* of the store, that its rows go to (buffers: 0) */
     commit_sync_item_t synced; /* queued with the commit syncer, which answers it */
 } msg_t;
 
@@ -139,7 +140,6 @@ struct sched {
     atomic_bool accepting;
     atomic_bool store_failed; /* a sync failed: nothing more is accepted */
     atomic_bool loop_gone;
-    atomic_uint next_shard; /* of the store, for the next submission without a key */
 
     /* Loop thread only. */
     msg_t *pending_head, *pending_tail; /* awaiting the group commit */
@@ -153,6 +153,7 @@ struct sched {
     uint64_t next_seq;
     int batches_in_flight;
     unsigned round;
+    unsigned next_shard; /* of the store, for the next round of few jobs (place_submissions) */
     bool stopping;
 
     atomic_long queued, running, submitted_total, succeeded_total, failed_total, cancelled_total,
@@ -689,6 +690,42 @@ static int place_submitted_inputs(sched_t *s, msg_t *pending)
     return r;
 }
 
+/* Puts the submissions of a round without an idempotency key in shards of the store (the
+ * keyed ones are in their key's): a round of few jobs in one, the next round's in the next,
+ * so that it commits and syncs one file; a round of many, each submission in the shard with
+ * the fewest of the round's jobs so far, so that the shards write them side by side
+ * (store_flush). A job's id names its shard: the ids, made on the HTTP threads, get theirs
+ * here, in the answers' copies too. */
+static void place_submissions(sched_t *s, msg_t *pending)
+{
+    int shards = store_shards(s->st);
+    if (shards == 1) return;
+    size_t load[STORE_MAX_SHARDS] = {0}, total = 0;
+    for (msg_t *m = pending; m; m = m->next) {
+        if (m->kind != MSG_SUBMIT || m->err || m->n == 0) continue;
+        if (m->jobs[0]->idempotency_key[0]) {
+            m->shard = store_id_shard(m->jobs[0]->id, shards);
+            load[m->shard] += m->n;
+        }
+        total += m->n;
+    }
+    bool spread = total >= STORE_PARALLEL_MIN_WRITES;
+    int one = (int)(s->next_shard++ & (unsigned)(shards - 1));
+    for (msg_t *m = pending; m; m = m->next) {
+        if (m->kind != MSG_SUBMIT || m->err || m->n == 0 || m->jobs[0]->idempotency_key[0])
+            continue;
+        int k = one;
+        for (int j = 0; spread && j < shards; j++)
+            if (load[j] < load[k]) k = j;
+        load[k] += m->n;
+        m->shard = k;
+        for (size_t i = 0; i < m->n; i++) {
+            store_id_assign_shard(m->jobs[i]->id, shards, k);
+            if (m->shown[i]) store_id_assign_shard(m->shown[i]->id, shards, k);
+        }
+    }
+}
+
 /* Writes every pending submission and buffer in one transaction, starts what it can, and
  * answers them (after the sync, with a syncer). */
 static void commit_pending(sched_t *s)
@@ -716,6 +753,7 @@ static void commit_pending(sched_t *s)
         why = "the store's disk failed to sync; nothing is accepted until the daemon restarts";
     }
     if (r == 0) r = defer ? store_begin_relaxed(s->st) : store_begin(s->st);
+    place_submissions(s, pending);
     if (r >= 0) r = place_submitted_inputs(s, pending);
     for (msg_t *m = pending; m && r >= 0; m = m->next)
         if (m->kind == MSG_BUF_PUT) {
@@ -783,6 +821,7 @@ static void commit_pending(sched_t *s)
     for (msg_t *m = unsynced, *next; m; m = next) {
         next = m->next;
         m->synced.done = answer_synced;
+        m->synced.wals = 1u << m->shard;
         commit_sync_request(s->syncer, &m->synced);
     }
 }
@@ -1724,24 +1763,19 @@ static int persist_large(sched_t *s, job_tensor_t *t)
     return store_blob_write(s->st, t->data, t->nbytes, &t->blob);
 }
 
-/* The store shard of a submission's jobs: all of one submission go to one, so that its
- * commit is one shard's. A submission with an idempotency key goes where its key does, so
- * that a retry meets the first's row there and is told apart by the shard's unique index;
- * the others take turns. */
-static int submission_shard(sched_t *s, job_t *const *jobs, size_t n)
+/* The store shard of a submission with an idempotency key: where its first job's key hashes,
+ * so that a retry meets the first's row there and is told apart by the shard's unique index.
+ * The others are placed by the loop (place_submissions). */
+static int keyed_shard(const sched_t *s, const job_t *job)
 {
-    int shards = store_shards(s->st);
-    if (shards == 1 || n == 0) return 0;
-    if (!jobs[0]->idempotency_key[0])
-        return (int)(atomic_fetch_add(&s->next_shard, 1) & (unsigned)(shards - 1));
     uint32_t h = 2166136261u; /* FNV-1a over owner, NUL, key */
-    for (const char *p = jobs[0]->owner;; p++) {
+    for (const char *p = job->owner;; p++) {
         h = (h ^ (unsigned char)*p) * 16777619u;
         if (!*p) break;
     }
-    for (const char *p = jobs[0]->idempotency_key; *p; p++)
+    for (const char *p = job->idempotency_key; *p; p++)
         h = (h ^ (unsigned char)*p) * 16777619u;
-    return (int)(h & (uint32_t)(shards - 1));
+    return (int)(h & (uint32_t)(store_shards(s->st) - 1));
 }
 
 void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token)
@@ -1768,7 +1802,7 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
         return;
     }
     int64_t now = now_us();
-    int r = 0, shard = submission_shard(s, jobs, n);
+    int r = 0, shard = n > 0 && jobs[0]->idempotency_key[0] ? keyed_shard(s, jobs[0]) : 0;
     for (size_t i = 0; i < n; i++) {
         job_t *job = jobs[i];
         id_new('j', job->id);

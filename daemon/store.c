@@ -1463,10 +1463,6 @@ int store_job_update(store_t *st, const job_t *job)
 
 /* --- deferred writes, run by the shards side by side --- */
 
-/* Below this many deferred writes, store_flush runs them on the caller's thread: waking the
- * shards' threads costs more than the writes. */
-#define PARALLEL_MIN_WRITES 64
-
 void store_defer_writes(store_t *st)
 {
     st->deferring = st->n_shards > 1 && st->in_txn;
@@ -1565,7 +1561,7 @@ int store_flush(store_t *st, int (*failed)(job_t *job, job_state_t written, int 
     for (int k = 0; k < st->n_shards; k++)
         total += st->shards[k].deferred.n;
     if (total == 0) return 0;
-    if (total < PARALLEL_MIN_WRITES) {
+    if (total < STORE_PARALLEL_MIN_WRITES) {
         for (int k = 0; k < st->n_shards; k++)
             run_deferred(&st->shards[k]);
     } else {

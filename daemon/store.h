@@ -118,6 +118,9 @@ int store_commit(store_t *st);
  * are until then, but for their state: a write takes the one the job has when it is asked for.
  * Does nothing with one shard. */
 void store_defer_writes(store_t *st);
+/* Below this many deferred writes, store_flush runs them on the caller's thread: waking the
+ * shards' threads costs more than the writes. */
+#define STORE_PARALLEL_MIN_WRITES 64
 /* Runs the deferred writes and stops deferring. Each write that failed is passed to failed (if
  * not NULL), on the caller's thread, with the state it wrote and its error: failed returns the
  * error to report, or 0 when it dealt with it. Returns the first error reported (without

@@ -179,6 +179,33 @@ START_TEST(test_a_missing_wal_fails_the_sync)
 }
 END_TEST
 
+/* An item waits for the syncs of the files it names only: one that fails to sync fails the
+ * items that need it. */
+START_TEST(test_an_item_waits_for_the_wal_files_it_names)
+{
+    config_t cfg;
+    store_t *st = open_store(true, &cfg);
+    const char *wals[STORE_MAX_SHARDS];
+    ck_assert_int_eq(store_wal_paths(st, wals), 1);
+    wals[1] = "/proc/self/stat"; /* fdatasync fails there with EINVAL */
+    commit_sync_t *cs;
+    ck_assert_int_eq(commit_sync_start(wals, 2, NULL, &cs), 0);
+    probe_t good, bad;
+    memset(&good, 0, sizeof good);
+    good.item.done = on_done;
+    good.item.wals = 1u << 0;
+    commit_sync_request(cs, &good.item);
+    ck_assert_int_eq(wait_done(&good), 0);
+    memset(&bad, 0, sizeof bad);
+    bad.item.done = on_done;
+    bad.item.wals = 1u << 1;
+    commit_sync_request(cs, &bad.item);
+    ck_assert_int_eq(wait_done(&bad), -EINVAL);
+    commit_sync_free(cs);
+    store_close(st);
+}
+END_TEST
+
 START_TEST(test_free_finishes_the_items_queued)
 {
     config_t cfg;
@@ -354,6 +381,7 @@ int main(void)
     tcase_add_test(tc, test_a_failed_sync_fails_its_items_and_every_later_one);
     tcase_add_test(tc, test_a_missing_wal_fails_the_sync);
     tcase_add_test(tc, test_free_finishes_the_items_queued);
+    tcase_add_test(tc, test_an_item_waits_for_the_wal_files_it_names);
     tcase_add_test(tc, test_with_a_checkpointer_the_writer_leaves_the_wal_to_it);
     tcase_add_test(tc, test_the_syncer_runs_the_checkpointer_after_its_rounds);
     tcase_add_test(tc, test_commits_that_answer_no_one_get_checkpointed_too);

@@ -147,6 +147,9 @@ static store_t *st;
 static sched_t *sched;
 static fake_exec_t *fake;
 
+/* The store's shards for the next setup. */
+static int setup_shards = 1;
+
 /* sync_full: accepted jobs are made durable by the commit syncer, their answers wait for it. */
 static void setup(bool sync_full)
 {
@@ -155,6 +158,7 @@ static void setup(bool sync_full)
     config_defaults(&cfg);
     snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", state_dir);
     cfg.sync_full = sync_full;
+    cfg.shards = setup_shards;
     cfg.max_delay_us = 0;
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     ck_assert_int_eq(sched_new(&cfg, st, &sched), 0);
@@ -1076,6 +1080,59 @@ START_TEST(test_queued_jobs_go_out_after_a_completion_whose_outputs_cannot_be_pl
 }
 END_TEST
 
+/* The shards of the ids in a box's answer, as a mask. */
+static unsigned answer_shards(const reply_box_t *b)
+{
+    unsigned mask = 0;
+    for (size_t i = 0; i < b->n; i++)
+        mask |= 1u << store_id_shard(b->ids[i], 4);
+    return mask;
+}
+
+/* On a store of four shards (the fixture's, whose group commit waits 200 ms for company): the
+ * submissions of a round of few jobs go to one shard, those of a round of many to different
+ * ones, and every job is found where its id says. */
+START_TEST(test_a_round_of_few_jobs_goes_to_one_shard_and_a_round_of_many_is_spread)
+{
+    enum { FEW = 3, MANY = 4, BIG = 40 };
+    reply_box_t few[FEW], many[MANY];
+    for (int i = 0; i < FEW; i++) {
+        job_t **jobs = calloc(2, sizeof *jobs);
+        jobs[0] = add_job("alice", 4, 0);
+        jobs[1] = add_job("alice", 4, 0);
+        box_init(&few[i]);
+        sched_submit(sched, jobs, 2, on_reply, &few[i]);
+    }
+    unsigned mask = 0;
+    for (int i = 0; i < FEW; i++) {
+        box_wait(&few[i]);
+        ck_assert_int_eq(few[i].err, 0);
+        mask |= answer_shards(&few[i]);
+    }
+    ck_assert_int_eq(__builtin_popcount(mask), 1);
+
+    for (int i = 0; i < MANY; i++) {
+        job_t **jobs = calloc(BIG, sizeof *jobs);
+        for (int j = 0; j < BIG; j++)
+            jobs[j] = add_job("bob", 4, 0);
+        box_init(&many[i]);
+        sched_submit(sched, jobs, BIG, on_reply, &many[i]);
+    }
+    mask = 0;
+    for (int i = 0; i < MANY; i++) {
+        box_wait(&many[i]);
+        ck_assert_int_eq(many[i].err, 0);
+        ck_assert_uint_eq(many[i].n, BIG);
+        unsigned one = answer_shards(&many[i]);
+        ck_assert_int_eq(__builtin_popcount(one), 1); /* a submission stays in one shard */
+        mask |= one;
+    }
+    ck_assert_uint_eq(mask, 0xf);
+    for (int i = 0; i < MANY; i++) /* found through the shard its id names */
+        ck_assert_int_ne(stored_state(many[i].ids[BIG - 1]), JOB_FAILED);
+}
+END_TEST
+
 static void start_sched_limited(void)
 {
     setup(false);
@@ -1088,6 +1145,15 @@ static void start_sched_limited(void)
 static void start_sched(void)
 {
     setup(false);
+    ck_assert_int_eq(sched_start(sched), 0);
+}
+
+static void start_sched_sharded(void)
+{
+    setup_shards = 4;
+    setup(true);
+    setup_shards = 1;
+    cfg.commit_delay_us = 200 * 1000;
     ck_assert_int_eq(sched_start(sched), 0);
 }
 
@@ -1144,6 +1210,12 @@ int main(void)
     tcase_add_test(limited, test_queued_limit_counts_submissions_waiting_for_their_commit);
     tcase_add_test(limited, test_resident_buffers_of_one_commit_add_up_against_the_quota);
     suite_add_tcase(s, limited);
+    TCase *sharded = tcase_create("sharded");
+    tcase_add_checked_fixture(sharded, start_sched_sharded, teardown);
+    tcase_set_timeout(sharded, 30);
+    tcase_add_test(sharded,
+                   test_a_round_of_few_jobs_goes_to_one_shard_and_a_round_of_many_is_spread);
+    suite_add_tcase(s, sharded);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
