@@ -39,6 +39,9 @@ typedef struct ref_deltas {
  * jobs are spread over its shards by id (store_id_shard), each a SQLite file of its own with
  * the whole schema; buffers live in shard 0. Files under blobs/ are shared: a job tensor in any
  * shard may name one, and one goes only when no shard names it. */
+/* What a shard's thread is woken for: its deferred writes, or its part of a commit. */
+typedef enum shard_task { TASK_WRITES, TASK_COMMIT } shard_task_t;
+
 /* A write asked for while the store defers them (store_defer_writes). */
 typedef enum deferred_kind { DEFER_INSERT, DEFER_UPDATE } deferred_kind_t;
 
@@ -62,6 +65,8 @@ typedef struct shard {
     bool has_thread;
     pthread_cond_t wake;
     bool go;
+    shard_task_t task; /* what go asks for */
+    int commit_result; /* of a TASK_COMMIT */
     store_conn_t conn;
     uint64_t inline_blob_bytes;
     store_segment_t segment; /* where small tensors' bytes go (store_segment.c) */
@@ -101,7 +106,8 @@ struct store {
     int n_shards;
     bool in_txn;
     bool relaxed;
-    bool deferring; /* job writes wait for store_flush (store_defer_writes) */
+    bool deferring;    /* job writes wait for store_flush (store_defer_writes) */
+    bool parallel_txn; /* the open transaction's writes ran side by side: so does its commit */
     /* The shards' threads: lock guards their go flags, running (how many still run) and
      * stopping. */
     bool threads_ready;
@@ -467,6 +473,7 @@ static int configure_writer(store_conn_t *conn)
 static int64_t refs_pending(const shard_t *sh, const char *file);
 static int start_shard_threads(store_t *st);
 static void stop_shard_threads(store_t *st);
+static void run_on_shards(store_t *st, shard_task_t task, const bool *wants, bool parallel);
 
 /* Whether a row of any shard names file, counting the changes of each shard's open write and
  * transaction not written yet, or file is a shard's active segment. A file that cannot be
@@ -972,31 +979,46 @@ static int shard_rollback(shard_t *sh)
     return r;
 }
 
-/* Commits the shards one after the other. SQLite has no commit across files in WAL mode:
- * should one fail, those after it are rolled back, but those before it stay committed. The
- * caller answers the whole transaction as failed; its jobs in those shards run after a
+/* Commits the shards' parts: side by side after writes that ran so, else one after the
+ * other. SQLite has no commit across files in WAL mode: should one fail, the others may have
+ * committed theirs (one after the other: those before it; those after it are rolled back).
+ * The caller answers the whole transaction as failed; its jobs in those shards run after a
  * restart, as any job does whose submitter was told that its commit failed. */
 int store_commit(store_t *st)
 {
     if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_commit without store_begin");
     int r = store_flush(st, NULL, NULL), committed = 0;
+    bool wants[STORE_MAX_SHARDS];
     for (int k = 0; k < st->n_shards; k++) {
         shard_t *sh = &st->shards[k];
         /* A durable commit takes along the files that relaxed ones deleted rows of. */
         if (!st->relaxed && sh->n_unlink_committed > 0 && r == 0) r = touch(sh);
-        if (!sh->in_txn) continue;
-        if (r == 0) {
-            r = shard_commit(sh);
-            committed += r == 0;
-        } else {
-            shard_rollback(sh);
+        wants[k] = sh->in_txn;
+    }
+    if (r == 0 && st->parallel_txn) {
+        run_on_shards(st, TASK_COMMIT, wants, true);
+        for (int k = 0; k < st->n_shards; k++) {
+            if (!wants[k]) continue;
+            if (r == 0) r = st->shards[k].commit_result;
+            committed += st->shards[k].commit_result == 0;
+        }
+    } else {
+        for (int k = 0; k < st->n_shards; k++) {
+            if (!wants[k]) continue;
+            shard_t *sh = &st->shards[k];
+            if (r == 0) {
+                r = shard_commit(sh);
+                committed += r == 0;
+            } else {
+                shard_rollback(sh);
+            }
         }
     }
     if (r < 0 && committed > 0)
         log_error("store: a commit failed after %d shard(s) had committed their part", committed);
     /* After a failed commit the store's transaction stays open for store_rollback. */
     if (r == 0) {
-        st->in_txn = st->relaxed = false;
+        st->in_txn = st->relaxed = st->parallel_txn = false;
         files_settle(st);
     }
     return r;
@@ -1013,7 +1035,7 @@ int store_rollback(store_t *st)
         int e = shard_rollback(&st->shards[k]);
         if (r == 0) r = e;
     }
-    st->in_txn = st->relaxed = false;
+    st->in_txn = st->relaxed = st->parallel_txn = false;
     files_settle(st);
     return r;
 }
@@ -1496,6 +1518,14 @@ static void run_deferred(shard_t *sh)
     }
 }
 
+static void run_task(shard_t *sh)
+{
+    if (sh->task == TASK_WRITES)
+        run_deferred(sh);
+    else
+        sh->commit_result = shard_commit(sh);
+}
+
 static void *shard_thread(void *arg)
 {
     shard_t *sh = arg;
@@ -1509,7 +1539,7 @@ static void *shard_thread(void *arg)
             pthread_cond_wait(&sh->wake, &st->lock);
         if (!sh->go) break;
         pthread_mutex_unlock(&st->lock);
-        run_deferred(sh);
+        run_task(sh);
         pthread_mutex_lock(&st->lock);
         sh->go = false;
         if (--st->running == 0) pthread_cond_signal(&st->all_done);
@@ -1553,33 +1583,46 @@ static void stop_shard_threads(store_t *st)
     pthread_mutex_destroy(&st->lock);
 }
 
+/* Runs the task of each shard whose wants[k] is set: side by side when parallel (shard 0's on
+ * the caller's thread, the others' on their own), else one after the other here. */
+static void run_on_shards(store_t *st, shard_task_t task, const bool *wants, bool parallel)
+{
+    for (int k = 0; k < st->n_shards; k++)
+        st->shards[k].task = task;
+    if (!parallel || !st->threads_ready) {
+        for (int k = 0; k < st->n_shards; k++)
+            if (wants[k]) run_task(&st->shards[k]);
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    for (int k = 1; k < st->n_shards; k++) {
+        shard_t *sh = &st->shards[k];
+        if (!wants[k]) continue;
+        sh->go = true;
+        st->running++;
+        pthread_cond_signal(&sh->wake);
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (wants[0]) run_task(&st->shards[0]);
+    pthread_mutex_lock(&st->lock);
+    while (st->running > 0)
+        pthread_cond_wait(&st->all_done, &st->lock);
+    pthread_mutex_unlock(&st->lock);
+}
+
 int store_flush(store_t *st, int (*failed)(job_t *job, job_state_t written, int err, void *ud),
                 void *ud)
 {
     st->deferring = false;
     size_t total = 0;
-    for (int k = 0; k < st->n_shards; k++)
+    bool wants[STORE_MAX_SHARDS];
+    for (int k = 0; k < st->n_shards; k++) {
         total += st->shards[k].deferred.n;
-    if (total == 0) return 0;
-    if (total < STORE_PARALLEL_MIN_WRITES) {
-        for (int k = 0; k < st->n_shards; k++)
-            run_deferred(&st->shards[k]);
-    } else {
-        pthread_mutex_lock(&st->lock);
-        for (int k = 1; k < st->n_shards; k++) {
-            shard_t *sh = &st->shards[k];
-            if (sh->deferred.n == 0) continue;
-            sh->go = true;
-            st->running++;
-            pthread_cond_signal(&sh->wake);
-        }
-        pthread_mutex_unlock(&st->lock);
-        run_deferred(&st->shards[0]);
-        pthread_mutex_lock(&st->lock);
-        while (st->running > 0)
-            pthread_cond_wait(&st->all_done, &st->lock);
-        pthread_mutex_unlock(&st->lock);
+        wants[k] = st->shards[k].deferred.n > 0;
     }
+    if (total == 0) return 0;
+    if (total >= STORE_PARALLEL_MIN_WRITES) st->parallel_txn = true;
+    run_on_shards(st, TASK_WRITES, wants, total >= STORE_PARALLEL_MIN_WRITES);
     int r = 0;
     for (int k = 0; k < st->n_shards; k++) {
         shard_t *sh = &st->shards[k];
