@@ -63,7 +63,12 @@ typedef struct api_response {
      * Gpujob-Json-Length header, the way a request carries a binary section. */
     bool framed;
     job_json_section_t section; /* owned */
-    void *body;                 /* owned raw body when json is NULL */
+    /* A body still to be built: the JSON of these jobs (owned), a list or the one, made by
+     * the HTTP thread that sends it (api_respond_jobs_later). */
+    job_t **jobs;
+    size_t n_jobs;
+    bool jobs_list;
+    void *body; /* owned raw body when json is NULL */
     size_t body_len;
     const char *content_type; /* static string; "application/json" for json */
     api_header_t headers[API_MAX_EXTRA_HEADERS];
@@ -166,6 +171,12 @@ void api_request_resume(api_request_t *req);
 
 /* Fill req->resp, replacing what was there. json is stolen. */
 void api_respond_json(api_request_t *req, int status, json_t *json);
+/* Answers with the JSON of jobs (taken: an array of n owned jobs), a list or the one, built
+ * only when the answer is sent (api_response_build), on the connection's HTTP thread: a reply
+ * from another thread then costs that thread nothing but the hand-over. */
+void api_respond_jobs_later(api_request_t *req, int status, job_t **jobs, size_t n, bool list);
+/* Builds a body api_respond_jobs_later left to be built. */
+void api_response_build(api_request_t *req);
 void api_respond_bytes(api_request_t *req, int status, const char *content_type, void *body,
                        size_t len);
 void api_respond_error(api_request_t *req, int status, const char *code, const char *field,

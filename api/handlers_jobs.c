@@ -159,6 +159,10 @@ static void submit_reply(void *token, const sched_result_t *res)
     } else if (ended) {
         api_respond_job(req, status, ended);
         job_free(ended);
+    } else if (!req->submit_waits && res->take_jobs) {
+        /* Shown by the HTTP thread that sends the answer, not by this one. */
+        *res->take_jobs = true;
+        api_respond_jobs_later(req, status, (job_t **)res->jobs, res->n_jobs, req->submit_is_list);
     } else {
         json_t *body;
         if (req->submit_is_list) {

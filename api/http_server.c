@@ -174,6 +174,7 @@ static const api_conn_ops_t conn_ops = {conn_suspend, conn_resume};
 static enum MHD_Result send_response(conn_ctx_t *ctx)
 {
     api_request_t *req = &ctx->req;
+    api_response_build(req);
     api_response_t *resp = &req->resp;
     char *data;
     size_t len;

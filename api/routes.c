@@ -115,6 +115,9 @@ int api_dispatch(api_request_t *req)
 static void response_clear(api_response_t *resp)
 {
     json_decref(resp->json);
+    for (size_t i = 0; i < resp->n_jobs; i++)
+        job_free(resp->jobs[i]);
+    free(resp->jobs);
     free(resp->body);
     free(resp->section.bytes);
     memset(resp, 0, sizeof *resp);
@@ -180,6 +183,32 @@ void api_respond_json(api_request_t *req, int status, json_t *json)
         req->resp.json = json_pack("{s:{s:s, s:s}}", "error", "code", "internal", "message",
                                    "out of memory building the response");
     }
+}
+
+void api_respond_jobs_later(api_request_t *req, int status, job_t **jobs, size_t n, bool list)
+{
+    response_clear(&req->resp);
+    req->resp.status = status;
+    req->resp.jobs = jobs;
+    req->resp.n_jobs = n;
+    req->resp.jobs_list = list;
+    req->resp.content_type = "application/json";
+}
+
+void api_response_build(api_request_t *req)
+{
+    api_response_t *resp = &req->resp;
+    if (!resp->jobs) return;
+    json_t *body = resp->jobs_list ? json_array() : NULL;
+    for (size_t i = 0; i < resp->n_jobs && (body || !resp->jobs_list); i++) {
+        if (!resp->jobs_list) {
+            body = api_job_json(resp->jobs[i]);
+            break;
+        }
+        json_array_append_new(body, api_job_json(resp->jobs[i]));
+    }
+    int status = resp->status;
+    api_respond_json(req, status, body); /* clears the jobs */
 }
 
 void api_respond_bytes(api_request_t *req, int status, const char *content_type, void *body,

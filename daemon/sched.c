@@ -116,7 +116,8 @@ typedef struct msg {
     int err; /* a refusal of this message alone, within a group commit */
     char err_message[160];
     /* A committed submission's answer, given once its commit is durable: */
-    job_t **shown; /* submit: the jobs as accepted (or as first created, when replayed); owned */
+    job_t **shown;    /* submit: the jobs as accepted (or as first created, when replayed); owned */
+    bool shown_taken; /* the answer's callee took shown (sched_result_t.take_jobs) */
     bool all_replayed;         /* every job's idempotency key was known */
     int shard;                 /* of the store, that its rows go to (buffers: 0) */
     commit_sync_item_t synced; /* queued with the commit syncer, which answers it */
@@ -520,9 +521,9 @@ static void msg_free(msg_t *m)
     for (size_t i = 0; m->jobs && i < m->n; i++)
         job_free(m->jobs[i]);
     free(m->jobs);
-    for (size_t i = 0; m->shown && i < m->n; i++)
+    for (size_t i = 0; m->shown && !m->shown_taken && i < m->n; i++)
         job_free(m->shown[i]);
-    free(m->shown);
+    if (!m->shown_taken) free(m->shown);
     free(m->fate);
     buffer_free(m->buf);
     free(m);
@@ -632,7 +633,11 @@ static void answer_committed(msg_t *m)
         sched_result_t res = {.buffer = m->buf};
         m->reply(m->token, &res);
     } else {
-        reply_jobs(m->reply, m->token, m->shown, m->n, m->all_replayed);
+        sched_result_t res = {.jobs = m->shown,
+                              .n_jobs = m->n,
+                              .replayed = m->all_replayed,
+                              .take_jobs = &m->shown_taken};
+        m->reply(m->token, &res);
     }
 }
 
