@@ -42,7 +42,7 @@ int store_shards(const store_t *st);
  * whose hex digit is random in the ids id_new makes. */
 static inline int store_id_shard(const char *id, int n_shards)
 {
-    size_t len = strlen(id);
+    size_t len = strnlen(id, ID_SIZE);
     unsigned char c = len ? (unsigned char)id[len - 1] : 0;
     unsigned v = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
                  : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
@@ -54,7 +54,7 @@ static inline int store_id_shard(const char *id, int n_shards)
 static inline void store_id_assign_shard(char *id, int n_shards, int shard)
 {
     static const char hex[] = "0123456789abcdef";
-    size_t len = strlen(id);
+    size_t len = strnlen(id, ID_SIZE);
     if (!len) return;
     unsigned mask = (unsigned)(n_shards - 1);
     unsigned v = ((unsigned)store_id_shard(id, 16) & ~mask) | ((unsigned)shard & mask);
