@@ -178,7 +178,7 @@ static int cut_batches(sched_t *s, sched_batch_t *ready[DISPATCH_MAX]);
 static int record_starts(sched_t *s, sched_batch_t *const *ready, int n, uint64_t taken_from);
 static void launch(sched_t *s, sched_batch_t *const *ready, int n, bool recorded, int *refusal);
 static void settle_refused(sched_t *s, sched_batch_t *const *ready, int n, const int *refusal);
-static void mark_starts_lost(sched_t *s, sched_batch_t *const *ready, int n);
+static void mark_starts_lost(sched_t *s, sched_batch_t *const *ready, int n, unsigned committed);
 
 static void reply_err(sched_reply_fn reply, void *token, int err, const char *message)
 {
@@ -695,12 +695,13 @@ static int place_submitted_inputs(sched_t *s, msg_t *pending)
     return r;
 }
 
-/* Puts the submissions of a round without an idempotency key in shards of the store (the
- * keyed ones are in their key's): a round of few jobs in one, the next round's in the next,
- * so that it commits and syncs one file; a round of many, each submission in the shard with
- * the fewest of the round's jobs so far, so that the shards write them side by side
- * (store_flush). A job's id names its shard: the ids, made on the HTTP threads, get theirs
- * here, in the answers' copies too. */
+/* Puts the submissions of a round without an idempotency key in shards of the store: a round
+ * of few jobs in one, the next round's in the next, so that it commits and syncs one file; a
+ * round of many, each submission in the shard with the fewest of the round's jobs so far, so
+ * that the shards write them side by side (store_flush). A job's id names its shard: the ids,
+ * made on the HTTP threads in shard 0, get theirs here, in the answers' copies too. Jobs with
+ * an idempotency key stay in shard 0, whose unique index tells a retry from a first
+ * submission whatever the keys of an array's jobs. */
 static void place_submissions(sched_t *s, msg_t *pending)
 {
     int shards = store_shards(s->st);
@@ -708,10 +709,7 @@ static void place_submissions(sched_t *s, msg_t *pending)
     size_t load[STORE_MAX_SHARDS] = {0}, total = 0;
     for (msg_t *m = pending; m; m = m->next) {
         if (m->kind != MSG_SUBMIT || m->err || m->n == 0) continue;
-        if (m->jobs[0]->idempotency_key[0]) {
-            m->shard = store_id_shard(m->jobs[0]->id, shards);
-            load[m->shard] += m->n;
-        }
+        if (m->jobs[0]->idempotency_key[0]) load[0] += m->n;
         total += m->n;
     }
     bool spread = total >= STORE_PARALLEL_MIN_WRITES;
@@ -787,7 +785,13 @@ static void commit_pending(sched_t *s)
         if (r >= 0) r = flushed;
         launch(s, ready, n_ready, r >= 0, refusal);
     }
-    if (r >= 0) r = store_commit(s->st);
+    /* The shards whose part committed: a message's rows are all in its shard, so that a
+     * commit that failed in another shard leaves it committed (store_committed_shards). */
+    unsigned committed = 0;
+    if (r >= 0) {
+        r = store_commit(s->st);
+        committed = store_committed_shards(s->st);
+    }
     if (r < 0) {
         store_rollback(s->st);
         log_error("group commit failed: %s", strerror(-r));
@@ -795,14 +799,15 @@ static void commit_pending(sched_t *s)
 
     for (msg_t *m = pending, *next; m; m = next) {
         next = m->next;
-        if (r < 0 && m->kind == MSG_SUBMIT) drop_submitted(s, m);
+        bool lost = !(committed & (1u << m->shard));
+        if (lost && m->kind == MSG_SUBMIT) drop_submitted(s, m);
         /* Files written for rows that were not committed (a failed commit, a refused buffer,
          * a replayed submission) go now rather than at the next start's sweep; those of jobs
          * that went out go when their launch returns (end_jobs). */
-        if (m->kind == MSG_BUF_PUT && (r < 0 || m->err)) store_blob_discard(s->st, m->buf->blob);
+        if (m->kind == MSG_BUF_PUT && (lost || m->err)) store_blob_discard(s->st, m->buf->blob);
         for (size_t i = 0; i < m->n; i++)
-            if (m->jobs[i] && (r < 0 || m->fate[i] == FATE_REPLAYED)) discard_inputs(s, m->jobs[i]);
-        if (r < 0) {
+            if (m->jobs[i] && (lost || m->fate[i] == FATE_REPLAYED)) discard_inputs(s, m->jobs[i]);
+        if (lost) {
             reply_err(m->reply, m->token, -EIO, why);
         } else if (m->err) {
             reply_err(m->reply, m->token, m->err, m->err_message);
@@ -820,7 +825,7 @@ static void commit_pending(sched_t *s)
         }
         msg_free(m);
     }
-    if (r < 0) mark_starts_lost(s, ready, n_ready);
+    mark_starts_lost(s, ready, n_ready, committed);
     settle_refused(s, ready, n_ready, refusal);
     if (!cut) dispatch(s); /* the transaction failed before its cut: start what was queued */
     for (msg_t *m = unsynced, *next; m; m = next) {
@@ -1027,15 +1032,18 @@ static int record_starts(sched_t *s, sched_batch_t *const *ready, int n, uint64_
     return r;
 }
 
-/* After a failed group commit: the starts it recorded went down with it, so the rows of the
- * jobs it cut that were committed before still say queued. Their ends record the start
- * first (record_end); a re-queue leaves them as they are (requeue_batch). */
-static void mark_starts_lost(sched_t *s, sched_batch_t *const *ready, int n)
+/* After a group commit that failed in some shards (committed: those whose part committed):
+ * the starts it recorded in the others went down with it, so the rows of the jobs it cut that
+ * were committed before still say queued. Their ends record the start first (record_end); a
+ * re-queue leaves them as they are (requeue_batch). */
+static void mark_starts_lost(sched_t *s, sched_batch_t *const *ready, int n, unsigned committed)
 {
+    int shards = store_shards(s->st);
     for (int b = 0; b < n; b++)
         for (int i = 0; i < ready[b]->batch.n; i++) {
             entry_t *e = strmap_get(s->entries, ready[b]->batch.jobs[i]->id);
-            e->start_lost = !e->discard_result;
+            bool lost = !(committed & (1u << store_id_shard(e->job->id, shards)));
+            e->start_lost = lost && !e->discard_result;
         }
 }
 
@@ -1139,13 +1147,23 @@ static void end_refused(sched_t *s, job_t *job, int err)
     log_error("job %s stays unended in the store and runs again after a restart", job->id);
 }
 
-/* store_flush's report of a deferred write that failed: an end is dealt with here, and the
- * start recorded ahead of it when it was lost (record_end) leaves it to the end; a start of a
- * job still running fails the transaction. */
+/* Removes the files on_batch_done wrote for a job's outputs, which no row will name. */
+static void discard_outputs(sched_t *s, const job_t *job)
+{
+    for (int j = 0; j < job->call.n_out; j++)
+        store_blob_discard(s->st, job->out[j].blob);
+}
+
+/* store_flush's report of a deferred write that failed: an end is dealt with here (a job that
+ * was to succeed and fails instead loses its outputs' files, as end_jobs takes those of jobs
+ * that failed), and the start recorded ahead of it when it was lost (record_end) leaves it to
+ * the end; a start of a job still running fails the transaction. */
 static int end_unrecorded(job_t *job, job_state_t written, int err, void *ud)
 {
     if (!job_state_is_final(job->state)) return err;
-    if (job_state_is_final(written)) end_refused(ud, job, err);
+    if (!job_state_is_final(written)) return 0;
+    end_refused(ud, job, err);
+    if (written == JOB_SUCCEEDED && job->state != JOB_SUCCEEDED) discard_outputs(ud, job);
     return 0;
 }
 
@@ -1178,8 +1196,7 @@ static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
         if (e->discard_result) {
             /* Its result is discarded: so are the files on_batch_done wrote for it, which no
              * row will name, and its input files when it has no row either. */
-            for (int j = 0; j < job->call.n_out; j++)
-                store_blob_discard(s->st, job->out[j].blob);
+            discard_outputs(s, job);
             if (e->unstored) discard_inputs(s, job);
             continue;
         }
@@ -1187,9 +1204,7 @@ static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
         job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
         if (record) record_end(s, e);
         /* A failed job keeps no outputs: files on_batch_done wrote for them go. */
-        if (job->state != JOB_SUCCEEDED)
-            for (int j = 0; j < job->call.n_out; j++)
-                store_blob_discard(s->st, job->out[j].blob);
+        if (job->state != JOB_SUCCEEDED) discard_outputs(s, job);
     }
     /* Counters before the waiters: one that wakes up and reads /metrics sees the batch ended. */
     atomic_fetch_sub(&s->running, batch->n);
@@ -1265,19 +1280,25 @@ static void end_batches(sched_t *s, sched_batch_t *ended, bool start_next)
     int flushed = store_flush(s->st, end_unrecorded, s);
     if (r >= 0) r = flushed;
     launch(s, ready, n_ready, r >= 0, refusal);
-    if (r >= 0) r = store_commit(s->st);
+    unsigned committed = 0; /* the shards whose part committed (store_committed_shards) */
+    if (r >= 0) {
+        r = store_commit(s->st);
+        committed = store_committed_shards(s->st);
+    }
     if (r < 0) {
-        /* The transaction is lost: record each end on its own, so that no job is answered
-         * as ended while the store still says running. */
+        /* The transaction is lost, in some shards or all: record each end there on its own,
+         * so that no job is answered as ended while the store still says running. */
         store_rollback(s->st);
         log_error("could not commit a round of ends and starts (%s)%s", strerror(-r),
                   ended ? ": recording the ends one by one" : "");
+        int shards = store_shards(s->st);
         for (sched_batch_t *sb = ended; sb; sb = sb->next_ended)
             for (int i = 0; i < sb->batch.n; i++) {
                 entry_t *e = strmap_get(s->entries, sb->batch.jobs[i]->id);
-                if (!e->discard_result) record_end(s, e);
+                bool lost = !(committed & (1u << store_id_shard(e->job->id, shards)));
+                if (lost && !e->discard_result) record_end(s, e);
             }
-        mark_starts_lost(s, ready, n_ready);
+        mark_starts_lost(s, ready, n_ready, committed);
     }
     for (sched_batch_t *sb = ended, *next; sb; sb = next) {
         next = sb->next_ended;
@@ -1768,21 +1789,6 @@ static int persist_large(sched_t *s, job_tensor_t *t)
     return store_blob_write(s->st, t->data, t->nbytes, &t->blob);
 }
 
-/* The store shard of a submission with an idempotency key: where its first job's key hashes,
- * so that a retry meets the first's row there and is told apart by the shard's unique index.
- * The others are placed by the loop (place_submissions). */
-static int keyed_shard(const sched_t *s, const job_t *job)
-{
-    uint32_t h = 2166136261u; /* FNV-1a over owner, NUL, key */
-    for (const char *p = job->owner;; p++) {
-        h = (h ^ (unsigned char)*p) * 16777619u;
-        if (!*p) break;
-    }
-    for (const char *p = job->idempotency_key; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    return (int)(h & (uint32_t)(store_shards(s->st) - 1));
-}
-
 void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token)
 {
     msg_t *m = msg_new(MSG_SUBMIT, reply, token);
@@ -1807,11 +1813,12 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
         return;
     }
     int64_t now = now_us();
-    int r = 0, shard = n > 0 && jobs[0]->idempotency_key[0] ? keyed_shard(s, jobs[0]) : 0;
+    int r = 0;
     for (size_t i = 0; i < n; i++) {
         job_t *job = jobs[i];
         id_new('j', job->id);
-        store_id_assign_shard(job->id, store_shards(s->st), shard);
+        /* Shard 0, where jobs with an idempotency key stay (place_submissions). */
+        store_id_assign_shard(job->id, store_shards(s->st), 0);
         job->created_us = now;
         job->state = JOB_QUEUED;
         /* What the answer shows of it, as accepted; copied here, off the loop. */

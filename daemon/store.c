@@ -106,8 +106,9 @@ struct store {
     int n_shards;
     bool in_txn;
     bool relaxed;
-    bool deferring;    /* job writes wait for store_flush (store_defer_writes) */
-    bool parallel_txn; /* the open transaction's writes ran side by side: so does its commit */
+    bool deferring;     /* job writes wait for store_flush (store_defer_writes) */
+    bool parallel_txn;  /* the open transaction's writes ran side by side: so does its commit */
+    unsigned committed; /* the shards whose part the last store_commit committed */
     /* The shards' threads: lock guards their go flags, running (how many still run) and
      * stopping. */
     bool threads_ready;
@@ -981,13 +982,12 @@ static int shard_rollback(shard_t *sh)
 
 /* Commits the shards' parts: side by side after writes that ran so, else one after the
  * other. SQLite has no commit across files in WAL mode: should one fail, the others may have
- * committed theirs (one after the other: those before it; those after it are rolled back).
- * The caller answers the whole transaction as failed; its jobs in those shards run after a
- * restart, as any job does whose submitter was told that its commit failed. */
+ * committed theirs (one after the other: those before it; those after it are rolled back),
+ * which store_committed_shards tells. */
 int store_commit(store_t *st)
 {
     if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_commit without store_begin");
-    int r = store_flush(st, NULL, NULL), committed = 0;
+    int r = store_flush(st, NULL, NULL);
     bool wants[STORE_MAX_SHARDS];
     for (int k = 0; k < st->n_shards; k++) {
         shard_t *sh = &st->shards[k];
@@ -995,12 +995,13 @@ int store_commit(store_t *st)
         if (!st->relaxed && sh->n_unlink_committed > 0 && r == 0) r = touch(sh);
         wants[k] = sh->in_txn;
     }
+    st->committed = 0;
     if (r == 0 && st->parallel_txn) {
         run_on_shards(st, TASK_COMMIT, wants, true);
         for (int k = 0; k < st->n_shards; k++) {
             if (!wants[k]) continue;
             if (r == 0) r = st->shards[k].commit_result;
-            committed += st->shards[k].commit_result == 0;
+            if (st->shards[k].commit_result == 0) st->committed |= 1u << k;
         }
     } else {
         for (int k = 0; k < st->n_shards; k++) {
@@ -1008,20 +1009,27 @@ int store_commit(store_t *st)
             shard_t *sh = &st->shards[k];
             if (r == 0) {
                 r = shard_commit(sh);
-                committed += r == 0;
+                if (r == 0) st->committed |= 1u << k;
             } else {
                 shard_rollback(sh);
             }
         }
     }
-    if (r < 0 && committed > 0)
-        log_error("store: a commit failed after %d shard(s) had committed their part", committed);
+    if (r < 0 && st->committed)
+        log_error("store: a commit failed after %d shard(s) had committed their part",
+                  __builtin_popcount(st->committed));
     /* After a failed commit the store's transaction stays open for store_rollback. */
     if (r == 0) {
+        st->committed = ~0u;
         st->in_txn = st->relaxed = st->parallel_txn = false;
         files_settle(st);
     }
     return r;
+}
+
+unsigned store_committed_shards(const store_t *st)
+{
+    return st->committed;
 }
 
 int store_rollback(store_t *st)

@@ -100,8 +100,8 @@ void store_blob_stream_abort(store_blob_stream_t *bs);
 
 /* Transactions (loop thread). Writes between begin and commit are one transaction; the group
  * commit of the scheduler uses them. Without begin, each write commits by itself. A
- * transaction is one per shard it writes to, committed one after the other: a commit that
- * fails in one shard may have committed others (store_commit says more). */
+ * transaction is one per shard it writes to: a commit that fails in one shard may have
+ * committed others (store_committed_shards). */
 int store_begin(store_t *st);
 /* A transaction whose commit need not survive a power loss, only a crash of the process: its
  * WAL frames are written but not fsync'd ([store] sync_full then holds for the others, whose
@@ -112,6 +112,11 @@ int store_begin(store_t *st);
 int store_begin_relaxed(store_t *st);
 /* Runs deferred writes first (store_flush). */
 int store_commit(store_t *st);
+/* After store_commit: the shards whose part of the transaction is committed, bit k for shard k;
+ * every bit when it succeeded. A failed commit may have committed some shards (SQLite has no
+ * commit across WAL files): what the transaction wrote in those stays, and the caller settles
+ * it as committed. */
+unsigned store_committed_shards(const store_t *st);
 /* Inside a transaction of a store of several shards: the job writes that follow
  * (store_job_insert of a job whose id is set, store_job_update) are only queued, and return 0,
  * until store_flush runs them, each shard's on a thread of its own. The jobs must stay as they

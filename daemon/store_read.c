@@ -170,26 +170,21 @@ int store_job_get(store_reader_t *rd, const char *id, job_t **ret)
     return read_end(conn, r);
 }
 
-/* A key may be in any shard: a submission goes to one, chosen by its first job's key
- * (sched.c), and the others of an array carry keys of their own. */
+/* Jobs with a key live in shard 0 (sched.c, place_submissions). */
 int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char *key,
                               char ret_id[ID_SIZE])
 {
     if (!owner || !key || !*key) return -ENOENT;
-    int r = -ENOENT;
-    for (int k = 0; k < rd->n_shards && r == -ENOENT; k++) {
-        store_conn_t *conn = &rd->conns[k];
-        sqlite3_stmt *stmt = store_stmt(conn, STMT_JOB_FIND_IDEMPOTENT);
-        if (!stmt) return -EIO;
-        store_bind_text(stmt, 1, owner, false);
-        store_bind_text(stmt, 2, key, false);
-        int rc = sqlite3_step(stmt);
-        r = rc == SQLITE_ROW    ? 0
+    sqlite3_stmt *stmt = store_stmt(&rd->conns[0], STMT_JOB_FIND_IDEMPOTENT);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, owner, false);
+    store_bind_text(stmt, 2, key, false);
+    int rc = sqlite3_step(stmt);
+    int r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? -ENOENT
-                                : store_sql_error(conn, "finding an idempotency key");
-        if (r == 0) store_column_copy(stmt, 0, ret_id, ID_SIZE);
-        sqlite3_reset(stmt);
-    }
+                                : store_sql_error(&rd->conns[0], "finding an idempotency key");
+    if (r == 0) store_column_copy(stmt, 0, ret_id, ID_SIZE);
+    sqlite3_reset(stmt);
     return r;
 }
 

@@ -147,8 +147,9 @@ static store_t *st;
 static sched_t *sched;
 static fake_exec_t *fake;
 
-/* The store's shards for the next setup. */
+/* The store's shards, and its inline_blob_bytes unless 0, for the next setup. */
 static int setup_shards = 1;
+static uint64_t setup_inline_bytes = 0;
 
 /* sync_full: accepted jobs are made durable by the commit syncer, their answers wait for it. */
 static void setup(bool sync_full)
@@ -159,6 +160,7 @@ static void setup(bool sync_full)
     snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", state_dir);
     cfg.sync_full = sync_full;
     cfg.shards = setup_shards;
+    if (setup_inline_bytes) cfg.inline_blob_bytes = setup_inline_bytes;
     cfg.max_delay_us = 0;
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     ck_assert_int_eq(sched_new(&cfg, st, &sched), 0);
@@ -919,12 +921,12 @@ static size_t stored_jobs(void)
     return n;
 }
 
-/* No file may grow past the WAL's size now (a soft limit, until wal_limit_lift): the next
- * commit cannot append to the WAL. Returns that size. */
-static off_t wal_limit(struct rlimit *saved)
+/* No file may grow past the size of the WAL named name now (a soft limit, until
+ * wal_limit_lift): the next commit cannot append to that WAL. Returns that size. */
+static off_t wal_limit(const char *name, struct rlimit *saved)
 {
     char wal[PATH_MAX];
-    snprintf(wal, sizeof wal, "%s/gpujobd.db-wal", state_dir);
+    snprintf(wal, sizeof wal, "%s/%s", state_dir, name);
     struct stat ws;
     ck_assert_int_eq(stat(wal, &ws), 0);
     ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, saved), 0);
@@ -949,7 +951,7 @@ START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
 
     /* The next commit cannot append to the WAL, after its jobs have gone out. */
     struct rlimit saved;
-    off_t wal_size = wal_limit(&saved);
+    off_t wal_size = wal_limit("gpujobd.db-wal", &saved);
     fake->slots = 2;
     /* Inputs past store.inline_blob_bytes go to files of their own (which the limit lets
      * through), and a job that went out reads them still. */
@@ -1028,7 +1030,7 @@ START_TEST(test_a_start_lost_with_a_completions_commit_is_recorded_at_its_end)
 
     /* No commit can succeed until the limit is lifted. */
     struct rlimit saved;
-    wal_limit(&saved);
+    wal_limit("gpujobd.db-wal", &saved);
     fake_complete(fake, 0);
     ended_state("alice", a.ids[0]); /* answered once the completion has been handled */
     wal_limit_lift(&saved);
@@ -1065,7 +1067,7 @@ START_TEST(test_queued_jobs_go_out_after_a_completion_whose_outputs_cannot_be_pl
     pthread_mutex_unlock(&fake->lock);
 
     struct rlimit saved;
-    ck_assert_int_lt(wal_limit(&saved), N * ELEMS * 4);
+    ck_assert_int_lt(wal_limit("gpujobd.db-wal", &saved), N * ELEMS * 4);
     fake_complete(fake, 0);
     ended_state("alice", a.ids[0]); /* answered once the completion has been handled */
     fake_wait_batches(fake, 2);
@@ -1133,6 +1135,113 @@ START_TEST(test_a_round_of_few_jobs_goes_to_one_shard_and_a_round_of_many_is_spr
 }
 END_TEST
 
+static off_t state_file_size(const char *name)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", state_dir, name);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    return sb.st_size;
+}
+
+/* Fills shard 1's WAL past shard 0's (rounds of few jobs take turns: the first went to shard 0,
+ * this one goes to 1), so that a limit at its size stops shard 1's next commit and not shard
+ * 0's. Returns one of its ids. */
+static void grow_shard_one(reply_box_t *box, job_t *first)
+{
+    job_t *many[61];
+    many[0] = first;
+    for (int i = 1; i < 61; i++)
+        many[i] = lone_job("filler", 100);
+    submit(box, many, 61);
+    ck_assert_int_eq(store_id_shard(box->ids[0], 2), 1);
+    ck_assert_int_gt(state_file_size("gpujobd-1.db-wal"),
+                     state_file_size("gpujobd.db-wal") + 16384);
+}
+
+/* Two shards (the fixture's, with a 200 ms group commit and inputs of over 1 KiB in files of
+ * their own). A group commit that fails in shard 1 keeps what shard 0 committed: its
+ * submission is answered as accepted, with its input file, and only shard 1's fails. */
+START_TEST(test_a_commit_that_fails_in_one_shard_keeps_what_another_committed)
+{
+    fake->slots = 0;
+    reply_box_t r0, r1;
+    job_t *tiny = lone_job("alice", 4);
+    submit(&r0, &tiny, 1);
+    ck_assert_int_eq(store_id_shard(r0.ids[0], 2), 0);
+    grow_shard_one(&r1, lone_job("filler", 100));
+
+    /* One round: a keyed job (shard 0) with an 8 KiB input, and an array of 64 that goes to the
+     * shard with fewer of the round's jobs, 1. */
+    job_t **keyed = calloc(1, sizeof *keyed);
+    keyed[0] = lone_job("bob", 2048);
+    snprintf(keyed[0]->idempotency_key, sizeof keyed[0]->idempotency_key, "k1");
+    job_t **array = calloc(64, sizeof *array);
+    for (int i = 0; i < 64; i++)
+        array[i] = lone_job("carol", 4);
+    reply_box_t a, b;
+    box_init(&a);
+    box_init(&b);
+    struct rlimit saved;
+    wal_limit("gpujobd-1.db-wal", &saved);
+    sched_submit(sched, keyed, 1, on_reply, &a);
+    sched_submit(sched, array, 64, on_reply, &b);
+    box_wait(&a);
+    box_wait(&b);
+    wal_limit_lift(&saved);
+    ck_assert_int_eq(a.err, 0);
+    ck_assert_int_eq(store_id_shard(a.ids[0], 2), 0);
+    ck_assert_int_eq(b.err, -EIO);
+
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    job_t *job = NULL;
+    ck_assert_int_eq(store_job_get(rd, a.ids[0], &job), 0);
+    void *data = NULL;
+    ck_assert_int_eq(store_blob_read(rd, job->in[0].blob, job->in[0].nbytes, &data), 0);
+    free(data);
+    job_free(job);
+    store_list_query_t q = {.owner = "carol", .state = -1, .limit = 100};
+    job_t **rows = NULL;
+    size_t n = 9;
+    ck_assert_int_eq(store_jobs_list(rd, &q, &rows, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    free(rows);
+    store_reader_close(rd);
+}
+END_TEST
+
+/* A round of ends that commits in shard 0 and fails in shard 1: the end shard 0 committed is
+ * the one its waiter hears, not recorded again. */
+START_TEST(test_an_end_committed_in_one_shard_is_answered_as_stored)
+{
+    fake->slots = 0;
+    reply_box_t r0, r1, r2;
+    job_t *a = add_job("alice", 4, 0);
+    submit(&r0, &a, 1);
+    ck_assert_int_eq(store_id_shard(r0.ids[0], 2), 0);
+    grow_shard_one(&r1, add_job("alice", 4, 0)); /* the same batch key as a */
+    fake->slots = 1;
+    job_t *z = lone_job("zed", 4);
+    submit(&r2, &z, 1); /* the next dispatch sends a and its twin in shard 1 together */
+    fake_wait_batches(fake, 1);
+    ck_assert_int_eq(fake->got[0]->n, 2);
+
+    reply_box_t wa;
+    box_init(&wa);
+    sched_wait(sched, "alice", r0.ids[0], 5000, on_reply, &wa);
+    usleep(50 * 1000);
+    struct rlimit saved;
+    wal_limit("gpujobd-1.db-wal", &saved);
+    fake_complete(fake, 0);
+    box_wait(&wa);
+    wal_limit_lift(&saved);
+    ck_assert_int_eq(wa.err, 0);
+    ck_assert_int_eq(wa.states[0], JOB_SUCCEEDED);
+    ck_assert_int_eq(stored_state(r0.ids[0]), JOB_SUCCEEDED);
+}
+END_TEST
+
 static void start_sched_limited(void)
 {
     setup(false);
@@ -1145,6 +1254,17 @@ static void start_sched_limited(void)
 static void start_sched(void)
 {
     setup(false);
+    ck_assert_int_eq(sched_start(sched), 0);
+}
+
+static void start_sched_two_shards(void)
+{
+    setup_shards = 2;
+    setup_inline_bytes = 1024;
+    setup(false);
+    setup_shards = 1;
+    setup_inline_bytes = 0;
+    cfg.commit_delay_us = 200 * 1000;
     ck_assert_int_eq(sched_start(sched), 0);
 }
 
@@ -1216,6 +1336,12 @@ int main(void)
     tcase_add_test(sharded,
                    test_a_round_of_few_jobs_goes_to_one_shard_and_a_round_of_many_is_spread);
     suite_add_tcase(s, sharded);
+    TCase *two = tcase_create("two shards");
+    tcase_add_checked_fixture(two, start_sched_two_shards, teardown);
+    tcase_set_timeout(two, 30);
+    tcase_add_test(two, test_a_commit_that_fails_in_one_shard_keeps_what_another_committed);
+    tcase_add_test(two, test_an_end_committed_in_one_shard_is_answered_as_stored);
+    suite_add_tcase(s, two);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
