@@ -102,6 +102,21 @@ start_daemon() {
 # commit (59k against 41k jobs/s on nvidia-h200 in session 13).
 arrays16=(--modes array --array 100 --array-concurrency 16)
 
+# Runs bench_loadgen with the arguments given and writes, beside the table (to $1.md, appended),
+# what the daemon wrote to disk meanwhile ($1-io.json: /proc/PID/io's write_bytes and the
+# seconds): arrays of tiny jobs are bound by the disk once the loop is not.
+loadgen_io() {
+  local name=$1 w0 w1 t0 t1
+  shift
+  w0=$(awk '/^write_bytes/ {print $2}' /proc/$pid/io)
+  t0=$(date +%s.%N)
+  "$loadgen" "$@" >>"$dir/$name.md"
+  w1=$(awk '/^write_bytes/ {print $2}' /proc/$pid/io)
+  t1=$(date +%s.%N)
+  echo "{\"write_bytes\": $((w1 - w0)), \"seconds\": $(awk -v a=$t0 -v b=$t1 'BEGIN {print b - a}')}" \
+    >"$dir/$name-io.json"
+}
+
 # SIGTERM, then waits for the process of start_daemon (or the peer) to exit.
 stop() {
   kill -TERM "$pid"
@@ -115,8 +130,7 @@ part_tiny() {
   # The same jobs with their tensors in a binary section (no base64), which the peer lacks.
   "$loadgen" --duration "$duration" --modes submit,array --encoding binary "$url" \
     >"$dir/tiny-binary.md"
-  "$loadgen" --duration "$duration" "${arrays16[@]}" --encoding binary "$url" \
-    >>"$dir/tiny-binary.md"
+  loadgen_io tiny-binary --duration "$duration" "${arrays16[@]}" --encoding binary "$url"
   local c mark
   for c in 1 16 64; do
     mark=$("$py" $here/server_side.py "$url" --mark)
@@ -138,6 +152,11 @@ part_tiny() {
   done
   "$loadgen" --duration "$duration" --modes waited --concurrency 1,16,64 --encoding binary \
     --outputs binary "$url" >>"$dir/tiny-binary.md"
+  stop
+  # The same arrays on a store of four shards, whose row writes run side by side.
+  start_daemon tiny-shards --set store.shards=4
+  "$loadgen" --duration 1 "${arrays16[@]}" --encoding binary "$url" >/dev/null
+  loadgen_io tiny-shards --duration "$duration" "${arrays16[@]}" --encoding binary "$url"
   stop
 }
 
