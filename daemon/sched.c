@@ -1132,21 +1132,6 @@ static void on_batch_done(exec_batch_t *batch, void *ud)
 
 static void maybe_finish_stop(sched_t *s);
 
-/* The store could not record job's end (err), inside a transaction or outside one: the job
- * ends failed with the reason instead, when it was to succeed (a full disk while writing the
- * outputs, say); when even that fails, the store keeps it unended and the next start runs it
- * again, which the log says. */
-static void end_refused(sched_t *s, job_t *job, int err)
-{
-    log_error("job %s: could not record its end: %s", job->id, strerror(-err));
-    if (job->state == JOB_SUCCEEDED) {
-        job->state = JOB_FAILED;
-        job_set_error(job, "store_failed", "the outputs could not be stored: %s", strerror(-err));
-        if (store_job_update(s->st, job) >= 0) return;
-    }
-    log_error("job %s stays unended in the store and runs again after a restart", job->id);
-}
-
 /* Removes the files on_batch_done wrote for a job's outputs, which no row will name. */
 static void discard_outputs(sched_t *s, const job_t *job)
 {
@@ -1154,16 +1139,31 @@ static void discard_outputs(sched_t *s, const job_t *job)
         store_blob_discard(s->st, job->out[j].blob);
 }
 
-/* store_flush's report of a deferred write that failed: an end is dealt with here (a job that
- * was to succeed and fails instead loses its outputs' files, as end_jobs takes those of jobs
- * that failed), and the start recorded ahead of it when it was lost (record_end) leaves it to
- * the end; a start of a job still running fails the transaction. */
+/* The store could not record job's end (err), inside a transaction or outside one: the job
+ * ends failed with the reason instead, when it was to succeed (a full disk while writing the
+ * outputs, say), and the files of its outputs go; when even that fails, the store keeps it
+ * unended and the next start runs it again, which the log says. */
+static void end_refused(sched_t *s, job_t *job, int err)
+{
+    log_error("job %s: could not record its end: %s", job->id, strerror(-err));
+    bool recorded = false;
+    if (job->state == JOB_SUCCEEDED) {
+        discard_outputs(s, job);
+        job->state = JOB_FAILED;
+        job_set_error(job, "store_failed", "the outputs could not be stored: %s", strerror(-err));
+        recorded = store_job_update(s->st, job) >= 0;
+    }
+    if (!recorded)
+        log_error("job %s stays unended in the store and runs again after a restart", job->id);
+}
+
+/* store_flush's report of a deferred write that failed: an end is dealt with here, and the
+ * start recorded ahead of it when it was lost (record_end) leaves it to the end; a start of a
+ * job still running fails the transaction. */
 static int end_unrecorded(job_t *job, job_state_t written, int err, void *ud)
 {
     if (!job_state_is_final(job->state)) return err;
-    if (!job_state_is_final(written)) return 0;
-    end_refused(ud, job, err);
-    if (written == JOB_SUCCEEDED && job->state != JOB_SUCCEEDED) discard_outputs(ud, job);
+    if (job_state_is_final(written)) end_refused(ud, job, err);
     return 0;
 }
 
@@ -1202,9 +1202,10 @@ static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
         }
         job->finished_us = now;
         job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
-        if (record) record_end(s, e);
-        /* A failed job keeps no outputs: files on_batch_done wrote for them go. */
+        /* A failed job keeps no outputs: files on_batch_done wrote for them go (those of a
+         * job whose success the store refuses go with end_refused). */
         if (job->state != JOB_SUCCEEDED) discard_outputs(s, job);
+        if (record) record_end(s, e);
     }
     /* Counters before the waiters: one that wakes up and reads /metrics sees the batch ended. */
     atomic_fetch_sub(&s->running, batch->n);

@@ -75,6 +75,9 @@ typedef struct shard {
     bool relaxed;         /* the open transaction began with store_begin_relaxed (with sync_full) */
     bool raised;          /* synchronous is FULL for the open transaction or write (raise_sync) */
     bool write_savepoint; /* the open write has a savepoint (write_begin) */
+    /* SQLite rolled the open transaction back by itself after an error: nothing more is
+     * written in it (a write would commit on its own), and it cannot commit. */
+    bool aborted;
     uint64_t txn_row_bytes; /* small tensors' bytes the open transaction put in rows */
     /* blob_refs changes: the open write's, and the open transaction's (its writes' that were
      * kept), which its commit writes, one statement per file rather than one per tensor. */
@@ -910,6 +913,7 @@ static int begin(shard_t *sh, bool relaxed)
  * transaction leaves alone cost it nothing. */
 static int touch(shard_t *sh)
 {
+    if (sh->aborted) return -EIO;
     return sh->st->in_txn && !sh->in_txn ? begin(sh, sh->st->relaxed) : 0;
 }
 
@@ -942,6 +946,7 @@ static void txn_end(shard_t *sh, bool committed)
     sh->txn_refs.n = 0; /* written by the commit, or gone with the rollback */
     sh->in_txn = false;
     sh->relaxed = false;
+    sh->aborted = false;
     lower_sync(sh);
 }
 
@@ -949,7 +954,7 @@ static int shard_commit(shard_t *sh)
 {
     /* The segment bytes its rows name reach the disk first, relaxed or not: then WAL frames
      * that survive a power loss never name bytes that did not. */
-    int r = store_segment_sync(&sh->segment);
+    int r = sh->aborted ? -EIO : store_segment_sync(&sh->segment);
     if (r == 0) r = refs_write(sh, &sh->txn_refs);
     if (r == 0) r = store_stmt_run(&sh->conn, STMT_COMMIT, "COMMIT");
     if (r == 0) {
@@ -986,6 +991,7 @@ static int shard_rollback(shard_t *sh)
  * which store_committed_shards tells. */
 int store_commit(store_t *st)
 {
+    st->committed = 0;
     if (!st->in_txn) return log_error_errno(-EINVAL, "store: store_commit without store_begin");
     int r = store_flush(st, NULL, NULL);
     bool wants[STORE_MAX_SHARDS];
@@ -995,7 +1001,6 @@ int store_commit(store_t *st)
         if (!st->relaxed && sh->n_unlink_committed > 0 && r == 0) r = touch(sh);
         wants[k] = sh->in_txn;
     }
-    st->committed = 0;
     if (r == 0 && st->parallel_txn) {
         run_on_shards(st, TASK_COMMIT, wants, true);
         for (int k = 0; k < st->n_shards; k++) {
@@ -1066,6 +1071,14 @@ static void write_reset(shard_t *sh)
     sh->cols.len = sh->data.len = 0;
 }
 
+/* SQLite rolled back the shard's open transaction after an error in one of its writes. */
+static void abort_txn(shard_t *sh)
+{
+    log_error("store: SQLite rolled back the whole open transaction of shard %d after an error",
+              sh->index);
+    sh->aborted = true;
+}
+
 /* Outside a transaction the write commits by itself, durably. A write of one statement inside
  * a transaction (one_statement, its file counts all noted already) needs no savepoint: SQLite
  * undoes a failed statement by itself, and room for the counts is made here, so that nothing
@@ -1088,7 +1101,7 @@ static int write_end(shard_t *sh, int r)
         if (r == 0)
             refs_merge(&sh->txn_refs, &sh->write_refs);
         else if (sqlite3_get_autocommit(sh->conn.db))
-            log_error("store: SQLite rolled back the whole open transaction after an error");
+            abort_txn(sh);
         return r;
     }
     /* Outside a transaction the release commits: the segment bytes and the file counts go
@@ -1111,7 +1124,7 @@ static int write_end(shard_t *sh, int r)
         store_stmt_run(&sh->conn, STMT_RELEASE, "undoing a failed write");
         if (!sh->in_txn && !sqlite3_get_autocommit(sh->conn.db)) store_exec(&sh->conn, "ROLLBACK");
     } else if (sh->in_txn) {
-        log_error("store: SQLite rolled back the whole open transaction after an error");
+        abort_txn(sh);
     }
     if (!sh->in_txn) {
         lower_sync(sh);

@@ -1146,7 +1146,7 @@ static off_t state_file_size(const char *name)
 
 /* Fills shard 1's WAL past shard 0's (rounds of few jobs take turns: the first went to shard 0,
  * this one goes to 1), so that a limit at its size stops shard 1's next commit and not shard
- * 0's. Returns one of its ids. */
+ * 0's. first is one of its jobs; box gets the answer. */
 static void grow_shard_one(reply_box_t *box, job_t *first)
 {
     job_t *many[61];
@@ -1159,9 +1159,10 @@ static void grow_shard_one(reply_box_t *box, job_t *first)
                      state_file_size("gpujobd.db-wal") + 16384);
 }
 
-/* Two shards (the fixture's, with a 200 ms group commit and inputs of over 1 KiB in files of
+/* Two shards (the fixture's, with a 1 s group commit and inputs of over 1 KiB in files of
  * their own). A group commit that fails in shard 1 keeps what shard 0 committed: its
- * submission is answered as accepted, with its input file, and only shard 1's fails. */
+ * submission is answered as accepted and queued, with its input file, and only shard 1's
+ * fails. */
 START_TEST(test_a_commit_that_fails_in_one_shard_keeps_what_another_committed)
 {
     fake->slots = 0;
@@ -1192,6 +1193,7 @@ START_TEST(test_a_commit_that_fails_in_one_shard_keeps_what_another_committed)
     ck_assert_int_eq(a.err, 0);
     ck_assert_int_eq(store_id_shard(a.ids[0], 2), 0);
     ck_assert_int_eq(b.err, -EIO);
+    ck_assert_int_eq(stored_state(a.ids[0]), JOB_QUEUED);
 
     store_reader_t *rd;
     ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
@@ -1212,25 +1214,26 @@ START_TEST(test_a_commit_that_fails_in_one_shard_keeps_what_another_committed)
 END_TEST
 
 /* A round of ends that commits in shard 0 and fails in shard 1: the end shard 0 committed is
- * the one its waiter hears, not recorded again. */
+ * the one its waiter hears, not recorded again; the end shard 1 refused takes the file of its
+ * job's output along (the jobs' 1,600-byte tensors are files of their own). */
 START_TEST(test_an_end_committed_in_one_shard_is_answered_as_stored)
 {
     fake->slots = 0;
     reply_box_t r0, r1, r2;
-    job_t *a = add_job("alice", 4, 0);
+    job_t *a = add_job("alice", 400, 0);
     submit(&r0, &a, 1);
     ck_assert_int_eq(store_id_shard(r0.ids[0], 2), 0);
-    grow_shard_one(&r1, add_job("alice", 4, 0)); /* the same batch key as a */
+    grow_shard_one(&r1, add_job("alice", 400, 0)); /* the same batch key as a */
     fake->slots = 1;
     job_t *z = lone_job("zed", 4);
     submit(&r2, &z, 1); /* the next dispatch sends a and its twin in shard 1 together */
     fake_wait_batches(fake, 1);
     ck_assert_int_eq(fake->got[0]->n, 2);
+    ck_assert_int_eq(blob_files(), 4); /* the two jobs' inputs */
 
     reply_box_t wa;
     box_init(&wa);
     sched_wait(sched, "alice", r0.ids[0], 5000, on_reply, &wa);
-    usleep(50 * 1000);
     struct rlimit saved;
     wal_limit("gpujobd-1.db-wal", &saved);
     fake_complete(fake, 0);
@@ -1239,6 +1242,7 @@ START_TEST(test_an_end_committed_in_one_shard_is_answered_as_stored)
     ck_assert_int_eq(wa.err, 0);
     ck_assert_int_eq(wa.states[0], JOB_SUCCEEDED);
     ck_assert_int_eq(stored_state(r0.ids[0]), JOB_SUCCEEDED);
+    ck_assert_int_eq(blob_files(), 5); /* and a's output */
 }
 END_TEST
 
@@ -1264,7 +1268,7 @@ static void start_sched_two_shards(void)
     setup(false);
     setup_shards = 1;
     setup_inline_bytes = 0;
-    cfg.commit_delay_us = 200 * 1000;
+    cfg.commit_delay_us = 1000 * 1000; /* so that a test's submissions share a round */
     ck_assert_int_eq(sched_start(sched), 0);
 }
 
