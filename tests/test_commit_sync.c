@@ -35,11 +35,18 @@ static void on_done(commit_sync_item_t *item, int err)
     pthread_mutex_unlock(&lock);
 }
 
-static void request(commit_sync_t *cs, probe_t *p)
+/* Queues p, waiting for the syncs of the WAL files wals names (0: all). */
+static void request_wals(commit_sync_t *cs, probe_t *p, unsigned wals)
 {
     memset(p, 0, sizeof *p);
     p->item.done = on_done;
+    p->item.wals = wals;
     commit_sync_request(cs, &p->item);
+}
+
+static void request(commit_sync_t *cs, probe_t *p)
+{
+    request_wals(cs, p, 0);
 }
 
 /* Waits (at most 5 s) until p is done; returns its error. */
@@ -191,15 +198,9 @@ START_TEST(test_an_item_waits_for_the_wal_files_it_names)
     commit_sync_t *cs;
     ck_assert_int_eq(commit_sync_start(wals, 2, NULL, &cs), 0);
     probe_t good, bad;
-    memset(&good, 0, sizeof good);
-    good.item.done = on_done;
-    good.item.wals = 1u << 0;
-    commit_sync_request(cs, &good.item);
+    request_wals(cs, &good, 1u << 0);
     ck_assert_int_eq(wait_done(&good), 0);
-    memset(&bad, 0, sizeof bad);
-    bad.item.done = on_done;
-    bad.item.wals = 1u << 1;
-    commit_sync_request(cs, &bad.item);
+    request_wals(cs, &bad, 1u << 1);
     ck_assert_int_eq(wait_done(&bad), -EINVAL);
     commit_sync_free(cs);
     store_close(st);
