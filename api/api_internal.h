@@ -230,6 +230,8 @@ bool api_body_streams_to_file(const api_env_t *env, const char *method, const ch
 /* The job JSON of lists and submissions: outputs described, without their data. A new
  * reference. */
 json_t *api_job_json(const job_t *job);
+/* The JSON of n jobs: a list, or (list false) the first alone. */
+json_t *api_jobs_json(job_t *const *jobs, size_t n, bool list);
 /* Answers with the job's JSON, outputs inlined up to cfg->max_inline_output_bytes (read
  * through the calling thread's store reader when not in memory): as JSON numbers, or in a
  * binary section after the JSON when the request's Accept header puts

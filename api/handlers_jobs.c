@@ -25,6 +25,15 @@ json_t *api_job_json(const job_t *job)
     return job_json_from_job(job, 0, NULL, NULL, NULL);
 }
 
+json_t *api_jobs_json(job_t *const *jobs, size_t n, bool list)
+{
+    if (!list) return n ? api_job_json(jobs[0]) : NULL;
+    json_t *body = json_array();
+    for (size_t i = 0; body && i < n; i++)
+        json_array_append_new(body, api_job_json(jobs[i]));
+    return body;
+}
+
 /* True when the Accept header names application/octet-stream before application/json (a
  * client that reads binary sections); absent, or naming neither, JSON. */
 static bool accepts_binary(const api_request_t *req)
@@ -164,14 +173,7 @@ static void submit_reply(void *token, const sched_result_t *res)
         *res->take_jobs = true;
         api_respond_jobs_later(req, status, (job_t **)res->jobs, res->n_jobs, req->submit_is_list);
     } else {
-        json_t *body;
-        if (req->submit_is_list) {
-            body = json_array();
-            for (size_t i = 0; i < res->n_jobs; i++)
-                json_array_append_new(body, api_job_json(res->jobs[i]));
-        } else {
-            body = api_job_json(res->jobs[0]);
-        }
+        json_t *body = api_jobs_json(res->jobs, res->n_jobs, req->submit_is_list);
         if (req->submit_waits) {
             req->submit_status = status;
             req->submit_answer = body;

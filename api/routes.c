@@ -199,16 +199,7 @@ void api_response_build(api_request_t *req)
 {
     api_response_t *resp = &req->resp;
     if (!resp->jobs) return;
-    json_t *body = resp->jobs_list ? json_array() : NULL;
-    for (size_t i = 0; i < resp->n_jobs && (body || !resp->jobs_list); i++) {
-        if (!resp->jobs_list) {
-            body = api_job_json(resp->jobs[i]);
-            break;
-        }
-        json_array_append_new(body, api_job_json(resp->jobs[i]));
-    }
-    int status = resp->status;
-    api_respond_json(req, status, body); /* clears the jobs */
+    api_respond_json(req, resp->status, api_jobs_json(resp->jobs, resp->n_jobs, resp->jobs_list));
 }
 
 void api_respond_bytes(api_request_t *req, int status, const char *content_type, void *body,

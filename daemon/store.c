@@ -35,10 +35,6 @@ typedef struct ref_deltas {
     size_t n, cap;
 } ref_deltas_t;
 
-/* One database file of the store and what its writes keep between statements: the store's
- * jobs are spread over its shards by id (store_id_shard), each a SQLite file of its own with
- * the whole schema; buffers live in shard 0. Files under blobs/ are shared: a job tensor in any
- * shard may name one, and one goes only when no shard names it. */
 /* What a shard's thread is woken for: its deferred writes, or its part of a commit. */
 typedef enum shard_task { TASK_WRITES, TASK_COMMIT } shard_task_t;
 
@@ -52,6 +48,10 @@ typedef struct deferred {
     int result;
 } deferred_t;
 
+/* One database file of the store and what its writes keep between statements: the store's
+ * jobs are spread over its shards by id (store_id_shard), each a SQLite file of its own with
+ * the whole schema; buffers live in shard 0. Files under blobs/ are shared: a job tensor in any
+ * shard may name one, and one goes only when no shard names it. */
 typedef struct shard {
     store_t *st; /* the store it belongs to */
     int index;
@@ -68,9 +68,7 @@ typedef struct shard {
     shard_task_t task; /* what go asks for */
     int commit_result; /* of a TASK_COMMIT */
     store_conn_t conn;
-    uint64_t inline_blob_bytes;
     store_segment_t segment; /* where small tensors' bytes go (store_segment.c) */
-    bool sync_full;          /* commits are fsync'd ([store] sync_full) */
     bool in_txn;
     bool relaxed;         /* the open transaction began with store_begin_relaxed (with sync_full) */
     bool raised;          /* synchronous is FULL for the open transaction or write (raise_sync) */
@@ -120,6 +118,7 @@ struct store {
     int running;
     bool stopping;
     uint64_t inline_blob_bytes;
+    bool sync_full; /* durable commits are fsync'd ([store] sync_full) */
     char blobs_dir[PATH_MAX];
     void (*checkpoint_due)(void *arg);
     void *checkpoint_arg;
@@ -514,8 +513,6 @@ static int shard_open(store_t *st, int k, const config_t *cfg, int *ret_version_
     shard_t *sh = &st->shards[k];
     sh->st = st;
     sh->index = k;
-    sh->inline_blob_bytes = cfg->inline_blob_bytes;
-    sh->sync_full = cfg->sync_full;
     store_segment_init(&sh->segment);
     pthread_mutex_init(&sh->checkpoint_lock, NULL);
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
@@ -532,15 +529,6 @@ static int shard_open(store_t *st, int k, const config_t *cfg, int *ret_version_
     if (r == 0) r = store_user_version(&sh->conn, ret_version_before);
     if (r == 0) r = migrate(&sh->conn);
     return r;
-}
-
-static void shard_close(shard_t *sh)
-{
-    if (sh->in_txn) {
-        log_warn("store: closing with a transaction open: rolling it back");
-        store_rollback(sh->st);
-    }
-    store_segment_close(&sh->segment, &sh->maybe_unused);
 }
 
 /* The shard count of the store (n_shards, from the setting in shard 0; a store from before
@@ -585,6 +573,7 @@ int store_open(const config_t *cfg, store_t **ret)
     store_t *st = calloc(1, sizeof *st);
     if (!st) return -ENOMEM;
     st->inline_blob_bytes = cfg->inline_blob_bytes;
+    st->sync_full = cfg->sync_full;
     if (snprintf(st->blobs_dir, sizeof st->blobs_dir, "%s/blobs", cfg->state_dir) >=
         (int)sizeof st->blobs_dir) {
         free(st);
@@ -615,8 +604,12 @@ void store_close(store_t *st)
 {
     if (!st) return;
     stop_shard_threads(st);
+    if (st->in_txn) {
+        log_warn("store: closing with a transaction open: rolling it back");
+        store_rollback(st);
+    }
     for (int k = 0; k < st->n_shards; k++)
-        shard_close(&st->shards[k]);
+        store_segment_close(&st->shards[k].segment, &st->shards[k].maybe_unused);
     files_settle(st);
     for (int k = 0; k < st->n_shards; k++) {
         shard_t *sh = &st->shards[k];
@@ -746,7 +739,7 @@ static int shard_place_small(shard_t *sh, job_t *const *jobs, size_t n, bool out
     size_t count = 0;
     for (size_t i = 0; i < n; i++)
         for (int j = 0; j < OP_MAX_TENSORS; j++) {
-            const job_tensor_t *t = packable(sh->inline_blob_bytes, jobs[i], outputs, j);
+            const job_tensor_t *t = packable(sh->st->inline_blob_bytes, jobs[i], outputs, j);
             if (!t) continue;
             total += t->nbytes;
             count++;
@@ -763,7 +756,7 @@ static int shard_place_small(shard_t *sh, job_t *const *jobs, size_t n, bool out
     }
     for (size_t i = 0; i < n; i++)
         for (int j = 0; j < OP_MAX_TENSORS; j++) {
-            job_tensor_t *t = packable(sh->inline_blob_bytes, jobs[i], outputs, j);
+            job_tensor_t *t = packable(sh->st->inline_blob_bytes, jobs[i], outputs, j);
             if (!t) continue;
             blob_file_t file;
             uint64_t offset;
@@ -880,7 +873,7 @@ static int unlink_after_commit(shard_t *sh, const blob_file_t *files, size_t n)
  * transactions switch, and the job path's relaxed ones do not. */
 static int raise_sync(shard_t *sh)
 {
-    if (!sh->sync_full) return 0;
+    if (!sh->st->sync_full) return 0;
     int r = store_stmt_run(&sh->conn, STMT_SYNC_FULL, "raising synchronous to FULL");
     sh->raised = r == 0;
     return r;
@@ -904,7 +897,7 @@ static int begin(shard_t *sh, bool relaxed)
         return r;
     }
     sh->in_txn = true;
-    sh->relaxed = relaxed && sh->sync_full;
+    sh->relaxed = relaxed && sh->st->sync_full;
     sh->txn_row_bytes = 0;
     return 0;
 }
@@ -1055,7 +1048,7 @@ int store_rollback(store_t *st)
 
 int store_wal_paths(const store_t *st, const char *ret[STORE_MAX_SHARDS])
 {
-    if (!st->shards[0].sync_full) return 0;
+    if (!st->sync_full) return 0;
     for (int k = 0; k < st->n_shards; k++)
         ret[k] = sqlite3_filename_wal(sqlite3_db_filename(st->shards[k].conn.db, "main"));
     return st->n_shards;
@@ -1187,7 +1180,7 @@ static int place_bytes(shard_t *sh, bool segments, const void *data, uint64_t nb
                                    blob);
         memcpy(rec->file, loc.file, sizeof loc.file);
         rec->offset = loc.offset;
-    } else if (nbytes > sh->inline_blob_bytes) {
+    } else if (nbytes > sh->st->inline_blob_bytes) {
         int r = store_blob_file_write(sh->conn.blobs_dir, data, nbytes, rec->file);
         if (r < 0) return r;
         memcpy(written->files[written->n++], rec->file, sizeof(blob_file_t));
@@ -1529,7 +1522,7 @@ static void run_deferred(shard_t *sh)
         job_state_t now = d->job->state;
         d->job->state = d->state;
         if (d->kind == DEFER_INSERT) {
-            char id[ID_SIZE];
+            char id[ID_SIZE]; /* the insert writes it back into the job */
             memcpy(id, d->job->id, ID_SIZE);
             d->result = shard_job_insert(sh, d->job, id);
         } else {
