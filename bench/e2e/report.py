@@ -6,10 +6,11 @@ each met or missed, then the figures behind them (standard library only).
               [--gemm-jobs N]
 
 DIR holds what the parts wrote: tiny.md, tiny-binary.md, tiny-shards.md (arrays on a store of
-four shards) and peer.md (bench_loadgen tables), tiny-binary-io.json and tiny-shards-io.json
-(what the daemon wrote during their arrays rows), server-c*.json and server-binary-c*.json, gemm-batched.json, gemm-unbatched.json, large.json,
-pcie.json, and PART.skipped (one line: why the part did not run or failed) for each part that
-has no figures."""
+four shards), tiny-memory.md (the same with the state on tmpfs) and peer.md (bench_loadgen
+tables), tiny-binary-io.json, tiny-shards-io.json and tiny-memory-io.json (what the daemon
+wrote during their arrays rows), server-c*.json and server-binary-c*.json, gemm-batched.json,
+gemm-unbatched.json and their -memory twins, large.json, pcie.json, and PART.skipped (one line:
+why the part did not run or failed) for each part that has no figures."""
 import argparse
 import json
 import os
@@ -280,6 +281,40 @@ def large_section(rep, out):
                f"{num(frac, 2)} ({num(best, 2)} of {num(ceiling, 2)} GB/s)")
 
 
+def memory_section(rep, out):
+    """The arrays on four shards and the GEMMs with the state on disk and on tmpfs."""
+    out.append("## Without the disk: the state on tmpfs\n")
+    mem = read_loadgen(os.path.join(rep.dir, "tiny-memory.md"))
+    if not mem:
+        out.append(f"{rep.why_missing('memory')}\n")
+        return
+    out.append("| measure | state on disk | state on tmpfs |\n|---|---:|---:|")
+    rows = []
+    for name in ("tiny-shards", "tiny-memory"):
+        row = read_loadgen(os.path.join(rep.dir, name + ".md")).get(("array", 16, 100), {})
+        io = read_json(os.path.join(rep.dir, name + "-io.json")) or {}
+        rate = io["write_bytes"] / io["seconds"] / 1e9 if io.get("seconds") else None
+        rows.append((row.get("jobs_s"), rate))
+    out.append(f"| arrays of 100 from 16 clients (binary), four shards, jobs/s "
+               f"| {num(rows[0][0])} | {num(rows[1][0])} |")
+    out.append(f"| written to the block device meanwhile, GB/s | {num(rows[0][1], 2)} "
+               f"| {num(rows[1][1], 2)} |")
+    spans = []
+    for suffix in ("", "-memory"):
+        b = read_json(os.path.join(rep.dir, f"gemm-batched{suffix}.json"))
+        u = read_json(os.path.join(rep.dir, f"gemm-unbatched{suffix}.json"))
+        spans.append((b and b["jobs_per_s_exec"], u and u["jobs_per_s_exec"]))
+    out.append(f"| GEMMs batched, jobs/s (execution span) | {num(spans[0][0])} "
+               f"| {num(spans[1][0])} |")
+    out.append(f"| GEMMs unbatched, jobs/s (execution span) | {num(spans[0][1])} "
+               f"| {num(spans[1][1])} |")
+    out.append(f"| batched / unbatched | {num(ratio(*spans[0]), 1)}x "
+               f"| {num(ratio(*spans[1]), 1)}x |")
+    out.append("\nThe same loads with the daemons' state dirs on tmpfs (/dev/shm): what the daemon "
+               "does when the disk does not bound it. Not a setup to run, as nothing there "
+               "survives the machine; the targets above are measured on disk.\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir")
@@ -296,6 +331,7 @@ def main():
     server_section(rep, body)
     gemm_section(rep, body)
     large_section(rep, body)
+    memory_section(rep, body)
 
     out = ["# gpujobd end to end (bench/e2e/run.sh)\n",
            f"gpujobd on its {args.backend} backend; GPU: {args.gpu}; {args.cores} cores; "

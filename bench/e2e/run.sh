@@ -11,7 +11,9 @@
 #   gemm     4,096 gemm 64^3 jobs on a default daemon and on one with batching off
 #            (scheduler.max_batch=1) (gemm_batching.py);
 #   large    two resident uploads of --large-bytes and dot jobs on them (large_job.py);
-#   pcie     the pinned host-to-device ceiling, with PyTorch (pcie_ceiling.py).
+#   pcie     the pinned host-to-device ceiling, with PyTorch (pcie_ceiling.py);
+#   memory   the arrays on four shards and the GEMMs again, with the state on tmpfs: the
+#            daemon's own ceiling when the disk does not bound it.
 # A part that cannot run (no PyTorch or aiohttp, no GPU) is reported as skipped, one that fails
 # as failed, each with the reason, and the rest goes on; the exit status is 1 when a part
 # failed. Builds nothing: run scripts/build.sh first.
@@ -59,6 +61,9 @@ for bin in "$gpujobd" "$loadgen"; do
 done
 
 dir=$(mktemp -d /tmp/gpujobd-e2ebench-XXXXXX)
+# Where start_daemon puts state dirs: $dir, or $shm_dir (tmpfs) in the memory part.
+state_root=$dir
+shm_dir=/dev/shm/${dir##*/}
 # Every process a part starts is listed here, so that whoever ends first can stop it.
 : >"$dir/pids"
 stop_started() {
@@ -67,7 +72,7 @@ stop_started() {
     if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
   done <"$dir/pids"
 }
-trap 'stop_started; rm -rf "$dir"' EXIT
+trap 'stop_started; rm -rf "$dir" "$shm_dir"' EXIT
 
 # Waits for "listening on http://..." in log, written by process pid; prints the URL.
 wait_for_url() {
@@ -91,8 +96,9 @@ start_daemon() {
   local name=$1
   shift
   : >"$dir/$name.conf"
-  "$gpujobd" --config "$dir/$name.conf" --listen 127.0.0.1:0 --state-dir "$dir/$name-state" \
-    --backend "$backend" --log-level info "$@" 2>"$dir/$name.log" &
+  "$gpujobd" --config "$dir/$name.conf" --listen 127.0.0.1:0 \
+    --state-dir "$state_root/$name-state" --backend "$backend" --log-level info "$@" \
+    2>"$dir/$name.log" &
   pid=$!
   echo "$pid" >>"$dir/pids"
   url=$(wait_for_url "$dir/$name.log" "$pid")
@@ -178,15 +184,22 @@ if sys.argv[1].startswith("cuda") and not torch.cuda.is_available():
   stop
 }
 
+# The GEMMs on a default daemon and on one with batching off; SUFFIX (may be empty) ends the
+# names of the daemons and of their gemm-batched / gemm-unbatched .json files.
+gemm_pair() {
+  local suffix=$1 label args
+  for label in batched unbatched; do
+    args=()
+    if [ $label = unbatched ]; then args=(--set scheduler.max_batch=1); fi
+    start_daemon "gemm-$label$suffix" "${args[@]}"
+    "$py" $here/gemm_batching.py "$url" --jobs "$gemm_jobs" --arrays "$gemm_arrays" \
+      --warmup "$gemm_warmup" --label $label --json "$dir/gemm-$label$suffix.json"
+    stop
+  done
+}
+
 part_gemm() {
-  start_daemon gemm-batched
-  "$py" $here/gemm_batching.py "$url" --jobs "$gemm_jobs" --arrays "$gemm_arrays" \
-    --warmup "$gemm_warmup" --label batched --json "$dir/gemm-batched.json"
-  stop
-  start_daemon gemm-unbatched --set scheduler.max_batch=1
-  "$py" $here/gemm_batching.py "$url" --jobs "$gemm_jobs" --arrays "$gemm_arrays" \
-    --warmup "$gemm_warmup" --label unbatched --json "$dir/gemm-unbatched.json"
-  stop
+  gemm_pair ""
 }
 
 part_large() {
@@ -194,6 +207,25 @@ part_large() {
   "$py" $here/large_job.py "$url" --bytes "$large_bytes" --jobs "$large_jobs" \
     --disk-dir "$dir" --json "$dir/large.json"
   stop
+}
+
+# The arrays on four shards and the GEMMs again with the state dirs on tmpfs: what the daemon
+# does when the disk does not bound it (on nvidia-h200 the arrays wrote 1.0-1.1 GB/s on disk,
+# as fast as this disk syncs them). Not a setup to run: nothing there survives the machine.
+part_memory() {
+  local free need=$((quick ? 2 : 16))
+  free=$(df --output=avail -k /dev/shm 2>/dev/null | tail -n 1) || free=0
+  if [ "${free:-0}" -lt $((need << 20)) ]; then
+    echo "skipped: /dev/shm has less than $need GiB free" >"$dir/memory.skipped"
+    return 0
+  fi
+  mkdir "$shm_dir"
+  state_root=$shm_dir
+  start_daemon tiny-memory --set store.shards=4
+  "$loadgen" --duration 1 "${arrays16[@]}" --encoding binary "$url" >/dev/null
+  loadgen_io tiny-memory --duration "$duration" "${arrays16[@]}" --encoding binary "$url"
+  stop
+  gemm_pair -memory
 }
 
 part_pcie() {
@@ -224,7 +256,7 @@ run_part() {
 
 echo "e2e: $backend backend, $(nproc) cores, results in $dir" >&2
 failed=
-for name in tiny peer gemm large pcie; do
+for name in tiny peer gemm large pcie memory; do
   run_part "$name"
 done
 
