@@ -9,7 +9,8 @@
 #            row of either encoding, the daemon's own time per job (server_side.py);
 #   peer     the same load against bench/peer/aiohttp_torch_server.py (aiohttp + PyTorch);
 #   gemm     4,096 gemm 64^3 jobs on a default daemon and on one with batching off
-#            (scheduler.max_batch=1) (gemm_batching.py);
+#            (scheduler.max_batch=1), their inputs in the requests, then named as resident
+#            buffers (gemm_batching.py);
 #   large    two resident uploads of --large-bytes and dot jobs on them (large_job.py);
 #   pcie     the pinned host-to-device ceiling, with PyTorch (pcie_ceiling.py);
 #   memory   the arrays on four shards and the GEMMs again, with the state on tmpfs: the
@@ -185,21 +186,25 @@ if sys.argv[1].startswith("cuda") and not torch.cuda.is_available():
 }
 
 # The GEMMs on a default daemon and on one with batching off; SUFFIX (may be empty) ends the
-# names of the daemons and of their gemm-batched / gemm-unbatched .json files.
+# names of the daemons and of their gemm-batched / gemm-unbatched .json files, and the
+# arguments after it go to gemm_batching.py.
 gemm_pair() {
   local suffix=$1 label args
+  shift
   for label in batched unbatched; do
     args=()
     if [ $label = unbatched ]; then args=(--set scheduler.max_batch=1); fi
     start_daemon "gemm-$label$suffix" "${args[@]}"
     "$py" $here/gemm_batching.py "$url" --jobs "$gemm_jobs" --arrays "$gemm_arrays" \
-      --warmup "$gemm_warmup" --label $label --json "$dir/gemm-$label$suffix.json"
+      --warmup "$gemm_warmup" --label $label --json "$dir/gemm-$label$suffix.json" "$@"
     stop
   done
 }
 
+# With each job's inputs in its request, and with the jobs naming resident buffers.
 part_gemm() {
   gemm_pair ""
+  gemm_pair -resident --inputs resident
 }
 
 part_large() {
