@@ -613,15 +613,21 @@ START_TEST(test_failed_insert_in_a_transaction_undoes_only_its_own_rows)
 }
 END_TEST
 
-/* Runs sql on the test's database through a connection of its own. */
-static void db_exec(fixture_t *f, const char *sql)
+/* Runs sql on the database file at path through a connection of its own. */
+static void exec_at(const char *path, const char *sql)
 {
-    char path[128];
-    snprintf(path, sizeof path, "%s/gpujobd.db", f->dir);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
     ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
+}
+
+/* Runs sql on the test's database (shard 0's file). */
+static void db_exec(fixture_t *f, const char *sql)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/gpujobd.db", f->dir);
+    exec_at(path, sql);
 }
 
 /* The one integer that sql (a query of one row) gives on the test's database. */
@@ -2425,6 +2431,90 @@ START_TEST(test_a_store_keeps_its_shard_count_and_refuses_a_missing_or_swapped_s
 }
 END_TEST
 
+/* Inserts a job whose id names shard k of 2, created at created_us; returns what the insert
+ * returned, the id in ret_id. */
+static int insert_in_shard(fixture_t *f, int k, int64_t created_us, char ret_id[ID_SIZE])
+{
+    job_t *job = make_job_in(&test_op, created_us, k, 2);
+    int r = store_job_insert(f->st, job);
+    memcpy(ret_id, job->id, ID_SIZE);
+    job_free(job);
+    return r;
+}
+
+static void assert_stored(fixture_t *f, const char *id, bool stored)
+{
+    job_t *job = NULL;
+    ck_assert_int_eq(store_job_get(f->rd, id, &job), stored ? 0 : -ENOENT);
+    job_free(job);
+}
+
+/* A write that makes SQLite roll back a shard's whole transaction (RAISE(ROLLBACK) here; an
+ * I/O error or a full disk in a statement does the same) takes that shard's earlier writes
+ * with it, and the shard refuses the rest of the transaction: writes after it would otherwise
+ * each commit on their own. The other shard commits its part; the next transaction writes the
+ * shard again. Both with writes made at once and with deferred ones run by the shards'
+ * threads. */
+START_TEST(test_a_shard_that_sqlite_rolled_back_refuses_the_rest_of_its_transaction)
+{
+    enum { POISON = 666 };
+    fixture_t f;
+    fixture_setup_shards(&f, INLINE_LIMIT, 2);
+    char path[128], sql[256];
+    shard_path(&f, 1, path, sizeof path);
+    snprintf(sql, sizeof sql,
+             "CREATE TRIGGER roll_back BEFORE INSERT ON jobs WHEN NEW.created_us = %d "
+             "BEGIN SELECT RAISE(ROLLBACK, 'injected rollback'); END",
+             POISON);
+    exec_at(path, sql);
+
+    char kept0[ID_SIZE], lost1[ID_SIZE], poison[ID_SIZE], refused1[ID_SIZE], kept0b[ID_SIZE];
+    ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+    ck_assert_int_eq(insert_in_shard(&f, 0, 1000, kept0), 0);
+    ck_assert_int_eq(insert_in_shard(&f, 1, 1000, lost1), 0);
+    ck_assert_int_lt(insert_in_shard(&f, 1, POISON, poison), 0);
+    ck_assert_int_eq(insert_in_shard(&f, 1, 1000, refused1), -EIO);
+    ck_assert_int_eq(insert_in_shard(&f, 0, 1000, kept0b), 0);
+    ck_assert_int_eq(store_commit(f.st), -EIO);
+    ck_assert_uint_eq(store_committed_shards(f.st), 1u << 0);
+    ck_assert_int_eq(store_rollback(f.st), 0);
+    assert_stored(&f, kept0, true);
+    assert_stored(&f, kept0b, true);
+    assert_stored(&f, lost1, false);
+    assert_stored(&f, poison, false);
+    assert_stored(&f, refused1, false);
+
+    char again[ID_SIZE];
+    ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+    ck_assert_int_eq(insert_in_shard(&f, 1, 1000, again), 0);
+    ck_assert_int_eq(store_commit(f.st), 0);
+    assert_stored(&f, again, true);
+
+    /* Deferred: enough writes for the shards' threads. Every write of shard 1 from the poison
+     * on is reported failed; shard 0's all stand. */
+    enum { N = 80, POISON_AT = 41 }; /* an odd index: shard 1 */
+    job_t *jobs[N];
+    ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+    store_defer_writes(f.st);
+    for (int i = 0; i < N; i++) {
+        jobs[i] = make_job_in(&test_op, i == POISON_AT ? POISON : 2000 + i, i % 2, 2);
+        ck_assert_int_eq(store_job_insert(f.st, jobs[i]), 0);
+    }
+    n_failed_writes = 0;
+    ck_assert_int_eq(store_flush(f.st, note_failed_write, NULL), 0);
+    ck_assert_int_eq(n_failed_writes, (N - POISON_AT + 1) / 2);
+    ck_assert_int_eq(failed_err, -EIO);
+    ck_assert_int_eq(store_commit(f.st), -EIO);
+    ck_assert_uint_eq(store_committed_shards(f.st), 1u << 0);
+    ck_assert_int_eq(store_rollback(f.st), 0);
+    for (int i = 0; i < N; i++) {
+        assert_stored(&f, jobs[i]->id, i % 2 == 0);
+        job_free(jobs[i]);
+    }
+    fixture_teardown(&f);
+}
+END_TEST
+
 static Suite *store_suite(void)
 {
     Suite *s = suite_create("store");
@@ -2472,6 +2562,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_a_file_two_shards_name_goes_only_when_neither_does);
     tcase_add_test(tc, test_deferred_writes_run_by_the_shards_when_flushed);
     tcase_add_test(tc, test_a_store_keeps_its_shard_count_and_refuses_a_missing_or_swapped_shard);
+    tcase_add_test(tc, test_a_shard_that_sqlite_rolled_back_refuses_the_rest_of_its_transaction);
     suite_add_tcase(s, tc);
     return s;
 }
