@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1082,6 +1083,51 @@ START_TEST(test_queued_jobs_go_out_after_a_completion_whose_outputs_cannot_be_pl
 }
 END_TEST
 
+/* When the store refuses a success's row (here a trigger, as a constraint or a full disk would
+ * in the end's own statement), the job ends failed with the reason, its output file goes, and
+ * the failure is what the store keeps. On one shard the refusal is the end's write's own; on
+ * two, the end is one of the round's deferred writes and the refusal comes back through
+ * store_flush. */
+START_TEST(test_a_success_the_store_refuses_ends_failed_without_its_outputs)
+{
+    fake->slots = 1;
+    enum { ELEMS = 20000 }; /* 80 KB tensors: files of their own */
+    job_t *job = add_job("alice", ELEMS, 0);
+    reply_box_t a;
+    submit(&a, &job, 1);
+    fake_wait_batches(fake, 1);
+    ck_assert_int_eq(blob_files(), 2); /* the inputs */
+
+    const char *sql = "CREATE TRIGGER refuse_success BEFORE UPDATE ON jobs "
+                      "WHEN NEW.state = 'succeeded' "
+                      "BEGIN SELECT RAISE(ABORT, 'injected refusal'); END";
+    char path[PATH_MAX];
+    int k = store_id_shard(a.ids[0], store_shards(st));
+    if (k == 0)
+        snprintf(path, sizeof path, "%s/gpujobd.db", state_dir);
+    else
+        snprintf(path, sizeof path, "%s/gpujobd-%d.db", state_dir, k);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+
+    fake_complete(fake, 0);
+    ck_assert_int_eq(ended_state("alice", a.ids[0]), JOB_FAILED);
+    ck_assert_int_eq(blob_files(), 2); /* the output's file went */
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    job_t *stored = NULL;
+    ck_assert_int_eq(store_job_get(rd, a.ids[0], &stored), 0);
+    ck_assert_int_eq(stored->state, JOB_FAILED);
+    ck_assert_str_eq(stored->error_code, "store_failed");
+    ck_assert_int_eq(stored->call.n_out, 1);
+    ck_assert_ptr_null(stored->out[0].blob);
+    job_free(stored);
+    store_reader_close(rd);
+}
+END_TEST
+
 /* The shards of the ids in a box's answer, as a mask. */
 static unsigned answer_shards(const reply_box_t *b)
 {
@@ -1314,6 +1360,7 @@ int main(void)
     tcase_add_test(tc, test_a_failed_commit_takes_back_the_jobs_it_started);
     tcase_add_test(tc, test_a_start_lost_with_a_completions_commit_is_recorded_at_its_end);
     tcase_add_test(tc, test_queued_jobs_go_out_after_a_completion_whose_outputs_cannot_be_placed);
+    tcase_add_test(tc, test_a_success_the_store_refuses_ends_failed_without_its_outputs);
     suite_add_tcase(s, tc);
     /* The daemon's default: answers wait for the commit syncer. */
     TCase *durable = tcase_create("durable");
@@ -1345,6 +1392,7 @@ int main(void)
     tcase_set_timeout(two, 30);
     tcase_add_test(two, test_a_commit_that_fails_in_one_shard_keeps_what_another_committed);
     tcase_add_test(two, test_an_end_committed_in_one_shard_is_answered_as_stored);
+    tcase_add_test(two, test_a_success_the_store_refuses_ends_failed_without_its_outputs);
     suite_add_tcase(s, two);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
