@@ -1085,18 +1085,20 @@ END_TEST
 
 /* When the store refuses a success's row (here a trigger, as a constraint or a full disk would
  * in the end's own statement), the job ends failed with the reason, its output file goes, and
- * the failure is what the store keeps. On one shard the refusal is the end's write's own; on
- * two, the end is one of the round's deferred writes and the refusal comes back through
- * store_flush. */
+ * the failure is what the store keeps, while the round's other writes stand: a job that starts
+ * in it is stored running. On one shard the refusal is the end's write's own; on two, the end
+ * is one of the round's deferred writes and the refusal comes back through store_flush. */
 START_TEST(test_a_success_the_store_refuses_ends_failed_without_its_outputs)
 {
     fake->slots = 1;
     enum { ELEMS = 20000 }; /* 80 KB tensors: files of their own */
     job_t *job = add_job("alice", ELEMS, 0);
-    reply_box_t a;
+    reply_box_t a, b;
     submit(&a, &job, 1);
     fake_wait_batches(fake, 1);
     ck_assert_int_eq(blob_files(), 2); /* the inputs */
+    job_t *next = lone_job("bob", 4);  /* waits for a's slot: starts in the round that ends a */
+    submit(&b, &next, 1);
 
     const char *sql = "CREATE TRIGGER refuse_success BEFORE UPDATE ON jobs "
                       "WHEN NEW.state = 'succeeded' "
@@ -1109,12 +1111,15 @@ START_TEST(test_a_success_the_store_refuses_ends_failed_without_its_outputs)
         snprintf(path, sizeof path, "%s/gpujobd-%d.db", state_dir, k);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
     ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
 
     fake_complete(fake, 0);
     ck_assert_int_eq(ended_state("alice", a.ids[0]), JOB_FAILED);
     ck_assert_int_eq(blob_files(), 2); /* the output's file went */
+    fake_wait_batches(fake, 2);
+    ck_assert_int_eq(stored_state(b.ids[0]), JOB_RUNNING);
     store_reader_t *rd;
     ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
     job_t *stored = NULL;
