@@ -322,8 +322,11 @@ def memory_section(rep, out):
                f"| {num(spans[1][0])} |")
     out.append(f"| GEMMs unbatched, jobs/s (execution span) | {num(spans[0][1])} "
                f"| {num(spans[1][1])} |")
-    out.append(f"| batched / unbatched | {num(ratio(*spans[0]), 1)}x "
-               f"| {num(ratio(*spans[1]), 1)}x |")
+    ratios = [ratio(*span) for span in spans]
+    out.append("| batched / unbatched | "
+               + " | ".join("-" if r is None else f"{r:.1f}x" for r in ratios) + " |")
+    if os.path.exists(os.path.join(rep.dir, "memory.skipped")):
+        out.append(f"\nMissing figures: {rep.why_missing('memory')}")
     out.append("\nThe same loads with the daemons' state dirs on tmpfs (/dev/shm): what the daemon "
                "does when the disk does not bound it. Not a setup to run, as nothing there "
                "survives the machine; the targets above are measured on disk.\n")
