@@ -7,17 +7,18 @@ two results give what batching buys.
                      [--encoding binary|b64] [--inputs request|resident] [--label NAME]
                      [--json FILE]
 
-Each job is gemm on f32 a[size,size] x b[size,size] (16 distinct pairs, reused), its inputs
-in the body's binary section (Gpujob-Json-Length), each job's own bytes, or with --encoding
-b64 in base64, whose parsing then bounds both runs. With --inputs resident the 16 pairs are
-uploaded once as resident buffers and each job names two of them: then the arrays carry no
-tensor bytes, and what the two runs differ in (one launch per job or per batch) is not hidden
-behind taking in and storing 32 KiB of inputs per job. After a warm-up array, the --jobs jobs go out as --arrays array POSTs at once, one
-thread each; then the client waits for all of them. The span that counts is the daemon's:
-from the first POST (client clock) or the first job's started_at to the last job's
-finished_at (the daemon's clock; both are this host's realtime clock), read from the job
-rows, so the client's waiting and polling do not count. The client's CPU time while it
-submits is reported too: far below the submit time, it shows the client is not the limit."""
+Each job is gemm on f32 a[size,size] x b[size,size] (16 distinct pairs, reused), its inputs in
+the body's binary section (Gpujob-Json-Length), each job's own bytes, or with --encoding b64 in
+base64, whose parsing then bounds both runs. With --inputs resident the 16 pairs are uploaded
+once as resident buffers and each job names two of them: then the arrays carry no tensor bytes,
+and what the two runs differ in (one launch per job or per batch) is not hidden behind taking
+in and storing 32 KiB of inputs per job. After a warm-up array, the --jobs jobs go out as
+--arrays array POSTs at once, one thread each; then the client waits for all of them. The span
+that counts is the daemon's: from the first POST (client clock) or the first job's started_at
+to the last job's finished_at (the daemon's clock; both are this host's realtime clock), read
+from the job rows, so the client's waiting and polling do not count. The client's CPU time
+while it submits is reported too: far below the submit time, it shows the client is not the
+limit."""
 import argparse
 import base64
 import struct

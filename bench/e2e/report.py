@@ -9,8 +9,8 @@ DIR holds what the parts wrote: tiny.md, tiny-binary.md, tiny-shards.md (arrays 
 four shards), tiny-memory.md (the same with the state on tmpfs) and peer.md (bench_loadgen
 tables), tiny-binary-io.json, tiny-shards-io.json and tiny-memory-io.json (what the daemon
 wrote during their arrays rows), server-c*.json and server-binary-c*.json, gemm-batched.json,
-gemm-unbatched.json and their -resident and -memory twins, large.json, pcie.json, and PART.skipped (one line:
-why the part did not run or failed) for each part that has no figures."""
+gemm-unbatched.json and their -resident and -memory twins, large.json, pcie.json, and
+PART.skipped (one line: why the part did not run or failed) for each part that has no figures."""
 import argparse
 import json
 import os
