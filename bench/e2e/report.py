@@ -77,7 +77,20 @@ def ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def arrays_by_shards(rep, out, one, four):
+ARRAYS16 = ("array", 16, 100)  # arrays of 100 from 16 clients, the row the io files cover
+
+
+def arrays_written(rep, name):
+    """NAME.md's arrays-of-100-from-16 row ({} if none) and NAME-io.json's figures: bytes the
+    daemon wrote during it and their GB/s (None each when missing)."""
+    row = read_loadgen(os.path.join(rep.dir, name + ".md")).get(ARRAYS16, {})
+    io = read_json(os.path.join(rep.dir, name + "-io.json")) or {}
+    written = io.get("write_bytes")
+    rate = written / io["seconds"] / 1e9 if written is not None and io.get("seconds") else None
+    return row, written, rate
+
+
+def arrays_by_shards(rep, out):
     """Arrays of 100 from 16 clients (binary) on one shard and on four, with what the daemon
     wrote per job, beside the disk's write + fdatasync rate (the large part's)."""
     large = read_json(os.path.join(rep.dir, "large.json")) or {}
@@ -85,13 +98,10 @@ def arrays_by_shards(rep, out, one, four):
     out.append("| arrays of 100 from 16 clients (binary) | jobs/s | p50 ms | written per job, KB "
                "| written, GB/s |")
     out.append("|---|---:|---:|---:|---:|")
-    for label, rows, name in (("one shard", one, "tiny-binary"), ("four shards", four,
-                                                                  "tiny-shards")):
-        row = rows.get(("array", 16, 100), {})
-        io = read_json(os.path.join(rep.dir, name + "-io.json")) or {}
+    for label, name in (("one shard", "tiny-binary"), ("four shards", "tiny-shards")):
+        row, written, rate = arrays_written(rep, name)
         jobs = row.get("ok")
-        per_job = io["write_bytes"] / jobs / 1e3 if io and jobs else None
-        rate = io["write_bytes"] / io["seconds"] / 1e9 if io and io.get("seconds") else None
+        per_job = written / jobs / 1e3 if written is not None and jobs else None
         out.append(f"| {label} | {num(row.get('jobs_s'))} | {num(row.get('p50'), 2)} | "
                    f"{num(per_job, 1)} | {num(rate, 2)} |")
     out.append(f"\nWritten: the daemon's /proc/PID/io write_bytes over the row. Every accepted "
@@ -155,7 +165,7 @@ def tiny_section(rep, out):
             where = f"{key[2]} per POST, {key[1]} clients"
     rep.target("array submissions >= 100,000 jobs/s", v, 100000,
                f"{num(v)} jobs/s ({where}, {enc})")
-    arrays_by_shards(rep, out, binary, sharded)
+    arrays_by_shards(rep, out)
     for label, key in (("single-job submissions, 64 clients", c64), ("arrays, " + where, best)):
         r = ratio(jobs_s(ours, key), jobs_s(peer, key)) if key else None
         rep.target(f">= 10x the peer: {label}", r, 10, f"{num(r, 1)}x")
@@ -223,11 +233,12 @@ def gemm_section(rep, out):
                            f"| {num(r['batch_size_p50'])} / {num(r['batch_size_max'])} "
                            f"| {num(r['gpu_ms_total'], 2)} |")
         some = next(r for r in runs.values() if r)
+        sent = "in base64" if some.get("encoding") == "b64" else "in the body's binary section"
         out.append(f"\nEach job: gemm f32 {some['size']}x{some['size']} @ "
                    f"{some['size']}x{some['size']}, sent as {some['arrays']} arrays at once after "
-                   "a warm-up; its inputs in the body's binary section (\"in the request\": 32 "
-                   "KiB per job that the daemon takes in and stores before it answers), or two of "
-                   "32 resident buffers uploaded beforehand. \"From first POST\" ends at the last "
+                   f"a warm-up; its inputs {sent} (\"in the request\": 32 KiB per job that the "
+                   "daemon takes in and stores before it answers), or two of 32 resident buffers "
+                   "uploaded beforehand. \"From first POST\" ends at the last "
                    "job's finished_at and includes the upload and parsing that batching cannot "
                    "change; \"from first start\" spans the daemon's execution (first started_at "
                    "to last finished_at), which cannot end before the last array is taken in. "
@@ -305,9 +316,7 @@ def memory_section(rep, out):
     out.append("| measure | state on disk | state on tmpfs |\n|---|---:|---:|")
     rows = []
     for name in ("tiny-shards", "tiny-memory"):
-        row = read_loadgen(os.path.join(rep.dir, name + ".md")).get(("array", 16, 100), {})
-        io = read_json(os.path.join(rep.dir, name + "-io.json")) or {}
-        rate = io["write_bytes"] / io["seconds"] / 1e9 if io.get("seconds") else None
+        row, _, rate = arrays_written(rep, name)
         rows.append((row.get("jobs_s"), rate))
     out.append(f"| arrays of 100 from 16 clients (binary), four shards, jobs/s "
                f"| {num(rows[0][0])} | {num(rows[1][0])} |")
