@@ -215,6 +215,13 @@ int api_handle_job_get(api_request_t *req);
 int api_handle_job_wait(api_request_t *req);
 int api_handle_job_cancel(api_request_t *req);
 int api_handle_job_output(api_request_t *req);
+/* The output name of job id, a succeeded job the user may see: the job (job_free it) and its
+ * tensor there. Else answers 400, 404, 409 or 503, naming id_field or name_field (a path or
+ * query parameter), and returns API_DONE. */
+int api_job_output_find(api_request_t *req, const char *id, const char *id_field, const char *name,
+                        const char *name_field, job_t **ret_job, const job_tensor_t **ret_t);
+/* A copy of an output's bytes, malloc'd. Else answers and returns API_DONE. */
+int api_job_output_read(api_request_t *req, const job_tensor_t *t, void **ret_bytes);
 
 /* --- handlers_buffers.c --- */
 int api_handle_buffer_put(api_request_t *req);

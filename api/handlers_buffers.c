@@ -87,9 +87,64 @@ static void buffer_put_reply(void *token, const sched_result_t *res)
     api_request_resume(req);
 }
 
+/* A buffer made from the output of a job that succeeded (?job=&output=): its bytes are
+ * copied within the daemon, not sent back and forth by the client, so a pipeline keeps one
+ * job's result for the next (resident, in device memory, with ?resident=true). 0, or API_DONE
+ * after answering. */
+static int job_output_source(api_request_t *req, tensor_desc_t *ret_desc, void **ret_bytes)
+{
+    const char *job_id = api_query(req, "job"), *output = api_query(req, "output");
+    if (!job_id || !output) {
+        api_respond_error(req, 400, "invalid_argument", job_id ? "query.output" : "query.job",
+                          "job and output name a job's output together");
+        return API_DONE;
+    }
+    if (api_query(req, "dtype") || api_query(req, "shape")) {
+        api_respond_error(req, 400, "invalid_argument",
+                          api_query(req, "dtype") ? "query.dtype" : "query.shape",
+                          "a buffer made from a job's output takes its dtype and shape");
+        return API_DONE;
+    }
+    if (req->body_len || req->body_file) {
+        api_respond_error(req, 400, "invalid_argument", "body",
+                          "a buffer made from a job's output takes no body");
+        return API_DONE;
+    }
+    job_t *job;
+    const job_tensor_t *t;
+    if (api_job_output_find(req, job_id, "query.job", output, "query.output", &job, &t))
+        return API_DONE;
+    *ret_desc = t->desc;
+    int r = api_job_output_read(req, t, ret_bytes);
+    job_free(job);
+    return r;
+}
+
+/* True, after answering 413, when nbytes more resident bytes would pass the user's quota (or
+ * the quota could not be read). */
+static bool resident_quota_refuses(api_request_t *req, uint64_t nbytes)
+{
+    if (!req->env->cfg->max_resident_bytes_per_user) return false;
+    store_reader_t *rd = api_request_reader(req);
+    if (!rd) return true;
+    store_usage_t u;
+    char why[160];
+    int r = store_usage_get(rd, req->user.name, &u);
+    if (r < 0) {
+        api_respond_errno(req, r, "reading the resident quota failed");
+        return true;
+    }
+    if (config_resident_quota_exceeded(req->env->cfg, req->user.name, (uint64_t)u.resident_bytes,
+                                       nbytes, why, sizeof why)) {
+        api_respond_error(req, 413, "quota_exceeded", "query.resident", "%s", why);
+        return true;
+    }
+    return false;
+}
+
 int api_handle_buffer_put(api_request_t *req)
 {
-    static const char *const allowed[] = {"dtype", "shape", "resident", NULL};
+    static const char *const allowed[] = {"dtype", "shape", "resident", "job", "output", NULL};
     if (api_query_check(req, allowed)) return API_DONE;
     bool resident = false;
     const char *v = api_query(req, "resident");
@@ -104,7 +159,10 @@ int api_handle_buffer_put(api_request_t *req)
 
     tensor_desc_t d;
     size_t offset = 0;
-    if (content_type_is(req, "application/octet-stream")) {
+    void *output_bytes = NULL; /* of a job's output, when the buffer is made from one */
+    if (api_query(req, "job") || api_query(req, "output")) {
+        if (job_output_source(req, &d, &output_bytes)) return API_DONE;
+    } else if (content_type_is(req, "application/octet-stream")) {
         if (raw_upload_desc(req, &d)) return API_DONE;
     } else if (content_type_is(req, "application/x-npy")) {
         if (api_query(req, "dtype") || api_query(req, "shape")) {
@@ -134,31 +192,21 @@ int api_handle_buffer_put(api_request_t *req)
         return API_DONE;
     }
 
-    /* A resident upload over its owner's quota is refused before its bytes are written. */
+    /* A resident buffer over its owner's quota is refused before its bytes are written. */
     uint64_t nbytes = tensor_desc_bytes(&d);
-    if (resident && req->env->cfg->max_resident_bytes_per_user) {
-        store_reader_t *rd = api_request_reader(req);
-        if (!rd) return API_DONE;
-        store_usage_t u;
-        char why[160];
-        int r = store_usage_get(rd, req->user.name, &u);
-        if (r < 0) {
-            api_respond_errno(req, r, "reading the resident quota failed");
-            return API_DONE;
-        }
-        if (config_resident_quota_exceeded(req->env->cfg, req->user.name,
-                                           (uint64_t)u.resident_bytes, nbytes, why, sizeof why)) {
-            api_respond_error(req, 413, "quota_exceeded", "query.resident", "%s", why);
-            return API_DONE;
-        }
+    if (resident && resident_quota_refuses(req, nbytes)) {
+        free(output_bytes);
+        return API_DONE;
     }
-
     buffer_t *buf = buffer_new();
     if (!buf) {
+        free(output_bytes);
         api_respond_error(req, 500, "internal", NULL, "out of memory");
         return API_DONE;
     }
-    if (req->body_file) {
+    if (output_bytes) {
+        buf->data = output_bytes;
+    } else if (req->body_file) {
         /* Streamed to its file as it arrived: synced now, the buffer's bytes from there on. */
         int r = store_blob_stream_finish(req->body_file, &buf->blob);
         req->body_file = NULL;

@@ -63,25 +63,23 @@ void api_respond_job(api_request_t *req, int status, const job_t *job)
     }
 }
 
-/* Checks the {id} path parameter. 0, or API_DONE when it answered 400. */
-static int check_job_id(api_request_t *req, const char **ret_id)
+/* Checks a job id given in field (the {id} path parameter, or a query parameter). 0, or
+ * API_DONE when it answered 400. */
+static int check_job_id(api_request_t *req, const char *id, const char *field)
 {
-    const char *id = api_path_param(req, "id");
     if (!id_valid('j', id)) {
-        api_respond_error(req, 400, "invalid_argument", "id",
+        api_respond_error(req, 400, "invalid_argument", field,
                           "'%.40s' is not a job id ('j' and 24 hex digits)", id ? id : "");
         return API_DONE;
     }
-    *ret_id = id;
     return 0;
 }
 
-/* Loads the job named by {id} if the user may see it; else answers 400/404/503 and returns
+/* Loads job id, given in field, if the user may see it; else answers 400/404/503 and returns
  * API_DONE. Another owner's job answers 404, as if it did not exist. */
-static int load_visible_job(api_request_t *req, job_t **ret)
+static int load_job_named(api_request_t *req, const char *id, const char *field, job_t **ret)
 {
-    const char *id;
-    if (check_job_id(req, &id)) return API_DONE;
+    if (check_job_id(req, id, field)) return API_DONE;
     store_reader_t *rd = api_request_reader(req);
     if (!rd) return API_DONE;
     job_t *job = NULL;
@@ -91,7 +89,7 @@ static int load_visible_job(api_request_t *req, job_t **ret)
         r = -ENOENT;
     }
     if (r == -ENOENT) {
-        api_respond_error(req, 404, "not_found", "id", "job '%s' not found", id);
+        api_respond_error(req, 404, "not_found", field, "job '%s' not found", id);
         return API_DONE;
     }
     if (r < 0) {
@@ -99,6 +97,61 @@ static int load_visible_job(api_request_t *req, job_t **ret)
         return API_DONE;
     }
     *ret = job;
+    return 0;
+}
+
+/* load_job_named for the job of the {id} path parameter. */
+static int load_visible_job(api_request_t *req, job_t **ret)
+{
+    return load_job_named(req, api_path_param(req, "id"), "id", ret);
+}
+
+int api_job_output_find(api_request_t *req, const char *id, const char *id_field, const char *name,
+                        const char *name_field, job_t **ret_job, const job_tensor_t **ret_t)
+{
+    job_t *job;
+    if (load_job_named(req, id, id_field, &job)) return API_DONE;
+    if (job->state != JOB_SUCCEEDED) {
+        api_respond_error(req, 409, "conflict", id_field,
+                          "job '%s' is %s; outputs exist once it has succeeded", job->id,
+                          job_state_name(job->state));
+        job_free(job);
+        return API_DONE;
+    }
+    const job_tensor_t *t = NULL;
+    for (int j = 0; j < OP_MAX_TENSORS && !t; j++)
+        if (job->out[j].name[0] && strcmp(job->out[j].name, name) == 0) t = &job->out[j];
+    if (!t) {
+        api_respond_error(req, 404, "not_found", name_field, "job '%s' has no output '%.64s'",
+                          job->id, name);
+        job_free(job);
+        return API_DONE;
+    }
+    *ret_job = job;
+    *ret_t = t;
+    return 0;
+}
+
+int api_job_output_read(api_request_t *req, const job_tensor_t *t, void **ret_bytes)
+{
+    void *bytes = NULL;
+    int r = 0;
+    if (t->data) {
+        bytes = malloc(t->nbytes ? t->nbytes : 1);
+        if (!bytes)
+            r = -ENOMEM;
+        else
+            memcpy(bytes, t->data, t->nbytes);
+    } else if (t->blob) {
+        r = store_blob_read(req->env->reader(req->env), t->blob, t->nbytes, &bytes);
+    } else {
+        r = -EIO;
+    }
+    if (r < 0) {
+        api_respond_errno(req, r == -ENOENT ? -EIO : r, "reading the output failed");
+        return API_DONE;
+    }
+    *ret_bytes = bytes;
     return 0;
 }
 
@@ -454,8 +507,8 @@ int api_handle_job_wait(api_request_t *req)
 {
     static const char *const allowed[] = {"timeout", NULL};
     if (api_query_check(req, allowed)) return API_DONE;
-    const char *id;
-    if (check_job_id(req, &id)) return API_DONE;
+    const char *id = api_path_param(req, "id");
+    if (check_job_id(req, id, "id")) return API_DONE;
     int timeout_ms;
     if (wait_query(req, "timeout", 30.0, false, &timeout_ms)) return API_DONE;
     /* A job that has ended is answered here, from the store, without the scheduler's loop (a
@@ -476,8 +529,8 @@ int api_handle_job_cancel(api_request_t *req)
 {
     static const char *const no_args[] = {NULL};
     if (api_query_check(req, no_args)) return API_DONE;
-    const char *id;
-    if (check_job_id(req, &id)) return API_DONE;
+    const char *id = api_path_param(req, "id");
+    if (check_job_id(req, id, "id")) return API_DONE;
     api_request_suspend(req);
     sched_cancel(req->env->sched, api_request_owner_filter(req), id, job_reply, req);
     return API_PENDING;
@@ -577,49 +630,17 @@ int api_handle_job_output(api_request_t *req)
     output_format_t format = FORMAT_JSON;
     if (choose_format(req, &format)) return API_DONE;
     job_t *job;
-    if (load_visible_job(req, &job)) return API_DONE;
-    const char *name = api_path_param(req, "name");
-    if (job->state != JOB_SUCCEEDED) {
-        api_respond_error(req, 409, "conflict", NULL,
-                          "job '%s' is %s; outputs exist once it "
-                          "has succeeded",
-                          job->id, job_state_name(job->state));
-        job_free(job);
+    const job_tensor_t *t;
+    if (api_job_output_find(req, api_path_param(req, "id"), "id", api_path_param(req, "name"),
+                            "name", &job, &t))
         return API_DONE;
-    }
-    const job_tensor_t *t = NULL;
-    for (int j = 0; j < OP_MAX_TENSORS && !t; j++)
-        if (job->out[j].name[0] && strcmp(job->out[j].name, name) == 0) t = &job->out[j];
-    if (!t) {
-        api_respond_error(req, 404, "not_found", "name", "job '%s' has no output '%.64s'", job->id,
-                          name);
-        job_free(job);
-        return API_DONE;
-    }
-    if (format == FORMAT_JSON && t->nbytes > req->env->cfg->max_body_bytes) {
+    void *bytes;
+    if (format == FORMAT_JSON && t->nbytes > req->env->cfg->max_body_bytes)
         api_respond_error(req, 406, "not_acceptable", "header.Accept",
                           "output '%s' is too large for JSON; ask for "
                           "application/octet-stream or application/x-npy",
                           t->name);
-        job_free(job);
-        return API_DONE;
-    }
-    void *bytes = NULL;
-    int r = 0;
-    if (t->data) {
-        bytes = malloc(t->nbytes ? t->nbytes : 1);
-        if (!bytes)
-            r = -ENOMEM;
-        else
-            memcpy(bytes, t->data, t->nbytes);
-    } else if (t->blob) {
-        r = store_blob_read(req->env->reader(req->env), t->blob, t->nbytes, &bytes);
-    } else {
-        r = -EIO;
-    }
-    if (r < 0)
-        api_respond_errno(req, r == -ENOENT ? -EIO : r, "reading the output failed");
-    else
+    else if (api_job_output_read(req, t, &bytes) == 0)
         respond_output(req, t, format, bytes);
     job_free(job);
     return API_DONE;

@@ -583,6 +583,115 @@ START_TEST(test_resident_buffers_serve_jobs_within_the_owner_quota)
 }
 END_TEST
 
+/* POST /v1/buffers?job=&output= answers 400/404/409 with the field at fault; nothing else. */
+static void expect_keep_refused(e2e_daemon_t *d, const char *query, const char *body, long status,
+                                const char *field)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/buffers?%s", query);
+    json_t *err = e2e_json_ok(d, "POST", path, body, status);
+    ck_assert_msg(strcmp(e2e_error_field(err), field) == 0, "%s: field %s, expected %s", query,
+                  e2e_error_field(err), field);
+    json_decref(err);
+}
+
+/* A job's output kept as a buffer (POST /v1/buffers?job=&output=) has the output's dtype,
+ * shape and bytes and serves the next job, resident or not, across a kill -9 and a restart;
+ * resident, it counts against the quota. A job that has not succeeded, a missing output, and a
+ * body or dtype beside them are refused with the field at fault. */
+START_TEST(test_job_output_kept_as_a_buffer_serves_the_next_job)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[limits]\nmax_resident_bytes_per_user = 4KiB\n");
+    enum { N = 512 }; /* 2 KiB of f32: two resident copies fill the quota */
+    static const int64_t shape[] = {N};
+    uint32_t seed = 29;
+    double x[N], y[N], z[N], first[N], got[N];
+    random_values("f32", x, N, -2, 2, &seed);
+    random_values("f32", y, N, -2, 2, &seed);
+    json_t *job =
+        json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 2.0, "inputs", "x",
+                  tensor_inline("f32", shape, 1, x, N), "y", tensor_inline("f32", shape, 1, y, N));
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    job_output(done, "out", "f32", N, first);
+    json_decref(done);
+    json_decref(job);
+
+    char query[160], path[200];
+    char *kept[3];
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "/v1/buffers?job=%s&output=out%s", id,
+                 k ? "&resident=true" : "");
+        json_t *meta = e2e_json_ok(d, "POST", path, NULL, 201);
+        ck_assert_str_eq(json_string_value(json_object_get(meta, "dtype")), "f32");
+        json_t *dims = json_object_get(meta, "shape");
+        ck_assert_int_eq(json_array_size(dims), 1);
+        ck_assert_int_eq(json_integer_value(json_array_get(dims, 0)), N);
+        ck_assert_int_eq(json_integer_value(json_object_get(meta, "bytes")), N * 4);
+        ck_assert(json_is_true(json_object_get(meta, "resident")) == (k > 0));
+        kept[k] = strdup(json_string_value(json_object_get(meta, "id")));
+        json_decref(meta);
+    }
+    /* Two resident copies fill the quota: a third is refused. */
+    snprintf(query, sizeof query, "job=%s&output=out&resident=true", id);
+    expect_keep_refused(d, query, NULL, 413, "query.resident");
+    json_t *usage = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(usage, "resident_bytes")), 2 * N * 4);
+    json_decref(usage);
+
+    /* Each kept buffer holds the first job's output: add(kept, z) is first + z, computed in f32,
+     * before and after a restart. */
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) { /* kill -9: a kept buffer's 201 means it is durable */
+            e2e_daemon_kill(d);
+            ck_assert_int_eq(e2e_daemon_restart(d), 0);
+        }
+        for (int k = 0; k < 3; k++) {
+            random_values("f32", z, N, -3, 3, &seed);
+            json_t *next = json_pack("{s:s, s:{s:{s:s}, s:o}}", "op", "add", "inputs", "x",
+                                     "buffer", kept[k], "y", tensor_inline("f32", shape, 1, z, N));
+            char *next_id = e2e_submit_ok(d, next);
+            json_t *ended = e2e_wait_final_ok(d, next_id, 30);
+            job_output(ended, "out", "f32", N, got);
+            for (int i = 0; i < N; i++)
+                ck_assert_msg(got[i] == (double)((float)first[i] + (float)z[i]),
+                              "round %d, buffer %d [%d]: %g", round, k, i, got[i]);
+            json_decref(ended);
+            json_decref(next);
+            free(next_id);
+        }
+    }
+
+    /* What is refused, and the field that says why. */
+    snprintf(query, sizeof query, "job=%s", id);
+    expect_keep_refused(d, query, NULL, 400, "query.output");
+    expect_keep_refused(d, "output=out", NULL, 400, "query.job");
+    snprintf(query, sizeof query, "job=%s&output=nope", id);
+    expect_keep_refused(d, query, NULL, 404, "query.output");
+    expect_keep_refused(d, "job=j0&output=out", NULL, 400, "query.job");
+    expect_keep_refused(d, "job=j000000000000000000000000&output=out", NULL, 404, "query.job");
+    snprintf(query, sizeof query, "job=%s&output=out&dtype=f32", id);
+    expect_keep_refused(d, query, NULL, 400, "query.dtype");
+    snprintf(query, sizeof query, "job=%s&output=out", id);
+    expect_keep_refused(d, query, "{}", 400, "body");
+    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_MS);
+    char *long_id = e2e_submit_ok(d, long_job);
+    snprintf(query, sizeof query, "job=%s&output=out", long_id);
+    expect_keep_refused(d, query, NULL, 409, "query.job");
+    /* None of the refusals left a buffer behind. */
+    usage = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(usage, "buffers")), 3);
+    json_decref(usage);
+
+    json_decref(long_job);
+    free(long_id);
+    for (int k = 0; k < 3; k++)
+        free(kept[k]);
+    free(id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* POST /v1/jobs?wait=S answers once the job has ended: 201 with its final state and outputs
  * inline, equal to the computation here; a job longer than the wait is answered as it stands
  * (still 201: it is accepted); a list, or a wait out of range, answers 400. */
@@ -1284,6 +1393,7 @@ int main(void)
     tcase_add_test(tc, test_binary_section_inputs);
     tcase_add_test(tc, test_binary_section_outputs);
     tcase_add_test(tc, test_resident_buffers_serve_jobs_within_the_owner_quota);
+    tcase_add_test(tc, test_job_output_kept_as_a_buffer_serves_the_next_job);
     tcase_add_test(tc, test_submit_waits_for_its_job_when_asked);
     tcase_add_test(tc, test_array_of_100_jobs_in_one_post);
     tcase_add_test(tc, test_output_download_json_raw_and_npy);

@@ -668,6 +668,12 @@ def read_jobs(c, add_id, bf16_id):
         c.call("GET", output, 404, params={"id": add_id, "name": "nope"}, note="no such output")
         c.call("GET", output, 406, params=params, headers={"Accept": "text/html"})
         c.call("DELETE", "/v1/jobs/{id}", 409, params={"id": add_id}, note="already succeeded")
+        kept = c.call("POST", "/v1/buffers", 201, query=f"job={add_id}&output=out",
+                      note="a job's output kept")
+        c.expect_value("POST /v1/buffers (a job's output)", "shape", json_of(kept, "shape"),
+                       [2, 3])
+        c.call("POST", "/v1/buffers", 404, query=f"job={add_id}&output=nope",
+               note="no such output")
     if bf16_id:
         c.call("GET", "/v1/jobs/{id}/outputs/{name}", 406, params={"id": bf16_id, "name": "out"},
                query="format=npy", note="bf16 has no .npy")
@@ -707,6 +713,8 @@ def queued_jobs_and_drain(c, daemon):
     if queued:
         c.call("GET", "/v1/jobs/{id}/outputs/{name}", 409, params={"id": queued, "name": "out"},
                note="not yet succeeded")
+        c.call("POST", "/v1/buffers", 409, query=f"job={queued}&output=out",
+               note="its job not yet succeeded")
         waited = c.call("GET", "/v1/jobs/{id}/wait", 200, params={"id": queued},
                         query="timeout=0.05", note="times out")
         c.expect_value("wait (times out)", "state", json_of(waited, "state"), "queued")
