@@ -351,6 +351,10 @@ GPUJOB_API int gpujob_buffer_put_npy(gpujob_client_t *c, const void *file, size_
                                      bool resident, gpujob_buffer_t *ret);
 GPUJOB_API int gpujob_buffer_put_file(gpujob_client_t *c, const char *path, bool resident,
                                       gpujob_buffer_t *ret);
+/* POST /v1/buffers?job=&output=: output of job job_id, which has succeeded, kept as a new
+ * buffer (copied within the daemon) for later jobs. */
+GPUJOB_API int gpujob_buffer_keep(gpujob_client_t *c, const char *job_id, const char *output,
+                                  bool resident, gpujob_buffer_t *ret);
 /* GET /v1/buffers/{id}. */
 GPUJOB_API int gpujob_buffer_get(gpujob_client_t *c, const char *id, gpujob_buffer_t *ret);
 /* DELETE /v1/buffers/{id}. */

@@ -86,6 +86,27 @@ int gpujob_buffer_put_file(gpujob_client_t *c, const char *path, bool resident,
     return r;
 }
 
+int gpujob_buffer_keep(gpujob_client_t *c, const char *job_id, const char *output, bool resident,
+                       gpujob_buffer_t *ret)
+{
+    gjc_clear_error(c);
+    if (!job_id || !job_id[0] || !output || !output[0])
+        return gjc_fail(c, -EINVAL, "empty job id or output name");
+    char *job = gjc_escape(c, job_id), *name = gjc_escape(c, output), *query = NULL;
+    int r = 0;
+    if (!job || !name ||
+        asprintf(&query, "job=%s&output=%s&resident=%s", job, name, resident ? "true" : "false") <
+            0) {
+        query = NULL;
+        r = gjc_fail(c, -ENOMEM, "out of memory");
+    }
+    free(job);
+    free(name);
+    if (r == 0) r = buffer_post(c, query, NULL, NULL, 0, ret);
+    free(query);
+    return r;
+}
+
 static char *buffer_path(gpujob_client_t *c, const char *id)
 {
     if (!id || !id[0]) {

@@ -948,6 +948,30 @@ START_TEST(test_buffers_upload_describe_use_and_delete)
         ck_assert_float_eq(((float *)out.data)[i], x[i] + y[i]);
     gpujob_tensor_clear(&out);
 
+    /* Its output kept as a buffer feeds the next job: (x + y) + y. */
+    gpujob_buffer_t kept;
+    ck_assert_int_eq(gpujob_buffer_keep(c, gpujob_job_id(done), "out", false, &kept), 0);
+    ck_assert_int_eq(kept.ndim, 2);
+    ck_assert_int_eq(kept.shape[1], 5);
+    ck_assert_uint_eq(kept.bytes, 80);
+    ck_assert(!kept.resident);
+    gpujob_spec_t *next = NULL;
+    ck_assert_int_eq(gpujob_spec_new("add", &next), 0);
+    ck_assert_int_eq(gpujob_spec_input_buffer(next, "x", kept.id), 0);
+    ck_assert_int_eq(gpujob_spec_input_buffer(next, "y", bfile.id), 0);
+    gpujob_job_t *next_job = submit_ok(c, next), *next_done = wait_ok(c, gpujob_job_id(next_job));
+    ck_assert_int_eq(gpujob_job_output(next_done, "out", &out), 0);
+    for (int i = 0; i < 20; i++)
+        ck_assert_float_eq(((float *)out.data)[i], (x[i] + y[i]) + y[i]);
+    gpujob_tensor_clear(&out);
+    ck_assert_int_eq(gpujob_buffer_keep(c, gpujob_job_id(done), "nope", false, &got), -ENOENT);
+    ck_assert_str_eq(gpujob_error_field(c), "query.output");
+    ck_assert_int_eq(gpujob_buffer_keep(c, "", "out", false, &got), -EINVAL);
+    ck_assert_int_eq(gpujob_buffer_delete(c, kept.id), 0);
+    gpujob_job_free(next_job);
+    gpujob_job_free(next_done);
+    gpujob_spec_free(next);
+
     /* Delete, then it is gone for reads, deletes and jobs. */
     ck_assert_int_eq(gpujob_buffer_delete(c, bx.id), 0);
     ck_assert_int_eq(gpujob_buffer_get(c, bx.id, &got), -ENOENT);

@@ -158,6 +158,11 @@ static float add_want(int64_t i)
     return x_value(i) + y_value(i);
 }
 
+static float add_twice_want(int64_t i)
+{
+    return add_want(i) + y_value(i);
+}
+
 /* The id printed alone on stdout, trimmed. */
 static char *stdout_id(const run_result_t *r)
 {
@@ -368,6 +373,31 @@ START_TEST(test_buffers_put_use_and_remove)
     check_npy_f32(out, 3, 5, add_want);
     result_free(&r);
 
+    /* A job's output kept as a buffer feeds the next job: (x + y) + y. */
+    r = RUN("run", "add", "-i", xarg, "-i", yarg);
+    ck_assert_exit(r, 0);
+    char *job_id = stdout_id(&r);
+    result_free(&r);
+    r = RUN("wait", job_id, "--timeout", "60");
+    ck_assert_exit(r, 0);
+    result_free(&r);
+    r = RUN("buf", "keep", job_id, "out");
+    ck_assert_exit(r, 0);
+    char *kept_id = stdout_id(&r);
+    result_free(&r);
+    char karg[128];
+    snprintf(karg, sizeof karg, "x=buffer:%s", kept_id);
+    r = RUN("run", "add", "-i", karg, "-i", yarg, "-o", oarg);
+    ck_assert_exit(r, 0);
+    check_npy_f32(out, 3, 5, add_twice_want);
+    result_free(&r);
+    r = RUN("buf", "keep", job_id, "nope");
+    ck_assert_exit(r, 3);
+    ck_assert_ptr_nonnull(strstr(r.err, "404"));
+    result_free(&r);
+    free(kept_id);
+    free(job_id);
+
     r = RUN("buf", "rm", buf_id);
     ck_assert_exit(r, 0);
     result_free(&r);
@@ -441,6 +471,7 @@ START_TEST(test_usage_errors_exit_2_and_every_command_has_help)
         {"status"},
         {"out", "id", "name"},
         {"buf", "frob", "x"},
+        {"buf", "keep", "j1"},
         {"--url", "ftp://nope", "info"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -30,7 +30,7 @@ static const char main_usage[] =
     "  ls [--state S] [--op OP]  list your jobs\n"
     "  cancel ID                 cancel a queued or running job\n"
     "  out ID NAME -o FILE       download an output (.npy, or raw bytes with --raw)\n"
-    "  buf put FILE.npy          upload a buffer; buf get ID; buf rm ID\n"
+    "  buf put FILE.npy          upload a buffer; buf keep JOB OUTPUT; buf get ID; buf rm ID\n"
     "  usage                     your jobs, run time and buffers\n"
     "\n"
     "Global options:\n"
@@ -767,10 +767,12 @@ static int cmd_buf(cli_t *cli, int argc, char **argv)
 {
     static const char usage[] =
         "usage: gpujob buf put FILE.npy [--resident] [--json]\n"
+        "       gpujob buf keep JOB OUTPUT [--resident] [--json]\n"
         "       gpujob buf get ID [--json]\n"
         "       gpujob buf rm ID\n"
-        "Uploads a tensor the daemon keeps for later jobs (run -i NAME=buffer:ID), shows one,\n"
-        "or deletes one. put prints the new buffer's id.\n"
+        "Uploads a tensor the daemon keeps for later jobs (run -i NAME=buffer:ID), keeps a\n"
+        "finished job's output as one (copied by the daemon, not downloaded), shows one, or\n"
+        "deletes one. put and keep print the new buffer's id.\n"
         "  --resident   keep the buffer in device memory across jobs (counts against quota)\n";
     enum { OPT_RESIDENT = 2000 };
     static const struct option opts[] = {
@@ -784,10 +786,13 @@ static int cmd_buf(cli_t *cli, int argc, char **argv)
         else if (!common_option(cli, opt))
             return usage_error("buf", "unknown option");
     }
-    if (argc - optind != 2) return usage_error("buf", "wants put FILE, get ID or rm ID");
-    const char *verb = argv[optind], *arg = argv[optind + 1];
-    if (strcmp(verb, "put") && strcmp(verb, "get") && strcmp(verb, "rm"))
-        return usage_error("buf", "unknown action '%s' (put, get or rm)", verb);
+    const char *verb = optind < argc ? argv[optind] : "";
+    bool keep = strcmp(verb, "keep") == 0;
+    if (argc - optind != (keep ? 3 : 2))
+        return usage_error("buf", "wants put FILE, keep JOB OUTPUT, get ID or rm ID");
+    const char *arg = argv[optind + 1];
+    if (strcmp(verb, "put") && !keep && strcmp(verb, "get") && strcmp(verb, "rm"))
+        return usage_error("buf", "unknown action '%s' (put, keep, get or rm)", verb);
     int status = connect_client(cli);
     if (status) return status;
     gpujob_buffer_t b;
@@ -800,7 +805,24 @@ static int cmd_buf(cli_t *cli, int argc, char **argv)
             printf("deleted %s\n", arg);
         return CLI_EXIT_OK;
     }
-    if (strcmp(verb, "put") == 0) {
+    if (strcmp(verb, "get") == 0) {
+        if ((r = gpujob_buffer_get(cli->client, arg, &b)) < 0) return api_error(cli, "buf get", r);
+        if (cli->json) {
+            print_json(buffer_json(&b));
+        } else {
+            char shape[160], size[64];
+            printf("id:        %s\n", b.id);
+            printf("tensor:    %s %s (%s)\n", gpujob_dtype_name(b.dtype),
+                   cli_shape(b.ndim, b.shape, shape, sizeof shape), cli_size(b.bytes, size, 64));
+            printf("resident:  %s\n", b.resident ? "yes" : "no");
+            printf("created:   %s\n", b.created_at[0] ? b.created_at : "-");
+        }
+        return CLI_EXIT_OK;
+    }
+    if (keep) {
+        r = gpujob_buffer_keep(cli->client, arg, argv[optind + 2], resident, &b);
+        if (r < 0) return api_error(cli, "buf keep", r);
+    } else {
         r = gpujob_buffer_put_file(cli->client, arg, resident, &b);
         /* A file that cannot be read or parsed is the caller's, not the daemon's, error. */
         if (r < 0 && gpujob_http_status(cli->client) == 0 && r != -ECONNREFUSED &&
@@ -809,23 +831,11 @@ static int cmd_buf(cli_t *cli, int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
         if (r < 0) return api_error(cli, "buf put", r);
-        if (cli->json)
-            print_json(buffer_json(&b));
-        else
-            printf("%s\n", b.id);
-        return CLI_EXIT_OK;
     }
-    if ((r = gpujob_buffer_get(cli->client, arg, &b)) < 0) return api_error(cli, "buf get", r);
-    if (cli->json) {
+    if (cli->json)
         print_json(buffer_json(&b));
-    } else {
-        char shape[160], size[64];
-        printf("id:        %s\n", b.id);
-        printf("tensor:    %s %s (%s)\n", gpujob_dtype_name(b.dtype),
-               cli_shape(b.ndim, b.shape, shape, sizeof shape), cli_size(b.bytes, size, 64));
-        printf("resident:  %s\n", b.resident ? "yes" : "no");
-        printf("created:   %s\n", b.created_at[0] ? b.created_at : "-");
-    }
+    else
+        printf("%s\n", b.id);
     return CLI_EXIT_OK;
 }
 
