@@ -2,7 +2,8 @@
  * - a burst of 10,000 tiny jobs submitted in arrays completes, every result equals the
  *   computation done here, and the job rows show that the jobs went out in batched launches
  *   (far fewer launches than jobs) with GPU time recorded; /metrics has the device's gauges;
- * - resident weights serve a pipeline of GEMMs from device memory;
+ * - resident weights serve a pipeline of GEMMs from device memory, a stage's output kept as a
+ *   resident buffer feeding the next;
  * - a resident buffer is loaded onto its device as soon as it is stored, in many pieces, byte
  *   for byte, and its first job finds it there;
  * - a job over the device memory cap fails with a clear error, and the daemon goes on;
@@ -116,7 +117,7 @@ END_TEST
 START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
 {
     e2e_daemon_t *d = gpu_daemon_start("");
-    enum { M = 64, K = 256, N = 128, JOBS = 40 };
+    enum { M = 64, K = 256, N = 128, P = 32, JOBS = 40 };
     unsigned seed = 777;
     printf("seed %u\n", seed);
     float *w = malloc(sizeof(float) * K * N), *a = malloc(sizeof(float) * JOBS * M * K);
@@ -140,6 +141,7 @@ START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
         free(b64);
     }
     double *got = malloc(sizeof(double) * M * N);
+    float *h = malloc(sizeof(float) * M * N); /* job 0's output, as the daemon answered it */
     for (int j = 0; j < JOBS; j++) {
         json_t *done = e2e_wait_final_ok(d, ids[j], 60);
         ck_assert_str_eq(e2e_job_state(done), "succeeded");
@@ -158,21 +160,75 @@ START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
                 ck_assert_msg(fabs(got[i * N + n] - want) <= 1e-5 * mag + 1e-6,
                               "job %d [%d,%d]: %g, want %g", j, i, n, got[i * N + n], want);
             }
+        if (j == 0)
+            for (int i = 0; i < M * N; i++)
+                h[i] = (float)got[i];
         json_decref(done);
-        free(ids[j]);
+        if (j > 0) free(ids[j]);
     }
-    /* Loaded once, held in device memory, freed with its buffer. */
+    /* Loaded once, held in device memory. */
     json_t *dev = gpu_daemon_device(d, 0);
     ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_buffers")), 1);
     ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_bytes")),
                      (json_int_t)sizeof(float) * K * N);
     json_decref(dev);
-    char path[128];
-    snprintf(path, sizeof path, "/v1/buffers/%s", weights);
-    json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
+
+    /* The next stage: job 0's output kept as a resident buffer (POST /v1/buffers?job=&output=),
+     * times a second resident weight, equals the same product of the answered output here. */
+    float *w2 = malloc(sizeof(float) * N * P);
+    fill_random(DTYPE_F32, w2, N * P, -1, 1, &seed);
+    snprintf(shape, sizeof shape, "%d,%d", N, P);
+    meta = e2e_upload_ok(d, "f32", shape, w2, sizeof(float) * N * P, true, 201);
+    char *weights2 = strdup(json_string_value(json_object_get(meta, "id")));
+    json_decref(meta);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/buffers?job=%s&output=out&resident=true", ids[0]);
+    meta = e2e_json_ok(d, "POST", path, NULL, 201);
+    ck_assert(json_is_true(json_object_get(meta, "resident")));
+    char *kept = strdup(json_string_value(json_object_get(meta, "id")));
+    json_decref(meta);
+    json_t *job = json_pack("{s:s, s:{s:b}, s:{s:{s:s}, s:{s:s}}}", "op", "gemm", "params", "tf32",
+                            0, "inputs", "a", "buffer", kept, "b", "buffer", weights2);
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 60);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    ck_assert_int_eq(json_integer_value(json_object_get(done, "run_device")), 0);
+    json_t *data =
+        json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "data");
+    ck_assert_int_eq(e2e_json_flatten(data, got, M * P), M * P);
+    for (int i = 0; i < M; i++)
+        for (int q = 0; q < P; q++) {
+            double want = 0, mag = 0;
+            for (int n = 0; n < N; n++) {
+                want += (double)h[i * N + n] * w2[n * P + q];
+                mag += fabs((double)h[i * N + n] * w2[n * P + q]);
+            }
+            ck_assert_msg(fabs(got[i * P + q] - want) <= 1e-5 * mag + 1e-6,
+                          "stage 2 [%d,%d]: %g, want %g", i, q, got[i * P + q], want);
+        }
+    json_decref(done);
+    json_decref(job);
+    dev = gpu_daemon_device(d, 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_buffers")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(dev, "resident_bytes")),
+                     (json_int_t)sizeof(float) * (K * N + N * P + M * N));
+    json_decref(dev);
+
+    /* Each freed with its buffer. */
+    const char *const buffers[] = {weights, weights2, kept};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "/v1/buffers/%s", buffers[k]);
+        json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
+    }
     gpu_daemon_wait_device(d, 0, "resident_buffers", 0, 5);
     gpu_daemon_wait_device(d, 0, "resident_bytes", 0, 5);
 
+    free(ids[0]);
+    free(id);
+    free(kept);
+    free(weights2);
+    free(w2);
+    free(h);
     free(got);
     free(weights);
     free(w);
