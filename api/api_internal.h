@@ -216,8 +216,8 @@ int api_handle_job_wait(api_request_t *req);
 int api_handle_job_cancel(api_request_t *req);
 int api_handle_job_output(api_request_t *req);
 /* The output name of job id, a succeeded job the user may see: the job (job_free it) and its
- * tensor there. Else answers 400, 404, 409 or 503, naming id_field or name_field (a path or
- * query parameter), and returns API_DONE. */
+ * tensor there. Else answers (400, 404 or 409 naming id_field or name_field, a path or query
+ * parameter; or the store's error) and returns API_DONE. */
 int api_job_output_find(api_request_t *req, const char *id, const char *id_field, const char *name,
                         const char *name_field, job_t **ret_job, const job_tensor_t **ret_t);
 /* A copy of an output's bytes, malloc'd. Else answers and returns API_DONE. */

@@ -87,11 +87,21 @@ static void buffer_put_reply(void *token, const sched_result_t *res)
     api_request_resume(req);
 }
 
+/* True, after answering 400 with message, when ?dtype= or ?shape= was given. */
+static bool dtype_or_shape_given(api_request_t *req, const char *message)
+{
+    const char *field = api_query(req, "dtype")   ? "query.dtype"
+                        : api_query(req, "shape") ? "query.shape"
+                                                  : NULL;
+    if (field) api_respond_error(req, 400, "invalid_argument", field, "%s", message);
+    return field != NULL;
+}
+
 /* A buffer made from the output of a job that succeeded (?job=&output=): its bytes are
  * copied within the daemon, not sent back and forth by the client, so a pipeline keeps one
- * job's result for the next (resident, in device memory, with ?resident=true). 0, or API_DONE
- * after answering. */
-static int job_output_source(api_request_t *req, tensor_desc_t *ret_desc, void **ret_bytes)
+ * job's result for the next (resident, in device memory, with ?resident=true). The job and
+ * its output, to read once the quota allows; 0, or API_DONE after answering. */
+static int job_output_source(api_request_t *req, job_t **ret_job, const job_tensor_t **ret_t)
 {
     const char *job_id = api_query(req, "job"), *output = api_query(req, "output");
     if (!job_id || !output) {
@@ -99,25 +109,16 @@ static int job_output_source(api_request_t *req, tensor_desc_t *ret_desc, void *
                           "job and output name a job's output together");
         return API_DONE;
     }
-    if (api_query(req, "dtype") || api_query(req, "shape")) {
-        api_respond_error(req, 400, "invalid_argument",
-                          api_query(req, "dtype") ? "query.dtype" : "query.shape",
-                          "a buffer made from a job's output takes its dtype and shape");
+    if (dtype_or_shape_given(req, "a buffer made from a job's output takes its dtype and shape"))
         return API_DONE;
-    }
+    /* A large body was streamed to a file as it came (api_body_streams_to_file knows only the
+     * route); the request's end removes that file. */
     if (req->body_len || req->body_file) {
         api_respond_error(req, 400, "invalid_argument", "body",
                           "a buffer made from a job's output takes no body");
         return API_DONE;
     }
-    job_t *job;
-    const job_tensor_t *t;
-    if (api_job_output_find(req, job_id, "query.job", output, "query.output", &job, &t))
-        return API_DONE;
-    *ret_desc = t->desc;
-    int r = api_job_output_read(req, t, ret_bytes);
-    job_free(job);
-    return r;
+    return api_job_output_find(req, job_id, "query.job", output, "query.output", ret_job, ret_t);
 }
 
 /* True, after answering 413, when nbytes more resident bytes would pass the user's quota (or
@@ -159,18 +160,16 @@ int api_handle_buffer_put(api_request_t *req)
 
     tensor_desc_t d;
     size_t offset = 0;
-    void *output_bytes = NULL; /* of a job's output, when the buffer is made from one */
+    job_t *job = NULL; /* whose output the buffer is made from, if any */
+    const job_tensor_t *output = NULL;
     if (api_query(req, "job") || api_query(req, "output")) {
-        if (job_output_source(req, &d, &output_bytes)) return API_DONE;
+        if (job_output_source(req, &job, &output)) return API_DONE;
+        d = output->desc;
     } else if (content_type_is(req, "application/octet-stream")) {
         if (raw_upload_desc(req, &d)) return API_DONE;
     } else if (content_type_is(req, "application/x-npy")) {
-        if (api_query(req, "dtype") || api_query(req, "shape")) {
-            api_respond_error(req, 400, "invalid_argument",
-                              api_query(req, "dtype") ? "query.dtype" : "query.shape",
-                              "a .npy upload takes dtype and shape from its header");
+        if (dtype_or_shape_given(req, "a .npy upload takes dtype and shape from its header"))
             return API_DONE;
-        }
         codec_error_t cerr;
         uint64_t max = req->env->cfg->max_tensor_bytes;
         int r;
@@ -192,20 +191,26 @@ int api_handle_buffer_put(api_request_t *req)
         return API_DONE;
     }
 
-    /* A resident buffer over its owner's quota is refused before its bytes are written. */
+    /* A resident buffer over its owner's quota is refused before its bytes are read or
+     * written. */
     uint64_t nbytes = tensor_desc_bytes(&d);
     if (resident && resident_quota_refuses(req, nbytes)) {
-        free(output_bytes);
+        job_free(job);
         return API_DONE;
     }
     buffer_t *buf = buffer_new();
     if (!buf) {
-        free(output_bytes);
+        job_free(job);
         api_respond_error(req, 500, "internal", NULL, "out of memory");
         return API_DONE;
     }
-    if (output_bytes) {
-        buf->data = output_bytes;
+    if (job) {
+        int r = api_job_output_read(req, output, &buf->data);
+        job_free(job);
+        if (r) {
+            buffer_free(buf);
+            return API_DONE;
+        }
     } else if (req->body_file) {
         /* Streamed to its file as it arrived: synced now, the buffer's bytes from there on. */
         int r = store_blob_stream_finish(req->body_file, &buf->blob);

@@ -77,7 +77,7 @@ static int check_job_id(api_request_t *req, const char *id, const char *field)
 
 /* Loads job id, given in field, if the user may see it; else answers 400/404/503 and returns
  * API_DONE. Another owner's job answers 404, as if it did not exist. */
-static int load_job_named(api_request_t *req, const char *id, const char *field, job_t **ret)
+static int load_visible_job_id(api_request_t *req, const char *id, const char *field, job_t **ret)
 {
     if (check_job_id(req, id, field)) return API_DONE;
     store_reader_t *rd = api_request_reader(req);
@@ -100,17 +100,17 @@ static int load_job_named(api_request_t *req, const char *id, const char *field,
     return 0;
 }
 
-/* load_job_named for the job of the {id} path parameter. */
+/* load_visible_job_id for the job of the {id} path parameter. */
 static int load_visible_job(api_request_t *req, job_t **ret)
 {
-    return load_job_named(req, api_path_param(req, "id"), "id", ret);
+    return load_visible_job_id(req, api_path_param(req, "id"), "id", ret);
 }
 
 int api_job_output_find(api_request_t *req, const char *id, const char *id_field, const char *name,
                         const char *name_field, job_t **ret_job, const job_tensor_t **ret_t)
 {
     job_t *job;
-    if (load_job_named(req, id, id_field, &job)) return API_DONE;
+    if (load_visible_job_id(req, id, id_field, &job)) return API_DONE;
     if (job->state != JOB_SUCCEEDED) {
         api_respond_error(req, 409, "conflict", id_field,
                           "job '%s' is %s; outputs exist once it has succeeded", job->id,

@@ -598,7 +598,7 @@ START_TEST(test_outputs_download_as_json_raw_and_npy)
 {
     store_job(JOB_ID, "alice", JOB_SUCCEEDED);
     store_job(OTHER_ID, "alice", JOB_RUNNING);
-    expect(run_json("GET", "/v1/jobs/" OTHER_ID "/outputs/out", NULL), 409, NULL);
+    expect(run_json("GET", "/v1/jobs/" OTHER_ID "/outputs/out", NULL), 409, "id");
     expect(run_json("GET", "/v1/jobs/" JOB_ID "/outputs/nope", NULL), 404, "name");
     expect(run_json("GET", "/v1/jobs/" JOB_ID "/outputs/out?format=csv", NULL), 400,
            "query.format");
@@ -686,6 +686,39 @@ START_TEST(test_buffer_uploads_raw_and_npy)
 }
 END_TEST
 
+/* A job's output kept as a buffer: the caller's own job that succeeded (any user's for an
+ * admin); another user's answers 404, as if it did not exist. The buffer is the caller's, with
+ * the output's descriptor and bytes. */
+START_TEST(test_buffer_kept_from_a_job_output_respects_owners)
+{
+    store_job(JOB_ID, "alice", JOB_SUCCEEDED);
+    store_job(OTHER_ID, "alice", JOB_RUNNING);
+    expect(run("bob", "POST", "/v1/buffers?job=" JOB_ID "&output=out", NULL, NULL, 0), 404,
+           "query.job");
+    expect(run_json("POST", "/v1/buffers?job=" OTHER_ID "&output=out", NULL), 409, "query.job");
+    expect(run_json("POST", "/v1/buffers?job=" JOB_ID "&output=nope", NULL), 404, "query.output");
+    expect(run_json("POST", "/v1/buffers?job=" JOB_ID "&output=out&shape=3", NULL), 400,
+           "query.shape");
+    ck_assert_int_eq(fake_sched.buffer_puts, 0);
+
+    static const float want[3] = {4, 5, 6}; /* make_job's output */
+    const char *const users[] = {"alice", "root"};
+    for (int k = 0; k < 2; k++) {
+        test_req_t *t = run(users[k], "POST", "/v1/buffers?job=" JOB_ID "&output=out&resident=true",
+                            NULL, NULL, 0);
+        ck_assert_int_eq(t->req.resp.status, 201);
+        buffer_t *b = fake_sched.last_buffer;
+        ck_assert_str_eq(b->owner, users[k]);
+        ck_assert(b->resident);
+        ck_assert(b->desc.dtype == DTYPE_F32 && b->desc.ndim == 1 && b->desc.shape[0] == 3);
+        ck_assert_uint_eq(b->nbytes, sizeof want);
+        ck_assert_int_eq(memcmp(b->data, want, sizeof want), 0);
+        done(t);
+    }
+    ck_assert_int_eq(fake_sched.buffer_puts, 2);
+}
+END_TEST
+
 START_TEST(test_buffer_metadata_delete_and_usage_respect_owners)
 {
     buffer_t buf = {.id = BUF_ID, .owner = "bob", .nbytes = 8, .created_us = 1};
@@ -768,6 +801,7 @@ static Suite *api_routes_suite(void)
     tcase_add_test(tc, test_wait_for_an_ended_job_is_answered_from_the_store);
     tcase_add_test(tc, test_outputs_download_as_json_raw_and_npy);
     tcase_add_test(tc, test_buffer_uploads_raw_and_npy);
+    tcase_add_test(tc, test_buffer_kept_from_a_job_output_respects_owners);
     tcase_add_test(tc, test_buffer_metadata_delete_and_usage_respect_owners);
     suite_add_tcase(s, tc);
     return s;

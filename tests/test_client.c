@@ -951,7 +951,9 @@ START_TEST(test_buffers_upload_describe_use_and_delete)
     /* Its output kept as a buffer feeds the next job: (x + y) + y. */
     gpujob_buffer_t kept;
     ck_assert_int_eq(gpujob_buffer_keep(c, gpujob_job_id(done), "out", false, &kept), 0);
+    ck_assert_int_eq(kept.dtype, GPUJOB_F32);
     ck_assert_int_eq(kept.ndim, 2);
+    ck_assert_int_eq(kept.shape[0], 4);
     ck_assert_int_eq(kept.shape[1], 5);
     ck_assert_uint_eq(kept.bytes, 80);
     ck_assert(!kept.resident);

@@ -472,6 +472,7 @@ START_TEST(test_usage_errors_exit_2_and_every_command_has_help)
         {"out", "id", "name"},
         {"buf", "frob", "x"},
         {"buf", "keep", "j1"},
+        {"buf", "keep", "j1", "out", "extra"},
         {"--url", "ftp://nope", "info"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

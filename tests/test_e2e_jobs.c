@@ -583,7 +583,7 @@ START_TEST(test_resident_buffers_serve_jobs_within_the_owner_quota)
 }
 END_TEST
 
-/* POST /v1/buffers?job=&output= answers 400/404/409 with the field at fault; nothing else. */
+/* Asserts that POST /v1/buffers?query (with body, or none) answers status, naming field. */
 static void expect_keep_refused(e2e_daemon_t *d, const char *query, const char *body, long status,
                                 const char *field)
 {
@@ -597,8 +597,8 @@ static void expect_keep_refused(e2e_daemon_t *d, const char *query, const char *
 
 /* A job's output kept as a buffer (POST /v1/buffers?job=&output=) has the output's dtype,
  * shape and bytes and serves the next job, resident or not, across a kill -9 and a restart;
- * resident, it counts against the quota. A job that has not succeeded, a missing output, and a
- * body or dtype beside them are refused with the field at fault. */
+ * resident, it counts against the quota. A job that has not succeeded (running, cancelled), a
+ * missing output, and a body or dtype beside them are refused with the field at fault. */
 START_TEST(test_job_output_kept_as_a_buffer_serves_the_next_job)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("[limits]\nmax_resident_bytes_per_user = 4KiB\n");
@@ -677,6 +677,10 @@ START_TEST(test_job_output_kept_as_a_buffer_serves_the_next_job)
     json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_MS);
     char *long_id = e2e_submit_ok(d, long_job);
     snprintf(query, sizeof query, "job=%s&output=out", long_id);
+    expect_keep_refused(d, query, NULL, 409, "query.job");
+    snprintf(path, sizeof path, "/v1/jobs/%s", long_id);
+    json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
+    e2e_wait_state_ok(d, long_id, "cancelled", 30);
     expect_keep_refused(d, query, NULL, 409, "query.job");
     /* None of the refusals left a buffer behind. */
     usage = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);

@@ -771,7 +771,7 @@ static int cmd_buf(cli_t *cli, int argc, char **argv)
         "       gpujob buf get ID [--json]\n"
         "       gpujob buf rm ID\n"
         "Uploads a tensor the daemon keeps for later jobs (run -i NAME=buffer:ID), keeps a\n"
-        "finished job's output as one (copied by the daemon, not downloaded), shows one, or\n"
+        "succeeded job's output as one (copied by the daemon, not downloaded), shows one, or\n"
         "deletes one. put and keep print the new buffer's id.\n"
         "  --resident   keep the buffer in device memory across jobs (counts against quota)\n";
     enum { OPT_RESIDENT = 2000 };
