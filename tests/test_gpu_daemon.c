@@ -114,6 +114,23 @@ START_TEST(test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct)
 }
 END_TEST
 
+/* Asserts that got, m x n values of an answered gemm job's output, is the product of a (m x k)
+ * and b (k x n) to f32 precision, against the product in double here; what names the job. */
+static void expect_product(const double *got, const float *a, const float *b, int m, int k, int n,
+                           const char *what)
+{
+    for (int i = 0; i < m; i++)
+        for (int q = 0; q < n; q++) {
+            double want = 0, mag = 0;
+            for (int p = 0; p < k; p++) {
+                want += (double)a[i * k + p] * b[p * n + q];
+                mag += fabs((double)a[i * k + p] * b[p * n + q]);
+            }
+            ck_assert_msg(fabs(got[i * n + q] - want) <= 1e-5 * mag + 1e-6,
+                          "%s [%d,%d]: %g, want %g", what, i, q, got[i * n + q], want);
+        }
+}
+
 START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
 {
     e2e_daemon_t *d = gpu_daemon_start("");
@@ -149,17 +166,9 @@ START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
         json_t *data =
             json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "data");
         ck_assert_int_eq(e2e_json_flatten(data, got, M * N), M * N);
-        const float *aj = a + (size_t)j * M * K;
-        for (int i = 0; i < M; i++)
-            for (int n = 0; n < N; n++) {
-                double want = 0, mag = 0;
-                for (int k = 0; k < K; k++) {
-                    want += (double)aj[i * K + k] * w[k * N + n];
-                    mag += fabs((double)aj[i * K + k] * w[k * N + n]);
-                }
-                ck_assert_msg(fabs(got[i * N + n] - want) <= 1e-5 * mag + 1e-6,
-                              "job %d [%d,%d]: %g, want %g", j, i, n, got[i * N + n], want);
-            }
+        char what[32];
+        snprintf(what, sizeof what, "job %d", j);
+        expect_product(got, a + (size_t)j * M * K, w, M, K, N, what);
         if (j == 0)
             for (int i = 0; i < M * N; i++)
                 h[i] = (float)got[i];
@@ -196,16 +205,7 @@ START_TEST(test_resident_weights_serve_a_pipeline_of_gemms)
     json_t *data =
         json_object_get(json_object_get(json_object_get(done, "outputs"), "out"), "data");
     ck_assert_int_eq(e2e_json_flatten(data, got, M * P), M * P);
-    for (int i = 0; i < M; i++)
-        for (int q = 0; q < P; q++) {
-            double want = 0, mag = 0;
-            for (int n = 0; n < N; n++) {
-                want += (double)h[i * N + n] * w2[n * P + q];
-                mag += fabs((double)h[i * N + n] * w2[n * P + q]);
-            }
-            ck_assert_msg(fabs(got[i * P + q] - want) <= 1e-5 * mag + 1e-6,
-                          "stage 2 [%d,%d]: %g, want %g", i, q, got[i * P + q], want);
-        }
+    expect_product(got, h, w2, M, N, P, "stage 2");
     json_decref(done);
     json_decref(job);
     dev = gpu_daemon_device(d, 0);
