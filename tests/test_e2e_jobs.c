@@ -35,6 +35,15 @@ static json_t *tensor_inline(const char *dtype, const int64_t *shape, int ndim, 
     return json_pack("{s:s, s:o, s:o}", "dtype", dtype, "shape", dims, "data", data);
 }
 
+/* A saxpy job (out = a * x + y) on f32 x and y of the given shape, n values each, inline. */
+static json_t *saxpy_job(double a, const int64_t *shape, int ndim, const double *x, const double *y,
+                         long n)
+{
+    return json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", a, "inputs", "x",
+                     tensor_inline("f32", shape, ndim, x, n), "y",
+                     tensor_inline("f32", shape, ndim, y, n));
+}
+
 /* n random values representable in dtype (f32 values rounded to float). */
 static void random_values(const char *dtype, double *v, long n, double lo, double hi,
                           uint32_t *seed)
@@ -429,9 +438,7 @@ START_TEST(test_binary_section_outputs)
     random_values("f32", y, N, -4, 4, &seed);
     for (int i = 0; i < N; i++)
         want[i] = 2.5f * (float)x[i] + (float)y[i];
-    json_t *job =
-        json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 2.5, "inputs", "x",
-                  tensor_inline("f32", shape, 1, x, N), "y", tensor_inline("f32", shape, 1, y, N));
+    json_t *job = saxpy_job(2.5, shape, 1, x, y, N);
     char *text = json_dumps(job, JSON_COMPACT);
     const char *binary[] = {"Content-Type: application/json",
                             "Accept: application/octet-stream, application/json", NULL};
@@ -608,9 +615,7 @@ START_TEST(test_job_output_kept_as_a_buffer_serves_the_next_job)
     double x[N], y[N], z[N], first[N], got[N];
     random_values("f32", x, N, -2, 2, &seed);
     random_values("f32", y, N, -2, 2, &seed);
-    json_t *job =
-        json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 2.0, "inputs", "x",
-                  tensor_inline("f32", shape, 1, x, N), "y", tensor_inline("f32", shape, 1, y, N));
+    json_t *job = saxpy_job(2.0, shape, 1, x, y, N);
     char *id = e2e_submit_ok(d, job);
     json_t *done = e2e_wait_final_ok(d, id, 30);
     job_output(done, "out", "f32", N, first);
@@ -708,9 +713,7 @@ START_TEST(test_submit_waits_for_its_job_when_asked)
     double x[N], y[N], got[N];
     random_values("f32", x, N, -4, 4, &seed);
     random_values("f32", y, N, -4, 4, &seed);
-    json_t *job =
-        json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 1.5, "inputs", "x",
-                  tensor_inline("f32", shape, 1, x, N), "y", tensor_inline("f32", shape, 1, y, N));
+    json_t *job = saxpy_job(1.5, shape, 1, x, y, N);
     char *text = json_dumps(job, JSON_COMPACT);
     json_t *done = e2e_json_ok(d, "POST", "/v1/jobs?wait=1e9", text, 201); /* cut to the limit */
     job_output(done, "out", "f32", N, got);
@@ -827,9 +830,7 @@ START_TEST(test_output_download_json_raw_and_npy)
     double x[N], y[N], inline_out[N];
     random_values("f32", x, N, -10, 10, &seed);
     random_values("f32", y, N, -10, 10, &seed);
-    json_t *job =
-        json_pack("{s:s, s:{s:f}, s:{s:o, s:o}}", "op", "saxpy", "params", "a", 0.75, "inputs", "x",
-                  tensor_inline("f32", shape, 2, x, N), "y", tensor_inline("f32", shape, 2, y, N));
+    json_t *job = saxpy_job(0.75, shape, 2, x, y, N);
     char *id = e2e_submit_ok(d, job);
     json_t *done = e2e_wait_final_ok(d, id, 30);
     job_output(done, "out", "f32", N, inline_out);
