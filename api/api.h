@@ -3,9 +3,9 @@
  * beyond the server handle, and it is the only part of gpujobd that includes libmicrohttpd. */
 #pragma once
 
-#include "daemon/config.h"
-#include "daemon/gpu_metrics.h"
-#include "daemon/sched.h"
+#include "daemon/util/config.h"
+#include "daemon/exec/gpu_metrics.h"
+#include "daemon/sched/scheduler.h"
 
 typedef struct api_server api_server_t;
 

@@ -14,10 +14,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "daemon/config.h"
-#include "daemon/gpu_metrics.h"
-#include "daemon/sched.h"
-#include "daemon/store.h"
+#include "daemon/util/config.h"
+#include "daemon/exec/gpu_metrics.h"
+#include "daemon/sched/scheduler.h"
+#include "daemon/store/store.h"
 #include "job_json.h"
 
 #define API_MAX_QUERY 32

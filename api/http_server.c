@@ -10,6 +10,7 @@
  * completion notice. A suspended connection is never timed out or completed by MHD, so a
  * pending scheduler reply always finds its context; this holds until api_server_free(), which
  * therefore must run after sched_stop() has answered every request (daemon/main.c does). */
+#define _GNU_SOURCE /* struct ucred */
 #include "api.h"
 
 #include <arpa/inet.h>
@@ -32,7 +33,7 @@
 
 #include "api_internal.h"
 #include "tensor_codec.h"
-#include "daemon/log.h"
+#include "daemon/util/log.h"
 
 /* The most body memory taken on a Content-Length header alone; more grows as data arrives. */
 #define BODY_PREALLOC_MAX ((size_t)4 << 20)
@@ -126,14 +127,7 @@ static int api_request_user(struct MHD_Connection *conn, bool over_unix, api_use
     }
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    /* The kernel's struct ucred, spelled out: <sys/socket.h> declares it only under
-     * _GNU_SOURCE, and that in turn breaks <pthread.h> here because daemon/sched.h shadows the
-     * system <sched.h> on the include path. */
-    struct {
-        pid_t pid;
-        uid_t uid;
-        gid_t gid;
-    } cred;
+    struct ucred cred;
     socklen_t len = sizeof cred;
     if (!ci || getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
         return -errno ? -errno : -EIO;

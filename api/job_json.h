@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/config.h"
-#include "daemon/job.h"
+#include "daemon/util/config.h"
+#include "daemon/job/job.h"
 
 /* An error on its way to the client: the HTTP status, the error code of the JSON body
  * ("invalid_argument"), the field path ("[3].inputs.x.dtype", "" for none) and a message. */

@@ -24,9 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/config.h"
-#include "daemon/sched.h"
-#include "daemon/store.h"
+#include "daemon/util/config.h"
+#include "daemon/sched/scheduler.h"
+#include "daemon/store/store.h"
 #include "kernels/op.h"
 
 typedef struct bench {

@@ -17,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
-#include "daemon/store.h"
+#include "daemon/util/log.h"
+#include "daemon/store/store.h"
 
 #define GROUP 32
 #define SMALL_JOBS 10000

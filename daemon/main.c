@@ -10,14 +10,14 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "backend.h"
-#include "config.h"
+#include "daemon/exec/backend.h"
+#include "daemon/util/config.h"
 #include "kernels/op.h"
-#include "log.h"
-#include "restart.h"
-#include "sched.h"
-#include "service_notify.h"
-#include "store.h"
+#include "daemon/util/log.h"
+#include "daemon/util/restart.h"
+#include "daemon/sched/scheduler.h"
+#include "daemon/util/service_notify.h"
+#include "daemon/store/store.h"
 
 static int run_daemon(const config_t *cfg, char *const argv[])
 {

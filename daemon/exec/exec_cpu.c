@@ -1,0 +1,262 @@
+/* The CPU backend: a pool of worker threads running the ops' CPU references, one batch at a
+ * time per worker, behind the executor interface. Each worker reads input bytes that are not in
+ * memory through a store reader of its own. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "executor.h"
+#include "daemon/util/log.h"
+
+typedef struct cpu_exec {
+    executor_t base;
+    const config_t *cfg;
+    int n_threads;
+    pthread_t *threads;
+    pthread_mutex_t lock;
+    pthread_cond_t work_cond; /* a batch was queued, or stopping */
+    pthread_cond_t idle_cond; /* a batch finished */
+    exec_batch_t **queue;     /* ring of accepted batches not yet started */
+    int q_head, q_len, q_cap;
+    int busy;
+    bool stopping;
+    bool abandoned; /* destroy gave up waiting: finished batches are no longer reported */
+    int reporting;  /* workers inside the done callback */
+    int exited;     /* workers that left their loop */
+} cpu_exec_t;
+
+/* Reads the bytes of an input that is not in memory: an uploaded buffer or a stored blob. */
+static int load_input(store_reader_t *rd, job_tensor_t *t, char *why, size_t why_size)
+{
+    if (t->buffer_id[0]) {
+        buffer_t *buf = NULL;
+        int r = store_buffer_get(rd, t->buffer_id, &buf);
+        if (r < 0) {
+            snprintf(why, why_size, "input '%s': buffer %s no longer exists", t->name,
+                     t->buffer_id);
+            return r;
+        }
+        if (buf->nbytes != t->nbytes)
+            r = -EINVAL;
+        else if (buf->data) {
+            t->data = buf->data;
+            buf->data = NULL;
+        } else
+            r = store_blob_read(rd, buf->blob, buf->nbytes, &t->data);
+        buffer_free(buf);
+        if (r < 0)
+            snprintf(why, why_size, "input '%s': could not read buffer %s", t->name, t->buffer_id);
+        return r;
+    }
+    if (!t->blob) {
+        snprintf(why, why_size, "input '%s' has no stored bytes", t->name);
+        return -ENOENT;
+    }
+    int r = store_blob_read(rd, t->blob, t->nbytes, &t->data);
+    if (r < 0) snprintf(why, why_size, "input '%s': could not read its bytes", t->name);
+    return r;
+}
+
+static void run_job(store_reader_t *rd, job_t *job)
+{
+    const op_call_t *call = &job->call;
+    const void *in[OP_MAX_TENSORS] = {0};
+    void *out[OP_MAX_TENSORS] = {0};
+    char why[ERROR_MESSAGE_SIZE];
+    for (int j = 0; j < call->op->n_inputs; j++) {
+        if (!call->has_in[j]) continue;
+        job_tensor_t *t = &job->in[j];
+        if (!t->data && load_input(rd, t, why, sizeof why) < 0) {
+            job_set_error(job, "input_unavailable", "%s", why);
+            return;
+        }
+        in[j] = t->data;
+    }
+    job_describe_outputs(job);
+    for (int j = 0; j < call->n_out; j++) {
+        job_tensor_t *t = &job->out[j];
+        t->data = malloc(t->nbytes ? t->nbytes : 1);
+        if (!t->data) {
+            job_set_error(job, "out_of_memory", "no host memory for output '%s' (%llu bytes)",
+                          t->name, (unsigned long long)t->nbytes);
+            return;
+        }
+        out[j] = t->data;
+    }
+    op_error_t err = {0};
+    if (call->op->run_cpu(call, in, out, &err) < 0)
+        job_set_error(job, "op_failed", "%s%s%s", err.field, err.field[0] ? ": " : "", err.message);
+}
+
+static void *worker(void *arg)
+{
+    cpu_exec_t *ex = arg;
+    prctl(PR_SET_NAME, "gj-cpu");
+    store_reader_t *rd = NULL;
+    int r = store_reader_open(ex->cfg, &rd);
+    if (r < 0) log_error("cpu worker: cannot open a store reader: %s", strerror(-r));
+    pthread_mutex_lock(&ex->lock);
+    for (;;) {
+        while (ex->q_len == 0 && !ex->stopping)
+            pthread_cond_wait(&ex->work_cond, &ex->lock);
+        if (ex->q_len == 0) break;
+        exec_batch_t *batch = ex->queue[ex->q_head];
+        ex->q_head = (ex->q_head + 1) % ex->q_cap;
+        ex->q_len--;
+        ex->busy++;
+        pthread_mutex_unlock(&ex->lock);
+
+        for (int i = 0; i < batch->n; i++) {
+            job_t *job = batch->jobs[i];
+            job->run_device = -1;
+            job->gpu_ns = 0;
+            job->batch_size = batch->n;
+            if (rd)
+                run_job(rd, job);
+            else
+                job_set_error(job, "store_failed", "the worker cannot read the store");
+        }
+
+        /* The slot is free before the scheduler hears of the batch, so that the dispatch
+         * its report triggers sees the slot. While reporting, the worker is counted: destroy
+         * waits for reports in progress even past its timeout (the report uses the
+         * scheduler, which is freed right after). */
+        pthread_mutex_lock(&ex->lock);
+        ex->busy--;
+        bool report = !ex->abandoned;
+        ex->reporting += report;
+        pthread_mutex_unlock(&ex->lock);
+        if (report) ex->base.done(batch, ex->base.done_ud);
+        pthread_mutex_lock(&ex->lock);
+        ex->reporting -= report;
+        pthread_cond_broadcast(&ex->idle_cond);
+    }
+    ex->exited++;
+    pthread_cond_broadcast(&ex->idle_cond);
+    pthread_mutex_unlock(&ex->lock);
+    store_reader_close(rd);
+    return NULL;
+}
+
+static int cpu_submit(executor_t *base, exec_batch_t *batch)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    int r = -EAGAIN;
+    if (!ex->stopping && ex->q_len < ex->q_cap) {
+        ex->queue[(ex->q_head + ex->q_len) % ex->q_cap] = batch;
+        ex->q_len++;
+        pthread_cond_signal(&ex->work_cond);
+        r = 0;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    return r;
+}
+
+static int cpu_free_slots(executor_t *base, int device)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    int free_slots = ex->stopping ? 0 : ex->q_cap - ex->q_len - ex->busy;
+    pthread_mutex_unlock(&ex->lock);
+    return free_slots > 0 ? free_slots : 0;
+}
+
+static json_t *cpu_describe(executor_t *base)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    return json_pack("{s:s, s:i, s:[]}", "name", "cpu", "threads", ex->n_threads, "devices");
+}
+
+static void cpu_destroy(executor_t *base, int timeout_ms)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&ex->lock);
+    ex->stopping = true;
+    pthread_cond_broadcast(&ex->work_cond);
+    while (ex->exited < ex->n_threads &&
+           pthread_cond_timedwait(&ex->idle_cond, &ex->lock, &deadline) == 0)
+        ;
+    bool all_exited = ex->exited == ex->n_threads;
+    if (!all_exited) {
+        ex->abandoned = true;
+        while (ex->reporting > 0)
+            pthread_cond_wait(&ex->idle_cond, &ex->lock);
+    }
+    pthread_mutex_unlock(&ex->lock);
+    if (!all_exited) {
+        /* A worker is stuck in a long op: leave it (and this struct) to process exit. */
+        log_warn("cpu backend: %d workers still busy at shutdown", ex->n_threads - ex->exited);
+        for (int i = 0; i < ex->n_threads; i++)
+            pthread_detach(ex->threads[i]);
+        return;
+    }
+    for (int i = 0; i < ex->n_threads; i++)
+        pthread_join(ex->threads[i], NULL);
+    pthread_mutex_destroy(&ex->lock);
+    pthread_cond_destroy(&ex->work_cond);
+    pthread_cond_destroy(&ex->idle_cond);
+    free(ex->threads);
+    free(ex->queue);
+    free(ex);
+}
+
+static const executor_ops_t cpu_ops = {
+    .name = "cpu",
+    .submit = cpu_submit,
+    .free_slots = cpu_free_slots,
+    .describe = cpu_describe,
+    .destroy = cpu_destroy,
+};
+
+int exec_cpu_new(const config_t *cfg, executor_t **ret)
+{
+    cpu_exec_t *ex = calloc(1, sizeof *ex);
+    if (!ex) return -ENOMEM;
+    ex->base.ops = &cpu_ops;
+    ex->cfg = cfg;
+    ex->n_threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (ex->n_threads < 1) ex->n_threads = 1;
+    /* No batches queued ahead of the workers: a job handed over starts at once, so `running`
+     * means running, and everything waiting stays in the scheduler's queues (deadlines, fair
+     * share and cancellation apply there). */
+    ex->q_cap = ex->n_threads;
+    ex->queue = calloc((size_t)ex->q_cap, sizeof *ex->queue);
+    ex->threads = calloc((size_t)ex->n_threads, sizeof *ex->threads);
+    if (!ex->queue || !ex->threads) {
+        free(ex->queue);
+        free(ex->threads);
+        free(ex);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&ex->lock, NULL);
+    pthread_cond_init(&ex->work_cond, NULL);
+    pthread_cond_init(&ex->idle_cond, NULL);
+    for (int i = 0; i < ex->n_threads; i++) {
+        int r = pthread_create(&ex->threads[i], NULL, worker, ex);
+        if (r != 0) {
+            /* Run with the workers that did start. */
+            ex->n_threads = i;
+            if (i == 0) {
+                cpu_destroy(&ex->base, 0);
+                return -r;
+            }
+            break;
+        }
+    }
+    log_info("backend: cpu, %d worker threads", ex->n_threads);
+    *ret = &ex->base;
+    return 0;
+}

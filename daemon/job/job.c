@@ -1,0 +1,125 @@
+#include "job.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const state_names[JOB_STATE_COUNT] = {
+    [JOB_QUEUED] = "queued", [JOB_RUNNING] = "running",     [JOB_SUCCEEDED] = "succeeded",
+    [JOB_FAILED] = "failed", [JOB_CANCELLED] = "cancelled",
+};
+
+const char *job_state_name(job_state_t s)
+{
+    return s < JOB_STATE_COUNT ? state_names[s] : "invalid";
+}
+
+int job_state_parse(const char *name, job_state_t *ret)
+{
+    for (int i = 0; name && i < JOB_STATE_COUNT; i++)
+        if (strcmp(name, state_names[i]) == 0) {
+            *ret = (job_state_t)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+bool job_state_is_final(job_state_t s)
+{
+    return s == JOB_SUCCEEDED || s == JOB_FAILED || s == JOB_CANCELLED;
+}
+
+job_t *job_new(void)
+{
+    job_t *job = calloc(1, sizeof *job);
+    if (job) {
+        job->device = -1;
+        job->preferred_device = -1;
+        job->run_device = -1;
+    }
+    return job;
+}
+
+static void tensor_clear(job_tensor_t *t)
+{
+    free(t->data);
+    free(t->blob);
+    t->data = NULL;
+    t->blob = NULL;
+}
+
+void job_free(job_t *job)
+{
+    if (!job) return;
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        tensor_clear(&job->in[j]);
+        tensor_clear(&job->out[j]);
+    }
+    free(job->params_json);
+    free(job);
+}
+
+job_t *job_copy_shown(const job_t *job)
+{
+    job_t *copy = malloc(sizeof *copy);
+    if (!copy) return NULL;
+    *copy = *job;
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        copy->in[j].data = copy->out[j].data = NULL;
+        copy->in[j].blob = copy->out[j].blob = NULL;
+    }
+    copy->params_json = job->params_json ? strdup(job->params_json) : NULL;
+    if (job->params_json && !copy->params_json) {
+        free(copy);
+        return NULL;
+    }
+    return copy;
+}
+
+void job_drop_data(job_t *job)
+{
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        job_tensor_t *ts[2] = {&job->in[j], &job->out[j]};
+        for (int k = 0; k < 2; k++)
+            if (ts[k]->blob) {
+                free(ts[k]->data);
+                ts[k]->data = NULL;
+            }
+    }
+}
+
+void job_set_error(job_t *job, const char *code, const char *fmt, ...)
+{
+    snprintf(job->error_code, sizeof job->error_code, "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(job->error_message, sizeof job->error_message, fmt, ap);
+    va_end(ap);
+}
+
+void job_describe_outputs(job_t *job)
+{
+    for (int j = 0; j < job->call.n_out; j++) {
+        job_tensor_t *t = &job->out[j];
+        snprintf(t->name, sizeof t->name, "%s", job->call.out_names[j]);
+        t->desc = job->call.out[j];
+        t->nbytes = tensor_desc_bytes(&t->desc);
+    }
+}
+
+buffer_t *buffer_new(void)
+{
+    buffer_t *buf = calloc(1, sizeof *buf);
+    if (buf) buf->device = -1;
+    return buf;
+}
+
+void buffer_free(buffer_t *buf)
+{
+    if (!buf) return;
+    free(buf->data);
+    free(buf->blob);
+    free(buf);
+}

@@ -1,0 +1,97 @@
+/* The job model shared by the API, the scheduler, the store and the executors.
+ *
+ * A job_t is one op applied to named input tensors, producing named output tensors. The API
+ * builds it (validated), the scheduler owns it while the daemon holds it in memory, the store
+ * persists it, and an executor runs it. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/util/id.h"
+#include "kernels/op.h"
+
+#define OWNER_SIZE 64     /* user names */
+#define IDEM_KEY_SIZE 128 /* Idempotency-Key header values */
+#define ERROR_CODE_SIZE 32
+#define ERROR_MESSAGE_SIZE 256
+
+typedef enum job_state {
+    JOB_QUEUED,
+    JOB_RUNNING,
+    JOB_SUCCEEDED,
+    JOB_FAILED,
+    JOB_CANCELLED,
+    JOB_STATE_COUNT
+} job_state_t;
+
+const char *job_state_name(job_state_t s);
+int job_state_parse(const char *name, job_state_t *ret);
+bool job_state_is_final(job_state_t s);
+
+/* Where a tensor's bytes live. Exactly one of: data (in memory, owned by the tensor),
+ * buffer_id (an uploaded buffer, read when the job runs), or blob (the store's own locator,
+ * for bytes it has persisted; opaque outside the store). */
+typedef struct job_tensor {
+    char name[32];
+    tensor_desc_t desc;
+    uint64_t nbytes;
+    void *data; /* malloc'd, owned; NULL when not in memory */
+    char buffer_id[ID_SIZE];
+    char *blob; /* malloc'd, owned by the tensor; NULL when none */
+} job_tensor_t;
+
+typedef struct job {
+    char id[ID_SIZE];
+    char owner[OWNER_SIZE];
+    char idempotency_key[IDEM_KEY_SIZE]; /* "" when none */
+    op_call_t call;                      /* validated; call.op is the op */
+    char *params_json;                   /* the params as submitted, compact JSON; owned */
+    int priority;                        /* higher runs first */
+    int device;                          /* pinned device, or -1 for any */
+    int preferred_device;                /* where its resident input lives (-1: none): a
+                                            pin while that device serves; not stored */
+    int64_t deadline_us;                 /* absolute wall-clock µs, 0 for none */
+    job_state_t state;
+    int attempts;                                /* runs started, restarts included */
+    int64_t created_us, started_us, finished_us; /* wall clock, µs since the epoch; 0 unset */
+    int64_t gpu_ns;                              /* this job's share of measured device time */
+    int run_device;                              /* device that ran it, -1 for none or the CPU */
+    int batch_size;                              /* jobs in the launch that ran it (1: alone) */
+    /* in[j] is op input slot j (see call.op->input_names); present iff call.has_in[j]. */
+    job_tensor_t in[OP_MAX_TENSORS];
+    /* out[j] matches call.out[j] / call.out_names[j], j < call.n_out. */
+    job_tensor_t out[OP_MAX_TENSORS];
+    char error_code[ERROR_CODE_SIZE]; /* "" unless failed or cancelled */
+    char error_message[ERROR_MESSAGE_SIZE];
+} job_t;
+
+/* A new zeroed job (device = run_device = -1). NULL on allocation failure. */
+job_t *job_new(void);
+/* Frees the job, its params text and every tensor's data and blob. Accepts NULL. */
+void job_free(job_t *job);
+/* A copy of the job without its tensors' bytes or blob locators: the job as it stands, for an
+ * answer given later, when the job itself may have moved on. NULL on allocation failure. */
+job_t *job_copy_shown(const job_t *job);
+/* Drops in-memory tensor bytes that the store has persisted (blob set), keeping descriptors. */
+void job_drop_data(job_t *job);
+/* Describes each output (name, descriptor, bytes) from the validated call. */
+void job_describe_outputs(job_t *job);
+void job_set_error(job_t *job, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* An uploaded buffer. */
+typedef struct buffer {
+    char id[ID_SIZE];
+    char owner[OWNER_SIZE];
+    tensor_desc_t desc;
+    uint64_t nbytes;
+    bool resident; /* keep in device memory across jobs (CUDA backend) */
+    int device;    /* the device a resident buffer was placed on; -1 for none */
+    int64_t created_us;
+    void *data; /* malloc'd, owned; NULL when not in memory */
+    char *blob; /* the store's locator once persisted; owned */
+} buffer_t;
+
+buffer_t *buffer_new(void);
+void buffer_free(buffer_t *buf);

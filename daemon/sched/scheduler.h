@@ -1,0 +1,80 @@
+/* The scheduler: one libuv loop thread that owns the write side of the store, the per-user
+ * queues, group commit, dynamic batching, deadlines, cancellation, retention and the executor.
+ *
+ * Requests from other threads (the HTTP server's) are posted to the loop; each carries a
+ * callback that the loop calls exactly once with the result, on the loop thread. The result's
+ * pointers are borrowed for the duration of the callback. No function here blocks. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "daemon/util/config.h"
+#include "daemon/exec/executor.h"
+#include "daemon/job/job.h"
+#include "daemon/store/store.h"
+
+typedef struct sched sched_t;
+
+typedef struct sched_result {
+    int err;             /* 0, or negative errno: -ENOENT unknown id, -EBUSY wrong state,
+                            -EAGAIN over a per-user limit, -ESHUTDOWN draining,
+                            -EEXIST idempotency conflict, -EIO store failure */
+    const char *message; /* for err != 0; may be NULL */
+    job_t *const *jobs;  /* submit: the jobs as committed; wait/cancel: the job. Output
+                            bytes are in out[j].data (in memory) during the callback. */
+    size_t n_jobs;
+    bool replayed; /* submit: an Idempotency-Key matched; jobs are the first ones */
+    /* submit, when not NULL: setting *take_jobs keeps the array jobs and its jobs, which the
+     * callee then owns (job_free each, free the array), so that it may show them later on a
+     * thread of its own: the reply may come from the commit syncer's thread, which answers
+     * every durable submission in turn. */
+    bool *take_jobs;
+    const buffer_t *buffer; /* buffer operations */
+} sched_result_t;
+
+typedef void (*sched_reply_fn)(void *token, const sched_result_t *res);
+
+/* Creates the scheduler with its loop (not yet running). Takes no ownership of cfg or st. */
+int sched_new(const config_t *cfg, store_t *st, sched_t **ret);
+/* Installs the executor (owned by the scheduler from now on). */
+void sched_set_executor(sched_t *s, executor_t *ex);
+/* Recovers and re-queues the jobs the store holds, then starts the loop thread. */
+int sched_start(sched_t *s);
+/* Stops intake (requests answer -ESHUTDOWN), lets running batches finish within
+ * cfg->drain_timeout_ms, leaves queued jobs in the store for the next start, and joins the
+ * loop thread. */
+void sched_stop(sched_t *s);
+void sched_free(sched_t *s);
+
+/* Submits validated jobs (ownership passes to the scheduler, also on error). Replies once
+ * all are committed, with the jobs as stored; an idempotent retry replies with the first job.
+ * Array submissions are all-or-nothing. */
+void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token);
+/* Replies when job id (owned by owner, or any owner if owner is NULL) is final, or after
+ * timeout_ms with its current state. */
+void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, sched_reply_fn reply,
+                void *token);
+/* Cancels: a queued job is removed and never runs; a running job's result is discarded.
+ * -EBUSY for a job already final. */
+void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token);
+/* Stores an uploaded buffer (ownership passes): its bytes in buf->data, or already durable in
+ * the blob file buf->blob names (a streamed upload). Replies when committed. */
+void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token);
+void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
+                         void *token);
+
+/* Counters for /metrics and /readyz; safe from any thread. */
+typedef struct sched_stats {
+    bool accepting;
+    bool store_failed; /* a commit could not be synced: submissions are refused */
+    long queued, running;
+    long submitted_total, succeeded_total, failed_total, cancelled_total;
+    long batches_total, batched_jobs_total;
+} sched_stats_t;
+void sched_get_stats(sched_t *s, sched_stats_t *ret);
+/* The executor's description for /v1/info (a new reference). */
+json_t *sched_describe_backend(sched_t *s);
+/* True when the backend runs jobs on that device (where resident buffers draw their jobs). */
+bool sched_serves_device(sched_t *s, int device);

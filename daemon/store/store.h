@@ -1,0 +1,229 @@
+/* The durable store: every job and buffer, in SQLite (WAL mode) under the state directory.
+ *
+ * Shards: the jobs are spread over [store] shards database files (STATE_DIR/gpujobd.db, then
+ * gpujobd-1.db ...), each with the whole schema, so that their writes can run side by side. A
+ * job's id names its shard (store_id_shard); buffers live in shard 0. A transaction spans the
+ * shards its writes touch. The count is fixed when the state directory is created.
+ *
+ * Threads: the store_t (the write connection) belongs to the scheduler's loop thread alone.
+ * Any other thread reads through a store_reader_t of its own (a read-only connection; WAL lets
+ * readers run beside the writer). store_blob_write() may be called from any thread.
+ *
+ * Tensor bytes up to cfg->inline_blob_bytes live in SQLite rows; larger ones in files under
+ * STATE_DIR/blobs/, written and fsync'd before the row that names them is committed. A
+ * tensor's or buffer's `blob` field is the store's locator for its bytes: opaque elsewhere.
+ *
+ * State transitions are enforced here and nowhere else: queued -> running | cancelled | failed,
+ * running -> succeeded | failed | cancelled | queued (re-queue after a restart or a device
+ * fault). Any other change is refused with -EBUSY and leaves the row as it was. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "daemon/util/config.h"
+#include "daemon/job/job.h"
+
+typedef struct store store_t;
+typedef struct store_reader store_reader_t;
+
+#define STORE_MAX_SHARDS 16
+
+/* Opens (creating if needed) the shards' database files and STATE_DIR/blobs/, migrating the
+ * schema to the current version. */
+int store_open(const config_t *cfg, store_t **ret);
+void store_close(store_t *st);
+
+/* How many shards the store has: a power of two, at most STORE_MAX_SHARDS. */
+int store_shards(const store_t *st);
+/* The shard of a job id among n_shards (a power of two): the low bits of its last character,
+ * whose hex digit is random in the ids id_new makes. */
+static inline int store_id_shard(const char *id, int n_shards)
+{
+    size_t len = strnlen(id, ID_SIZE);
+    unsigned char c = len ? (unsigned char)id[len - 1] : 0;
+    unsigned v = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                 : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                                        : c;
+    return (int)(v & (unsigned)(n_shards - 1));
+}
+/* Sets the last hex digit of an id made by id_new so that its shard among n_shards is
+ * shard. */
+static inline void store_id_assign_shard(char *id, int n_shards, int shard)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t len = strnlen(id, ID_SIZE);
+    if (!len) return;
+    unsigned mask = (unsigned)(n_shards - 1);
+    unsigned v = ((unsigned)store_id_shard(id, 16) & ~mask) | ((unsigned)shard & mask);
+    id[len - 1] = hex[v & 15];
+}
+
+/* Persists tensor bytes that are too large for a row: writes them to a new file under
+ * blobs/ (fsync'd) and returns its locator in *ret_blob (malloc'd). Any thread. For data of
+ * at most inline_blob_bytes it does nothing and sets *ret_blob = NULL: the row keeps them. */
+int store_blob_write(store_t *st, const void *data, uint64_t nbytes, char **ret_blob);
+/* Writes the small tensors of many jobs (an array submission's inputs, or with outputs a
+ * finished batch's outputs, but for failed jobs) to one new file, each at its own offset, when
+ * together they would weigh on the loop thread's group commit (past 64 KiB): the thread that
+ * has them writes and syncs them, in parallel with others, and the rows only name them. Sets
+ * each such tensor's blob; below the threshold, nothing. Any thread. */
+int store_blob_pack(store_t *st, job_t *const *jobs, size_t n, bool outputs);
+/* Inside a transaction, before the writes of n jobs: when their small tensors (inputs, or
+ * outputs as store_blob_pack takes them) are more than the transaction keeps in rows, appends
+ * them all to the loop's segment now and has it synced on another thread while the rows are
+ * written; the commit then waits for that sync rather than making it after them. Sets each
+ * such tensor's blob; otherwise, nothing. Should the transaction not commit, its rollback
+ * frees and clears those blobs again: the jobs must outlive it. Loop thread. */
+int store_jobs_place_small(store_t *st, job_t *const *jobs, size_t n, bool outputs);
+/* Removes a file store_blob_write made for a row that will never be written. Any thread. A
+ * tensor in a file shared with others (store_blob_pack's, the loop's segments): the file goes
+ * when no row names it at the end of the open transaction, or now outside one; loop thread
+ * only. */
+void store_blob_discard(store_t *st, const char *blob);
+
+/* A large upload written to a blob file of its own as its bytes arrive: it never sits whole in
+ * memory, and the disk writes it back while the rest comes in, so that little is left for the
+ * sync at its end. Any thread; one writer per stream. */
+typedef struct store_blob_stream store_blob_stream_t;
+/* Creates the stream's file under cfg's state directory. */
+int store_blob_stream_open(const config_t *cfg, store_blob_stream_t **ret);
+/* Appends n bytes. */
+int store_blob_stream_write(store_blob_stream_t *bs, const void *data, size_t n);
+/* Makes the bytes durable and sets *ret_blob to their locator (malloc'd), which a row may then
+ * name as it would store_blob_write's; the stream is gone, and on failure its file too. */
+int store_blob_stream_finish(store_blob_stream_t *bs, char **ret_blob);
+/* Removes the stream's file and frees it; NULL is a no-op. */
+void store_blob_stream_abort(store_blob_stream_t *bs);
+
+/* Transactions (loop thread). Writes between begin and commit are one transaction; the group
+ * commit of the scheduler uses them. Without begin, each write commits by itself. A
+ * transaction is one per shard it writes to: a commit that fails in one shard may have
+ * committed others (store_committed_shards). */
+int store_begin(store_t *st);
+/* A transaction whose commit need not survive a power loss, only a crash of the process: its
+ * WAL frames are written but not fsync'd ([store] sync_full then holds for the others, whose
+ * fsync takes these frames along). For what the daemon can do again (a job's start or end,
+ * which a power loss at worst makes run once more), or makes durable later: the acceptance of
+ * jobs, synced by the commit syncer before they are answered (commit_sync.h). Segment bytes
+ * are still synced first. */
+int store_begin_relaxed(store_t *st);
+/* Runs deferred writes first (store_flush). */
+int store_commit(store_t *st);
+/* After store_commit: the shards whose part of the transaction is committed, bit k for shard k;
+ * every bit when it succeeded. A failed commit may have committed some shards (SQLite has no
+ * commit across WAL files): what the transaction wrote in those stays, and the caller settles
+ * it as committed. */
+unsigned store_committed_shards(const store_t *st);
+/* Inside a transaction of a store of several shards: the job writes that follow
+ * (store_job_insert of a job whose id is set, store_job_update) are only queued, and return 0,
+ * until store_flush runs them, each shard's on a thread of its own. The jobs must stay as they
+ * are until then, but for their state: a write takes the one the job has when it is asked for.
+ * Does nothing with one shard. */
+void store_defer_writes(store_t *st);
+/* Below this many deferred writes, store_flush runs them on the caller's thread: waking the
+ * shards' threads costs more than the writes. */
+#define STORE_PARALLEL_MIN_WRITES 64
+/* Runs the deferred writes and stops deferring. Each write that failed is passed to failed (if
+ * not NULL), on the caller's thread, with the state it wrote and its error: failed returns the
+ * error to report, or 0 when it dealt with it. Returns the first error reported (without
+ * failed: the first). */
+int store_flush(store_t *st, int (*failed)(job_t *job, job_state_t written, int err, void *ud),
+                void *ud);
+/* Undoes the open transaction; after a failed store_commit, whatever it left open. */
+int store_rollback(store_t *st);
+/* The shards' WAL files, whose fdatasync makes every commit written before it durable
+ * (commit_sync.h): how many, in ret; 0 when [store] sync_full is off, which leaves all commits
+ * relaxed. */
+int store_wal_paths(const store_t *st, const char *ret[STORE_MAX_SHARDS]);
+
+/* Checkpoints (copying the WAL back into the database file, and syncing that) off the
+ * writer's thread. By default a commit that leaves the WAL past 1000 pages checkpoints inside
+ * itself, on the writer's thread: the p99 of a tiny job. Once a checkpointer is open the
+ * writer only counts the WAL's pages, and the checkpointer's thread copies it back. Open and
+ * close it while the writer is idle (the writer checkpoints itself again once it is closed). */
+typedef struct store_checkpointer store_checkpointer_t;
+/* due(arg) runs on the writer's thread after each commit that leaves the WAL past 1000 pages:
+ * time for store_checkpointer_run. */
+int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *arg), void *arg,
+                            store_checkpointer_t **ret);
+/* A PASSIVE checkpoint, which never waits for the writer or readers, when the writer's commits
+ * have left the WAL between 1000 and 4000 pages; else nothing. (Under a steady stream of
+ * commits such a checkpoint never reaches the WAL's end, which SQLite needs to start the WAL
+ * over: past 4000 pages the writer finishes the copy itself.) On one thread at a time. */
+int store_checkpointer_run(store_checkpointer_t *cp);
+void store_checkpointer_close(store_checkpointer_t *cp); /* accepts NULL */
+
+/* Inserts a new job with its input tensors (descriptors, and bytes for in-memory tensors:
+ * inline in the row when small, else the blob the caller got from store_blob_write, set in the
+ * tensor's blob field). The job is queued, or running when it started in the transaction that
+ * takes it in (started_us set, attempts and batch_size as its start made them). On success
+ * each persisted tensor's blob is set. -EEXIST when an (owner, idempotency_key) pair is
+ * already taken. */
+int store_job_insert(store_t *st, job_t *job);
+
+/* Applies job->state as the new state, checking the transition from the stored state; writes
+ * the timestamps, attempts, run_device, gpu_ns, batch_size and error fields, and on success
+ * the outputs (descriptors and bytes, as for inputs). -EBUSY for an illegal transition,
+ * -ENOENT for an unknown id. */
+int store_job_update(store_t *st, const job_t *job);
+
+/* After a restart: jobs left `running` go back to `queued` (their next start counts the next
+ * attempt: attempts counts runs started), or to `failed` with error code "daemon_restarted"
+ * once attempts reach max_attempts. Then calls cb for every
+ * queued job (oldest first), with its input descriptors and blob locators (no bytes loaded);
+ * cb takes ownership of the job. */
+int store_recover(store_t *st, int max_attempts, void (*cb)(job_t *job, void *ud), void *ud);
+
+/* Deletes finished jobs (and their tensors and blob files) that finished before cutoff_us.
+ * *ret_deleted: how many jobs. */
+int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted);
+/* PRAGMA wal_checkpoint(TRUNCATE) when no reader is in the way, else PASSIVE. */
+int store_checkpoint(store_t *st);
+
+int store_buffer_insert(store_t *st, buffer_t *buf); /* sets buf->blob */
+/* Bytes of owner's resident buffers (the quota of limits.max_resident_bytes_per_user). */
+int store_resident_bytes(store_t *st, const char *owner, uint64_t *ret);
+/* -ENOENT when missing or not owned by owner (owner NULL: any). */
+int store_buffer_delete(store_t *st, const char *owner, const char *id);
+
+/* --- reads: any thread, each with its own reader --- */
+int store_reader_open(const config_t *cfg, store_reader_t **ret);
+void store_reader_close(store_reader_t *rd);
+
+/* A job with its tensors' descriptors and locators, no bytes. -ENOENT when missing. */
+int store_job_get(store_reader_t *rd, const char *id, job_t **ret);
+/* The job id an (owner, idempotency key) pair created, or -ENOENT. */
+int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char *key,
+                              char ret_id[ID_SIZE]);
+
+typedef struct store_list_query {
+    const char *owner; /* NULL: every owner (admins) */
+    int state;         /* a job_state_t, or -1 for any */
+    const char *op;    /* NULL for any */
+    const char *after; /* cursor: ids strictly greater; NULL from the start */
+    int limit;         /* 1..1000 */
+} store_list_query_t;
+/* Jobs in id order; *ret_jobs is a malloc'd array of n owned jobs. */
+int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***ret_jobs,
+                    size_t *ret_n);
+
+/* Reads a tensor's or buffer's bytes by locator into a new malloc'd block. */
+int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void **ret_data);
+/* Reads n bytes at offset of a blob's nbytes into dst: a large blob a piece at a time. */
+int store_blob_read_at(store_reader_t *rd, const char *blob, uint64_t nbytes, uint64_t offset,
+                       void *dst, size_t n);
+
+int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret);
+
+typedef struct store_usage {
+    char owner[OWNER_SIZE];
+    int64_t jobs_by_state[JOB_STATE_COUNT];
+    int64_t run_us; /* sum over finished jobs */
+    int64_t gpu_ns;
+    int64_t buffers, buffer_bytes;
+    int64_t resident_bytes; /* of buffers kept in device memory */
+} store_usage_t;
+int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret);

@@ -1,0 +1,307 @@
+/* The store's SQLite connections: opening with the settings every connection needs, the
+ * prepared-statement cache, and small helpers for binding and reading columns. */
+#include "store_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/util/log.h"
+
+#define JOB_COLUMNS                                                                                \
+    "id, owner, op, params, priority, device, deadline_us, state, attempts, created_us, "          \
+    "started_us, finished_us, run_device, gpu_ns, batch_size, error_code, error_message, "         \
+    "idempotency_key, inputs, outputs"
+
+static const char *const stmt_sql[STMT_LIST_FIRST] = {
+    [STMT_JOB_INSERT] = "INSERT INTO jobs (id, owner, op, params, priority, device, deadline_us, "
+                        "state, attempts, created_us, idempotency_key, started_us, batch_size, "
+                        "inputs) "
+                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?8, ?9, ?10, ?12, ?13, ?14)",
+    /* The allowed previous states are bound as ?11 and ?12 (the same twice when only one is
+     * allowed), so the check and the change are one atomic statement. */
+    [STMT_JOB_UPDATE] = "UPDATE jobs SET state = ?2, attempts = ?3, started_us = ?4, "
+                        "finished_us = ?5, run_device = ?6, gpu_ns = ?7, batch_size = ?8, "
+                        "error_code = ?9, error_message = ?10, outputs = ?13 "
+                        "WHERE id = ?1 AND (state = ?11 OR state = ?12)",
+    /* A start, with STMT_JOB_UPDATE's numbering: it sets no indexed column and not
+     * finished_us, so that it rewrites the row and no index (schema version 6). */
+    [STMT_JOB_START] = "UPDATE jobs SET state = 'running', attempts = ?3, started_us = ?4, "
+                       "run_device = ?6, batch_size = ?8 WHERE id = ?1 AND state = 'queued'",
+    [STMT_JOB_STATE] = "SELECT state FROM jobs WHERE id = ?1",
+    [STMT_JOB_GET] = "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1",
+    [STMT_JOB_FIND_IDEMPOTENT] = "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
+    [STMT_JOB_TENSORS] = "SELECT inputs, outputs FROM jobs WHERE id = ?1",
+    /* ?2: 0 for the inputs' bytes, 1 for the outputs'. */
+    [STMT_JOB_BYTES] = "SELECT j.inputs, j.outputs, b.data FROM jobs j LEFT JOIN job_bytes b "
+                       "ON b.job_id = j.id AND b.output = ?2 WHERE j.id = ?1",
+    [STMT_JOB_BYTES_INSERT] = "INSERT OR REPLACE INTO job_bytes (job_id, output, data) "
+                              "VALUES (?1, ?2, ?3)",
+    [STMT_BUFFER_INSERT] = "INSERT INTO buffers (id, owner, dtype, shape, nbytes, resident, "
+                           "created_us, data, file, device) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    [STMT_BUFFER_GET] = "SELECT id, owner, dtype, shape, nbytes, resident, created_us, file, "
+                        "device FROM buffers WHERE id = ?1",
+    [STMT_BUFFER_DATA] = "SELECT data FROM buffers WHERE id = ?1",
+    [STMT_BUFFER_DELETE] = "DELETE FROM buffers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
+    [STMT_BUFFER_FILE] = "SELECT file FROM buffers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
+    [STMT_USAGE_STATES] = "SELECT state, count(*) FROM jobs WHERE owner = ?1 GROUP BY state",
+    [STMT_USAGE_TIMES] = "SELECT coalesce(sum(CASE WHEN started_us > 0 AND finished_us >= "
+                         "started_us THEN finished_us - started_us ELSE 0 END), 0), "
+                         "coalesce(sum(gpu_ns), 0) "
+                         "FROM jobs WHERE owner = ?1 AND " STORE_FINAL_STATES,
+    [STMT_USAGE_BUFFERS] = "SELECT count(*), coalesce(sum(nbytes), 0), "
+                           "coalesce(sum(CASE WHEN resident THEN nbytes ELSE 0 END), 0) "
+                           "FROM buffers WHERE owner = ?1",
+    /* The first term repeats the partial index's WHERE, which makes the index usable, and
+     * INDEXED BY makes it used. (A prepare fails if the index ever stops matching; the gc
+     * tests see it.) */
+    [STMT_GC_SELECT] = "SELECT id FROM jobs INDEXED BY jobs_finished WHERE " STORE_ENDED
+                       " AND finished_us < ?1 LIMIT ?2",
+    [STMT_GC_DELETE] = "DELETE FROM jobs WHERE id = ?1",
+    [STMT_GC_DELETE_BYTES] = "DELETE FROM job_bytes WHERE job_id = ?1",
+    [STMT_FILE_REFERENCED] = "SELECT coalesce((SELECT refs FROM blob_refs WHERE file = ?1), 0), "
+                             "EXISTS (SELECT 1 FROM buffers WHERE file = ?1)",
+    /* A transaction's changes to the count of job tensors naming a file, one per file at its
+     * commit (store.c: refs_flush). */
+    [STMT_REFS_ADD] = "INSERT INTO blob_refs (file, refs) VALUES (?1, ?2) "
+                      "ON CONFLICT (file) DO UPDATE SET refs = refs + ?2",
+    [STMT_REFS_DROP] = "DELETE FROM blob_refs WHERE file = ?1 AND refs <= 0",
+    /* A write of more than one statement is wrapped in a savepoint: inside a caller's
+     * transaction a failed write undoes only its own rows, and outside one the savepoint is the
+     * transaction (store.c, write_begin). */
+    [STMT_SAVEPOINT] = "SAVEPOINT store_write",
+    [STMT_SETTING_GET] = "SELECT value FROM settings WHERE name = ?1",
+    [STMT_SETTING_SET] = "INSERT OR REPLACE INTO settings (name, value) VALUES (?1, ?2)",
+    [STMT_RELEASE] = "RELEASE store_write",
+    [STMT_ROLLBACK_TO] = "ROLLBACK TO store_write",
+    /* Transactions run several times per job (submit, start, end): prepared once, as
+     * sqlite3_exec() would parse and prepare them on every call. */
+    [STMT_BEGIN] = "BEGIN",
+    [STMT_BEGIN_IMMEDIATE] = "BEGIN IMMEDIATE",
+    [STMT_COMMIT] = "COMMIT",
+    [STMT_ROLLBACK] = "ROLLBACK",
+    /* Switched around durable commits (raise_sync in store.c). */
+    [STMT_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
+    [STMT_SYNC_FULL] = "PRAGMA synchronous = FULL",
+};
+
+int store_sql_error(store_conn_t *conn, const char *what)
+{
+    int code = sqlite3_extended_errcode(conn->db);
+    if (code == SQLITE_CONSTRAINT_UNIQUE || code == SQLITE_CONSTRAINT_PRIMARYKEY) {
+        log_debug("store: %s: %s", what, sqlite3_errmsg(conn->db));
+        return -EEXIST;
+    }
+    log_error("store: %s failed: %s (SQLite code %d)", what, sqlite3_errmsg(conn->db), code);
+    return -EIO;
+}
+
+int store_exec(store_conn_t *conn, const char *sql)
+{
+    if (sqlite3_exec(conn->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return store_sql_error(conn, sql);
+    return 0;
+}
+
+int store_stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what)
+{
+    sqlite3_stmt *stmt = store_stmt(conn, id);
+    if (!stmt) return -EIO;
+    int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(conn, what);
+    sqlite3_reset(stmt);
+    return r;
+}
+
+/* SQLite's process-wide settings, made once before its first use. A page cache starts with a
+ * bulk allocation of 20 pages (88 KB); for the short-lived caches of ephemeral tables (schema
+ * versions before 4 built three per job update, for IN lists) that block, freed at once, made
+ * malloc hand memory back to the kernel and fault it in again: about 60 page faults per job on
+ * the loop thread. Without the bulk allocation a cache allocates its pages as it uses them. */
+static void configure_sqlite(void)
+{
+    /* Memory statistics take a global mutex on every allocation; nothing here reads them. */
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    int rc = sqlite3_config(SQLITE_CONFIG_PAGECACHE, NULL, 0, 0);
+    /* SQLITE_MISUSE: SQLite was initialized already (a test that used it first); only speed
+     * is at stake. */
+    if (rc != SQLITE_OK)
+        log_debug("store: cannot configure SQLite's page cache: %s", sqlite3_errstr(rc));
+}
+
+int store_conn_open(store_conn_t *conn, const char *state_dir, int shard, int flags)
+{
+    static pthread_once_t configured = PTHREAD_ONCE_INIT;
+    pthread_once(&configured, configure_sqlite);
+    memset(conn, 0, sizeof *conn);
+    char name[32];
+    if (shard == 0)
+        snprintf(name, sizeof name, "%s", STORE_DB_NAME);
+    else
+        snprintf(name, sizeof name, "gpujobd-%d.db", shard);
+    if (snprintf(conn->db_path, sizeof conn->db_path, "%s/%s", state_dir, name) >=
+            (int)sizeof conn->db_path ||
+        snprintf(conn->blobs_dir, sizeof conn->blobs_dir, "%s/blobs", state_dir) >=
+            (int)sizeof conn->blobs_dir)
+        return log_error_errno(-ENAMETOOLONG, "store: state_dir '%s' is too long", state_dir);
+
+    int rc = sqlite3_open_v2(conn->db_path, &conn->db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        int r = rc == SQLITE_CANTOPEN ? -ENOENT : -EIO;
+        log_error("store: cannot open '%s': %s", conn->db_path,
+                  conn->db ? sqlite3_errmsg(conn->db) : sqlite3_errstr(rc));
+        sqlite3_close(conn->db);
+        conn->db = NULL;
+        return r;
+    }
+    sqlite3_extended_result_codes(conn->db, 1);
+    /* Every connection waits for a competing lock rather than failing at once. */
+    sqlite3_busy_timeout(conn->db, STORE_BUSY_TIMEOUT_MS);
+    return 0;
+}
+
+void store_conn_close(store_conn_t *conn)
+{
+    for (int i = 0; i < STMT_COUNT; i++) {
+        sqlite3_finalize(conn->stmts[i]);
+        conn->stmts[i] = NULL;
+    }
+    if (conn->db && sqlite3_close(conn->db) != SQLITE_OK)
+        log_error("store: closing '%s': %s", conn->db_path, sqlite3_errmsg(conn->db));
+    conn->db = NULL;
+}
+
+int store_user_version(store_conn_t *conn, int *ret)
+{
+    sqlite3_stmt *stmt;
+    if (sqlite3_prepare_v2(conn->db, "PRAGMA user_version", -1, &stmt, NULL) != SQLITE_OK)
+        return store_sql_error(conn, "reading user_version");
+    int r = sqlite3_step(stmt) == SQLITE_ROW ? 0 : store_sql_error(conn, "reading user_version");
+    int version = r == 0 ? sqlite3_column_int(stmt, 0) : 0;
+    sqlite3_finalize(stmt);
+    if (r < 0) return r;
+    /* A database written by a newer gpujobd may mean things this one does not know, and
+     * writing to it (or misreading it) could corrupt them. */
+    if (version > STORE_SCHEMA_VERSION)
+        return log_error_errno(-EPROTO,
+                               "store: '%s' has schema version %d, newer than this gpujobd's "
+                               "%d: refusing to open it (run a newer gpujobd)",
+                               conn->db_path, version, STORE_SCHEMA_VERSION);
+    *ret = version;
+    return 0;
+}
+
+int store_setting_get(store_conn_t *conn, const char *name, int *ret)
+{
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_SETTING_GET);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, name, false);
+    int rc = sqlite3_step(stmt);
+    *ret = rc == SQLITE_ROW ? sqlite3_column_int(stmt, 0) : 0;
+    sqlite3_reset(stmt);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : store_sql_error(conn, "reading a setting");
+}
+
+int store_setting_set(store_conn_t *conn, const char *name, int value)
+{
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_SETTING_SET);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, name, false);
+    sqlite3_bind_int(stmt, 2, value);
+    int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(conn, "writing a setting");
+    sqlite3_reset(stmt);
+    return r;
+}
+
+/* The SELECT of store_jobs_list for one combination of filters. */
+static void list_sql(int mask, char *buf, size_t size)
+{
+    /* A state names its partial index (jobs_live or jobs_ended) by the index's condition. The
+     * live jobs are few, and the planner, without statistics, would rather read every job in
+     * id order than them. */
+    bool by_state = mask & STORE_LIST_BY_STATE, live = mask & STORE_LIST_LIVE;
+    snprintf(buf, size, "SELECT " JOB_COLUMNS " FROM jobs%s WHERE 1%s%s%s%s%s ORDER BY id LIMIT ?5",
+             by_state && live ? " INDEXED BY jobs_live" : "",
+             mask & STORE_LIST_BY_OWNER ? " AND owner = ?1" : "", by_state ? " AND state = ?2" : "",
+             !by_state ? ""
+             : live    ? " AND " STORE_LIVE
+                       : " AND " STORE_ENDED,
+             mask & STORE_LIST_BY_OP ? " AND op = ?3" : "",
+             mask & STORE_LIST_AFTER ? " AND id > ?4" : "");
+}
+
+sqlite3_stmt *store_stmt(store_conn_t *conn, store_stmt_id_t id)
+{
+    sqlite3_stmt *stmt = conn->stmts[id];
+    if (stmt) {
+        sqlite3_reset(stmt);
+        sqlite3_clear_bindings(stmt);
+        return stmt;
+    }
+    char list_buf[1024];
+    const char *sql = stmt_sql[id < STMT_LIST_FIRST ? id : 0];
+    if (id >= STMT_LIST_FIRST) {
+        list_sql(id - STMT_LIST_FIRST, list_buf, sizeof list_buf);
+        sql = list_buf;
+    }
+    if (sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, NULL) !=
+        SQLITE_OK) {
+        store_sql_error(conn, "preparing a statement");
+        return NULL;
+    }
+    conn->stmts[id] = stmt;
+    return stmt;
+}
+
+int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_null)
+{
+    if (!s || (empty_is_null && !*s)) return sqlite3_bind_null(stmt, col);
+    return sqlite3_bind_text(stmt, col, s, -1, SQLITE_TRANSIENT);
+}
+
+int store_files_add(blob_files_t *l, const char *file)
+{
+    if (l->n > 0 && strcmp(l->a[l->n - 1], file) == 0) return 0;
+    if (vec_grow((void **)&l->a, &l->cap, l->n + 1, sizeof *l->a, 16) < 0) return -ENOMEM;
+    snprintf(l->a[l->n++], sizeof *l->a, "%s", file);
+    return 0;
+}
+
+void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size)
+{
+    const unsigned char *s = sqlite3_column_text(stmt, col);
+    snprintf(dst, size, "%s", s ? (const char *)s : "");
+}
+
+void store_shape_format(const tensor_desc_t *d, char *buf, size_t size)
+{
+    size_t used = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < d->ndim && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%" PRId64, i ? "," : "", d->shape[i]);
+    if (used < size) snprintf(buf + used, size - used, "]");
+}
+
+int store_shape_parse(const char *text, tensor_desc_t *d)
+{
+    if (!text || *text != '[') return -EINVAL;
+    const char *p = text + 1;
+    int ndim = 0;
+    int64_t shape[TENSOR_MAX_DIMS];
+    while (*p != ']') {
+        if (ndim == TENSOR_MAX_DIMS) return -EINVAL;
+        if (ndim > 0 && *p++ != ',') return -EINVAL;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0) return -EINVAL;
+        shape[ndim++] = v;
+        p = end;
+    }
+    if (p[1] != '\0') return -EINVAL;
+    d->ndim = ndim;
+    memcpy(d->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    return 0;
+}

@@ -1,0 +1,288 @@
+/* Private to the store's files (store.c, store_read.c, store_blob.c, store_ops.c): the
+ * connection with its statement cache, blob locators and files, and the ops that stand in for
+ * stored ops this build does not have. Nothing outside daemon/store/ includes this. */
+#pragma once
+
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/job/job.h"
+#include "daemon/util/vec.h"
+
+#define STORE_SCHEMA_VERSION 7
+/* The final states as a condition. An OR chain, not an IN list: SQLite builds an ephemeral
+ * table for every IN list it evaluates. */
+#define STORE_FINAL_STATES "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled')"
+/* The conditions of the partial indexes jobs_live, jobs_ended and jobs_finished (schema
+ * version 6), in the one spelling that the indexes and the queries that should use them share:
+ * SQLite matches a query to a partial index by the text of its terms. finished_us is set
+ * exactly when a job is in a final state. */
+#define STORE_LIVE "finished_us = 0"
+#define STORE_ENDED "finished_us > 0"
+#define STORE_DB_NAME "gpujobd.db"
+#define STORE_BUSY_TIMEOUT_MS 5000
+
+/* Every cached statement, by purpose. The SQL texts live in store_conn.c. */
+typedef enum store_stmt_id {
+    STMT_JOB_INSERT,
+    STMT_JOB_UPDATE,
+    STMT_JOB_START,
+    STMT_JOB_STATE,
+    STMT_JOB_GET,
+    STMT_JOB_FIND_IDEMPOTENT,
+    STMT_JOB_TENSORS,
+    STMT_JOB_BYTES,
+    STMT_JOB_BYTES_INSERT,
+    STMT_BUFFER_INSERT,
+    STMT_BUFFER_GET,
+    STMT_BUFFER_DATA,
+    STMT_BUFFER_DELETE,
+    STMT_BUFFER_FILE,
+    STMT_USAGE_STATES,
+    STMT_USAGE_TIMES,
+    STMT_USAGE_BUFFERS,
+    STMT_GC_SELECT,
+    STMT_GC_DELETE,
+    STMT_GC_DELETE_BYTES,
+    STMT_FILE_REFERENCED,
+    STMT_REFS_ADD,
+    STMT_REFS_DROP,
+    STMT_SETTING_GET,
+    STMT_SETTING_SET,
+    STMT_SAVEPOINT,
+    STMT_RELEASE,
+    STMT_ROLLBACK_TO,
+    STMT_BEGIN,
+    STMT_BEGIN_IMMEDIATE,
+    STMT_COMMIT,
+    STMT_ROLLBACK,
+    STMT_SYNC_NORMAL,
+    STMT_SYNC_FULL,
+    /* store_jobs_list: one statement per combination of filters (owner, state, op, after,
+     * live), so that each can use its index; STMT_LIST_FIRST + bitmask. */
+    STMT_LIST_FIRST,
+    STMT_COUNT = STMT_LIST_FIRST + 32
+} store_stmt_id_t;
+
+#define STORE_LIST_BY_OWNER 1
+#define STORE_LIST_BY_STATE 2
+#define STORE_LIST_BY_OP 4
+#define STORE_LIST_AFTER 8
+/* With BY_STATE: the state is one before the end (jobs_live serves it), else jobs_ended does. */
+#define STORE_LIST_LIVE 16
+
+/* One SQLite connection (the writer's or a reader's) with its prepared statements. */
+typedef struct store_conn {
+    sqlite3 *db;
+    sqlite3_stmt *stmts[STMT_COUNT];
+    char db_path[PATH_MAX];
+    char blobs_dir[PATH_MAX];
+} store_conn_t;
+
+/* Opens the database file of shard (STORE_DB_NAME for shard 0, "gpujobd-<shard>.db" for the
+ * others) under state_dir with flags, and sets busy_timeout on it. -ENOENT when it does not
+ * exist and flags do not create it. */
+int store_conn_open(store_conn_t *conn, const char *state_dir, int shard, int flags);
+void store_conn_close(store_conn_t *conn);
+/* The cached statement, prepared on first use; reset and unbound, ready to bind. NULL after
+ * logging on failure. */
+sqlite3_stmt *store_stmt(store_conn_t *conn, store_stmt_id_t id);
+/* Logs SQLite's message for the connection once and returns -EIO (-EEXIST for a uniqueness
+ * violation, so that callers can tell an idempotency conflict apart). */
+int store_sql_error(store_conn_t *conn, const char *what);
+/* The schema version (PRAGMA user_version); -EPROTO, logged, when it is newer than this
+ * build's. */
+int store_user_version(store_conn_t *conn, int *ret);
+/* A value of the settings table (schema version 7): *ret is 0 when name has none. */
+int store_setting_get(store_conn_t *conn, const char *name, int *ret);
+int store_setting_set(store_conn_t *conn, const char *name, int value);
+/* Runs SQL without results (pragmas, schema changes). */
+int store_exec(store_conn_t *conn, const char *sql);
+/* Runs a cached statement without results (BEGIN, COMMIT, savepoints): 0, or the error of
+ * store_sql_error() naming what. */
+int store_stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what);
+/* Binds a C string, or NULL for NULL or "" when empty_is_null. */
+int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_null);
+/* Copies a text column into dst (truncating to size, always NUL-terminated). */
+void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size);
+
+/* Shapes in rows are compact JSON arrays, "[2,3]" ("[]" for a scalar). */
+void store_shape_format(const tensor_desc_t *d, char *buf, size_t size);
+int store_shape_parse(const char *text, tensor_desc_t *d);
+
+/* --- blobs (store_blob.c) --- */
+
+#define STORE_BLOB_NAME_LEN 32 /* hex digits of a file blob's random name */
+#define STORE_LOCATOR_SIZE 96
+
+/* A blob file's name under blobs/: "ab/<32 hex digits>". */
+typedef char blob_file_t[4 + STORE_BLOB_NAME_LEN];
+
+/* A growable list of blob files. */
+typedef struct blob_files {
+    blob_file_t *a;
+    size_t n, cap;
+} blob_files_t;
+
+/* Appends file, unless it is the list's last already: 0, or -ENOMEM. */
+int store_files_add(blob_files_t *l, const char *file);
+
+typedef enum store_locator_kind {
+    STORE_LOCATOR_FILE,   /* "file:ab/ab0123..." under blobs/, or "file:ab/ab0123...@OFFSET"
+                             for a tensor inside a segment file */
+    STORE_LOCATOR_TENSOR, /* "row:jobs/<job id>/<in|out>/<slot>": bytes in the job's row */
+    STORE_LOCATOR_BUFFER, /* "row:buffers/<buffer id>" */
+} store_locator_kind_t;
+
+typedef struct store_locator {
+    store_locator_kind_t kind;
+    char file[4 + STORE_BLOB_NAME_LEN]; /* "ab/<name>" for FILE */
+    uint64_t offset;                    /* FILE: where the bytes start in it */
+    char id[ID_SIZE];                   /* job or buffer id for rows */
+    bool output;                        /* TENSOR: role "out" */
+    int slot;                           /* TENSOR */
+} store_locator_t;
+
+/* Copies src into dst of size bytes, cut to fit: snprintf's "%s" without its formatting cost,
+ * which the loop paid several times per job. */
+void store_copy_str(char *dst, size_t size, const char *src);
+/* Whether s[0..len) is an id: 1 to ID_SIZE - 1 of [0-9a-zA-Z_-]. */
+bool store_id_ok(const char *s, size_t len);
+/* Parses a locator strictly (so that a corrupted row can never name a path outside blobs/).
+ * 0 or -EINVAL. */
+int store_locator_parse(const char *blob, store_locator_t *ret);
+/* A malloc'd locator string; NULL when out of memory. */
+char *store_locator_file(const char *file, uint64_t offset);
+char *store_locator_tensor(const char *job_id, bool output, int slot);
+char *store_locator_buffer(const char *buffer_id);
+
+/* Creates a new empty file under blobs_dir with a random name *ret_file ("ab/<name>", at
+ * *ret_path), its directory entry fsync'd; *ret_fd is open for writing. */
+int store_blob_file_create(const char *blobs_dir, char ret_file[4 + STORE_BLOB_NAME_LEN],
+                           char ret_path[PATH_MAX + 64], int *ret_fd);
+/* pwrite()s all of data at offset. 0 or a negative errno. */
+int store_write_all(int fd, const void *data, uint64_t nbytes, uint64_t offset);
+/* Whether a buffer row or job tensors name file: the count in blob_refs plus pending (the
+ * writer's open transaction's changes not written yet). */
+int store_blob_file_referenced(store_conn_t *conn, const char *file, int64_t pending, bool *ret);
+/* Writes nbytes to a new fsync'd file under blobs_dir; *ret_file is its "ab/<name>". */
+int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbytes,
+                          char ret_file[4 + STORE_BLOB_NAME_LEN]);
+/* Reads nbytes at offset of a blob file into a new malloc'd block. */
+int store_blob_file_read(const char *blobs_dir, const char *file, uint64_t offset, uint64_t nbytes,
+                         void **ret_data);
+/* Reads n bytes at `at` within the nbytes at offset of a blob file into dst. */
+int store_blob_file_read_at(const char *blobs_dir, const char *file, uint64_t offset,
+                            uint64_t nbytes, uint64_t at, void *dst, size_t n);
+/* Removes a blob file; a missing one is not an error (it was already collected). */
+void store_blob_file_remove(const char *blobs_dir, const char *file);
+/* Removes files under blobs/ that no row of the n shards' connections names: left by a crash
+ * between a blob's write and the commit of its row, or by a rolled-back transaction. Run at
+ * open, before any other thread can write blobs. *ret_removed: how many. */
+int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int *ret_removed);
+
+/* --- segment files (store_segment.c) --- */
+
+/* Tensors of at least this many bytes (and at most inline_blob_bytes) are appended to the
+ * active segment instead of their rows; smaller ones cost less in the row. */
+#define STORE_SEGMENT_MIN_BYTES 512
+/* The first this many bytes of a transaction's small tensors stay in rows: a commit of one or a
+ * few tiny jobs then syncs the WAL alone, not a segment too (an fsync less per commit; the
+ * only one for a job's relaxed end). Past it, a large group commit uses the segment. */
+#define STORE_TXN_ROW_BYTES (64 * 1024)
+
+typedef struct store_segment {
+    int fd; /* -1 when no segment is active */
+    char file[4 + STORE_BLOB_NAME_LEN];
+    uint64_t size;
+    /* Appended bytes not yet written, from file offset buf_off (a multiple of the block
+     * size) to size: the file gets whole blocks (store_segment.c says why). */
+    unsigned char *buf;
+    uint64_t buf_off;
+    bool dirty;  /* appended to since the last sync */
+    bool failed; /* a sync failed: the transaction cannot commit; abandoned at its end */
+    /* A sync made by another thread meanwhile (store_segment_sync_begin), of the bytes up to
+     * sync_size; the syncer is started by the first. */
+    struct segment_syncer *syncer;
+    bool sync_pending;
+    uint64_t sync_size;
+} store_segment_t;
+
+void store_segment_init(store_segment_t *seg);
+/* Appends nbytes to the active segment (starting one, or a new one when it is full, adding
+ * the full one to retired: whether a row names it is known when the transaction ends) and
+ * returns where they went. The caller's commit must store_segment_sync() first. */
+int store_segment_append(store_segment_t *seg, const char *blobs_dir, blob_files_t *retired,
+                         const void *data, uint64_t nbytes, blob_file_t ret_file,
+                         uint64_t *ret_offset);
+/* fdatasync()s what was appended since the last sync (waiting for one begun before, which
+ * then only leaves what was appended since); once one failed, -EIO until the transaction
+ * ends. */
+int store_segment_sync(store_segment_t *seg);
+/* Writes out what was appended and has the syncer thread fdatasync() it while the caller goes
+ * on; store_segment_sync() then waits for that. Without a syncer it does nothing, and the next
+ * store_segment_sync() makes the whole sync. */
+int store_segment_sync_begin(store_segment_t *seg);
+/* After a commit or rollback: retires a segment whose sync failed. */
+void store_segment_txn_end(store_segment_t *seg, blob_files_t *retired);
+/* True for the segment still being appended to, which no collection may remove. */
+bool store_segment_is_active(const store_segment_t *seg, const char *file);
+void store_segment_close(store_segment_t *seg, blob_files_t *retired);
+/* Writes a whole segment at once, into a new file (fdatasync'd, as store_blob_file_write's):
+ * the n pieces data[i] of nbytes[i] bytes each, behind the header, at ret_offsets[i]. Any
+ * thread. */
+int store_segment_write(const char *blobs_dir, const void *const *data, const uint64_t *nbytes,
+                        size_t n, blob_file_t ret_file, uint64_t *ret_offsets);
+
+/* --- a job's tensors in its row (store_tensors.c) --- */
+
+typedef enum store_where {
+    STORE_IN_ROW,    /* the bytes follow the record */
+    STORE_IN_FILE,   /* a blob file of their own (offset 0) or a segment */
+    STORE_IN_BUFFER, /* an uploaded buffer, by id */
+} store_where_t;
+
+/* One tensor's record: its descriptor and where its bytes are. */
+typedef struct store_tensor_rec {
+    int slot;
+    store_where_t where;
+    char name[32];
+    tensor_desc_t desc;
+    uint64_t nbytes;
+    const void *data;                   /* IN_ROW, to append: the bytes */
+    uint64_t at;                        /* IN_ROW: where they start in the job's bytes */
+    char file[4 + STORE_BLOB_NAME_LEN]; /* IN_FILE */
+    uint64_t offset;                    /* IN_FILE */
+    char buffer_id[ID_SIZE];            /* IN_BUFFER */
+} store_tensor_rec_t;
+
+/* A growable byte string; p is malloc'd. */
+typedef struct store_bytes {
+    unsigned char *p;
+    size_t len, cap;
+} store_bytes_t;
+
+/* Appends rec's record to b, and for a tensor kept in the database its bytes to data (the
+ * job's job_bytes row; setting rec->at).
+ * -EINVAL for a record that cannot be written, -ENOMEM. */
+int store_tensors_append(store_bytes_t *b, store_bytes_t *data, store_tensor_rec_t *rec);
+/* Decodes the record at *pos of a column's len bytes into *ret and moves *pos past it: 1, or 0
+ * at the end, or -EIO for malformed bytes. */
+int store_tensors_next(const void *bytes, size_t len, size_t *pos, store_tensor_rec_t *ret);
+
+/* --- jobs read back (store_read.c) --- */
+
+/* Builds a job from a row of STMT_JOB_GET's columns (or a list statement's, which are the
+ * same), with its tensors' descriptors and locators, and resolves its op. */
+int store_job_from_row(sqlite3_stmt *row, job_t **ret);
+
+/* --- ops of stored jobs (store_ops.c) --- */
+
+/* Fills job->call from the stored op name, params and tensors. A known op re-validates the
+ * call so that params, outputs and batch key are as at submission. A job whose op this build
+ * does not have (or that the op no longer accepts) gets a stand-in op of the same name whose
+ * validate and run_cpu fail with a message saying so: the job keeps its name and tensors and
+ * fails cleanly if anyone tries to run it. */
+int store_ops_resolve(job_t *job, const char *op_name);

@@ -1,0 +1,309 @@
+#include "support/api_fakes.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+fake_sched_t fake_sched;
+
+/* --- the op table --- */
+
+static int tadd_validate(const json_t *params, op_call_t *call, op_error_t *err)
+{
+    double alpha;
+    int r = op_param_double(params, "alpha", 1.0, &alpha, err);
+    if (r < 0) return r;
+    if (!dtype_is_float(call->in[0].dtype))
+        return op_error(err, -EINVAL, "inputs.x.dtype", "x must have a float dtype");
+    if (call->has_in[1] && !tensor_desc_equal(&call->in[0], &call->in[1]))
+        return op_error(err, -EINVAL, "inputs.y.shape", "y must match x");
+    memcpy(call->params.bytes, &alpha, sizeof alpha);
+    call->n_out = 1;
+    call->out_names[0] = "out";
+    call->out[0] = call->in[0];
+    snprintf(call->batch_key, sizeof call->batch_key, "tadd");
+    return 0;
+}
+
+static const char *const tadd_inputs[] = {"x", "y"};
+static const char *const tadd_params[] = {"alpha", NULL};
+static const op_def_t fake_tadd = {
+    .name = "tadd",
+    .summary = "out = alpha * x + y (test op)",
+    .n_inputs = 2,
+    .input_names = tadd_inputs,
+    .required_inputs = 1,
+    .param_names = tadd_params,
+    .validate = tadd_validate,
+};
+
+const op_def_t *fake_find_op(const char *name)
+{
+    return strcmp(name, "tadd") == 0 ? &fake_tadd : NULL;
+}
+
+/* --- the store --- */
+
+typedef struct fake_blob {
+    char locator[32];
+    void *data;
+    uint64_t nbytes;
+} fake_blob_t;
+
+static job_t *stored_jobs[64];
+static int n_stored_jobs;
+static buffer_t *stored_buffers[64];
+static int n_stored_buffers;
+static fake_blob_t blobs[256];
+static int n_blobs;
+static int reader_token;
+
+store_reader_t *fake_reader(void)
+{
+    return (store_reader_t *)(void *)&reader_token;
+}
+
+/* Keeps a copy of nbytes of data as a blob; returns its new locator. */
+static char *blob_keep(const void *data, uint64_t nbytes)
+{
+    fake_blob_t *b = &blobs[n_blobs];
+    snprintf(b->locator, sizeof b->locator, "fake:%d", n_blobs++);
+    b->data = malloc(nbytes ? nbytes : 1);
+    memcpy(b->data, data, nbytes);
+    b->nbytes = nbytes;
+    return strdup(b->locator);
+}
+
+/* A deep copy without in-memory bytes: like the real store, tensors come back with locators. */
+static job_t *job_copy(const job_t *src)
+{
+    job_t *job = job_new();
+    *job = *src;
+    job->params_json = src->params_json ? strdup(src->params_json) : NULL;
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        job_tensor_t *ts[2] = {&job->in[j], &job->out[j]};
+        const job_tensor_t *ss[2] = {&src->in[j], &src->out[j]};
+        for (int k = 0; k < 2; k++) {
+            ts[k]->data = NULL;
+            ts[k]->blob = ss[k]->blob ? strdup(ss[k]->blob) : NULL;
+        }
+    }
+    return job;
+}
+
+void fake_store_add_job(const job_t *job)
+{
+    job_t *copy = job_copy(job);
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        job_tensor_t *ts[2] = {&copy->in[j], &copy->out[j]};
+        const job_tensor_t *ss[2] = {&job->in[j], &job->out[j]};
+        for (int k = 0; k < 2; k++)
+            if (ss[k]->data && !ts[k]->blob) ts[k]->blob = blob_keep(ss[k]->data, ss[k]->nbytes);
+    }
+    stored_jobs[n_stored_jobs++] = copy;
+}
+
+void fake_store_add_buffer(const buffer_t *buf)
+{
+    buffer_t *copy = buffer_new();
+    *copy = *buf;
+    copy->data = NULL;
+    copy->blob = NULL;
+    stored_buffers[n_stored_buffers++] = copy;
+}
+
+int store_job_get(store_reader_t *rd, const char *id, job_t **ret)
+{
+    for (int i = 0; i < n_stored_jobs; i++)
+        if (strcmp(stored_jobs[i]->id, id) == 0) {
+            *ret = job_copy(stored_jobs[i]);
+            return 0;
+        }
+    return -ENOENT;
+}
+
+int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char *key,
+                              char ret_id[ID_SIZE])
+{
+    for (int i = 0; i < n_stored_jobs; i++)
+        if (strcmp(stored_jobs[i]->owner, owner) == 0 &&
+            strcmp(stored_jobs[i]->idempotency_key, key) == 0) {
+            memcpy(ret_id, stored_jobs[i]->id, ID_SIZE);
+            return 0;
+        }
+    return -ENOENT;
+}
+
+int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***ret_jobs,
+                    size_t *ret_n)
+{
+    job_t **jobs = calloc((size_t)n_stored_jobs + 1, sizeof *jobs);
+    size_t n = 0;
+    /* Stored in id order by the tests. */
+    for (int i = 0; i < n_stored_jobs && n < (size_t)q->limit; i++) {
+        const job_t *job = stored_jobs[i];
+        if ((q->owner && strcmp(job->owner, q->owner) != 0) ||
+            (q->state >= 0 && (int)job->state != q->state) ||
+            (q->op && strcmp(job->call.op->name, q->op) != 0) ||
+            (q->after && strcmp(job->id, q->after) <= 0))
+            continue;
+        jobs[n++] = job_copy(job);
+    }
+    *ret_jobs = jobs;
+    *ret_n = n;
+    return 0;
+}
+
+int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void **ret_data)
+{
+    for (int i = 0; i < n_blobs; i++)
+        if (strcmp(blobs[i].locator, blob) == 0) {
+            if (blobs[i].nbytes != nbytes) return -EIO;
+            void *data = malloc(nbytes ? nbytes : 1);
+            memcpy(data, blobs[i].data, nbytes);
+            *ret_data = data;
+            return 0;
+        }
+    return -ENOENT;
+}
+
+int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret)
+{
+    for (int i = 0; i < n_stored_buffers; i++)
+        if (strcmp(stored_buffers[i]->id, id) == 0) {
+            buffer_t *copy = buffer_new();
+            *copy = *stored_buffers[i];
+            *ret = copy;
+            return 0;
+        }
+    return -ENOENT;
+}
+
+int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret)
+{
+    store_usage_t u = {0};
+    snprintf(u.owner, sizeof u.owner, "%s", owner);
+    for (int i = 0; i < n_stored_jobs; i++)
+        if (strcmp(stored_jobs[i]->owner, owner) == 0) {
+            u.jobs_by_state[stored_jobs[i]->state]++;
+            u.gpu_ns += stored_jobs[i]->gpu_ns;
+        }
+    for (int i = 0; i < n_stored_buffers; i++)
+        if (strcmp(stored_buffers[i]->owner, owner) == 0) {
+            u.buffers++;
+            u.buffer_bytes += (int64_t)stored_buffers[i]->nbytes;
+        }
+    *ret = u;
+    return 0;
+}
+
+/* --- the scheduler --- */
+
+static void record_target(const char *owner, const char *id)
+{
+    fake_sched.last_owner_was_null = owner == NULL;
+    snprintf(fake_sched.last_owner, sizeof fake_sched.last_owner, "%s", owner ? owner : "");
+    snprintf(fake_sched.last_id, sizeof fake_sched.last_id, "%s", id ? id : "");
+}
+
+void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token)
+{
+    fake_sched.submits++;
+    fake_sched.last_n = n;
+    sched_result_t res = {.err = fake_sched.next_err, .message = fake_sched.next_message};
+    if (!res.err && fake_sched.retry_job) {
+        res.jobs = (job_t *const *)&fake_sched.retry_job;
+        res.n_jobs = 1;
+        res.replayed = true;
+    } else if (!res.err) {
+        res.jobs = jobs;
+        res.n_jobs = n;
+    }
+    reply(token, &res);
+    /* The scheduler owns the jobs and their array, also on error. */
+    for (size_t i = 0; i < n; i++) {
+        if (!res.err && fake_sched.n_submitted < 64)
+            fake_sched.submitted[fake_sched.n_submitted++] = jobs[i];
+        else
+            job_free(jobs[i]);
+    }
+    free(jobs);
+}
+
+static void reply_job(sched_reply_fn reply, void *token)
+{
+    sched_result_t res = {.err = fake_sched.next_err, .message = fake_sched.next_message};
+    if (!res.err) {
+        res.jobs = (job_t *const *)&fake_sched.reply_job;
+        res.n_jobs = fake_sched.reply_job ? 1 : 0;
+    }
+    reply(token, &res);
+}
+
+void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, sched_reply_fn reply,
+                void *token)
+{
+    fake_sched.waits++;
+    fake_sched.last_timeout_ms = timeout_ms;
+    record_target(owner, id);
+    reply_job(reply, token);
+}
+
+void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token)
+{
+    fake_sched.cancels++;
+    record_target(owner, id);
+    reply_job(reply, token);
+}
+
+void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token)
+{
+    fake_sched.buffer_puts++;
+    sched_result_t res = {.err = fake_sched.next_err, .message = fake_sched.next_message};
+    if (!res.err) res.buffer = buf;
+    reply(token, &res);
+    buffer_free(fake_sched.last_buffer);
+    fake_sched.last_buffer = buf;
+}
+
+void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
+                         void *token)
+{
+    fake_sched.buffer_deletes++;
+    record_target(owner, id);
+    sched_result_t res = {.err = fake_sched.next_err, .message = fake_sched.next_message};
+    reply(token, &res);
+}
+
+void sched_get_stats(sched_t *s, sched_stats_t *ret)
+{
+    *ret = fake_sched.stats;
+}
+
+json_t *sched_describe_backend(sched_t *s)
+{
+    return fake_sched.backend_json ? json_loads(fake_sched.backend_json, 0, NULL)
+                                   : json_pack("{s:s}", "name", "fake");
+}
+
+bool sched_serves_device(sched_t *s, int device)
+{
+    return false;
+}
+
+void fakes_reset(void)
+{
+    for (int i = 0; i < fake_sched.n_submitted; i++)
+        job_free(fake_sched.submitted[i]);
+    buffer_free(fake_sched.last_buffer);
+    memset(&fake_sched, 0, sizeof fake_sched);
+    fake_sched.stats.accepting = true;
+    for (int i = 0; i < n_stored_jobs; i++)
+        job_free(stored_jobs[i]);
+    for (int i = 0; i < n_stored_buffers; i++)
+        buffer_free(stored_buffers[i]);
+    for (int i = 0; i < n_blobs; i++)
+        free(blobs[i].data);
+    n_stored_jobs = n_stored_buffers = n_blobs = 0;
+}
