@@ -114,11 +114,6 @@ void *strmap_remove(strmap_t *m, const char *key)
     return v;
 }
 
-size_t strmap_size(const strmap_t *m)
-{
-    return m->size;
-}
-
 void strmap_foreach(const strmap_t *m, void (*fn)(const char *key, void *value, void *ud), void *ud)
 {
     for (size_t b = 0; b < m->n_buckets; b++)

@@ -14,7 +14,6 @@ void *strmap_get(const strmap_t *m, const char *key);
 int strmap_put(strmap_t *m, const char *key, void *value);
 /* Removes key; returns its value, or NULL. */
 void *strmap_remove(strmap_t *m, const char *key);
-size_t strmap_size(const strmap_t *m);
 /* Calls fn for every entry, in no order; fn must not change the map. */
 void strmap_foreach(const strmap_t *m, void (*fn)(const char *key, void *value, void *ud),
                     void *ud);
