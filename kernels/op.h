@@ -112,6 +112,13 @@ const op_def_t *op_at(int i);
 /* Shows (true) or hides (false, the default) the test-only ops. Called once at startup
  * ([debug] test_ops) before other threads use the table; tests may toggle it between uses. */
 void op_table_enable_test_ops(bool enable);
+/* The backends a validated call can run on. */
+typedef enum op_backend { OP_BACKEND_CPU, OP_BACKEND_CUDA } op_backend_t;
+/* Whether backend can run calls of op: the op has an implementation for that backend in this
+ * build. Input dtypes need no question of their own: every op's validate() accepts only the
+ * dtypes that all of its implementations take (the GPU suites run each dtype on both). Asked at
+ * submission, so that a job its backend cannot run is refused then, never found at launch. */
+bool op_supports(const op_def_t *op, op_backend_t backend);
 /* Index of an input name in op->input_names, or -1. */
 int op_input_index(const op_def_t *op, const char *name);
 

@@ -60,6 +60,18 @@ const op_def_t *op_find(const char *name)
     return NULL;
 }
 
+bool op_supports(const op_def_t *op, op_backend_t backend)
+{
+    if (!op) return false;
+    switch (backend) {
+    case OP_BACKEND_CPU:
+        return op->run_cpu != NULL;
+    case OP_BACKEND_CUDA:
+        return op->run_cuda != NULL;
+    }
+    return false;
+}
+
 int op_input_index(const op_def_t *op, const char *name)
 {
     for (int j = 0; j < op->n_inputs; j++)
