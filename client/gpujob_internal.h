@@ -98,6 +98,9 @@ GJC_HIDDEN int gjc_desc_from_json(const json_t *o, gpujob_tensor_t *ret);
 /* Sizes: numel and bytes with overflow checks. 0, -EINVAL or -EOVERFLOW. */
 GJC_HIDDEN int gjc_tensor_bytes(gpujob_dtype_t dt, int ndim, const int64_t *shape,
                                 size_t *ret_bytes);
+/* Writes len bytes to path through a temporary file beside it, renamed into place, so that
+ * a reader never sees half a file: 0 or a negative errno (the temporary file removed). */
+GJC_HIDDEN int gjc_write_file(const char *path, const void *data, size_t len);
 /* Standard base64 (a new NUL-terminated string) or NULL. */
 GJC_HIDDEN char *gjc_base64(const void *data, size_t len);
 /* Element conversions for inline JSON data of 16-bit float types. */

@@ -306,21 +306,14 @@ int gpujob_npy_format(const gpujob_tensor_t *t, void **ret_file, size_t *ret_len
     return 0;
 }
 
-int gpujob_npy_save(const char *path, const gpujob_tensor_t *t)
+int gjc_write_file(const char *path, const void *data, size_t len)
 {
-    void *file = NULL;
-    size_t len = 0;
-    int r = gpujob_npy_format(t, &file, &len);
-    if (r < 0) return r;
     char *tmp = NULL;
-    if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0) {
-        free(file);
-        return -ENOMEM;
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0) return -ENOMEM;
+    int r = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0) r = -errno;
     for (size_t done = 0; r >= 0 && done < len;) {
-        ssize_t n = write(fd, (char *)file + done, len - done);
+        ssize_t n = write(fd, (const char *)data + done, len - done);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0)
             r = -errno;
@@ -331,6 +324,16 @@ int gpujob_npy_save(const char *path, const gpujob_tensor_t *t)
     if (r >= 0 && rename(tmp, path) < 0) r = -errno;
     if (r < 0 && fd >= 0) unlink(tmp);
     free(tmp);
+    return r;
+}
+
+int gpujob_npy_save(const char *path, const gpujob_tensor_t *t)
+{
+    void *file = NULL;
+    size_t len = 0;
+    int r = gpujob_npy_format(t, &file, &len);
+    if (r < 0) return r;
+    r = gjc_write_file(path, file, len);
     free(file);
     return r;
 }

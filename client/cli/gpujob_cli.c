@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "gpujob_internal.h"
 
 static const char main_usage[] =
     "usage: gpujob [--url URL] [--json] COMMAND [ARGS]\n"
@@ -154,23 +155,7 @@ static void print_json(json_t *v)
 static int write_file(const char *path, const void *data, size_t len)
 {
     if (strcmp(path, "-") == 0) return fwrite(data, 1, len, stdout) == len ? 0 : -EIO;
-    char *tmp = NULL;
-    if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0) return -ENOMEM;
-    int r = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) r = -errno;
-    for (size_t done = 0; r >= 0 && done < len;) {
-        ssize_t n = write(fd, (const char *)data + done, len - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0)
-            r = -errno;
-        else
-            done += (size_t)n;
-    }
-    if (fd >= 0 && close(fd) < 0 && r >= 0) r = -errno;
-    if (r >= 0 && rename(tmp, path) < 0) r = -errno;
-    if (r < 0 && fd >= 0) unlink(tmp);
-    free(tmp);
-    return r;
+    return gjc_write_file(path, data, len);
 }
 
 /* ---- Jobs, human-readable ---------------------------------------------------------------- */
