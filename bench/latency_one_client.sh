@@ -2,7 +2,7 @@
 # Server-side time of tiny jobs at one client: a fresh gpujobd on the CPU backend, bench_loadgen
 # submitting saxpy jobs one at a time and waiting for each (--modes e2e -c 1), then
 # bench/e2e/server_side.py on the jobs' rows (finished_at - created_at, queue and run time).
-# The figures of "Latency at one client" in bench/RESULTS.md.
+# The 2-core figures of "A tiny job's latency at one client" in bench/README.md.
 #
 #   bench/latency_one_client.sh [--duration S] [gpujobd options, e.g. --set store.sync_full=false]
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU time of each of gpujobd's threads (by name: gj-loop, MHD-worker, gj-cpu, ...) over one
 # bench_loadgen run against a fresh daemon on the CPU backend; what per-job figures like
-# "HTTP threads: 20 µs per job" in bench/RESULTS.md come from (divide by the jobs it prints).
+# "HTTP threads µs/job" in bench/README.md come from (divide by the jobs it prints).
 #
 #   bench/thread_cpu.sh [bench_loadgen options...]    e.g. --modes array --array 100 --encoding binary
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the lent GPU machine (see ../shared/gpu/README.md; stage with
-# `../shared/gpu/stage.sh libjemalloc-dev libjemalloc2`, as its image lacks jemalloc too):
-# build with CUDA for sm_90, then any of
+# On a machine with an H200 (or another sm_90 GPU), the CUDA toolkit, the packages of
+# scripts/deps.sh (jemalloc included) and, for the peers, PyTorch and aiohttp on python3:
+# build with CUDA for sm_90 into /tmp/gpujobd-build (Release), then any of
 #   tests  the GPU-labelled tests
 #   bench  bench_kernels and the PyTorch peers, joined into one table
 #   load   bench/run_loadgen.sh against the daemon on its CUDA backend

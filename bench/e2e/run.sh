@@ -105,8 +105,8 @@ start_daemon() {
   url=$(wait_for_url "$dir/$name.log" "$pid")
 }
 
-# Arrays of 100 from 16 clients too, beside bench_loadgen's 4: more POSTs share each group
-# commit (59k against 41k jobs/s on nvidia-h200 in session 13).
+# Arrays of 100 from 16 clients too, beside bench_loadgen's 4: more POSTs then share each group
+# commit, which takes the daemon further.
 arrays16=(--modes array --array 100 --array-concurrency 16)
 
 # Runs bench_loadgen with the arguments given and writes, beside the table (to $1.md, appended),
@@ -215,9 +215,9 @@ part_large() {
 }
 
 # The arrays on four shards and the GEMMs again with the state dirs on tmpfs: what the daemon
-# does when the disk does not bound it (on nvidia-h200 arrays reach about 100k jobs/s there,
-# 61-72k on disk). Not a setup to run: nothing there survives the machine. The arrays write
-# about 15 KB a job, which stays until the run ends: 3 GB a second at 100k jobs/s.
+# does when the disk does not bound it (bench/README.md). Not a setup to run: nothing there
+# survives the machine. The arrays write about 15 KB a job, which stays until the run ends,
+# hence the free space asked of /dev/shm.
 part_memory() {
   local free need=$((quick ? 8 : 16))
   free=$(df --output=avail -k /dev/shm 2>/dev/null | tail -n 1) || free=0

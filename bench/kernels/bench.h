@@ -1,8 +1,8 @@
 /* bench/kernels: times each op's CUDA implementation with CUDA events (warm-up, then the
  * median of many runs) and prints one CSV row per case:
  *     case,ms,bytes,flops
- * bench/peer/torch_kernels.py prints the same cases for PyTorch and the copy ceiling, and
- * bench/kernels/report.py joins both into the table of bench/RESULTS.md. */
+ * bench/peer/torch_*.py print the same cases for PyTorch and the copy ceiling, and
+ * bench/kernels/report.py joins both into the table of bench/README.md. */
 #pragma once
 
 #include "kernels/op.h"

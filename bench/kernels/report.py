@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Joins bench_kernels' CSV with the PyTorch peers' CSVs into the Markdown table of
-bench/RESULTS.md.
+bench/README.md ("Kernels against PyTorch").
 
 usage: report.py OURS.csv PEER.csv [PEER.csv ...]
 
