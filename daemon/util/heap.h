@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "daemon/util/vec.h"
+#include "vec.h"
 
 #define HEAP_ABSENT SIZE_MAX
 
