@@ -1,0 +1,176 @@
+/* The public entry points, called on other threads (the HTTP server's): each builds a message
+ * and posts it to the loop, after the work that needs no loop (ids, blob files of large
+ * tensors) is done on the caller's thread; and the counters any thread may read. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "sched_internal.h"
+
+static msg_t *msg_new(msg_kind_t kind, sched_reply_fn reply, void *token)
+{
+    msg_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        reply_err(reply, token, -ENOMEM, NULL);
+        return NULL;
+    }
+    queue_init(&m->node);
+    m->kind = kind;
+    m->reply = reply;
+    m->token = token;
+    return m;
+}
+
+/* A message about one job or buffer: id, seen by owner (any owner when NULL). */
+static msg_t *msg_new_target(msg_kind_t kind, const char *owner, const char *id,
+                             sched_reply_fn reply, void *token)
+{
+    msg_t *m = msg_new(kind, reply, token);
+    if (!m) return NULL;
+    m->any_owner = owner == NULL;
+    snprintf(m->owner, sizeof m->owner, "%s", owner ? owner : "");
+    snprintf(m->id, sizeof m->id, "%s", id);
+    return m;
+}
+
+/* Writes tensors too large for a row to blob files, on the caller's thread. */
+static int persist_large(sched_t *s, job_tensor_t *t)
+{
+    if (!t->data || t->blob || t->nbytes <= s->cfg->inline_blob_bytes) return 0;
+    return store_blob_write(s->st, t->data, t->nbytes, &t->blob);
+}
+
+/* Names and dates the jobs (queued from now), keeps a copy of each as the answer will show it, and
+ * writes their inputs' files. 0, or a negative errno with no file of theirs left. */
+static int submission_prepare(sched_t *s, msg_t *m)
+{
+    int64_t now = now_us();
+    int r = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        job_t *job = m->jobs[i];
+        id_new('j', job->id);
+        /* Shard 0, where jobs with an idempotency key stay (place_submissions). */
+        store_id_assign_shard(job->id, store_shards(s->st), 0);
+        job->created_us = now;
+        job->state = JOB_QUEUED;
+        /* What the answer shows of it, as accepted; copied here, off the loop. */
+        m->shown[i] = job_copy_shown(job);
+        for (int j = 0; j < OP_MAX_TENSORS && r == 0; j++)
+            r = persist_large(s, &job->in[j]);
+    }
+    /* An array's many small inputs too: written here, by the HTTP thread, not by the loop. */
+    if (r == 0) r = store_blob_pack(s->st, m->jobs, m->n, false);
+    if (r < 0)
+        /* Files of their own only, which any thread may remove: a failed pack leaves none. */
+        for (size_t i = 0; i < m->n; i++)
+            discard_inputs(s, m->jobs[i]);
+    return r;
+}
+
+void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token)
+{
+    msg_t *m = msg_new(MSG_SUBMIT, reply, token);
+    if (!m) {
+        for (size_t i = 0; i < n; i++)
+            job_free(jobs[i]);
+        free(jobs);
+        return;
+    }
+    m->jobs = jobs;
+    m->n = n;
+    m->fate = calloc(n ? n : 1, sizeof *m->fate);
+    m->shown = calloc(n ? n : 1, sizeof *m->shown);
+    if (!m->fate || !m->shown) {
+        reply_err(reply, token, -ENOMEM, NULL);
+        msg_free(m);
+        return;
+    }
+    if (!atomic_load(&s->accepting)) {
+        reply_stopping(reply, token);
+        msg_free(m);
+        return;
+    }
+    if (submission_prepare(s, m) < 0) {
+        reply_err(reply, token, -EIO, "could not persist the input tensors");
+        msg_free(m);
+        return;
+    }
+    msg_post(s, m);
+}
+
+void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, sched_reply_fn reply,
+                void *token)
+{
+    msg_t *m = msg_new_target(MSG_WAIT, owner, id, reply, token);
+    if (!m) return;
+    m->timeout_ms = timeout_ms;
+    msg_post(s, m);
+}
+
+void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token)
+{
+    msg_t *m = msg_new_target(MSG_CANCEL, owner, id, reply, token);
+    if (m) msg_post(s, m);
+}
+
+void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token)
+{
+    msg_t *m = msg_new(MSG_BUF_PUT, reply, token);
+    if (!m) {
+        store_blob_discard(s->st, buf->blob);
+        buffer_free(buf);
+        return;
+    }
+    m->buf = buf;
+    if (!atomic_load(&s->accepting)) {
+        store_blob_discard(s->st, buf->blob);
+        reply_stopping(reply, token);
+        msg_free(m);
+        return;
+    }
+    id_new('b', buf->id);
+    buf->created_us = now_us();
+    if (buf->resident && s->ex && s->ex->ops->place_buffer)
+        buf->device = s->ex->ops->place_buffer(s->ex, buf->nbytes);
+    if (buf->data && buf->nbytes > s->cfg->inline_blob_bytes &&
+        store_blob_write(s->st, buf->data, buf->nbytes, &buf->blob) < 0) {
+        reply_err(reply, token, -EIO, "could not persist the buffer");
+        msg_free(m);
+        return;
+    }
+    msg_post(s, m);
+}
+
+void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
+                         void *token)
+{
+    msg_t *m = msg_new_target(MSG_BUF_DELETE, owner, id, reply, token);
+    if (m) msg_post(s, m);
+}
+
+void sched_get_stats(sched_t *s, sched_stats_t *ret)
+{
+    *ret = (sched_stats_t){
+        .accepting = atomic_load(&s->accepting),
+        .store_failed = atomic_load(&s->store_failed),
+        .queued = atomic_load(&s->queued),
+        .running = atomic_load(&s->running),
+        .submitted_total = atomic_load(&s->submitted_total),
+        .succeeded_total = atomic_load(&s->succeeded_total),
+        .failed_total = atomic_load(&s->failed_total),
+        .cancelled_total = atomic_load(&s->cancelled_total),
+        .batches_total = atomic_load(&s->batches_total),
+        .batched_jobs_total = atomic_load(&s->batched_jobs_total),
+    };
+}
+
+json_t *sched_describe_backend(sched_t *s)
+{
+    return s->ex ? s->ex->ops->describe(s->ex) : json_null();
+}
+
+bool sched_serves_device(sched_t *s, int device)
+{
+    return device >= 0 && s->ex && s->ex->ops->serves_device &&
+           s->ex->ops->serves_device(s->ex, device);
+}

@@ -1,0 +1,460 @@
+/* Group commit: submissions and buffer uploads wait up to commit_delay_us, then go to the
+ * store in one transaction. Within it, idempotent retries are told from first submissions,
+ * resident buffers are held to their owners' quotas, the rows are spread over the store's
+ * shards, and what can start is cut and launched before the commit (its starts recorded in
+ * the same transaction). The answers go out once the commit is durable: at once, or from the
+ * commit syncer's thread when one makes the commits durable while the loop goes on. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_internal.h"
+
+/* Removes the files written for a job's inputs that no row of it will name (a file shared
+ * with other jobs' tensors once none does). */
+void discard_inputs(sched_t *s, const job_t *job)
+{
+    for (int j = 0; j < OP_MAX_TENSORS; j++)
+        store_blob_discard(s->st, job->in[j].blob);
+}
+
+/* ------------------------------------------------------------------------ admission */
+
+/* How many of a submission's jobs would be new: a job whose idempotency key names a stored job
+ * is a retry, answered with that job, and adds nothing to the queue. */
+static long new_jobs(sched_t *s, const msg_t *m)
+{
+    long n = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        const job_t *job = m->jobs[i];
+        char id[ID_SIZE];
+        n += !job->idempotency_key[0] ||
+             store_job_find_idempotent(s->rd, job->owner, job->idempotency_key, id) < 0;
+    }
+    return n;
+}
+
+/* Whether the user's queue has room for the submission's new jobs (max_queued_per_user); the
+ * jobs then count as pending for the user until the commit. When it has not, m is answered
+ * -EAGAIN, its input files go and m is freed. */
+static bool submission_admitted(sched_t *s, msg_t *m)
+{
+    user_t *u = m->n > 0 ? user_get(s, m->jobs[0]->owner) : NULL;
+    if (!u) return true;
+    long queued = (long)u->queue.len + u->pending;
+    if (queued + (long)m->n > s->cfg->max_queued_per_user &&
+        queued + new_jobs(s, m) > s->cfg->max_queued_per_user) {
+        reply_err(m->reply, m->token, -EAGAIN, "too many queued jobs for this user");
+        for (size_t i = 0; i < m->n; i++)
+            discard_inputs(s, m->jobs[i]);
+        msg_free(m);
+        return false;
+    }
+    u->pending += (long)m->n;
+    return true;
+}
+
+static void on_commit_timer(uv_timer_t *t)
+{
+    commit_pending(t->data);
+}
+
+static void schedule_commit(sched_t *s)
+{
+    if (s->commit_scheduled) return;
+    s->commit_scheduled = true;
+    /* libuv timers have millisecond resolution: a window under 1 ms commits on the next loop
+     * iteration, which still groups everything that arrived meanwhile. */
+    uv_timer_start(&s->commit_timer, on_commit_timer, (uint64_t)s->cfg->commit_delay_us / 1000, 0);
+}
+
+/* A submission or buffer upload joins the next group commit (m is the loop's from now on). */
+void handle_submission(sched_t *s, msg_t *m)
+{
+    if (m->kind == MSG_SUBMIT && !submission_admitted(s, m)) return;
+    queue_insert_tail(&s->pending, &m->node);
+    if (s->stopping)
+        commit_pending(s); /* the loop is about to end: no window */
+    else
+        schedule_commit(s);
+}
+
+/* ------------------------------------------------------------- inside the transaction */
+
+/* A resident buffer must fit its owner's quota. The sum is read inside the group commit's
+ * transaction, so that the buffers of one commit add up (the API's check before the upload
+ * is written cannot see those). Sets m->err when it does not fit. */
+static int check_resident_quota(sched_t *s, msg_t *m)
+{
+    uint64_t used = 0;
+    if (!m->buf->resident || s->cfg->max_resident_bytes_per_user == 0) return 0;
+    int r = store_resident_bytes(s->st, m->buf->owner, &used);
+    if (r == 0 && config_resident_quota_exceeded(s->cfg, m->buf->owner, used, m->buf->nbytes,
+                                                 m->err_message, sizeof m->err_message))
+        m->err = -EDQUOT;
+    return r;
+}
+
+/* Inserts the round's buffers that fit their quotas. */
+static int insert_buffers(sched_t *s, queue_t *pending)
+{
+    int r = 0;
+    for (queue_t *q = queue_head(pending); q && r >= 0; q = queue_next(pending, q)) {
+        msg_t *m = queue_data(q, msg_t, node);
+        if (m->kind != MSG_BUF_PUT) continue;
+        r = check_resident_quota(s, m);
+        if (r >= 0 && !m->err) r = store_buffer_insert(s->st, m->buf);
+    }
+    return r;
+}
+
+/* Inserts the rows of a round's jobs with an idempotency key (keyed), or of the others. A
+ * keyed job goes in before the cut: when its key names a stored job it is replayed, and must
+ * not be queued. */
+static int insert_jobs(sched_t *s, queue_t *pending, bool keyed)
+{
+    int r = 0;
+    for (queue_t *q = queue_head(pending); q && r >= 0; q = queue_next(pending, q)) {
+        msg_t *m = queue_data(q, msg_t, node);
+        for (size_t i = 0; m->kind == MSG_SUBMIT && i < m->n && r >= 0; i++) {
+            job_t *job = m->jobs[i];
+            if ((job->idempotency_key[0] != '\0') != keyed) continue;
+            r = store_job_insert(s->st, job);
+            if (r == -EEXIST && keyed) {
+                m->fate[i] = FATE_REPLAYED;
+                r = 0;
+            }
+        }
+    }
+    return r;
+}
+
+/* Whether m is a submission still to be written (not refused on its own). */
+static bool is_live_submission(const msg_t *m)
+{
+    return m->kind == MSG_SUBMIT && !m->err;
+}
+
+/* Hands the store the small inputs of a round's submissions before their rows are written, so
+ * that, when they go to its segment, its sync runs beside those writes
+ * (store_jobs_place_small). Out of memory, the writes place them as they go. */
+static int place_submitted_inputs(sched_t *s, queue_t *pending)
+{
+    size_t n = 0;
+    queue_t *q;
+    queue_foreach(q, pending)
+    {
+        msg_t *m = queue_data(q, msg_t, node);
+        if (is_live_submission(m)) n += m->n;
+    }
+    job_t **jobs = n > 0 ? malloc(n * sizeof *jobs) : NULL;
+    if (!jobs) return 0;
+    n = 0;
+    queue_foreach(q, pending)
+    {
+        msg_t *m = queue_data(q, msg_t, node);
+        for (size_t i = 0; is_live_submission(m) && i < m->n; i++)
+            jobs[n++] = m->jobs[i];
+    }
+    int r = store_jobs_place_small(s->st, jobs, n, false);
+    free(jobs);
+    return r;
+}
+
+/* Puts the submissions of a round without an idempotency key in shards of the store: a round
+ * of few jobs in one, the next round's in the next, so that it commits and syncs one file; a
+ * round of many, each submission in the shard with the fewest of the round's jobs so far, so
+ * that the shards write them side by side (store_flush). A job's id names its shard: the ids,
+ * made on the HTTP threads in shard 0, get theirs here, in the answers' copies too. Jobs with
+ * an idempotency key stay in shard 0, whose unique index tells a retry from a first
+ * submission whatever the keys of an array's jobs. */
+static void place_submissions(sched_t *s, queue_t *pending)
+{
+    int shards = store_shards(s->st);
+    if (shards == 1) return;
+    size_t load[STORE_MAX_SHARDS] = {0}, total = 0;
+    queue_t *q;
+    queue_foreach(q, pending)
+    {
+        msg_t *m = queue_data(q, msg_t, node);
+        if (!is_live_submission(m) || m->n == 0) continue;
+        if (m->jobs[0]->idempotency_key[0]) load[0] += m->n;
+        total += m->n;
+    }
+    bool spread = total >= STORE_PARALLEL_MIN_WRITES;
+    int one = (int)(s->next_shard++ & (unsigned)(shards - 1));
+    queue_foreach(q, pending)
+    {
+        msg_t *m = queue_data(q, msg_t, node);
+        if (!is_live_submission(m) || m->n == 0 || m->jobs[0]->idempotency_key[0]) continue;
+        int k = one;
+        for (int j = 0; spread && j < shards; j++)
+            if (load[j] < load[k]) k = j;
+        load[k] += m->n;
+        m->shard = k;
+        for (size_t i = 0; i < m->n; i++) {
+            store_id_assign_shard(m->jobs[i]->id, shards, k);
+            if (m->shown[i]) store_id_assign_shard(m->shown[i]->id, shards, k);
+        }
+    }
+}
+
+/* Takes a submission's new jobs into the queues, inside its group commit's transaction. The
+ * message owns them until the commit returns: settle_submitted then hands them to the queues,
+ * or drop_submitted takes them back. */
+static void take_submitted(sched_t *s, msg_t *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        job_t *job = m->jobs[i];
+        if (m->fate[i] == FATE_REPLAYED) continue;
+        /* Keep small inputs in memory for the run; large ones are read back then. */
+        for (int j = 0; j < OP_MAX_TENSORS; j++)
+            if (job->in[j].nbytes > s->cfg->inline_blob_bytes && job->in[j].blob) {
+                free(job->in[j].data);
+                job->in[j].data = NULL;
+            }
+        if (entry_add(s, job) == 0) m->fate[i] = FATE_TAKEN;
+    }
+}
+
+/* The new jobs join the queues and what can start goes out before the commit, its start
+ * recorded in the same transaction: the device runs them while the commit writes. Jobs
+ * without a key get their rows only now, as their cut left them: one that starts costs one
+ * row write instead of two. */
+static int cut_and_launch(sched_t *s, queue_t *pending, round_t *rd)
+{
+    uint64_t taken_from = s->next_seq;
+    queue_t *q;
+    queue_foreach(q, pending)
+    {
+        msg_t *m = queue_data(q, msg_t, node);
+        if (is_live_submission(m)) take_submitted(s, m);
+    }
+    round_cut(s, rd);
+    /* The shards of the store write the rows side by side (store_defer_writes). */
+    store_defer_writes(s->st);
+    int r = round_record_starts(s, rd, taken_from);
+    if (r >= 0) r = insert_jobs(s, pending, false);
+    int flushed = store_flush(s->st, NULL, NULL);
+    if (r >= 0) r = flushed;
+    round_launch(s, rd, r >= 0);
+    return r;
+}
+
+/* Writes the round's buffers and jobs and commits them, cutting and launching what can start
+ * on the way (*cut says whether it got that far). *why is what a message lost with a failed
+ * commit is told. */
+static int commit_write(sched_t *s, queue_t *pending, bool defer, round_t *rd, bool *cut,
+                        const char **why)
+{
+    /* After a failed sync, what is committed may not reach the disk: nothing more is taken
+     * (the jobs would run, and their submitters, told of an error, would submit them again). */
+    int r = defer ? commit_sync_error(s->syncer) : 0;
+    *why = "the store could not commit the request";
+    if (r < 0) {
+        atomic_store(&s->store_failed, true);
+        *why = "the store's disk failed to sync; nothing is accepted until the daemon restarts";
+    }
+    if (r == 0) r = defer ? store_begin_relaxed(s->st) : store_begin(s->st);
+    place_submissions(s, pending);
+    if (r >= 0) r = place_submitted_inputs(s, pending);
+    if (r >= 0) r = insert_buffers(s, pending);
+    if (r >= 0) r = insert_jobs(s, pending, true);
+    *cut = r >= 0;
+    if (*cut) r = cut_and_launch(s, pending, rd);
+    /* A message's rows are all in its shard, so that a commit that failed in another shard
+     * leaves it committed (rd->committed). */
+    r = round_commit(s, rd, r);
+    if (r < 0) log_error("group commit failed: %s", strerror(-r));
+    return r;
+}
+
+/* ------------------------------------------------------------------ after the commit */
+
+/* After the commit: the taken jobs belong to the queues (and to the batches they went out
+ * in); replayed ones answer with the job their key created first. */
+static void settle_submitted(sched_t *s, msg_t *m)
+{
+    m->all_replayed = true;
+    for (size_t i = 0; i < m->n; i++) {
+        job_t *job = m->jobs[i];
+        char id[ID_SIZE];
+        if (m->fate[i] == FATE_REPLAYED) {
+            job_t *first = NULL;
+            if (store_job_find_idempotent(s->rd, job->owner, job->idempotency_key, id) == 0 &&
+                store_job_get(s->rd, id, &first) == 0) {
+                job_free(m->shown[i]);
+                m->shown[i] = first;
+            }
+            continue;
+        }
+        m->all_replayed = false;
+        atomic_fetch_add(&s->submitted_total, 1);
+        if (m->fate[i] != FATE_TAKEN) {
+            log_error("job %s committed but not queued (out of memory): it runs after a restart",
+                      job->id);
+            continue;
+        }
+        m->jobs[i] = NULL;
+    }
+}
+
+/* After a failed commit: the taken jobs leave the queues. Those that went out already stay
+ * with their batches, which throw their results away. */
+static void drop_submitted(sched_t *s, msg_t *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->fate[i] != FATE_TAKEN) continue;
+        entry_t *e = entry_of(s, m->jobs[i]);
+        if (e->job->state == JOB_RUNNING) {
+            e->discard_result = e->unstored = true;
+            m->jobs[i] = NULL;
+            continue;
+        }
+        entry_unqueue(s, e);
+        entry_forget(s, e);
+        atomic_fetch_sub(&s->queued, 1);
+    }
+}
+
+/* Answers a committed submission or buffer. */
+static void answer_committed(msg_t *m)
+{
+    for (size_t i = 0; !m->err && m->kind == MSG_SUBMIT && i < m->n; i++)
+        if (!m->shown[i]) m->err = -ENOMEM; /* committed, but cannot be shown */
+    if (m->err) {
+        reply_err(m->reply, m->token, m->err, m->err_message[0] ? m->err_message : NULL);
+    } else if (m->kind == MSG_BUF_PUT) {
+        sched_result_t res = {.buffer = m->buf};
+        m->reply(m->token, &res);
+    } else {
+        sched_result_t res = {.jobs = m->shown,
+                              .n_jobs = m->n,
+                              .replayed = m->all_replayed,
+                              .take_jobs = &m->shown_taken};
+        m->reply(m->token, &res);
+    }
+}
+
+/* Sync thread: answers a message whose commit is durable now, or could not be made so. The
+ * message is the sync thread's alone by then: nothing in it belongs to the loop. */
+static void answer_synced(commit_sync_item_t *item, int err)
+{
+    msg_t *m = (msg_t *)(void *)((char *)item - offsetof(msg_t, synced));
+    if (err) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "the store could not make the request durable (%s); its jobs may still run",
+                 strerror(-err));
+        reply_err(m->reply, m->token, -EIO, why);
+    } else
+        answer_committed(m);
+    msg_free(m);
+}
+
+/* Settles one message of the round once its commit returned (committed: the shards whose
+ * part did). Returns true when m is to be answered after the sync (defer): the caller then
+ * hands it to the syncer; otherwise m is answered here and the caller frees it. */
+static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, const char *why)
+{
+    bool lost = !(committed & (1u << m->shard));
+    if (lost && m->kind == MSG_SUBMIT) drop_submitted(s, m);
+    /* Files written for rows that were not committed (a failed commit, a refused buffer, a
+     * replayed submission) go now rather than at the next start's sweep; those of jobs that
+     * went out go when their launch returns (end_jobs). */
+    if (m->kind == MSG_BUF_PUT && (lost || m->err)) store_blob_discard(s->st, m->buf->blob);
+    for (size_t i = 0; i < m->n; i++)
+        if (m->jobs[i] && (lost || m->fate[i] == FATE_REPLAYED)) discard_inputs(s, m->jobs[i]);
+    if (lost) {
+        reply_err(m->reply, m->token, -EIO, why);
+        return false;
+    }
+    if (m->err) {
+        reply_err(m->reply, m->token, m->err, m->err_message);
+        return false;
+    }
+    if (m->kind == MSG_SUBMIT) settle_submitted(s, m);
+    if (m->kind == MSG_BUF_PUT && m->buf->resident && s->ex && s->ex->ops->buffer_added)
+        s->ex->ops->buffer_added(s->ex, m->buf);
+    if (defer) return true;
+    answer_committed(m);
+    return false;
+}
+
+/* Takes the pending messages into round, a list of the caller's; their jobs stop counting as
+ * their users' pending ones. */
+static void take_pending(sched_t *s, queue_t *round)
+{
+    queue_move(&s->pending, round);
+    queue_t *q;
+    queue_foreach(q, round)
+    {
+        msg_t *m = queue_data(q, msg_t, node);
+        if (m->kind != MSG_SUBMIT || m->n == 0) continue;
+        user_t *u = strmap_get(s->users, m->jobs[0]->owner);
+        if (u) u->pending -= (long)m->n;
+    }
+}
+
+/* Writes every pending submission and buffer in one transaction, starts what it can, and
+ * answers them (after the sync, with a syncer). */
+void commit_pending(sched_t *s)
+{
+    s->commit_scheduled = false;
+    queue_t pending, unsynced; /* unsynced: committed, answered once durable */
+    queue_init(&pending);
+    queue_init(&unsynced);
+    take_pending(s, &pending);
+    if (queue_empty(&pending)) return;
+    /* While the loop runs, the syncer makes the commit durable and the jobs start meanwhile;
+     * when it is about to end, the commit syncs itself. */
+    bool defer = s->syncer && !s->stopping;
+    round_t rd = {.n = 0};
+    bool cut;
+    const char *why;
+    commit_write(s, &pending, defer, &rd, &cut, &why);
+    for (queue_t *q; (q = queue_pop(&pending));) {
+        msg_t *m = queue_data(q, msg_t, node);
+        if (commit_settle(s, m, rd.committed, defer, why))
+            queue_insert_tail(&unsynced, &m->node);
+        else
+            msg_free(m);
+    }
+    round_mark_starts_lost(s, &rd);
+    round_settle_refused(s, &rd);
+    if (!cut) dispatch(s); /* the transaction failed before its cut: start what was queued */
+    for (queue_t *q; (q = queue_pop(&unsynced));) {
+        msg_t *m = queue_data(q, msg_t, node);
+        m->synced.done = answer_synced;
+        m->synced.wals = 1u << m->shard;
+        commit_sync_request(s->syncer, &m->synced);
+    }
+}
+
+/* ------------------------------------------------------------------ the commit syncer */
+
+/* Writer's thread, after a commit that left the WAL long: the syncer copies it back. */
+static void on_checkpoint_due(void *arg)
+{
+    sched_t *s = arg;
+    if (s->syncer) commit_sync_checkpoint_soon(s->syncer);
+}
+
+/* With [store] sync_full (store_wal_paths names the WALs), starts the thread that makes group
+ * commits durable and answers them, with the connection it checkpoints the WALs with (without that
+ * connection, checkpoints stay on the loop's timer). 0, or a negative errno, logged. */
+int commit_syncer_start(sched_t *s)
+{
+    const char *wals[STORE_MAX_SHARDS];
+    int n_wals = store_wal_paths(s->st, wals);
+    if (n_wals == 0) return 0;
+    int r = store_checkpointer_open(s->st, s->cfg, on_checkpoint_due, s, &s->checkpointer);
+    if (r < 0)
+        log_warn("WAL checkpoints stay on the loop: opening a connection for them failed: %s",
+                 strerror(-r));
+    r = commit_sync_start(wals, n_wals, s->checkpointer, &s->syncer);
+    if (r < 0) return log_error_errno(r, "starting the commit syncer failed: %s", strerror(-r));
+    return 0;
+}

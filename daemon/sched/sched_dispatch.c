@@ -1,0 +1,297 @@
+/* Starting jobs: a round cuts batches while the executor has room (fair share picks whose
+ * batch goes next, a batch key fills it), records their starts in the store's open
+ * transaction, hands them to the executor before that transaction commits, and settles those
+ * it did not take once it has. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_internal.h"
+
+/* Entries looked at, best first, when a user's first waits for its device. */
+#define STARTABLE_SCAN 64
+
+/* A start the store did not record: the batch is not handed over. */
+enum { START_UNRECORDED = 1 };
+
+void batch_free(sched_batch_t *sb)
+{
+    free(sb->batch.jobs);
+    free(sb->done_msg); /* NULL when the batch's end came in it */
+    free(sb);
+}
+
+/* ------------------------------------------------------------------ choosing jobs */
+
+/* The device a queued entry must run on (pinned, or its resident inputs' one), or -1. */
+static int entry_device(const entry_t *e)
+{
+    return e->job->device >= 0 ? e->job->device : e->job->preferred_device;
+}
+
+/* Whether e's device (if it needs one) has room; room[] remembers each device's answer. */
+static bool entry_can_start(sched_t *s, const entry_t *e, signed char *room, int n_room)
+{
+    int d = entry_device(e);
+    if (d < 0) return true;
+    if (d < n_room && room[d] >= 0) return room[d];
+    bool ok = s->ex->ops->free_slots(s->ex, d) > 0;
+    if (d < n_room) room[d] = ok;
+    return ok;
+}
+
+/* The user's first entry (by priority, then arrival) whose device has room, or NULL. When
+ * the first waits for its busy device, the next ones are looked at best first (up to
+ * STARTABLE_SCAN of them, walking the heap from its root), so that it holds back no other
+ * job of its user; but only while the user stays under its running limit with one to spare,
+ * so that the waiting job finds the user able to run it once its device frees up. */
+static entry_t *best_startable(sched_t *s, user_t *u)
+{
+    enum { MEMO = 16 };
+    signed char room[MEMO]; /* per device: -1 not asked yet, else 0 or 1 */
+    memset(room, -1, sizeof room);
+    const heap_t *h = &u->queue;
+    entry_t *first = heap_min(h);
+    if (entry_can_start(s, first, room, MEMO)) return first;
+    if (u->running + 1 >= s->cfg->max_running_per_user) return NULL;
+    size_t frontier[STARTABLE_SCAN + 2], n = 0; /* heap indexes: children of what cannot start */
+    for (size_t c = 1; c <= 2 && c < h->len; c++)
+        frontier[n++] = c;
+    for (int looked = 0; n > 0 && looked < STARTABLE_SCAN; looked++) {
+        size_t best = 0;
+        for (size_t k = 1; k < n; k++)
+            if (entry_before(heap_at(h, frontier[k]), heap_at(h, frontier[best]))) best = k;
+        size_t i = frontier[best];
+        frontier[best] = frontier[--n];
+        if (entry_can_start(s, heap_at(h, i), room, MEMO)) return heap_at(h, i);
+        for (size_t c = 2 * i + 1; c <= 2 * i + 2 && c < h->len; c++)
+            frontier[n++] = c;
+    }
+    return NULL;
+}
+
+/* A rough run-time estimate used to charge a user at dispatch, corrected when the batch
+ * ends: fair share must see work the moment it is handed out. */
+static double estimate_us(const job_t *job)
+{
+    return 5.0 + job->call.cost.bytes / 1e4 + job->call.cost.flops / 1e6;
+}
+
+/* ---------------------------------------------------------------- cutting batches */
+
+/* Whether a partial batch of q's jobs (want of them) waits for company: it does while other
+ * batches are in flight (or cut in this round) and its oldest job has waited less than
+ * max_delay_us; *hold_until then becomes the earliest moment such a wait ends. With the
+ * executor idle it goes at once. */
+static bool batch_waits_for_company(sched_t *s, const keyq_t *q, int want, int n_cut, int64_t now,
+                                    int64_t *hold_until)
+{
+    const job_t *oldest = queue_data(queue_head(&q->entries), entry_t, keyq_node)->job;
+    if (want >= s->cfg->max_batch || s->cfg->max_delay_us <= 0 ||
+        s->batches_in_flight + n_cut == 0 || now - oldest->created_us >= s->cfg->max_delay_us)
+        return false;
+    int64_t until = oldest->created_us + s->cfg->max_delay_us;
+    if (!*hold_until || until < *hold_until) *hold_until = until;
+    return true;
+}
+
+/* An empty batch with room for want jobs; NULL when out of memory. */
+static sched_batch_t *batch_new(sched_t *s, int want)
+{
+    sched_batch_t *sb = calloc(1, sizeof *sb);
+    job_t **jobs = calloc((size_t)want, sizeof *jobs);
+    msg_t *done_msg = calloc(1, sizeof *done_msg);
+    if (!sb || !jobs || !done_msg) {
+        free(sb);
+        free(jobs);
+        free(done_msg);
+        return NULL;
+    }
+    sb->done_msg = done_msg;
+    sb->s = s;
+    sb->batch.jobs = jobs;
+    sb->batch.sched_priv = sb;
+    queue_init(&sb->ended);
+    return sb;
+}
+
+/* A queued entry joins a batch being cut: it leaves the queues, starts, and its user is
+ * charged an estimate at once (corrected when the batch ends). */
+static void batch_take(sched_t *s, sched_batch_t *sb, entry_t *e, int64_t now)
+{
+    job_t *job = e->job;
+    sb->batch.jobs[sb->batch.n++] = job;
+    entry_unqueue(s, e);
+    e->user->running++;
+    job->state = JOB_RUNNING;
+    job->started_us = now;
+    job->attempts++;
+    e->charged_us = estimate_us(job);
+    user_charge(e->user, e->charged_us);
+}
+
+/* Fills a new batch of up to want jobs led by top, the chosen user's best job. With a batch
+ * key, its FIFO fills the rest with the jobs of users under their running limit, the batch's
+ * own jobs counted. The look ahead is bounded, so that a backlog of users at their limit costs
+ * no long scan: the jobs behind it lead batches of their own when their users are picked. */
+static void batch_fill(sched_t *s, sched_batch_t *sb, entry_t *top, int want, int64_t now)
+{
+    keyq_t *q = top->keyq;
+    queue_t *node = q ? queue_head(&q->entries) : NULL;
+    entry_t *e = node ? queue_data(node, entry_t, keyq_node) : top;
+    if (q && e != top) batch_take(s, sb, top, now);
+    for (int seen = 0; e && sb->batch.n < want && seen < 4 * want; seen++) {
+        /* The next one is found before e leaves its FIFO (and maybe frees it). */
+        queue_t *next = q ? queue_next(&q->entries, &e->keyq_node) : NULL;
+        if (e->user->running < s->cfg->max_running_per_user) batch_take(s, sb, e, now);
+        e = next ? queue_data(next, entry_t, keyq_node) : NULL;
+    }
+    for (int i = 0; i < sb->batch.n; i++)
+        sb->batch.jobs[i]->batch_size = sb->batch.n;
+}
+
+static void on_dispatch_timer(uv_timer_t *t)
+{
+    dispatch(t->data);
+}
+
+/* Cuts batches while the executor has free slots, into rd (rd->n of them). A partial batch may
+ * be held back for company (batch_waits_for_company): the dispatch timer then runs the next
+ * round when the first such wait ends. */
+void round_cut(sched_t *s, round_t *rd)
+{
+    rd->n = 0;
+    if (s->stopping || !s->ex) return;
+    s->round++;
+    int64_t hold_until = 0;
+    int slots = s->ex->ops->free_slots(s->ex, -1);
+    while (rd->n < slots && rd->n < DISPATCH_MAX) {
+        user_t *u = user_pick(s);
+        if (!u) break;
+        /* A job pinned to a device with no room (or held there by its resident inputs) waits
+         * for it without a trip to the executor (and the two store writes a turned-down batch
+         * costs), and the user's best job that can start leads instead; the device's next
+         * completion dispatches again. */
+        entry_t *top = best_startable(s, u);
+        keyq_t *q = top ? top->keyq : NULL;
+        int want = q ? (q->len < s->cfg->max_batch ? q->len : s->cfg->max_batch) : 1;
+        int64_t now = now_us();
+        if (!top || (q && batch_waits_for_company(s, q, want, rd->n, now, &hold_until))) {
+            u->skip_round = s->round;
+            continue;
+        }
+        sched_batch_t *sb = batch_new(s, want);
+        if (!sb) break;
+        batch_fill(s, sb, top, want, now);
+        rd->ready[rd->n++] = sb;
+    }
+    if (hold_until) {
+        int64_t wait_us = hold_until - now_us();
+        uv_timer_start(&s->dispatch_timer, on_dispatch_timer,
+                       wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
+    }
+}
+
+/* ------------------------------------------------------------------ starting them */
+
+/* Records the starts of the round's batches in the store's open transaction, but for jobs
+ * without an idempotency key taken in since sequence number taken_from (UINT64_MAX: none):
+ * their rows are yet to be inserted, started (insert_jobs). */
+int round_record_starts(sched_t *s, const round_t *rd, uint64_t taken_from)
+{
+    int r = 0;
+    for (int b = 0; b < rd->n && r >= 0; b++)
+        for (int i = 0; i < rd->ready[b]->batch.n && r >= 0; i++) {
+            job_t *job = rd->ready[b]->batch.jobs[i];
+            if (taken_from != UINT64_MAX && !job->idempotency_key[0] &&
+                entry_of(s, job)->seq >= taken_from)
+                continue;
+            r = store_job_update(s->st, job);
+        }
+    return r;
+}
+
+/* Counts the round's batches out of the queues and, when their starts are recorded, hands
+ * them to the executor; rd->refusal says what became of each. */
+void round_launch(sched_t *s, round_t *rd, bool recorded)
+{
+    for (int b = 0; b < rd->n; b++) {
+        sched_batch_t *sb = rd->ready[b];
+        long jobs = sb->batch.n;
+        atomic_fetch_sub(&s->queued, jobs);
+        atomic_fetch_add(&s->running, jobs);
+        s->batches_in_flight++;
+        sb->dispatched_us = now_us();
+        rd->refusal[b] = recorded ? s->ex->ops->submit(s->ex, &sb->batch) : START_UNRECORDED;
+        if (rd->refusal[b] == 0) {
+            atomic_fetch_add(&s->batches_total, 1);
+            if (jobs > 1) atomic_fetch_add(&s->batched_jobs_total, jobs);
+        }
+    }
+}
+
+/* Commits the round's transaction while r says it stands, else (or when the commit fails) rolls
+ * it back. rd->committed becomes the shards whose part committed: a commit that fails in one
+ * shard may have committed in others (store_committed_shards). Returns r, or the commit's
+ * error. */
+int round_commit(sched_t *s, round_t *rd, int r)
+{
+    rd->committed = 0;
+    if (r >= 0) {
+        r = store_commit(s->st);
+        rd->committed = store_committed_shards(s->st);
+    }
+    if (r < 0) store_rollback(s->st);
+    return r;
+}
+
+/* Whether the shard that holds job's row committed its part of the round. */
+bool round_shard_committed(sched_t *s, const round_t *rd, const job_t *job)
+{
+    return rd->committed & (1u << store_id_shard(job->id, store_shards(s->st)));
+}
+
+/* After a round that failed in some shards: the starts it recorded in the others went down
+ * with it, so the rows of the jobs it cut that were committed before still say queued. Their
+ * ends record the start first (record_end); a re-queue leaves them as they are
+ * (requeue_batch). */
+void round_mark_starts_lost(sched_t *s, const round_t *rd)
+{
+    for (int b = 0; b < rd->n; b++)
+        for (int i = 0; i < rd->ready[b]->batch.n; i++) {
+            entry_t *e = entry_of(s, rd->ready[b]->batch.jobs[i]);
+            e->start_lost = !round_shard_committed(s, rd, e->job) && !e->discard_result;
+        }
+}
+
+/* The batches the round's launch did not hand over: turned down by a full device (-EAGAIN),
+ * their jobs go back to their queues; otherwise they fail with the reason. Called once the
+ * store's transaction is over. */
+void round_settle_refused(sched_t *s, const round_t *rd)
+{
+    for (int b = 0; b < rd->n; b++) {
+        int refusal = rd->refusal[b];
+        if (refusal == 0) continue;
+        if (refusal == -EAGAIN) {
+            rd->ready[b]->batch.retry = EXEC_RETRY_UNSTARTED;
+            batch_retry(s, rd->ready[b]);
+        } else {
+            batch_fail(s, rd->ready[b],
+                       refusal == START_UNRECORDED ? "the store could not record the start"
+                                                   : strerror(-refusal));
+        }
+    }
+}
+
+/* Starts what the executor has room for, outside a group commit (a held batch's wait is
+ * over, a group commit failed before its cut, a batch was given back). */
+void dispatch(sched_t *s)
+{
+    end_batches(s, NULL, true);
+}
+
+/* Starts what the executor has room for once the loop runs (the jobs recovered at start). */
+void dispatch_soon(sched_t *s)
+{
+    uv_timer_start(&s->dispatch_timer, on_dispatch_timer, 0, 0);
+}

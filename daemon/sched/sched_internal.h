@@ -1,0 +1,233 @@
+/* The scheduler's private structures and the functions its files share; only daemon/sched/
+ * includes this header.
+ *
+ * Everything runs on the loop thread except the public entry points (sched_api.c: they post a
+ * message and wake the loop), on_batch_done (an executor thread: it posts the finished batch)
+ * and answer_synced (the commit syncer's thread: it answers a message the loop handed over).
+ *
+ * In memory the loop keeps every job that is not final: an entry per job, indexed by id; per
+ * user a heap of queued entries (priority, then arrival); per batch key a FIFO of queued
+ * entries, from which batches are cut; a heap of deadlines. A job leaves memory when it ends;
+ * reads of finished jobs go to the store. */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "scheduler.h"
+#include "daemon/store/commit_sync.h"
+#include "daemon/util/heap.h"
+#include "daemon/util/log.h"
+#include "daemon/util/queue.h"
+#include "daemon/util/strmap.h"
+
+/* The most batches one round cuts. */
+#define DISPATCH_MAX 64
+
+typedef struct entry entry_t;
+
+/* A wait for a job's end, answered by the end or by its timer. */
+typedef struct waiter {
+    queue_t node; /* in entry->waiters */
+    entry_t *entry;
+    sched_reply_fn reply;
+    void *token;
+    uv_timer_t timer;
+} waiter_t;
+
+/* A user (an owner of jobs) as fair share sees it. */
+typedef struct user {
+    char owner[OWNER_SIZE];
+    heap_t queue; /* queued entries: highest priority, then oldest, first */
+    int running;
+    long pending;    /* jobs submitted, waiting for the group commit */
+    double usage_us; /* decayed device (or CPU) time, charged at dispatch, corrected at end */
+    int64_t usage_at;
+    unsigned skip_round; /* dispatch round in which this user's next batch is held back */
+} user_t;
+
+/* The queued entries of one batch key, oldest first: the jobs a batch may take together. */
+typedef struct keyq {
+    queue_t entries; /* of entry_t, through keyq_node */
+    int len;
+    char key[];
+} keyq_t;
+
+/* A job that is not final, as the loop keeps it. */
+struct entry {
+    job_t *job;
+    user_t *user;
+    uint64_t seq;
+    int priority;        /* the job's, kept here for the heap's comparisons: the job is large */
+    size_t queue_pos;    /* in user->queue, HEAP_ABSENT when not queued */
+    size_t deadline_pos; /* in s->deadlines, HEAP_ABSENT when none */
+    keyq_t *keyq;        /* while queued with a batch key */
+    queue_t keyq_node;
+    queue_t waiters; /* of waiter_t */
+    /* Its result is thrown away when its launch returns: it was cancelled while running, or
+     * its submission's commit failed after it had gone out. */
+    bool discard_result;
+    bool unstored;   /* went out in a group commit that failed: it has no row */
+    bool start_lost; /* cut in a group commit that failed: its row still says queued */
+    double charged_us;
+};
+
+typedef enum msg_kind {
+    MSG_SUBMIT,
+    MSG_WAIT,
+    MSG_CANCEL,
+    MSG_BUF_PUT,
+    MSG_BUF_DELETE,
+    MSG_DONE,
+    MSG_STOP,
+} msg_kind_t;
+
+/* What became of each job of a submission in its group commit. */
+typedef enum job_fate {
+    FATE_NEW,      /* not taken (yet): the message owns it */
+    FATE_REPLAYED, /* its idempotency key named a stored job: that job answers for it */
+    FATE_TAKEN,    /* queued (or cut into a batch); the message owns it until the commit returns */
+} job_fate_t;
+
+/* A request to the loop, from another thread or from the executor. */
+typedef struct msg {
+    queue_t node; /* in the inbox, then in the pending group commit */
+    msg_kind_t kind;
+    sched_reply_fn reply;
+    void *token;
+    job_t **jobs;
+    size_t n;
+    job_fate_t *fate; /* submit: per job */
+    bool any_owner;
+    char owner[OWNER_SIZE];
+    char id[ID_SIZE];
+    int timeout_ms;
+    buffer_t *buf;
+    exec_batch_t *batch;
+    int err; /* a refusal of this message alone, within a group commit */
+    char err_message[160];
+    /* A committed submission's answer, given once its commit is durable: */
+    job_t **shown;    /* submit: the jobs as accepted (or as first created, when replayed); owned */
+    bool shown_taken; /* the answer's callee took shown (sched_result_t.take_jobs) */
+    bool all_replayed;         /* every job's idempotency key was known */
+    int shard;                 /* of the store, that its rows go to (buffers: 0) */
+    commit_sync_item_t synced; /* queued with the commit syncer, which answers it */
+} msg_t;
+
+struct sched {
+    const config_t *cfg;
+    store_t *st;
+    store_reader_t *rd; /* the loop's own reader, for finished jobs */
+    executor_t *ex;
+
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_timer_t commit_timer, dispatch_timer, deadline_timer, gc_timer, checkpoint_timer,
+        drain_timer, watchdog_timer;
+    pthread_t thread;
+    bool thread_started;
+
+    pthread_mutex_t lock; /* guards the inbox */
+    queue_t inbox;        /* of msg_t */
+    atomic_bool accepting;
+    atomic_bool store_failed; /* a sync failed: nothing more is accepted */
+    atomic_bool loop_gone;
+
+    /* Loop thread only. */
+    queue_t pending; /* of msg_t, awaiting the group commit */
+    bool commit_scheduled;
+    /* With [store] sync_full: a thread that makes group commits durable while the loop goes
+     * on, and answers them then. */
+    commit_sync_t *syncer;
+    store_checkpointer_t *checkpointer; /* run by the syncer; NULL without one */
+    strmap_t *entries, *users, *keyqs;
+    heap_t deadlines; /* queued entries with a deadline, earliest first */
+    uint64_t next_seq;
+    int batches_in_flight;
+    unsigned round;
+    unsigned next_shard; /* of the store, for the next round of few jobs (place_submissions) */
+    bool stopping;
+
+    atomic_long queued, running, submitted_total, succeeded_total, failed_total, cancelled_total,
+        batches_total, batched_jobs_total;
+};
+
+/* A batch as the scheduler hands it to the executor. */
+typedef struct sched_batch {
+    exec_batch_t batch;
+    sched_t *s;
+    int64_t dispatched_us;
+    msg_t *done_msg; /* allocated at dispatch, so that reporting the end needs no memory */
+    queue_t ended;   /* in the list of finished batches end_batches records */
+} sched_batch_t;
+
+/* One round of starts: the batches cut, what became of each at launch, and the shards of the
+ * store whose part of the round's transaction committed. */
+typedef struct round {
+    sched_batch_t *ready[DISPATCH_MAX];
+    int refusal[DISPATCH_MAX]; /* 0 handed over, else what round_settle_refused deals with */
+    int n;
+    unsigned committed;
+} round_t;
+
+/* scheduler.c: messages and replies. */
+void reply_err(sched_reply_fn reply, void *token, int err, const char *message);
+void reply_jobs(sched_reply_fn reply, void *token, job_t *const *jobs, size_t n);
+void reply_stopping(sched_reply_fn reply, void *token);
+void inbox_push(sched_t *s, msg_t *m);
+void msg_post(sched_t *s, msg_t *m);
+void msg_free(msg_t *m);
+
+/* sched_queue.c: entries, per-user and per-batch-key queues, fair share. */
+int queues_init(sched_t *s);
+void queues_free(sched_t *s);
+bool entry_before(const void *a, const void *b);
+int entry_add(sched_t *s, job_t *job);
+entry_t *entry_of(sched_t *s, const job_t *job);
+void entry_forget(sched_t *s, entry_t *e);
+int entry_queue(sched_t *s, entry_t *e);
+void entry_unqueue(sched_t *s, entry_t *e);
+user_t *user_get(sched_t *s, const char *owner);
+void user_charge(user_t *u, double us);
+user_t *user_pick(sched_t *s);
+
+/* sched_commit.c: group commit of submissions and buffers. */
+void handle_submission(sched_t *s, msg_t *m);
+void commit_pending(sched_t *s);
+int commit_syncer_start(sched_t *s);
+void discard_inputs(sched_t *s, const job_t *job);
+
+/* sched_dispatch.c: cutting batches and starting them. */
+void dispatch(sched_t *s);
+void dispatch_soon(sched_t *s);
+void round_cut(sched_t *s, round_t *rd);
+int round_record_starts(sched_t *s, const round_t *rd, uint64_t taken_from);
+void round_launch(sched_t *s, round_t *rd, bool recorded);
+int round_commit(sched_t *s, round_t *rd, int r);
+bool round_shard_committed(sched_t *s, const round_t *rd, const job_t *job);
+void round_mark_starts_lost(sched_t *s, const round_t *rd);
+void round_settle_refused(sched_t *s, const round_t *rd);
+void batch_free(sched_batch_t *sb);
+
+/* sched_complete.c: ends of batches, retries and re-queues. */
+void on_batch_done(exec_batch_t *batch, void *ud);
+void end_batches(sched_t *s, queue_t *ended, bool start_next);
+void batch_fail(sched_t *s, sched_batch_t *sb, const char *why);
+void batch_retry(sched_t *s, sched_batch_t *sb);
+void handle_given_back(sched_t *s, msg_t *m);
+void count_final(sched_t *s, job_state_t state);
+
+/* sched_wait.c: waits, cancels, deadlines. */
+void handle_wait(sched_t *s, msg_t *m);
+void handle_cancel(sched_t *s, msg_t *m);
+void waiters_reply(entry_t *e, const job_t *job);
+void waiters_answer_all(sched_t *s);
+void deadline_arm(sched_t *s);
+
+/* sched_timers.c: maintenance timers and the drain at stop. */
+void timers_start(sched_t *s);
+void handle_stop(sched_t *s);
+void stop_if_drained(sched_t *s);

@@ -1,0 +1,241 @@
+/* The loop's queues: an entry per job that is not final (indexed by id), each user's heap of
+ * queued entries, each batch key's FIFO of them, the heap of deadlines, and fair share, which
+ * picks the user whose batch goes next. */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_internal.h"
+
+/* Recent usage decays with this half-life: fair share looks at the last minute or so. */
+#define USAGE_HALF_LIFE_US 30e6
+
+/* A user's queue: highest priority first, then arrival. */
+bool entry_before(const void *a, const void *b)
+{
+    const entry_t *x = a, *y = b;
+    if (x->priority != y->priority) return x->priority > y->priority;
+    return x->seq < y->seq;
+}
+
+static bool deadline_before(const void *a, const void *b)
+{
+    return ((const entry_t *)a)->job->deadline_us < ((const entry_t *)b)->job->deadline_us;
+}
+
+int queues_init(sched_t *s)
+{
+    s->deadlines = heap_init(deadline_before, offsetof(entry_t, deadline_pos));
+    int r = strmap_new(&s->entries);
+    if (r >= 0) r = strmap_new(&s->users);
+    if (r >= 0) r = strmap_new(&s->keyqs);
+    return r;
+}
+
+static void free_entry(const char *key, void *value, void *ud)
+{
+    (void)key;
+    (void)ud;
+    entry_t *e = value;
+    /* Jobs of batches still in an executor (after a drain timeout) are not freed: a worker may
+     * still hold them, and the process is about to exit. */
+    if (e->job->state == JOB_QUEUED) {
+        job_free(e->job);
+        free(e);
+    }
+}
+
+static void free_user(const char *key, void *value, void *ud)
+{
+    (void)key;
+    (void)ud;
+    user_t *u = value;
+    heap_clear(&u->queue);
+    free(u);
+}
+
+static void free_keyq(const char *key, void *value, void *ud)
+{
+    (void)key;
+    (void)ud;
+    free(value);
+}
+
+/* Frees the queues and the queued jobs (accepts maps never made). */
+void queues_free(sched_t *s)
+{
+    if (s->entries) strmap_foreach(s->entries, free_entry, NULL);
+    if (s->users) strmap_foreach(s->users, free_user, NULL);
+    if (s->keyqs) strmap_foreach(s->keyqs, free_keyq, NULL);
+    strmap_free(s->entries);
+    strmap_free(s->users);
+    strmap_free(s->keyqs);
+    heap_clear(&s->deadlines);
+}
+
+/* ---------------------------------------------------------------------- fair share */
+
+user_t *user_get(sched_t *s, const char *owner)
+{
+    user_t *u = strmap_get(s->users, owner);
+    if (u) return u;
+    u = calloc(1, sizeof *u);
+    if (!u) return NULL;
+    snprintf(u->owner, sizeof u->owner, "%s", owner);
+    u->queue = heap_init(entry_before, offsetof(entry_t, queue_pos));
+    u->usage_at = now_us();
+    if (strmap_put(s->users, u->owner, u) < 0) {
+        free(u);
+        return NULL;
+    }
+    return u;
+}
+
+/* Adds us (maybe negative, a correction) to the user's usage, decayed to now. */
+void user_charge(user_t *u, double us)
+{
+    int64_t now = now_us();
+    u->usage_us = u->usage_us * exp2(-(double)(now - u->usage_at) / USAGE_HALF_LIFE_US) + us;
+    u->usage_at = now;
+}
+
+typedef struct pick {
+    sched_t *s;
+    user_t *best;
+} pick_t;
+
+static void user_pick_visit(const char *key, void *value, void *ud)
+{
+    (void)key;
+    pick_t *p = ud;
+    user_t *u = value;
+    if (u->queue.len == 0 || u->running >= p->s->cfg->max_running_per_user ||
+        u->skip_round == p->s->round)
+        return;
+    user_charge(u, 0); /* bring the decay up to date */
+    user_t *b = p->best;
+    if (!b || u->usage_us < b->usage_us ||
+        (u->usage_us == b->usage_us &&
+         ((entry_t *)heap_min(&u->queue))->seq < ((entry_t *)heap_min(&b->queue))->seq))
+        p->best = u;
+}
+
+/* The user with queued work, under its running limit and not held back this round, with the
+ * least recent usage; NULL when there is none. */
+user_t *user_pick(sched_t *s)
+{
+    pick_t p = {s, NULL};
+    strmap_foreach(s->users, user_pick_visit, &p);
+    return p.best;
+}
+
+/* ------------------------------------------------------------------ batch-key FIFOs */
+
+static void keyq_remove(sched_t *s, entry_t *e)
+{
+    keyq_t *q = e->keyq;
+    if (!q) return;
+    queue_remove(&e->keyq_node);
+    e->keyq = NULL;
+    if (--q->len == 0) {
+        strmap_remove(s->keyqs, q->key);
+        free(q);
+    }
+}
+
+/* Jobs batch together when their ops say so (equal batch keys) and they may run on the same
+ * device (equal pins). */
+static int keyq_append(sched_t *s, entry_t *e)
+{
+    char key[OP_BATCH_KEY_LEN + 16];
+    snprintf(key, sizeof key, "%s@%d/%d", e->job->call.batch_key, e->job->device,
+             e->job->preferred_device);
+    keyq_t *q = strmap_get(s->keyqs, key);
+    if (!q) {
+        size_t len = strlen(key);
+        q = calloc(1, sizeof *q + len + 1);
+        if (!q) return -ENOMEM;
+        queue_init(&q->entries);
+        memcpy(q->key, key, len + 1);
+        if (strmap_put(s->keyqs, q->key, q) < 0) {
+            free(q);
+            return -ENOMEM;
+        }
+    }
+    e->keyq = q;
+    queue_insert_tail(&q->entries, &e->keyq_node);
+    q->len++;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- entries */
+
+static int deadline_push(sched_t *s, entry_t *e)
+{
+    int r = heap_push(&s->deadlines, e);
+    if (r >= 0 && heap_min(&s->deadlines) == e) deadline_arm(s);
+    return r;
+}
+
+/* Takes a queued entry out of every queue structure (not out of s->entries). */
+void entry_unqueue(sched_t *s, entry_t *e)
+{
+    heap_remove(&e->user->queue, e);
+    keyq_remove(s, e);
+    heap_remove(&s->deadlines, e);
+}
+
+/* Puts an entry into its user's queue, its batch key's FIFO and the deadlines. */
+int entry_queue(sched_t *s, entry_t *e)
+{
+    int r = heap_push(&e->user->queue, e);
+    if (r >= 0 && e->job->call.batch_key[0]) r = keyq_append(s, e);
+    if (r >= 0 && e->job->deadline_us) r = deadline_push(s, e);
+    if (r < 0) entry_unqueue(s, e);
+    return r;
+}
+
+/* Makes a queued job schedulable (inside its group commit, or recovered at the start): the
+ * entry takes the job. On allocation failure the job stays in the store and is picked up at
+ * the next start. */
+int entry_add(sched_t *s, job_t *job)
+{
+    entry_t *e = calloc(1, sizeof *e);
+    user_t *u = user_get(s, job->owner);
+    if (!e || !u) {
+        free(e);
+        return -ENOMEM;
+    }
+    e->job = job;
+    e->user = u;
+    e->seq = s->next_seq++;
+    e->priority = job->priority;
+    e->queue_pos = e->deadline_pos = HEAP_ABSENT;
+    queue_init(&e->keyq_node);
+    queue_init(&e->waiters);
+    int r = strmap_put(s->entries, job->id, e);
+    if (r >= 0) r = entry_queue(s, e);
+    if (r < 0) {
+        strmap_remove(s->entries, job->id);
+        free(e);
+        return r;
+    }
+    atomic_fetch_add(&s->queued, 1);
+    return 0;
+}
+
+/* The entry of a job that is not final (borrowed). */
+entry_t *entry_of(sched_t *s, const job_t *job)
+{
+    return strmap_get(s->entries, job->id);
+}
+
+/* Drops an entry that is in no queue from memory; its job is the caller's to free. */
+void entry_forget(sched_t *s, entry_t *e)
+{
+    strmap_remove(s->entries, e->job->id);
+    free(e);
+}

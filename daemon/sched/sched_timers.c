@@ -1,0 +1,77 @@
+/* Maintenance on the loop's timers (the retention sweep, WAL checkpoints, systemd's watchdog)
+ * and the drain at stop. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_internal.h"
+#include "daemon/util/service_notify.h"
+
+static void on_gc_timer(uv_timer_t *t)
+{
+    sched_t *s = t->data;
+    int deleted = 0;
+    int r = store_gc(s->st, now_us() - (int64_t)s->cfg->retention_s * 1000000, &deleted);
+    if (r < 0)
+        log_error("retention sweep failed: %s", strerror(-r));
+    else if (deleted)
+        log_info("retention: removed %d finished jobs", deleted);
+}
+
+static void on_checkpoint_timer(uv_timer_t *t)
+{
+    sched_t *s = t->data;
+    if (s->checkpointer) return; /* the syncer's thread checkpoints */
+    int r = store_checkpoint(s->st);
+    if (r < 0) log_warn("WAL checkpoint failed: %s", strerror(-r));
+}
+
+/* The loop turns: systemd's watchdog hears it (service_notify.h). */
+static void on_watchdog_timer(uv_timer_t *t)
+{
+    (void)t;
+    service_notify("WATCHDOG=1");
+}
+
+/* Starts the retention sweep, the checkpoint timer and, under systemd's watchdog, the
+ * heartbeat. */
+void timers_start(sched_t *s)
+{
+    uv_timer_start(&s->gc_timer, on_gc_timer, 1000, (uint64_t)s->cfg->gc_interval_s * 1000);
+    uv_timer_start(&s->checkpoint_timer, on_checkpoint_timer,
+                   (uint64_t)s->cfg->checkpoint_interval_s * 1000,
+                   (uint64_t)s->cfg->checkpoint_interval_s * 1000);
+    uint64_t watchdog_ms = service_watchdog_usec() / 1000;
+    if (watchdog_ms > 0) /* twice per interval, as sd_watchdog_enabled(3) advises */
+        uv_timer_start(&s->watchdog_timer, on_watchdog_timer, 0,
+                       watchdog_ms / 2 > 0 ? watchdog_ms / 2 : 1);
+}
+
+/* ---------------------------------------------------------------------------- drain */
+
+/* Ends the loop once stopping and no batch is running any more. */
+void stop_if_drained(sched_t *s)
+{
+    if (!s->stopping || s->batches_in_flight > 0) return;
+    uv_timer_stop(&s->drain_timer);
+    uv_stop(&s->loop);
+}
+
+static void on_drain_timer(uv_timer_t *t)
+{
+    sched_t *s = t->data;
+    log_warn("drain timeout: %d batches still running; their jobs re-run after the next start",
+             s->batches_in_flight);
+    uv_stop(&s->loop);
+}
+
+/* The stop: accepted submissions are committed (they run after a restart), waiters are
+ * answered with their jobs as they stand, and the loop ends when the running batches have
+ * finished or drain_timeout_ms has passed. */
+void handle_stop(sched_t *s)
+{
+    s->stopping = true;
+    commit_pending(s);
+    waiters_answer_all(s);
+    uv_timer_start(&s->drain_timer, on_drain_timer, (uint64_t)s->cfg->drain_timeout_ms, 0);
+    stop_if_drained(s);
+}

@@ -1,0 +1,252 @@
+/* Waits for a job's end, cancels, and deadlines: the requests that look at one job, and the
+ * timer that fails queued jobs whose deadline passed. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_internal.h"
+
+/* A copy of the fields of a job that the loop owns, for answers about a running job: an
+ * executor thread may be writing the job's outputs, error, device and timing fields meanwhile.
+ * NULL when out of memory. */
+static job_t *job_snapshot(const job_t *job)
+{
+    job_t *copy = job_new();
+    if (!copy) return NULL;
+    memcpy(copy->id, job->id, sizeof copy->id);
+    memcpy(copy->owner, job->owner, sizeof copy->owner);
+    copy->call = job->call;
+    copy->priority = job->priority;
+    copy->device = job->device;
+    copy->preferred_device = job->preferred_device;
+    copy->deadline_us = job->deadline_us;
+    copy->state = job->state;
+    copy->attempts = job->attempts;
+    copy->created_us = job->created_us;
+    copy->started_us = job->started_us;
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        memcpy(copy->in[j].name, job->in[j].name, sizeof copy->in[j].name);
+        copy->in[j].desc = job->in[j].desc;
+        copy->in[j].nbytes = job->in[j].nbytes;
+        memcpy(copy->in[j].buffer_id, job->in[j].buffer_id, sizeof copy->in[j].buffer_id);
+    }
+    return copy;
+}
+
+/* Answers with the entry's job as it stands: the job itself while queued (the loop owns all
+ * of it), a snapshot while it runs. */
+static void reply_current(sched_reply_fn reply, void *token, const entry_t *e)
+{
+    if (e->job->state != JOB_RUNNING) {
+        reply_jobs(reply, token, &e->job, 1);
+        return;
+    }
+    job_t *copy = job_snapshot(e->job);
+    if (copy)
+        reply_jobs(reply, token, &copy, 1);
+    else
+        reply_err(reply, token, -ENOMEM, NULL);
+    job_free(copy);
+}
+
+/* ------------------------------------------------------------------------- waiters */
+
+static void waiter_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+/* Answers every waiter of e and drops them: with job (its final state, or a record of it), or
+ * with the job as it stands when job is NULL. */
+void waiters_reply(entry_t *e, const job_t *job)
+{
+    for (queue_t *q; (q = queue_pop(&e->waiters));) {
+        waiter_t *w = queue_data(q, waiter_t, node);
+        uv_timer_stop(&w->timer);
+        if (job)
+            reply_jobs(w->reply, w->token, (job_t *const *)&job, 1);
+        else
+            reply_current(w->reply, w->token, e);
+        uv_close((uv_handle_t *)&w->timer, waiter_closed);
+    }
+}
+
+static void waiters_answer_visit(const char *key, void *value, void *ud)
+{
+    (void)key;
+    (void)ud;
+    waiters_reply(value, NULL);
+}
+
+/* At stop: every waiter is answered with its job as it stands, so that no request waits on a
+ * loop that is ending. */
+void waiters_answer_all(sched_t *s)
+{
+    strmap_foreach(s->entries, waiters_answer_visit, NULL);
+}
+
+static void on_wait_timeout(uv_timer_t *t)
+{
+    waiter_t *w = t->data;
+    queue_remove(&w->node);
+    reply_current(w->reply, w->token, w->entry);
+    uv_close((uv_handle_t *)&w->timer, waiter_closed);
+}
+
+/* -------------------------------------------------------------- finding the job */
+
+/* The in-memory entry for m's id if m's owner may see it; NULL otherwise. */
+static entry_t *entry_find(sched_t *s, const msg_t *m)
+{
+    entry_t *e = strmap_get(s->entries, m->id);
+    if (e && !m->any_owner && strcmp(e->job->owner, m->owner) != 0) return NULL;
+    return e;
+}
+
+/* A finished (or unknown) job from the store, for waits and cancels of jobs not in memory (a
+ * new job). Replies -ENOENT and returns NULL when missing or not the caller's. */
+static job_t *stored_job(sched_t *s, const msg_t *m)
+{
+    job_t *job = NULL;
+    if (store_job_get(s->rd, m->id, &job) < 0 ||
+        (!m->any_owner && strcmp(job->owner, m->owner) != 0)) {
+        job_free(job);
+        reply_err(m->reply, m->token, -ENOENT, "no such job");
+        return NULL;
+    }
+    return job;
+}
+
+/* --------------------------------------------------------------------------- waits */
+
+void handle_wait(sched_t *s, msg_t *m)
+{
+    entry_t *e = entry_find(s, m);
+    /* A job cancelled while running has ended: the store holds its final record, and the
+     * entry lives on only until its launch returns. (One whose group commit failed has no
+     * record: its submitter was told so, and this answers that there is no such job.) */
+    if (!e || e->discard_result) {
+        job_t *job = stored_job(s, m);
+        if (job) reply_jobs(m->reply, m->token, &job, 1);
+        job_free(job);
+        return;
+    }
+    if (m->timeout_ms <= 0 || s->stopping) {
+        reply_current(m->reply, m->token, e);
+        return;
+    }
+    waiter_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        reply_err(m->reply, m->token, -ENOMEM, NULL);
+        return;
+    }
+    w->entry = e;
+    w->reply = m->reply;
+    w->token = m->token;
+    uv_timer_init(&s->loop, &w->timer);
+    w->timer.data = w;
+    uv_timer_start(&w->timer, on_wait_timeout, (uint64_t)m->timeout_ms, 0);
+    queue_insert_tail(&e->waiters, &w->node);
+}
+
+/* ------------------------------------------------------------------------- cancels */
+
+/* Ends a queued job (cancelled or failed) in the store and in memory. When reply is given, it
+ * is answered with the ended job before the job is freed. */
+static int end_queued(sched_t *s, entry_t *e, job_state_t state, const char *code,
+                      const char *message, sched_reply_fn reply, void *token)
+{
+    job_t *job = e->job;
+    job->state = state;
+    job->finished_us = now_us();
+    job_set_error(job, code, "%s", message);
+    int r = store_job_update(s->st, job);
+    if (r < 0) {
+        /* The store refused: the job keeps its stored state and stays queued here. */
+        job->state = JOB_QUEUED;
+        job->finished_us = 0;
+        job->error_code[0] = job->error_message[0] = '\0';
+        return r;
+    }
+    entry_unqueue(s, e);
+    atomic_fetch_sub(&s->queued, 1);
+    count_final(s, state);
+    if (reply) reply_jobs(reply, token, &job, 1);
+    waiters_reply(e, job);
+    entry_forget(s, e);
+    job_free(job);
+    return 0;
+}
+
+/* Running: the launch finishes and its result is discarded. The executor may be writing the
+ * job's outputs and error fields right now, so the store gets a copy made of the fields the
+ * loop owns. */
+static void cancel_running(sched_t *s, msg_t *m, entry_t *e)
+{
+    job_t *rec = job_snapshot(e->job);
+    if (!rec) {
+        reply_err(m->reply, m->token, -ENOMEM, NULL);
+        return;
+    }
+    rec->finished_us = now_us();
+    rec->state = JOB_CANCELLED;
+    job_set_error(rec, "cancelled", "cancelled by request while running");
+    int r = store_job_update(s->st, rec);
+    if (r < 0) {
+        reply_err(m->reply, m->token, r, "the store refused the cancellation");
+    } else {
+        e->discard_result = true;
+        count_final(s, JOB_CANCELLED);
+        reply_jobs(m->reply, m->token, &rec, 1);
+        waiters_reply(e, rec);
+    }
+    job_free(rec);
+}
+
+void handle_cancel(sched_t *s, msg_t *m)
+{
+    entry_t *e = entry_find(s, m);
+    if (!e) {
+        job_t *job = stored_job(s, m);
+        if (job) reply_err(m->reply, m->token, -EBUSY, "the job has already ended");
+        job_free(job);
+        return;
+    }
+    if (e->job->state == JOB_QUEUED) {
+        int r = end_queued(s, e, JOB_CANCELLED, "cancelled", "cancelled by request", m->reply,
+                           m->token);
+        if (r < 0) reply_err(m->reply, m->token, r, "the store refused the cancellation");
+        return;
+    }
+    if (e->discard_result) {
+        reply_err(m->reply, m->token, -EBUSY, "the job is already cancelled");
+        return;
+    }
+    cancel_running(s, m, e);
+}
+
+/* ----------------------------------------------------------------------- deadlines */
+
+static void on_deadline_timer(uv_timer_t *t)
+{
+    sched_t *s = t->data;
+    int64_t now = now_us();
+    for (entry_t *e; (e = heap_min(&s->deadlines)) && e->job->deadline_us <= now;)
+        if (end_queued(s, e, JOB_FAILED, "deadline_exceeded",
+                       "the deadline passed while the job was queued", NULL, NULL) < 0)
+            heap_remove(&s->deadlines, e); /* leave it queued; do not spin on it */
+    deadline_arm(s);
+}
+
+/* Sets the deadline timer for the earliest deadline, or stops it when there is none. */
+void deadline_arm(sched_t *s)
+{
+    entry_t *first = heap_min(&s->deadlines);
+    if (!first) {
+        uv_timer_stop(&s->deadline_timer);
+        return;
+    }
+    int64_t wait_us = first->job->deadline_us - now_us();
+    uv_timer_start(&s->deadline_timer, on_deadline_timer,
+                   wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
+}
