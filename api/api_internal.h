@@ -226,7 +226,7 @@ void api_respond_jobs_later(api_request_t *req, int status, job_t **jobs, size_t
 void api_respond_bytes(api_request_t *req, int status, const char *content_type, void *body,
                        size_t len);
 /* The error answer {"error": {"code", "message", "field"}}: code NULL means the status's
- * (api_status_code_name), field NULL or "" leaves it out. */
+ * ("invalid_argument" for 400), field NULL or "" leaves it out. */
 void api_respond_error(api_request_t *req, int status, const char *code, const char *field,
                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void api_respond_api_error(api_request_t *req, const api_error_t *err);
@@ -237,8 +237,6 @@ void api_respond_not_found(api_request_t *req, char kind, const char *id, const 
 void api_respond_errno(api_request_t *req, int err, const char *message);
 void api_response_add_header(api_response_t *resp, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* The error code string of an HTTP status ("invalid_argument" for 400). */
-const char *api_status_code_name(int status);
 
 /* --- job_responses.c: answers that carry jobs --- */
 

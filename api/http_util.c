@@ -249,7 +249,8 @@ void api_response_add_header(api_response_t *resp, const char *name, const char 
     va_end(ap);
 }
 
-const char *api_status_code_name(int status)
+/* The error code string of an HTTP status ("invalid_argument" for 400). */
+static const char *status_code_name(int status)
 {
     switch (status) {
     case 400:
@@ -283,11 +284,11 @@ void api_respond_error(api_request_t *req, int status, const char *code, const c
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    json_t *error = json_pack("{s:s, s:s}", "code", code ? code : api_status_code_name(status),
-                              "message", message);
+    json_t *error =
+        json_pack("{s:s, s:s}", "code", code ? code : status_code_name(status), "message", message);
     /* A message quoting the client's bytes may not be valid UTF-8: keep the code at least. */
     if (!error)
-        error = json_pack("{s:s, s:s}", "code", api_status_code_name(status), "message",
+        error = json_pack("{s:s, s:s}", "code", status_code_name(status), "message",
                           "(message not representable)");
     if (field && *field) json_object_set_new(error, "field", json_string(field));
     api_respond_json(req, status, json_pack("{s:o}", "error", error));
