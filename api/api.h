@@ -21,8 +21,6 @@ typedef struct api_listeners {
  * /metrics adds, is borrowed and must outlive the server; NULL for none. */
 int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_metrics,
                      const api_listeners_t *inherited, api_server_t **ret);
-/* The TCP port actually bound. */
-int api_server_port(const api_server_t *srv);
 /* Stops accepting new submissions: from now on they answer 503 (reads still work). */
 void api_server_stop_intake(api_server_t *srv);
 /* Before the daemon executes itself again (daemon/restart.h): stops accepting connections and

@@ -1,6 +1,7 @@
-/* What the files of api/ share: the parsed request and the response a handler fills, the
- * route table, and the handlers. Only http_server.c knows libmicrohttpd; everything here is
- * plain data, so that tests can drive the router and the handlers without a socket.
+/* Private to api/: what its files share. The parsed request and the response a handler fills,
+ * the route table, the request and response helpers, and the handlers' entry points. Only
+ * http_server.c knows libmicrohttpd; everything here is plain data, so that tests can drive
+ * the router and the handlers without a socket.
  *
  * A handler runs on an HTTP thread. It either fills req->resp and returns API_DONE, or it
  * hands the request to the scheduler and returns API_PENDING: then it has called
@@ -126,13 +127,19 @@ enum { API_DONE = 1, API_PENDING = 2 };
 
 typedef int (*api_handler_fn)(api_request_t *req);
 
+/* Whether a request's body goes to a store blob file as it arrives rather than into memory:
+ * asked once the headers are in, of the route's handler. */
+typedef bool (*api_streams_body_fn)(const api_env_t *env, const char *content_type,
+                                    uint64_t length);
+
 typedef struct api_route {
     const char *method;  /* "GET", "POST", "DELETE" */
     const char *pattern; /* "/v1/jobs/{id}/outputs/{name}" */
     api_handler_fn handler;
+    api_streams_body_fn streams_body; /* NULL: bodies are kept in memory */
 } api_route_t;
 
-/* --- routes.c --- */
+/* --- routes.c: the route table and the dispatch --- */
 
 /* The daemon's route table (static). */
 const api_route_t *api_routes(size_t *ret_n);
@@ -156,18 +163,58 @@ void api_route_match(const api_route_t *routes, size_t n, const char *method, co
  * API_PENDING. */
 int api_dispatch(api_request_t *req);
 
+/* Whether the body of a request to method and path goes to a store blob file as it arrives
+ * (the server asks once the headers are in): the matched route's streams_body says. */
+bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
+                              const char *content_type, uint64_t length);
+
+/* --- http_util.c: reading a request, filling its response --- */
+
 /* Frees what a request owns (its response, a held submission answer); not the request itself
  * or its body. */
 void api_request_cleanup(api_request_t *req);
 
-const char *api_query(const api_request_t *req, const char *key);
-const char *api_path_param(const api_request_t *req, const char *name);
-/* 400 naming "query.KEY" for the first argument not in allowed (NULL-terminated). API_DONE
- * when it answered, else 0 (all known). */
-int api_query_check(api_request_t *req, const char *const *allowed);
-
 void api_request_suspend(api_request_t *req);
 void api_request_resume(api_request_t *req);
+
+/* The calling thread's store reader; NULL after answering 503 when it cannot be opened. */
+store_reader_t *api_request_reader(api_request_t *req);
+/* The owner filter of a request: NULL for admins (every owner), else the user's name. */
+const char *api_request_owner_filter(const api_request_t *req);
+/* True when the user may see something owned by owner. */
+bool api_request_may_see(const api_request_t *req, const char *owner);
+
+/* A query argument's value ("" for a key without one), NULL when absent. */
+const char *api_query(const api_request_t *req, const char *key);
+/* A {name} segment of the matched route; NULL when the route has none of that name. */
+const char *api_path_param(const api_request_t *req, const char *name);
+
+/* The checks below answer 400 naming the field ("query.KEY", or the field given) and return
+ * API_DONE, or return 0 with their result written. */
+
+/* Every query argument is in allowed (NULL-terminated). */
+int api_query_check(api_request_t *req, const char *const *allowed);
+/* A number of seconds in query argument key (default_s when absent), at most max_ms: longer
+ * is cut down to it when clamp, else refused. *ret_ms in milliseconds. */
+int api_query_seconds(api_request_t *req, const char *key, double default_s, int max_ms, bool clamp,
+                      int *ret_ms);
+/* A decimal integer in [lo, hi] in query argument key; default_value when absent. */
+int api_query_int(api_request_t *req, const char *key, long lo, long hi, long default_value,
+                  long *ret);
+/* "true" or "false" in query argument key; default_value when absent. */
+int api_query_bool(api_request_t *req, const char *key, bool default_value, bool *ret);
+/* id, given in field, is an id of kind ('j' a job, 'b' a buffer): id_valid(). */
+int api_id_check(api_request_t *req, char kind, const char *id, const char *field);
+
+/* True when a Content-Type value or one Accept item (len bytes, parameters after ';' ignored)
+ * is the media type `type`, compared case-insensitively. */
+bool api_media_is(const char *item, size_t len, const char *type);
+/* True when the request has a Content-Type and it is `type`. */
+bool api_content_type_is(const api_request_t *req, const char *type);
+/* Which of media[0..n) the Accept header asks for: the index of the first one that the
+ * header's first matching item names, items taken in the header's order (q= is not
+ * weighed). -1 when no item names one of them, or there is no header. */
+int api_accept_pick(const api_request_t *req, const char *const *media, size_t n);
 
 /* Fill req->resp, replacing what was there. json is stolen. */
 void api_respond_json(api_request_t *req, int status, json_t *json);
@@ -175,72 +222,72 @@ void api_respond_json(api_request_t *req, int status, json_t *json);
  * only when the answer is sent (api_response_build), on the connection's HTTP thread: a reply
  * from another thread then costs that thread nothing but the hand-over. */
 void api_respond_jobs_later(api_request_t *req, int status, job_t **jobs, size_t n, bool list);
-/* Builds a body api_respond_jobs_later left to be built. */
-void api_response_build(api_request_t *req);
+/* body is taken. */
 void api_respond_bytes(api_request_t *req, int status, const char *content_type, void *body,
                        size_t len);
+/* The error answer {"error": {"code", "message", "field"}}: code NULL means the status's
+ * ("invalid_argument" for 400), field NULL or "" leaves it out. */
 void api_respond_error(api_request_t *req, int status, const char *code, const char *field,
                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void api_respond_api_error(api_request_t *req, const api_error_t *err);
+/* 404: the job ('j') or buffer ('b') id, named in field, does not exist or is not the user's. */
+void api_respond_not_found(api_request_t *req, char kind, const char *id, const char *field);
 /* Maps a scheduler or store errno: -ENOENT 404, -EBUSY/-EEXIST 409, -EAGAIN 429 (with
  * Retry-After), -ESHUTDOWN 503, anything else 500. */
 void api_respond_errno(api_request_t *req, int err, const char *message);
 void api_response_add_header(api_response_t *resp, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* The error code string of an HTTP status ("invalid_argument" for 400). */
-const char *api_status_code_name(int status);
 
-/* True when a Content-Type value or one Accept item (len bytes, parameters after ';' ignored)
- * is the media type `type`, compared case-insensitively. */
-bool api_media_is(const char *item, size_t len, const char *type);
-
-/* The calling thread's store reader; NULL after answering 503 when it cannot be opened. */
-store_reader_t *api_request_reader(api_request_t *req);
-
-/* The owner filter of a request: NULL for admins (every owner), else the user's name. */
-const char *api_request_owner_filter(const api_request_t *req);
-/* True when the user may see something owned by owner. */
-bool api_request_may_see(const api_request_t *req, const char *owner);
-
-/* --- handlers_system.c --- */
-int api_handle_healthz(api_request_t *req);
-int api_handle_readyz(api_request_t *req);
-int api_handle_metrics(api_request_t *req);
-int api_handle_info(api_request_t *req);
-
-/* --- handlers_jobs.c --- */
-int api_handle_jobs_submit(api_request_t *req);
-int api_handle_jobs_list(api_request_t *req);
-int api_handle_job_get(api_request_t *req);
-int api_handle_job_wait(api_request_t *req);
-int api_handle_job_cancel(api_request_t *req);
-int api_handle_job_output(api_request_t *req);
-/* The output name of job id, a succeeded job the user may see: the job (job_free it) and its
- * tensor there. Else answers (400, 404 or 409 naming id_field or name_field, a path or query
- * parameter; or the store's error) and returns API_DONE. */
-int api_job_output_find(api_request_t *req, const char *id, const char *id_field, const char *name,
-                        const char *name_field, job_t **ret_job, const job_tensor_t **ret_t);
-/* A copy of an output's bytes, malloc'd. Else answers and returns API_DONE. */
-int api_job_output_read(api_request_t *req, const job_tensor_t *t, void **ret_bytes);
-
-/* --- handlers_buffers.c --- */
-int api_handle_buffer_put(api_request_t *req);
-int api_handle_buffer_get(api_request_t *req);
-int api_handle_buffer_delete(api_request_t *req);
-int api_handle_usage(api_request_t *req);
-/* Whether a request's body goes to a store blob file as it arrives rather than into memory
- * (the server asks once the headers are in): a buffer upload, raw or .npy, too large for a
- * row. */
-bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
-                              const char *content_type, uint64_t length);
+/* --- job_responses.c: answers that carry jobs --- */
 
 /* The job JSON of lists and submissions: outputs described, without their data. A new
  * reference. */
 json_t *api_job_json(const job_t *job);
 /* The JSON of n jobs: a list, or (list false) the first alone. */
 json_t *api_jobs_json(job_t *const *jobs, size_t n, bool list);
+/* Builds a body api_respond_jobs_later left to be built. */
+void api_response_build(api_request_t *req);
 /* Answers with the job's JSON, outputs inlined up to cfg->max_inline_output_bytes (read
  * through the calling thread's store reader when not in memory): as JSON numbers, or in a
  * binary section after the JSON when the request's Accept header puts
  * application/octet-stream before application/json. */
 void api_respond_job(api_request_t *req, int status, const job_t *job);
+
+/* --- job_lookup.c: a job the user may see, and its outputs --- */
+
+/* Loads job id, given in field (a path or query parameter), if the user may see it; else
+ * answers 400, 404 or 503 and returns API_DONE. */
+int api_job_find(api_request_t *req, const char *id, const char *field, job_t **ret);
+/* The output name of job id, a succeeded job the user may see: the job (job_free it) and its
+ * tensor there. Else answers (400, 404 or 409 naming id_field or name_field; or the store's
+ * error) and returns API_DONE. */
+int api_job_find_output(api_request_t *req, const char *id, const char *id_field, const char *name,
+                        const char *name_field, job_t **ret_job, const job_tensor_t **ret_t);
+/* A copy of an output's bytes, malloc'd. Else answers and returns API_DONE. */
+int api_job_read_output(api_request_t *req, const job_tensor_t *t, void **ret_bytes);
+
+/* --- the handlers' entry points, named by the route table --- */
+
+/* handlers_system.c */
+int api_handle_healthz(api_request_t *req);
+int api_handle_readyz(api_request_t *req);
+int api_handle_metrics(api_request_t *req);
+int api_handle_info(api_request_t *req);
+
+/* handlers_jobs.c */
+int api_handle_jobs_submit(api_request_t *req);
+int api_handle_jobs_list(api_request_t *req);
+int api_handle_job_get(api_request_t *req);
+int api_handle_job_wait(api_request_t *req);
+int api_handle_job_cancel(api_request_t *req);
+
+/* handlers_outputs.c */
+int api_handle_job_output(api_request_t *req);
+
+/* handlers_buffers.c */
+int api_handle_buffer_put(api_request_t *req);
+/* A buffer upload, raw or .npy, too large for a row streams to a blob file. */
+bool api_buffer_put_streams_body(const api_env_t *env, const char *content_type, uint64_t length);
+int api_handle_buffer_get(api_request_t *req);
+int api_handle_buffer_delete(api_request_t *req);
+int api_handle_usage(api_request_t *req);

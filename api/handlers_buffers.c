@@ -1,5 +1,6 @@
 /* Handlers of /v1/buffers (uploads go to the scheduler, metadata comes from the store) and of
- * /v1/usage. */
+ * /v1/usage. A buffer is uploaded (raw bytes with ?dtype=&shape=, or a .npy file) or kept from
+ * a job's output (?job=&output=). */
 #include "api_internal.h"
 
 #include <errno.h>
@@ -9,11 +10,6 @@
 #include <string.h>
 
 #include "tensor_codec.h"
-
-static bool content_type_is(const api_request_t *req, const char *type)
-{
-    return req->content_type && api_media_is(req->content_type, strlen(req->content_type), type);
-}
 
 /* The descriptor of an application/octet-stream upload, from ?dtype= and ?shape=. 0, or
  * API_DONE after answering. */
@@ -59,18 +55,11 @@ static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
     return 0;
 }
 
-bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
-                              const char *content_type, uint64_t length)
+bool api_buffer_put_streams_body(const api_env_t *env, const char *content_type, uint64_t length)
 {
-    if (length <= env->cfg->inline_blob_bytes || !content_type ||
-        (!api_media_is(content_type, strlen(content_type), "application/octet-stream") &&
-         !api_media_is(content_type, strlen(content_type), "application/x-npy")))
-        return false;
-    size_t n;
-    const api_route_t *routes = api_routes(&n);
-    api_route_match_t m;
-    api_route_match(routes, n, method, path, &m);
-    return m.route && m.route->handler == api_handle_buffer_put;
+    return length > env->cfg->inline_blob_bytes && content_type &&
+           (api_media_is(content_type, strlen(content_type), "application/octet-stream") ||
+            api_media_is(content_type, strlen(content_type), "application/x-npy"));
 }
 
 static void buffer_put_reply(void *token, const sched_result_t *res)
@@ -111,14 +100,15 @@ static int job_output_source(api_request_t *req, job_t **ret_job, const job_tens
     }
     if (dtype_or_shape_given(req, "a buffer made from a job's output takes its dtype and shape"))
         return API_DONE;
-    /* A large body was streamed to a file as it came (api_body_streams_to_file knows only the
-     * route); the request's end removes that file. */
+    /* A large body may have been streamed to a file as it came (api_buffer_put_streams_body
+     * decides from the headers, before the query is read); the request's end removes that
+     * file. */
     if (req->body_len || req->body_file) {
         api_respond_error(req, 400, "invalid_argument", "body",
                           "a buffer made from a job's output takes no body");
         return API_DONE;
     }
-    return api_job_output_find(req, job_id, "query.job", output, "query.output", ret_job, ret_t);
+    return api_job_find_output(req, job_id, "query.job", output, "query.output", ret_job, ret_t);
 }
 
 /* True, after answering 413, when nbytes more resident bytes would pass the user's quota (or
@@ -143,98 +133,122 @@ static bool resident_quota_refuses(api_request_t *req, uint64_t nbytes)
     return false;
 }
 
-int api_handle_buffer_put(api_request_t *req)
+/* The descriptor of a .npy upload, from its header, and where its data starts in the body
+ * (a streamed upload keeps only its header in memory). 0, or API_DONE after answering. */
+static int npy_upload_desc(api_request_t *req, tensor_desc_t *ret, size_t *ret_offset)
 {
-    static const char *const allowed[] = {"dtype", "shape", "resident", "job", "output", NULL};
-    if (api_query_check(req, allowed)) return API_DONE;
-    bool resident = false;
-    const char *v = api_query(req, "resident");
-    if (v) {
-        if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0) {
-            api_respond_error(req, 400, "invalid_argument", "query.resident",
-                              "resident must be true or false");
-            return API_DONE;
-        }
-        resident = strcmp(v, "true") == 0;
-    }
-
+    if (dtype_or_shape_given(req, "a .npy upload takes dtype and shape from its header"))
+        return API_DONE;
+    codec_error_t cerr;
+    uint64_t max = req->env->cfg->max_tensor_bytes;
     tensor_desc_t d;
-    size_t offset = 0;
-    job_t *job = NULL; /* whose output the buffer is made from, if any */
-    const job_tensor_t *output = NULL;
+    size_t offset;
+    int r;
+    if (req->body_file) {
+        r = codec_npy_parse_header(req->body, req->body_head_len, max, &d, &offset, &cerr);
+        if (r == 0) r = codec_npy_check_data_bytes(&d, req->body_len - offset, &cerr);
+    } else {
+        r = codec_npy_parse(req->body, req->body_len, max, &d, &offset, &cerr);
+    }
+    if (r < 0) {
+        int status = r == -E2BIG ? 413 : 400;
+        api_respond_error(req, status, NULL, cerr.field, "%s", cerr.message);
+        return API_DONE;
+    }
+    *ret = d;
+    *ret_offset = offset;
+    return 0;
+}
+
+/* Where a new buffer's bytes come from. */
+typedef struct upload {
+    tensor_desc_t desc;
+    size_t offset;              /* of the data in the body (a .npy header comes first) */
+    job_t *job;                 /* whose output the buffer is made from, if any (owned) */
+    const job_tensor_t *output; /* that output, in job */
+} upload_t;
+
+/* The source of a buffer upload: a job's output, a raw body with ?dtype=&shape=, or a .npy
+ * file. 0, or API_DONE after answering. */
+static int upload_source(api_request_t *req, upload_t *ret)
+{
+    upload_t u = {0};
     if (api_query(req, "job") || api_query(req, "output")) {
-        if (job_output_source(req, &job, &output)) return API_DONE;
-        d = output->desc;
-    } else if (content_type_is(req, "application/octet-stream")) {
-        if (raw_upload_desc(req, &d)) return API_DONE;
-    } else if (content_type_is(req, "application/x-npy")) {
-        if (dtype_or_shape_given(req, "a .npy upload takes dtype and shape from its header"))
-            return API_DONE;
-        codec_error_t cerr;
-        uint64_t max = req->env->cfg->max_tensor_bytes;
-        int r;
-        if (req->body_file) {
-            r = codec_npy_parse_header(req->body, req->body_head_len, max, &d, &offset, &cerr);
-            if (r == 0) r = codec_npy_check_data_bytes(&d, req->body_len - offset, &cerr);
-        } else {
-            r = codec_npy_parse(req->body, req->body_len, max, &d, &offset, &cerr);
-        }
-        if (r < 0) {
-            int status = r == -E2BIG ? 413 : 400;
-            api_respond_error(req, status, NULL, cerr.field, "%s", cerr.message);
-            return API_DONE;
-        }
+        if (job_output_source(req, &u.job, &u.output)) return API_DONE;
+        u.desc = u.output->desc;
+    } else if (api_content_type_is(req, "application/octet-stream")) {
+        if (raw_upload_desc(req, &u.desc)) return API_DONE;
+    } else if (api_content_type_is(req, "application/x-npy")) {
+        if (npy_upload_desc(req, &u.desc, &u.offset)) return API_DONE;
     } else {
         api_respond_error(req, 415, "unsupported_media_type", "header.Content-Type",
                           "upload a buffer as application/octet-stream (with ?dtype=&shape=) or "
                           "application/x-npy");
         return API_DONE;
     }
+    *ret = u;
+    return 0;
+}
 
-    /* A resident buffer over its owner's quota is refused before its bytes are read or
-     * written. */
-    uint64_t nbytes = tensor_desc_bytes(&d);
-    if (resident && resident_quota_refuses(req, nbytes)) {
-        job_free(job);
-        return API_DONE;
+/* Gives buf its bytes from the upload (u->job is freed). 0, or API_DONE after answering. */
+static int upload_take_bytes(api_request_t *req, upload_t *u, buffer_t *buf)
+{
+    if (u->job) {
+        int r = api_job_read_output(req, u->output, &buf->data);
+        job_free(u->job);
+        u->job = NULL;
+        return r;
     }
-    buffer_t *buf = buffer_new();
-    if (!buf) {
-        job_free(job);
-        api_respond_error(req, 500, "internal", NULL, "out of memory");
-        return API_DONE;
-    }
-    if (job) {
-        int r = api_job_output_read(req, output, &buf->data);
-        job_free(job);
-        if (r) {
-            buffer_free(buf);
-            return API_DONE;
-        }
-    } else if (req->body_file) {
+    if (req->body_file) {
         /* Streamed to its file as it arrived: synced now, the buffer's bytes from there on. */
         int r = store_blob_stream_finish(req->body_file, &buf->blob);
         req->body_file = NULL;
         if (r < 0) {
-            buffer_free(buf);
             api_respond_errno(req, r, "storing the upload failed");
             return API_DONE;
         }
-    } else {
-        /* The body becomes the buffer's bytes without a copy. */
-        buf->data = req->body ? req->body : malloc(1);
-        req->body = NULL;
-        if (!buf->data) {
-            buffer_free(buf);
-            api_respond_error(req, 500, "internal", NULL, "out of memory");
-            return API_DONE;
-        }
-        if (offset) memmove(buf->data, (char *)buf->data + offset, nbytes);
+        return 0;
+    }
+    /* The body becomes the buffer's bytes without a copy. */
+    buf->data = req->body ? req->body : malloc(1);
+    req->body = NULL;
+    if (!buf->data) {
+        api_respond_error(req, 500, "internal", NULL, "out of memory");
+        return API_DONE;
+    }
+    if (u->offset) memmove(buf->data, (char *)buf->data + u->offset, tensor_desc_bytes(&u->desc));
+    return 0;
+}
+
+int api_handle_buffer_put(api_request_t *req)
+{
+    static const char *const allowed[] = {"dtype", "shape", "resident", "job", "output", NULL};
+    bool resident;
+    upload_t u;
+    if (api_query_check(req, allowed) || api_query_bool(req, "resident", false, &resident) ||
+        upload_source(req, &u))
+        return API_DONE;
+    /* A resident buffer over its owner's quota is refused before its bytes are read or
+     * written. */
+    uint64_t nbytes = tensor_desc_bytes(&u.desc);
+    if (resident && resident_quota_refuses(req, nbytes)) {
+        job_free(u.job);
+        return API_DONE;
+    }
+    buffer_t *buf = buffer_new();
+    if (!buf) {
+        job_free(u.job);
+        api_respond_error(req, 500, "internal", NULL, "out of memory");
+        return API_DONE;
+    }
+    if (upload_take_bytes(req, &u, buf)) {
+        buffer_free(buf);
+        return API_DONE;
     }
     req->body_len = 0;
     id_new('b', buf->id);
     snprintf(buf->owner, sizeof buf->owner, "%s", req->user.name);
-    buf->desc = d;
+    buf->desc = u.desc;
     buf->nbytes = nbytes;
     buf->resident = resident;
     buf->created_us = now_us();
@@ -243,15 +257,11 @@ int api_handle_buffer_put(api_request_t *req)
     return API_PENDING;
 }
 
-/* Checks the {id} path parameter. 0, or API_DONE after answering 400. */
-static int check_buffer_id(api_request_t *req, const char **ret_id)
+/* The {id} path parameter, checked. 0, or API_DONE after answering 400. */
+static int buffer_id(api_request_t *req, const char **ret_id)
 {
     const char *id = api_path_param(req, "id");
-    if (!id_valid('b', id)) {
-        api_respond_error(req, 400, "invalid_argument", "id",
-                          "'%.40s' is not a buffer id ('b' and 24 hex digits)", id ? id : "");
-        return API_DONE;
-    }
+    if (api_id_check(req, 'b', id, "id")) return API_DONE;
     *ret_id = id;
     return 0;
 }
@@ -260,14 +270,14 @@ int api_handle_buffer_get(api_request_t *req)
 {
     static const char *const no_args[] = {NULL};
     const char *id;
-    if (api_query_check(req, no_args) || check_buffer_id(req, &id)) return API_DONE;
+    if (api_query_check(req, no_args) || buffer_id(req, &id)) return API_DONE;
     store_reader_t *rd = api_request_reader(req);
     if (!rd) return API_DONE;
     buffer_t *buf = NULL;
     int r = store_buffer_get(rd, id, &buf);
     if (r == 0 && !api_request_may_see(req, buf->owner)) r = -ENOENT;
     if (r == -ENOENT)
-        api_respond_error(req, 404, "not_found", "id", "buffer '%s' not found", id);
+        api_respond_not_found(req, 'b', id, "id");
     else if (r < 0)
         api_respond_errno(req, r, "reading the buffer failed");
     else
@@ -281,7 +291,7 @@ static void buffer_delete_reply(void *token, const sched_result_t *res)
     api_request_t *req = token;
     const char *id = api_path_param(req, "id");
     if (res->err == -ENOENT)
-        api_respond_error(req, 404, "not_found", "id", "buffer '%s' not found", id);
+        api_respond_not_found(req, 'b', id, "id");
     else if (res->err)
         api_respond_errno(req, res->err, res->message);
     else
@@ -293,7 +303,7 @@ int api_handle_buffer_delete(api_request_t *req)
 {
     static const char *const no_args[] = {NULL};
     const char *id;
-    if (api_query_check(req, no_args) || check_buffer_id(req, &id)) return API_DONE;
+    if (api_query_check(req, no_args) || buffer_id(req, &id)) return API_DONE;
     api_request_suspend(req);
     sched_buffer_delete(req->env->sched, api_request_owner_filter(req), id, buffer_delete_reply,
                         req);

@@ -54,7 +54,6 @@ struct api_server {
     api_env_t env; /* first: thread_reader() gets the server from it */
     struct MHD_Daemon *tcp, *local;
     listener_t tcp_listener, unix_listener;
-    int port;
     char unix_path[PATH_MAX];
     unsigned generation;
     atomic_long pending; /* requests waiting for the scheduler */
@@ -494,11 +493,11 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
     struct sockaddr_storage bound;
     socklen_t len = sizeof bound;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->tcp, MHD_DAEMON_INFO_LISTEN_FD);
-    srv->port = port;
+    int bound_port = port; /* port 0 resolved: tests and scripts read it from this line */
     if (info && getsockname(info->listen_fd, (struct sockaddr *)&bound, &len) == 0)
-        srv->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                      : ((struct sockaddr_in *)&bound)->sin_port);
-    log_info("listening on http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", srv->port);
+        bound_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                       : ((struct sockaddr_in *)&bound)->sin_port);
+    log_info("listening on http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", bound_port);
     return 0;
 }
 
@@ -586,11 +585,6 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
     }
     *ret = srv;
     return 0;
-}
-
-int api_server_port(const api_server_t *srv)
-{
-    return srv->port;
 }
 
 void api_server_stop_intake(api_server_t *srv)

@@ -13,8 +13,11 @@
 /* A deadline further away than this (about 31 years) is surely a unit mistake. */
 #define MAX_DEADLINE_MS 1000000000000LL
 
-int api_error_set(api_error_t *err, int r, int status, const char *code, const char *field,
-                  const char *fmt, ...)
+/* Fills *err (when not NULL) and returns r (a negative errno). */
+static int api_error_set(api_error_t *err, int r, int status, const char *code, const char *field,
+                         const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static int api_error_set(api_error_t *err, int r, int status, const char *code, const char *field,
+                         const char *fmt, ...)
 {
     if (!err) return r;
     err->status = status;
@@ -262,8 +265,12 @@ static int parse_scalars(const json_t *obj, const job_json_env_t *env, const cha
     return 0;
 }
 
-int job_json_parse(const json_t *obj, const job_json_env_t *env, const char *prefix, job_t **ret,
-                   api_error_t *err)
+/* Parses one job object into a new validated job (state queued, a new id, owner and
+ * created_us from env, tensors decoded into memory, outputs described by the op). prefix is
+ * prepended to error fields ("[3]" gives "[3].inputs.x"; "" for none). 0, or a negative errno
+ * with *err filled (400, 404 for a missing buffer, 413 for a tensor over the limit). */
+static int job_json_parse(const json_t *obj, const job_json_env_t *env, const char *prefix,
+                          job_t **ret, api_error_t *err)
 {
     static const char *const keys[] = {"op",     "params",      "inputs", "priority",
                                        "device", "deadline_ms", NULL};
@@ -366,7 +373,9 @@ int job_json_parse_request(const json_t *root, const job_json_env_t *env, const 
 
 /* --- to JSON --- */
 
-json_t *job_json_time(int64_t us)
+/* RFC 3339 UTC with microseconds ("2026-01-02T03:04:05.000006Z") as a JSON string, or JSON
+ * null for 0. */
+static json_t *job_json_time(int64_t us)
 {
     if (us <= 0) return json_null();
     time_t secs = (time_t)(us / 1000000);

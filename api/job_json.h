@@ -20,10 +20,6 @@ typedef struct api_error {
     char message[320];
 } api_error_t;
 
-/* Fills *err (when not NULL) and returns r (a negative errno). */
-int api_error_set(api_error_t *err, int r, int status, const char *code, const char *field,
-                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
 typedef struct job_json_env {
     const config_t *cfg;
     const char *owner; /* the submitting user */
@@ -41,13 +37,6 @@ typedef struct job_json_env {
     const unsigned char *binary;
     size_t binary_len;
 } job_json_env_t;
-
-/* Parses one job object into a new validated job (state queued, a new id, owner and
- * created_us from env, tensors decoded into memory, outputs described by the op). prefix is
- * prepended to error fields ("[3]" gives "[3].inputs.x"; "" for none). 0, or a negative errno
- * with *err filled (400, 404 for a missing buffer, 413 for a tensor over the limit). */
-int job_json_parse(const json_t *obj, const job_json_env_t *env, const char *prefix, job_t **ret,
-                   api_error_t *err);
 
 /* Parses a POST /v1/jobs body: one job object or a list of 1..cfg->max_jobs_per_request of
  * them, all-or-nothing. idem_key ("" or NULL for none) becomes each job's idempotency key,
@@ -78,6 +67,3 @@ json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_f
 /* {"dtype", "shape", "bytes"}: a new reference. */
 json_t *job_json_tensor_desc(const tensor_desc_t *d);
 json_t *job_json_from_buffer(const buffer_t *buf);
-/* RFC 3339 UTC with microseconds ("2026-01-02T03:04:05.000006Z") as a JSON string, or JSON
- * null for 0. */
-json_t *job_json_time(int64_t us);

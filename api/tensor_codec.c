@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-int codec_error(codec_error_t *err, int code, const char *field, const char *fmt, ...)
+/* Fills *err (when not NULL) and returns code. */
+static int codec_error(codec_error_t *err, int code, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int codec_error(codec_error_t *err, int code, const char *field, const char *fmt, ...)
 {
     if (!err) return code;
     snprintf(err->field, sizeof err->field, "%s", field ? field : "");
@@ -128,7 +131,7 @@ static element_t element_from_json(const json_t *v)
 
 /* Stores element i; the value must be representable in dt. On failure the message is set and
  * the field left to the caller, which names the element only then: formatting a path for every
- * element was most of the cost of decoding inline data. */
+ * element would cost more than decoding it. */
 static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, codec_error_t *err)
 {
     /* f32 and f64 carry most inline data: stored here directly, with the same check as
@@ -401,7 +404,8 @@ static const char *const npy_descrs[DTYPE_COUNT] = {
     [DTYPE_I8] = "|i1",  [DTYPE_I32] = "<i4", [DTYPE_U32] = "<u4", [DTYPE_I64] = "<i8",
 };
 
-const char *codec_npy_descr(dtype_t dt)
+/* The npy descr of a dtype ("<f4"), or NULL for bf16. */
+static const char *codec_npy_descr(dtype_t dt)
 {
     return dt < DTYPE_COUNT ? npy_descrs[dt] : NULL;
 }

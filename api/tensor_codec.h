@@ -17,10 +17,6 @@ typedef struct codec_error {
     char message[256];
 } codec_error_t;
 
-/* Fills *err (when not NULL) and returns code. */
-int codec_error(codec_error_t *err, int code, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
 /* Parses `dtype` (a name) and `shape` (a list of at most TENSOR_MAX_DIMS non-negative
  * integers) into a descriptor checked against max_bytes. prefix names the tensor in errors
  * ("inputs.x"): the error field is "<prefix>.dtype" or "<prefix>.shape". */
@@ -63,6 +59,3 @@ int codec_npy_check_data_bytes(const tensor_desc_t *d, uint64_t have, codec_erro
 int codec_npy_data_offset(const void *file, size_t len, size_t *ret_offset);
 /* Writes a .npy v1.0 file (a new malloc'd block) of a tensor. -ENOTSUP for bf16. */
 int codec_npy_write(const tensor_desc_t *d, const void *data, void **ret_file, size_t *ret_len);
-
-/* The npy descr of a dtype ("<f4"), or NULL for bf16. */
-const char *codec_npy_descr(dtype_t dt);
