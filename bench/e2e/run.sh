@@ -20,11 +20,13 @@
 # failed. Builds nothing: run scripts/build.sh first.
 #
 #   bench/e2e/run.sh [--backend cuda|cpu] [--quick] [--duration S] [--gemm-jobs N]
-#                    [--large-bytes N] [--large-jobs N] [--peer-device DEV]
+#                    [--large-bytes N] [--large-jobs N] [--peer-device DEV] [--parts LIST]
 #
 # --quick is a smoke test (1 s rows, 256 GEMMs, 64 MiB "large" buffers); with --backend cpu
 # it runs on a machine without a GPU. GPUJOBD_BIN and LOADGEN_BIN override the binaries'
-# paths, PYTHON the clients' interpreter (python3) and PEER_PYTHON the peer's.
+# paths, PYTHON the clients' interpreter (python3) and PEER_PYTHON the peer's. --parts runs
+# only the parts named (comma-separated, from the list above); the report marks the others as
+# not run. Comparing two builds: run it twice with GPUJOBD_BIN naming each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=bench/e2e
@@ -39,6 +41,8 @@ large_jobs=20
 sample=5000
 peer_device=cuda:0
 quick=0
+all_parts="tiny peer gemm large pcie memory"
+parts=$all_parts
 while [ $# -gt 0 ]; do
   case $1 in
     --backend) backend=$2; shift 2 ;;
@@ -49,9 +53,13 @@ while [ $# -gt 0 ]; do
     --large-bytes) large_bytes=$2; shift 2 ;;
     --large-jobs) large_jobs=$2; shift 2 ;;
     --peer-device) peer_device=$2; shift 2 ;;
+    --parts) parts=${2//,/ }; shift 2 ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "e2e: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
+done
+for name in $parts; do
+  [[ " $all_parts " == *" $name "* ]] || { echo "e2e: unknown part '$name' (of: $all_parts)" >&2; exit 2; }
 done
 gpujobd=${GPUJOBD_BIN:-build/daemon/gpujobd}
 loadgen=${LOADGEN_BIN:-build/bench/bench_loadgen}
@@ -262,8 +270,12 @@ run_part() {
 
 echo "e2e: $backend backend, $(nproc) cores, results in $dir" >&2
 failed=
-for name in tiny peer gemm large pcie memory; do
-  run_part "$name"
+for name in $all_parts; do
+  if [[ " $parts " == *" $name "* ]]; then
+    run_part "$name"
+  else
+    echo "not run (--parts)" >"$dir/$name.skipped"
+  fi
 done
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) || true
