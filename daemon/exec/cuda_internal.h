@@ -1,11 +1,11 @@
 /* The CUDA backend's parts and what they share. Private to daemon/exec/.
  *
- * exec_cuda.c    the executor interface: submit, free slots, description, shutdown
- * cuda_device.c  a device's setup and teardown: properties, streams, handles, pool, waiters
- * cuda_worker.c  the device worker thread: what starts when, and the drain
- * cuda_slots.c   stream slots: a batch's launch, its waiter, its completion
- * cuda_resident.c resident buffers: placement, loading, references, freeing
- * cuda_recovery.c a lost context: the culprit, and every batch handed back
+ * exec_cuda.c      the executor interface: submit, free slots, description, shutdown
+ * cuda_device.c    a device's setup and teardown: properties, streams, handles, pool, waiters
+ * cuda_worker.c    the device worker thread: what starts when, and the drain
+ * cuda_slots.c     stream slots: a batch's launch, its waiter, its completion
+ * cuda_resident.c  resident buffers: placement, loading, references, freeing
+ * cuda_recovery.c  a lost context: the culprit, and every batch handed back
  *
  * One lock (cuda_exec_t.lock) guards every worker's queue, slots and flags, and one condition
  * variable (cuda_exec_t.cond) announces any change a worker may be waiting for. */
