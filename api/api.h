@@ -4,7 +4,7 @@
 #pragma once
 
 #include "daemon/util/config.h"
-#include "daemon/exec/gpu_metrics.h"
+#include "daemon/exec/executor.h"
 #include "daemon/sched/scheduler.h"
 
 typedef struct api_server api_server_t;

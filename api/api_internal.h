@@ -16,7 +16,7 @@
 #include <stddef.h>
 
 #include "daemon/util/config.h"
-#include "daemon/exec/gpu_metrics.h"
+#include "daemon/exec/executor.h"
 #include "daemon/sched/scheduler.h"
 #include "daemon/store/store.h"
 #include "job_json.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "daemon/exec/backend.h"
+#include "daemon/exec/executor.h"
 #include "daemon/util/config.h"
 #include "kernels/op.h"
 #include "daemon/util/log.h"
@@ -36,13 +36,15 @@ static int run_daemon(const config_t *cfg, char *const argv[])
     executor_t *ex = NULL;
     gpu_metrics_t *gpu_metrics = NULL;
     api_server_t *api = NULL;
+    /* The executor's workers read input bytes through readers of their own on the store. */
+    exec_blob_reader_t blobs = exec_store_blob_reader(cfg);
     int r = store_open(cfg, &st);
     if (r < 0) {
         log_error("Failed to open the store in '%s': %s", cfg->state_dir, strerror(-r));
         return 1;
     }
     r = sched_new(cfg, st, &sched);
-    if (r >= 0) r = backend_new(cfg, &ex);
+    if (r >= 0) r = backend_new(cfg, &blobs, &ex);
     if (r >= 0) {
         /* The GPU gauges are an extra: without them the daemon serves on. */
         int m = backend_gpu_metrics_start(cfg, ex, &gpu_metrics);

@@ -1,19 +1,17 @@
-#include "backend.h"
-
+/* Backend selection: the CUDA backend where it is built and a GPU is usable, else the CPU's. */
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/util/log.h"
+#include "executor.h"
 
-int backend_new(const config_t *cfg, executor_t **ret)
+int backend_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_t **ret)
 {
     bool want_cuda = strcmp(cfg->backend, "cuda") == 0;
     if (strcmp(cfg->backend, "cpu") != 0) {
 #ifdef GPUJOB_WITH_CUDA
         if (want_cuda || cuda_device_count() > 0) {
-            int r = exec_cuda_new(cfg, ret);
+            int r = exec_cuda_new(cfg, blobs, ret);
             if (r >= 0 || want_cuda) {
                 if (r >= 0)
                     log_info("backend: cuda");
@@ -33,70 +31,5 @@ int backend_new(const config_t *cfg, executor_t **ret)
         log_info("backend auto: built without CUDA, using the CPU");
 #endif
     }
-    return exec_cpu_new(cfg, ret);
-}
-
-/* Memory of a device NVML cannot read: what the executor last saw. Only a device's worker
- * calls CUDA on it, so that no other thread ever races a device reset. */
-static int described_memory(int index, uint64_t *ret_free, uint64_t *ret_total, void *ud)
-{
-    executor_t *ex = ud;
-    json_t *description = ex->ops->describe(ex);
-    int r = -ENODEV;
-    size_t i;
-    json_t *device;
-    json_array_foreach(json_object_get(description, "devices"), i, device)
-    {
-        if (json_integer_value(json_object_get(device, "index")) != index) continue;
-        json_t *free_b = json_object_get(device, "memory_free");
-        json_t *total_b = json_object_get(device, "memory_total");
-        if (json_is_integer(free_b) && json_is_integer(total_b)) {
-            *ret_free = (uint64_t)json_integer_value(free_b);
-            *ret_total = (uint64_t)json_integer_value(total_b);
-            r = 0;
-        }
-        break;
-    }
-    json_decref(description);
-    return r;
-}
-
-int backend_gpu_metrics_start(const config_t *cfg, executor_t *ex, gpu_metrics_t **ret)
-{
-    if (cfg->metrics_interval_ms > 0 && strcmp(ex->ops->name, "cuda") == 0) {
-        /* The description is the executor's word on which devices it runs, ordinal and UUID,
-         * after cfg->devices and any device that failed to start. */
-        json_t *description = ex->ops->describe(ex);
-        json_t *list = json_object_get(description, "devices");
-        size_t n = json_array_size(list);
-        gpu_metrics_device_t *devices = calloc(n ? n : 1, sizeof *devices);
-        if (!devices) {
-            json_decref(description);
-            return -ENOMEM;
-        }
-        int count = 0;
-        size_t i;
-        json_t *device;
-        json_array_foreach(list, i, device)
-        {
-            json_t *index = json_object_get(device, "index");
-            const char *uuid = json_string_value(json_object_get(device, "uuid"));
-            if (!json_is_integer(index) || !uuid) continue;
-            devices[count].index = (int)json_integer_value(index);
-            snprintf(devices[count].uuid, sizeof devices[count].uuid, "%s", uuid);
-            count++;
-        }
-        json_decref(description);
-        int r = 0;
-        gpu_metrics_t *m = NULL;
-        if (count > 0)
-            r = gpu_metrics_start(devices, count, cfg->metrics_interval_ms, described_memory, ex,
-                                  &m);
-        free(devices);
-        if (r < 0) return r;
-        *ret = m;
-        return 0;
-    }
-    *ret = NULL;
-    return 0;
+    return exec_cpu_new(cfg, blobs, ret);
 }

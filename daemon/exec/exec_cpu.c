@@ -1,6 +1,6 @@
 /* The CPU backend: a pool of worker threads running the ops' CPU references, one batch at a
  * time per worker, behind the executor interface. Each worker reads input bytes that are not in
- * memory through a store reader of its own. */
+ * memory through a blob reader of its own. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -9,12 +9,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "executor.h"
 #include "daemon/util/log.h"
+#include "exec_inputs.h"
+#include "executor.h"
 
 typedef struct cpu_exec {
     executor_t base;
-    const config_t *cfg;
+    exec_blob_reader_t blobs;
     int n_threads;
     pthread_t *threads;
     pthread_mutex_t lock;
@@ -29,39 +30,7 @@ typedef struct cpu_exec {
     int exited;     /* workers that left their loop */
 } cpu_exec_t;
 
-/* Reads the bytes of an input that is not in memory: an uploaded buffer or a stored blob. */
-static int load_input(store_reader_t *rd, job_tensor_t *t, char *why, size_t why_size)
-{
-    if (t->buffer_id[0]) {
-        buffer_t *buf = NULL;
-        int r = store_buffer_get(rd, t->buffer_id, &buf);
-        if (r < 0) {
-            snprintf(why, why_size, "input '%s': buffer %s no longer exists", t->name,
-                     t->buffer_id);
-            return r;
-        }
-        if (buf->nbytes != t->nbytes)
-            r = -EINVAL;
-        else if (buf->data) {
-            t->data = buf->data;
-            buf->data = NULL;
-        } else
-            r = store_blob_read(rd, buf->blob, buf->nbytes, &t->data);
-        buffer_free(buf);
-        if (r < 0)
-            snprintf(why, why_size, "input '%s': could not read buffer %s", t->name, t->buffer_id);
-        return r;
-    }
-    if (!t->blob) {
-        snprintf(why, why_size, "input '%s' has no stored bytes", t->name);
-        return -ENOENT;
-    }
-    int r = store_blob_read(rd, t->blob, t->nbytes, &t->data);
-    if (r < 0) snprintf(why, why_size, "input '%s': could not read its bytes", t->name);
-    return r;
-}
-
-static void run_job(store_reader_t *rd, job_t *job)
+static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
 {
     const op_call_t *call = &job->call;
     const void *in[OP_MAX_TENSORS] = {0};
@@ -70,7 +39,7 @@ static void run_job(store_reader_t *rd, job_t *job)
     for (int j = 0; j < call->op->n_inputs; j++) {
         if (!call->has_in[j]) continue;
         job_tensor_t *t = &job->in[j];
-        if (!t->data && load_input(rd, t, why, sizeof why) < 0) {
+        if (!t->data && exec_input_load(&ex->blobs, rd, t, why, sizeof why) < 0) {
             job_set_error(job, "input_unavailable", "%s", why);
             return;
         }
@@ -96,8 +65,8 @@ static void *worker(void *arg)
 {
     cpu_exec_t *ex = arg;
     prctl(PR_SET_NAME, "gj-cpu");
-    store_reader_t *rd = NULL;
-    int r = store_reader_open(ex->cfg, &rd);
+    void *rd = NULL;
+    int r = ex->blobs.open(ex->blobs.ctx, &rd);
     if (r < 0) log_error("cpu worker: cannot open a store reader: %s", strerror(-r));
     pthread_mutex_lock(&ex->lock);
     for (;;) {
@@ -116,7 +85,7 @@ static void *worker(void *arg)
             job->gpu_ns = 0;
             job->batch_size = batch->n;
             if (rd)
-                run_job(rd, job);
+                run_job(ex, rd, job);
             else
                 job_set_error(job, "store_failed", "the worker cannot read the store");
         }
@@ -138,7 +107,7 @@ static void *worker(void *arg)
     ex->exited++;
     pthread_cond_broadcast(&ex->idle_cond);
     pthread_mutex_unlock(&ex->lock);
-    store_reader_close(rd);
+    ex->blobs.close(rd);
     return NULL;
 }
 
@@ -221,12 +190,12 @@ static const executor_ops_t cpu_ops = {
     .destroy = cpu_destroy,
 };
 
-int exec_cpu_new(const config_t *cfg, executor_t **ret)
+int exec_cpu_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_t **ret)
 {
     cpu_exec_t *ex = calloc(1, sizeof *ex);
     if (!ex) return -ENOMEM;
     ex->base.ops = &cpu_ops;
-    ex->cfg = cfg;
+    ex->blobs = *blobs;
     ex->n_threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ex->n_threads < 1) ex->n_threads = 1;
     /* No batches queued ahead of the workers: a job handed over starts at once, so `running`

@@ -2,7 +2,7 @@
  *
  * The sampler thread alone loads NVML, looks the devices up and reads them; the other threads
  * only copy the latest snapshot, under the mutex. */
-#include "gpu_metrics.h"
+#include "executor.h"
 
 #include <dlfcn.h>
 #include <errno.h>

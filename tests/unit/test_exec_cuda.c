@@ -6,17 +6,23 @@
  * or an error; device memory accounted back to zero; a shutdown after a fault that neither
  * hangs nor loses a batch). Under AddressSanitizer the last test also catches a waiter left
  * inside cudaEventSynchronize touching freed memory. What the real runtime does is checked by
- * the gpu-labelled tests on the H200. */
+ * the gpu-labelled tests on the H200. The backend's files (daemon/exec/exec_cuda.c and
+ * cuda_*.c) are compiled into this test, so that they call the model below. */
 #define _GNU_SOURCE
-#include "daemon/exec/exec_cuda.c"
-
 #include <check.h>
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
-#include "daemon/util/config.h"
+#include "daemon/exec/cuda_internal.h"
 #include "daemon/store/store.h"
+#include "daemon/util/config.h"
+#include "daemon/util/restart.h"
 
 /* ------------------------------------------------------------------ the model runtime */
 
@@ -381,7 +387,9 @@ static void start(int streams)
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     store_close(st);
     signal(SIGUSR1, on_restart_request);
-    ck_assert_int_eq(exec_cuda_new(&cfg, &t.ex), 0);
+    static exec_blob_reader_t blobs;
+    blobs = exec_store_blob_reader(&cfg);
+    ck_assert_int_eq(exec_cuda_new(&cfg, &blobs, &t.ex), 0);
     t.ex->done = on_done;
 }
 

@@ -12,8 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/exec/backend.h"
-#include "daemon/exec/gpu_metrics.h"
+#include "daemon/exec/executor.h"
 
 #define GIB (UINT64_C(1) << 30)
 

@@ -1,0 +1,27 @@
+/* Which device a batch goes to: a pure rule over what the backend knows of its devices, so
+ * that it is tested without one. Private to daemon/exec/ (and its unit test). */
+#pragma once
+
+#include <stdbool.h>
+
+/* What the rule knows of a device. */
+typedef struct placement_device {
+    int device;     /* its ordinal */
+    bool serves;    /* it takes work now (set up, its context not lost) */
+    int free_slots; /* batches it can still accept */
+    int load;       /* batches it holds: accepted and not yet started, or running */
+} placement_device_t;
+
+/* What the rule knows of a batch; all its jobs share both (the scheduler's batch key includes
+ * the pin, and resident inputs decide the preference). */
+typedef struct placement_batch {
+    int pin;       /* the device its jobs are pinned to, or -1 */
+    int preferred; /* the device its resident inputs live on, or -1 */
+} placement_batch_t;
+
+/* The index in devs of the device batch b goes to, or -1 when none can take it now.
+ * A pinned batch goes only to its device. A batch with resident inputs goes only to their
+ * device while that device serves; when it does not, anywhere. Among the devices left, the one
+ * with a free slot and the least load wins; the first of equals. A device that does not serve
+ * is never chosen. */
+int placement_pick(const placement_device_t *devs, int n, const placement_batch_t *b);
