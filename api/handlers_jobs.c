@@ -8,6 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether the daemon's backend runs op (job_json_env_t.runs_op). */
+static bool backend_runs_op(void *ud, const op_def_t *op)
+{
+    const api_request_t *req = ud;
+    return sched_runs_op(req->env->sched, op);
+}
+
 /* Descriptor of a buffer the submitting user may use (job_json_env_t.buffer_desc). */
 static int visible_buffer_desc(void *ud, const char *owner, const char *id, tensor_desc_t *ret,
                                int *ret_device)
@@ -193,6 +200,7 @@ static int submit_parse(api_request_t *req, size_t json_len, const char *key, jo
         .owner = req->user.name,
         .now_us = now_us(),
         .find_op = req->env->find_op,
+        .runs_op = backend_runs_op,
         .buffer_desc = visible_buffer_desc,
         .ud = req,
         .binary = req->json_length ? (const unsigned char *)req->body + json_len : NULL,

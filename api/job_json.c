@@ -285,6 +285,9 @@ static int job_json_parse(const json_t *obj, const job_json_env_t *env, const ch
     if (!json_is_string(opv)) return invalid(err, field, "op must be a string");
     const op_def_t *op = env->find_op(json_string_value(opv));
     if (!op) return invalid(err, field, "unknown op '%s'", json_string_value(opv));
+    if (env->runs_op && !env->runs_op(env->ud, op))
+        return api_error_set(err, -ENOTSUP, 422, "unsupported", field,
+                             "op '%s' cannot run on this daemon's backend", op->name);
 
     const json_t *params = json_object_get(obj, "params");
     if (json_is_null(params)) params = NULL;

@@ -26,6 +26,8 @@ typedef struct job_json_env {
     int64_t now_us;    /* "now" for deadlines and created_us */
     /* The op table (op_find in the daemon; tests give their own). */
     const op_def_t *(*find_op)(const char *name);
+    /* Whether the daemon's backend runs op (sched_runs_op in the daemon); NULL: every op. */
+    bool (*runs_op)(void *ud, const op_def_t *op);
     /* Descriptor of buffer id as seen by owner: 0, or -ENOENT when it is missing or belongs
      * to someone else (both answer 404). *ret_device: the served device a resident buffer
      * lives on (a job using it prefers that device), else -1. NULL: buffer references are

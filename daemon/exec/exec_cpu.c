@@ -184,6 +184,7 @@ static void cpu_destroy(executor_t *base, int timeout_ms)
 
 static const executor_ops_t cpu_ops = {
     .name = "cpu",
+    .backend = OP_BACKEND_CPU,
     .submit = cpu_submit,
     .free_slots = cpu_free_slots,
     .describe = cpu_describe,

@@ -159,6 +159,7 @@ static bool cuda_serves_device(executor_t *base, int device)
 
 static const executor_ops_t cuda_ops = {
     .name = "cuda",
+    .backend = OP_BACKEND_CUDA,
     .submit = cuda_submit,
     .free_slots = cuda_free_slots,
     .describe = cuda_describe,

@@ -41,7 +41,8 @@ typedef void (*exec_done_fn)(exec_batch_t *batch, void *ud);
 typedef struct executor executor_t;
 
 typedef struct executor_ops {
-    const char *name; /* "cpu", "cuda" */
+    const char *name;     /* "cpu", "cuda" */
+    op_backend_t backend; /* which implementation of each op it runs (kernels/op.h) */
     /* Accepts a batch; 0, or -EAGAIN when it has no free slot (try later). */
     int (*submit)(executor_t *ex, exec_batch_t *batch);
     /* Batches it could accept right now: on any device (device < 0), or on that device (for

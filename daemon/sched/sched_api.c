@@ -169,6 +169,11 @@ json_t *sched_describe_backend(sched_t *s)
     return s->ex ? s->ex->ops->describe(s->ex) : json_null();
 }
 
+bool sched_runs_op(sched_t *s, const op_def_t *op)
+{
+    return s->ex && op_supports(op, s->ex->ops->backend);
+}
+
 bool sched_serves_device(sched_t *s, int device)
 {
     return device >= 0 && s->ex && s->ex->ops->serves_device &&

@@ -76,5 +76,7 @@ typedef struct sched_stats {
 void sched_get_stats(sched_t *s, sched_stats_t *ret);
 /* The executor's description for /v1/info (a new reference). */
 json_t *sched_describe_backend(sched_t *s);
+/* Whether the backend can run op's jobs (op_supports for the executor's backend). */
+bool sched_runs_op(sched_t *s, const op_def_t *op);
 /* True when the backend runs jobs on that device (where resident buffers draw their jobs). */
 bool sched_serves_device(sched_t *s, int device);

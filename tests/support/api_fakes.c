@@ -287,6 +287,11 @@ json_t *sched_describe_backend(sched_t *s)
                                    : json_pack("{s:s}", "name", "fake");
 }
 
+bool sched_runs_op(sched_t *s, const op_def_t *op)
+{
+    return !fake_sched.unsupported_op || strcmp(op->name, fake_sched.unsupported_op) != 0;
+}
+
 bool sched_serves_device(sched_t *s, int device)
 {
     return false;

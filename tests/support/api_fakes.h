@@ -27,7 +27,8 @@ typedef struct fake_sched {
     int n_submitted;
     buffer_t *last_buffer; /* the last buffer put, owned */
     sched_stats_t stats;
-    const char *backend_json; /* what describe answers; NULL: {"name": "fake"} */
+    const char *backend_json;   /* what describe answers; NULL: {"name": "fake"} */
+    const char *unsupported_op; /* an op the fake backend cannot run; NULL: none */
 } fake_sched_t;
 
 extern fake_sched_t fake_sched;

@@ -421,6 +421,20 @@ START_TEST(test_submit_refuses_bad_bodies_before_the_scheduler)
 }
 END_TEST
 
+START_TEST(test_submit_refuses_an_op_the_backend_cannot_run)
+{
+    fake_sched.unsupported_op = "tadd";
+    test_req_t *t = run_json("POST", "/v1/jobs", "[" TADD_JOB ", " TADD_JOB "]");
+    ck_assert_int_eq(t->req.resp.status, 422);
+    ck_assert_str_eq(error_code(t), "unsupported");
+    ck_assert_str_eq(error_field(t), "[0].op");
+    done(t);
+    ck_assert_int_eq(fake_sched.submits, 0);
+    fake_sched.unsupported_op = NULL;
+    expect(run_json("POST", "/v1/jobs", TADD_JOB), 201, NULL);
+}
+END_TEST
+
 START_TEST(test_submit_maps_scheduler_errors_to_statuses)
 {
     static const struct {
@@ -792,6 +806,7 @@ static Suite *api_routes_suite(void)
     tcase_add_test(tc, test_metrics_add_the_gpu_gauges_once_sampled);
     tcase_add_test(tc, test_submit_commits_through_the_scheduler_and_answers_201);
     tcase_add_test(tc, test_submit_refuses_bad_bodies_before_the_scheduler);
+    tcase_add_test(tc, test_submit_refuses_an_op_the_backend_cannot_run);
     tcase_add_test(tc, test_submit_maps_scheduler_errors_to_statuses);
     tcase_add_test(tc, test_idempotent_retry_answers_200_with_the_first_job);
     tcase_add_test(tc, test_post_after_stop_intake_answers_503);
