@@ -1985,7 +1985,7 @@ static void recover_one(job_t *job, void *ud)
 
 int sched_start(sched_t *s)
 {
-    int r = store_recover(s->st, s->cfg->max_attempts, recover_one, s);
+    int r = store_recover(s->st, s->cfg->max_attempts, job_resolve_op, recover_one, s);
     if (r < 0) return log_error_errno(r, "recovering jobs from the store failed: %s", strerror(-r));
     long queued = atomic_load(&s->queued);
     if (queued > 0) log_info("recovered %ld queued jobs", queued);

@@ -861,7 +861,7 @@ static int unlink_after_commit(shard_t *sh, const blob_file_t *files, size_t n)
     }
     /* Out of memory: the files stay, and the sweep at the next open removes them. */
     if (vec_grow((void **)&sh->unlink.a, &sh->unlink.cap, sh->unlink.n + n, sizeof *sh->unlink.a,
-                   64) < 0)
+                 64) < 0)
         return -ENOMEM;
     memcpy(sh->unlink.a + sh->unlink.n, files, n * sizeof *files);
     sh->unlink.n += n;
@@ -1507,7 +1507,7 @@ void store_defer_writes(store_t *st)
 static int defer(shard_t *sh, job_t *job, deferred_kind_t kind)
 {
     int r = vec_grow((void **)&sh->deferred.a, &sh->deferred.cap, sh->deferred.n + 1,
-                       sizeof *sh->deferred.a, 64);
+                     sizeof *sh->deferred.a, 64);
     if (r < 0) return r;
     sh->deferred.a[sh->deferred.n++] = (deferred_t){.job = job, .kind = kind, .state = job->state};
     return 0;
@@ -1739,7 +1739,8 @@ static int load_job(shard_t *sh, const char *id, job_t **ret)
     return r;
 }
 
-int store_recover(store_t *st, int max_attempts, void (*cb)(job_t *job, void *ud), void *ud)
+int store_recover(store_t *st, int max_attempts, int (*resolve)(job_t *job),
+                  void (*cb)(job_t *job, void *ud), void *ud)
 {
     if (st->in_txn) return log_error_errno(-EBUSY, "store: store_recover inside a transaction");
     int r = 0;
@@ -1754,6 +1755,7 @@ int store_recover(store_t *st, int max_attempts, void (*cb)(job_t *job, void *ud
     for (size_t i = 0; r == 0 && i < l.n; i++) {
         job_t *job;
         r = load_job(shard_of(st, l.a[i].id), l.a[i].id, &job);
+        if (r == 0 && resolve && (r = resolve(job)) < 0) job_free(job);
         if (r == 0) cb(job, ud);
     }
     free(l.a);

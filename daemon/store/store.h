@@ -172,10 +172,13 @@ int store_job_update(store_t *st, const job_t *job);
 
 /* After a restart: jobs left `running` go back to `queued` (their next start counts the next
  * attempt: attempts counts runs started), or to `failed` with error code "daemon_restarted"
- * once attempts reach max_attempts. Then calls cb for every
- * queued job (oldest first), with its input descriptors and blob locators (no bytes loaded);
- * cb takes ownership of the job. */
-int store_recover(store_t *st, int max_attempts, void (*cb)(job_t *job, void *ud), void *ud);
+ * once attempts reach max_attempts. Then calls cb for every queued job (oldest first), with
+ * its input descriptors and blob locators (no bytes loaded); cb takes ownership of the job.
+ * The store knows jobs, not ops: resolve (job_resolve_op, or NULL to hand jobs over as stored)
+ * turns each job's stored op name into its call before cb sees it, and an error of it ends
+ * the recovery with that error. */
+int store_recover(store_t *st, int max_attempts, int (*resolve)(job_t *job),
+                  void (*cb)(job_t *job, void *ud), void *ud);
 
 /* Deletes finished jobs (and their tensors and blob files) that finished before cutoff_us.
  * *ret_deleted: how many jobs. */
@@ -193,7 +196,9 @@ int store_buffer_delete(store_t *st, const char *owner, const char *id);
 int store_reader_open(const config_t *cfg, store_reader_t **ret);
 void store_reader_close(store_reader_t *rd);
 
-/* A job with its tensors' descriptors and locators, no bytes. -ENOENT when missing. */
+/* A job as stored: its op by name (job->op_name, call.op NULL: job_resolve_op makes the call
+ * when the caller needs one), its tensors' descriptors and locators, no bytes. -ENOENT when
+ * missing. */
 int store_job_get(store_reader_t *rd, const char *id, job_t **ret);
 /* The job id an (owner, idempotency key) pair created, or -ENOENT. */
 int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char *key,
@@ -206,7 +211,8 @@ typedef struct store_list_query {
     const char *after; /* cursor: ids strictly greater; NULL from the start */
     int limit;         /* 1..1000 */
 } store_list_query_t;
-/* Jobs in id order; *ret_jobs is a malloc'd array of n owned jobs. */
+/* Jobs in id order, as store_job_get hands them; *ret_jobs is a malloc'd array of n owned
+ * jobs. */
 int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***ret_jobs,
                     size_t *ret_n);
 

@@ -275,14 +275,5 @@ int store_tensors_next(const void *bytes, size_t len, size_t *pos, store_tensor_
 /* --- jobs read back (store_read.c) --- */
 
 /* Builds a job from a row of STMT_JOB_GET's columns (or a list statement's, which are the
- * same), with its tensors' descriptors and locators, and resolves its op. */
+ * same), as stored: its op by name (job->op_name), its tensors' descriptors and locators. */
 int store_job_from_row(sqlite3_stmt *row, job_t **ret);
-
-/* --- ops of stored jobs (store_ops.c) --- */
-
-/* Fills job->call from the stored op name, params and tensors. A known op re-validates the
- * call so that params, outputs and batch key are as at submission. A job whose op this build
- * does not have (or that the op no longer accepts) gets a stand-in op of the same name whose
- * validate and run_cpu fail with a message saying so: the job keeps its name and tensors and
- * fails cleanly if anyone tries to run it. */
-int store_ops_resolve(job_t *job, const char *op_name);

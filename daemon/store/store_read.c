@@ -123,8 +123,7 @@ int store_job_from_row(sqlite3_stmt *row, job_t **ret)
     int r = 0;
     store_column_copy(row, 0, job->id, sizeof job->id);
     store_column_copy(row, 1, job->owner, sizeof job->owner);
-    char op_name[128];
-    store_column_copy(row, 2, op_name, sizeof op_name);
+    store_column_copy(row, 2, job->op_name, sizeof job->op_name);
     const char *params = (const char *)sqlite3_column_text(row, 3);
     if (params && !(job->params_json = strdup(params))) r = -ENOMEM;
     job->priority = sqlite3_column_int(row, 4);
@@ -144,7 +143,6 @@ int store_job_from_row(sqlite3_stmt *row, job_t **ret)
     store_column_copy(row, 17, job->idempotency_key, sizeof job->idempotency_key);
     if (r == 0) r = tensors_from_column(job, row, 18, false);
     if (r == 0) r = tensors_from_column(job, row, 19, true);
-    if (r == 0) r = store_ops_resolve(job, op_name);
     if (r < 0) {
         job_free(job);
         return r;
