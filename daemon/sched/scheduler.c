@@ -20,7 +20,7 @@
 #include <sys/prctl.h>
 #include <uv.h>
 
-#include "daemon/store/commit_sync.h"
+#include "daemon/store/store.h"
 #include "daemon/util/log.h"
 #include "daemon/util/service_notify.h"
 #include "daemon/util/strmap.h"
@@ -120,7 +120,7 @@ typedef struct msg {
     bool shown_taken; /* the answer's callee took shown (sched_result_t.take_jobs) */
     bool all_replayed;         /* every job's idempotency key was known */
     int shard;                 /* of the store, that its rows go to (buffers: 0) */
-    commit_sync_item_t synced; /* queued with the commit syncer, which answers it */
+    store_sync_item_t synced; /* queued with the commit syncer, which answers it */
 } msg_t;
 
 struct sched {
@@ -147,7 +147,7 @@ struct sched {
     bool commit_scheduled;
     /* With [store] sync_full: a thread that makes group commits durable while the loop goes
      * on, and answers them then. */
-    commit_sync_t *syncer;
+    store_sync_t *syncer;
     store_checkpointer_t *checkpointer; /* run by the syncer; NULL without one */
     strmap_t *entries, *users, *keyqs;
     heap_t deadlines; /* queued entries with a deadline, earliest first */
@@ -643,7 +643,7 @@ static void answer_committed(msg_t *m)
 
 /* Sync thread: answers a message whose commit is durable now, or could not be made so. The
  * message is the sync thread's alone by then: nothing in it belongs to the loop. */
-static void answer_synced(commit_sync_item_t *item, int err)
+static void answer_synced(store_sync_item_t *item, int err)
 {
     msg_t *m = (msg_t *)(void *)((char *)item - offsetof(msg_t, synced));
     if (err) {
@@ -749,7 +749,7 @@ static void commit_pending(sched_t *s)
     msg_t *unsynced = NULL, **unsynced_end = &unsynced; /* committed, answered once durable */
     /* After a failed sync, what is committed may not reach the disk: nothing more is taken
      * (the jobs would run, and their submitters, told of an error, would submit them again). */
-    int r = defer ? commit_sync_error(s->syncer) : 0;
+    int r = defer ? store_sync_error(s->syncer) : 0;
     const char *why = "the store could not commit the request";
     if (r < 0) {
         atomic_store(&s->store_failed, true);
@@ -832,7 +832,7 @@ static void commit_pending(sched_t *s)
         next = m->next;
         m->synced.done = answer_synced;
         m->synced.wals = 1u << m->shard;
-        commit_sync_request(s->syncer, &m->synced);
+        store_sync_request(s->syncer, &m->synced);
     }
 }
 
@@ -1590,7 +1590,7 @@ static void on_checkpoint_timer(uv_timer_t *t)
 static void on_checkpoint_due(void *arg)
 {
     sched_t *s = arg;
-    if (s->syncer) commit_sync_checkpoint_soon(s->syncer);
+    if (s->syncer) store_sync_checkpoint_soon(s->syncer);
 }
 
 /* The loop turns: systemd's watchdog hears it (service_notify.h). */
@@ -2006,7 +2006,7 @@ int sched_start(sched_t *s)
         (r = store_checkpointer_open(s->st, s->cfg, on_checkpoint_due, s, &s->checkpointer)) < 0)
         log_warn("WAL checkpoints stay on the loop: opening a connection for them failed: %s",
                  strerror(-r));
-    if (n_wals && (r = commit_sync_start(wals, n_wals, s->checkpointer, &s->syncer)) < 0)
+    if (n_wals && (r = store_sync_start(wals, n_wals, s->checkpointer, &s->syncer)) < 0)
         return log_error_errno(r, "starting the commit syncer failed: %s", strerror(-r));
     atomic_store(&s->accepting, true);
     r = pthread_create(&s->thread, NULL, loop_thread, s);
@@ -2046,7 +2046,7 @@ void sched_stop(sched_t *s)
     pthread_join(s->thread, NULL);
     s->thread_started = false;
     /* Answers still waiting for their sync are given before the HTTP server stops. */
-    commit_sync_free(s->syncer);
+    store_sync_free(s->syncer);
     s->syncer = NULL;
     store_checkpointer_close(s->checkpointer);
     s->checkpointer = NULL;
@@ -2111,7 +2111,7 @@ void sched_free(sched_t *s)
     strmap_free(s->users);
     strmap_free(s->keyqs);
     free(s->deadlines.a);
-    commit_sync_free(s->syncer);
+    store_sync_free(s->syncer);
     store_checkpointer_close(s->checkpointer);
     store_reader_close(s->rd);
     pthread_mutex_destroy(&s->lock);

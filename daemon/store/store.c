@@ -465,7 +465,7 @@ static int configure_writer(store_conn_t *conn)
     sqlite3_finalize(stmt);
     /* NORMAL: a commit writes its WAL frames without an fsync. With sync_full the durable
      * ones raise it to FULL around their commit (raise_sync); relaxed ones, the job path's,
-     * are made durable by the commit syncer, or not at all. */
+     * are made durable by the WAL sync thread (store_sync.c), or not at all. */
     if (r == 0) r = store_exec(conn, "PRAGMA synchronous = NORMAL");
     /* Each write runs in a savepoint, whose journal of the pages it changes would otherwise
      * go through a temporary file: 4 of every 5 bytes this process wrote for tiny jobs. */

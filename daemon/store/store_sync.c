@@ -1,4 +1,6 @@
-#include "commit_sync.h"
+/* The WAL sync thread: fdatasyncs the shards' WAL files behind the relaxed commits and answers
+ * the items that wait for them (store.h says why). */
+#include "store.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +24,7 @@ typedef struct wal {
     int fd; /* open while the file exists; sync thread only */
 } wal_t;
 
-struct commit_sync {
+struct store_sync {
     wal_t wals[STORE_MAX_SHARDS];
     int n_wals;
     store_checkpointer_t *cp;
@@ -30,7 +32,7 @@ struct commit_sync {
     pthread_t thread;
     pthread_mutex_t lock; /* guards what follows */
     pthread_cond_t cond;
-    commit_sync_item_t *head, *tail; /* waiting for the next sync */
+    store_sync_item_t *head, *tail; /* waiting for the next sync */
     bool checkpoint_due;
     bool stopping;
 };
@@ -68,19 +70,19 @@ static int sync_wal(wal_t *w)
 
 static void *sync_thread(void *arg)
 {
-    commit_sync_t *cs = arg;
+    store_sync_t *cs = arg;
     prctl(PR_SET_NAME, "gj-sync");
     pthread_mutex_lock(&cs->lock);
     for (;;) {
         while (!cs->head && !cs->checkpoint_due && !cs->stopping)
             pthread_cond_wait(&cs->cond, &cs->lock);
-        commit_sync_item_t *item = cs->head;
+        store_sync_item_t *item = cs->head;
         if (!item && !cs->checkpoint_due) break;
         cs->head = cs->tail = NULL;
         cs->checkpoint_due = false;
         pthread_mutex_unlock(&cs->lock);
         unsigned wals = 0;
-        for (commit_sync_item_t *i = item; i; i = i->next)
+        for (store_sync_item_t *i = item; i; i = i->next)
             wals |= i->wals ? i->wals : ~0u;
         int r = atomic_load(&cs->err);
         for (int k = 0; r == 0 && k < cs->n_wals; k++)
@@ -91,7 +93,7 @@ static void *sync_thread(void *arg)
                           cs->wals[k].path, strerror(-r));
             }
         while (item) {
-            commit_sync_item_t *next = item->next;
+            store_sync_item_t *next = item->next;
             item->done(item, r);
             item = next;
         }
@@ -103,11 +105,11 @@ static void *sync_thread(void *arg)
     return NULL;
 }
 
-int commit_sync_start(const char *const *wal_paths, int n_wals, store_checkpointer_t *cp,
-                      commit_sync_t **ret)
+int store_sync_start(const char *const *wal_paths, int n_wals, store_checkpointer_t *cp,
+                     store_sync_t **ret)
 {
     if (n_wals < 1 || n_wals > STORE_MAX_SHARDS) return -EINVAL;
-    commit_sync_t *cs = calloc(1, sizeof *cs);
+    store_sync_t *cs = calloc(1, sizeof *cs);
     if (!cs) return -ENOMEM;
     for (int k = 0; k < n_wals; k++) {
         wal_t *w = &cs->wals[k];
@@ -132,7 +134,7 @@ int commit_sync_start(const char *const *wal_paths, int n_wals, store_checkpoint
     return 0;
 }
 
-void commit_sync_request(commit_sync_t *cs, commit_sync_item_t *item)
+void store_sync_request(store_sync_t *cs, store_sync_item_t *item)
 {
     item->next = NULL;
     pthread_mutex_lock(&cs->lock);
@@ -145,7 +147,7 @@ void commit_sync_request(commit_sync_t *cs, commit_sync_item_t *item)
     pthread_mutex_unlock(&cs->lock);
 }
 
-void commit_sync_checkpoint_soon(commit_sync_t *cs)
+void store_sync_checkpoint_soon(store_sync_t *cs)
 {
     pthread_mutex_lock(&cs->lock);
     cs->checkpoint_due = true;
@@ -153,12 +155,12 @@ void commit_sync_checkpoint_soon(commit_sync_t *cs)
     pthread_mutex_unlock(&cs->lock);
 }
 
-int commit_sync_error(commit_sync_t *cs)
+int store_sync_error(store_sync_t *cs)
 {
     return atomic_load(&cs->err);
 }
 
-void commit_sync_free(commit_sync_t *cs)
+void store_sync_free(store_sync_t *cs)
 {
     if (!cs) return;
     pthread_mutex_lock(&cs->lock);
