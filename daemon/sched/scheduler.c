@@ -118,8 +118,8 @@ typedef struct msg {
     /* A committed submission's answer, given once its commit is durable: */
     job_t **shown;    /* submit: the jobs as accepted (or as first created, when replayed); owned */
     bool shown_taken; /* the answer's callee took shown (sched_result_t.take_jobs) */
-    bool all_replayed;         /* every job's idempotency key was known */
-    int shard;                 /* of the store, that its rows go to (buffers: 0) */
+    bool all_replayed;        /* every job's idempotency key was known */
+    int shard;                /* of the store, that its rows go to (buffers: 0) */
     store_sync_item_t synced; /* queued with the commit syncer, which answers it */
 } msg_t;
 

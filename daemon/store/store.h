@@ -269,11 +269,11 @@ int store_sync_start(const char *const *wal_paths, int n_wals, store_checkpointe
                      store_sync_t **ret);
 /* Queues item (its done and wals set) behind the next sync, of the files its wals name and
  * those of the items queued with it. Items are done in the order they came. */
-void store_sync_request(store_sync_t *cs, store_sync_item_t *item);
+void store_sync_request(store_sync_t *sy, store_sync_item_t *item);
 /* Has the thread run its checkpointer soon, with items to sync or not: the commits of jobs'
  * starts and ends answer no one, but grow the WAL too. Any thread. */
-void store_sync_checkpoint_soon(store_sync_t *cs);
+void store_sync_checkpoint_soon(store_sync_t *sy);
 /* 0, or the negative errno of the first sync that failed (it sticks). Any thread. */
-int store_sync_error(store_sync_t *cs);
+int store_sync_error(store_sync_t *sy);
 /* Syncs for and finishes the items queued, joins the thread and frees it. Accepts NULL. */
-void store_sync_free(store_sync_t *cs);
+void store_sync_free(store_sync_t *sy);

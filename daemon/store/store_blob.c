@@ -123,7 +123,7 @@ char *store_locator_buffer(const char *buffer_id)
     return strdup(buf);
 }
 
-static int fsync_dir(const char *path)
+int store_fsync_dir(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -errno;
@@ -136,7 +136,7 @@ static int fsync_dir(const char *path)
  * directory itself survives a crash. */
 static int fan_dir_ensure(const char *blobs_dir, const char *fan_path)
 {
-    if (mkdir(fan_path, 0750) == 0) return fsync_dir(blobs_dir);
+    if (mkdir(fan_path, 0750) == 0) return store_fsync_dir(blobs_dir);
     return errno == EEXIST ? 0 : -errno;
 }
 
@@ -180,7 +180,7 @@ int store_blob_file_create(const char *blobs_dir, char ret_file[4 + STORE_BLOB_N
     if (fd < 0)
         return log_error_errno(-errno, "store: cannot create '%s': %s", path, strerror(errno));
     /* The entry must survive a crash once a row names the file. */
-    r = fsync_dir(fan_path);
+    r = store_fsync_dir(fan_path);
     if (r < 0) {
         close(fd);
         unlink(path);

@@ -183,6 +183,9 @@ char *store_locator_buffer(const char *buffer_id);
  * *ret_path), its directory entry fsync'd; *ret_fd is open for writing. */
 int store_blob_file_create(const char *blobs_dir, char ret_file[4 + STORE_BLOB_NAME_LEN],
                            char ret_path[PATH_MAX + 64], int *ret_fd);
+/* fsync()s the directory at path, so that the entries made in it survive a crash. 0 or a
+ * negative errno. */
+int store_fsync_dir(const char *path);
 /* pwrite()s all of data at offset. 0 or a negative errno. */
 int store_write_all(int fd, const void *data, uint64_t nbytes, uint64_t offset);
 /* Whether a buffer row or job tensors name file: the count in blob_refs plus pending (the

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "daemon/util/log.h"
+#include "store_internal.h"
 
 /* A shard's WAL file. */
 typedef struct wal {
@@ -42,11 +43,7 @@ static int sync_parent_dir(const char *path)
 {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
-    int fd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    int r = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return r;
+    return store_fsync_dir(dirname(dir));
 }
 
 static int sync_wal(wal_t *w)
@@ -70,38 +67,38 @@ static int sync_wal(wal_t *w)
 
 static void *sync_thread(void *arg)
 {
-    store_sync_t *cs = arg;
+    store_sync_t *sy = arg;
     prctl(PR_SET_NAME, "gj-sync");
-    pthread_mutex_lock(&cs->lock);
+    pthread_mutex_lock(&sy->lock);
     for (;;) {
-        while (!cs->head && !cs->checkpoint_due && !cs->stopping)
-            pthread_cond_wait(&cs->cond, &cs->lock);
-        store_sync_item_t *item = cs->head;
-        if (!item && !cs->checkpoint_due) break;
-        cs->head = cs->tail = NULL;
-        cs->checkpoint_due = false;
-        pthread_mutex_unlock(&cs->lock);
+        while (!sy->head && !sy->checkpoint_due && !sy->stopping)
+            pthread_cond_wait(&sy->cond, &sy->lock);
+        store_sync_item_t *item = sy->head;
+        if (!item && !sy->checkpoint_due) break;
+        sy->head = sy->tail = NULL;
+        sy->checkpoint_due = false;
+        pthread_mutex_unlock(&sy->lock);
         unsigned wals = 0;
         for (store_sync_item_t *i = item; i; i = i->next)
             wals |= i->wals ? i->wals : ~0u;
-        int r = atomic_load(&cs->err);
-        for (int k = 0; r == 0 && k < cs->n_wals; k++)
-            if ((wals & (1u << k)) && (r = sync_wal(&cs->wals[k])) < 0) {
-                atomic_store(&cs->err, r);
+        int r = atomic_load(&sy->err);
+        for (int k = 0; r == 0 && k < sy->n_wals; k++)
+            if ((wals & (1u << k)) && (r = sync_wal(&sy->wals[k])) < 0) {
+                atomic_store(&sy->err, r);
                 log_error("store: syncing '%s' failed: %s; accepted jobs are answered with an "
                           "error from now on",
-                          cs->wals[k].path, strerror(-r));
+                          sy->wals[k].path, strerror(-r));
             }
         while (item) {
             store_sync_item_t *next = item->next;
             item->done(item, r);
             item = next;
         }
-        int c = cs->cp && r == 0 ? store_checkpointer_run(cs->cp) : 0;
+        int c = sy->cp && r == 0 ? store_checkpointer_run(sy->cp) : 0;
         if (c < 0) log_warn("store: WAL checkpoint failed: %s", strerror(-c));
-        pthread_mutex_lock(&cs->lock);
+        pthread_mutex_lock(&sy->lock);
     }
-    pthread_mutex_unlock(&cs->lock);
+    pthread_mutex_unlock(&sy->lock);
     return NULL;
 }
 
@@ -109,68 +106,68 @@ int store_sync_start(const char *const *wal_paths, int n_wals, store_checkpointe
                      store_sync_t **ret)
 {
     if (n_wals < 1 || n_wals > STORE_MAX_SHARDS) return -EINVAL;
-    store_sync_t *cs = calloc(1, sizeof *cs);
-    if (!cs) return -ENOMEM;
+    store_sync_t *sy = calloc(1, sizeof *sy);
+    if (!sy) return -ENOMEM;
     for (int k = 0; k < n_wals; k++) {
-        wal_t *w = &cs->wals[k];
+        wal_t *w = &sy->wals[k];
         w->fd = -1;
         if (snprintf(w->path, sizeof w->path, "%s", wal_paths[k]) >= (int)sizeof w->path) {
-            free(cs);
+            free(sy);
             return -ENAMETOOLONG;
         }
     }
-    cs->n_wals = n_wals;
-    cs->cp = cp;
-    pthread_mutex_init(&cs->lock, NULL);
-    pthread_cond_init(&cs->cond, NULL);
-    int r = pthread_create(&cs->thread, NULL, sync_thread, cs);
+    sy->n_wals = n_wals;
+    sy->cp = cp;
+    pthread_mutex_init(&sy->lock, NULL);
+    pthread_cond_init(&sy->cond, NULL);
+    int r = pthread_create(&sy->thread, NULL, sync_thread, sy);
     if (r != 0) {
-        pthread_mutex_destroy(&cs->lock);
-        pthread_cond_destroy(&cs->cond);
-        free(cs);
+        pthread_mutex_destroy(&sy->lock);
+        pthread_cond_destroy(&sy->cond);
+        free(sy);
         return -r;
     }
-    *ret = cs;
+    *ret = sy;
     return 0;
 }
 
-void store_sync_request(store_sync_t *cs, store_sync_item_t *item)
+void store_sync_request(store_sync_t *sy, store_sync_item_t *item)
 {
     item->next = NULL;
-    pthread_mutex_lock(&cs->lock);
-    if (cs->tail)
-        cs->tail->next = item;
+    pthread_mutex_lock(&sy->lock);
+    if (sy->tail)
+        sy->tail->next = item;
     else
-        cs->head = item;
-    cs->tail = item;
-    pthread_cond_signal(&cs->cond);
-    pthread_mutex_unlock(&cs->lock);
+        sy->head = item;
+    sy->tail = item;
+    pthread_cond_signal(&sy->cond);
+    pthread_mutex_unlock(&sy->lock);
 }
 
-void store_sync_checkpoint_soon(store_sync_t *cs)
+void store_sync_checkpoint_soon(store_sync_t *sy)
 {
-    pthread_mutex_lock(&cs->lock);
-    cs->checkpoint_due = true;
-    pthread_cond_signal(&cs->cond);
-    pthread_mutex_unlock(&cs->lock);
+    pthread_mutex_lock(&sy->lock);
+    sy->checkpoint_due = true;
+    pthread_cond_signal(&sy->cond);
+    pthread_mutex_unlock(&sy->lock);
 }
 
-int store_sync_error(store_sync_t *cs)
+int store_sync_error(store_sync_t *sy)
 {
-    return atomic_load(&cs->err);
+    return atomic_load(&sy->err);
 }
 
-void store_sync_free(store_sync_t *cs)
+void store_sync_free(store_sync_t *sy)
 {
-    if (!cs) return;
-    pthread_mutex_lock(&cs->lock);
-    cs->stopping = true;
-    pthread_cond_signal(&cs->cond);
-    pthread_mutex_unlock(&cs->lock);
-    pthread_join(cs->thread, NULL);
-    for (int k = 0; k < cs->n_wals; k++)
-        if (cs->wals[k].fd >= 0) close(cs->wals[k].fd);
-    pthread_mutex_destroy(&cs->lock);
-    pthread_cond_destroy(&cs->cond);
-    free(cs);
+    if (!sy) return;
+    pthread_mutex_lock(&sy->lock);
+    sy->stopping = true;
+    pthread_cond_signal(&sy->cond);
+    pthread_mutex_unlock(&sy->lock);
+    pthread_join(sy->thread, NULL);
+    for (int k = 0; k < sy->n_wals; k++)
+        if (sy->wals[k].fd >= 0) close(sy->wals[k].fd);
+    pthread_mutex_destroy(&sy->lock);
+    pthread_cond_destroy(&sy->cond);
+    free(sy);
 }
