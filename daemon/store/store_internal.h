@@ -417,7 +417,7 @@ int store_migrate(store_conn_t *conn);
 
 /* --- transactions and writes (store_txn.c) --- */
 
-/* With sync_full, synchronous = FULL around a durable commit; lower_sync undoes it. */
+/* With sync_full, synchronous = FULL around a durable commit; store_lower_sync undoes it. */
 int store_raise_sync(shard_t *sh);
 void store_lower_sync(shard_t *sh);
 /* Begins the shard's part of the store's open transaction at its first write. */

@@ -1566,9 +1566,8 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
 }
 END_TEST
 
-/* Schema version 1 as it shipped (daemon/store/store_schema.c keeps it as the first migration),
- * with rows of a finished job whose tensors are in a row, in a file of their own and in a buffer.
- */
+/* Schema version 1 as it shipped (store_schema.c keeps it as the first migration), with rows
+ * of a finished job whose tensors are in a row, in a file of their own and in a buffer. */
 static const char schema_v1_with_rows[] =
     "CREATE TABLE jobs (id TEXT PRIMARY KEY, owner TEXT NOT NULL, op TEXT NOT NULL, params TEXT,"
     "  priority INTEGER NOT NULL, device INTEGER NOT NULL, deadline_us INTEGER NOT NULL,"
