@@ -462,7 +462,7 @@ json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_f
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(job->id));
     json_object_set_new(o, "owner", json_string(job->owner));
-    json_object_set_new(o, "op", job->call.op ? json_string(job->call.op->name) : json_null());
+    json_object_set_new(o, "op", job_op_name(job) ? json_string(job_op_name(job)) : json_null());
     json_object_set_new(o, "params", params ? params : json_object());
     json_object_set_new(o, "state", json_string(job_state_name(job->state)));
     json_object_set_new(o, "priority", json_integer(job->priority));

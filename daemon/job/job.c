@@ -31,6 +31,12 @@ bool job_state_is_final(job_state_t s)
     return s == JOB_SUCCEEDED || s == JOB_FAILED || s == JOB_CANCELLED;
 }
 
+const char *job_op_name(const job_t *job)
+{
+    if (job->call.op) return job->call.op->name;
+    return job->op_name[0] ? job->op_name : NULL;
+}
+
 job_t *job_new(void)
 {
     job_t *job = calloc(1, sizeof *job);

@@ -15,6 +15,7 @@
 #define IDEM_KEY_SIZE 128 /* Idempotency-Key header values */
 #define ERROR_CODE_SIZE 32
 #define ERROR_MESSAGE_SIZE 256
+#define JOB_OP_NAME_SIZE 128
 
 typedef enum job_state {
     JOB_QUEUED,
@@ -45,13 +46,16 @@ typedef struct job {
     char id[ID_SIZE];
     char owner[OWNER_SIZE];
     char idempotency_key[IDEM_KEY_SIZE]; /* "" when none */
-    op_call_t call;                      /* validated; call.op is the op */
-    char *params_json;                   /* the params as submitted, compact JSON; owned */
-    int priority;                        /* higher runs first */
-    int device;                          /* pinned device, or -1 for any */
-    int preferred_device;                /* where its resident input lives (-1: none): a
-                                            pin while that device serves; not stored */
-    int64_t deadline_us;                 /* absolute wall-clock µs, 0 for none */
+    /* A job read back from the store carries its op by name, with call.op NULL until
+     * job_resolve_op; "" for a job built from a request, whose call.op is set. */
+    char op_name[JOB_OP_NAME_SIZE];
+    op_call_t call;       /* validated; call.op is the op */
+    char *params_json;    /* the params as submitted, compact JSON; owned */
+    int priority;         /* higher runs first */
+    int device;           /* pinned device, or -1 for any */
+    int preferred_device; /* where its resident input lives (-1: none): a
+                             pin while that device serves; not stored */
+    int64_t deadline_us;  /* absolute wall-clock µs, 0 for none */
     job_state_t state;
     int attempts;                                /* runs started, restarts included */
     int64_t created_us, started_us, finished_us; /* wall clock, µs since the epoch; 0 unset */
@@ -77,6 +81,15 @@ job_t *job_copy_shown(const job_t *job);
 void job_drop_data(job_t *job);
 /* Describes each output (name, descriptor, bytes) from the validated call. */
 void job_describe_outputs(job_t *job);
+/* The name of the job's op: its call's, else the stored name; NULL when it has neither. */
+const char *job_op_name(const job_t *job);
+/* Fills job->call of a job read back from the store from its op_name, params and tensors (a job
+ * whose call.op is set already is left alone). A known op re-validates the call, so that params,
+ * outputs and batch key are as at submission. A job whose op this build does not have (or that
+ * the op no longer accepts) gets a stand-in op of the same name whose validate and run fail with
+ * a message saying so: the job keeps its name and tensors and fails cleanly if anyone tries to
+ * run it. 0, or -ENOMEM (daemon/job/job_op.c). */
+int job_resolve_op(job_t *job);
 void job_set_error(job_t *job, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -251,7 +251,7 @@ static int commit_write(sched_t *s, queue_t *pending, bool defer, round_t *rd, b
 {
     /* After a failed sync, what is committed may not reach the disk: nothing more is taken
      * (the jobs would run, and their submitters, told of an error, would submit them again). */
-    int r = defer ? commit_sync_error(s->syncer) : 0;
+    int r = defer ? store_sync_error(s->syncer) : 0;
     *why = "the store could not commit the request";
     if (r < 0) {
         atomic_store(&s->store_failed, true);
@@ -340,7 +340,7 @@ static void answer_committed(msg_t *m)
 
 /* Sync thread: answers a message whose commit is durable now, or could not be made so. The
  * message is the sync thread's alone by then: nothing in it belongs to the loop. */
-static void answer_synced(commit_sync_item_t *item, int err)
+static void answer_synced(store_sync_item_t *item, int err)
 {
     msg_t *m = (msg_t *)(void *)((char *)item - offsetof(msg_t, synced));
     if (err) {
@@ -429,7 +429,7 @@ void commit_pending(sched_t *s)
         msg_t *m = queue_data(q, msg_t, node);
         m->synced.done = answer_synced;
         m->synced.wals = 1u << m->shard;
-        commit_sync_request(s->syncer, &m->synced);
+        store_sync_request(s->syncer, &m->synced);
     }
 }
 
@@ -439,7 +439,7 @@ void commit_pending(sched_t *s)
 static void on_checkpoint_due(void *arg)
 {
     sched_t *s = arg;
-    if (s->syncer) commit_sync_checkpoint_soon(s->syncer);
+    if (s->syncer) store_sync_checkpoint_soon(s->syncer);
 }
 
 /* With [store] sync_full (store_wal_paths names the WALs), starts the thread that makes group
@@ -454,7 +454,7 @@ int commit_syncer_start(sched_t *s)
     if (r < 0)
         log_warn("WAL checkpoints stay on the loop: opening a connection for them failed: %s",
                  strerror(-r));
-    r = commit_sync_start(wals, n_wals, s->checkpointer, &s->syncer);
+    r = store_sync_start(wals, n_wals, s->checkpointer, &s->syncer);
     if (r < 0) return log_error_errno(r, "starting the commit syncer failed: %s", strerror(-r));
     return 0;
 }

@@ -18,7 +18,6 @@
 #include <uv.h>
 
 #include "scheduler.h"
-#include "daemon/store/commit_sync.h"
 #include "daemon/util/heap.h"
 #include "daemon/util/log.h"
 #include "daemon/util/queue.h"
@@ -112,9 +111,9 @@ typedef struct msg {
     /* A committed submission's answer, given once its commit is durable: */
     job_t **shown;    /* submit: the jobs as accepted (or as first created, when replayed); owned */
     bool shown_taken; /* the answer's callee took shown (sched_result_t.take_jobs) */
-    bool all_replayed;         /* every job's idempotency key was known */
-    int shard;                 /* of the store, that its rows go to (buffers: 0) */
-    commit_sync_item_t synced; /* queued with the commit syncer, which answers it */
+    bool all_replayed;        /* every job's idempotency key was known */
+    int shard;                /* of the store, that its rows go to (buffers: 0) */
+    store_sync_item_t synced; /* queued with the commit syncer, which answers it */
 } msg_t;
 
 struct sched {
@@ -141,7 +140,7 @@ struct sched {
     bool commit_scheduled;
     /* With [store] sync_full: a thread that makes group commits durable while the loop goes
      * on, and answers them then. */
-    commit_sync_t *syncer;
+    store_sync_t *syncer;
     store_checkpointer_t *checkpointer; /* run by the syncer; NULL without one */
     strmap_t *entries, *users, *keyqs;
     heap_t deadlines; /* queued entries with a deadline, earliest first */

@@ -239,7 +239,7 @@ static void recover_one(job_t *job, void *ud)
 
 int sched_start(sched_t *s)
 {
-    int r = store_recover(s->st, s->cfg->max_attempts, recover_one, s);
+    int r = store_recover(s->st, s->cfg->max_attempts, job_resolve_op, recover_one, s);
     if (r < 0) return log_error_errno(r, "recovering jobs from the store failed: %s", strerror(-r));
     long queued = atomic_load(&s->queued);
     if (queued > 0) log_info("recovered %ld queued jobs", queued);
@@ -267,7 +267,7 @@ void sched_stop(sched_t *s)
     pthread_join(s->thread, NULL);
     s->thread_started = false;
     /* Answers still waiting for their sync are given before the HTTP server stops. */
-    commit_sync_free(s->syncer);
+    store_sync_free(s->syncer);
     s->syncer = NULL;
     store_checkpointer_close(s->checkpointer);
     s->checkpointer = NULL;
@@ -297,7 +297,7 @@ void sched_free(sched_t *s)
     uv_run(&s->loop, UV_RUN_DEFAULT);
     uv_loop_close(&s->loop);
     queues_free(s);
-    commit_sync_free(s->syncer);
+    store_sync_free(s->syncer);
     store_checkpointer_close(s->checkpointer);
     store_reader_close(s->rd);
     pthread_mutex_destroy(&s->lock);

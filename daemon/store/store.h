@@ -107,7 +107,7 @@ int store_begin(store_t *st);
  * WAL frames are written but not fsync'd ([store] sync_full then holds for the others, whose
  * fsync takes these frames along). For what the daemon can do again (a job's start or end,
  * which a power loss at worst makes run once more), or makes durable later: the acceptance of
- * jobs, synced by the commit syncer before they are answered (commit_sync.h). Segment bytes
+ * jobs, synced by the WAL sync thread before they are answered (store_sync_request). Segment bytes
  * are still synced first. */
 int store_begin_relaxed(store_t *st);
 /* Runs deferred writes first (store_flush). */
@@ -135,8 +135,8 @@ int store_flush(store_t *st, int (*failed)(job_t *job, job_state_t written, int 
 /* Undoes the open transaction; after a failed store_commit, whatever it left open. */
 int store_rollback(store_t *st);
 /* The shards' WAL files, whose fdatasync makes every commit written before it durable
- * (commit_sync.h): how many, in ret; 0 when [store] sync_full is off, which leaves all commits
- * relaxed. */
+ * (the WAL sync thread, store_sync_start): how many, in ret; 0 when [store] sync_full is off, which
+ * leaves all commits relaxed. */
 int store_wal_paths(const store_t *st, const char *ret[STORE_MAX_SHARDS]);
 
 /* Checkpoints (copying the WAL back into the database file, and syncing that) off the
@@ -172,10 +172,13 @@ int store_job_update(store_t *st, const job_t *job);
 
 /* After a restart: jobs left `running` go back to `queued` (their next start counts the next
  * attempt: attempts counts runs started), or to `failed` with error code "daemon_restarted"
- * once attempts reach max_attempts. Then calls cb for every
- * queued job (oldest first), with its input descriptors and blob locators (no bytes loaded);
- * cb takes ownership of the job. */
-int store_recover(store_t *st, int max_attempts, void (*cb)(job_t *job, void *ud), void *ud);
+ * once attempts reach max_attempts. Then calls cb for every queued job (oldest first), with
+ * its input descriptors and blob locators (no bytes loaded); cb takes ownership of the job.
+ * The store knows jobs, not ops: resolve (job_resolve_op, or NULL to hand jobs over as stored)
+ * turns each job's stored op name into its call before cb sees it, and an error of it ends
+ * the recovery with that error. */
+int store_recover(store_t *st, int max_attempts, int (*resolve)(job_t *job),
+                  void (*cb)(job_t *job, void *ud), void *ud);
 
 /* Deletes finished jobs (and their tensors and blob files) that finished before cutoff_us.
  * *ret_deleted: how many jobs. */
@@ -193,7 +196,9 @@ int store_buffer_delete(store_t *st, const char *owner, const char *id);
 int store_reader_open(const config_t *cfg, store_reader_t **ret);
 void store_reader_close(store_reader_t *rd);
 
-/* A job with its tensors' descriptors and locators, no bytes. -ENOENT when missing. */
+/* A job as stored: its op by name (job->op_name, call.op NULL: job_resolve_op makes the call
+ * when the caller needs one), its tensors' descriptors and locators, no bytes. -ENOENT when
+ * missing. */
 int store_job_get(store_reader_t *rd, const char *id, job_t **ret);
 /* The job id an (owner, idempotency key) pair created, or -ENOENT. */
 int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char *key,
@@ -206,7 +211,8 @@ typedef struct store_list_query {
     const char *after; /* cursor: ids strictly greater; NULL from the start */
     int limit;         /* 1..1000 */
 } store_list_query_t;
-/* Jobs in id order; *ret_jobs is a malloc'd array of n owned jobs. */
+/* Jobs in id order, as store_job_get hands them; *ret_jobs is a malloc'd array of n owned
+ * jobs. */
 int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***ret_jobs,
                     size_t *ret_n);
 
@@ -227,3 +233,47 @@ typedef struct store_usage {
     int64_t resident_bytes; /* of buffers kept in device memory */
 } store_usage_t;
 int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret);
+
+/* --- the WAL sync thread (store_sync.c): makes relaxed commits durable ---
+ *
+ * The scheduler commits a group of accepted jobs without an fsync (store_begin_relaxed), starts
+ * them, and hands this thread an item per request to answer: the thread fdatasyncs the SQLite
+ * WAL files (one per shard of the store) and then answers them itself, so that neither the
+ * jobs nor the loop wait for the disk. One fdatasync makes every commit written before it
+ * durable (fsync works on the file, whichever descriptor names it), so one sync of each file
+ * serves all the items queued while the one before it ran. Segment bytes are synced by the
+ * commit itself (store_commit), before any WAL frame that names them is written.
+ *
+ * A failed sync sticks: after a failed fdatasync the kernel may have dropped the dirty pages
+ * it could not write, and a later success would not bring them back.
+ *
+ * The thread also keeps the WAL short: it runs the store's checkpointer after answering a
+ * round of items, and when asked (store_sync_checkpoint_soon), so that copying the WAL back
+ * (and its fsync) happens beside the job path rather than inside one of the loop's commits. */
+
+typedef struct store_sync store_sync_t;
+
+/* Embedded in what waits for a sync. done runs on the sync thread once every commit made
+ * before store_sync_request is durable (err 0), or could not be made so (a negative errno). */
+typedef struct store_sync_item {
+    struct store_sync_item *next;
+    void (*done)(struct store_sync_item *item, int err);
+    /* The WAL files whose sync it waits for: bit k for the k-th of store_sync_start's; 0 for
+     * all. */
+    unsigned wals;
+} store_sync_item_t;
+
+/* Syncs the n_wals WAL files (the store's shards', store_wal_paths). cp (borrowed; NULL for
+ * none) must outlive the syncer. */
+int store_sync_start(const char *const *wal_paths, int n_wals, store_checkpointer_t *cp,
+                     store_sync_t **ret);
+/* Queues item (its done and wals set) behind the next sync, of the files its wals name and
+ * those of the items queued with it. Items are done in the order they came. */
+void store_sync_request(store_sync_t *sy, store_sync_item_t *item);
+/* Has the thread run its checkpointer soon, with items to sync or not: the commits of jobs'
+ * starts and ends answer no one, but grow the WAL too. Any thread. */
+void store_sync_checkpoint_soon(store_sync_t *sy);
+/* 0, or the negative errno of the first sync that failed (it sticks). Any thread. */
+int store_sync_error(store_sync_t *sy);
+/* Syncs for and finishes the items queued, joins the thread and frees it. Accepts NULL. */
+void store_sync_free(store_sync_t *sy);

@@ -27,13 +27,13 @@ static bool is_hex_name(const char *s, size_t len)
     return s[len] == '\0' || s[len] == '/';
 }
 
-/* Ids in row locators come from our own rows; the check keeps a corrupted one harmless. */
-bool store_id_ok(const char *s, size_t len)
+bool store_id_ok(const char *id)
 {
+    size_t len = strnlen(id, ID_SIZE);
     if (len == 0 || len >= ID_SIZE) return false;
     for (size_t i = 0; i < len; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
-              (s[i] >= 'A' && s[i] <= 'Z') || s[i] == '_' || s[i] == '-'))
+        if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'z') ||
+              (id[i] >= 'A' && id[i] <= 'Z') || id[i] == '_' || id[i] == '-'))
             return false;
     return true;
 }
@@ -71,13 +71,15 @@ int store_locator_parse(const char *blob, store_locator_t *ret)
         memcpy(loc.file, file, sizeof file);
     } else if (strncmp(blob, "row:buffers/", 12) == 0) {
         const char *id = blob + 12;
-        if (!store_id_ok(id, strlen(id))) return -EINVAL;
+        if (!store_id_ok(id)) return -EINVAL;
         loc.kind = STORE_LOCATOR_BUFFER;
         store_copy_str(loc.id, sizeof loc.id, id);
     } else if (strncmp(blob, "row:jobs/", 9) == 0) {
         const char *id = blob + 9;
         const char *slash = strchr(id, '/');
-        if (!slash || !store_id_ok(id, (size_t)(slash - id))) return -EINVAL;
+        if (!slash || slash - id >= ID_SIZE) return -EINVAL;
+        memcpy(loc.id, id, (size_t)(slash - id)); /* loc is zeroed: the id ends there */
+        if (!store_id_ok(loc.id)) return -EINVAL;
         const char *role = slash + 1;
         if (strncmp(role, "in/", 3) == 0)
             loc.output = false;
@@ -89,7 +91,6 @@ int store_locator_parse(const char *blob, store_locator_t *ret)
         if (slot[0] < '0' || slot[0] > '9' || slot[1] != '\0' || slot[0] - '0' >= OP_MAX_TENSORS)
             return -EINVAL;
         loc.kind = STORE_LOCATOR_TENSOR;
-        memcpy(loc.id, id, (size_t)(slash - id));
         loc.slot = slot[0] - '0';
     } else {
         return -EINVAL;
@@ -122,7 +123,7 @@ char *store_locator_buffer(const char *buffer_id)
     return strdup(buf);
 }
 
-static int fsync_dir(const char *path)
+int store_fsync_dir(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -errno;
@@ -135,7 +136,7 @@ static int fsync_dir(const char *path)
  * directory itself survives a crash. */
 static int fan_dir_ensure(const char *blobs_dir, const char *fan_path)
 {
-    if (mkdir(fan_path, 0750) == 0) return fsync_dir(blobs_dir);
+    if (mkdir(fan_path, 0750) == 0) return store_fsync_dir(blobs_dir);
     return errno == EEXIST ? 0 : -errno;
 }
 
@@ -179,7 +180,7 @@ int store_blob_file_create(const char *blobs_dir, char ret_file[4 + STORE_BLOB_N
     if (fd < 0)
         return log_error_errno(-errno, "store: cannot create '%s': %s", path, strerror(errno));
     /* The entry must survive a crash once a row names the file. */
-    r = fsync_dir(fan_path);
+    r = store_fsync_dir(fan_path);
     if (r < 0) {
         close(fd);
         unlink(path);
@@ -251,7 +252,7 @@ static int pread_all(int fd, const char *path, char *dst, uint64_t n, uint64_t o
 }
 
 /* Reads of at least this much are split among threads: one thread copies out of the page
- * cache at about 6 GB/s (measured on the H200 host), a ninth of a pinned copy to the GPU. */
+ * cache far slower than a pinned copy to the GPU runs, and such reads feed those copies. */
 #define PARALLEL_READ_MIN ((uint64_t)4 << 20)
 #define PARALLEL_READERS 8
 

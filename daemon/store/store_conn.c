@@ -28,7 +28,7 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
                         "error_code = ?9, error_message = ?10, outputs = ?13 "
                         "WHERE id = ?1 AND (state = ?11 OR state = ?12)",
     /* A start, with STMT_JOB_UPDATE's numbering: it sets no indexed column and not
-     * finished_us, so that it rewrites the row and no index (schema version 6). */
+     * finished_us, so that it rewrites the row and no index. */
     [STMT_JOB_START] = "UPDATE jobs SET state = 'running', attempts = ?3, started_us = ?4, "
                        "run_device = ?6, batch_size = ?8 WHERE id = ?1 AND state = 'queued'",
     [STMT_JOB_STATE] = "SELECT state FROM jobs WHERE id = ?1",
@@ -66,13 +66,13 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_FILE_REFERENCED] = "SELECT coalesce((SELECT refs FROM blob_refs WHERE file = ?1), 0), "
                              "EXISTS (SELECT 1 FROM buffers WHERE file = ?1)",
     /* A transaction's changes to the count of job tensors naming a file, one per file at its
-     * commit (store.c: refs_flush). */
+     * commit (store_refs_write). */
     [STMT_REFS_ADD] = "INSERT INTO blob_refs (file, refs) VALUES (?1, ?2) "
                       "ON CONFLICT (file) DO UPDATE SET refs = refs + ?2",
     [STMT_REFS_DROP] = "DELETE FROM blob_refs WHERE file = ?1 AND refs <= 0",
     /* A write of more than one statement is wrapped in a savepoint: inside a caller's
      * transaction a failed write undoes only its own rows, and outside one the savepoint is the
-     * transaction (store.c, write_begin). */
+     * transaction (store_write_begin). */
     [STMT_SAVEPOINT] = "SAVEPOINT store_write",
     [STMT_SETTING_GET] = "SELECT value FROM settings WHERE name = ?1",
     [STMT_SETTING_SET] = "INSERT OR REPLACE INTO settings (name, value) VALUES (?1, ?2)",
@@ -84,7 +84,7 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_BEGIN_IMMEDIATE] = "BEGIN IMMEDIATE",
     [STMT_COMMIT] = "COMMIT",
     [STMT_ROLLBACK] = "ROLLBACK",
-    /* Switched around durable commits (raise_sync in store.c). */
+    /* Switched around durable commits (store_raise_sync). */
     [STMT_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
     [STMT_SYNC_FULL] = "PRAGMA synchronous = FULL",
 };
@@ -117,9 +117,8 @@ int store_stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what)
 }
 
 /* SQLite's process-wide settings, made once before its first use. A page cache starts with a
- * bulk allocation of 20 pages (88 KB); for the short-lived caches of ephemeral tables (schema
- * versions before 4 built three per job update, for IN lists) that block, freed at once, made
- * malloc hand memory back to the kernel and fault it in again: about 60 page faults per job on
+ * bulk allocation of 20 pages (88 KB); for the short-lived caches of ephemeral tables that
+ * block, freed at once, makes malloc hand memory back to the kernel and fault it in again on
  * the loop thread. Without the bulk allocation a cache allocates its pages as it uses them. */
 static void configure_sqlite(void)
 {
@@ -260,6 +259,15 @@ int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_nu
 {
     if (!s || (empty_is_null && !*s)) return sqlite3_bind_null(stmt, col);
     return sqlite3_bind_text(stmt, col, s, -1, SQLITE_TRANSIENT);
+}
+
+/* Binds b's bytes to col, NULL when there are none. */
+void store_bind_bytes(sqlite3_stmt *stmt, int col, const store_bytes_t *b)
+{
+    if (b->len)
+        sqlite3_bind_blob64(stmt, col, b->p, b->len, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(stmt, col);
 }
 
 int store_files_add(blob_files_t *l, const char *file)

@@ -1,22 +1,41 @@
-/* Private to the store's files (store.c, store_read.c, store_blob.c, store_ops.c): the
- * connection with its statement cache, blob locators and files, and the ops that stand in for
- * stored ops this build does not have. Nothing outside daemon/store/ includes this. */
+/* Private to the files of daemon/store/; nothing outside it includes this. The store's rooms:
+ *
+ *   store_shards.c     open and close, the shards' files and threads, deferred writes
+ *   store_schema.c     the schema and its migrations
+ *   store_txn.c        transactions, savepoints around each write, commit and rollback
+ *   store_jobs.c       job inserts and updates (the state transitions)
+ *   store_placement.c  where tensor bytes go (row, segment, file), checks before a write
+ *   store_refs.c       which blob files rows name, and removing the files none does
+ *   store_recover.c    recovery after a restart
+ *   store_retention.c  deleting finished jobs past the cutoff
+ *   store_checkpoint.c WAL checkpoints, on the writer or on a thread of their own
+ *   store_buffers.c    buffer inserts, deletes, resident bytes
+ *   store_read.c       readers: jobs, buffers, blobs, usage, on any thread
+ *   store_conn.c       a SQLite connection, its statement cache, binding helpers
+ *   store_tensors.c    a job's tensor records inside its row
+ *   store_blob.c       blob files, locators, upload streams, the orphan sweep
+ *   store_segment.c    segment files: many small tensors appended to one file
+ *   store_sync.c       the WAL sync thread (declared in store.h)
+ */
 #pragma once
 
 #include <limits.h>
+#include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "daemon/job/job.h"
 #include "daemon/util/vec.h"
+#include "store.h"
 
 #define STORE_SCHEMA_VERSION 7
 /* The final states as a condition. An OR chain, not an IN list: SQLite builds an ephemeral
  * table for every IN list it evaluates. */
 #define STORE_FINAL_STATES "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled')"
-/* The conditions of the partial indexes jobs_live, jobs_ended and jobs_finished (schema
- * version 6), in the one spelling that the indexes and the queries that should use them share:
+/* The conditions of the partial indexes jobs_live, jobs_ended and jobs_finished, in the one
+ * spelling that the indexes and the queries that should use them share:
  * SQLite matches a query to a partial index by the text of its terms. finished_us is set
  * exactly when a job is in a final state. */
 #define STORE_LIVE "finished_us = 0"
@@ -95,7 +114,7 @@ int store_sql_error(store_conn_t *conn, const char *what);
 /* The schema version (PRAGMA user_version); -EPROTO, logged, when it is newer than this
  * build's. */
 int store_user_version(store_conn_t *conn, int *ret);
-/* A value of the settings table (schema version 7): *ret is 0 when name has none. */
+/* A value of the settings table: *ret is 0 when name has none. */
 int store_setting_get(store_conn_t *conn, const char *name, int *ret);
 int store_setting_set(store_conn_t *conn, const char *name, int value);
 /* Runs SQL without results (pragmas, schema changes). */
@@ -146,10 +165,12 @@ typedef struct store_locator {
 } store_locator_t;
 
 /* Copies src into dst of size bytes, cut to fit: snprintf's "%s" without its formatting cost,
- * which the loop paid several times per job. */
+ * which the loop would pay several times per job. */
 void store_copy_str(char *dst, size_t size, const char *src);
-/* Whether s[0..len) is an id: 1 to ID_SIZE - 1 of [0-9a-zA-Z_-]. */
-bool store_id_ok(const char *s, size_t len);
+/* Whether id is 1 to ID_SIZE - 1 characters of [0-9a-zA-Z_-]. Ids end up in locators and
+ * URLs: those the store writes come from id_new (or, in old state directories,
+ * any such id), and the check keeps a corrupted row's id harmless. */
+bool store_id_ok(const char *id);
 /* Parses a locator strictly (so that a corrupted row can never name a path outside blobs/).
  * 0 or -EINVAL. */
 int store_locator_parse(const char *blob, store_locator_t *ret);
@@ -162,6 +183,9 @@ char *store_locator_buffer(const char *buffer_id);
  * *ret_path), its directory entry fsync'd; *ret_fd is open for writing. */
 int store_blob_file_create(const char *blobs_dir, char ret_file[4 + STORE_BLOB_NAME_LEN],
                            char ret_path[PATH_MAX + 64], int *ret_fd);
+/* fsync()s the directory at path, so that the entries made in it survive a crash. 0 or a
+ * negative errno. */
+int store_fsync_dir(const char *path);
 /* pwrite()s all of data at offset. 0 or a negative errno. */
 int store_write_all(int fd, const void *data, uint64_t nbytes, uint64_t offset);
 /* Whether a buffer row or job tensors name file: the count in blob_refs plus pending (the
@@ -274,15 +298,175 @@ int store_tensors_next(const void *bytes, size_t len, size_t *pos, store_tensor_
 
 /* --- jobs read back (store_read.c) --- */
 
-/* Builds a job from a row of STMT_JOB_GET's columns (or a list statement's, which are the
- * same), with its tensors' descriptors and locators, and resolves its op. */
-int store_job_from_row(sqlite3_stmt *row, job_t **ret);
+/* Reads job id through conn (the writer's or a reader's connection of its shard), as
+ * store_job_get hands it back. -ENOENT when missing. */
+int store_job_read(store_conn_t *conn, const char *id, job_t **ret);
 
-/* --- ops of stored jobs (store_ops.c) --- */
+/* --- the writer: store_t and its shards --- */
 
-/* Fills job->call from the stored op name, params and tensors. A known op re-validates the
- * call so that params, outputs and batch key are as at submission. A job whose op this build
- * does not have (or that the op no longer accepts) gets a stand-in op of the same name whose
- * validate and run_cpu fail with a message saying so: the job keeps its name and tensors and
- * fails cleanly if anyone tries to run it. */
-int store_ops_resolve(job_t *job, const char *op_name);
+/* Changes to blob_refs, the count of job tensors naming each file, not written yet. */
+typedef struct ref_delta {
+    blob_file_t file;
+    int64_t n;
+} ref_delta_t;
+
+typedef struct ref_deltas {
+    ref_delta_t *a;
+    size_t n, cap;
+} ref_deltas_t;
+
+/* What a shard's thread is woken for: its deferred writes, or its part of a commit. */
+typedef enum shard_task { TASK_WRITES, TASK_COMMIT } shard_task_t;
+
+/* A write asked for while the store defers them (store_defer_writes). */
+typedef enum deferred_kind { DEFER_INSERT, DEFER_UPDATE } deferred_kind_t;
+
+typedef struct deferred {
+    job_t *job;
+    deferred_kind_t kind;
+    job_state_t state; /* the job's when its write was asked for */
+    int result;
+} deferred_t;
+
+/* One database file of the store and what its writes keep between statements: the store's
+ * jobs are spread over its shards by id (store_id_shard), each a SQLite file of its own with
+ * the whole schema; buffers live in shard 0. Files under blobs/ are shared: a job tensor in any
+ * shard may name one, and one goes only when no shard names it. */
+typedef struct shard {
+    store_t *st; /* the store it belongs to */
+    int index;
+    /* Writes deferred to the next store_flush, in the order they were asked for; and the
+     * thread that runs them then (shards but 0), woken by go (guarded by the store's lock). */
+    struct {
+        deferred_t *a;
+        size_t n, cap;
+    } deferred;
+    pthread_t thread;
+    bool has_thread;
+    pthread_cond_t wake;
+    bool go;
+    shard_task_t task; /* what go asks for */
+    int commit_result; /* of a TASK_COMMIT */
+    store_conn_t conn;
+    store_segment_t segment; /* where small tensors' bytes go (store_segment.c) */
+    bool in_txn;
+    bool relaxed; /* the open transaction began with store_begin_relaxed (with sync_full) */
+    bool raised;  /* synchronous is FULL for the open transaction or write (store_raise_sync) */
+    bool write_savepoint; /* the open write has a savepoint (store_write_begin) */
+    /* SQLite rolled the open transaction back by itself after an error: nothing more is
+     * written in it (a write would commit on its own), and it cannot commit. */
+    bool aborted;
+    uint64_t txn_row_bytes; /* small tensors' bytes the open transaction put in rows */
+    /* blob_refs changes: the open write's, and the open transaction's (its writes' that were
+     * kept), which its commit writes, one statement per file rather than one per tensor. */
+    ref_deltas_t write_refs, txn_refs;
+    /* The records of the tensors of the job being written, and its job_bytes row's bytes. */
+    store_bytes_t cols, data;
+    /* Files whose rows were deleted: removed at the next durable commit. The first
+     * n_unlink_committed were deleted by relaxed transactions already committed; the rest by
+     * the open transaction. */
+    blob_files_t unlink;
+    size_t n_unlink_committed;
+    /* Shared files (segments, and segments written whole by other threads) that may have lost
+     * their last row in the open transaction, or never had one: at its end, those that no row
+     * of any shard names go. */
+    blob_files_t maybe_unused;
+    /* Tensors store_jobs_place_small named in the open transaction: should it not commit, their
+     * locators go (a retry writes them again, to a segment that syncs). */
+    job_tensor_t **placed;
+    size_t n_placed, cap_placed;
+    /* Pages in the WAL after the last commit, once a checkpointer copies it back elsewhere
+     * (store_checkpointer_open); read by that checkpointer's thread. */
+    atomic_int wal_pages;
+    /* Held by whoever checkpoints, the checkpointer or the writer: SQLite lets one at a time,
+     * and refuses the other rather than have it wait. */
+    pthread_mutex_t checkpoint_lock;
+} shard_t;
+
+struct store {
+    int n_shards;
+    bool in_txn;
+    bool relaxed;
+    bool deferring;     /* job writes wait for store_flush (store_defer_writes) */
+    bool parallel_txn;  /* the open transaction's writes ran side by side: so does its commit */
+    unsigned committed; /* the shards whose part the last store_commit committed */
+    /* The shards' threads: lock guards their go flags, running (how many still run) and
+     * stopping. */
+    bool threads_ready;
+    pthread_mutex_t lock;
+    pthread_cond_t all_done;
+    int running;
+    bool stopping;
+    uint64_t inline_blob_bytes;
+    bool sync_full; /* durable commits are fsync'd ([store] sync_full) */
+    char blobs_dir[PATH_MAX];
+    void (*checkpoint_due)(void *arg);
+    void *checkpoint_arg;
+    shard_t shards[STORE_MAX_SHARDS];
+};
+
+/* The shard that job id lives in (store_shards.c). */
+shard_t *store_shard_of(store_t *st, const char *id);
+/* Queues a job write while the store defers them (store_defer_writes). */
+int store_defer(shard_t *sh, job_t *job, deferred_kind_t kind);
+/* Runs task on each shard whose wants[k] is set: side by side when parallel, else in turn. */
+void store_run_on_shards(store_t *st, shard_task_t task, const bool *wants, bool parallel);
+
+/* Brings a shard's database file to STORE_SCHEMA_VERSION (store_schema.c). */
+int store_migrate(store_conn_t *conn);
+
+/* --- transactions and writes (store_txn.c) --- */
+
+/* With sync_full, synchronous = FULL around a durable commit; store_lower_sync undoes it. */
+int store_raise_sync(shard_t *sh);
+void store_lower_sync(shard_t *sh);
+/* Begins the shard's part of the store's open transaction at its first write. */
+int store_touch(shard_t *sh);
+/* Commits the shard's part of the open transaction: segment bytes, file counts, COMMIT. */
+int store_shard_commit(shard_t *sh);
+/* A write: reset what it collects, begin (a savepoint, unless one statement inside a
+ * transaction), and end it, keeping it when r is 0 and undoing it otherwise. */
+void store_write_reset(shard_t *sh);
+int store_write_begin(shard_t *sh, bool one_statement);
+int store_write_end(shard_t *sh, int r);
+
+/* --- jobs (store_jobs.c) --- */
+
+int store_shard_job_insert(shard_t *sh, job_t *job, const char *id);
+int store_shard_job_update(shard_t *sh, const job_t *job);
+/* Writes a job's inputs' (output 0) or outputs' bytes kept in the database, if it has any. */
+int store_job_bytes_insert(store_conn_t *conn, const char *job_id, int output,
+                           const store_bytes_t *b);
+/* Binds b's bytes to col, NULL when there are none (store_conn.c). */
+void store_bind_bytes(sqlite3_stmt *stmt, int col, const store_bytes_t *b);
+
+/* --- where bytes go (store_placement.c) --- */
+
+/* Files written by one call, removed if the call fails. */
+typedef struct written_files {
+    blob_file_t files[2 * OP_MAX_TENSORS];
+    int n;
+} written_files_t;
+
+void store_written_remove(shard_t *sh, const written_files_t *w);
+/* Checks a tensor's descriptor, byte count and the source of its bytes; group and name make
+ * its path in the message ("inputs", "x": inputs.x). */
+int store_check_tensor(const char *owner_id, const char *group, const char *name,
+                       const job_tensor_t *t);
+/* Decides where a tensor's bytes go and says so in rec (where, data, file, offset). */
+int store_place_bytes(shard_t *sh, bool segments, const void *data, uint64_t nbytes,
+                      const char *blob, written_files_t *written, store_tensor_rec_t *rec);
+/* Places a job's tensor and appends its record to sh->cols; *ret_blob is its new locator. */
+int store_place_tensor(shard_t *sh, const char *job_id, bool output, int slot, const char *name,
+                       const job_tensor_t *t, written_files_t *written, char **ret_blob);
+
+/* --- which files rows name (store_refs.c) --- */
+
+int store_refs_reserve(ref_deltas_t *d, size_t more);
+void store_refs_merge(ref_deltas_t *into, const ref_deltas_t *from);
+int store_refs_note(ref_deltas_t *d, const char *file, int64_t n);
+int store_refs_write(shard_t *sh, ref_deltas_t *d);
+bool store_file_in_use(store_t *st, const char *file);
+void store_files_settle(store_t *st);
+void store_unlink_pending(shard_t *sh);
+int store_unlink_after_commit(shard_t *sh, const blob_file_t *files, size_t n);

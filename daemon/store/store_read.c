@@ -116,15 +116,16 @@ static int tensors_from_column(job_t *job, sqlite3_stmt *row, int col, bool outp
     return k < 0 ? corrupt(job->id, output ? "outputs" : "inputs") : 0;
 }
 
-int store_job_from_row(sqlite3_stmt *row, job_t **ret)
+/* Builds a job from a row of STMT_JOB_GET's columns (or a list statement's, which are the
+ * same), as stored: its op by name, its tensors' descriptors and locators. */
+static int job_from_row(sqlite3_stmt *row, job_t **ret)
 {
     job_t *job = job_new();
     if (!job) return -ENOMEM;
     int r = 0;
     store_column_copy(row, 0, job->id, sizeof job->id);
     store_column_copy(row, 1, job->owner, sizeof job->owner);
-    char op_name[128];
-    store_column_copy(row, 2, op_name, sizeof op_name);
+    store_column_copy(row, 2, job->op_name, sizeof job->op_name);
     const char *params = (const char *)sqlite3_column_text(row, 3);
     if (params && !(job->params_json = strdup(params))) r = -ENOMEM;
     job->priority = sqlite3_column_int(row, 4);
@@ -144,7 +145,6 @@ int store_job_from_row(sqlite3_stmt *row, job_t **ret)
     store_column_copy(row, 17, job->idempotency_key, sizeof job->idempotency_key);
     if (r == 0) r = tensors_from_column(job, row, 18, false);
     if (r == 0) r = tensors_from_column(job, row, 19, true);
-    if (r == 0) r = store_ops_resolve(job, op_name);
     if (r < 0) {
         job_free(job);
         return r;
@@ -153,21 +153,26 @@ int store_job_from_row(sqlite3_stmt *row, job_t **ret)
     return 0;
 }
 
+int store_job_read(store_conn_t *conn, const char *id, job_t **ret)
+{
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_JOB_GET);
+    if (!stmt) return -EIO;
+    store_bind_text(stmt, 1, id, false);
+    int rc = sqlite3_step(stmt);
+    int r = rc == SQLITE_ROW    ? job_from_row(stmt, ret)
+            : rc == SQLITE_DONE ? -ENOENT
+                                : store_sql_error(conn, "reading a job");
+    sqlite3_reset(stmt);
+    return r;
+}
+
 int store_job_get(store_reader_t *rd, const char *id, job_t **ret)
 {
     if (!id) return -ENOENT;
     store_conn_t *conn = job_conn(rd, id);
     int r = read_begin(conn);
     if (r < 0) return r;
-    sqlite3_stmt *stmt = store_stmt(conn, STMT_JOB_GET);
-    if (!stmt) return read_end(conn, -EIO);
-    store_bind_text(stmt, 1, id, false);
-    int rc = sqlite3_step(stmt);
-    r = rc == SQLITE_ROW    ? store_job_from_row(stmt, ret)
-        : rc == SQLITE_DONE ? -ENOENT
-                            : store_sql_error(conn, "reading a job");
-    sqlite3_reset(stmt);
-    return read_end(conn, r);
+    return read_end(conn, store_job_read(conn, id, ret));
 }
 
 /* Jobs with a key live in shard 0 (sched.c, place_submissions). */
@@ -194,7 +199,7 @@ static int list_rows(store_conn_t *conn, sqlite3_stmt *stmt, int limit, job_t **
     int rc = SQLITE_DONE, r = 0;
     size_t got = 0;
     while (r == 0 && got < (size_t)limit && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
-        if ((r = store_job_from_row(stmt, &jobs[*n])) == 0) {
+        if ((r = job_from_row(stmt, &jobs[*n])) == 0) {
             (*n)++;
             got++;
         }

@@ -1,11 +1,10 @@
 /* Segment files: the bytes of many small tensors appended to one blob file, each named by its
- * row as file + offset. Writing them through SQLite cost a tiny job most of its time on the
- * loop thread (measured with bench/sched_throughput: 4 KiB tensors were written 5-6 times over,
- * as overflow pages, WAL frames with checksums and checkpoints); appended here they are
- * written once, and the commit that names them syncs the file once (store_segment_sync), before
- * the WAL frames that name them are written. A round that appends its tensors first has the
- * sync made by a thread of its own meanwhile (store_segment_sync_begin), and its commit waits
- * for that instead.
+ * row as file + offset. Through SQLite such bytes would be written several times over (as
+ * overflow pages, WAL frames with checksums, and checkpoints); appended here they are written
+ * once, and the commit that names them syncs the file once (store_segment_sync), before the
+ * WAL frames that name them are written. A round that appends its tensors first has the sync
+ * made by a thread of its own meanwhile (store_segment_sync_begin), and its commit waits for
+ * that instead.
  *
  * One segment is active at a time, appended to by the loop thread only (the store_t owner); a
  * full one is retired and a new one created. Other threads write whole segments of their own
@@ -16,10 +15,9 @@
  * check at the end of the transaction that retired it, and the orphan sweep at open).
  *
  * Appends are gathered in memory and reach the file as whole, aligned blocks (only a sync
- * writes the partial block at the end, and the next write starts again at its beginning). Each
- * 4 KiB tensor written at its own unaligned offset made ext4 zero the new blocks it touched
- * first: measured on the loop thread under array load, 20 µs per append and a third of its
- * time in the kernel's memset.
+ * writes the partial block at the end, and the next write starts again at its beginning): a
+ * small tensor written at its own unaligned offset would make ext4 zero the new blocks it
+ * touches first, on the loop thread.
  *
  * A failed sync cannot be trusted to be retried: Linux reports a writeback error once, and the
  * next fdatasync may succeed without the lost pages. So a failure sticks to the transaction
@@ -53,7 +51,7 @@ static void header(unsigned char buf[SEGMENT_HEADER_BYTES])
 
 /* The thread that fdatasync()s the active segment while the loop writes the rows that name
  * it: a group commit of many small tensors then waits for a sync that ran beside its inserts
- * (about 60-140 µs for 8-64 KiB on the H200 host's disk) instead of making it after them. */
+ * instead of making it after them. */
 typedef struct segment_syncer {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* a sync asked, made, or the thread told to quit */

@@ -1,11 +1,9 @@
 /* A job's tensors inside its own row: the inputs' records in one BLOB column and the outputs'
- * in another. The bytes of the small tensors kept in the database go to job_bytes, one row for
- * a job's inputs and one for its outputs, written once: in the job's row, every update of it
- * (its start, its end) would write them again, and every read of it would read them. Until schema
- * version 5 every tensor had a row of its own, three or four per tiny job: their inserts were a
- * third of the loop thread's work per job (bench_sched_throughput, with them skipped: 52 -> 36 µs
- * per job of an array, 63 -> 40 µs for single submissions). A job is now one row, written once when
- * taken in and once when it ends.
+ * in another, so that a job is one row, written once when taken in and once when it ends (a
+ * row per tensor would make three or four inserts per tiny job, on the loop thread). The bytes
+ * of the small tensors kept in the database go to job_bytes, one row for a job's inputs and one
+ * for its outputs, written once: in the job's row, every update of it (its start, its end)
+ * would write them again, and every read of it would read them.
  *
  * A record, integers little-endian:
  *

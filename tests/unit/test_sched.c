@@ -1124,6 +1124,7 @@ START_TEST(test_a_success_the_store_refuses_ends_failed_without_its_outputs)
     ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
     job_t *stored = NULL;
     ck_assert_int_eq(store_job_get(rd, a.ids[0], &stored), 0);
+    ck_assert_int_eq(job_resolve_op(stored), 0);
     ck_assert_int_eq(stored->state, JOB_FAILED);
     ck_assert_str_eq(stored->error_code, "store_failed");
     ck_assert_int_eq(stored->call.n_out, 1);

@@ -1,4 +1,4 @@
-/* The durable store (daemon/store.h) on a fresh state directory per test. */
+/* The durable store (daemon/store/store.h) on a fresh state directory per test. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <inttypes.h>
@@ -18,7 +18,8 @@
 #include "daemon/store/store_internal.h" /* STORE_SCHEMA_VERSION */
 
 /* An op this build's table does not have, so that the tests depend on no kernel family: the
- * store must keep its name and tensors and give it a stand-in that refuses to run. */
+ * store must keep its name and tensors, and job_resolve_op give it a stand-in that refuses to
+ * run. */
 static const char *const test_inputs[] = {"x", "y", "w"};
 static const char *const test_params[] = {"a", NULL};
 static const op_def_t test_op = {
@@ -130,10 +131,12 @@ static void insert_small(fixture_t *f, const op_def_t *op, const char *owner, in
     job_free(job);
 }
 
+/* A job read back, its op resolved as its callers resolve it (job_resolve_op). */
 static job_t *get_job(fixture_t *f, const char *id)
 {
     job_t *job = NULL;
     ck_assert_int_eq(store_job_get(f->rd, id, &job), 0);
+    ck_assert_int_eq(job_resolve_op(job), 0);
     return job;
 }
 
@@ -794,7 +797,7 @@ START_TEST(test_recover_requeues_running_fails_past_max_attempts_and_returns_que
     /* A restart: the store is closed (the process died) and opened again. */
     reopen(&f);
     recovered_t rec = {.n = 0};
-    ck_assert_int_eq(store_recover(f.st, max_attempts, collect, &rec), 0);
+    ck_assert_int_eq(store_recover(f.st, max_attempts, job_resolve_op, collect, &rec), 0);
 
     ck_assert_int_eq(rec.n, 3);
     ck_assert_str_eq(rec.jobs[0]->id, queued_old);
@@ -1563,7 +1566,7 @@ START_TEST(test_open_migrates_an_empty_file_to_the_current_schema)
 }
 END_TEST
 
-/* Schema version 1 as it shipped (daemon/store.c keeps it as the first migration), with rows
+/* Schema version 1 as it shipped (store_schema.c keeps it as the first migration), with rows
  * of a finished job whose tensors are in a row, in a file of their own and in a buffer. */
 static const char schema_v1_with_rows[] =
     "CREATE TABLE jobs (id TEXT PRIMARY KEY, owner TEXT NOT NULL, op TEXT NOT NULL, params TEXT,"
@@ -1721,7 +1724,7 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
     assert_listed_by_state(&f, JOB_SUCCEEDED, ended);
 
     recovered_t rec = {.n = 0};
-    ck_assert_int_eq(store_recover(f.st, 3, collect, &rec), 0);
+    ck_assert_int_eq(store_recover(f.st, 3, job_resolve_op, collect, &rec), 0);
     ck_assert_int_eq(rec.n, 2);
     ck_assert_str_eq(rec.jobs[0]->id, queued);
     ck_assert_str_eq(rec.jobs[1]->id, running);
@@ -1884,6 +1887,13 @@ START_TEST(test_job_of_an_op_this_build_lacks_keeps_its_name_and_refuses_to_run)
     ck_assert_ptr_null(op_find("test_store_op"));
     char id[ID_SIZE];
     insert_small(&f, &test_op, "alice", now_us(), id);
+    /* The store hands the job back as stored: its op by name, no call made. */
+    job_t *stored = NULL;
+    ck_assert_int_eq(store_job_get(f.rd, id, &stored), 0);
+    ck_assert_ptr_null(stored->call.op);
+    ck_assert_str_eq(stored->op_name, "test_store_op");
+    ck_assert_str_eq(job_op_name(stored), "test_store_op");
+    job_free(stored);
     job_t *job = get_job(&f, id);
     const op_def_t *op = job->call.op;
     ck_assert_str_eq(op->name, "test_store_op");
@@ -2252,7 +2262,7 @@ START_TEST(test_a_sharded_store_keeps_each_job_where_its_id_says_and_reads_them_
     ck_assert_int_eq(set_state(&f, ids[3], JOB_RUNNING), 0);
     reopen(&f);
     n_recovered = 0;
-    ck_assert_int_eq(store_recover(f.st, 3, collect_recovered, NULL), 0);
+    ck_assert_int_eq(store_recover(f.st, 3, job_resolve_op, collect_recovered, NULL), 0);
     ck_assert_int_eq(n_recovered, N - 3);
     for (int i = 0; i < n_recovered; i++)
         ck_assert_str_eq(recovered[i], ids[N - 1 - i]);

@@ -1,13 +1,15 @@
-/* The op of a stored job. A row names its op; the op table of this build turns the name back
- * into a validated call. A row can outlive its op (a downgrade, an op removed or changed), and
- * a job must still be readable then: such a job gets a stand-in op that carries the name and
- * the input names and fails every attempt to validate or run it with a message saying why.
- * Stand-ins and the names they point to are interned for the life of the process (op_call_t
- * holds static strings), so there is one per distinct (name, inputs) pair ever read. */
-#include "store_internal.h"
+/* The op of a job read back from the store. The store keeps a job's op by name; the op table
+ * of this build turns the name back into a validated call. A stored job can outlive its op (a
+ * downgrade, an op removed or changed), and it must still be usable then: such a job gets a
+ * stand-in op that carries the name and the input names and fails every attempt to validate or
+ * run it with a message saying why. Stand-ins and the names they point to are interned for the
+ * life of the process (op_call_t holds static strings), so there is one per distinct (name,
+ * inputs) pair ever resolved. */
+#include "job.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,16 +133,18 @@ static int revalidate(job_t *job, const op_def_t *op)
     int r = op->validate(params, &call, &err);
     json_decref(params);
     if (r < 0) {
-        log_warn("store: job %s: op '%s' refuses its stored call: %s%s%s", job->id, op->name,
-                 err.field, err.field[0] ? ": " : "", err.message);
+        log_warn("job %s: op '%s' refuses its stored call: %s%s%s", job->id, op->name, err.field,
+                 err.field[0] ? ": " : "", err.message);
         return r;
     }
     job->call = call;
     return 0;
 }
 
-int store_ops_resolve(job_t *job, const char *op_name)
+int job_resolve_op(job_t *job)
 {
+    if (job->call.op) return 0;
+    const char *op_name = job->op_name;
     const op_def_t *op = op_find(op_name);
     if (op && revalidate(job, op) == 0) return 0;
 

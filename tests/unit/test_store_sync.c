@@ -1,4 +1,4 @@
-/* The commit syncer (daemon/commit_sync.h) on a real store's WAL file. */
+/* The WAL sync thread (daemon/store/store.h, store_sync_*) on a real store's WAL file. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
@@ -11,12 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/store/commit_sync.h"
 #include "daemon/store/store.h"
 
 /* Items that record how they were done. */
 typedef struct probe {
-    commit_sync_item_t item;
+    store_sync_item_t item;
     int order; /* 1 + how many items were done before it; 0 until done */
     int err;
 } probe_t;
@@ -25,7 +24,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static int n_done;
 
-static void on_done(commit_sync_item_t *item, int err)
+static void on_done(store_sync_item_t *item, int err)
 {
     probe_t *p = (probe_t *)(void *)item;
     pthread_mutex_lock(&lock);
@@ -36,15 +35,15 @@ static void on_done(commit_sync_item_t *item, int err)
 }
 
 /* Queues p, waiting for the syncs of the WAL files wals names (0: all). */
-static void request_wals(commit_sync_t *cs, probe_t *p, unsigned wals)
+static void request_wals(store_sync_t *cs, probe_t *p, unsigned wals)
 {
     memset(p, 0, sizeof *p);
     p->item.done = on_done;
     p->item.wals = wals;
-    commit_sync_request(cs, &p->item);
+    store_sync_request(cs, &p->item);
 }
 
-static void request(commit_sync_t *cs, probe_t *p)
+static void request(store_sync_t *cs, probe_t *p)
 {
     request_wals(cs, p, 0);
 }
@@ -101,21 +100,21 @@ static store_t *open_store(bool sync_full, config_t *cfg)
 }
 
 /* A syncer of the store's WAL files. */
-static commit_sync_t *start_syncer(store_t *st, store_checkpointer_t *cp)
+static store_sync_t *start_syncer(store_t *st, store_checkpointer_t *cp)
 {
     const char *wals[STORE_MAX_SHARDS];
     int n = store_wal_paths(st, wals);
     ck_assert_int_gt(n, 0);
-    commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(wals, n, cp, &cs), 0);
+    store_sync_t *cs;
+    ck_assert_int_eq(store_sync_start(wals, n, cp, &cs), 0);
     return cs;
 }
 
 /* A syncer of one file that is no store's. */
-static commit_sync_t *start_syncer_of(const char *path)
+static store_sync_t *start_syncer_of(const char *path)
 {
-    commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(&path, 1, NULL, &cs), 0);
+    store_sync_t *cs;
+    ck_assert_int_eq(store_sync_start(&path, 1, NULL, &cs), 0);
     return cs;
 }
 
@@ -142,7 +141,7 @@ START_TEST(test_every_item_is_done_once_in_the_order_it_came)
 {
     config_t cfg;
     store_t *st = open_store(true, &cfg);
-    commit_sync_t *cs = start_syncer(st, NULL);
+    store_sync_t *cs = start_syncer(st, NULL);
     enum { N = 50 };
     probe_t probes[N];
     for (int i = 0; i < N; i++)
@@ -151,7 +150,7 @@ START_TEST(test_every_item_is_done_once_in_the_order_it_came)
         ck_assert_int_eq(wait_done(&probes[i]), 0);
         ck_assert_int_eq(probes[i].order, i + 1);
     }
-    commit_sync_free(cs);
+    store_sync_free(cs);
     ck_assert_int_eq(n_done, N); /* none twice */
     store_close(st);
 }
@@ -160,13 +159,13 @@ END_TEST
 START_TEST(test_a_failed_sync_fails_its_items_and_every_later_one)
 {
     /* fdatasync on a procfs file fails with EINVAL: a stand-in for a disk that fails. */
-    commit_sync_t *cs = start_syncer_of("/proc/self/stat");
+    store_sync_t *cs = start_syncer_of("/proc/self/stat");
     probe_t first, second;
     request(cs, &first);
     ck_assert_int_eq(wait_done(&first), -EINVAL);
     request(cs, &second);
     ck_assert_int_eq(wait_done(&second), -EINVAL);
-    commit_sync_free(cs);
+    store_sync_free(cs);
 }
 END_TEST
 
@@ -176,13 +175,13 @@ START_TEST(test_a_missing_wal_fails_the_sync)
      * back, and its frames cannot be synced through the name. */
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/none.db-wal", dir);
-    commit_sync_t *cs = start_syncer_of(path);
-    ck_assert_int_eq(commit_sync_error(cs), 0);
+    store_sync_t *cs = start_syncer_of(path);
+    ck_assert_int_eq(store_sync_error(cs), 0);
     probe_t p;
     request(cs, &p);
     ck_assert_int_eq(wait_done(&p), -ENOENT);
-    ck_assert_int_eq(commit_sync_error(cs), -ENOENT);
-    commit_sync_free(cs);
+    ck_assert_int_eq(store_sync_error(cs), -ENOENT);
+    store_sync_free(cs);
 }
 END_TEST
 
@@ -195,14 +194,14 @@ START_TEST(test_an_item_waits_for_the_wal_files_it_names)
     const char *wals[STORE_MAX_SHARDS];
     ck_assert_int_eq(store_wal_paths(st, wals), 1);
     wals[1] = "/proc/self/stat"; /* fdatasync fails there with EINVAL */
-    commit_sync_t *cs;
-    ck_assert_int_eq(commit_sync_start(wals, 2, NULL, &cs), 0);
+    store_sync_t *cs;
+    ck_assert_int_eq(store_sync_start(wals, 2, NULL, &cs), 0);
     probe_t good, bad;
     request_wals(cs, &good, 1u << 0);
     ck_assert_int_eq(wait_done(&good), 0);
     request_wals(cs, &bad, 1u << 1);
     ck_assert_int_eq(wait_done(&bad), -EINVAL);
-    commit_sync_free(cs);
+    store_sync_free(cs);
     store_close(st);
 }
 END_TEST
@@ -211,11 +210,11 @@ START_TEST(test_free_finishes_the_items_queued)
 {
     config_t cfg;
     store_t *st = open_store(true, &cfg);
-    commit_sync_t *cs = start_syncer(st, NULL);
+    store_sync_t *cs = start_syncer(st, NULL);
     probe_t probes[3];
     for (int i = 0; i < 3; i++)
         request(cs, &probes[i]);
-    commit_sync_free(cs);
+    store_sync_free(cs);
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(probes[i].order, i + 1);
         ck_assert_int_eq(probes[i].err, 0);
@@ -252,13 +251,13 @@ static void commit_a_buffer(store_t *st)
 }
 
 /* The checkpointer's due callback: asks the syncer (once there is one), and counts. */
-static commit_sync_t *due_syncer;
+static store_sync_t *due_syncer;
 static atomic_int due_calls;
 static void on_due(void *arg)
 {
     (void)arg;
     atomic_fetch_add(&due_calls, 1);
-    if (due_syncer) commit_sync_checkpoint_soon(due_syncer);
+    if (due_syncer) store_sync_checkpoint_soon(due_syncer);
 }
 
 static store_checkpointer_t *open_checkpointer(store_t *st, const config_t *cfg)
@@ -298,7 +297,7 @@ START_TEST(test_the_syncer_runs_the_checkpointer_after_its_rounds)
     config_t cfg;
     store_t *st = open_store(true, &cfg);
     store_checkpointer_t *cp = open_checkpointer(st, &cfg); /* due calls reach no syncer */
-    commit_sync_t *cs = start_syncer(st, cp);
+    store_sync_t *cs = start_syncer(st, cp);
     off_t db_before = file_size("gpujobd.db");
     static probe_t probes[COMMITS];
     for (int i = 0; i < COMMITS; i++) {
@@ -307,7 +306,7 @@ START_TEST(test_the_syncer_runs_the_checkpointer_after_its_rounds)
     }
     for (int i = 0; i < COMMITS; i++)
         ck_assert_int_eq(wait_done(&probes[i]), 0);
-    commit_sync_free(cs); /* after its last round */
+    store_sync_free(cs); /* after its last round */
     /* The first 1,000 pages at least went back to the database file. */
     ck_assert_int_ge(file_size("gpujobd.db"), db_before + 1000 * 4096 - 64 * 4096);
     store_checkpointer_close(cp);
@@ -320,7 +319,7 @@ START_TEST(test_commits_that_answer_no_one_get_checkpointed_too)
     config_t cfg;
     store_t *st = open_store(true, &cfg);
     store_checkpointer_t *cp = open_checkpointer(st, &cfg);
-    commit_sync_t *cs = start_syncer(st, cp);
+    store_sync_t *cs = start_syncer(st, cp);
     due_syncer = cs;
     off_t db_before = file_size("gpujobd.db");
     for (int i = 0; i < COMMITS; i++) /* no item asks for a sync */
@@ -331,7 +330,7 @@ START_TEST(test_commits_that_answer_no_one_get_checkpointed_too)
         waited += 0.01;
     }
     ck_assert_int_ge(file_size("gpujobd.db"), db_before + 1000 * 4096 - 64 * 4096);
-    commit_sync_free(cs);
+    store_sync_free(cs);
     due_syncer = NULL;
     store_checkpointer_close(cp);
     store_close(st);
@@ -374,8 +373,8 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("commit_sync");
-    TCase *tc = tcase_create("commit_sync");
+    Suite *s = suite_create("store_sync");
+    TCase *tc = tcase_create("store_sync");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_the_store_names_its_wal_only_with_sync_full);
     tcase_add_test(tc, test_every_item_is_done_once_in_the_order_it_came);

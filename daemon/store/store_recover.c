@@ -1,0 +1,110 @@
+/* Recovery after a restart: running jobs go back to the queue (or fail past their attempts),
+ * and every queued job is handed back to the caller, oldest first. */
+#include "store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/util/log.h"
+#include "store_internal.h"
+
+static int recover_states(shard_t *sh, int max_attempts)
+{
+    char requeue[160], fail[512];
+    snprintf(requeue, sizeof requeue,
+             "UPDATE jobs SET state = 'queued' WHERE " STORE_LIVE " AND state = 'running' "
+             "AND attempts < %d",
+             max_attempts);
+    snprintf(fail, sizeof fail,
+             "UPDATE jobs SET state = 'failed', finished_us = %" PRId64 ", "
+             "error_code = 'daemon_restarted', "
+             "error_message = printf('the daemon restarted while the job was running, "
+             "after %%d attempt(s) (the limit is %d)', attempts) "
+             "WHERE " STORE_LIVE " AND state = 'running'",
+             now_us(), max_attempts);
+    int r = store_raise_sync(sh);
+    if (r == 0) r = store_exec(&sh->conn, "BEGIN IMMEDIATE");
+    if (r < 0) {
+        store_lower_sync(sh);
+        return r;
+    }
+    r = store_exec(&sh->conn, requeue);
+    int requeued = sqlite3_changes(sh->conn.db);
+    if (r == 0) r = store_exec(&sh->conn, fail);
+    int failed = sqlite3_changes(sh->conn.db);
+    if (r == 0) r = store_exec(&sh->conn, "COMMIT");
+    if (r < 0 && !sqlite3_get_autocommit(sh->conn.db)) store_exec(&sh->conn, "ROLLBACK");
+    store_lower_sync(sh);
+    if (r < 0) return r;
+    if (requeued || failed)
+        log_info("store: recovery: %d running job(s) re-queued, %d failed after too many "
+                 "attempts",
+                 requeued, failed);
+    return 0;
+}
+
+/* A queued job, as recovery lists them. */
+typedef struct queued {
+    int64_t created_us;
+    char id[ID_SIZE];
+} queued_t;
+
+typedef struct queued_list {
+    queued_t *a;
+    size_t n, cap;
+} queued_list_t;
+
+/* Appends the shard's queued jobs to l. */
+static int queued_list(shard_t *sh, queued_list_t *l)
+{
+    sqlite3_stmt *stmt;
+    if (sqlite3_prepare_v2(sh->conn.db,
+                           "SELECT created_us, id FROM jobs WHERE " STORE_LIVE
+                           " AND state = 'queued'",
+                           -1, &stmt, NULL) != SQLITE_OK)
+        return store_sql_error(&sh->conn, "listing queued jobs");
+    int rc, r = 0;
+    while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        r = vec_grow((void **)&l->a, &l->cap, l->n + 1, sizeof *l->a, 256);
+        if (r < 0) break;
+        l->a[l->n].created_us = sqlite3_column_int64(stmt, 0);
+        store_column_copy(stmt, 1, l->a[l->n++].id, ID_SIZE);
+    }
+    if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(&sh->conn, "listing queued jobs");
+    sqlite3_finalize(stmt);
+    return r;
+}
+
+static int queued_before(const void *pa, const void *pb)
+{
+    const queued_t *a = pa, *b = pb;
+    if (a->created_us != b->created_us) return a->created_us < b->created_us ? -1 : 1;
+    return strcmp(a->id, b->id);
+}
+
+int store_recover(store_t *st, int max_attempts, int (*resolve)(job_t *job),
+                  void (*cb)(job_t *job, void *ud), void *ud)
+{
+    if (st->in_txn) return log_error_errno(-EBUSY, "store: store_recover inside a transaction");
+    int r = 0;
+    queued_list_t l = {0};
+    for (int k = 0; k < st->n_shards && r == 0; k++) {
+        r = recover_states(&st->shards[k], max_attempts);
+        if (r == 0) r = queued_list(&st->shards[k], &l);
+    }
+    /* Oldest first across the shards; loaded one at a time, after the listing is finished, so
+     * that cb may use the store. */
+    if (r == 0) qsort(l.a, l.n, sizeof *l.a, queued_before);
+    for (size_t i = 0; r == 0 && i < l.n; i++) {
+        job_t *job;
+        r = store_job_read(&store_shard_of(st, l.a[i].id)->conn, l.a[i].id, &job);
+        if (r == 0 && resolve && (r = resolve(job)) < 0) job_free(job);
+        if (r == 0) cb(job, ud);
+    }
+    free(l.a);
+    if (r == 0 && l.n > 0) log_info("store: recovery: %zu queued job(s) handed back", l.n);
+    return r;
+}
