@@ -8,9 +8,9 @@
  *
  * i8 always goes to cuBLASLt as "TN" (both operands k-contiguous), the only layout its IMMA
  * tensor-core kernels take: b (and a, when transposed) is transposed into scratch first, an
- * O(k n) copy against the O(m n k) product (on the H200 at 8192^3: 0.05 ms of 0.75). In any
- * other layout cuBLASLt offers only non-tensor-core kernels for int8: 127 TOPS there, against
- * 1460 with the copy.
+ * O(k n) copy against the O(m n k) product. In any other layout cuBLASLt offers only
+ * non-tensor-core kernels for int8, an order of magnitude slower than the tensor cores with
+ * the copy (bench/README.md, "Kernel shapes").
  *
  * n calls with one batch key (same shape, dtype, flags and scalars) go out as one
  * cublasGemmBatchedEx over pointer arrays, unless each call alone fills the GPU.
@@ -491,9 +491,9 @@ static cublasStatus_t gemm_lt_matmul(const op_cuda_ctx_t *ctx, const gemm_lt_pro
                           GEMM_WORKSPACE_BYTES, (cudaStream_t)ctx->stream);
 }
 
-/* Asks the heuristic (through the cache) for the problem's algorithm. Timing the heuristic's
- * next candidates on first use was tried and measured on the H200: its picks ran 5% slower
- * than the first answer in bf16 and f16 and no faster in tf32, so the first answer stands. */
+/* Asks the heuristic (through the cache) for the problem's algorithm. Its first answer is used
+ * as it is: timing its next candidates on first use picks no faster algorithm on the H200
+ * (bench/README.md, "Kernel shapes"). */
 static cublasStatus_t gemm_lt_algo(const op_cuda_ctx_t *ctx, const gemm_lt_problem_t *pr,
                                    const gemm_lt_desc_t *desc, void *workspace, bool *ret_found,
                                    cublasLtMatmulAlgo_t *ret_algo)

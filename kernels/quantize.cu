@@ -16,8 +16,8 @@
 
 /* 16-byte vectors of input per thread per tile. */
 #define QUANT_UNROLL 4
-/* 4-byte words of q per thread per tile of dequantize: on the H200 a kernel of this shape took
- * 1.351 ms for 1 GiB of q with two, 1.380 with four, 1.395 with eight. */
+/* 4-byte words of q per thread per tile of dequantize: two is the fastest of two, four and
+ * eight on the H200 (bench/README.md, "Kernel shapes"). */
 #define DEQUANT_UNROLL 2
 #define DEQUANT_TILE ((int64_t)GJ_BLOCK * DEQUANT_UNROLL * 4)
 /* Per-channel max with at most this many channels collects in shared memory first. */

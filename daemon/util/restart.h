@@ -2,7 +2,7 @@
  *
  * After a sticky error (a kernel's illegal address, say) no CUDA call of this process can use
  * that GPU again: cudaDeviceReset returns success, but every later call fails with
- * cudaErrorDevicesUnavailable (measured on the H200 with driver 580 and CUDA 13), as NVIDIA
+ * cudaErrorDevicesUnavailable (so it goes on the H200 with driver 580 and CUDA 13), as NVIDIA
  * documents for cudaErrorIllegalAddress ("the process must be terminated and relaunched").
  * So the device worker hands its batches back, the daemon drains like on SIGTERM, keeping its
  * listening sockets open, and executes itself again with the same arguments: same PID, same
