@@ -28,7 +28,7 @@ static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
                           "shape is required, like shape=2,3 (empty for a scalar)");
         return API_DONE;
     }
-    codec_error_t cerr;
+    op_error_t cerr;
     if (codec_shape_parse_csv(shape, &d, &cerr) < 0) {
         api_respond_error(req, 400, "invalid_argument", cerr.field, "%s", cerr.message);
         return API_DONE;
@@ -139,7 +139,7 @@ static int npy_upload_desc(api_request_t *req, tensor_desc_t *ret, size_t *ret_o
 {
     if (dtype_or_shape_given(req, "a .npy upload takes dtype and shape from its header"))
         return API_DONE;
-    codec_error_t cerr;
+    op_error_t cerr;
     uint64_t max = req->env->cfg->max_tensor_bytes;
     tensor_desc_t d;
     size_t offset;

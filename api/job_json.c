@@ -55,7 +55,7 @@ static int invalid(api_error_t *err, const char *field, const char *fmt, ...)
 }
 
 /* Maps a codec failure: a tensor over the byte limit is 413, memory 500, the rest 400. */
-static int codec_failure(api_error_t *err, int r, const codec_error_t *cerr)
+static int codec_failure(api_error_t *err, int r, const op_error_t *cerr)
 {
     if (r == -E2BIG)
         return api_error_set(err, r, 413, "payload_too_large", cerr->field, "%s", cerr->message);
@@ -157,7 +157,7 @@ static int parse_tensor(const json_t *spec, const job_json_env_t *env, const cha
         return 0;
     }
 
-    codec_error_t cerr = {0};
+    op_error_t cerr = {0};
     r = codec_desc_from_json(json_object_get(spec, "dtype"), json_object_get(spec, "shape"), path,
                              env->cfg->max_tensor_bytes, &t->desc, &cerr);
     if (r < 0) return codec_failure(err, r, &cerr);

@@ -9,56 +9,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Fills *err (when not NULL) and returns code. */
-static int codec_error(codec_error_t *err, int code, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int codec_error(codec_error_t *err, int code, const char *field, const char *fmt, ...)
-{
-    if (!err) return code;
-    snprintf(err->field, sizeof err->field, "%s", field ? field : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 /* Explains a tensor_desc_check() failure; field names the shape. */
 static int desc_check_error(const tensor_desc_t *d, int r, uint64_t max_bytes, const char *field,
-                            codec_error_t *err)
+                            op_error_t *err)
 {
     if (r == -E2BIG)
-        return codec_error(err, r, field,
-                           "tensor of %" PRIu64 " bytes exceeds the limit of %" PRIu64 " bytes",
-                           tensor_desc_bytes(d), max_bytes);
-    if (r == -EOVERFLOW) return codec_error(err, r, field, "shape's byte size overflows 64 bits");
-    return codec_error(err, r, field, "invalid shape");
+        return op_error(err, r, field,
+                        "tensor of %" PRIu64 " bytes exceeds the limit of %" PRIu64 " bytes",
+                        tensor_desc_bytes(d), max_bytes);
+    if (r == -EOVERFLOW) return op_error(err, r, field, "shape's byte size overflows 64 bits");
+    return op_error(err, r, field, "invalid shape");
 }
 
 int codec_desc_from_json(const json_t *dtype, const json_t *shape, const char *prefix,
-                         uint64_t max_bytes, tensor_desc_t *ret, codec_error_t *err)
+                         uint64_t max_bytes, tensor_desc_t *ret, op_error_t *err)
 {
     char field[128];
     tensor_desc_t d = {0};
 
     snprintf(field, sizeof field, "%s.dtype", prefix);
-    if (!dtype) return codec_error(err, -EINVAL, field, "dtype is required");
+    if (!dtype) return op_error(err, -EINVAL, field, "dtype is required");
     if (!json_is_string(dtype) || dtype_parse(json_string_value(dtype), &d.dtype) < 0)
-        return codec_error(err, -EINVAL, field,
-                           "dtype must be one of f32, f16, bf16, f64, i8, i32, u32, i64");
+        return op_error(err, -EINVAL, field,
+                        "dtype must be one of f32, f16, bf16, f64, i8, i32, u32, i64");
 
     snprintf(field, sizeof field, "%s.shape", prefix);
-    if (!shape) return codec_error(err, -EINVAL, field, "shape is required");
+    if (!shape) return op_error(err, -EINVAL, field, "shape is required");
     if (!json_is_array(shape))
-        return codec_error(err, -EINVAL, field, "shape must be a list of non-negative integers");
+        return op_error(err, -EINVAL, field, "shape must be a list of non-negative integers");
     if (json_array_size(shape) > TENSOR_MAX_DIMS)
-        return codec_error(err, -EINVAL, field, "shape has %zu dims, at most %d are allowed",
-                           json_array_size(shape), TENSOR_MAX_DIMS);
+        return op_error(err, -EINVAL, field, "shape has %zu dims, at most %d are allowed",
+                        json_array_size(shape), TENSOR_MAX_DIMS);
     d.ndim = (int)json_array_size(shape);
     for (int i = 0; i < d.ndim; i++) {
         const json_t *dim = json_array_get(shape, (size_t)i);
         if (!json_is_integer(dim) || json_integer_value(dim) < 0)
-            return codec_error(err, -EINVAL, field, "shape[%d] must be a non-negative integer", i);
+            return op_error(err, -EINVAL, field, "shape[%d] must be a non-negative integer", i);
         d.shape[i] = json_integer_value(dim);
     }
     int r = tensor_desc_check(&d, max_bytes);
@@ -67,29 +53,29 @@ int codec_desc_from_json(const json_t *dtype, const json_t *shape, const char *p
     return 0;
 }
 
-int codec_shape_parse_csv(const char *text, tensor_desc_t *ret, codec_error_t *err)
+int codec_shape_parse_csv(const char *text, tensor_desc_t *ret, op_error_t *err)
 {
     tensor_desc_t d = *ret;
     d.ndim = 0;
     const char *p = text ? text : "";
     while (*p) {
         if (d.ndim == TENSOR_MAX_DIMS)
-            return codec_error(err, -EINVAL, "query.shape", "at most %d dims are allowed",
-                               TENSOR_MAX_DIMS);
+            return op_error(err, -EINVAL, "query.shape", "at most %d dims are allowed",
+                            TENSOR_MAX_DIMS);
         if (*p < '0' || *p > '9')
-            return codec_error(err, -EINVAL, "query.shape",
-                               "shape must be comma-separated non-negative integers, like 2,3");
+            return op_error(err, -EINVAL, "query.shape",
+                            "shape must be comma-separated non-negative integers, like 2,3");
         char *end;
         errno = 0;
         long long v = strtoll(p, &end, 10);
         if (errno == ERANGE)
-            return codec_error(err, -EINVAL, "query.shape", "shape[%d] is too large", d.ndim);
+            return op_error(err, -EINVAL, "query.shape", "shape[%d] is too large", d.ndim);
         d.shape[d.ndim++] = v;
         if (*end == ',' && end[1] != '\0')
             end++;
         else if (*end != '\0')
-            return codec_error(err, -EINVAL, "query.shape",
-                               "shape must be comma-separated non-negative integers, like 2,3");
+            return op_error(err, -EINVAL, "query.shape",
+                            "shape must be comma-separated non-negative integers, like 2,3");
         p = end;
     }
     *ret = d;
@@ -132,7 +118,7 @@ static element_t element_from_json(const json_t *v)
 /* Stores element i; the value must be representable in dt. On failure the message is set and
  * the field left to the caller, which names the element only then: formatting a path for every
  * element would cost more than decoding it. */
-static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, codec_error_t *err)
+static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, op_error_t *err)
 {
     /* f32 and f64 carry most inline data: stored here directly, with the same check as
      * below (a finite value must stay finite), without tensor_store's and tensor_load's
@@ -140,8 +126,8 @@ static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, 
     if (dt == DTYPE_F32 && v->is_float) {
         float f = (float)v->x;
         if (isfinite(v->x) && !isfinite(f))
-            return codec_error(err, -EINVAL, NULL, "%g is out of range for dtype %s", v->x,
-                               dtype_name(dt));
+            return op_error(err, -EINVAL, NULL, "%g is out of range for dtype %s", v->x,
+                            dtype_name(dt));
         ((float *)data)[i] = f;
         return 0;
     }
@@ -151,16 +137,16 @@ static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, 
     }
     if (dtype_is_float(dt)) {
         if (!v->is_float)
-            return codec_error(err, -EINVAL, NULL, "must be a number for dtype %s", dtype_name(dt));
+            return op_error(err, -EINVAL, NULL, "must be a number for dtype %s", dtype_name(dt));
         tensor_store(dt, data, i, v->x);
         /* A finite value that became infinite did not fit the dtype. */
         if (isfinite(v->x) && !isfinite(tensor_load(dt, data, i)))
-            return codec_error(err, -EINVAL, NULL, "%g is out of range for dtype %s", v->x,
-                               dtype_name(dt));
+            return op_error(err, -EINVAL, NULL, "%g is out of range for dtype %s", v->x,
+                            dtype_name(dt));
         return 0;
     }
     if (!v->is_int)
-        return codec_error(err, -EINVAL, NULL, "must be an integer for dtype %s", dtype_name(dt));
+        return op_error(err, -EINVAL, NULL, "must be an integer for dtype %s", dtype_name(dt));
     json_int_t x = v->i;
     json_int_t lo, hi;
     switch (dt) {
@@ -178,11 +164,11 @@ static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, 
         break;
     }
     if (x < lo || x > hi)
-        return codec_error(err, -EINVAL, NULL,
-                           "%" JSON_INTEGER_FORMAT
-                           " is out of range for dtype %s [%" JSON_INTEGER_FORMAT
-                           ", %" JSON_INTEGER_FORMAT "]",
-                           x, dtype_name(dt), lo, hi);
+        return op_error(err, -EINVAL, NULL,
+                        "%" JSON_INTEGER_FORMAT
+                        " is out of range for dtype %s [%" JSON_INTEGER_FORMAT
+                        ", %" JSON_INTEGER_FORMAT "]",
+                        x, dtype_name(dt), lo, hi);
     /* Integers are written exactly, not through a double: i64 needs all 64 bits. */
     switch (dt) {
     case DTYPE_I8:
@@ -202,7 +188,7 @@ static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, 
 }
 
 /* Names the element at index path idx[0..n) under base in err->field ("data[1][2]"). */
-static void element_field(codec_error_t *err, const char *base, const size_t *idx, int n)
+static void element_field(op_error_t *err, const char *base, const size_t *idx, int n)
 {
     if (!err) return;
     size_t len = (size_t)snprintf(err->field, sizeof err->field, "%s", base);
@@ -213,7 +199,7 @@ static void element_field(codec_error_t *err, const char *base, const size_t *id
 /* Walks lists nested like d's shape from dimension dim; *next is the flat index and idx the
  * index path so far (for error fields only). */
 static int parse_nested(const json_t *v, const tensor_desc_t *d, int dim, const char *field,
-                        size_t *idx, void *data, int64_t *next, codec_error_t *err)
+                        size_t *idx, void *data, int64_t *next, op_error_t *err)
 {
     if (dim == d->ndim) {
         element_t e = element_from_json(v);
@@ -223,10 +209,10 @@ static int parse_nested(const json_t *v, const tensor_desc_t *d, int dim, const 
     }
     int r = 0;
     if (!json_is_array(v))
-        r = codec_error(err, -EINVAL, NULL, "must be a list of %" PRId64 " values", d->shape[dim]);
+        r = op_error(err, -EINVAL, NULL, "must be a list of %" PRId64 " values", d->shape[dim]);
     else if ((int64_t)json_array_size(v) != d->shape[dim])
-        r = codec_error(err, -EINVAL, NULL, "has %zu values where shape[%d] is %" PRId64,
-                        json_array_size(v), dim, d->shape[dim]);
+        r = op_error(err, -EINVAL, NULL, "has %zu values where shape[%d] is %" PRId64,
+                     json_array_size(v), dim, d->shape[dim]);
     if (r < 0) {
         element_field(err, field, idx, dim);
         return r;
@@ -240,16 +226,15 @@ static int parse_nested(const json_t *v, const tensor_desc_t *d, int dim, const 
 }
 
 /* The error for a flat list whose length is not the tensor's element count. */
-static int count_mismatch(const tensor_desc_t *d, size_t count, const char *field,
-                          codec_error_t *err)
+static int count_mismatch(const tensor_desc_t *d, size_t count, const char *field, op_error_t *err)
 {
     char shape[96];
-    return codec_error(err, -EINVAL, field, "data has %zu values but shape %s needs %" PRId64,
-                       count, tensor_shape_str(d, shape, sizeof shape), tensor_desc_numel(d));
+    return op_error(err, -EINVAL, field, "data has %zu values but shape %s needs %" PRId64, count,
+                    tensor_shape_str(d, shape, sizeof shape), tensor_desc_numel(d));
 }
 
 int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char *field,
-                         void **ret_data, codec_error_t *err)
+                         void **ret_data, op_error_t *err)
 {
     int64_t numel = tensor_desc_numel(d);
     uint64_t nbytes = tensor_desc_bytes(d);
@@ -258,12 +243,12 @@ int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char 
     bool flat = json_is_array(data) &&
                 (json_array_size(data) == 0 || !json_is_array(json_array_get(data, 0)));
     if (!json_is_array(data) && d->ndim != 0)
-        return codec_error(err, -EINVAL, field, "data must be a list");
+        return op_error(err, -EINVAL, field, "data must be a list");
     if (flat && (int64_t)json_array_size(data) != numel)
         return count_mismatch(d, json_array_size(data), field, err);
 
     void *buf = malloc(nbytes ? nbytes : 1);
-    if (!buf) return codec_error(err, -ENOMEM, field, "out of memory");
+    if (!buf) return op_error(err, -ENOMEM, field, "out of memory");
     int r = 0;
     if (!json_is_array(data)) {
         element_t e = element_from_json(data);
@@ -342,18 +327,17 @@ static int b64_value(unsigned char c)
 }
 
 int codec_b64_decode(const char *text, size_t len, void **ret_data, size_t *ret_len,
-                     codec_error_t *err)
+                     op_error_t *err)
 {
     if (len % 4 != 0)
-        return codec_error(err, -EINVAL, NULL,
-                           "base64 length %zu is not a multiple of 4 (padding '=' is required)",
-                           len);
+        return op_error(err, -EINVAL, NULL,
+                        "base64 length %zu is not a multiple of 4 (padding '=' is required)", len);
     size_t pad = 0;
     if (len >= 1 && text[len - 1] == '=') pad++;
     if (len >= 2 && text[len - 2] == '=') pad++;
     size_t out_len = len / 4 * 3 - pad;
     unsigned char *out = malloc(out_len ? out_len : 1);
-    if (!out) return codec_error(err, -ENOMEM, NULL, "out of memory");
+    if (!out) return op_error(err, -ENOMEM, NULL, "out of memory");
     size_t o = 0;
     for (size_t i = 0; i < len; i += 4) {
         uint32_t quad = 0;
@@ -363,8 +347,8 @@ int codec_b64_decode(const char *text, size_t len, void **ret_data, size_t *ret_
             bool is_pad = c == '=' && i + k >= len - pad;
             if (v < 0 && !is_pad) {
                 free(out);
-                return codec_error(err, -EINVAL, NULL, "invalid base64 character at offset %zu",
-                                   i + k);
+                return op_error(err, -EINVAL, NULL, "invalid base64 character at offset %zu",
+                                i + k);
             }
             quad = quad << 6 | (uint32_t)(v < 0 ? 0 : v);
         }
@@ -491,24 +475,24 @@ static bool npy_word(npy_lexer_t *lx, const char *word)
 }
 
 /* A tuple of non-negative integers: (), (3,), (2, 3). */
-static int npy_shape(npy_lexer_t *lx, tensor_desc_t *d, codec_error_t *err)
+static int npy_shape(npy_lexer_t *lx, tensor_desc_t *d, op_error_t *err)
 {
     if (!npy_accept(lx, '('))
-        return codec_error(err, -EINVAL, "body", "npy header: shape must be a tuple");
+        return op_error(err, -EINVAL, "body", "npy header: shape must be a tuple");
     d->ndim = 0;
     for (;;) {
         if (npy_accept(lx, ')')) return 0;
         npy_skip_space(lx);
         if (lx->p >= lx->end || *lx->p < '0' || *lx->p > '9')
-            return codec_error(err, -EINVAL, "body",
-                               "npy header: shape must hold non-negative integers");
+            return op_error(err, -EINVAL, "body",
+                            "npy header: shape must hold non-negative integers");
         if (d->ndim == TENSOR_MAX_DIMS)
-            return codec_error(err, -EINVAL, "body", "npy header: at most %d dims are allowed",
-                               TENSOR_MAX_DIMS);
+            return op_error(err, -EINVAL, "body", "npy header: at most %d dims are allowed",
+                            TENSOR_MAX_DIMS);
         int64_t v = 0;
         while (lx->p < lx->end && *lx->p >= '0' && *lx->p <= '9') {
             if (v > (INT64_MAX - 9) / 10)
-                return codec_error(err, -EOVERFLOW, "body", "npy header: a dim is too large");
+                return op_error(err, -EOVERFLOW, "body", "npy header: a dim is too large");
             v = v * 10 + (*lx->p++ - '0');
         }
         npy_skip_space(lx);
@@ -516,12 +500,12 @@ static int npy_shape(npy_lexer_t *lx, tensor_desc_t *d, codec_error_t *err)
         d->shape[d->ndim++] = v;
         if (!npy_accept(lx, ',')) {
             if (npy_accept(lx, ')')) return 0;
-            return codec_error(err, -EINVAL, "body", "npy header: malformed shape tuple");
+            return op_error(err, -EINVAL, "body", "npy header: malformed shape tuple");
         }
     }
 }
 
-static int npy_descr_dtype(const char *descr, dtype_t *ret, codec_error_t *err)
+static int npy_descr_dtype(const char *descr, dtype_t *ret, op_error_t *err)
 {
     for (int i = 0; i < DTYPE_COUNT; i++)
         if (npy_descrs[i] && strcmp(npy_descrs[i], descr) == 0) {
@@ -529,31 +513,30 @@ static int npy_descr_dtype(const char *descr, dtype_t *ret, codec_error_t *err)
             return 0;
         }
     if (descr[0] == '>')
-        return codec_error(err, -EINVAL, "body",
-                           "npy descr '%s' is big-endian; only "
-                           "little-endian data is accepted",
-                           descr);
-    return codec_error(err, -EINVAL, "body",
-                       "npy descr '%s' is not supported (accepted: <f4, <f2, <f8, |i1, <i4, "
-                       "<u4, <i8)",
-                       descr);
+        return op_error(err, -EINVAL, "body",
+                        "npy descr '%s' is big-endian; only "
+                        "little-endian data is accepted",
+                        descr);
+    return op_error(err, -EINVAL, "body",
+                    "npy descr '%s' is not supported (accepted: <f4, <f2, <f8, |i1, <i4, "
+                    "<u4, <i8)",
+                    descr);
 }
 
 /* The magic, version and header length at the start of a .npy file: 0 with the length of the
  * fixed prefix and of the header; -EAGAIN when len is too short to hold them (err says so);
  * -EINVAL when they are wrong. */
 static int npy_preamble(const unsigned char *b, size_t len, size_t *ret_prefix,
-                        size_t *ret_header_len, codec_error_t *err)
+                        size_t *ret_header_len, op_error_t *err)
 {
     if (len >= sizeof npy_magic && memcmp(b, npy_magic, sizeof npy_magic) != 0)
-        return codec_error(err, -EINVAL, "body", "not a .npy file (bad magic)");
-    if (len < 10) return codec_error(err, -EAGAIN, "body", "not a .npy file (too short)");
+        return op_error(err, -EINVAL, "body", "not a .npy file (bad magic)");
+    if (len < 10) return op_error(err, -EAGAIN, "body", "not a .npy file (too short)");
     unsigned major = b[6], minor = b[7];
     if (major < 1 || major > 3 || minor != 0)
-        return codec_error(err, -EINVAL, "body", "npy version %u.%u is not supported", major,
-                           minor);
+        return op_error(err, -EINVAL, "body", "npy version %u.%u is not supported", major, minor);
     size_t prefix = major == 1 ? 10 : 12;
-    if (len < prefix) return codec_error(err, -EAGAIN, "body", "npy file is truncated");
+    if (len < prefix) return op_error(err, -EAGAIN, "body", "npy file is truncated");
     *ret_prefix = prefix;
     *ret_header_len =
         major == 1 ? (size_t)b[8] | (size_t)b[9] << 8
@@ -564,14 +547,14 @@ static int npy_preamble(const unsigned char *b, size_t len, size_t *ret_prefix,
 int codec_npy_data_offset(const void *file, size_t len, size_t *ret_offset)
 {
     size_t prefix, header_len;
-    codec_error_t err;
+    op_error_t err;
     int r = npy_preamble(file, len, &prefix, &header_len, &err);
     if (r == 0) *ret_offset = prefix + header_len;
     return r;
 }
 
 int codec_npy_parse(const void *file, size_t len, uint64_t max_bytes, tensor_desc_t *ret_desc,
-                    size_t *ret_data_offset, codec_error_t *err)
+                    size_t *ret_data_offset, op_error_t *err)
 {
     tensor_desc_t d;
     size_t offset;
@@ -585,7 +568,7 @@ int codec_npy_parse(const void *file, size_t len, uint64_t max_bytes, tensor_des
 }
 
 int codec_npy_parse_header(const void *file, size_t len, uint64_t max_bytes,
-                           tensor_desc_t *ret_desc, size_t *ret_data_offset, codec_error_t *err)
+                           tensor_desc_t *ret_desc, size_t *ret_data_offset, op_error_t *err)
 {
     const unsigned char *b = file;
     size_t prefix, header_len;
@@ -593,54 +576,54 @@ int codec_npy_parse_header(const void *file, size_t len, uint64_t max_bytes,
     if (r == -EAGAIN) r = -EINVAL; /* the whole file is here: too short is wrong */
     if (r < 0) return r;
     if (header_len > len - prefix)
-        return codec_error(err, -EINVAL, "body", "npy file is truncated inside its header");
+        return op_error(err, -EINVAL, "body", "npy file is truncated inside its header");
     for (size_t i = 0; i < header_len; i++)
         if (b[prefix + i] < 0x20 && b[prefix + i] != '\n' && b[prefix + i] != '\t')
-            return codec_error(err, -EINVAL, "body", "npy header holds a control character");
+            return op_error(err, -EINVAL, "body", "npy header holds a control character");
 
     npy_lexer_t lx = {(const char *)b + prefix, (const char *)b + prefix + header_len};
     tensor_desc_t d = {0};
     bool have_descr = false, have_order = false, have_shape = false;
-    if (!npy_accept(&lx, '{')) return codec_error(err, -EINVAL, "body", "npy header is not a dict");
+    if (!npy_accept(&lx, '{')) return op_error(err, -EINVAL, "body", "npy header is not a dict");
     while (!npy_accept(&lx, '}')) {
         char key[32], descr[32];
         if (npy_string(&lx, key, sizeof key) < 0 || !npy_accept(&lx, ':'))
-            return codec_error(err, -EINVAL, "body", "npy header: malformed dict");
+            return op_error(err, -EINVAL, "body", "npy header: malformed dict");
         if (strcmp(key, "descr") == 0 && !have_descr) {
             if (npy_string(&lx, descr, sizeof descr) < 0)
-                return codec_error(err, -EINVAL, "body",
-                                   "npy header: descr must be a dtype string (structured "
-                                   "dtypes are not supported)");
+                return op_error(err, -EINVAL, "body",
+                                "npy header: descr must be a dtype string (structured "
+                                "dtypes are not supported)");
             int r = npy_descr_dtype(descr, &d.dtype, err);
             if (r < 0) return r;
             have_descr = true;
         } else if (strcmp(key, "fortran_order") == 0 && !have_order) {
             if (npy_word(&lx, "True"))
-                return codec_error(err, -EINVAL, "body",
-                                   "npy fortran_order True is not supported; save C-ordered "
-                                   "data");
+                return op_error(err, -EINVAL, "body",
+                                "npy fortran_order True is not supported; save C-ordered "
+                                "data");
             if (!npy_word(&lx, "False"))
-                return codec_error(err, -EINVAL, "body",
-                                   "npy header: fortran_order must be True or False");
+                return op_error(err, -EINVAL, "body",
+                                "npy header: fortran_order must be True or False");
             have_order = true;
         } else if (strcmp(key, "shape") == 0 && !have_shape) {
             int r = npy_shape(&lx, &d, err);
             if (r < 0) return r;
             have_shape = true;
         } else {
-            return codec_error(err, -EINVAL, "body", "npy header: unexpected or repeated key '%s'",
-                               key);
+            return op_error(err, -EINVAL, "body", "npy header: unexpected or repeated key '%s'",
+                            key);
         }
         if (!npy_accept(&lx, ',')) {
             if (npy_accept(&lx, '}')) break;
-            return codec_error(err, -EINVAL, "body", "npy header: malformed dict");
+            return op_error(err, -EINVAL, "body", "npy header: malformed dict");
         }
     }
     npy_skip_space(&lx);
-    if (lx.p != lx.end) return codec_error(err, -EINVAL, "body", "npy header: junk after the dict");
+    if (lx.p != lx.end) return op_error(err, -EINVAL, "body", "npy header: junk after the dict");
     if (!have_descr || !have_order || !have_shape)
-        return codec_error(err, -EINVAL, "body",
-                           "npy header must give descr, fortran_order and shape");
+        return op_error(err, -EINVAL, "body",
+                        "npy header must give descr, fortran_order and shape");
     r = tensor_desc_check(&d, max_bytes);
     if (r < 0) return desc_check_error(&d, r, max_bytes, "body", err);
     *ret_desc = d;
@@ -648,18 +631,17 @@ int codec_npy_parse_header(const void *file, size_t len, uint64_t max_bytes,
     return 0;
 }
 
-int codec_npy_check_data_bytes(const tensor_desc_t *d, uint64_t have, codec_error_t *err)
+int codec_npy_check_data_bytes(const tensor_desc_t *d, uint64_t have, op_error_t *err)
 {
     uint64_t want = tensor_desc_bytes(d);
     if (have < want)
-        return codec_error(err, -EINVAL, "body",
-                           "npy data is truncated: its header needs %" PRIu64
-                           " bytes, the file holds %" PRIu64,
-                           want, have);
+        return op_error(err, -EINVAL, "body",
+                        "npy data is truncated: its header needs %" PRIu64
+                        " bytes, the file holds %" PRIu64,
+                        want, have);
     if (have > want)
-        return codec_error(err, -EINVAL, "body",
-                           "npy file has %" PRIu64 " bytes after the %" PRIu64
-                           " its header describes",
-                           have - want, want);
+        return op_error(err, -EINVAL, "body",
+                        "npy file has %" PRIu64 " bytes after the %" PRIu64 " its header describes",
+                        have - want, want);
     return 0;
 }

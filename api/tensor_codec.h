@@ -10,22 +10,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/tensor.h"
-
-typedef struct codec_error {
-    char field[128]; /* "inputs.x.data[3]"; "" when the error concerns no single field */
-    char message[256];
-} codec_error_t;
+#include "kernels/op.h"
 
 /* Parses `dtype` (a name) and `shape` (a list of at most TENSOR_MAX_DIMS non-negative
  * integers) into a descriptor checked against max_bytes. prefix names the tensor in errors
  * ("inputs.x"): the error field is "<prefix>.dtype" or "<prefix>.shape". */
 int codec_desc_from_json(const json_t *dtype, const json_t *shape, const char *prefix,
-                         uint64_t max_bytes, tensor_desc_t *ret, codec_error_t *err);
+                         uint64_t max_bytes, tensor_desc_t *ret, op_error_t *err);
 
 /* Parses a shape written as comma-separated sizes ("2,3"; "" is a scalar), from a query
  * string: sets ret->ndim and ret->shape, leaving ret->dtype as it was. */
-int codec_shape_parse_csv(const char *text, tensor_desc_t *ret, codec_error_t *err);
+int codec_shape_parse_csv(const char *text, tensor_desc_t *ret, op_error_t *err);
 
 /* Converts inline data into a new malloc'd block of the descriptor's bytes. `data` is either a
  * flat list of numel numbers or lists nested exactly like the shape (a scalar may also be a
@@ -33,7 +28,7 @@ int codec_shape_parse_csv(const char *text, tensor_desc_t *ret, codec_error_t *e
  * numbers (and the strings "nan", "inf", "-inf") that are finite in the dtype unless given
  * as infinite. field is the path of `data` itself ("inputs.x.data"). */
 int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char *field,
-                         void **ret_data, codec_error_t *err);
+                         void **ret_data, op_error_t *err);
 /* The tensor's elements as a flat JSON list (a new reference; NULL on allocation failure).
  * Non-finite floats are written as the strings "nan", "inf" and "-inf", which JSON lacks. */
 json_t *codec_data_to_json(const tensor_desc_t *d, const void *data);
@@ -41,19 +36,19 @@ json_t *codec_data_to_json(const tensor_desc_t *d, const void *data);
 /* Standard base64 with padding. decode: a new malloc'd block and its length; -EINVAL naming
  * the offending character position in err. encode: a new NUL-terminated string or NULL. */
 int codec_b64_decode(const char *text, size_t len, void **ret_data, size_t *ret_len,
-                     codec_error_t *err);
+                     op_error_t *err);
 char *codec_b64_encode(const void *data, size_t len);
 
 /* Parses a .npy file (versions 1.0, 2.0, 3.0; little-endian f4, f2, f8, i1, i4, u4, i8; C
  * order only) held in memory. On success the descriptor, checked against max_bytes, and the
  * offset of the data, whose length is exactly the descriptor's bytes. */
 int codec_npy_parse(const void *file, size_t len, uint64_t max_bytes, tensor_desc_t *ret_desc,
-                    size_t *ret_data_offset, codec_error_t *err);
+                    size_t *ret_data_offset, op_error_t *err);
 /* The same in two steps, for a file whose data is elsewhere (streamed to disk): the header,
  * from the first len bytes (at least up to the data), then the data's length. */
 int codec_npy_parse_header(const void *file, size_t len, uint64_t max_bytes,
-                           tensor_desc_t *ret_desc, size_t *ret_data_offset, codec_error_t *err);
-int codec_npy_check_data_bytes(const tensor_desc_t *d, uint64_t have, codec_error_t *err);
+                           tensor_desc_t *ret_desc, size_t *ret_data_offset, op_error_t *err);
+int codec_npy_check_data_bytes(const tensor_desc_t *d, uint64_t have, op_error_t *err);
 /* Where the data of a .npy file starts, from its first len bytes: 0; -EAGAIN when len is too
  * short to tell; -EINVAL when they are not the start of a .npy file. */
 int codec_npy_data_offset(const void *file, size_t len, size_t *ret_offset);

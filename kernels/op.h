@@ -24,7 +24,7 @@ extern "C" {
 #define OP_BATCH_KEY_LEN 128
 
 typedef struct op_error {
-    char field[64]; /* "" when the error concerns no single field */
+    char field[128]; /* "inputs.x.data[3]"; "" when the error concerns no single field */
     char message[256];
 } op_error_t;
 

@@ -25,7 +25,7 @@ static tensor_desc_t desc2(dtype_t dt, int ndim, int64_t d0, int64_t d1)
 }
 
 /* Parses data text for d; returns the codec's result and keeps the bytes in *ret. */
-static int data_parse(const char *text, tensor_desc_t d, void **ret, codec_error_t *err)
+static int data_parse(const char *text, tensor_desc_t d, void **ret, op_error_t *err)
 {
     json_t *v = parse(text);
     *ret = NULL;
@@ -41,7 +41,7 @@ START_TEST(test_inline_flat_and_nested_agree_for_every_dtype)
     for (int dt = 0; dt < DTYPE_COUNT; dt++) {
         tensor_desc_t d = desc2((dtype_t)dt, 2, 2, 3);
         void *flat, *nested;
-        codec_error_t err;
+        op_error_t err;
         ck_assert_int_eq(data_parse("[1, -2, 3, 4, 5, 100]", d, &flat, &err),
                          dt == DTYPE_U32 ? -EINVAL : 0);
         if (dt == DTYPE_U32) {
@@ -80,7 +80,7 @@ START_TEST(test_inline_integer_ranges_are_enforced)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         void *data;
-        codec_error_t err = {0};
+        op_error_t err = {0};
         int r = data_parse(cases[i].text, desc2(cases[i].dt, 1, 2, 0), &data, &err);
         if (cases[i].bad_index < 0) {
             ck_assert_msg(r == 0, "case %zu: %s", i, err.message);
@@ -99,7 +99,7 @@ END_TEST
 START_TEST(test_inline_i64_is_exact_and_floats_check_their_range)
 {
     void *data;
-    codec_error_t err;
+    op_error_t err;
     ck_assert_int_eq(data_parse("[9007199254740993, -9223372036854775808]",
                                 desc2(DTYPE_I64, 1, 2, 0), &data, &err),
                      0);
@@ -130,7 +130,7 @@ END_TEST
 START_TEST(test_inline_counts_and_nesting_must_match_the_shape)
 {
     void *data;
-    codec_error_t err;
+    op_error_t err;
     ck_assert_int_eq(data_parse("[1, 2, 3, 4, 5]", desc2(DTYPE_F32, 2, 2, 3), &data, &err),
                      -EINVAL);
     ck_assert_str_eq(err.field, "inputs.x.data");
@@ -178,7 +178,7 @@ START_TEST(test_desc_from_json_checks_dtype_dims_and_limits)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_t *dtype = parse(cases[i].dtype), *shape = parse(cases[i].shape);
         tensor_desc_t d = {0};
-        codec_error_t err = {0};
+        op_error_t err = {0};
         int r = codec_desc_from_json(dtype, shape, "t", cases[i].max, &d, &err);
         ck_assert_msg(r == cases[i].r, "case %zu: got %d (%s)", i, r, err.message);
         if (cases[i].field) ck_assert_str_eq(err.field, cases[i].field);
@@ -191,7 +191,7 @@ END_TEST
 START_TEST(test_shape_csv_parses_sizes_and_refuses_junk)
 {
     tensor_desc_t d = {.dtype = DTYPE_I32};
-    codec_error_t err;
+    op_error_t err;
     ck_assert_int_eq(codec_shape_parse_csv("2,3", &d, &err), 0);
     ck_assert_int_eq(d.ndim, 2);
     ck_assert(d.shape[0] == 2 && d.shape[1] == 3 && d.dtype == DTYPE_I32);
@@ -240,7 +240,7 @@ START_TEST(test_b64_refuses_bad_text)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         void *back = NULL;
         size_t len;
-        codec_error_t err;
+        op_error_t err;
         ck_assert_msg(codec_b64_decode(bad[i], strlen(bad[i]), &back, &len, &err) == -EINVAL,
                       "'%s' accepted", bad[i]);
         ck_assert_ptr_null(back);
@@ -277,7 +277,7 @@ START_TEST(test_npy_write_then_parse_round_trips_every_dtype)
             ck_assert_uint_eq((len - nbytes) % 64, 0);
             tensor_desc_t back;
             size_t offset;
-            codec_error_t err;
+            op_error_t err;
             r = codec_npy_parse(file, len, UINT64_MAX, &back, &offset, &err);
             ck_assert_msg(r == 0, "%s %zu: %s", dtype_name(d.dtype), s, err.message);
             ck_assert(tensor_desc_equal(&back, &d));
@@ -315,7 +315,7 @@ START_TEST(test_npy_accepts_versions_2_and_3)
             npy_make(major, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", 24, &len);
         tensor_desc_t d;
         size_t offset;
-        codec_error_t err;
+        op_error_t err;
         ck_assert_int_eq(codec_npy_parse(f, len, UINT64_MAX, &d, &offset, &err), 0);
         ck_assert_int_eq(d.dtype, DTYPE_I64);
         ck_assert_int_eq(d.ndim, 1);
@@ -350,7 +350,7 @@ START_TEST(test_npy_refuses_bad_headers_and_lengths)
         void *f = npy_make(1, cases[i].dict, cases[i].nbytes, &len);
         tensor_desc_t d;
         size_t offset;
-        codec_error_t err = {0};
+        op_error_t err = {0};
         ck_assert_msg(codec_npy_parse(f, len, UINT64_MAX, &d, &offset, &err) == -EINVAL,
                       "case %zu accepted", i);
         ck_assert_msg(strstr(err.message, cases[i].why), "case %zu: '%s' lacks '%s'", i,
@@ -367,7 +367,7 @@ START_TEST(test_npy_refuses_bad_magic_version_truncation_and_size)
         npy_make(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1024,), }", 4096, &len);
     tensor_desc_t d;
     size_t offset;
-    codec_error_t err;
+    op_error_t err;
     ck_assert_int_eq(codec_npy_parse(f, len, 4095, &d, &offset, &err), -E2BIG);
     ck_assert_int_eq(codec_npy_parse(f, len, 4096, &d, &offset, &err), 0);
     ck_assert_int_eq(codec_npy_parse(f, 40, 4096, &d, &offset, &err), -EINVAL);
@@ -400,7 +400,7 @@ START_TEST(test_npy_data_offset_and_header_from_the_first_bytes)
         ck_assert_uint_eq(offset, data_at);
 
         tensor_desc_t d;
-        codec_error_t err;
+        op_error_t err;
         ck_assert_int_eq(codec_npy_parse_header(f, data_at, 4096, &d, &offset, &err), 0);
         ck_assert_uint_eq(offset, data_at);
         ck_assert_int_eq(d.dtype, DTYPE_F32);
