@@ -131,13 +131,10 @@ static int64_t conv2d_out_size(int64_t in, int64_t pad, int64_t dil, int64_t ker
     return span < 0 ? 0 : span / stride + 1;
 }
 
-static int conv2d_validate(const json_t *params, op_call_t *call, op_error_t *err)
+/* Checks inputs.x and inputs.w: dtypes, [N, C, H, W] and [K, C/groups, R, S] shapes, and that
+ * params.groups divides both channel counts. */
+static int conv2d_check_x_w(const op_call_t *call, const conv2d_params_t *p, op_error_t *err)
 {
-    int r = op_params_check_keys(&op_conv2d, params, err);
-    if (r < 0) return r;
-    conv2d_params_t p;
-    if ((r = conv2d_parse_params(params, &p, err)) < 0) return r;
-
     const tensor_desc_t *x = &call->in[CONV2D_IN_X], *w = &call->in[CONV2D_IN_W];
     char shape[96];
     if (!conv2d_dtype_supported(x->dtype))
@@ -154,41 +151,57 @@ static int conv2d_validate(const json_t *params, op_call_t *call, op_error_t *er
         return op_error(err, -EINVAL, "inputs.w.shape",
                         "inputs.w must be [K, C/groups, R, S] with R, S >= 1 (got %s)",
                         tensor_shape_str(w, shape, sizeof shape));
-    int64_t n = x->shape[0], c = x->shape[1], h = x->shape[2], wd = x->shape[3];
-    int64_t k = w->shape[0], kr = w->shape[2], ks = w->shape[3];
-    if (c % p.groups != 0)
+    int64_t c = x->shape[1], k = w->shape[0];
+    if (c % p->groups != 0)
         return op_error(err, -EINVAL, "params.groups",
-                        "params.groups (%d) must divide the input channels C = %lld", p.groups,
+                        "params.groups (%d) must divide the input channels C = %lld", p->groups,
                         (long long)c);
-    if (k % p.groups != 0)
+    if (k % p->groups != 0)
         return op_error(err, -EINVAL, "params.groups",
-                        "params.groups (%d) must divide the output channels K = %lld", p.groups,
+                        "params.groups (%d) must divide the output channels K = %lld", p->groups,
                         (long long)k);
-    if (w->shape[1] != c / p.groups)
+    if (w->shape[1] != c / p->groups)
         return op_error(err, -EINVAL, "inputs.w.shape",
                         "inputs.w must be [K, C/groups = %lld, R, S] (got %s)",
-                        (long long)(c / p.groups), tensor_shape_str(w, shape, sizeof shape));
+                        (long long)(c / p->groups), tensor_shape_str(w, shape, sizeof shape));
+    return 0;
+}
 
-    bool bias = p.epilogue & CONV2D_EPI_BIAS, bn = p.epilogue & CONV2D_EPI_BATCHNORM;
+/* Checks the epilogue's vectors (bias, then the four batchnorm ones) against the epilogue and
+ * the K output channels. */
+static int conv2d_check_epilogue_inputs(const op_call_t *call, uint32_t epilogue, int64_t k,
+                                        op_error_t *err)
+{
+    bool bias = epilogue & CONV2D_EPI_BIAS, bn = epilogue & CONV2D_EPI_BATCHNORM;
+    int r;
     if ((r = conv2d_check_vector(call, CONV2D_IN_BIAS, bias, "bias", k, err)) < 0) return r;
     for (int slot = CONV2D_IN_BN_SCALE; slot <= CONV2D_IN_BN_VAR; slot++)
         if ((r = conv2d_check_vector(call, slot, bn, "batchnorm", k, err)) < 0) return r;
+    return 0;
+}
 
+/* Computes the output [N, K, P, Q] of checked x and w, refusing an empty output and any size
+ * the CUDA kernels cannot index. 0 and *ret_out, or a negative errno with err filled. */
+static int conv2d_output_desc(const tensor_desc_t *x, const tensor_desc_t *w,
+                              const conv2d_params_t *p, tensor_desc_t *ret_out, op_error_t *err)
+{
+    int64_t n = x->shape[0], h = x->shape[2], wd = x->shape[3];
+    int64_t k = w->shape[0], kr = w->shape[2], ks = w->shape[3];
     /* The CUDA kernels index within int32; keep every coordinate they form inside it. */
-    if (h + 2 * (int64_t)p.padding[0] > INT32_MAX || wd + 2 * (int64_t)p.padding[1] > INT32_MAX)
+    if (h + 2 * (int64_t)p->padding[0] > INT32_MAX || wd + 2 * (int64_t)p->padding[1] > INT32_MAX)
         return op_error(err, -EINVAL, "params.padding",
                         "params.padding makes the padded input larger than 2^31");
-    int64_t out_p = conv2d_out_size(h, p.padding[0], p.dilation[0], kr, p.stride[0]);
-    int64_t out_q = conv2d_out_size(wd, p.padding[1], p.dilation[1], ks, p.stride[1]);
+    int64_t out_p = conv2d_out_size(h, p->padding[0], p->dilation[0], kr, p->stride[0]);
+    int64_t out_q = conv2d_out_size(wd, p->padding[1], p->dilation[1], ks, p->stride[1]);
     if (out_p < 1 || out_q < 1)
         return op_error(err, -EINVAL, "params",
                         "the output would be empty (P = %lld, Q = %lld): the dilated kernel "
                         "(%lld x %lld) is larger than the padded input (%lld x %lld); check "
                         "params.padding, params.dilation and params.stride",
                         (long long)out_p, (long long)out_q,
-                        (long long)(p.dilation[0] * (kr - 1) + 1),
-                        (long long)(p.dilation[1] * (ks - 1) + 1),
-                        (long long)(h + 2 * p.padding[0]), (long long)(wd + 2 * p.padding[1]));
+                        (long long)(p->dilation[0] * (kr - 1) + 1),
+                        (long long)(p->dilation[1] * (ks - 1) + 1),
+                        (long long)(h + 2 * p->padding[0]), (long long)(wd + 2 * p->padding[1]));
 
     tensor_desc_t out = {.dtype = x->dtype, .ndim = 4, .shape = {n, k, out_p, out_q}};
     if (tensor_desc_numel(x) > INT32_MAX || tensor_desc_numel(w) > INT32_MAX)
@@ -200,33 +213,64 @@ static int conv2d_validate(const json_t *params, op_call_t *call, op_error_t *er
         return op_error(err, -E2BIG, "inputs.x.shape",
                         "the output [%lld, %lld, %lld, %lld] would exceed 2^31 - 1 elements",
                         (long long)n, (long long)k, (long long)out_p, (long long)out_q);
+    *ret_out = out;
+    return 0;
+}
+
+/* The scheduler's cost of a validated call: the convolution's multiply-adds and the epilogue's
+ * per-element steps, and the bytes of every tensor read or written. */
+static void conv2d_set_cost(op_call_t *call, const conv2d_params_t *p)
+{
+    const tensor_desc_t *x = &call->in[CONV2D_IN_X], *w = &call->in[CONV2D_IN_W];
+    const tensor_desc_t *out = &call->out[0];
+    int64_t c = x->shape[1], kr = w->shape[2], ks = w->shape[3];
+    bool bias = p->epilogue & CONV2D_EPI_BIAS, bn = p->epilogue & CONV2D_EPI_BATCHNORM;
+    double macs = (double)tensor_desc_numel(out) * (double)(c / p->groups) * kr * ks;
+    double epi_flops = (bias ? 1 : 0) + (bn ? 2 : 0) + ((p->epilogue & CONV2D_EPI_RELU) ? 1 : 0);
+    double vec_bytes = 0;
+    for (int slot = CONV2D_IN_BIAS; slot < CONV2D_N_INPUTS; slot++)
+        if (call->has_in[slot]) vec_bytes += (double)tensor_desc_bytes(&call->in[slot]);
+    call->cost.flops = 2 * macs + epi_flops * (double)tensor_desc_numel(out);
+    call->cost.bytes = (double)tensor_desc_bytes(x) + (double)tensor_desc_bytes(w) + vec_bytes +
+                       (double)tensor_desc_bytes(out);
+}
+
+/* Calls batch when the kernel's shape and params agree; eps and the epilogue vectors' dtypes
+ * are read per call. A key that does not fit is left empty: never batched, rather than batched
+ * wrongly on a truncated key. */
+static void conv2d_set_batch_key(op_call_t *call, const conv2d_params_t *p)
+{
+    const tensor_desc_t *x = &call->in[CONV2D_IN_X], *w = &call->in[CONV2D_IN_W];
+    int len = snprintf(call->batch_key, sizeof call->batch_key,
+                       "conv2d/%s/%lldx%lldx%lldx%lld/%lldx%lldx%lldx%lld/s%dx%d/p%dx%d/d%dx%d/"
+                       "g%d/e%u",
+                       dtype_name(x->dtype), (long long)x->shape[0], (long long)x->shape[1],
+                       (long long)x->shape[2], (long long)x->shape[3], (long long)w->shape[0],
+                       (long long)w->shape[1], (long long)w->shape[2], (long long)w->shape[3],
+                       p->stride[0], p->stride[1], p->padding[0], p->padding[1], p->dilation[0],
+                       p->dilation[1], p->groups, p->epilogue);
+    if (len < 0 || (size_t)len >= sizeof call->batch_key) call->batch_key[0] = '\0';
+}
+
+static int conv2d_validate(const json_t *params, op_call_t *call, op_error_t *err)
+{
+    int r = op_params_check_keys(&op_conv2d, params, err);
+    if (r < 0) return r;
+    conv2d_params_t p;
+    if ((r = conv2d_parse_params(params, &p, err)) < 0) return r;
+    if ((r = conv2d_check_x_w(call, &p, err)) < 0) return r;
+    const tensor_desc_t *x = &call->in[CONV2D_IN_X], *w = &call->in[CONV2D_IN_W];
+    if ((r = conv2d_check_epilogue_inputs(call, p.epilogue, w->shape[0], err)) < 0) return r;
+    tensor_desc_t out;
+    if ((r = conv2d_output_desc(x, w, &p, &out, err)) < 0) return r;
 
     memset(call->params.bytes, 0, sizeof call->params.bytes);
     *OP_PARAMS(call, conv2d_params_t) = p;
     call->n_out = 1;
     call->out_names[0] = conv2d_out_names[0];
     call->out[0] = out;
-
-    double macs = (double)tensor_desc_numel(&out) * (double)(c / p.groups) * kr * ks;
-    double epi_flops = (bias ? 1 : 0) + (bn ? 2 : 0) + ((p.epilogue & CONV2D_EPI_RELU) ? 1 : 0);
-    double vec_bytes = 0;
-    for (int slot = CONV2D_IN_BIAS; slot < CONV2D_N_INPUTS; slot++)
-        if (call->has_in[slot]) vec_bytes += (double)tensor_desc_bytes(&call->in[slot]);
-    call->cost.flops = 2 * macs + epi_flops * (double)tensor_desc_numel(&out);
-    call->cost.bytes = (double)tensor_desc_bytes(x) + (double)tensor_desc_bytes(w) + vec_bytes +
-                       (double)tensor_desc_bytes(&out);
-
-    /* Calls batch when the kernel's shape and params agree; eps and the epilogue vectors'
-     * dtypes are read per call. A key that does not fit is left empty: never batched, rather
-     * than batched wrongly on a truncated key. */
-    int len = snprintf(call->batch_key, sizeof call->batch_key,
-                       "conv2d/%s/%lldx%lldx%lldx%lld/%lldx%lldx%lldx%lld/s%dx%d/p%dx%d/d%dx%d/"
-                       "g%d/e%u",
-                       dtype_name(x->dtype), (long long)n, (long long)c, (long long)h,
-                       (long long)wd, (long long)k, (long long)w->shape[1], (long long)kr,
-                       (long long)ks, p.stride[0], p.stride[1], p.padding[0], p.padding[1],
-                       p.dilation[0], p.dilation[1], p.groups, p.epilogue);
-    if (len < 0 || (size_t)len >= sizeof call->batch_key) call->batch_key[0] = '\0';
+    conv2d_set_cost(call, &p);
+    conv2d_set_batch_key(call, &p);
     return 0;
 }
 

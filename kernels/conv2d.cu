@@ -777,30 +777,13 @@ static size_t conv_align(size_t n)
     return (n + 255) & ~(size_t)255;
 }
 
-extern "C" int op_conv2d_run_cuda(const op_cuda_ctx_t *ctx, int n, const op_call_t *const *calls,
-                                  const void *const *const *in, void *const *const *out,
-                                  op_error_t *err)
+/* Fills the shape every call of the batch shares from the first call, whose elements are es
+ * bytes. */
+static void conv_shape_init(conv_shape_t &sh, const op_call_t *c0, size_t es)
 {
-    const op_call_t *c0 = calls[0];
     const conv2d_params_t *p = OP_PARAMS(c0, const conv2d_params_t);
     const tensor_desc_t *xd = &c0->in[CONV2D_IN_X], *wd = &c0->in[CONV2D_IN_W];
     const tensor_desc_t *od = &c0->out[0];
-    const dtype_t dt = xd->dtype;
-    const size_t es = dtype_size(dt);
-
-    if (tensor_desc_numel(od) == 0) return 0;
-    if (n > 65535)
-        return op_error(err, -EINVAL, "", "conv2d: at most 65535 calls in one batch (got %d)", n);
-
-    conv_launch_t L;
-    memset(&L, 0, sizeof L);
-    L.stream = (cudaStream_t)ctx->stream;
-    L.device = ctx->device;
-    cudaError_t e =
-        cudaDeviceGetAttribute(&L.sm_count, cudaDevAttrMultiProcessorCount, ctx->device);
-    if (e != cudaSuccess) return op_error(err, -EIO, "", "CUDA: %s", cudaGetErrorString(e));
-
-    conv_shape_t &sh = L.sh;
     sh.n = (int)xd->shape[0];
     sh.c = (int)xd->shape[1];
     sh.h = (int)xd->shape[2];
@@ -824,7 +807,23 @@ extern "C" int op_conv2d_run_cuda(const op_cuda_ctx_t *ctx, int n, const op_call
     sh.cgp = (sh.cg + ce - 1) / ce * ce;
     const int64_t kred = (int64_t)sh.r * sh.s * sh.cgp;
     sh.kred = kred <= INT32_MAX ? (int)kred : 0;
+}
 
+/* The one scratch allocation of a batch: its parts in the order they are laid out, each
+ * rounded by conv_align() and 0 when absent. */
+typedef struct conv_scratch_plan {
+    bool affine;      /* the epilogue has a bias or batchnorm step to fold */
+    bool inline_segs; /* the calls travel in the kernel parameters, not in a table */
+    size_t segs_bytes, fold_bytes, xh_bytes, wh_bytes;
+    size_t total;
+} conv_scratch_plan_t;
+
+/* Chooses the path of n calls of shape L.sh (sets L.gemm) and sizes the scratch it needs, for
+ * elements of es bytes. */
+static conv_scratch_plan_t conv_plan_batch(conv_launch_t &L, int n, size_t es)
+{
+    const conv_shape_t &sh = L.sh;
+    const int64_t kred = (int64_t)sh.r * sh.s * sh.cgp;
     /* The implicit GEMM pays off once a group has enough channels to fill mma tiles; the
      * repacked tensors and the grid must also stay inside the kernels' int32 indexing. */
     const int64_t xh_elems = (int64_t)sh.n * sh.h * sh.w * sh.groups * sh.cgp;
@@ -832,16 +831,22 @@ extern "C" int op_conv2d_run_cuda(const op_cuda_ctx_t *ctx, int n, const op_call
     L.gemm = sh.kg >= 16 && sh.cg >= 8 && kred <= INT32_MAX && (int64_t)n * xh_elems <= INT32_MAX &&
              wh_elems <= INT32_MAX && conv_igemm_grid_y(sh, 64) <= 65535;
 
-    const bool affine = sh.epilogue & (CONV2D_EPI_BIAS | CONV2D_EPI_BATCHNORM);
-    const bool inline_segs = n <= CONV_INLINE_SEGS;
-    const size_t segs_bytes = inline_segs ? 0 : conv_align((size_t)n * sizeof(conv_seg_t));
-    const size_t fold_bytes = affine ? conv_align((size_t)n * 2 * sh.k * sizeof(float)) : 0;
-    const size_t xh_bytes = L.gemm ? conv_align((size_t)n * xh_elems * es) : 0;
-    const size_t wh_bytes = L.gemm ? conv_align((size_t)n * wh_elems * es) : 0;
-    const size_t scratch_bytes = segs_bytes + fold_bytes + xh_bytes + wh_bytes;
+    conv_scratch_plan_t s;
+    s.affine = sh.epilogue & (CONV2D_EPI_BIAS | CONV2D_EPI_BATCHNORM);
+    s.inline_segs = n <= CONV_INLINE_SEGS;
+    s.segs_bytes = s.inline_segs ? 0 : conv_align((size_t)n * sizeof(conv_seg_t));
+    s.fold_bytes = s.affine ? conv_align((size_t)n * 2 * sh.k * sizeof(float)) : 0;
+    s.xh_bytes = L.gemm ? conv_align((size_t)n * xh_elems * es) : 0;
+    s.wh_bytes = L.gemm ? conv_align((size_t)n * wh_elems * es) : 0;
+    s.total = s.segs_bytes + s.fold_bytes + s.xh_bytes + s.wh_bytes;
+    return s;
+}
 
-    conv_seg_t *host = inline_segs ? L.batch.seg : (conv_seg_t *)calloc((size_t)n, sizeof *host);
-    if (!host) return op_error(err, -ENOMEM, "", "conv2d: out of host memory");
+/* Writes what each of the n calls needs on the device (its pointers, vector dtypes and eps)
+ * into host[0..n). */
+static void conv_fill_segs(conv_seg_t *host, int n, const op_call_t *const *calls,
+                           const void *const *const *in, void *const *const *out)
+{
     for (int i = 0; i < n; i++) {
         host[i].x = in[i][CONV2D_IN_X];
         host[i].w = in[i][CONV2D_IN_W];
@@ -852,41 +857,70 @@ extern "C" int op_conv2d_run_cuda(const op_cuda_ctx_t *ctx, int n, const op_call
         host[i].out = out[i][0];
         host[i].eps = OP_PARAMS(calls[i], const conv2d_params_t)->eps;
     }
+}
+
+/* Queues the batch's kernels for the element type dt. */
+static cudaError_t conv_run_dtype(dtype_t dt, const conv_launch_t &L)
+{
+    switch (dt) {
+    case DTYPE_F16:
+        return conv_run_epilogue<__half, conv_cfg_f16_narrow, conv_cfg_f16_wide, conv_cfg_f16_tall>(
+            L);
+    case DTYPE_BF16:
+        return conv_run_epilogue<__nv_bfloat16, conv_cfg_bf16_narrow, conv_cfg_bf16_wide,
+                                 conv_cfg_bf16_tall>(L);
+    default:
+        return conv_run_epilogue<float, conv_cfg_f32_narrow, conv_cfg_f32_wide,
+                                 conv_cfg_f32_narrow>(L);
+    }
+}
+
+extern "C" int op_conv2d_run_cuda(const op_cuda_ctx_t *ctx, int n, const op_call_t *const *calls,
+                                  const void *const *const *in, void *const *const *out,
+                                  op_error_t *err)
+{
+    const op_call_t *c0 = calls[0];
+    const dtype_t dt = c0->in[CONV2D_IN_X].dtype;
+    const size_t es = dtype_size(dt);
+
+    if (tensor_desc_numel(&c0->out[0]) == 0) return 0;
+    if (n > 65535)
+        return op_error(err, -EINVAL, "", "conv2d: at most 65535 calls in one batch (got %d)", n);
+
+    conv_launch_t L;
+    memset(&L, 0, sizeof L);
+    L.stream = (cudaStream_t)ctx->stream;
+    L.device = ctx->device;
+    cudaError_t e =
+        cudaDeviceGetAttribute(&L.sm_count, cudaDevAttrMultiProcessorCount, ctx->device);
+    if (e != cudaSuccess) return op_error(err, -EIO, "", "CUDA: %s", cudaGetErrorString(e));
+    conv_shape_init(L.sh, c0, es);
+    const conv_scratch_plan_t plan = conv_plan_batch(L, n, es);
+
+    conv_seg_t *host =
+        plan.inline_segs ? L.batch.seg : (conv_seg_t *)calloc((size_t)n, sizeof *host);
+    if (!host) return op_error(err, -ENOMEM, "", "conv2d: out of host memory");
+    conv_fill_segs(host, n, calls, in, out);
     L.batch.n_calls = n;
     unsigned char *scratch =
-        scratch_bytes ? (unsigned char *)ctx->scratch_alloc(ctx->pool, scratch_bytes) : NULL;
-    if (scratch_bytes && !scratch) {
-        if (!inline_segs) free(host);
+        plan.total ? (unsigned char *)ctx->scratch_alloc(ctx->pool, plan.total) : NULL;
+    if (plan.total && !scratch) {
+        if (!plan.inline_segs) free(host);
         return op_error(err, -ENOMEM, "", "conv2d: no scratch memory (%zu bytes) for %d call(s)",
-                        scratch_bytes, n);
+                        plan.total, n);
     }
-    L.scale_shift = affine ? (float *)(scratch + segs_bytes) : NULL;
-    L.xh = L.gemm ? scratch + segs_bytes + fold_bytes : NULL;
-    L.wh = L.gemm ? scratch + segs_bytes + fold_bytes + xh_bytes : NULL;
+    L.scale_shift = plan.affine ? (float *)(scratch + plan.segs_bytes) : NULL;
+    L.xh = L.gemm ? scratch + plan.segs_bytes + plan.fold_bytes : NULL;
+    L.wh = L.gemm ? scratch + plan.segs_bytes + plan.fold_bytes + plan.xh_bytes : NULL;
     e = cudaSuccess;
-    if (!inline_segs) {
+    if (!plan.inline_segs) {
         L.batch.table = (const conv_seg_t *)scratch;
         /* Pageable source: the call returns once the bytes are staged, so host may go now. */
         e = cudaMemcpyAsync(scratch, host, (size_t)n * sizeof *host, cudaMemcpyHostToDevice,
                             L.stream);
         free(host);
     }
-    if (e == cudaSuccess) {
-        switch (dt) {
-        case DTYPE_F16:
-            e = conv_run_epilogue<__half, conv_cfg_f16_narrow, conv_cfg_f16_wide,
-                                  conv_cfg_f16_tall>(L);
-            break;
-        case DTYPE_BF16:
-            e = conv_run_epilogue<__nv_bfloat16, conv_cfg_bf16_narrow, conv_cfg_bf16_wide,
-                                  conv_cfg_bf16_tall>(L);
-            break;
-        default:
-            e = conv_run_epilogue<float, conv_cfg_f32_narrow, conv_cfg_f32_wide,
-                                  conv_cfg_f32_narrow>(L);
-            break;
-        }
-    }
+    if (e == cudaSuccess) e = conv_run_dtype(dt, L);
     /* Stream-ordered: the memory is reused only by work queued after this. */
     if (scratch) ctx->scratch_free(ctx->pool, scratch);
     if (e != cudaSuccess) return op_error(err, -EIO, "", "CUDA: %s", cudaGetErrorString(e));

@@ -41,15 +41,9 @@ static int gemm_parse_params(const json_t *params, gemm_params_t *p, op_error_t 
     return r;
 }
 
-static int gemm_validate(const json_t *params, op_call_t *call, op_error_t *err)
+/* Checks the dtypes of a and b and that both are at least matrices. */
+static int gemm_check_operands(const tensor_desc_t *a, const tensor_desc_t *b, op_error_t *err)
 {
-    int r = op_params_check_keys(call->op, params, err);
-    if (r < 0) return r;
-    gemm_params_t p = {0};
-    r = gemm_parse_params(params, &p, err);
-    if (r < 0) return r;
-
-    const tensor_desc_t *a = &call->in[0], *b = &call->in[1], *c = &call->in[2];
     char as[96], bs[96];
     if (!gemm_dtype_ok(a->dtype))
         return op_error(err, -EINVAL, "inputs.a.dtype",
@@ -63,24 +57,41 @@ static int gemm_validate(const json_t *params, op_call_t *call, op_error_t *err)
     if (b->ndim < 2)
         return op_error(err, -EINVAL, "inputs.b.shape", "b must have at least 2 dims, not %s",
                         tensor_shape_str(b, bs, sizeof bs));
-    p.dtype = a->dtype;
-    p.out_dtype = a->dtype == DTYPE_I8 ? DTYPE_I32 : a->dtype;
+    return 0;
+}
+
+/* Sets p's dtypes and its m, n, k from the last two dims of a and b and the transposes, and
+ * checks that the inner dims agree and that each fits cuBLAS. */
+static int gemm_set_dims(const tensor_desc_t *a, const tensor_desc_t *b, gemm_params_t *p,
+                         op_error_t *err)
+{
+    char as[96], bs[96];
+    p->dtype = a->dtype;
+    p->out_dtype = a->dtype == DTYPE_I8 ? DTYPE_I32 : a->dtype;
     int64_t a_rows = a->shape[a->ndim - 2], a_cols = a->shape[a->ndim - 1];
     int64_t b_rows = b->shape[b->ndim - 2], b_cols = b->shape[b->ndim - 1];
-    p.m = p.trans_a ? a_cols : a_rows;
-    p.k = p.trans_a ? a_rows : a_cols;
-    p.n = p.trans_b ? b_rows : b_cols;
-    int64_t kb = p.trans_b ? b_cols : b_rows;
-    if (kb != p.k)
+    p->m = p->trans_a ? a_cols : a_rows;
+    p->k = p->trans_a ? a_rows : a_cols;
+    p->n = p->trans_b ? b_rows : b_cols;
+    int64_t kb = p->trans_b ? b_cols : b_rows;
+    if (kb != p->k)
         return op_error(err, -EINVAL, "inputs.b.shape",
                         "b %s%s does not match a %s%s: inner dims %lld and %lld differ",
-                        tensor_shape_str(b, bs, sizeof bs), p.trans_b ? " (transposed)" : "",
-                        tensor_shape_str(a, as, sizeof as), p.trans_a ? " (transposed)" : "",
-                        (long long)kb, (long long)p.k);
-    if (p.m > GEMM_MAX_DIM || p.n > GEMM_MAX_DIM || p.k > GEMM_MAX_DIM)
-        return op_error(err, -E2BIG, p.n > GEMM_MAX_DIM ? "inputs.b.shape" : "inputs.a.shape",
+                        tensor_shape_str(b, bs, sizeof bs), p->trans_b ? " (transposed)" : "",
+                        tensor_shape_str(a, as, sizeof as), p->trans_a ? " (transposed)" : "",
+                        (long long)kb, (long long)p->k);
+    if (p->m > GEMM_MAX_DIM || p->n > GEMM_MAX_DIM || p->k > GEMM_MAX_DIM)
+        return op_error(err, -E2BIG, p->n > GEMM_MAX_DIM ? "inputs.b.shape" : "inputs.a.shape",
                         "gemm dims m, n, k must each be below 2^31");
+    return 0;
+}
 
+/* Sets p's batch and sharing from the leading dims of a and b and computes the output
+ * [batch dims..., m, n]. 0 and *ret_out, or a negative errno with err filled. */
+static int gemm_output_desc(const tensor_desc_t *a, const tensor_desc_t *b, gemm_params_t *p,
+                            tensor_desc_t *ret_out, op_error_t *err)
+{
+    char as[96], bs[96];
     /* Leading dims: equal on both sides, or absent on one (that operand is shared). */
     int lead_a = a->ndim - 2, lead_b = b->ndim - 2;
     if (lead_a > 0 && lead_b > 0 &&
@@ -89,43 +100,86 @@ static int gemm_validate(const json_t *params, op_call_t *call, op_error_t *err)
                         tensor_shape_str(b, bs, sizeof bs), tensor_shape_str(a, as, sizeof as));
     const tensor_desc_t *lead = lead_a > 0 ? a : b;
     int n_lead = lead_a > 0 ? lead_a : lead_b;
-    p.a_batched = lead_a > 0;
-    p.b_batched = lead_b > 0;
-    tensor_desc_t out = {.dtype = p.out_dtype, .ndim = n_lead + 2};
-    p.batch = 1;
+    p->a_batched = lead_a > 0;
+    p->b_batched = lead_b > 0;
+    tensor_desc_t out = {.dtype = p->out_dtype, .ndim = n_lead + 2};
+    p->batch = 1;
     for (int i = 0; i < n_lead; i++) {
         out.shape[i] = lead->shape[i];
-        p.batch *= lead->shape[i];
+        p->batch *= lead->shape[i];
     }
-    out.shape[n_lead] = p.m;
-    out.shape[n_lead + 1] = p.n;
+    out.shape[n_lead] = p->m;
+    out.shape[n_lead + 1] = p->n;
     /* With k = 0 the inputs are empty whatever m and n are, so the output may be huge. */
     if (tensor_desc_check(&out, UINT64_MAX) < 0)
         return op_error(err, -EOVERFLOW, "inputs.b.shape", "the output %s is too large",
                         tensor_shape_str(&out, as, sizeof as));
+    *ret_out = out;
+    return 0;
+}
 
-    if (p.tf32 && p.dtype != DTYPE_F32)
+/* Checks params.tf32, alpha and beta against the inputs' dtype. */
+static int gemm_check_scalars(const gemm_params_t *p, op_error_t *err)
+{
+    if (p->tf32 && p->dtype != DTYPE_F32)
         return op_error(err, -EINVAL, "params.tf32", "params.tf32 applies only to f32 inputs");
-    if (p.dtype == DTYPE_I8) {
-        r = gemm_check_int_scalar("params.alpha", p.alpha, err);
-        if (r == 0) r = gemm_check_int_scalar("params.beta", p.beta, err);
+    if (p->dtype == DTYPE_I8) {
+        int r = gemm_check_int_scalar("params.alpha", p->alpha, err);
+        if (r == 0) r = gemm_check_int_scalar("params.beta", p->beta, err);
         if (r < 0) return r;
     }
-    p.has_c = call->has_in[2];
-    if (p.beta != 0 && !p.has_c)
+    return 0;
+}
+
+/* Checks input c, when given, against the output, and that a nonzero beta has a c to scale. */
+static int gemm_check_c(const tensor_desc_t *c, const gemm_params_t *p, const tensor_desc_t *out,
+                        op_error_t *err)
+{
+    if (p->beta != 0 && !p->has_c)
         return op_error(err, -EINVAL, "params.beta",
-                        "params.beta is %g but there is no input c to scale", p.beta);
-    if (p.has_c) {
-        if (c->dtype != p.out_dtype)
-            return op_error(err, -EINVAL, "inputs.c.dtype", "c must be %s, not %s",
-                            dtype_name(p.out_dtype), dtype_name(c->dtype));
-        if (!tensor_desc_equal(c, &out)) {
-            out.dtype = c->dtype;
-            return op_error(
-                err, -EINVAL, "inputs.c.shape", "c must have the output's shape %s, not %s",
-                tensor_shape_str(&out, as, sizeof as), tensor_shape_str(c, bs, sizeof bs));
-        }
+                        "params.beta is %g but there is no input c to scale", p->beta);
+    if (!p->has_c) return 0;
+    if (c->dtype != p->out_dtype)
+        return op_error(err, -EINVAL, "inputs.c.dtype", "c must be %s, not %s",
+                        dtype_name(p->out_dtype), dtype_name(c->dtype));
+    if (!tensor_desc_equal(c, out)) {
+        char as[96], bs[96];
+        tensor_desc_t want = *out;
+        want.dtype = c->dtype;
+        return op_error(err, -EINVAL, "inputs.c.shape", "c must have the output's shape %s, not %s",
+                        tensor_shape_str(&want, as, sizeof as), tensor_shape_str(c, bs, sizeof bs));
     }
+    return 0;
+}
+
+/* Calls batch together only when one pointer-array GEMM can run them all: the same shape,
+ * dtype, transposes, scalars and sharing. %a keeps alpha and beta exact. */
+static void gemm_set_batch_key(op_call_t *call, const gemm_params_t *p)
+{
+    int len = snprintf(call->batch_key, sizeof call->batch_key,
+                       "gemm/%s%s/%c%c/%lldx%lldx%lldx%lld/%c%c%c/%a/%a", dtype_name(p->dtype),
+                       p->tf32 ? "-tf32" : "", p->trans_a ? 't' : 'n', p->trans_b ? 't' : 'n',
+                       (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch,
+                       p->a_batched ? 'a' : '-', p->b_batched ? 'b' : '-', p->has_c ? 'c' : '-',
+                       p->alpha, p->beta);
+    if (len < 0 || (size_t)len >= sizeof call->batch_key) call->batch_key[0] = '\0';
+}
+
+static int gemm_validate(const json_t *params, op_call_t *call, op_error_t *err)
+{
+    int r = op_params_check_keys(call->op, params, err);
+    if (r < 0) return r;
+    gemm_params_t p = {0};
+    r = gemm_parse_params(params, &p, err);
+    if (r < 0) return r;
+
+    const tensor_desc_t *a = &call->in[0], *b = &call->in[1], *c = &call->in[2];
+    tensor_desc_t out;
+    if ((r = gemm_check_operands(a, b, err)) < 0 || (r = gemm_set_dims(a, b, &p, err)) < 0 ||
+        (r = gemm_output_desc(a, b, &p, &out, err)) < 0 || (r = gemm_check_scalars(&p, err)) < 0)
+        return r;
+    p.has_c = call->has_in[2];
+    if ((r = gemm_check_c(c, &p, &out, err)) < 0) return r;
 
     memcpy(OP_PARAMS(call, gemm_params_t), &p, sizeof p);
     call->n_out = 1;
@@ -134,14 +188,7 @@ static int gemm_validate(const json_t *params, op_call_t *call, op_error_t *err)
     call->cost.flops = 2.0 * (double)p.batch * (double)p.m * (double)p.n * (double)p.k;
     call->cost.bytes = (double)tensor_desc_bytes(a) + (double)tensor_desc_bytes(b) +
                        (double)tensor_desc_bytes(&out) * (p.beta != 0 ? 2 : 1);
-    /* Calls batch together only when one pointer-array GEMM can run them all: the same shape,
-     * dtype, transposes, scalars and sharing. %a keeps alpha and beta exact. */
-    int len = snprintf(
-        call->batch_key, sizeof call->batch_key, "gemm/%s%s/%c%c/%lldx%lldx%lldx%lld/%c%c%c/%a/%a",
-        dtype_name(p.dtype), p.tf32 ? "-tf32" : "", p.trans_a ? 't' : 'n', p.trans_b ? 't' : 'n',
-        (long long)p.m, (long long)p.n, (long long)p.k, (long long)p.batch, p.a_batched ? 'a' : '-',
-        p.b_batched ? 'b' : '-', p.has_c ? 'c' : '-', p.alpha, p.beta);
-    if (len < 0 || (size_t)len >= sizeof call->batch_key) call->batch_key[0] = '\0';
+    gemm_set_batch_key(call, &p);
     return 0;
 }
 

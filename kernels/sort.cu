@@ -286,44 +286,67 @@ static void sort_launch_per_seg(const sort_plan_t *plan, int sms, cudaStream_t s
     }
 }
 
-/* Sorts the planned group: pack, CUB, unpack. Scratch comes from and goes back to *scratch. */
-static int sort_group_run(const op_cuda_ctx_t *ctx, const sort_params_t *p, sort_plan_t *plan,
-                          sort_scratch_t *scratch, op_error_t *err)
-{
-    cudaStream_t stream = (cudaStream_t)ctx->stream;
-    int sms = 0;
-    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device);
-    if (e != cudaSuccess) return sort_cuda_error(err, e);
+/* How a planned group's keys and values travel: what CUB sorts beside the keys, and which
+ * buffers a single call lends directly instead of scratch copies. */
+typedef struct sort_layout {
+    int payload;    /* enum sort_payload */
+    int value_size; /* bytes per value when the call has values, else 0 */
+    bool identity;  /* u32 ascending: the stored keys are already the order keys */
+    bool direct_keys_in, direct_keys_out, direct_values;
+    size_t key_size; /* bytes per order key */
+} sort_layout_t;
 
-    sort_plan_mode(plan, p->key_dtype);
-    int payload = SORT_PAYLOAD_NONE, value_size = 0;
+/* Chooses the payload and the direct buffers of a group whose mode is planned, and sets
+ * plan->pairs. */
+static sort_layout_t sort_layout_plan(const sort_params_t *p, sort_plan_t *plan)
+{
+    sort_layout_t lay = {};
+    lay.payload = SORT_PAYLOAD_NONE;
     if (p->argsort) {
-        payload = SORT_PAYLOAD_INDEX;
+        lay.payload = SORT_PAYLOAD_INDEX;
     } else if (p->has_values) {
-        value_size = (int)dtype_size(p->value_dtype);
-        payload = value_size == 4 ? SORT_PAYLOAD_VALUES32 : SORT_PAYLOAD_INDEX;
+        lay.value_size = (int)dtype_size(p->value_dtype);
+        lay.payload = lay.value_size == 4 ? SORT_PAYLOAD_VALUES32 : SORT_PAYLOAD_INDEX;
     }
-    plan->pairs = payload != SORT_PAYLOAD_NONE;
+    plan->pairs = lay.payload != SORT_PAYLOAD_NONE;
 
     /* A single call sorts straight between its own buffers where the layout allows. */
     bool single = plan->n_segs == 1;
-    bool identity = p->key_dtype == DTYPE_U32 && !p->descending;
-    bool direct_keys_in = single && identity && plan->mode != SORT_MODE_TAGGED;
-    bool direct_keys_out = single && plan->mode != SORT_MODE_TAGGED;
-    bool direct_values = single && payload == SORT_PAYLOAD_VALUES32;
-    size_t key_size = p->key_dtype == DTYPE_I64 || plan->mode == SORT_MODE_TAGGED ? 8 : 4;
-    size_t n = (size_t)plan->n_items;
+    lay.identity = p->key_dtype == DTYPE_U32 && !p->descending;
+    lay.direct_keys_in = single && lay.identity && plan->mode != SORT_MODE_TAGGED;
+    lay.direct_keys_out = single && plan->mode != SORT_MODE_TAGGED;
+    lay.direct_values = single && lay.payload == SORT_PAYLOAD_VALUES32;
+    lay.key_size = p->key_dtype == DTYPE_I64 || plan->mode == SORT_MODE_TAGGED ? 8 : 4;
+    return lay;
+}
 
+/* The device buffers of one group's sort. */
+typedef struct sort_buffers {
+    const void *kin;
+    void *kout;
+    const uint32_t *vin; /* NULL without pairs */
+    uint32_t *vout;      /* NULL without pairs */
+    sort_seg_t *d_segs;
+    int64_t *offsets; /* SORT_MODE_SEGMENTED only, else NULL */
+} sort_buffers_t;
+
+/* Takes from scratch every buffer the layout does not borrow from the single call. 0 and
+ * *ret_bufs, or -ENOMEM with err filled (what was taken stays in scratch to be released). */
+static int sort_buffers_get(const sort_plan_t *plan, const sort_layout_t *lay,
+                            sort_scratch_t *scratch, sort_buffers_t *ret_bufs, op_error_t *err)
+{
+    size_t n = (size_t)plan->n_items;
     const sort_seg_t *s0 = &plan->segs[0];
-    const void *kin = direct_keys_in ? s0->keys_in : sort_scratch_get(scratch, n * key_size);
-    void *kout = direct_keys_out ? s0->keys_out : sort_scratch_get(scratch, n * key_size);
+    const void *kin =
+        lay->direct_keys_in ? s0->keys_in : sort_scratch_get(scratch, n * lay->key_size);
+    void *kout = lay->direct_keys_out ? s0->keys_out : sort_scratch_get(scratch, n * lay->key_size);
     const uint32_t *vin = NULL;
     uint32_t *vout = NULL;
     if (plan->pairs) {
-        vin = direct_values ? (const uint32_t *)s0->values_in
-                            : (const uint32_t *)sort_scratch_get(scratch, n * 4);
-        vout = direct_values ? (uint32_t *)s0->values_out
-                             : (uint32_t *)sort_scratch_get(scratch, n * 4);
+        vin = lay->direct_values ? (const uint32_t *)s0->values_in
+                                 : (const uint32_t *)sort_scratch_get(scratch, n * 4);
+        vout = lay->direct_values ? (uint32_t *)s0->values_out
+                                  : (uint32_t *)sort_scratch_get(scratch, n * 4);
     }
     sort_seg_t *d_segs =
         (sort_seg_t *)sort_scratch_get(scratch, (size_t)plan->n_segs * sizeof *d_segs);
@@ -334,28 +357,37 @@ static int sort_group_run(const op_cuda_ctx_t *ctx, const sort_params_t *p, sort
         (plan->mode == SORT_MODE_SEGMENTED && !offsets))
         return op_error(err, -ENOMEM, "", "out of device scratch memory sorting %lld keys",
                         (long long)plan->n_items);
-    e = cudaMemcpyAsync(d_segs, plan->segs, (size_t)plan->n_segs * sizeof *d_segs,
-                        cudaMemcpyHostToDevice, stream);
-    if (e != cudaSuccess) return sort_cuda_error(err, e);
+    *ret_bufs = sort_buffers_t{kin, kout, vin, vout, d_segs, offsets};
+    return 0;
+}
 
-    sort_pass_t pack = {p->key_dtype,    p->descending, plan->mode == SORT_MODE_TAGGED,
-                        !direct_keys_in, payload,       !direct_values,
-                        value_size};
-    if (pack.keys || payload == SORT_PAYLOAD_INDEX ||
-        (payload == SORT_PAYLOAD_VALUES32 && !direct_values))
-        sort_launch_per_seg(plan, sms, stream, sort_pack_kernel, d_segs, pack, (void *)kin,
-                            (uint32_t *)vin);
-    if (offsets) {
+/* Queues the pack pass where it has work, then the segment offsets CUB's segmented sort
+ * reads. Launch errors are left for the caller's cudaGetLastError(). */
+static void sort_queue_pack(const sort_plan_t *plan, const sort_layout_t *lay,
+                            const sort_pass_t &pack, const sort_buffers_t *b, int sms,
+                            cudaStream_t stream)
+{
+    if (pack.keys || lay->payload == SORT_PAYLOAD_INDEX ||
+        (lay->payload == SORT_PAYLOAD_VALUES32 && !lay->direct_values))
+        sort_launch_per_seg(plan, sms, stream, sort_pack_kernel, b->d_segs, pack, (void *)b->kin,
+                            (uint32_t *)b->vin);
+    if (b->offsets) {
         int64_t blocks = (plan->n_rows + SORT_THREADS) / SORT_THREADS;
         unsigned grid = (unsigned)(blocks < 4 * sms ? blocks : 4 * sms);
-        sort_offsets_kernel<<<grid, SORT_THREADS, 0, stream>>>(d_segs, plan->n_segs, plan->n_rows,
-                                                               offsets);
+        sort_offsets_kernel<<<grid, SORT_THREADS, 0, stream>>>(b->d_segs, plan->n_segs,
+                                                               plan->n_rows, b->offsets);
     }
-    e = cudaGetLastError();
-    if (e != cudaSuccess) return sort_cuda_error(err, e);
+}
 
+/* Sizes CUB's temp storage, takes it from scratch and queues the sort of b's keys (and
+ * values) from kin to kout. 0, or a negative errno with err filled. */
+static int sort_queue_cub(const sort_plan_t *plan, const sort_layout_t *lay,
+                          const sort_buffers_t *b, sort_scratch_t *scratch, cudaStream_t stream,
+                          op_error_t *err)
+{
     size_t tmp_bytes = 0;
-    e = key_size == 8
+    cudaError_t e =
+        lay->key_size == 8
             ? sort_cub<uint64_t>(plan, NULL, &tmp_bytes, NULL, NULL, NULL, NULL, NULL, stream)
             : sort_cub<uint32_t>(plan, NULL, &tmp_bytes, NULL, NULL, NULL, NULL, NULL, stream);
     if (e != cudaSuccess) return sort_cuda_error(err, e);
@@ -363,18 +395,49 @@ static int sort_group_run(const op_cuda_ctx_t *ctx, const sort_params_t *p, sort
     if (!tmp)
         return op_error(err, -ENOMEM, "", "out of device scratch memory (%zu bytes of sort temp)",
                         tmp_bytes);
-    e = key_size == 8 ? sort_cub<uint64_t>(plan, tmp, &tmp_bytes, (const uint64_t *)kin,
-                                           (uint64_t *)kout, vin, vout, offsets, stream)
-                      : sort_cub<uint32_t>(plan, tmp, &tmp_bytes, (const uint32_t *)kin,
-                                           (uint32_t *)kout, vin, vout, offsets, stream);
+    e = lay->key_size == 8
+            ? sort_cub<uint64_t>(plan, tmp, &tmp_bytes, (const uint64_t *)b->kin,
+                                 (uint64_t *)b->kout, b->vin, b->vout, b->offsets, stream)
+            : sort_cub<uint32_t>(plan, tmp, &tmp_bytes, (const uint32_t *)b->kin,
+                                 (uint32_t *)b->kout, b->vin, b->vout, b->offsets, stream);
+    if (e != cudaSuccess) return sort_cuda_error(err, e);
+    return 0;
+}
+
+/* Sorts the planned group: pack, CUB, unpack. Scratch comes from and goes back to *scratch. */
+static int sort_group_run(const op_cuda_ctx_t *ctx, const sort_params_t *p, sort_plan_t *plan,
+                          sort_scratch_t *scratch, op_error_t *err)
+{
+    cudaStream_t stream = (cudaStream_t)ctx->stream;
+    int sms = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device);
     if (e != cudaSuccess) return sort_cuda_error(err, e);
 
+    sort_plan_mode(plan, p->key_dtype);
+    const sort_layout_t lay = sort_layout_plan(p, plan);
+    sort_buffers_t b = {};
+    int r = sort_buffers_get(plan, &lay, scratch, &b, err);
+    if (r < 0) return r;
+    e = cudaMemcpyAsync(b.d_segs, plan->segs, (size_t)plan->n_segs * sizeof *b.d_segs,
+                        cudaMemcpyHostToDevice, stream);
+    if (e != cudaSuccess) return sort_cuda_error(err, e);
+
+    sort_pass_t pack = {p->key_dtype,        p->descending, plan->mode == SORT_MODE_TAGGED,
+                        !lay.direct_keys_in, lay.payload,   !lay.direct_values,
+                        lay.value_size};
+    sort_queue_pack(plan, &lay, pack, &b, sms, stream);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return sort_cuda_error(err, e);
+
+    r = sort_queue_cub(plan, &lay, &b, scratch, stream, err);
+    if (r < 0) return r;
+
     sort_pass_t unpack = pack;
-    unpack.keys = !(direct_keys_out && identity);
-    if (unpack.keys || payload == SORT_PAYLOAD_INDEX ||
-        (payload == SORT_PAYLOAD_VALUES32 && !direct_values))
-        sort_launch_per_seg(plan, sms, stream, sort_unpack_kernel, d_segs, unpack,
-                            (const void *)kout, (const uint32_t *)vout);
+    unpack.keys = !(lay.direct_keys_out && lay.identity);
+    if (unpack.keys || lay.payload == SORT_PAYLOAD_INDEX ||
+        (lay.payload == SORT_PAYLOAD_VALUES32 && !lay.direct_values))
+        sort_launch_per_seg(plan, sms, stream, sort_unpack_kernel, b.d_segs, unpack,
+                            (const void *)b.kout, (const uint32_t *)b.vout);
     e = cudaGetLastError();
     return e == cudaSuccess ? 0 : sort_cuda_error(err, e);
 }

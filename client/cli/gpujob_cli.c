@@ -386,7 +386,71 @@ static int save_output(cli_t *cli, const char *id, const char *name, const char 
     return CLI_EXIT_OK;
 }
 
-static int cmd_run(cli_t *cli, int argc, char **argv)
+/* The options of 'gpujob run'. The three lists point into arrays the caller sizes by argc
+ * and into argv itself. */
+typedef struct run_options {
+    const char **params, **inputs;
+    output_request_t *outputs;
+    int np, ni, no;
+    bool wait;
+    double timeout_s;
+    long priority, device, deadline;
+    bool has_priority;
+} run_options_t;
+
+/* The long options of 'gpujob run' that have no short form. */
+enum { RUN_OPT_TIMEOUT = 2000, RUN_OPT_PRIORITY, RUN_OPT_DEVICE, RUN_OPT_DEADLINE };
+
+/* Applies one option of 'gpujob run' (other than --help) to o; -o's arg is split in place.
+ * CLI_EXIT_OK, or the exit status of the usage error. */
+static int run_apply_option(cli_t *cli, int opt, char *arg, run_options_t *o)
+{
+    switch (opt) {
+    case 'p':
+        o->params[o->np++] = arg;
+        break;
+    case 'i':
+        o->inputs[o->ni++] = arg;
+        break;
+    case 'o': {
+        char *eq = strchr(arg, '=');
+        if (!eq || eq == arg || !eq[1])
+            return usage_error("run", "-o wants NAME=FILE.npy, not '%s'", arg);
+        *eq = '\0';
+        o->outputs[o->no++] = (output_request_t){arg, eq + 1};
+        o->wait = true;
+        break;
+    }
+    case 'w':
+        o->wait = true;
+        break;
+    case RUN_OPT_TIMEOUT:
+        if (parse_seconds(arg, &o->timeout_s) < 0)
+            return usage_error("run", "--timeout wants seconds, not '%s'", arg);
+        break;
+    case RUN_OPT_PRIORITY:
+        if (parse_long(arg, -100, 100, &o->priority) < 0)
+            return usage_error("run", "--priority wants an integer in -100..100, not '%s'", arg);
+        o->has_priority = true;
+        break;
+    case RUN_OPT_DEVICE:
+        if (parse_long(arg, 0, 1 << 20, &o->device) < 0)
+            return usage_error("run", "--device wants a GPU index, not '%s'", arg);
+        break;
+    case RUN_OPT_DEADLINE:
+        if (parse_long(arg, 1, 1L << 40, &o->deadline) < 0)
+            return usage_error("run", "--deadline wants milliseconds, not '%s'", arg);
+        break;
+    default:
+        if (!common_option(cli, opt)) return usage_error("run", "unknown option");
+    }
+    return CLI_EXIT_OK;
+}
+
+/* Parses run's options, which may come before or after OP, into o: the spec is built once OP
+ * is known. Returns CLI_EXIT_OK to go on, or the exit status to return; *ret_help is true when
+ * --help was printed. */
+static int run_parse_options(cli_t *cli, int argc, char **argv, run_options_t *o, bool *ret_help)
 {
     static const char usage[] =
         "usage: gpujob run OP [-p KEY=VALUE]... [-i NAME=FILE.npy]... [-o NAME=FILE.npy]...\n"
@@ -402,119 +466,109 @@ static int cmd_run(cli_t *cli, int argc, char **argv)
         "  --priority N            -100..100, higher runs first (default 0)\n"
         "  --device N              run on GPU N\n"
         "  --deadline MS           fail the job if it has not started within MS ms\n";
-    enum { OPT_TIMEOUT = 2000, OPT_PRIORITY, OPT_DEVICE, OPT_DEADLINE };
     static const struct option opts[] = {COMMON_LONG_OPTIONS,
                                          {"param", required_argument, NULL, 'p'},
                                          {"input", required_argument, NULL, 'i'},
                                          {"output", required_argument, NULL, 'o'},
                                          {"wait", no_argument, NULL, 'w'},
-                                         {"timeout", required_argument, NULL, OPT_TIMEOUT},
-                                         {"priority", required_argument, NULL, OPT_PRIORITY},
-                                         {"device", required_argument, NULL, OPT_DEVICE},
-                                         {"deadline", required_argument, NULL, OPT_DEADLINE},
+                                         {"timeout", required_argument, NULL, RUN_OPT_TIMEOUT},
+                                         {"priority", required_argument, NULL, RUN_OPT_PRIORITY},
+                                         {"device", required_argument, NULL, RUN_OPT_DEVICE},
+                                         {"deadline", required_argument, NULL, RUN_OPT_DEADLINE},
                                          {0}};
-    /* Options may come before or after OP: collect first, build the spec once OP is known. */
-    const char *params[argc], *inputs[argc];
-    output_request_t outputs[argc];
-    int np = 0, ni = 0, no = 0;
-    bool wait = false;
-    double timeout_s = -1;
-    long priority = 0, device = -1, deadline = 0;
-    bool has_priority = false;
     int opt;
+    *ret_help = false;
     while ((opt = getopt_long(argc, argv, "hp:i:o:w", opts, NULL)) != -1) {
-        switch (opt) {
-        case 'h':
+        if (opt == 'h') {
             fputs(usage, stdout);
+            *ret_help = true;
             return CLI_EXIT_OK;
-        case 'p':
-            params[np++] = optarg;
-            break;
-        case 'i':
-            inputs[ni++] = optarg;
-            break;
-        case 'o': {
-            char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || !eq[1])
-                return usage_error("run", "-o wants NAME=FILE.npy, not '%s'", optarg);
-            *eq = '\0';
-            outputs[no++] = (output_request_t){optarg, eq + 1};
-            wait = true;
-            break;
         }
-        case 'w':
-            wait = true;
-            break;
-        case OPT_TIMEOUT:
-            if (parse_seconds(optarg, &timeout_s) < 0)
-                return usage_error("run", "--timeout wants seconds, not '%s'", optarg);
-            break;
-        case OPT_PRIORITY:
-            if (parse_long(optarg, -100, 100, &priority) < 0)
-                return usage_error("run", "--priority wants an integer in -100..100, not '%s'",
-                                   optarg);
-            has_priority = true;
-            break;
-        case OPT_DEVICE:
-            if (parse_long(optarg, 0, 1 << 20, &device) < 0)
-                return usage_error("run", "--device wants a GPU index, not '%s'", optarg);
-            break;
-        case OPT_DEADLINE:
-            if (parse_long(optarg, 1, 1L << 40, &deadline) < 0)
-                return usage_error("run", "--deadline wants milliseconds, not '%s'", optarg);
-            break;
-        default:
-            if (!common_option(cli, opt)) return usage_error("run", "unknown option");
-        }
+        int status = run_apply_option(cli, opt, optarg, o);
+        if (status) return status;
     }
     if (optind >= argc) return usage_error("run", "missing OP (see 'gpujob info' for the ops)");
     if (optind + 1 < argc) return usage_error("run", "unexpected argument '%s'", argv[optind + 1]);
+    return CLI_EXIT_OK;
+}
 
-    gpujob_spec_t *spec = NULL;
-    if (gpujob_spec_new(argv[optind], &spec) < 0) return usage_error("run", "bad OP");
+/* Puts the parameters, inputs and placement of o into spec. CLI_EXIT_OK, or the exit status of
+ * the first parameter or input that is refused. */
+static int run_fill_spec(gpujob_spec_t *spec, const run_options_t *o)
+{
     int status = CLI_EXIT_OK;
-    for (int k = 0; status == CLI_EXIT_OK && k < np; k++)
-        if (add_param(spec, params[k]) < 0)
-            status = usage_error("run", "-p wants KEY=VALUE, not '%s'", params[k]);
-    for (int k = 0; status == CLI_EXIT_OK && k < ni; k++)
-        status = add_input(spec, inputs[k]);
-    if (has_priority) gpujob_spec_set_priority(spec, (int)priority);
-    gpujob_spec_set_device(spec, (int)device);
-    gpujob_spec_set_deadline_ms(spec, deadline);
-    if (status == CLI_EXIT_OK) status = connect_client(cli);
+    for (int k = 0; status == CLI_EXIT_OK && k < o->np; k++)
+        if (add_param(spec, o->params[k]) < 0)
+            status = usage_error("run", "-p wants KEY=VALUE, not '%s'", o->params[k]);
+    for (int k = 0; status == CLI_EXIT_OK && k < o->ni; k++)
+        status = add_input(spec, o->inputs[k]);
+    if (o->has_priority) gpujob_spec_set_priority(spec, (int)o->priority);
+    gpujob_spec_set_device(spec, (int)o->device);
+    gpujob_spec_set_deadline_ms(spec, o->deadline);
+    return status;
+}
 
-    gpujob_job_t *job = NULL, *done = NULL;
-    int r = 0;
+/* Prints a final job, and saves the outputs -o asked for when it succeeded. The exit status. */
+static int run_report_outcome(cli_t *cli, const gpujob_job_t *done, const run_options_t *o)
+{
+    if (cli->json)
+        print_json_text(gpujob_job_json(done));
+    else
+        print_job_outcome(done);
+    int status = job_outcome_status(done);
+    for (int k = 0; status == CLI_EXIT_OK && k < o->no; k++)
+        status =
+            save_output(cli, gpujob_job_id(done), o->outputs[k].name, o->outputs[k].path, false);
+    return status;
+}
+
+/* Submits spec. Without --wait prints the job and returns; with it, waits until the job is
+ * final and reports its outcome. The exit status. */
+static int run_submit(cli_t *cli, gpujob_spec_t *spec, const run_options_t *o)
+{
     /* With --wait the submission itself waits a little: a short job's result comes back in
      * that one request. */
-    double first_wait = !wait ? -1 : timeout_s >= 0 && timeout_s < 0.5 ? timeout_s : 0.5;
-    if (status == CLI_EXIT_OK && (r = gpujob_submit_wait(cli->client, spec, first_wait, &job)) < 0)
-        status = api_error(cli, "submit", r);
-    if (status == CLI_EXIT_OK && !wait) {
+    double first_wait = !o->wait                                  ? -1
+                        : o->timeout_s >= 0 && o->timeout_s < 0.5 ? o->timeout_s
+                                                                  : 0.5;
+    gpujob_job_t *job = NULL, *done = NULL;
+    int r = gpujob_submit_wait(cli->client, spec, first_wait, &job);
+    if (r < 0) return api_error(cli, "submit", r);
+    int status = CLI_EXIT_OK;
+    if (!o->wait) {
         if (cli->json)
             print_json_text(gpujob_job_json(job));
         else
             printf("%s\n", gpujob_job_id(job));
-    }
-    if (status == CLI_EXIT_OK && wait && gpujob_state_is_final(gpujob_job_state(job))) {
+    } else if (gpujob_state_is_final(gpujob_job_state(job))) {
         done = job;
         job = NULL;
-    } else if (status == CLI_EXIT_OK && wait) {
-        status =
-            wait_job(cli, gpujob_job_id(job), timeout_s < 0 ? -1 : timeout_s - first_wait, &done);
+    } else {
+        status = wait_job(cli, gpujob_job_id(job),
+                          o->timeout_s < 0 ? -1 : o->timeout_s - first_wait, &done);
         if (status == CLI_EXIT_TIMEOUT) printf("%s\n", gpujob_job_id(job));
     }
-    if (status == CLI_EXIT_OK && wait) {
-        if (cli->json)
-            print_json_text(gpujob_job_json(done));
-        else
-            print_job_outcome(done);
-        status = job_outcome_status(done);
-        for (int k = 0; status == CLI_EXIT_OK && k < no; k++)
-            status = save_output(cli, gpujob_job_id(done), outputs[k].name, outputs[k].path, false);
-    }
+    if (status == CLI_EXIT_OK && o->wait) status = run_report_outcome(cli, done, o);
     gpujob_job_free(done);
     gpujob_job_free(job);
+    return status;
+}
+
+static int cmd_run(cli_t *cli, int argc, char **argv)
+{
+    const char *params[argc], *inputs[argc];
+    output_request_t outputs[argc];
+    run_options_t o = {
+        .params = params, .inputs = inputs, .outputs = outputs, .timeout_s = -1, .device = -1};
+    bool help;
+    int status = run_parse_options(cli, argc, argv, &o, &help);
+    if (status || help) return status;
+
+    gpujob_spec_t *spec = NULL;
+    if (gpujob_spec_new(argv[optind], &spec) < 0) return usage_error("run", "bad OP");
+    status = run_fill_spec(spec, &o);
+    if (status == CLI_EXIT_OK) status = connect_client(cli);
+    if (status == CLI_EXIT_OK) status = run_submit(cli, spec, &o);
     gpujob_spec_free(spec);
     return status;
 }
@@ -592,7 +646,10 @@ static int cmd_wait(cli_t *cli, int argc, char **argv)
     return status;
 }
 
-static int cmd_ls(cli_t *cli, int argc, char **argv)
+/* Parses ls's options into q and *all. Returns CLI_EXIT_OK to go on, or the exit status to
+ * return; *ret_help is true when --help was printed. */
+static int ls_parse_options(cli_t *cli, int argc, char **argv, gpujob_list_query_t *q, bool *all,
+                            bool *ret_help)
 {
     static const char usage[] =
         "usage: gpujob ls [--state STATE] [--op OP] [--limit N] [--all] [--json]\n"
@@ -606,38 +663,89 @@ static int cmd_ls(cli_t *cli, int argc, char **argv)
                                          {"limit", required_argument, NULL, OPT_LIMIT},
                                          {"all", no_argument, NULL, OPT_ALL},
                                          {0}};
-    gpujob_list_query_t q = {0};
-    bool all = false;
     long limit = 0;
     int opt;
+    *ret_help = false;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         gpujob_state_t s;
         switch (opt) {
         case 'h':
             fputs(usage, stdout);
+            *ret_help = true;
             return CLI_EXIT_OK;
         case OPT_STATE:
             if (gpujob_state_parse(optarg, &s) < 0)
                 return usage_error("ls", "unknown state '%s'", optarg);
-            q.state = optarg;
+            q->state = optarg;
             break;
         case OPT_OP:
-            q.op = optarg;
+            q->op = optarg;
             break;
         case OPT_LIMIT:
             if (parse_long(optarg, 1, 1000, &limit) < 0)
                 return usage_error("ls", "--limit wants 1..1000, not '%s'", optarg);
-            q.limit = (int)limit;
+            q->limit = (int)limit;
             break;
         case OPT_ALL:
-            all = true;
+            *all = true;
             break;
         default:
             if (!common_option(cli, opt)) return usage_error("ls", "unknown option");
         }
     }
     if (optind != argc) return usage_error("ls", "unexpected argument '%s'", argv[optind]);
-    int status = connect_client(cli);
+    return CLI_EXIT_OK;
+}
+
+/* Adds one job as a row of the table and as an element of the JSON array. */
+static void ls_add_job(cli_table_t *t, json_t *jobs, const gpujob_job_t *job)
+{
+    char prio[16], queued[64], ran[64];
+    snprintf(prio, sizeof prio, "%d", gpujob_job_priority(job));
+    const char *row[] = {gpujob_job_id(job),
+                         gpujob_job_op(job),
+                         gpujob_state_name(gpujob_job_state(job)),
+                         prio,
+                         gpujob_job_created_at(job),
+                         cli_duration(gpujob_job_queue_ms(job), queued, 64),
+                         cli_duration(gpujob_job_run_ms(job), ran, 64)};
+    cli_table_add(t, row);
+    json_array_append_new(jobs, json_loads(gpujob_job_json(job), 0, NULL));
+}
+
+/* Fetches one page of the listing, or with all every page, into t and jobs. CLI_EXIT_OK and in
+ * *ret_cursor the cursor of the page after the last one fetched (NULL when there is none; the
+ * caller frees it), or the exit status of the request that failed. */
+static int ls_fetch(cli_t *cli, gpujob_list_query_t *q, bool all, cli_table_t *t, json_t *jobs,
+                    char **ret_cursor)
+{
+    char *cursor = NULL;
+    do {
+        gpujob_job_list_t *list = NULL;
+        q->after = cursor;
+        int r = gpujob_list(cli->client, q, &list);
+        if (r < 0) {
+            free(cursor);
+            return api_error(cli, "ls", r);
+        }
+        for (size_t i = 0; i < gpujob_job_list_count(list); i++)
+            ls_add_job(t, jobs, gpujob_job_list_at(list, i));
+        const char *next = gpujob_job_list_next(list);
+        free(cursor);
+        cursor = next ? strdup(next) : NULL;
+        gpujob_job_list_free(list);
+    } while (all && cursor);
+    *ret_cursor = cursor;
+    return CLI_EXIT_OK;
+}
+
+static int cmd_ls(cli_t *cli, int argc, char **argv)
+{
+    gpujob_list_query_t q = {0};
+    bool all = false, help;
+    int status = ls_parse_options(cli, argc, argv, &q, &all, &help);
+    if (status || help) return status;
+    status = connect_client(cli);
     if (status) return status;
 
     cli_table_t *t = cli_table_new(7);
@@ -645,34 +753,7 @@ static int cmd_ls(cli_t *cli, int argc, char **argv)
     cli_table_add(t, head);
     json_t *jobs = json_array();
     char *cursor = NULL;
-    const char *next = NULL;
-    do {
-        gpujob_job_list_t *list = NULL;
-        q.after = cursor;
-        int r = gpujob_list(cli->client, &q, &list);
-        if (r < 0) {
-            status = api_error(cli, "ls", r);
-            break;
-        }
-        for (size_t i = 0; i < gpujob_job_list_count(list); i++) {
-            const gpujob_job_t *job = gpujob_job_list_at(list, i);
-            char prio[16], queued[64], ran[64];
-            snprintf(prio, sizeof prio, "%d", gpujob_job_priority(job));
-            const char *row[] = {gpujob_job_id(job),
-                                 gpujob_job_op(job),
-                                 gpujob_state_name(gpujob_job_state(job)),
-                                 prio,
-                                 gpujob_job_created_at(job),
-                                 cli_duration(gpujob_job_queue_ms(job), queued, 64),
-                                 cli_duration(gpujob_job_run_ms(job), ran, 64)};
-            cli_table_add(t, row);
-            json_array_append_new(jobs, json_loads(gpujob_job_json(job), 0, NULL));
-        }
-        next = gpujob_job_list_next(list);
-        free(cursor);
-        cursor = next ? strdup(next) : NULL;
-        gpujob_job_list_free(list);
-    } while (all && cursor);
+    status = ls_fetch(cli, &q, all, t, jobs, &cursor);
     if (status == CLI_EXIT_OK) {
         if (cli->json) {
             print_json(json_pack("{s:O, s:o}", "jobs", jobs, "next",

@@ -849,39 +849,41 @@ static void getopt_restart(void)
     opterr = 0;
 }
 
-int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_action, char *err,
-                     size_t err_size)
+/* What the first pass over the command line finds. */
+typedef struct config_args_scan {
+    config_action_t action;
+    bool help, version;
+    const char *config_path; /* borrowed from argv; NULL without --config */
+} config_args_scan_t;
+
+/* The first pass: finds the errors in the command line, the action and the --config file, which
+ * is read before any other flag whatever its position. The key flags are left to
+ * config_apply_flags(). 0 and *ret_scan, or -EINVAL with the error in err. */
+static int config_scan_args(int argc, char **argv, config_args_scan_t *ret_scan, char *err,
+                            size_t err_size)
 {
-    if (!cfg || !ret_action || argc < 0 || (argc > 0 && !argv)) {
-        err_printf(err, err_size, "config_from_args: missing argument");
-        return -EINVAL;
-    }
-    /* First pass: find errors in the command line, the action and the --config file, which is
-     * read before any other flag whatever its position. */
-    config_action_t action = CONFIG_ACTION_RUN;
-    bool help = false, version = false;
-    const char *config_path = NULL;
+    config_args_scan_t scan = {.action = CONFIG_ACTION_RUN};
     int c;
     getopt_restart();
     while (argc > 0 &&
            (c = getopt_long(argc, argv, config_short_options, config_options, NULL)) != -1) {
         switch (c) {
         case 'c':
-            if (config_path) {
+            if (scan.config_path) {
                 err_printf(err, err_size, "--config given twice ('%.*s' and '%.*s')", QUOTE_MAX,
-                           config_path, QUOTE_MAX, optarg);
+                           scan.config_path, QUOTE_MAX, optarg);
                 return -EINVAL;
             }
-            config_path = optarg;
+            scan.config_path = optarg;
             break;
         case 'h':
-            help = true;
+            scan.help = true;
             break;
         case 'V':
-            version = true;
+            scan.version = true;
             break;
         case OPT_CHECK_CONFIG:
-            action = CONFIG_ACTION_CHECK;
+            scan.action = CONFIG_ACTION_CHECK;
             break;
         case ':':
         case '?':
@@ -896,6 +898,43 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
                    argv[optind]);
         return -EINVAL;
     }
+    *ret_scan = scan;
+    return 0;
+}
+
+/* The second pass: applies the key flags to cfg in command-line order, over the file. 0, or a
+ * negative errno with the error in err. */
+static int config_apply_flags(config_t *cfg, int argc, char **argv, char *err, size_t err_size)
+{
+    int r = 0, c;
+    getopt_restart();
+    while (r >= 0 && argc > 0 &&
+           (c = getopt_long(argc, argv, config_short_options, config_options, NULL)) != -1) {
+        if (c == OPT_SET) {
+            r = apply_set_flag(cfg, optarg, err, err_size);
+            continue;
+        }
+        for (size_t i = 0; i < sizeof config_flag_keys / sizeof config_flag_keys[0]; i++) {
+            if (config_flag_keys[i].opt != c) continue;
+            char reason[768];
+            r = config_set(cfg, config_flag_keys[i].section, config_flag_keys[i].key, optarg,
+                           reason, sizeof reason);
+            if (r < 0) err_printf(err, err_size, "%s: %s", config_flag_keys[i].flag, reason);
+        }
+    }
+    return r;
+}
+
+int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_action, char *err,
+                     size_t err_size)
+{
+    if (!cfg || !ret_action || argc < 0 || (argc > 0 && !argv)) {
+        err_printf(err, err_size, "config_from_args: missing argument");
+        return -EINVAL;
+    }
+    config_args_scan_t scan;
+    int r = config_scan_args(argc, argv, &scan, err, err_size);
+    if (r < 0) return r;
 
     config_t *next = malloc(sizeof *next);
     if (!next) {
@@ -905,36 +944,19 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
     config_defaults(next);
     /* --help and --version answer without reading anything, so that they work whatever state
      * the configuration is in. */
-    if (help || version) {
+    if (scan.help || scan.version) {
         *cfg = *next;
         free(next);
-        *ret_action = help ? CONFIG_ACTION_HELP : CONFIG_ACTION_VERSION;
+        *ret_action = scan.help ? CONFIG_ACTION_HELP : CONFIG_ACTION_VERSION;
         return 0;
     }
 
-    int r = 0;
-    if (config_path) r = config_load_file(next, config_path, err, err_size);
-
-    /* Second pass: the key flags, in command-line order, over the file. */
-    getopt_restart();
-    while (r >= 0 && argc > 0 &&
-           (c = getopt_long(argc, argv, config_short_options, config_options, NULL)) != -1) {
-        if (c == OPT_SET) {
-            r = apply_set_flag(next, optarg, err, err_size);
-            continue;
-        }
-        for (size_t i = 0; i < sizeof config_flag_keys / sizeof config_flag_keys[0]; i++) {
-            if (config_flag_keys[i].opt != c) continue;
-            char reason[768];
-            r = config_set(next, config_flag_keys[i].section, config_flag_keys[i].key, optarg,
-                           reason, sizeof reason);
-            if (r < 0) err_printf(err, err_size, "%s: %s", config_flag_keys[i].flag, reason);
-        }
-    }
+    if (scan.config_path) r = config_load_file(next, scan.config_path, err, err_size);
+    if (r >= 0) r = config_apply_flags(next, argc, argv, err, err_size);
     if (r >= 0) r = config_validate(next, err, err_size);
     if (r >= 0) {
         *cfg = *next;
-        *ret_action = action;
+        *ret_action = scan.action;
     }
     free(next);
     return r;
