@@ -313,9 +313,6 @@ json_t *codec_data_to_json(const tensor_desc_t *d, const void *data)
 
 /* --- base64 --- */
 
-static const char b64_alphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 static int b64_value(unsigned char c)
 {
     if (c >= 'A' && c <= 'Z') return c - 'A';
@@ -360,25 +357,6 @@ int codec_b64_decode(const char *text, size_t len, void **ret_data, size_t *ret_
     *ret_data = out;
     *ret_len = out_len;
     return 0;
-}
-
-char *codec_b64_encode(const void *data, size_t len)
-{
-    const unsigned char *in = data;
-    char *out = malloc((len + 2) / 3 * 4 + 1);
-    if (!out) return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < len; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        if (i + 1 < len) v |= (uint32_t)in[i + 1] << 8;
-        if (i + 2 < len) v |= in[i + 2];
-        out[o++] = b64_alphabet[v >> 18 & 63];
-        out[o++] = b64_alphabet[v >> 12 & 63];
-        out[o++] = i + 1 < len ? b64_alphabet[v >> 6 & 63] : '=';
-        out[o++] = i + 2 < len ? b64_alphabet[v & 63] : '=';
-    }
-    out[o] = '\0';
-    return out;
 }
 
 /* --- .npy --- */

@@ -34,10 +34,9 @@ int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char 
 json_t *codec_data_to_json(const tensor_desc_t *d, const void *data);
 
 /* Standard base64 with padding. decode: a new malloc'd block and its length; -EINVAL naming
- * the offending character position in err. encode: a new NUL-terminated string or NULL. */
+ * the offending character position in err. */
 int codec_b64_decode(const char *text, size_t len, void **ret_data, size_t *ret_len,
                      op_error_t *err);
-char *codec_b64_encode(const void *data, size_t len);
 
 /* Parses a .npy file (versions 1.0, 2.0, 3.0; little-endian f4, f2, f8, i1, i4, u4, i8; C
  * order only) held in memory. On success the descriptor, checked against max_bytes, and the

@@ -84,18 +84,6 @@ job_t *job_copy_shown(const job_t *job)
     return copy;
 }
 
-void job_drop_data(job_t *job)
-{
-    for (int j = 0; j < OP_MAX_TENSORS; j++) {
-        job_tensor_t *ts[2] = {&job->in[j], &job->out[j]};
-        for (int k = 0; k < 2; k++)
-            if (ts[k]->blob) {
-                free(ts[k]->data);
-                ts[k]->data = NULL;
-            }
-    }
-}
-
 void job_set_error(job_t *job, const char *code, const char *fmt, ...)
 {
     snprintf(job->error_code, sizeof job->error_code, "%s", code);
