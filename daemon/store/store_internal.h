@@ -16,6 +16,7 @@
  *   store_blob.c       blob files, locators, upload streams, the orphan sweep
  *   store_segment.c    segment files: many small tensors appended to one file
  *   store_sync.c       the WAL sync thread (declared in store.h)
+ *   store_lock.c       the state directory's lock (declared in store.h)
  */
 #pragma once
 
