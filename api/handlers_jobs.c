@@ -110,7 +110,7 @@ static int answer_known_idempotent(api_request_t *req, store_reader_t *rd, const
         char full[IDEM_KEY_SIZE], id[ID_SIZE];
         job_t *job = NULL;
         if (is_list)
-            snprintf(full, sizeof full, "%s:%zu", key, i);
+            snprintf(full, sizeof full, "%s%c%zu", key, STORE_IDEM_LIST_SEP, i);
         else
             snprintf(full, sizeof full, "%s", key);
         if (store_job_find_idempotent(rd, req->user.name, full, id) < 0 ||

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon/store/store.h"
 #include "tensor_codec.h"
 
 /* A deadline further away than this (about 31 years) is surely a unit mistake. */
@@ -364,7 +365,8 @@ int job_json_parse_request(const json_t *root, const job_json_env_t *env, const 
             return r;
         }
         if (has_key && is_list)
-            snprintf(jobs[i]->idempotency_key, IDEM_KEY_SIZE, "%s:%zu", idem_key, i);
+            snprintf(jobs[i]->idempotency_key, IDEM_KEY_SIZE, "%s%c%zu", idem_key,
+                     STORE_IDEM_LIST_SEP, i);
         else if (has_key)
             snprintf(jobs[i]->idempotency_key, IDEM_KEY_SIZE, "%s", idem_key);
     }
@@ -467,8 +469,12 @@ json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_f
     json_object_set_new(o, "state", json_string(job_state_name(job->state)));
     json_object_set_new(o, "priority", json_integer(job->priority));
     json_object_set_new(o, "device", job->device >= 0 ? json_integer(job->device) : json_null());
-    json_object_set_new(o, "idempotency_key",
-                        job->idempotency_key[0] ? json_string(job->idempotency_key) : json_null());
+    /* A list's element shows its key as the header's, a colon and its index. */
+    char key[IDEM_KEY_SIZE];
+    snprintf(key, sizeof key, "%s", job->idempotency_key);
+    char *sep = strchr(key, STORE_IDEM_LIST_SEP);
+    if (sep) *sep = ':';
+    json_object_set_new(o, "idempotency_key", key[0] ? json_string(key) : json_null());
     json_object_set_new(o, "deadline_at", job_json_time(job->deadline_us));
     json_object_set_new(o, "created_at", job_json_time(job->created_us));
     json_object_set_new(o, "started_at", job_json_time(job->started_us));

@@ -38,6 +38,10 @@ static int run_daemon(const config_t *cfg, char *const argv[])
     api_server_t *api = NULL;
     /* The executor's workers read input bytes through readers of their own on the store. */
     exec_blob_reader_t blobs = exec_store_blob_reader(cfg);
+    /* Held until the process ends, and across a restart in place: the store has logged why
+     * it was refused. */
+    int lock_fd = -1;
+    if (store_lock_state_dir(cfg->state_dir, &lock_fd) < 0) return 1;
     int r = store_open(cfg, &st);
     if (r < 0) {
         log_error("Failed to open the store in '%s': %s", cfg->state_dir, strerror(-r));
@@ -92,7 +96,9 @@ static int run_daemon(const config_t *cfg, char *const argv[])
     gpu_metrics_stop(gpu_metrics);
     sched_free(sched);
     store_close(st);
-    if (restart && restart_exec(argv, kept.tcp, kept.local) < 0) return 1;
+    if (restart &&
+        (store_lock_keep_across_exec(lock_fd) < 0 || restart_exec(argv, kept.tcp, kept.local) < 0))
+        return 1;
     log_info("stopped");
     return 0;
 }

@@ -31,6 +31,18 @@ typedef struct store_reader store_reader_t;
 
 #define STORE_MAX_SHARDS 16
 
+/* Takes the state directory's exclusive lock (STATE_DIR/gpujobd.lock, created with the
+ * directory if need be) for the process's life, before store_open: a second daemon on the
+ * same directory gets -EBUSY, logged with the directory and the holder's pid, having touched
+ * nothing. *ret_fd is the lock's descriptor (close-on-exec); closing it releases the lock. A
+ * lock handed over by store_lock_keep_across_exec before an exec in place is adopted rather
+ * than taken. Call before any thread exists: it reads and clears the environment. */
+int store_lock_state_dir(const char *state_dir, int *ret_fd);
+/* Just before the daemon executes itself again (restart.h): keeps the lock's descriptor open
+ * across the exec and names it in the environment for store_lock_state_dir to adopt, so that
+ * the lock is never free meanwhile. */
+int store_lock_keep_across_exec(int fd);
+
 /* Opens (creating if needed) the shards' database files and STATE_DIR/blobs/, migrating the
  * schema to the current version. */
 int store_open(const config_t *cfg, store_t **ret);
@@ -155,6 +167,13 @@ int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *
  * over: past 4000 pages the writer finishes the copy itself.) On one thread at a time. */
 int store_checkpointer_run(store_checkpointer_t *cp);
 void store_checkpointer_close(store_checkpointer_t *cp); /* accepts NULL */
+
+/* The idempotency key of element index of a list submitted with Idempotency-Key key, as a
+ * job_t carries it: key, this separator, index in decimal. The separator is a control
+ * character, which the header cannot carry (the API refuses them), so that no single job's
+ * key ever takes this form; the store keeps the index in a column of its own, and a list's
+ * element and a single job never share a key, whatever the header says. */
+#define STORE_IDEM_LIST_SEP '\x1f'
 
 /* Inserts a new job with its input tensors (descriptors, and bytes for in-memory tensors:
  * inline in the row when small, else the blob the caller got from store_blob_write, set in the

@@ -445,7 +445,19 @@ int store_blob_file_referenced(store_conn_t *conn, const char *file, int64_t pen
     return 0;
 }
 
-static int sweep_fan_dir(store_conn_t *const *conns, int n, const char *fan, int *removed)
+/* Whether the blob file at path was last written before before_us. */
+static bool written_before(const char *blobs_dir, const char *file, int64_t before_us)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", blobs_dir, file);
+    struct stat sb;
+    if (stat(path, &sb) < 0) return false;
+    int64_t mtime_us = (int64_t)sb.st_mtim.tv_sec * 1000000 + sb.st_mtim.tv_nsec / 1000;
+    return mtime_us < before_us;
+}
+
+static int sweep_fan_dir(store_conn_t *const *conns, int n, int64_t before_us, const char *fan,
+                         int *removed)
 {
     char fan_path[PATH_MAX + 8];
     snprintf(fan_path, sizeof fan_path, "%s/%s", conns[0]->blobs_dir, fan);
@@ -458,7 +470,7 @@ static int sweep_fan_dir(store_conn_t *const *conns, int n, const char *fan, int
         if (snprintf(file, sizeof file, "%s/%s", fan, de->d_name) >= (int)sizeof file ||
             !is_file_name(file))
             continue; /* not ours (or "." and ".."): leave it alone */
-        bool used = false;
+        bool used = !written_before(conns[0]->blobs_dir, file, before_us);
         for (int k = 0; k < n && r == 0 && !used; k++)
             r = store_blob_file_referenced(conns[k], file, 0, &used);
         if (r == 0 && !used) {
@@ -470,7 +482,7 @@ static int sweep_fan_dir(store_conn_t *const *conns, int n, const char *fan, int
     return r;
 }
 
-int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int *ret_removed)
+int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int64_t before_us, int *ret_removed)
 {
     DIR *dir = opendir(conns[0]->blobs_dir);
     if (!dir)
@@ -480,7 +492,7 @@ int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int *ret_removed
     struct dirent *de;
     while (r == 0 && (de = readdir(dir)))
         if (strlen(de->d_name) == 2 && is_hex_name(de->d_name, 2))
-            r = sweep_fan_dir(conns, n, de->d_name, &removed);
+            r = sweep_fan_dir(conns, n, before_us, de->d_name, &removed);
     closedir(dir);
     if (r < 0) return r;
     *ret_removed = removed;

@@ -14,13 +14,13 @@
 #define JOB_COLUMNS                                                                                \
     "id, owner, op, params, priority, device, deadline_us, state, attempts, created_us, "          \
     "started_us, finished_us, run_device, gpu_ns, batch_size, error_code, error_message, "         \
-    "idempotency_key, inputs, outputs"
+    "idempotency_key, inputs, outputs, idempotency_index"
 
 static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_JOB_INSERT] = "INSERT INTO jobs (id, owner, op, params, priority, device, deadline_us, "
                         "state, attempts, created_us, idempotency_key, started_us, batch_size, "
-                        "inputs) "
-                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?8, ?9, ?10, ?12, ?13, ?14)",
+                        "inputs, idempotency_index) "
+                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?8, ?9, ?10, ?12, ?13, ?14, ?15)",
     /* The allowed previous states are bound as ?11 and ?12 (the same twice when only one is
      * allowed), so the check and the change are one atomic statement. */
     [STMT_JOB_UPDATE] = "UPDATE jobs SET state = ?2, attempts = ?3, started_us = ?4, "
@@ -33,7 +33,12 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
                        "run_device = ?6, batch_size = ?8 WHERE id = ?1 AND state = 'queued'",
     [STMT_JOB_STATE] = "SELECT state FROM jobs WHERE id = ?1",
     [STMT_JOB_GET] = "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1",
-    [STMT_JOB_FIND_IDEMPOTENT] = "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
+    /* The key and index (?2, ?3: -1 for a single job) as rows store them; then, among rows
+     * from before the index had a column (NULL), the key as they spelled it (?4). */
+    [STMT_JOB_FIND_IDEMPOTENT] = "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2 "
+                                 "AND idempotency_index = ?3 UNION ALL SELECT id FROM jobs "
+                                 "WHERE owner = ?1 AND idempotency_key = ?4 "
+                                 "AND idempotency_index IS NULL LIMIT 1",
     [STMT_JOB_TENSORS] = "SELECT inputs, outputs FROM jobs WHERE id = ?1",
     /* ?2: 0 for the inputs' bytes, 1 for the outputs'. */
     [STMT_JOB_BYTES] = "SELECT j.inputs, j.outputs, b.data FROM jobs j LEFT JOIN job_bytes b "
@@ -131,18 +136,19 @@ static void configure_sqlite(void)
         log_debug("store: cannot configure SQLite's page cache: %s", sqlite3_errstr(rc));
 }
 
+int store_db_path(const char *state_dir, int shard, char path[PATH_MAX])
+{
+    int n = shard == 0 ? snprintf(path, PATH_MAX, "%s/%s", state_dir, STORE_DB_NAME)
+                       : snprintf(path, PATH_MAX, "%s/gpujobd-%d.db", state_dir, shard);
+    return n < PATH_MAX ? 0 : -ENAMETOOLONG;
+}
+
 int store_conn_open(store_conn_t *conn, const char *state_dir, int shard, int flags)
 {
     static pthread_once_t configured = PTHREAD_ONCE_INIT;
     pthread_once(&configured, configure_sqlite);
     memset(conn, 0, sizeof *conn);
-    char name[32];
-    if (shard == 0)
-        snprintf(name, sizeof name, "%s", STORE_DB_NAME);
-    else
-        snprintf(name, sizeof name, "gpujobd-%d.db", shard);
-    if (snprintf(conn->db_path, sizeof conn->db_path, "%s/%s", state_dir, name) >=
-            (int)sizeof conn->db_path ||
+    if (store_db_path(state_dir, shard, conn->db_path) < 0 ||
         snprintf(conn->blobs_dir, sizeof conn->blobs_dir, "%s/blobs", state_dir) >=
             (int)sizeof conn->blobs_dir)
         return log_error_errno(-ENAMETOOLONG, "store: state_dir '%s' is too long", state_dir);
@@ -282,6 +288,15 @@ void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size)
 {
     const unsigned char *s = sqlite3_column_text(stmt, col);
     snprintf(dst, size, "%s", s ? (const char *)s : "");
+}
+
+int64_t store_idem_key_split(const char *job_key, char *key)
+{
+    store_copy_str(key, IDEM_KEY_SIZE, job_key);
+    char *sep = strchr(key, STORE_IDEM_LIST_SEP);
+    if (!sep) return -1;
+    *sep = '\0';
+    return strtoll(sep + 1, NULL, 10);
 }
 
 void store_shape_format(const tensor_desc_t *d, char *buf, size_t size)

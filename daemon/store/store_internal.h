@@ -16,6 +16,8 @@
  *   store_blob.c       blob files, locators, upload streams, the orphan sweep
  *   store_segment.c    segment files: many small tensors appended to one file
  *   store_sync.c       the WAL sync thread (declared in store.h)
+ *   store_lock.c       the state directory's lock (declared in store.h)
+ *   store_check.c      the checks at open that refuse a damaged store
  */
 #pragma once
 
@@ -30,7 +32,7 @@
 #include "daemon/util/vec.h"
 #include "store.h"
 
-#define STORE_SCHEMA_VERSION 7
+#define STORE_SCHEMA_VERSION 8
 /* The final states as a condition. An OR chain, not an IN list: SQLite builds an ephemeral
  * table for every IN list it evaluates. */
 #define STORE_FINAL_STATES "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled')"
@@ -100,6 +102,9 @@ typedef struct store_conn {
     char blobs_dir[PATH_MAX];
 } store_conn_t;
 
+/* The path of shard's database file under state_dir (STORE_DB_NAME for shard 0,
+ * "gpujobd-<shard>.db" for the others). */
+int store_db_path(const char *state_dir, int shard, char path[PATH_MAX]);
 /* Opens the database file of shard (STORE_DB_NAME for shard 0, "gpujobd-<shard>.db" for the
  * others) under state_dir with flags, and sets busy_timeout on it. -ENOENT when it does not
  * exist and flags do not create it. */
@@ -126,6 +131,10 @@ int store_stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what);
 int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_null);
 /* Copies a text column into dst (truncating to size, always NUL-terminated). */
 void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size);
+
+/* Splits a job's idempotency key into the header's key (into key, of IDEM_KEY_SIZE bytes) and
+ * its index in a list (STORE_IDEM_LIST_SEP), or -1 for a single job's key. */
+int64_t store_idem_key_split(const char *job_key, char *key);
 
 /* Shapes in rows are compact JSON arrays, "[2,3]" ("[]" for a scalar). */
 void store_shape_format(const tensor_desc_t *d, char *buf, size_t size);
@@ -203,9 +212,23 @@ int store_blob_file_read_at(const char *blobs_dir, const char *file, uint64_t of
 /* Removes a blob file; a missing one is not an error (it was already collected). */
 void store_blob_file_remove(const char *blobs_dir, const char *file);
 /* Removes files under blobs/ that no row of the n shards' connections names: left by a crash
- * between a blob's write and the commit of its row, or by a rolled-back transaction. Run at
- * open, before any other thread can write blobs. *ret_removed: how many. */
-int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int *ret_removed);
+ * between a blob's write and the commit of its row, or by a rolled-back transaction. Only
+ * files last written before before_us (the newest committed row's time) go: a newer one may
+ * belong to a commit the WAL lost, and is kept. Run at open, before any other thread can write
+ * blobs. *ret_removed: how many. */
+int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int64_t before_us,
+                             int *ret_removed);
+
+/* --- checks at open (store_check.c): a damaged store is refused, -EUCLEAN, logged --- */
+
+/* Before a shard's file is opened: refuses a database file that is empty, or (unless
+ * missing_ok) missing, while blob files exist, and a WAL with commits past a damaged frame. */
+int store_check_before_open(const char *db_path, const char *blobs_dir, bool missing_ok);
+/* PRAGMA quick_check of an open shard; refuses one that cannot be read or fails it. */
+int store_check_quick(store_conn_t *conn);
+/* The newest timestamp of any row of the shard (a job's creation, start or end, a buffer's
+ * creation), 0 when it has none: blob files written since may belong to a lost commit. */
+int store_newest_row_us(store_conn_t *conn, int64_t *ret);
 
 /* --- segment files (store_segment.c) --- */
 

@@ -143,6 +143,11 @@ static int job_from_row(sqlite3_stmt *row, job_t **ret)
     store_column_copy(row, 15, job->error_code, sizeof job->error_code);
     store_column_copy(row, 16, job->error_message, sizeof job->error_message);
     store_column_copy(row, 17, job->idempotency_key, sizeof job->idempotency_key);
+    if (sqlite3_column_type(row, 20) != SQLITE_NULL && sqlite3_column_int64(row, 20) >= 0) {
+        size_t len = strlen(job->idempotency_key);
+        snprintf(job->idempotency_key + len, sizeof job->idempotency_key - len, "%c%lld",
+                 STORE_IDEM_LIST_SEP, (long long)sqlite3_column_int64(row, 20));
+    }
     if (r == 0) r = tensors_from_column(job, row, 18, false);
     if (r == 0) r = tensors_from_column(job, row, 19, true);
     if (r < 0) {
@@ -182,8 +187,17 @@ int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char 
     if (!owner || !key || !*key) return -ENOENT;
     sqlite3_stmt *stmt = store_stmt(&rd->conns[0], STMT_JOB_FIND_IDEMPOTENT);
     if (!stmt) return -EIO;
+    /* A list's element was once stored as KEY:INDEX. */
+    char split[IDEM_KEY_SIZE], legacy[IDEM_KEY_SIZE + 24];
+    int64_t index = store_idem_key_split(key, split);
+    if (index >= 0)
+        snprintf(legacy, sizeof legacy, "%s:%lld", split, (long long)index);
+    else
+        store_copy_str(legacy, sizeof legacy, split);
     store_bind_text(stmt, 1, owner, false);
-    store_bind_text(stmt, 2, key, false);
+    store_bind_text(stmt, 2, split, false);
+    sqlite3_bind_int64(stmt, 3, index);
+    store_bind_text(stmt, 4, legacy, false);
     int rc = sqlite3_step(stmt);
     int r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? -ENOENT

@@ -174,6 +174,14 @@ static const struct {
         "  name TEXT PRIMARY KEY,"
         "  value INTEGER NOT NULL"
         ") WITHOUT ROWID;"},
+    /* The index of a list's element apart from its key, which lists once spelled KEY:INDEX,
+     * a key a single job could take too. New rows say -1 for a single job and the index for a
+     * list's element; rows from before keep NULL, and are found by their old spelling
+     * (STMT_JOB_FIND_IDEMPOTENT), as they were. */
+    {8, "ALTER TABLE jobs ADD COLUMN idempotency_index INTEGER;"
+        "DROP INDEX jobs_idempotency;"
+        "CREATE UNIQUE INDEX jobs_idempotency ON jobs (owner, idempotency_key, idempotency_index)"
+        "  WHERE idempotency_key IS NOT NULL;"},
 };
 
 static int move_tensors_into_jobs(store_conn_t *conn);

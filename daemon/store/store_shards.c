@@ -57,12 +57,17 @@ static int shard_open(store_t *st, int k, const config_t *cfg, int *ret_version_
     /* Shard 0 says how many shards there are; the others exist from the store's creation on:
      * one missing held jobs, and is not made anew. */
     if (k == 0 || st->n_shards == 0) flags |= SQLITE_OPEN_CREATE;
-    int r = store_conn_open(&sh->conn, cfg->state_dir, k, flags);
+    char path[PATH_MAX];
+    int r = store_db_path(cfg->state_dir, k, path);
+    if (r == 0) r = store_check_before_open(path, st->blobs_dir, k > 0);
+    if (r < 0) return r;
+    r = store_conn_open(&sh->conn, cfg->state_dir, k, flags);
     if (r == -ENOENT)
         return log_error_errno(-ENOENT,
                                "store: shard file '%s' is missing: the jobs stored in it cannot "
                                "be read; restore it from a backup",
                                sh->conn.db_path);
+    if (r == 0) r = store_check_quick(&sh->conn);
     if (r == 0) r = configure_writer(&sh->conn);
     if (r == 0) r = store_user_version(&sh->conn, ret_version_before);
     if (r == 0) r = store_migrate(&sh->conn);
@@ -125,7 +130,13 @@ int store_open(const config_t *cfg, store_t **ret)
     store_conn_t *conns[STORE_MAX_SHARDS];
     for (int k = 0; k < st->n_shards; k++)
         conns[k] = &st->shards[k].conn;
-    if (r == 0) r = store_blob_sweep_orphans(conns, st->n_shards, &removed);
+    int64_t newest_us = 0;
+    for (int k = 0; k < st->n_shards && r == 0; k++) {
+        int64_t shard_newest = 0;
+        r = store_newest_row_us(conns[k], &shard_newest);
+        if (shard_newest > newest_us) newest_us = shard_newest;
+    }
+    if (r == 0) r = store_blob_sweep_orphans(conns, st->n_shards, newest_us, &removed);
     if (r == 0 && st->n_shards > 1) r = start_shard_threads(st);
     if (r < 0) {
         store_close(st);

@@ -1207,6 +1207,63 @@ START_TEST(test_idempotent_resubmission_returns_first_job)
 }
 END_TEST
 
+/* A list's elements and single jobs never share a key: a single job keyed "x:0" is not the
+ * first element of a list keyed "x", and each retry replays its own jobs. */
+START_TEST(test_a_list_key_never_names_a_single_job)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    json_t *job = small_add_job(3);
+    char *single = json_dumps(job, JSON_COMPACT);
+    json_t *list_json = json_pack("[O,O]", job, job);
+    char *list = json_dumps(list_json, JSON_COMPACT);
+    const char *single_key[] = {"Content-Type: application/json", "Idempotency-Key: x:0", NULL};
+    const char *list_key[] = {"Content-Type: application/json", "Idempotency-Key: x", NULL};
+    e2e_response_t one, many, one_again, many_again;
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs", single_key, single, strlen(single), &one) ==
+              0);
+    ck_assert_msg(one.status == 201, "single: %ld %s", one.status, one.body);
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs", list_key, list, strlen(list), &many) == 0);
+    ck_assert_msg(many.status == 201, "list: %ld %s", many.status, many.body);
+    const char *single_id = json_string_value(json_object_get(one.json, "id"));
+    json_t *jobs = many.json;
+    ck_assert_int_eq(json_array_size(jobs), 2);
+    const char *list_ids[2];
+    for (int i = 0; i < 2; i++) {
+        list_ids[i] = json_string_value(json_object_get(json_array_get(jobs, (size_t)i), "id"));
+        ck_assert_ptr_nonnull(list_ids[i]);
+        ck_assert_msg(strcmp(list_ids[i], single_id) != 0,
+                      "the list's element %d is the single job keyed x:0", i);
+    }
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 3);
+
+    /* Retries replay their own jobs. */
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs", list_key, list, strlen(list), &many_again) ==
+              0);
+    ck_assert_msg(many_again.status == 200, "list retry: %ld %s", many_again.status,
+                  many_again.body);
+    jobs = many_again.json;
+    ck_assert_int_eq(json_array_size(jobs), 2);
+    for (int i = 0; i < 2; i++)
+        ck_assert_str_eq(json_string_value(json_object_get(json_array_get(jobs, (size_t)i), "id")),
+                         list_ids[i]);
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs", single_key, single, strlen(single),
+                               &one_again) == 0);
+    ck_assert_msg(one_again.status == 200, "single retry: %ld %s", one_again.status,
+                  one_again.body);
+    ck_assert_str_eq(json_string_value(json_object_get(one_again.json, "id")), single_id);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 3);
+    e2e_response_clear(&one);
+    e2e_response_clear(&many);
+    e2e_response_clear(&one_again);
+    e2e_response_clear(&many_again);
+    free(single);
+    free(list);
+    json_decref(list_json);
+    json_decref(job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* A retry of an accepted submission is answered with its job even while the user's queue is
  * full (it adds nothing to the queue); a new job is refused then, 429. */
 START_TEST(test_idempotent_retry_is_answered_while_the_queue_is_full)
@@ -1408,6 +1465,7 @@ int main(void)
     tcase_add_test(tc, test_large_upload_streams_to_its_file);
     tcase_add_test(tc, test_deadline_passes_while_queued);
     tcase_add_test(tc, test_idempotent_resubmission_returns_first_job);
+    tcase_add_test(tc, test_a_list_key_never_names_a_single_job);
     tcase_add_test(tc, test_idempotent_retry_is_answered_while_the_queue_is_full);
     tcase_add_test(tc, test_list_pagination_and_filters);
     tcase_add_test(tc, test_health_metrics_usage_and_info);

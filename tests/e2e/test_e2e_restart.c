@@ -8,6 +8,7 @@
 #define _XOPEN_SOURCE 700
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
@@ -286,6 +287,110 @@ START_TEST(test_a_restart_in_place_keeps_the_pid_the_port_and_the_jobs)
 }
 END_TEST
 
+/* Runs a second gpujobd on the state directory of d, its log in DIR/second.log, and returns
+ * its wait status: it must exit by itself within 10 s, or the test fails (and it is killed). */
+static int run_second_daemon(e2e_daemon_t *d, char log_path[PATH_MAX])
+{
+    char state_dir[PATH_MAX];
+    snprintf(state_dir, sizeof state_dir, "%s/state", e2e_daemon_dir(d));
+    snprintf(log_path, PATH_MAX, "%s/second.log", e2e_daemon_dir(d));
+    const char *bin = getenv("GPUJOBD_BIN");
+    ck_assert_ptr_nonnull(bin);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0) _exit(127);
+        dup2(fd, STDERR_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        execl(bin, bin, "--listen", "127.0.0.1:0", "--state-dir", state_dir, "--backend", "cpu",
+              (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    double until = e2e_now() + 10;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (e2e_now() > until) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            ck_abort_msg("a second gpujobd on the same state directory kept running");
+        }
+        usleep(20 * 1000);
+    }
+    return status;
+}
+
+/* Whether the file at path contains text. */
+static bool file_contains(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, text) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Asserts that a second gpujobd on d's state directory is refused: a non-zero exit, and an
+ * error naming the directory and the first one's pid. */
+static void assert_second_daemon_refused(e2e_daemon_t *d)
+{
+    char log_path[PATH_MAX], holder[64], state_dir[PATH_MAX];
+    int status = run_second_daemon(d, log_path);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0,
+                  "the second gpujobd ended with status 0x%x, expected a non-zero exit", status);
+    snprintf(holder, sizeof holder, "(pid %d,", (int)e2e_daemon_pid(d));
+    snprintf(state_dir, sizeof state_dir, "'%s/state' is in use by another gpujobd",
+             e2e_daemon_dir(d));
+    ck_assert_msg(file_contains(log_path, state_dir) && file_contains(log_path, holder),
+                  "the second gpujobd's log (%s) does not name the directory and pid %d", log_path,
+                  (int)e2e_daemon_pid(d));
+}
+
+START_TEST(test_a_second_daemon_on_the_same_state_dir_is_refused)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_MS);
+    char *long_id = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, long_id, "running", 10);
+    json_t *job = add_job(7);
+    char *queued_id = e2e_submit_ok(d, job);
+
+    assert_second_daemon_refused(d);
+
+    /* The first one serves on, its jobs as they were: the running one was not re-queued. */
+    json_t *done = e2e_wait_final_ok(d, long_id, 30);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    ck_assert_int_eq(json_integer_value(json_object_get(done, "attempts")), 1);
+    json_decref(done);
+    done = e2e_wait_final_ok(d, queued_id, 30);
+    assert_add_result(done, 7);
+    json_decref(done);
+
+    /* A restart in place keeps the lock: a second daemon is refused after it too. */
+    pid_t pid = e2e_daemon_pid(d);
+    ck_assert_int_eq(kill(pid, SIGUSR1), 0);
+    double until = e2e_now() + 30;
+    while (count_log_lines(d, " ready") < 2 && e2e_now() < until)
+        usleep(20 * 1000);
+    ck_assert_int_eq(count_log_lines(d, " ready"), 2);
+    assert_second_daemon_refused(d);
+    char *after = e2e_submit_ok(d, job);
+    done = e2e_wait_final_ok(d, after, 30);
+    assert_add_result(done, 7);
+    json_decref(done);
+    ck_assert_int_eq(e2e_daemon_pid(d), pid);
+    free(after);
+    free(queued_id);
+    free(long_id);
+    json_decref(job);
+    json_decref(long_job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 START_TEST(test_systemd_hears_ready_the_watchdog_and_stopping)
 {
     /* systemd's end of Type=notify and WatchdogSec=: a datagram socket, named to the daemon by
@@ -339,6 +444,7 @@ int main(void)
     tcase_add_test(tc, test_sigterm_keeps_queued_jobs_for_next_start);
     tcase_add_test(tc, test_kill9_under_submissions_loses_no_acknowledged_job);
     tcase_add_test(tc, test_a_restart_in_place_keeps_the_pid_the_port_and_the_jobs);
+    tcase_add_test(tc, test_a_second_daemon_on_the_same_state_dir_is_refused);
     tcase_add_test(tc, test_systemd_hears_ready_the_watchdog_and_stopping);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

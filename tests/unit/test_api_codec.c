@@ -627,7 +627,8 @@ START_TEST(test_job_parse_builds_a_validated_job)
     ck_assert(alpha == 2.0);
     job_json_free_jobs(jobs, n);
 
-    /* A list: every job gets key:index; no deadline when null. */
+    /* A list: every job gets its key and index apart (STORE_IDEM_LIST_SEP); no deadline when
+     * null. */
     ck_assert_int_eq(request_parse("[{\"op\": \"tadd\", \"inputs\": {" X3 "}}, {\"op\": \"tadd\", "
                                    "\"deadline_ms\": null, \"inputs\": {\"x\": {\"dtype\": "
                                    "\"f64\", \"shape\": [1], \"b64\": "
@@ -635,8 +636,10 @@ START_TEST(test_job_parse_builds_a_validated_job)
                                    "k", &jobs, &n, &err),
                      0);
     ck_assert_uint_eq(n, 2);
-    ck_assert_str_eq(jobs[0]->idempotency_key, "k:0");
-    ck_assert_str_eq(jobs[1]->idempotency_key, "k:1");
+    ck_assert_str_eq(jobs[0]->idempotency_key, "k\x1f"
+                                               "0");
+    ck_assert_str_eq(jobs[1]->idempotency_key, "k\x1f"
+                                               "1");
     ck_assert_str_eq(jobs[1]->params_json, "{}");
     ck_assert(jobs[1]->deadline_us == 0);
     ck_assert(*(double *)jobs[1]->in[0].data == 1.0);

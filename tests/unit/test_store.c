@@ -1088,13 +1088,18 @@ START_TEST(test_small_tensors_share_a_segment_that_goes_with_its_last_job)
     ck_assert_int_eq(deleted, 2);
     ck_assert(!blob_file_exists(&f, blobs[0]));
 
-    /* The active segment is never collected, even once no job names it; the sweep at the next
-     * open takes it. */
+    /* The active segment is never collected, even once no job names it; the sweep at an open
+     * takes it once a row committed after its last write exists. Before that, it may belong to
+     * a commit the WAL lost, and stays. */
     char id[ID_SIZE], *blob;
     insert_finished_with_segment_input(&f, 1000, 80, id, &blob);
     ck_assert_int_eq(store_gc(f.st, 1500, &deleted), 0);
     ck_assert_int_eq(deleted, 1);
     ck_assert(blob_file_exists(&f, blob));
+    reopen(&f);
+    ck_assert(blob_file_exists(&f, blob));
+    char later[ID_SIZE];
+    insert_small(&f, &test_op, "alice", now_us() + 1000000, later);
     reopen(&f);
     ck_assert(!blob_file_exists(&f, blob));
     ck_assert_int_eq(count_blob_files(&f), 0);
@@ -1692,9 +1697,12 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
     ck_assert_int_eq(set_state(&f, ended, JOB_SUCCEEDED), 0);
     store_reader_close(f.rd);
     store_close(f.st);
-    char sql[512];
+    char sql[1024];
     snprintf(sql, sizeof sql,
              "DROP INDEX jobs_live; DROP INDEX jobs_ended; DROP INDEX jobs_finished;"
+             "DROP INDEX jobs_idempotency; ALTER TABLE jobs DROP COLUMN idempotency_index;"
+             "CREATE UNIQUE INDEX jobs_idempotency ON jobs (owner, idempotency_key)"
+             "  WHERE idempotency_key IS NOT NULL;"
              "CREATE INDEX jobs_state ON jobs (state, created_us, id);"
              "CREATE INDEX jobs_finished ON jobs (finished_us) WHERE " STORE_FINAL_STATES ";"
              "UPDATE jobs SET finished_us = 0, started_us = 3500 WHERE id = '%s';"
