@@ -65,6 +65,16 @@ static int codec_failure(api_error_t *err, int r, const op_error_t *cerr)
     return api_error_set(err, r, 400, "invalid_argument", cerr->field, "%s", cerr->message);
 }
 
+/* Maps an op's validation failure: a size over a limit (an output over max_tensor_bytes, a
+ * shape whose byte size does not fit in 63 bits, a dim past what the op's kernels index) is
+ * 413 like an input over the limit; the rest 400. field is the full path of the field. */
+static int validate_failure(api_error_t *err, int r, const char *field, const op_error_t *oerr)
+{
+    if (r == -E2BIG || r == -EOVERFLOW)
+        return api_error_set(err, r, 413, "payload_too_large", field, "%s", oerr->message);
+    return api_error_set(err, r, 400, "invalid_argument", field, "%s", oerr->message);
+}
+
 static bool key_in(const char *key, const char *const *keys)
 {
     for (; *keys; keys++)
@@ -269,7 +279,8 @@ static int parse_scalars(const json_t *obj, const job_json_env_t *env, const cha
 /* Parses one job object into a new validated job (state queued, a new id, owner and
  * created_us from env, tensors decoded into memory, outputs described by the op). prefix is
  * prepended to error fields ("[3]" gives "[3].inputs.x"; "" for none). 0, or a negative errno
- * with *err filled (400, 404 for a missing buffer, 413 for a tensor over the limit). */
+ * with *err filled (400, 404 for a missing buffer, 413 for an input or output tensor over the
+ * limit or too large to compute). */
 static int job_json_parse(const json_t *obj, const job_json_env_t *env, const char *prefix,
                           job_t **ret, api_error_t *err)
 {
@@ -304,11 +315,10 @@ static int job_json_parse(const json_t *obj, const job_json_env_t *env, const ch
     if (r >= 0) {
         op_error_t oerr = {0};
         r = op_params_check_keys(op, params, &oerr);
-        if (r >= 0) r = op->validate(params, &job->call, &oerr);
+        if (r >= 0) r = op_call_validate(params, env->cfg->max_tensor_bytes, &job->call, &oerr);
         if (r < 0)
-            r = api_error_set(err, r, 400, "invalid_argument",
-                              field_path(field, sizeof field, prefix, oerr.field), "%s",
-                              oerr.message);
+            r = validate_failure(err, r, field_path(field, sizeof field, prefix, oerr.field),
+                                 &oerr);
     }
     if (r >= 0) {
         job->params_json = params ? json_dumps(params, JSON_COMPACT) : strdup("{}");

@@ -124,11 +124,21 @@ static int conv2d_check_vector(const op_call_t *call, int slot, bool needed, con
     return 0;
 }
 
-/* Output size along one axis; < 1 when the dilated kernel does not fit the padded input. */
-static int64_t conv2d_out_size(int64_t in, int64_t pad, int64_t dil, int64_t ker, int64_t stride)
+/* The extent of a dilated kernel, dil * (ker - 1) + 1, saturated at INT64_MAX: a kernel that
+ * large fits no input. */
+static int64_t conv2d_dilated(int64_t dil, int64_t ker)
 {
-    int64_t span = in + 2 * pad - dil * (ker - 1) - 1;
-    return span < 0 ? 0 : span / stride + 1;
+    int64_t span;
+    if (size_mul(dil, ker - 1, &span) < 0 || size_add(span, 1, &span) < 0) return INT64_MAX;
+    return span;
+}
+
+/* Output size along one axis of a padded input (at most 2^31 - 1 long); 0 when the dilated
+ * kernel does not fit it. */
+static int64_t conv2d_out_size(int64_t padded, int64_t dil, int64_t ker, int64_t stride)
+{
+    int64_t span = conv2d_dilated(dil, ker);
+    return span > padded ? 0 : (padded - span) / stride + 1;
 }
 
 /* Checks inputs.x and inputs.w: dtypes, [N, C, H, W] and [K, C/groups, R, S] shapes, and that
@@ -187,30 +197,32 @@ static int conv2d_output_desc(const tensor_desc_t *x, const tensor_desc_t *w,
 {
     int64_t n = x->shape[0], h = x->shape[2], wd = x->shape[3];
     int64_t k = w->shape[0], kr = w->shape[2], ks = w->shape[3];
-    /* The CUDA kernels index within int32; keep every coordinate they form inside it. */
-    if (h + 2 * (int64_t)p->padding[0] > INT32_MAX || wd + 2 * (int64_t)p->padding[1] > INT32_MAX)
+    /* The CUDA kernels index within int32; keep every coordinate they form inside it. h and
+     * wd passed tensor_desc_check() with elements of 2 bytes or more, so the sums fit. */
+    int64_t padded_h = h + 2 * (int64_t)p->padding[0], padded_w = wd + 2 * (int64_t)p->padding[1];
+    if (padded_h > INT32_MAX || padded_w > INT32_MAX)
         return op_error(err, -EINVAL, "params.padding",
                         "params.padding makes the padded input larger than 2^31");
-    int64_t out_p = conv2d_out_size(h, p->padding[0], p->dilation[0], kr, p->stride[0]);
-    int64_t out_q = conv2d_out_size(wd, p->padding[1], p->dilation[1], ks, p->stride[1]);
+    int64_t out_p = conv2d_out_size(padded_h, p->dilation[0], kr, p->stride[0]);
+    int64_t out_q = conv2d_out_size(padded_w, p->dilation[1], ks, p->stride[1]);
     if (out_p < 1 || out_q < 1)
         return op_error(err, -EINVAL, "params",
                         "the output would be empty (P = %lld, Q = %lld): the dilated kernel "
                         "(%lld x %lld) is larger than the padded input (%lld x %lld); check "
                         "params.padding, params.dilation and params.stride",
                         (long long)out_p, (long long)out_q,
-                        (long long)(p->dilation[0] * (kr - 1) + 1),
-                        (long long)(p->dilation[1] * (ks - 1) + 1),
-                        (long long)(h + 2 * p->padding[0]), (long long)(wd + 2 * p->padding[1]));
+                        (long long)conv2d_dilated(p->dilation[0], kr),
+                        (long long)conv2d_dilated(p->dilation[1], ks), (long long)padded_h,
+                        (long long)padded_w);
 
     tensor_desc_t out = {.dtype = x->dtype, .ndim = 4, .shape = {n, k, out_p, out_q}};
     if (tensor_desc_numel(x) > INT32_MAX || tensor_desc_numel(w) > INT32_MAX)
         return op_error(err, -E2BIG,
                         tensor_desc_numel(x) > INT32_MAX ? "inputs.x.shape" : "inputs.w.shape",
                         "conv2d takes tensors of at most 2^31 - 1 elements");
-    /* n * k * P * Q may overflow before the limit check: bound it in floating point first. */
-    if ((double)n * (double)k * (double)out_p * (double)out_q > INT32_MAX)
-        return op_error(err, -E2BIG, "inputs.x.shape",
+    int64_t numel;
+    if (size_product(out.shape, 4, &numel) < 0 || numel > INT32_MAX)
+        return op_error(err, -E2BIG, "outputs.out",
                         "the output [%lld, %lld, %lld, %lld] would exceed 2^31 - 1 elements",
                         (long long)n, (long long)k, (long long)out_p, (long long)out_q);
     *ret_out = out;

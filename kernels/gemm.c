@@ -103,16 +103,12 @@ static int gemm_output_desc(const tensor_desc_t *a, const tensor_desc_t *b, gemm
     p->a_batched = lead_a > 0;
     p->b_batched = lead_b > 0;
     tensor_desc_t out = {.dtype = p->out_dtype, .ndim = n_lead + 2};
-    p->batch = 1;
-    for (int i = 0; i < n_lead; i++) {
-        out.shape[i] = lead->shape[i];
-        p->batch *= lead->shape[i];
-    }
+    memcpy(out.shape, lead->shape, sizeof out.shape[0] * (size_t)n_lead);
     out.shape[n_lead] = p->m;
     out.shape[n_lead + 1] = p->n;
     /* With k = 0 the inputs are empty whatever m and n are, so the output may be huge. */
-    if (tensor_desc_check(&out, UINT64_MAX) < 0)
-        return op_error(err, -EOVERFLOW, "inputs.b.shape", "the output %s is too large",
+    if (size_product(lead->shape, n_lead, &p->batch) < 0 || tensor_desc_check(&out, UINT64_MAX) < 0)
+        return op_error(err, -EOVERFLOW, "outputs.out", "the output %s is too large",
                         tensor_shape_str(&out, as, sizeof as));
     *ret_out = out;
     return 0;

@@ -104,6 +104,15 @@ typedef struct op_def {
                     const void *const *const *in, void *const *const *out, op_error_t *err);
 } op_def_t;
 
+/* Validates a call as the daemon must before accepting it: runs call->op->validate() and then
+ * checks every output descriptor as inputs are checked at the door (tensor_desc_check() against
+ * max_out_bytes; UINT64_MAX checks only that the shape is bounded), so that no op can hand the
+ * executor an output that wraps or that exceeds the limit. On an output's failure the field is
+ * "outputs.<name>" and the code -EOVERFLOW or -E2BIG. The one entry point for validation outside
+ * tests of a single op. */
+int op_call_validate(const json_t *params, uint64_t max_out_bytes, op_call_t *call,
+                     op_error_t *err);
+
 /* The table. op_find returns NULL for an unknown name. Test-only ops are left out of all three
  * unless op_table_enable_test_ops(true) was called. */
 const op_def_t *op_find(const char *name);

@@ -4,6 +4,7 @@
 #include "op.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -88,4 +89,34 @@ int op_error(op_error_t *err, int code, const char *field, const char *fmt, ...)
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
     return code;
+}
+
+/* Checks each output of a validated call against the bound and max_out_bytes. */
+static int op_call_check_outputs(const op_call_t *call, uint64_t max_out_bytes, op_error_t *err)
+{
+    for (int j = 0; j < call->n_out; j++) {
+        const tensor_desc_t *d = &call->out[j];
+        int r = tensor_desc_check(d, max_out_bytes);
+        if (r == 0) continue;
+        char field[64], shape[160];
+        snprintf(field, sizeof field, "outputs.%s", call->out_names[j]);
+        tensor_shape_str(d, shape, sizeof shape);
+        if (r == -E2BIG)
+            return op_error(err, r, field,
+                            "output '%s' %s %s would take %" PRIu64
+                            " bytes, over the limit of %" PRIu64 " bytes for one tensor",
+                            call->out_names[j], dtype_name(d->dtype), shape, tensor_desc_bytes(d),
+                            max_out_bytes);
+        return op_error(err, r == -EINVAL ? r : -EOVERFLOW, field,
+                        "output '%s' %s %s is too large: its byte size does not fit in 63 bits",
+                        call->out_names[j], dtype_name(d->dtype), shape);
+    }
+    return 0;
+}
+
+int op_call_validate(const json_t *params, uint64_t max_out_bytes, op_call_t *call, op_error_t *err)
+{
+    int r = call->op->validate(params, call, err);
+    if (r < 0) return r;
+    return op_call_check_outputs(call, max_out_bytes, err);
 }

@@ -37,9 +37,9 @@ static int quant_parse_axis(const json_t *params, const tensor_desc_t *t, const 
     p->per_channel = true;
     p->axis = (int)axis;
     p->channels = t->shape[axis];
-    p->inner = 1;
-    for (int d = (int)axis + 1; d < t->ndim; d++)
-        p->inner *= t->shape[d];
+    if (size_product(&t->shape[axis + 1], t->ndim - (int)axis - 1, &p->inner) < 0)
+        return op_error(err, -EOVERFLOW, "params.axis",
+                        "the dims of %s after params.axis multiply past 2^63", tname);
     return 0;
 }
 

@@ -42,6 +42,31 @@ int dtype_parse(const char *name, dtype_t *ret)
     return -EINVAL;
 }
 
+int size_mul(int64_t a, int64_t b, int64_t *ret)
+{
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return -EOVERFLOW;
+    *ret = r;
+    return 0;
+}
+
+int size_add(int64_t a, int64_t b, int64_t *ret)
+{
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r)) return -EOVERFLOW;
+    *ret = r;
+    return 0;
+}
+
+int size_product(const int64_t *dims, int n, int64_t *ret)
+{
+    int64_t p = 1;
+    for (int i = 0; i < n; i++)
+        if (size_mul(p, dims[i], &p) < 0) return -EOVERFLOW;
+    *ret = p;
+    return 0;
+}
+
 int64_t tensor_desc_numel(const tensor_desc_t *d)
 {
     int64_t n = 1;
@@ -58,16 +83,17 @@ uint64_t tensor_desc_bytes(const tensor_desc_t *d)
 int tensor_desc_check(const tensor_desc_t *d, uint64_t max_bytes)
 {
     if (d->dtype >= DTYPE_COUNT || d->ndim < 0 || d->ndim > TENSOR_MAX_DIMS) return -EINVAL;
-    uint64_t n = dtype_size(d->dtype);
+    int64_t extent = (int64_t)dtype_size(d->dtype);
+    bool empty = false;
     for (int i = 0; i < d->ndim; i++) {
         if (d->shape[i] < 0) return -EINVAL;
-        uint64_t dim = (uint64_t)d->shape[i];
-        if (dim != 0 && n > UINT64_MAX / dim) return -EOVERFLOW;
-        n *= dim;
+        if (d->shape[i] == 0)
+            empty = true;
+        else if (size_mul(extent, d->shape[i], &extent) < 0)
+            return -EOVERFLOW;
     }
-    /* Keep element counts representable as int64_t everywhere below. */
-    if (n > (uint64_t)INT64_MAX) return -EOVERFLOW;
-    return n > max_bytes ? -E2BIG : 0;
+    uint64_t bytes = empty ? 0 : (uint64_t)extent;
+    return bytes > max_bytes ? -E2BIG : 0;
 }
 
 bool tensor_desc_equal(const tensor_desc_t *a, const tensor_desc_t *b)

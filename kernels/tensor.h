@@ -41,12 +41,26 @@ const char *dtype_name(dtype_t dt);
 int dtype_parse(const char *name, dtype_t *ret);
 bool dtype_is_float(dtype_t dt);
 
+/* Overflow-checked size arithmetic. Every size computed from a request's numbers (element
+ * counts, bytes, workspace, partial products of a shape) goes through these, so that a hostile
+ * shape is refused where it is computed instead of wrapping into a small buffer. Operands must
+ * be >= 0. 0 and *ret, or -EOVERFLOW (*ret untouched) when an operand is negative or the result
+ * does not fit in int64_t. */
+int size_mul(int64_t a, int64_t b, int64_t *ret);
+int size_add(int64_t a, int64_t b, int64_t *ret);
+/* The product of dims[0..n) with size_mul(); 1 for n = 0. */
+int size_product(const int64_t *dims, int n, int64_t *ret);
+
 /* Number of elements (1 for a scalar). The descriptor must have passed tensor_desc_check(). */
 int64_t tensor_desc_numel(const tensor_desc_t *d);
 /* Bytes of the dense tensor. The descriptor must have passed tensor_desc_check(). */
 uint64_t tensor_desc_bytes(const tensor_desc_t *d);
-/* Checks ndim in [0, TENSOR_MAX_DIMS], every dim >= 0, and that the byte size neither overflows
- * nor exceeds max_bytes. Returns 0, -EINVAL (bad dims), -E2BIG (too many bytes) or -EOVERFLOW. */
+/* Checks ndim in [0, TENSOR_MAX_DIMS], every dim >= 0, that the shape is bounded, and that the
+ * byte size does not exceed max_bytes. Bounded means that the element size times the product of
+ * the nonzero dims fits in int64_t: so every dim and every partial product of the shape (which
+ * ops form when they split it into rows, channels or batches) fits too, wherever a zero is, and
+ * [0, 2^62, 2^62] is refused as [2^62, 2^62, 0] is. Returns 0, -EINVAL (bad dims), -EOVERFLOW
+ * (unbounded shape) or -E2BIG (too many bytes). */
 int tensor_desc_check(const tensor_desc_t *d, uint64_t max_bytes);
 bool tensor_desc_equal(const tensor_desc_t *a, const tensor_desc_t *b);
 /* Writes "[2, 3]" into buf (always NUL-terminated); returns buf. */

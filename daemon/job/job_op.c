@@ -130,7 +130,7 @@ static int revalidate(job_t *job, const op_def_t *op)
         return -EINVAL;
     op_error_t err;
     memset(&err, 0, sizeof err);
-    int r = op->validate(params, &call, &err);
+    int r = op_call_validate(params, UINT64_MAX, &call, &err);
     json_decref(params);
     if (r < 0) {
         log_warn("job %s: op '%s' refuses its stored call: %s%s%s", job->id, op->name, err.field,

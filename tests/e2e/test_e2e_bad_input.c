@@ -461,12 +461,121 @@ START_TEST(test_malformed_requests_answer_clear_errors)
 }
 END_TEST
 
+/* One submission whose output the daemon must refuse at the door: its status, code and field,
+ * and a message that names the limit when it is the limit that refuses. */
+typedef struct output_case {
+    const char *what;
+    const char *body;
+    long status;
+    const char *field;
+    bool names_limit;
+} output_case_t;
+
+/* Outputs computed from small inputs: each over limits.max_tensor_bytes (1 MiB below), or too
+ * large to count in 64 bits. */
+static const output_case_t output_cases[] = {
+    {"quantize of an empty x whose scale's bytes wrap",
+     "{\"op\":\"quantize\",\"params\":{\"axis\":1},\"inputs\":{\"x\":{\"dtype\":\"f32\","
+     "\"shape\":[0,4611686018427387905],\"data\":[]}}}",
+     400, "inputs.x.shape", false},
+    {"quantize of an empty f16 x whose scale's bytes overflow",
+     "{\"op\":\"quantize\",\"params\":{\"axis\":1},\"inputs\":{\"x\":{\"dtype\":\"f16\","
+     "\"shape\":[0,2305843009213693953],\"data\":[]}}}",
+     413, "outputs.scale", false},
+    {"quantize with 2^20 channels",
+     "{\"op\":\"quantize\",\"params\":{\"axis\":1},\"inputs\":{\"x\":{\"dtype\":\"f32\","
+     "\"shape\":[0,1048576],\"data\":[]}}}",
+     413, "outputs.scale", true},
+    {"gemm with k = 0",
+     "{\"op\":\"gemm\",\"inputs\":{\"a\":{\"dtype\":\"f32\",\"shape\":[1024,0],\"data\":[]},"
+     "\"b\":{\"dtype\":\"f32\",\"shape\":[0,1024],\"data\":[]}}}",
+     413, "outputs.out", true},
+    {"batched gemm with k = 0",
+     "{\"op\":\"gemm\",\"inputs\":{\"a\":{\"dtype\":\"f32\",\"shape\":[16,256,0],\"data\":[]},"
+     "\"b\":{\"dtype\":\"f32\",\"shape\":[16,0,256],\"data\":[]}}}",
+     413, "outputs.out", true},
+    {"conv2d with padding 600",
+     "{\"op\":\"conv2d\",\"params\":{\"padding\":600},\"inputs\":{\"x\":{\"dtype\":\"f32\","
+     "\"shape\":[1,1,1,1],\"data\":[1]},\"w\":{\"dtype\":\"f32\",\"shape\":[1,1,1,1],"
+     "\"data\":[1]}}}",
+     413, "outputs.out", true},
+    {"conv2d with padding 23000 (8.5 GB)",
+     "{\"op\":\"conv2d\",\"params\":{\"padding\":23000},\"inputs\":{\"x\":{\"dtype\":\"f32\","
+     "\"shape\":[1,1,1,1],\"data\":[1]},\"w\":{\"dtype\":\"f32\",\"shape\":[1,1,1,1],"
+     "\"data\":[1]}}}",
+     413, "outputs.out", true},
+    {"a list whose second job's output is over the limit",
+     "[" GOOD_ADD ",{\"op\":\"gemm\",\"inputs\":{\"a\":{\"dtype\":\"f32\",\"shape\":[1024,0],"
+     "\"data\":[]},\"b\":{\"dtype\":\"f32\",\"shape\":[0,1024],\"data\":[]}}}]",
+     413, "[1].outputs.out", true},
+};
+
+/* dequantize of an i8 q of 2^20 zeros (1 MiB, within the limit) into 4 MiB of f32. */
+static char *dequantize_body(void)
+{
+    size_t n = (size_t)1 << 20;
+    void *zeros = calloc(n, 1);
+    char *b64 = e2e_base64(zeros, n);
+    size_t size = strlen(b64) + 256;
+    char *body = malloc(size);
+    snprintf(body, size,
+             "{\"op\":\"dequantize\",\"inputs\":{\"q\":{\"dtype\":\"i8\",\"shape\":[1048576],"
+             "\"b64\":\"%s\"},\"scale\":{\"dtype\":\"f32\",\"shape\":[],\"data\":1}}}",
+             b64);
+    free(b64);
+    free(zeros);
+    return body;
+}
+
+static void expect_output_refused(e2e_daemon_t *d, const output_case_t *c)
+{
+    e2e_response_t resp;
+    const char *hdrs[] = {"Content-Type: application/json", NULL};
+    ck_assert_int_eq(e2e_http_request(d, "POST", "/v1/jobs", hdrs, c->body, strlen(c->body), &resp),
+                     0);
+    const char *message =
+        json_string_value(json_object_get(json_object_get(resp.json, "error"), "message"));
+    ck_assert_msg(resp.status == c->status && !strcmp(e2e_error_field(resp.json), c->field),
+                  "%s: status %ld field '%s', expected %ld '%s'; body %.300s", c->what, resp.status,
+                  e2e_error_field(resp.json), c->status, c->field, resp.body);
+    ck_assert_str_eq(e2e_error_code(resp.json),
+                     c->status == 413 ? "payload_too_large" : "invalid_argument");
+    ck_assert_msg(message && (!c->names_limit || strstr(message, "1048576")),
+                  "%s: the message does not name the limit: %s", c->what, message);
+    e2e_response_clear(&resp);
+}
+
+START_TEST(test_outputs_over_the_tensor_limit_are_refused_at_submission)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[limits]\nmax_tensor_bytes = 1048576\n");
+    for (size_t i = 0; i < sizeof output_cases / sizeof output_cases[0]; i++)
+        expect_output_refused(d, &output_cases[i]);
+    char *deq = dequantize_body();
+    output_case_t deq_case = {"dequantize into 4 MiB", deq, 413, "outputs.out", true};
+    expect_output_refused(d, &deq_case);
+    free(deq);
+
+    /* Nothing was created, and the daemon still runs jobs. */
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 0);
+    ck_assert_msg(e2e_daemon_alive(d), "gpujobd died");
+    json_t *good = json_loads(GOOD_ADD, 0, NULL);
+    char *id = e2e_submit_ok(d, good);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    json_decref(done);
+    free(id);
+    json_decref(good);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_bad_input");
     TCase *tc = tcase_create("bad_input");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_malformed_requests_answer_clear_errors);
+    tcase_add_test(tc, test_outputs_over_the_tensor_limit_are_refused_at_submission);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

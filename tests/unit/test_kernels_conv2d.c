@@ -639,7 +639,7 @@ START_TEST(test_conv2d_validate_rejects_bad_input_naming_the_field)
          {0},
          NULL,
          -E2BIG,
-         "inputs.x.shape"},
+         "outputs.out"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bad_case_t *bc = &cases[i];
