@@ -12,6 +12,7 @@
 #include "api/api.h"
 #include "daemon/exec/executor.h"
 #include "daemon/util/config.h"
+#include "daemon/util/crash_guard.h"
 #include "kernels/op.h"
 #include "daemon/util/log.h"
 #include "daemon/util/restart.h"
@@ -47,7 +48,10 @@ static int run_daemon(const config_t *cfg, char *const argv[])
         log_error("Failed to open the store in '%s': %s", cfg->state_dir, strerror(-r));
         return 1;
     }
-    r = sched_new(cfg, st, &sched);
+    /* Before any worker runs a job: a job that crashes the process is failed at the next
+     * start instead of crashing that one too (crash_guard.h). */
+    r = crash_guard_install(cfg->state_dir);
+    if (r >= 0) r = sched_new(cfg, st, &sched);
     if (r >= 0) r = backend_new(cfg, &blobs, &ex);
     if (r >= 0) {
         /* The GPU gauges are an extra: without them the daemon serves on. */

@@ -7,7 +7,7 @@
 
 static const char *const debug_input_names[] = {"x"};
 static const char *const debug_sleep_params[] = {"ms", NULL};
-static const char *const debug_no_params[] = {NULL};
+static const char *const debug_fault_params[] = {"crash", NULL};
 static const char *const debug_out_names[] = {"out"};
 
 /* What both ops share: out has x's descriptor, and the call never batches. */
@@ -44,6 +44,8 @@ static int debug_fault_validate(const json_t *params, op_call_t *call, op_error_
     int r = op_params_check_keys(call->op, params, err);
     if (r < 0) return r;
     debug_params_t p = {.bytes = tensor_desc_bytes(&call->in[0])};
+    r = op_param_bool(params, "crash", false, &p.crash, err);
+    if (r < 0) return r;
     debug_fill_call(call, &p);
     return 0;
 }
@@ -61,9 +63,15 @@ static int debug_sleep_run_cpu(const op_call_t *call, const void *const *in, voi
     return 0;
 }
 
+/* Fails the job; with params.crash, crashes the process instead, through a real invalid
+ * write (SIGSEGV), as an op that overruns its memory would. */
 static int debug_fault_run_cpu(const op_call_t *call, const void *const *in, void *const *out,
                                op_error_t *err)
 {
+    if (OP_PARAMS(call, const debug_params_t)->crash) {
+        volatile char *volatile nowhere = NULL;
+        *nowhere = 1;
+    }
     return op_error(err, -EIO, "", "debug_fault: injected fault");
 }
 
@@ -86,7 +94,7 @@ const op_def_t op_debug_fault = {
     .n_inputs = 1,
     .input_names = debug_input_names,
     .required_inputs = 0x1,
-    .param_names = debug_no_params,
+    .param_names = debug_fault_params,
     .test_only = true,
     .validate = debug_fault_validate,
     .run_cpu = debug_fault_run_cpu,

@@ -70,6 +70,11 @@ extern "C" int op_debug_fault_run_cuda(const op_cuda_ctx_t *ctx, int n,
                                        const op_call_t *const *calls, const void *const *const *in,
                                        void *const *const *out, op_error_t *err)
 {
+    /* params.crash crashes the host process, as on the CPU (debug.h). */
+    if (OP_PARAMS(calls[0], const debug_params_t)->crash) {
+        volatile char *volatile nowhere = NULL;
+        *nowhere = 1;
+    }
     debug_fault_kernel<<<1, 1, 0, (cudaStream_t)ctx->stream>>>((int *)DEBUG_FAULT_ADDRESS);
     return gj_check_launch(err);
 }

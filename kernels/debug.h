@@ -9,12 +9,15 @@
  * debug_fault injects a device fault: on CUDA its kernel writes through an invalid pointer, so
  * the context gets a sticky cudaErrorIllegalAddress that surfaces asynchronously on the stream,
  * as a real fault would; run_cuda itself returns 0. On the CPU it fails the job with
- * "debug_fault: injected fault".
+ * "debug_fault: injected fault". With params.crash = true, on either backend, it crashes the
+ * process instead with a write through NULL on the host (SIGSEGV), as a job that overruns its
+ * memory would: the poison-job guard's test (daemon/util/crash_guard.h).
  *
  * Neither op batches (its batch key is ""): run_cuda always gets n == 1, and a debug_sleep job
  * holds its stream or worker for its own ms. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "op.h"
@@ -30,6 +33,7 @@ extern "C" {
 typedef struct debug_params {
     int64_t ms;     /* debug_sleep: how long the call takes at least */
     uint64_t bytes; /* of x, and of out */
+    bool crash;     /* debug_fault: crash the process on the CPU (a write through NULL) */
 } debug_params_t;
 
 /* The op table entries (reachable through op_find() only while test ops are enabled). */

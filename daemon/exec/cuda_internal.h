@@ -159,9 +159,10 @@ bool cuda_device_selected(const char *spec, int ordinal, const char *uuid);
 void *cuda_device_thread(void *arg);
 /* The worker's look at the device's free memory, for /v1/info and /metrics. */
 void cuda_refresh_memory(device_worker_t *dw);
-/* Names the calling thread after its device (as top -H shows it) and makes the device
- * current for it. */
-void cuda_enter_device_thread(const char *name_format, int device);
+/* Names the calling thread after its device (as top -H shows it), makes the device current
+ * for it and gives it a crash guard slot for batches of up to max_batch jobs (exec_guard.h);
+ * the thread calls crash_guard_thread_leave() before it ends. */
+void cuda_enter_device_thread(const char *name_format, int device, int max_batch);
 
 /* --- cuda_slots.c */
 /* Bytes of a batch's inputs and outputs, each tensor aligned; see the definition. */

@@ -10,7 +10,10 @@
 #include <sys/prctl.h>
 
 #include "cuda_internal.h"
+#include "daemon/util/crash_guard.h"
+#include "exec_guard.h"
 #include "exec_inputs.h"
+#include "daemon/util/log.h"
 
 void cuda_fail_batch(exec_batch_t *b, const char *code, const char *message)
 {
@@ -18,12 +21,14 @@ void cuda_fail_batch(exec_batch_t *b, const char *code, const char *message)
         if (!b->jobs[i]->error_code[0]) job_set_error(b->jobs[i], code, "%s", message);
 }
 
-void cuda_enter_device_thread(const char *name_format, int device)
+void cuda_enter_device_thread(const char *name_format, int device, int max_batch)
 {
     char name[16];
     snprintf(name, sizeof name, name_format, device);
     prctl(PR_SET_NAME, name);
     cudaSetDevice(device);
+    if (crash_guard_thread_enter(max_batch) < 0)
+        log_warn("gpu %d: no memory for a crash guard: a job that crashes it re-runs", device);
 }
 
 /* Bytes of a batch's inputs and outputs, each tensor aligned. Resident inputs take no room:
@@ -251,6 +256,7 @@ int cuda_slot_launch(slot_t *slot, exec_batch_t *b, void *rd)
         goto out;
     }
     cudaSetDevice(slot->dw->device);
+    exec_guard_batch(b);
     r = launch_fetch_inputs(slot, b, rd, a.in_ptrs);
     if (r < 0) goto out;
     if (!b->jobs[0]->call.op->run_cuda) {
@@ -265,6 +271,7 @@ int cuda_slot_launch(slot_t *slot, exec_batch_t *b, void *rd)
     launch_pack(slot, b, &a);
     r = launch_enqueue(slot, b, &a, in_bytes, out_bytes);
 out:
+    exec_guard_clear();
     launch_args_free(&a);
     return r;
 }
@@ -330,7 +337,9 @@ cudaError_t cuda_slot_complete(slot_t *slot)
         cudaGetLastError();
     }
     share_gpu_time(b, ms);
+    exec_guard_batch(b);
     unpack_outputs(slot, b);
+    exec_guard_clear();
     slot_free_device_memory(slot);
     return e;
 }
@@ -369,7 +378,7 @@ void *cuda_slot_waiter(void *arg)
 {
     slot_t *slot = arg;
     cuda_exec_t *ex = slot->ex;
-    cuda_enter_device_thread("gj-gpu%d-wait", slot->device);
+    cuda_enter_device_thread("gj-gpu%d-wait", slot->device, ex->cfg->max_batch);
     pthread_mutex_lock(&ex->lock);
     unsigned seen = 0; /* the slot's launches start at 1: the first may come before this runs */
     for (;;) {
@@ -399,6 +408,7 @@ void *cuda_slot_waiter(void *arg)
         pthread_mutex_lock(&ex->lock);
     }
     pthread_mutex_unlock(&ex->lock);
+    crash_guard_thread_leave();
     return NULL;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "daemon/util/crash_guard.h"
 #include "daemon/util/log.h"
 
 /* What a worker sees of the devices at the start of a turn. */
@@ -258,7 +259,7 @@ void *cuda_device_thread(void *arg)
 {
     device_worker_t *dw = arg;
     cuda_exec_t *ex = dw->ex;
-    cuda_enter_device_thread("gj-gpu%d", dw->device);
+    cuda_enter_device_thread("gj-gpu%d", dw->device, ex->cfg->max_batch);
     void *rd = NULL;
     if (ex->blobs.open(ex->blobs.ctx, &rd) < 0)
         log_error("gpu %d: cannot open a store reader", dw->device);
@@ -268,5 +269,6 @@ void *cuda_device_thread(void *arg)
     pthread_mutex_unlock(&ex->lock);
     cuda_waiters_stop(dw);
     ex->blobs.close(rd);
+    crash_guard_thread_leave();
     return NULL;
 }

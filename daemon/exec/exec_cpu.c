@@ -9,7 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/util/crash_guard.h"
 #include "daemon/util/log.h"
+#include "exec_guard.h"
 #include "exec_inputs.h"
 #include "executor.h"
 
@@ -17,6 +19,7 @@ typedef struct cpu_exec {
     executor_t base;
     exec_blob_reader_t blobs;
     int n_threads;
+    int max_batch; /* jobs a batch may have: the size of each worker's crash guard slot */
     pthread_t *threads;
     pthread_mutex_t lock;
     pthread_cond_t work_cond; /* a batch was queued, or stopping */
@@ -61,10 +64,30 @@ static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
         job_set_error(job, "op_failed", "%s%s%s", err.field, err.field[0] ? ": " : "", err.message);
 }
 
+/* Runs the batch's jobs one after the other, marked in the crash guard while they run, so
+ * that a job that crashes the process is failed at the next start instead of run again. */
+static void run_batch(cpu_exec_t *ex, void *rd, exec_batch_t *batch)
+{
+    exec_guard_batch(batch);
+    for (int i = 0; i < batch->n; i++) {
+        job_t *job = batch->jobs[i];
+        job->run_device = -1;
+        job->gpu_ns = 0;
+        job->batch_size = batch->n;
+        if (rd)
+            run_job(ex, rd, job);
+        else
+            job_set_error(job, "store_failed", "the worker cannot read the store");
+    }
+    exec_guard_clear();
+}
+
 static void *worker(void *arg)
 {
     cpu_exec_t *ex = arg;
     prctl(PR_SET_NAME, "gj-cpu");
+    if (crash_guard_thread_enter(ex->max_batch) < 0)
+        log_warn("cpu worker: no memory for its crash guard: a job that crashes it re-runs");
     void *rd = NULL;
     int r = ex->blobs.open(ex->blobs.ctx, &rd);
     if (r < 0) log_error("cpu worker: cannot open a store reader: %s", strerror(-r));
@@ -79,16 +102,7 @@ static void *worker(void *arg)
         ex->busy++;
         pthread_mutex_unlock(&ex->lock);
 
-        for (int i = 0; i < batch->n; i++) {
-            job_t *job = batch->jobs[i];
-            job->run_device = -1;
-            job->gpu_ns = 0;
-            job->batch_size = batch->n;
-            if (rd)
-                run_job(ex, rd, job);
-            else
-                job_set_error(job, "store_failed", "the worker cannot read the store");
-        }
+        run_batch(ex, rd, batch);
 
         /* The slot is free before the scheduler hears of the batch, so that the dispatch
          * its report triggers sees the slot. While reporting, the worker is counted: destroy
@@ -108,6 +122,7 @@ static void *worker(void *arg)
     pthread_cond_broadcast(&ex->idle_cond);
     pthread_mutex_unlock(&ex->lock);
     ex->blobs.close(rd);
+    crash_guard_thread_leave();
     return NULL;
 }
 
@@ -197,6 +212,7 @@ int exec_cpu_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_
     if (!ex) return -ENOMEM;
     ex->base.ops = &cpu_ops;
     ex->blobs = *blobs;
+    ex->max_batch = cfg->max_batch;
     ex->n_threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ex->n_threads < 1) ex->n_threads = 1;
     /* No batches queued ahead of the workers: a job handed over starts at once, so `running`

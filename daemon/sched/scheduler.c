@@ -4,11 +4,13 @@
 #include "scheduler.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 
 #include "sched_internal.h"
+#include "daemon/util/crash_guard.h"
 
 /* ------------------------------------------------------------------------- replies */
 
@@ -237,9 +239,38 @@ static void recover_one(job_t *job, void *ud)
     }
 }
 
+/* The jobs whose run took the previous process down (crash_guard.h) end failed with
+ * "worker_crashed" rather than run again, which would crash this one too; then the list is
+ * emptied. The other jobs left running are re-queued by store_recover. */
+static int recover_crashed(sched_t *s)
+{
+    crash_guard_victim_t *v = NULL;
+    size_t n = 0;
+    int r = crash_guard_take(&v, &n);
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        char message[ERROR_MESSAGE_SIZE];
+        snprintf(message, sizeof message,
+                 "the daemon crashed (signal %d, %s) while this job ran: its run took the daemon "
+                 "down, so it is not run again",
+                 v[i].signo, strsignal(v[i].signo));
+        bool failed = false;
+        r = store_recover_crashed(s->st, v[i].id, "worker_crashed", message, &failed);
+        if (r == 0 && failed)
+            log_warn("job %s failed: the daemon crashed (%s) while it ran", v[i].id,
+                     strsignal(v[i].signo));
+    }
+    free(v);
+    if (r == 0) r = crash_guard_clear();
+    return r;
+}
+
 int sched_start(sched_t *s)
 {
-    int r = store_recover(s->st, s->cfg->max_attempts, job_resolve_op, recover_one, s);
+    int r = recover_crashed(s);
+    if (r < 0)
+        return log_error_errno(r, "failing the jobs that crashed the daemon failed: %s",
+                               strerror(-r));
+    r = store_recover(s->st, s->cfg->max_attempts, job_resolve_op, recover_one, s);
     if (r < 0) return log_error_errno(r, "recovering jobs from the store failed: %s", strerror(-r));
     long queued = atomic_load(&s->queued);
     if (queued > 0) log_info("recovered %ld queued jobs", queued);

@@ -46,6 +46,35 @@ static int recover_states(shard_t *sh, int max_attempts)
     return 0;
 }
 
+int store_recover_crashed(store_t *st, const char *id, const char *code, const char *message,
+                          bool *ret_failed)
+{
+    if (st->in_txn)
+        return log_error_errno(-EBUSY, "store: store_recover_crashed inside a transaction");
+    shard_t *sh = store_shard_of(st, id);
+    sqlite3_stmt *stmt;
+    if (sqlite3_prepare_v2(sh->conn.db,
+                           "UPDATE jobs SET state = 'failed', finished_us = ?, error_code = ?, "
+                           "error_message = ? WHERE id = ? AND " STORE_LIVE
+                           " AND state = 'running'",
+                           -1, &stmt, NULL) != SQLITE_OK)
+        return store_sql_error(&sh->conn, "failing a crashed job");
+    sqlite3_bind_int64(stmt, 1, now_us());
+    store_bind_text(stmt, 2, code, false);
+    store_bind_text(stmt, 3, message, false);
+    store_bind_text(stmt, 4, id, false);
+    /* Durable like the rest of recovery: the list that names the job is emptied next. */
+    int r = store_raise_sync(sh);
+    if (r == 0 && sqlite3_step(stmt) != SQLITE_DONE)
+        r = store_sql_error(&sh->conn, "failing a crashed job");
+    bool failed = r == 0 && sqlite3_changes(sh->conn.db) > 0;
+    sqlite3_finalize(stmt);
+    store_lower_sync(sh);
+    if (r < 0) return r;
+    *ret_failed = failed;
+    return 0;
+}
+
 /* A queued job, as recovery lists them. */
 typedef struct queued {
     int64_t created_us;

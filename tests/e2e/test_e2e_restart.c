@@ -1,7 +1,8 @@
 /* End-to-end: durability across restarts of the real gpujobd. A SIGTERM leaves queued jobs for
  * the next start; a kill -9 loses nothing that was answered 201, and re-runs what was running;
  * a restart in place (SIGUSR1, as after a lost GPU context) keeps the process, its port and
- * its jobs, and answers a connection made meanwhile. And the service's life as systemd sees
+ * its jobs, and answers a connection made meanwhile; a job that crashes the daemon is failed at
+ * the next start instead of crashing it again. And the service's life as systemd sees
  * it: READY=1, the watchdog, STOPPING=1. */
 /* POSIX and XSI (nftw). */
 #define _DEFAULT_SOURCE
@@ -178,6 +179,78 @@ START_TEST(test_kill9_under_submissions_loses_no_acknowledged_job)
     free(st.ks);
     free(long_id);
     json_decref(long_job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* A debug_fault job that crashes the daemon with a SIGSEGV in the worker that runs it. */
+static json_t *crash_job_new(void)
+{
+    return json_pack("{s:s, s:{s:b}, s:{s:{s:s, s:[i], s:[i]}}}", "op", "debug_fault", "params",
+                     "crash", 1, "inputs", "x", "dtype", "f32", "shape", 1, "data", 1);
+}
+
+/* Waits up to timeout_s for the daemon's process to end; true when it did. */
+static bool wait_daemon_gone(e2e_daemon_t *d, double timeout_s)
+{
+    double until = e2e_now() + timeout_s;
+    while (e2e_daemon_alive(d) && e2e_now() < until)
+        usleep(20 * 1000);
+    return !e2e_daemon_alive(d);
+}
+
+START_TEST(test_a_job_that_crashes_a_worker_fails_and_crashes_no_second_start)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 2\n");
+    /* One worker runs a long job through the crash; the other runs a short one, then the
+     * crashing job, while an add job waits behind it. */
+    json_t *long_job = e2e_long_job_new(KILL_JOB_MS);
+    char *long_id = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, long_id, "running", 10);
+    json_t *short_job = e2e_long_job_new(500);
+    char *short_id = e2e_submit_ok(d, short_job);
+    e2e_wait_state_ok(d, short_id, "running", 10);
+    json_t *crash = crash_job_new();
+    char *crash_id = e2e_submit_ok(d, crash);
+    json_t *add = add_job(7);
+    char *add_id = e2e_submit_ok(d, add);
+    ck_assert_msg(wait_daemon_gone(d, 20), "the crashing job did not crash the daemon");
+
+    /* The next start fails the job that crashed it instead of running it again; the long job,
+     * running beside it, runs again, and the queued one runs. */
+    ck_assert(e2e_daemon_restart(d) == 0);
+    json_t *failed = e2e_wait_final_ok(d, crash_id, 30);
+    ck_assert_str_eq(e2e_job_state(failed), "failed");
+    json_t *error = json_object_get(failed, "error");
+    ck_assert_str_eq(json_string_value(json_object_get(error, "code")), "worker_crashed");
+    ck_assert_ptr_nonnull(
+        strstr(json_string_value(json_object_get(error, "message")), "took the daemon down"));
+    json_t *long_done = e2e_wait_final_ok(d, long_id, 60);
+    ck_assert_str_eq(e2e_job_state(long_done), "succeeded");
+    ck_assert_int_eq(json_integer_value(json_object_get(long_done, "attempts")), 2);
+    json_t *add_done = e2e_wait_final_ok(d, add_id, 30);
+    assert_add_result(add_done, 7);
+    ck_assert(e2e_daemon_alive(d));
+    json_t *after = add_job(8);
+    char *after_id = e2e_submit_ok(d, after);
+    json_t *after_done = e2e_wait_final_ok(d, after_id, 30);
+    assert_add_result(after_done, 8);
+    ck_assert(e2e_daemon_alive(d));
+
+    json_decref(after_done);
+    json_decref(after);
+    free(after_id);
+    json_decref(add_done);
+    json_decref(long_done);
+    json_decref(failed);
+    json_decref(add);
+    free(add_id);
+    json_decref(crash);
+    free(crash_id);
+    json_decref(short_job);
+    free(short_id);
+    json_decref(long_job);
+    free(long_id);
     e2e_daemon_free(d);
 }
 END_TEST
@@ -445,6 +518,7 @@ int main(void)
     tcase_add_test(tc, test_kill9_under_submissions_loses_no_acknowledged_job);
     tcase_add_test(tc, test_a_restart_in_place_keeps_the_pid_the_port_and_the_jobs);
     tcase_add_test(tc, test_a_second_daemon_on_the_same_state_dir_is_refused);
+    tcase_add_test(tc, test_a_job_that_crashes_a_worker_fails_and_crashes_no_second_start);
     tcase_add_test(tc, test_systemd_hears_ready_the_watchdog_and_stopping);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
