@@ -44,6 +44,7 @@ typedef struct api_env {
     /* The op table: op_find in the daemon. */
     const op_def_t *(*find_op)(const char *name);
     atomic_long responses[API_STATUS_MAX]; /* responses sent, by status code */
+    atomic_long connections[2];            /* open HTTP connections: [0] TCP, [1] Unix socket */
 } api_env_t;
 
 typedef struct api_kv {
@@ -110,6 +111,10 @@ struct api_request {
     char path_param_values[API_MAX_PATH_PARAMS][API_PATH_PARAM_SIZE];
 
     api_response_t resp;
+
+    /* The job a suspended request waits for through sched_wait, with the request as its
+     * token: when the client goes away meanwhile, that wait is cancelled. "" for none. */
+    char waits_for[ID_SIZE];
 
     /* A pending submission answers a list with a list. */
     bool submit_is_list;

@@ -107,6 +107,19 @@ void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, s
     msg_post(s, m);
 }
 
+/* The reply of a message that answers nobody (a wait's cancel, refused or out of memory). */
+static void reply_nobody(void *token, const sched_result_t *res)
+{
+    (void)token;
+    (void)res;
+}
+
+void sched_wait_cancel(sched_t *s, const char *id, void *token)
+{
+    msg_t *m = msg_new_target(MSG_WAIT_CANCEL, NULL, id, reply_nobody, token);
+    if (m) msg_post(s, m);
+}
+
 void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token)
 {
     msg_t *m = msg_new_target(MSG_CANCEL, owner, id, reply, token);
