@@ -238,8 +238,10 @@ void api_respond_api_error(api_request_t *req, const api_error_t *err);
 /* 404: the job ('j') or buffer ('b') id, named in field, does not exist or is not the user's. */
 void api_respond_not_found(api_request_t *req, char kind, const char *id, const char *field);
 /* Maps a scheduler or store errno: -ENOENT 404, -EBUSY/-EEXIST 409, -EAGAIN 429 (with
- * Retry-After), -ESHUTDOWN 503, anything else 500. */
+ * Retry-After), -ESHUTDOWN 503, -ENOSPC 507 (insufficient_storage), anything else 500. Every
+ * 503 answer, from here or from api_respond_json, carries Retry-After. */
 void api_respond_errno(api_request_t *req, int err, const char *message);
+/* Adds a header, or replaces the value of one of that name. */
 void api_response_add_header(api_response_t *resp, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

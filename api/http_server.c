@@ -620,7 +620,8 @@ static unsigned daemon_flags(void)
            MHD_USE_ITC;
 }
 
-/* The options both listeners share: threads, limits, timeouts, and the callbacks. */
+/* The options both listeners share: threads, limits, timeouts, and the callbacks; given
+ * first, as MHD wants its logger before any option that may log. */
 #define COMMON_OPTIONS(srv, listener)                                                              \
     {                                                                                              \
         {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, (srv)},                                 \
@@ -660,8 +661,8 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
         {MHD_OPTION_END, 0, NULL}};
     struct MHD_OptionItem common[] = COMMON_OPTIONS(srv, &srv->tcp_listener);
     srv->tcp = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener, MHD_OPTION_ARRAY,
-        bind_options, MHD_OPTION_ARRAY, common, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener, MHD_OPTION_ARRAY, common,
+        MHD_OPTION_ARRAY, bind_options, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)cfg->max_connections_per_ip, MHD_OPTION_LISTEN_BACKLOG_SIZE,
         (unsigned)API_LISTEN_BACKLOG, MHD_OPTION_END);
     freeaddrinfo(ai);
@@ -719,7 +720,7 @@ static int start_unix(api_server_t *srv, const char *path, int inherited)
     struct MHD_OptionItem common[] = COMMON_OPTIONS(srv, &srv->unix_listener);
     srv->local =
         MHD_start_daemon(daemon_flags(), 0, NULL, NULL, on_request, &srv->unix_listener,
-                         MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
+                         MHD_OPTION_ARRAY, common, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_END);
     if (!srv->local) {
         close(fd);
         unlink(path);

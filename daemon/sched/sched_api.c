@@ -90,8 +90,10 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
         msg_free(m);
         return;
     }
-    if (submission_prepare(s, m) < 0) {
-        reply_err(reply, token, -EIO, "could not persist the input tensors");
+    int r = submission_prepare(s, m);
+    if (r < 0) {
+        /* A full disk is the client's to know (507); any other failure is ours. */
+        reply_err(reply, token, r == -ENOSPC ? r : -EIO, "could not persist the input tensors");
         msg_free(m);
         return;
     }

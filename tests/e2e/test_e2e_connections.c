@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -276,6 +277,56 @@ START_TEST(test_ambiguous_requests_answer_400)
 }
 END_TEST
 
+/* Fills the filesystem of dir with a file until it has no room; returns its path in path. */
+static void fill_disk(const char *dir, char *path, size_t size)
+{
+    snprintf(path, size, "%s/filler", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ck_assert(fd >= 0);
+    static char chunk[65536];
+    while (write(fd, chunk, sizeof chunk) > 0)
+        ;
+    while (write(fd, chunk, 1) > 0)
+        ;
+    close(fd);
+}
+
+START_TEST(test_submission_on_a_full_disk_answers_507)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[store]\ninline_blob_bytes = 1024\n");
+    int status;
+    ck_assert_int_eq(e2e_daemon_stop(d, 30000, &status), 0);
+    char state[512], filler[600];
+    snprintf(state, sizeof state, "%s/state", e2e_daemon_dir(d));
+    /* A small filesystem of its own for the state directory: root only. */
+    if (mount("tmpfs", state, "tmpfs", 0, "size=16m") < 0) {
+        fprintf(stderr, "skipped: cannot mount a tmpfs on '%s': %s\n", state, strerror(errno));
+        e2e_daemon_free(d);
+        return;
+    }
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    fill_disk(state, filler, sizeof filler);
+    /* x's 8 KiB go to a blob file, which the full disk refuses. */
+    json_t *data = json_array();
+    for (int i = 0; i < 2048; i++)
+        json_array_append_new(data, json_integer(i));
+    json_t *job = json_pack("{s:s, s:{s:{s:s, s:[i], s:o}}}", "op", "sum", "inputs", "x", "dtype",
+                            "f32", "shape", 2048, "data", data);
+    char *text = json_dumps(job, JSON_COMPACT);
+    json_t *body = e2e_json_ok(d, "POST", "/v1/jobs", text, 507);
+    ck_assert_str_eq(e2e_error_code(body), "insufficient_storage");
+    json_decref(body);
+    /* With room again, the same job is taken. */
+    unlink(filler);
+    json_decref(e2e_json_ok(d, "POST", "/v1/jobs", text, 201));
+    free(text);
+    json_decref(job);
+    e2e_daemon_kill(d);
+    umount2(state, MNT_DETACH);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_connections");
@@ -284,6 +335,7 @@ int main(void)
     tcase_add_test(tc, test_closed_waits_give_back_their_connections_at_once);
     tcase_add_test(tc, test_slow_clients_are_cut_and_lock_nobody_out);
     tcase_add_test(tc, test_ambiguous_requests_answer_400);
+    tcase_add_test(tc, test_submission_on_a_full_disk_answers_507);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
