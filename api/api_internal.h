@@ -44,6 +44,7 @@ typedef struct api_env {
     /* The op table: op_find in the daemon. */
     const op_def_t *(*find_op)(const char *name);
     atomic_long responses[API_STATUS_MAX]; /* responses sent, by status code */
+    atomic_long connections[2];            /* open HTTP connections: [0] TCP, [1] Unix socket */
 } api_env_t;
 
 typedef struct api_kv {
@@ -110,6 +111,10 @@ struct api_request {
     char path_param_values[API_MAX_PATH_PARAMS][API_PATH_PARAM_SIZE];
 
     api_response_t resp;
+
+    /* The job a suspended request waits for through sched_wait, with the request as its
+     * token: when the client goes away meanwhile, that wait is cancelled. "" for none. */
+    char waits_for[ID_SIZE];
 
     /* A pending submission answers a list with a list. */
     bool submit_is_list;
@@ -233,8 +238,10 @@ void api_respond_api_error(api_request_t *req, const api_error_t *err);
 /* 404: the job ('j') or buffer ('b') id, named in field, does not exist or is not the user's. */
 void api_respond_not_found(api_request_t *req, char kind, const char *id, const char *field);
 /* Maps a scheduler or store errno: -ENOENT 404, -EBUSY/-EEXIST 409, -EAGAIN 429 (with
- * Retry-After), -ESHUTDOWN 503, anything else 500. */
+ * Retry-After), -ESHUTDOWN 503, -ENOSPC 507 (insufficient_storage), anything else 500. Every
+ * 503 answer, from here or from api_respond_json, carries Retry-After. */
 void api_respond_errno(api_request_t *req, int err, const char *message);
+/* Adds a header, or replaces the value of one of that name. */
 void api_response_add_header(api_response_t *resp, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -369,6 +369,7 @@ int api_handle_job_wait(api_request_t *req)
         job_free(ended);
         return API_DONE;
     }
+    snprintf(req->waits_for, sizeof req->waits_for, "%s", id);
     api_request_suspend(req);
     sched_wait(req->env->sched, api_request_owner_filter(req), id, timeout_ms, job_reply, req);
     return API_PENDING;

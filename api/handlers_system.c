@@ -159,6 +159,12 @@ int api_handle_metrics(api_request_t *req)
         long n = atomic_load(&req->env->responses[code]);
         if (n) text_printf(&t, "gpujobd_http_requests_total{code=\"%d\"} %ld\n", code, n);
     }
+    text_printf(&t,
+                "# HELP gpujobd_http_connections HTTP connections open now, by listener.\n"
+                "# TYPE gpujobd_http_connections gauge\n"
+                "gpujobd_http_connections{listener=\"tcp\"} %ld\n"
+                "gpujobd_http_connections{listener=\"unix\"} %ld\n",
+                atomic_load(&req->env->connections[0]), atomic_load(&req->env->connections[1]));
     gpu_gauges_text(&t, req->env->gpu_metrics);
     device_gauges_text(&t, req);
     if (t.failed) {

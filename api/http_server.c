@@ -26,13 +26,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "api_internal.h"
+#include "conn_watch.h"
 #include "tensor_codec.h"
+#include "daemon/util/id.h"
 #include "daemon/util/log.h"
 
 /* The most body memory taken on a Content-Length header alone; more grows as data arrives. */
@@ -44,6 +47,15 @@ typedef struct listener {
     struct api_server *srv;
     bool is_unix;
 } listener_t;
+
+/* libmicrohttpd's log lines, each kind (its format string) at most once per
+ * CONN_WATCH_LOG_INTERVAL_US: a flood of refused connections writes a line, not thousands. */
+#define MHD_LOG_KINDS 16
+
+typedef struct mhd_log_kind {
+    const char *fmt;
+    conn_ratelimit_t rl;
+} mhd_log_kind_t;
 
 typedef struct reader_entry {
     store_reader_t *rd;
@@ -59,6 +71,9 @@ struct api_server {
     atomic_long pending; /* requests waiting for the scheduler */
     pthread_mutex_t readers_lock;
     reader_entry_t *readers;
+    conn_watch_t *watch; /* deadlines of requests, and the close of suspended clients */
+    pthread_mutex_t log_lock;
+    mhd_log_kind_t log_kinds[MHD_LOG_KINDS];
 };
 
 /* A streamed .npy upload's start, up to its data, is gathered in memory: at most this much. */
@@ -67,11 +82,12 @@ struct api_server {
 typedef struct conn_ctx {
     api_server_t *srv;
     struct MHD_Connection *conn;
-    bool npy_head_pending; /* a streamed .npy upload whose data has not started yet */
-    bool too_large;        /* the body passed max_body_bytes: answered 413 once it has ended */
-    int upload_err;        /* writing a streamed body failed: answered once it has ended */
-    bool dispatched;       /* the router has run */
-    bool responded;        /* a response is queued: later calls only drain the upload */
+    conn_watch_entry_t *watched; /* the connection's entry in srv->watch; NULL if none */
+    bool npy_head_pending;       /* a streamed .npy upload whose data has not started yet */
+    bool too_large;  /* the body passed max_body_bytes: answered 413 once it has ended */
+    int upload_err;  /* writing a streamed body failed: answered once it has ended */
+    bool dispatched; /* the router has run */
+    bool responded;  /* a response is queued: later calls only drain the upload */
     atomic_bool reply_ready;
     size_t body_cap;
     api_request_t req;
@@ -148,6 +164,7 @@ static void conn_suspend(api_request_t *req)
 {
     conn_ctx_t *ctx = req->conn;
     atomic_fetch_add(&ctx->srv->pending, 1);
+    conn_watch_suspend(ctx->srv->watch, ctx->watched);
     MHD_suspend_connection(ctx->conn);
 }
 
@@ -157,7 +174,19 @@ static void conn_resume(api_request_t *req)
     conn_ctx_t *ctx = req->conn;
     atomic_fetch_sub(&ctx->srv->pending, 1);
     atomic_store(&ctx->reply_ready, true);
+    conn_watch_resume(ctx->srv->watch, ctx->watched);
     MHD_resume_connection(ctx->conn);
+}
+
+/* The watcher's thread, under its lock: the client of a suspended request closed its
+ * connection. A wait is answered at once, which resumes the connection, so that
+ * libmicrohttpd sees the close and frees the slot. Other pending requests are answered soon
+ * anyway. */
+static void conn_client_gone(void *ud)
+{
+    conn_ctx_t *ctx = ud;
+    if (ctx->req.waits_for[0])
+        sched_wait_cancel(ctx->srv->env.sched, ctx->req.waits_for, &ctx->req);
 }
 
 static const api_conn_ops_t conn_ops = {conn_suspend, conn_resume};
@@ -333,11 +362,85 @@ static void respond_upload_failed(conn_ctx_t *ctx)
                       "body", "the upload could not be stored: %s", strerror(err));
 }
 
-/* The first call of a request: creates its context, decides the user and refuses at once a
- * body that Content-Length says is too large. */
-static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn, const char *method,
-                                     const char *url, void **con_cls)
+/* What the URI log callback gives a request whose target has control bytes (raw or
+ * %-escaped): libmicrohttpd decodes "%00" into the path, which then ends there. */
+static char uri_has_control;
+
+static bool byte_is_control(unsigned c)
 {
+    return c < 0x20 || c == 0x7f;
+}
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: sees the request target before it is decoded. Its result
+ * becomes the request's first *con_cls. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    (void)conn;
+    for (const char *p = uri; *p; p++) {
+        int hi = *p == '%' ? hex_digit(p[1]) : -1, lo = hi >= 0 ? hex_digit(p[2]) : -1;
+        if (byte_is_control((unsigned char)*p) || (lo >= 0 && byte_is_control(hi * 16u + lo)))
+            return &uri_has_control;
+    }
+    return NULL;
+}
+
+typedef struct header_count {
+    int content_length, transfer_encoding;
+} header_count_t;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    header_count_t *n = cls;
+    (void)kind;
+    (void)value;
+    n->content_length += strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0;
+    n->transfer_encoding += strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0;
+    return MHD_YES;
+}
+
+/* Refuses with 400 what a proxy in front of us could read differently (more than one
+ * Content-Length, or one beside Transfer-Encoding: request smuggling), a target with control
+ * bytes, and HTTP/1.1 without Host (RFC 9112, 3.2). True when answered; the connection is
+ * then closed after the answer, as its framing cannot be trusted. */
+static bool request_malformed(conn_ctx_t *ctx, const char *version, bool bad_uri)
+{
+    header_count_t n = {0};
+    MHD_get_connection_values(ctx->conn, MHD_HEADER_KIND, count_framing, &n);
+    api_request_t *req = &ctx->req;
+    if (bad_uri)
+        api_respond_error(req, 400, "invalid_argument", "path",
+                          "the request target holds a control character");
+    else if (n.content_length > 1 || (n.content_length && n.transfer_encoding))
+        api_respond_error(req, 400, "invalid_argument", "headers.Content-Length",
+                          "more than one Content-Length, or one beside Transfer-Encoding");
+    else if (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
+             !MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
+        api_respond_error(req, 400, "invalid_argument", "headers.Host",
+                          "an HTTP/1.1 request needs a Host header");
+    else
+        return false;
+    api_response_add_header(&req->resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    ctx->dispatched = true;
+    ctx->too_large = n.content_length > 0; /* drain, do not keep, what body follows */
+    return true;
+}
+
+/* The first call of a request: creates its context, decides the user and refuses at once a
+ * malformed request or a body that Content-Length says is too large. */
+static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn, const char *method,
+                                     const char *url, const char *version, void **con_cls)
+{
+    bool bad_uri = *con_cls == &uri_has_control;
     conn_ctx_t *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return MHD_NO;
     ctx->srv = l->srv;
@@ -346,6 +449,13 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     ctx->req.conn_ops = &conn_ops;
     ctx->req.conn = ctx;
     *con_cls = ctx;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    ctx->watched = ci ? ci->socket_context : NULL;
+    /* The headers are in: the body has its own time from now. */
+    conn_watch_set_deadline(l->srv->watch, ctx->watched,
+                            now_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000);
+    if (request_malformed(ctx, version, bad_uri)) return send_response(ctx);
     int r = api_request_user(conn, l->is_unix, &ctx->req.user);
     if (r < 0) {
         log_warn("Failed to identify a Unix socket peer: %s", strerror(-r));
@@ -388,16 +498,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   size_t *upload_data_size, void **con_cls)
 {
     conn_ctx_t *ctx = *con_cls;
-    if (!ctx) return request_begin(cls, conn, method, url, con_cls);
-    if (ctx->responded) {
-        *upload_data_size = 0;
-        return MHD_YES;
-    }
+    if (!ctx || *con_cls == &uri_has_control)
+        return request_begin(cls, conn, method, url, version, con_cls);
     if (*upload_data_size) {
-        body_append(ctx, upload_data, *upload_data_size);
+        if (!ctx->responded) body_append(ctx, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
+    /* The whole request is in: no deadline while it is answered. */
+    conn_watch_set_deadline(ctx->srv->watch, ctx->watched, 0);
+    if (ctx->responded) return MHD_YES;
     if (ctx->dispatched) {
         /* Resumed after the scheduler's reply. */
         if (!atomic_load(&ctx->reply_ready))
@@ -421,7 +531,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     req->idempotency_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
     req->json_length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Gpujob-Json-Length");
-    if (api_dispatch(req) == API_PENDING) return MHD_YES;
+    if (api_dispatch(req) == API_PENDING) {
+        /* Posted: from now a close by the client is noticed (conn_watch_arm). */
+        conn_watch_arm(ctx->srv->watch, ctx->watched, conn_client_gone, ctx);
+        return MHD_YES;
+    }
     return send_response(ctx);
 }
 
@@ -430,7 +544,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     conn_ctx_t *ctx = *con_cls;
-    if (!ctx) return;
+    if (!ctx || *con_cls == &uri_has_control) return;
+    /* A kept-alive connection's next request: idle time, then the time for its headers. */
+    const config_t *cfg = ctx->srv->env.cfg;
+    conn_watch_set_deadline(ctx->srv->watch, ctx->watched,
+                            now_us() +
+                                (int64_t)(cfg->idle_timeout_s + cfg->header_timeout_s) * 1000000);
     api_request_cleanup(&ctx->req);
     free(ctx->req.body);
     store_blob_stream_abort(ctx->req.body_file);
@@ -438,12 +557,56 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection opens (its headers get their deadline) or
+ * closes (before libmicrohttpd closes its socket, so the watch lets the socket go first). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    listener_t *l = cls;
+    api_server_t *srv = l->srv;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_watch_remove(srv->watch, *socket_context);
+        *socket_context = NULL;
+        atomic_fetch_sub(&srv->env.connections[l->is_unix], 1);
+        return;
+    }
+    atomic_fetch_add(&srv->env.connections[l->is_unix], 1);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    conn_watch_entry_t *e = NULL;
+    int64_t deadline = now_us() + (int64_t)srv->env.cfg->header_timeout_s * 1000000;
+    /* Out of memory leaves the connection unwatched: MHD's idle timeout still ends it. */
+    if (ci) (void)conn_watch_add(srv->watch, ci->connect_fd, deadline, &e);
+    *socket_context = e;
+}
+
+/* The rate limit of one kind of line: the slot of fmt, or the last slot, shared by the
+ * kinds that do not fit. Log lock held. */
+static conn_ratelimit_t *mhd_log_kind(api_server_t *srv, const char *fmt)
+{
+    for (int i = 0; i < MHD_LOG_KINDS - 1; i++) {
+        mhd_log_kind_t *k = &srv->log_kinds[i];
+        if (!k->fmt) k->fmt = fmt;
+        if (k->fmt == fmt) return &k->rl;
+    }
+    return &srv->log_kinds[MHD_LOG_KINDS - 1].rl;
+}
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    api_server_t *srv = cls;
+    pthread_mutex_lock(&srv->log_lock);
+    long held = 0;
+    bool pass = conn_ratelimit_pass(mhd_log_kind(srv, fmt), now_us(), &held);
+    pthread_mutex_unlock(&srv->log_lock);
+    if (!pass) return;
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     line[strcspn(line, "\n")] = '\0';
-    log_warn("http: %s", line);
+    if (held)
+        log_warn("http: %s (and %ld more like it)", line, held);
+    else
+        log_warn("http: %s", line);
 }
 
 /* --- listening --- */
@@ -456,6 +619,22 @@ static unsigned daemon_flags(void)
     return MHD_USE_INTERNAL_POLLING_THREAD | poll | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME |
            MHD_USE_ITC;
 }
+
+/* The options both listeners share: threads, limits, timeouts, and the callbacks; given
+ * first, as MHD wants its logger before any option that may log. */
+#define COMMON_OPTIONS(srv, listener)                                                              \
+    {                                                                                              \
+        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, (srv)},                                 \
+            {MHD_OPTION_THREAD_POOL_SIZE, (srv)->env.cfg->http_threads, NULL},                     \
+            {MHD_OPTION_CONNECTION_LIMIT, (srv)->env.cfg->max_connections, NULL},                  \
+            {MHD_OPTION_CONNECTION_TIMEOUT, (srv)->env.cfg->idle_timeout_s, NULL},                 \
+            {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},                           \
+            {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, (listener)},                   \
+            {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, NULL},                                 \
+        {                                                                                          \
+            MHD_OPTION_END, 0, NULL                                                                \
+        }                                                                                          \
+    }
 
 /* Listens on host:port, or on `inherited`, a socket the previous process bound to them. */
 static int start_tcp(api_server_t *srv, const char *host, int port, int inherited)
@@ -480,13 +659,12 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
                        : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, ai->ai_addr},
         {MHD_OPTION_LISTENING_ADDRESS_REUSE, inherited < 0, NULL},
         {MHD_OPTION_END, 0, NULL}};
+    struct MHD_OptionItem common[] = COMMON_OPTIONS(srv, &srv->tcp_listener);
     srv->tcp = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_ARRAY, bind_options,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)cfg->idle_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)API_LISTEN_BACKLOG,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+        flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener, MHD_OPTION_ARRAY, common,
+        MHD_OPTION_ARRAY, bind_options, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections_per_ip, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+        (unsigned)API_LISTEN_BACKLOG, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->tcp)
         return log_error_errno(-EADDRNOTAVAIL, "Failed to listen on '%s' (port %d)", host, port);
@@ -533,17 +711,16 @@ static int bind_unix(const char *path)
 /* Serves the Unix socket at path: a new one, or `inherited`, the previous process's. */
 static int start_unix(api_server_t *srv, const char *path, int inherited)
 {
-    const config_t *cfg = srv->env.cfg;
     int fd = inherited >= 0 ? inherited : bind_unix(path);
     if (fd < 0) return fd;
     snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
     srv->unix_listener = (listener_t){srv, true};
-    srv->local = MHD_start_daemon(
-        daemon_flags(), 0, NULL, NULL, on_request, &srv->unix_listener, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, NULL, MHD_OPTION_END);
+    /* A daemon of its own, with its own threads and connection limit: TCP clients that take
+     * every TCP slot leave the Unix socket served. */
+    struct MHD_OptionItem common[] = COMMON_OPTIONS(srv, &srv->unix_listener);
+    srv->local =
+        MHD_start_daemon(daemon_flags(), 0, NULL, NULL, on_request, &srv->unix_listener,
+                         MHD_OPTION_ARRAY, common, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_END);
     if (!srv->local) {
         close(fd);
         unlink(path);
@@ -570,6 +747,14 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
     srv->env.find_op = op_find;
     srv->generation = atomic_fetch_add(&server_generation, 1) + 1;
     pthread_mutex_init(&srv->readers_lock, NULL);
+    pthread_mutex_init(&srv->log_lock, NULL);
+    r = conn_watch_new("http", &srv->watch);
+    if (r < 0) {
+        pthread_mutex_destroy(&srv->log_lock);
+        pthread_mutex_destroy(&srv->readers_lock);
+        free(srv);
+        return r;
+    }
     /* After a restart (api_server_keep_listeners), the sockets are already there. */
     api_listeners_t fds = inherited ? *inherited : (api_listeners_t){-1, -1};
     if (fds.tcp >= 0) fcntl(fds.tcp, F_SETFD, FD_CLOEXEC);
@@ -621,6 +806,8 @@ void api_server_free(api_server_t *srv)
     if (srv->tcp) MHD_stop_daemon(srv->tcp);
     if (srv->local) MHD_stop_daemon(srv->local);
     if (srv->unix_path[0]) unlink(srv->unix_path);
+    conn_watch_free(srv->watch);
+    pthread_mutex_destroy(&srv->log_lock);
     for (reader_entry_t *e = srv->readers, *next; e; e = next) {
         next = e->next;
         store_reader_close(e->rd);

@@ -211,6 +211,9 @@ void api_respond_json(api_request_t *req, int status, json_t *json)
     req->resp.status = status;
     req->resp.json = json;
     req->resp.content_type = "application/json";
+    /* Every 503 says when to come back: the conditions behind it (a drain, a restart, a store
+     * that cannot be read) pass. A handler may name a longer time. */
+    if (status == 503) api_response_add_header(&req->resp, "Retry-After", "1");
     if (!json) {
         req->resp.status = 500;
         req->resp.json = json_pack("{s:{s:s, s:s}}", "error", "code", "internal", "message",
@@ -240,8 +243,12 @@ void api_respond_bytes(api_request_t *req, int status, const char *content_type,
 
 void api_response_add_header(api_response_t *resp, const char *name, const char *fmt, ...)
 {
-    if (resp->n_headers == API_MAX_EXTRA_HEADERS) return;
-    api_header_t *h = &resp->headers[resp->n_headers++];
+    /* A header set twice keeps the later value. */
+    api_header_t *h = NULL;
+    for (int i = 0; i < resp->n_headers && !h; i++)
+        if (strcasecmp(resp->headers[i].name, name) == 0) h = &resp->headers[i];
+    if (!h && resp->n_headers == API_MAX_EXTRA_HEADERS) return;
+    if (!h) h = &resp->headers[resp->n_headers++];
     snprintf(h->name, sizeof h->name, "%s", name);
     va_list ap;
     va_start(ap, fmt);
@@ -271,6 +278,8 @@ static const char *status_code_name(int status)
         return "resource_exhausted";
     case 503:
         return "unavailable";
+    case 507:
+        return "insufficient_storage";
     default:
         return "internal";
     }
@@ -320,6 +329,9 @@ void api_respond_errno(api_request_t *req, int err, const char *message)
         break;
     case -ESHUTDOWN:
         status = 503;
+        break;
+    case -ENOSPC:
+        status = 507;
         break;
     default:
         status = 500;

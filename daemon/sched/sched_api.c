@@ -90,8 +90,10 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
         msg_free(m);
         return;
     }
-    if (submission_prepare(s, m) < 0) {
-        reply_err(reply, token, -EIO, "could not persist the input tensors");
+    int r = submission_prepare(s, m);
+    if (r < 0) {
+        /* A full disk is the client's to know (507); any other failure is ours. */
+        reply_err(reply, token, r == -ENOSPC ? r : -EIO, "could not persist the input tensors");
         msg_free(m);
         return;
     }
@@ -105,6 +107,19 @@ void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, s
     if (!m) return;
     m->timeout_ms = timeout_ms;
     msg_post(s, m);
+}
+
+/* The reply of a message that answers nobody (a wait's cancel, refused or out of memory). */
+static void reply_nobody(void *token, const sched_result_t *res)
+{
+    (void)token;
+    (void)res;
+}
+
+void sched_wait_cancel(sched_t *s, const char *id, void *token)
+{
+    msg_t *m = msg_new_target(MSG_WAIT_CANCEL, NULL, id, reply_nobody, token);
+    if (m) msg_post(s, m);
 }
 
 void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token)

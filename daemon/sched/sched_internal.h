@@ -77,6 +77,7 @@ struct entry {
 typedef enum msg_kind {
     MSG_SUBMIT,
     MSG_WAIT,
+    MSG_WAIT_CANCEL,
     MSG_CANCEL,
     MSG_BUF_PUT,
     MSG_BUF_DELETE,
@@ -221,6 +222,7 @@ void count_final(sched_t *s, job_state_t state);
 
 /* sched_wait.c: waits, cancels, deadlines. */
 void handle_wait(sched_t *s, msg_t *m);
+void handle_wait_cancel(sched_t *s, msg_t *m);
 void handle_cancel(sched_t *s, msg_t *m);
 void waiters_reply(entry_t *e, const job_t *job);
 void waiters_answer_all(sched_t *s);

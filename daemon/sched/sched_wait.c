@@ -149,6 +149,24 @@ void handle_wait(sched_t *s, msg_t *m)
     queue_insert_tail(&e->waiters, &w->node);
 }
 
+/* The client of a wait went away: its waiter, found by token, is answered now. */
+void handle_wait_cancel(sched_t *s, msg_t *m)
+{
+    entry_t *e = strmap_get(s->entries, m->id);
+    if (!e) return;
+    queue_t *q;
+    queue_foreach(q, &e->waiters)
+    {
+        waiter_t *w = queue_data(q, waiter_t, node);
+        if (w->token != m->token) continue;
+        uv_timer_stop(&w->timer);
+        queue_remove(&w->node);
+        reply_current(w->reply, w->token, e);
+        uv_close((uv_handle_t *)&w->timer, waiter_closed);
+        return;
+    }
+}
+
 /* ------------------------------------------------------------------------- cancels */
 
 /* Ends a queued job (cancelled or failed) in the store and in memory. When reply is given, it

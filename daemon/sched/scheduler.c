@@ -105,6 +105,9 @@ static void handle_msg(sched_t *s, msg_t *m)
     case MSG_WAIT:
         handle_wait(s, m);
         break;
+    case MSG_WAIT_CANCEL:
+        handle_wait_cancel(s, m);
+        break;
     case MSG_CANCEL:
         handle_cancel(s, m);
         break;

@@ -56,6 +56,11 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
  * timeout_ms with its current state. */
 void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, sched_reply_fn reply,
                 void *token);
+/* The client of the wait of token for job id went away: that wait, if it still waits, is
+ * answered at once (with the job as it stands), so that its caller can let the connection go.
+ * A wait already answered is left alone. Since messages reach the loop in the order they were
+ * posted, a token may be given to a new wait as soon as the old wait's reply has run. */
+void sched_wait_cancel(sched_t *s, const char *id, void *token);
 /* Cancels: a queued job is removed and never runs; a running job's result is discarded.
  * -EBUSY for a job already final. */
 void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token);

@@ -16,7 +16,10 @@ typedef struct config {
     char log_level[8]; /* "error", "warn", "info", "debug" */
     int http_threads;
     int max_connections;
+    int max_connections_per_ip; /* TCP connections from one address; 0: no limit */
     int idle_timeout_s;   /* an idle HTTP connection is closed after it (long polls excepted) */
+    int header_timeout_s; /* a request's headers must be in within it, however slow */
+    int body_timeout_s;   /* and its body within this after its headers */
     int drain_timeout_ms; /* SIGTERM: how long running work may take to finish */
 
     /* [limits] */

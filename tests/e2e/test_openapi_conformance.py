@@ -81,6 +81,7 @@ UNPROVOKABLE = {
     ("GET", "/v1/buffers/{id}", 503): STORE_UNREADABLE,
     ("GET", "/v1/usage", 503): STORE_UNREADABLE,
     ("POST", "/v1/buffers", 507): "answered only when the daemon's disk is full",
+    ("POST", "/v1/jobs", 507): "answered only when the daemon's disk is full (test_e2e_connections)",
     ("POST", "/v1/jobs", 422): "every op of this build runs on both backends (test_api_routes "
     "provokes it with a backend that lacks one)",
 }

@@ -345,7 +345,10 @@ START_TEST(test_health_ready_and_metrics)
     done(t);
     fake_sched.backend_json = NULL;
     fake_sched.stats.accepting = false;
-    expect(run_json("GET", "/readyz", NULL), 503, NULL);
+    t = run_json("GET", "/readyz", NULL);
+    ck_assert_int_eq(t->req.resp.status, 503);
+    ck_assert_str_eq(header(t, "Retry-After"), "1");
+    done(t);
     fake_sched.stats.submitted_total = 12345;
     fake_sched.stats.queued = 77;
     atomic_store(&env.responses[429], 3);
@@ -443,6 +446,7 @@ START_TEST(test_submit_maps_scheduler_errors_to_statuses)
     } cases[] = {
         {-EAGAIN, 429, "resource_exhausted"},
         {-ESHUTDOWN, 503, "unavailable"},
+        {-ENOSPC, 507, "insufficient_storage"},
         {-EEXIST, 409, "conflict"},
         {-EIO, 500, "internal"},
     };
@@ -452,7 +456,8 @@ START_TEST(test_submit_maps_scheduler_errors_to_statuses)
         test_req_t *t = run_json("POST", "/v1/jobs", TADD_JOB);
         ck_assert_int_eq(t->req.resp.status, cases[i].status);
         ck_assert_str_eq(error_code(t), cases[i].code);
-        if (cases[i].status == 429) ck_assert_str_eq(header(t, "Retry-After"), "1");
+        if (cases[i].status == 429 || cases[i].status == 503)
+            ck_assert_str_eq(header(t, "Retry-After"), "1");
         done(t);
     }
 }

@@ -1,0 +1,64 @@
+/* Private to api/: the watch over open HTTP connections that libmicrohttpd does not keep
+ * itself. It knows sockets, not HTTP: http_server.c registers each connection's socket.
+ *
+ * Two things are watched, by one thread per watcher:
+ *  - Deadlines. A connection whose request has not fully arrived by its deadline (a slow
+ *    client trickling its headers or body) is shut down, which makes libmicrohttpd see the end
+ *    of its stream and close it. MHD's own timeout restarts on every byte, so it cannot bound
+ *    such a client.
+ *  - Suspended connections. libmicrohttpd does not poll a suspended connection, so it would
+ *    not notice that the client went away while its request waits for the scheduler. An armed
+ *    connection is polled for the peer's close; when it comes, the `gone` callback runs once
+ *    (on the watcher's thread, with the watcher's lock held: it must only post, never wait).
+ *
+ * Locking: every function takes the watcher's lock. A connection's socket is touched only
+ * while its entry is registered, and http_server.c removes the entry before libmicrohttpd
+ * closes the socket (MHD's close notice comes first), so the watcher never shuts down a
+ * socket number that was reused. */
+#pragma once
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct conn_watch conn_watch_t;
+typedef struct conn_watch_entry conn_watch_entry_t;
+
+/* Called once when an armed connection's peer has closed; ud as given to conn_watch_arm. */
+typedef void (*conn_watch_gone_fn)(void *ud);
+
+/* At most one line per this many microseconds for each kind of refused or cut connection. */
+#define CONN_WATCH_LOG_INTERVAL_US (10 * INT64_C(1000000))
+
+/* A log line's rate limit: pass it the time; it says whether to log now and how many were
+ * held back since the last line. Callers hold their own lock or use it from one thread. */
+typedef struct conn_ratelimit {
+    int64_t last_us;
+    long held;
+} conn_ratelimit_t;
+
+/* True when a line may be written now (then *ret_held is how many were held back before it);
+ * false counts one more held back. */
+bool conn_ratelimit_pass(conn_ratelimit_t *rl, int64_t now, long *ret_held);
+
+/* Starts a watcher and its thread. name says what it watches in its log lines ("tcp"). */
+int conn_watch_new(const char *name, conn_watch_t **ret);
+/* Stops the thread and frees the watcher; every entry must have been removed. Accepts NULL. */
+void conn_watch_free(conn_watch_t *w);
+
+/* Registers a connection's socket with a deadline (absolute, now_us() clock; 0 for none). */
+int conn_watch_add(conn_watch_t *w, int fd, int64_t deadline_us, conn_watch_entry_t **ret);
+/* Forgets the connection: from its return the watcher no longer touches the socket. Accepts
+ * NULL. */
+void conn_watch_remove(conn_watch_t *w, conn_watch_entry_t *e);
+/* Moves the connection's deadline (0: none). */
+void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us);
+
+/* The connection is being suspended: from now until conn_watch_resume it may be armed. */
+void conn_watch_suspend(conn_watch_t *w, conn_watch_entry_t *e);
+/* Starts polling a suspended connection for its peer's close, unless it was resumed since
+ * conn_watch_suspend. Called by the connection's own HTTP thread after the request was posted
+ * (so that gone's cancel always comes after what it cancels). */
+void conn_watch_arm(conn_watch_t *w, conn_watch_entry_t *e, conn_watch_gone_fn gone, void *ud);
+/* The connection resumes: the poll stops, and gone is not called from now on. */
+void conn_watch_resume(conn_watch_t *w, conn_watch_entry_t *e);

@@ -1,0 +1,345 @@
+/* End-to-end: connections against the real gpujobd, over raw sockets. Waits whose clients
+ * went away give their connections back at once; slow or greedy TCP clients cannot lock other
+ * clients out (per-address limit, header deadline) nor flood the log; and requests whose
+ * framing or target a proxy could read differently answer 400. Loopback only. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <check.h>
+#include <dirent.h>
+#include <limits.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "support/daemon_harness.h"
+
+/* A TCP connection to the daemon from source address src ("127.0.0.1", "127.0.0.2": all of
+ * 127/8 is loopback). -1 when the connection is refused. */
+static int tcp_connect(e2e_daemon_t *d, const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert(fd >= 0);
+    struct sockaddr_in from = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &from.sin_addr);
+    ck_assert_msg(bind(fd, (struct sockaddr *)&from, sizeof from) == 0, "bind %s: %s", src,
+                  strerror(errno));
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(e2e_daemon_port(d))};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&to, sizeof to) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int unix_connect(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert(fd >= 0);
+    struct sockaddr_un to = {.sun_family = AF_UNIX};
+    snprintf(to.sun_path, sizeof to.sun_path, "%s", path);
+    ck_assert_msg(connect(fd, (struct sockaddr *)&to, sizeof to) == 0, "connect %s: %s", path,
+                  strerror(errno));
+    return fd;
+}
+
+/* Sends request on fd and reads the answer until the daemon closes or timeout_s passes; the
+ * answer's status, 0 when none came. The answer is copied into reply (may be NULL). */
+static long exchange(int fd, const char *request, size_t len, double timeout_s, char *reply,
+                     size_t size)
+{
+    char buf[8192];
+    if (!reply) reply = buf, size = sizeof buf;
+    struct timeval tv = {.tv_sec = (long)timeout_s, .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (send(fd, request, len, MSG_NOSIGNAL) != (ssize_t)len) return 0;
+    size_t got = 0;
+    double until = e2e_now() + timeout_s;
+    while (got < size - 1 && e2e_now() < until) {
+        ssize_t k = read(fd, reply + got, size - 1 - got);
+        if (k <= 0) break;
+        got += (size_t)k;
+        reply[got] = '\0';
+        /* A whole answer with a body length: enough. */
+        const char *end = strstr(reply, "\r\n\r\n"), *cl = strcasestr(reply, "Content-Length:");
+        if (end && cl && cl < end && got >= (size_t)(end + 4 - reply) + strtoul(cl + 15, 0, 10))
+            break;
+    }
+    reply[got] = '\0';
+    long status = 0;
+    if (sscanf(reply, "HTTP/1.%*d %ld", &status) != 1) status = 0;
+    return status;
+}
+
+/* One request on a new connection from src; its status (0: no answer). */
+static long tcp_request(e2e_daemon_t *d, const char *src, const char *request, char *reply,
+                        size_t size)
+{
+    int fd = tcp_connect(d, src);
+    if (fd < 0) return 0;
+    long status = exchange(fd, request, strlen(request), 5, reply, size);
+    close(fd);
+    return status;
+}
+
+/* Lines of the daemon's log that contain word. */
+static int log_lines_with(e2e_daemon_t *d, const char *word)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/gpujobd.log", e2e_daemon_dir(d));
+    FILE *f = fopen(path, "re");
+    ck_assert(f);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, word) != NULL;
+    fclose(f);
+    return n;
+}
+
+static double tcp_connections(e2e_daemon_t *d)
+{
+    return e2e_metric_ok(d, "gpujobd_http_connections{listener=\"tcp\"}");
+}
+
+/* The daemon's open sockets, counted in /proc. */
+static int daemon_sockets(e2e_daemon_t *d)
+{
+    char dir[64], link[PATH_MAX], target[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)e2e_daemon_pid(d));
+    DIR *fds = opendir(dir);
+    ck_assert(fds);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(fds));) {
+        snprintf(link, sizeof link, "%s/%s", dir, e->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        n += len > 0 && strncmp(target, "socket:", 7) == 0;
+    }
+    closedir(fds);
+    return n;
+}
+
+#define N_WAITS 60
+
+START_TEST(test_closed_waits_give_back_their_connections_at_once)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG "[server]\n"
+                                                                "max_connections = 64\n"
+                                                                "max_connections_per_ip = 0\n");
+    json_t *job = e2e_long_job_new(30000);
+    char *id = e2e_submit_ok(d, job);
+    json_decref(job);
+    char request[256];
+    int n = snprintf(request, sizeof request,
+                     "GET /v1/jobs/%s/wait?timeout=300 HTTP/1.1\r\nHost: x\r\n\r\n", id);
+    int fds[N_WAITS];
+    for (int i = 0; i < N_WAITS; i++) {
+        fds[i] = tcp_connect(d, "127.0.0.1");
+        ck_assert_int_ge(fds[i], 0);
+        ck_assert_int_eq(send(fds[i], request, (size_t)n, MSG_NOSIGNAL), n);
+    }
+    double until = e2e_now() + 10;
+    while (tcp_connections(d) < N_WAITS + 1 && e2e_now() < until)
+        usleep(50 * 1000);
+    ck_assert_double_ge(tcp_connections(d), N_WAITS + 1);
+    usleep(200 * 1000); /* every wait posted */
+    int sockets_before = daemon_sockets(d);
+    for (int i = 0; i < N_WAITS; i++)
+        close(fds[i]);
+    /* The waits end now, not after their 300 s: the daemon closes their sockets (rather than
+     * keep them half-closed), and only the metrics client stays connected. */
+    until = e2e_now() + 5;
+    while (daemon_sockets(d) > sockets_before - N_WAITS && e2e_now() < until)
+        usleep(50 * 1000);
+    ck_assert_int_le(daemon_sockets(d), sockets_before - N_WAITS);
+    ck_assert_double_le(tcp_connections(d), 2);
+    free(id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+#define N_SLOW 120
+
+START_TEST(test_slow_clients_are_cut_and_lock_nobody_out)
+{
+    char sock_dir[] = "/tmp/gj-conn-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(sock_dir));
+    char sock_path[64], config[512];
+    snprintf(sock_path, sizeof sock_path, "%s/gpujobd.sock", sock_dir);
+    snprintf(config, sizeof config,
+             "[server]\nunix_socket = %s\nmax_connections = 64\nmax_connections_per_ip = 16\n"
+             "header_timeout_s = 2\nidle_timeout_s = 3\n",
+             sock_path);
+    e2e_daemon_t *d = e2e_daemon_start_ok(config);
+    int warnings_before = log_lines_with(d, " warn ");
+
+    /* Slow clients: a header begun, then one byte a second, which MHD's idle timeout never
+     * sees as idle. More than the daemon has slots. */
+    int slow[N_SLOW];
+    bool open_[N_SLOW];
+    for (int i = 0; i < N_SLOW; i++) {
+        slow[i] = tcp_connect(d, "127.0.0.1");
+        open_[i] = slow[i] >= 0;
+        if (open_[i]) send(slow[i], "GET /healthz HTTP/1.1\r\nX", 24, MSG_NOSIGNAL);
+    }
+    usleep(300 * 1000);
+
+    /* Another client over TCP, and one over the Unix socket, are served meanwhile. */
+    static const char healthz[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    ck_assert_int_eq(tcp_request(d, "127.0.0.2", healthz, NULL, 0), 200);
+    int ufd = unix_connect(sock_path);
+    ck_assert_int_eq(exchange(ufd, healthz, strlen(healthz), 5, NULL, 0), 200);
+    close(ufd);
+
+    /* Trickle: every slow client still open gets a byte a second; the daemon must close each
+     * one within its header deadline (2 s), plus the watch's tick. */
+    double until = e2e_now() + 6;
+    int still_open = N_SLOW;
+    while (e2e_now() < until && still_open) {
+        still_open = 0;
+        for (int i = 0; i < N_SLOW; i++) {
+            if (!open_[i]) continue;
+            char c;
+            ssize_t k = recv(slow[i], &c, 1, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+                send(slow[i], "x", 1, MSG_NOSIGNAL) < 0) {
+                open_[i] = false;
+                continue;
+            }
+            still_open++;
+        }
+        usleep(1000 * 1000);
+    }
+    ck_assert_msg(still_open == 0, "%d slow clients still connected after 6 s", still_open);
+    for (int i = 0; i < N_SLOW; i++)
+        if (slow[i] >= 0) close(slow[i]);
+    /* The refusals and cuts took a few lines, not one per connection. */
+    int warnings = log_lines_with(d, " warn ") - warnings_before;
+    ck_assert_msg(warnings <= 4, "%d warning lines about %d slow clients", warnings, N_SLOW);
+    ck_assert_int_eq(tcp_request(d, "127.0.0.1", healthz, NULL, 0), 200);
+    e2e_daemon_free(d);
+    unlink(sock_path);
+    rmdir(sock_dir);
+}
+END_TEST
+
+START_TEST(test_ambiguous_requests_answer_400)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    json_t *job = json_loads("{\"op\":\"add\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[1],"
+                             "\"data\":[1]},\"y\":{\"dtype\":\"f32\",\"shape\":[1],\"data\":[2]}}}",
+                             0, NULL);
+    char *id = e2e_submit_ok(d, job);
+    json_decref(job);
+    char request[512], reply[8192];
+    /* The job itself is found. */
+    snprintf(request, sizeof request, "GET /v1/jobs/%s HTTP/1.1\r\nHost: x\r\n\r\n", id);
+    ck_assert_int_eq(tcp_request(d, "127.0.0.1", request, reply, sizeof reply), 200);
+    static const char *const suffixes[] = {"%00junk", "%0a", "%1F", "%7f"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        snprintf(request, sizeof request, "GET /v1/jobs/%s%s HTTP/1.1\r\nHost: x\r\n\r\n", id,
+                 suffixes[i]);
+        ck_assert_msg(tcp_request(d, "127.0.0.1", request, reply, sizeof reply) == 400, "%s: %s",
+                      suffixes[i], reply);
+        ck_assert_ptr_nonnull(strstr(reply, "\"field\":\"path\""));
+    }
+    static const char *const framings[] = {
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}",
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof framings / sizeof framings[0]; i++) {
+        ck_assert_msg(tcp_request(d, "127.0.0.1", framings[i], reply, sizeof reply) == 400,
+                      "framing %zu: %s", i, reply);
+        ck_assert_ptr_nonnull(strstr(reply, "headers.Content-Length"));
+        ck_assert_ptr_nonnull(strcasestr(reply, "Connection: close"));
+    }
+    ck_assert_int_eq(
+        tcp_request(d, "127.0.0.1", "GET /healthz HTTP/1.1\r\n\r\n", reply, sizeof reply), 400);
+    ck_assert_ptr_nonnull(strstr(reply, "headers.Host"));
+    ck_assert_int_eq(
+        tcp_request(d, "127.0.0.1", "GET /healthz HTTP/1.0\r\n\r\n", reply, sizeof reply), 200);
+    free(id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* Fills the filesystem of dir with a file until it has no room; returns its path in path. */
+static void fill_disk(const char *dir, char *path, size_t size)
+{
+    snprintf(path, size, "%s/filler", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ck_assert(fd >= 0);
+    static char chunk[65536];
+    while (write(fd, chunk, sizeof chunk) > 0)
+        ;
+    while (write(fd, chunk, 1) > 0)
+        ;
+    close(fd);
+}
+
+START_TEST(test_submission_on_a_full_disk_answers_507)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[store]\ninline_blob_bytes = 1024\n");
+    int status;
+    ck_assert_int_eq(e2e_daemon_stop(d, 30000, &status), 0);
+    char state[512], filler[600];
+    snprintf(state, sizeof state, "%s/state", e2e_daemon_dir(d));
+    /* A small filesystem of its own for the state directory: root only. */
+    if (mount("tmpfs", state, "tmpfs", 0, "size=16m") < 0) {
+        fprintf(stderr, "skipped: cannot mount a tmpfs on '%s': %s\n", state, strerror(errno));
+        e2e_daemon_free(d);
+        return;
+    }
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    fill_disk(state, filler, sizeof filler);
+    /* x's 8 KiB go to a blob file, which the full disk refuses. */
+    json_t *data = json_array();
+    for (int i = 0; i < 2048; i++)
+        json_array_append_new(data, json_integer(i));
+    json_t *job = json_pack("{s:s, s:{s:{s:s, s:[i], s:o}}}", "op", "sum", "inputs", "x", "dtype",
+                            "f32", "shape", 2048, "data", data);
+    char *text = json_dumps(job, JSON_COMPACT);
+    json_t *body = e2e_json_ok(d, "POST", "/v1/jobs", text, 507);
+    ck_assert_str_eq(e2e_error_code(body), "insufficient_storage");
+    json_decref(body);
+    /* With room again, the same job is taken. */
+    unlink(filler);
+    json_decref(e2e_json_ok(d, "POST", "/v1/jobs", text, 201));
+    free(text);
+    json_decref(job);
+    e2e_daemon_kill(d);
+    umount2(state, MNT_DETACH);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("e2e_connections");
+    TCase *tc = tcase_create("connections");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_closed_waits_give_back_their_connections_at_once);
+    tcase_add_test(tc, test_slow_clients_are_cut_and_lock_nobody_out);
+    tcase_add_test(tc, test_ambiguous_requests_answer_400);
+    tcase_add_test(tc, test_submission_on_a_full_disk_answers_507);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
