@@ -1,8 +1,24 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs the whole test suite. Tests labelled `gpu` skip
-# themselves on a machine without a GPU.
+# themselves on a machine without a GPU; those labelled `fuzz` skip in this build.
+#
+# Then the fuzz smoke: the targets of tests/fuzz/ built with clang in build-fuzz (the `fuzz`
+# preset) and a bounded run of each (ctest -L fuzz). GPUJOB_TEST_FUZZ=0 leaves it out.
+# GPUJOB_TEST_ASAN=1 adds the CPU suite under ASan+UBSan in build-asan (the `asan` preset; it
+# leaves out the valgrind and install tests, which cannot run an ASan build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)" "$@"
+
+if [ "${GPUJOB_TEST_FUZZ:-1}" = 1 ]; then
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j"$(nproc)"
+  ctest --preset fuzz -j"$(nproc)"
+fi
+if [ "${GPUJOB_TEST_ASAN:-0}" = 1 ]; then
+  cmake --preset asan >/dev/null
+  cmake --build --preset asan -j"$(nproc)"
+  ctest --preset asan -j"$(nproc)"
+fi
