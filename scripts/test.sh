@@ -4,8 +4,9 @@
 #
 # Then the fuzz smoke: the targets of tests/fuzz/ built with clang in build-fuzz (the `fuzz`
 # preset) and a bounded run of each (ctest -L fuzz). GPUJOB_TEST_FUZZ=0 leaves it out.
-# GPUJOB_TEST_ASAN=1 adds the CPU suite under ASan+UBSan in build-asan (the `asan` preset; it
-# leaves out the valgrind and install tests, which cannot run an ASan build).
+# Last, the CPU suite again under ASan+UBSan in build-asan (the `asan` preset; it leaves out
+# the valgrind and install tests, which cannot run an ASan build). GPUJOB_TEST_ASAN=0 leaves it
+# out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -17,7 +18,7 @@ if [ "${GPUJOB_TEST_FUZZ:-1}" = 1 ]; then
   cmake --build --preset fuzz -j"$(nproc)"
   ctest --preset fuzz -j"$(nproc)"
 fi
-if [ "${GPUJOB_TEST_ASAN:-0}" = 1 ]; then
+if [ "${GPUJOB_TEST_ASAN:-1}" = 1 ]; then
   cmake --preset asan >/dev/null
   cmake --build --preset asan -j"$(nproc)"
   ctest --preset asan -j"$(nproc)"

@@ -262,7 +262,7 @@ int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***re
         sqlite3_reset(stmt);
         r = read_end(conn, r);
     }
-    if (r == 0 && rd->n_shards > 1) qsort(jobs, n, sizeof *jobs, id_order);
+    if (r == 0 && rd->n_shards > 1 && n > 1) qsort(jobs, n, sizeof *jobs, id_order);
     size_t keep = r == 0 && n > (size_t)q->limit ? (size_t)q->limit : n;
     for (size_t i = r == 0 ? keep : 0; i < n; i++)
         job_free(jobs[i]);

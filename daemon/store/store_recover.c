@@ -126,7 +126,7 @@ int store_recover(store_t *st, int max_attempts, int (*resolve)(job_t *job),
     }
     /* Oldest first across the shards; loaded one at a time, after the listing is finished, so
      * that cb may use the store. */
-    if (r == 0) qsort(l.a, l.n, sizeof *l.a, queued_before);
+    if (r == 0 && l.n > 1) qsort(l.a, l.n, sizeof *l.a, queued_before);
     for (size_t i = 0; r == 0 && i < l.n; i++) {
         job_t *job;
         r = store_job_read(&store_shard_of(st, l.a[i].id)->conn, l.a[i].id, &job);
