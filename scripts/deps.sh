@@ -3,7 +3,7 @@
 # already there. Runs apt-get as root, or through sudo.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libuv1-dev
-      libsqlite3-dev check libsubunit-dev libinih-dev libcurl4-openssl-dev libjemalloc-dev curl python3
+      libsqlite3-dev check libsubunit-dev libinih-dev libcurl4-openssl-dev libjemalloc-dev libfast-float-dev curl python3
       python3-yaml python3-jsonschema)
 missing=()
 for p in "${pkgs[@]}"; do
