@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,19 +183,49 @@ static int submit_json_length(api_request_t *req, size_t *ret)
     return 0;
 }
 
+/* Large bodies being parsed now, against limits.max_large_parses: each parse takes memory of
+ * the order of its body, and every HTTP thread could be parsing one. */
+static pthread_mutex_t large_parses_lock = PTHREAD_MUTEX_INITIALIZER;
+static int large_parses;
+
+/* Takes a parse slot for a body of len bytes when it is large: 0 (*ret_took says whether one
+ * was taken, to give back), or API_DONE after answering 503 when every slot is taken. */
+static int large_parse_take(api_request_t *req, size_t len, bool *ret_took)
+{
+    const config_t *cfg = req->env->cfg;
+    bool took = false;
+    if (len >= cfg->large_parse_bytes) {
+        pthread_mutex_lock(&large_parses_lock);
+        took = large_parses < cfg->max_large_parses;
+        if (took) large_parses++;
+        pthread_mutex_unlock(&large_parses_lock);
+        if (!took) {
+            api_respond_error(req, 503, "unavailable", "body",
+                              "%d large bodies are being parsed; send this one again shortly",
+                              cfg->max_large_parses);
+            api_response_add_header(&req->resp, "Retry-After", "1");
+            return API_DONE;
+        }
+    }
+    *ret_took = took;
+    return 0;
+}
+
+static void large_parse_give(bool took)
+{
+    if (!took) return;
+    pthread_mutex_lock(&large_parses_lock);
+    large_parses--;
+    pthread_mutex_unlock(&large_parses_lock);
+}
+
 /* The jobs of a submission's body (json_len bytes of JSON, then its binary section), parsed
  * and validated: a malloc'd array of n owned jobs. 0, or API_DONE after answering. */
 static int submit_parse(api_request_t *req, size_t json_len, const char *key, job_t ***ret_jobs,
                         size_t *ret_n, bool *ret_is_list)
 {
-    json_error_t jerr;
-    json_t *root = json_loadb(req->body ? req->body : "", json_len,
-                              JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-    if (!root) {
-        api_respond_error(req, 400, "invalid_json", "body", "invalid JSON at line %d column %d: %s",
-                          jerr.line, jerr.column, jerr.text);
-        return API_DONE;
-    }
+    bool took;
+    if (large_parse_take(req, json_len, &took)) return API_DONE;
     job_json_env_t penv = {
         .cfg = req->env->cfg,
         .owner = req->user.name,
@@ -207,8 +238,9 @@ static int submit_parse(api_request_t *req, size_t json_len, const char *key, jo
         .binary_len = req->body_len - json_len,
     };
     api_error_t err;
-    int r = job_json_parse_request(root, &penv, key, ret_jobs, ret_n, ret_is_list, &err);
-    json_decref(root);
+    int r = job_json_parse_body(req->body ? req->body : "", json_len, &penv, key, ret_jobs, ret_n,
+                                ret_is_list, &err);
+    large_parse_give(took);
     if (r < 0) {
         api_respond_api_error(req, &err);
         return API_DONE;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <time.h>
 
 #include "daemon/store/store.h"
+#include "json_scan.h"
 #include "tensor_codec.h"
 
 /* A deadline further away than this (about 31 years) is surely a unit mistake. */
@@ -120,6 +122,67 @@ static int tensor_from_binary(const json_t *offset, const job_json_env_t *env, c
     return 0;
 }
 
+/* The span a tensor's data or b64 names in a scanned document's tree: json_scan() put its
+ * index there, and nothing else can be there. NULL when it is not one (a bug, never the
+ * client's text). */
+static const json_span_t *scan_span(const json_scan_t *scan, const json_t *v)
+{
+    json_int_t i = json_is_integer(v) ? json_integer_value(v) : -1;
+    return i >= 0 && (size_t)i < scan->n_spans ? &scan->spans[i] : NULL;
+}
+
+static int span_lost(api_error_t *err, const char *field)
+{
+    return api_error_set(err, -EFAULT, 500, "internal", field,
+                         "the tensor's data was lost between scanning and parsing the body");
+}
+
+/* The tensor's bytes from base64 text: the b64 value of the spec, or of the span that a
+ * scanned document's tree names in its place (its characters, or the JSON of a value that
+ * was not a plain string). */
+static int tensor_from_b64(const json_t *b64, const job_json_env_t *env, const char *field,
+                           job_tensor_t *t, api_error_t *err)
+{
+    const char *text = NULL;
+    size_t len = 0;
+    json_t *loaded = NULL;
+    if (env->scan) {
+        const json_span_t *span = scan_span(env->scan, b64);
+        if (!span) return span_lost(err, field);
+        if (span->kind == JSON_SPAN_B64) {
+            text = env->scan->text + span->off;
+            len = span->len;
+        } else {
+            b64 = loaded =
+                json_loadb(env->scan->text + span->off, span->len, JSON_DECODE_ANY, NULL);
+        }
+    }
+    if (!text && json_is_string(b64)) {
+        text = json_string_value(b64);
+        len = json_string_length(b64);
+    }
+    if (!text) {
+        json_decref(loaded);
+        return invalid(err, field, "b64 must be a base64 string");
+    }
+    void *bytes = NULL;
+    size_t n = 0;
+    op_error_t cerr = {0};
+    int r = codec_b64_decode(text, len, &bytes, &n, &cerr);
+    json_decref(loaded);
+    if (r < 0) {
+        snprintf(cerr.field, sizeof cerr.field, "%s", field);
+        return codec_failure(err, r, &cerr);
+    }
+    if (n != t->nbytes) {
+        free(bytes);
+        return invalid(err, field, "b64 holds %zu bytes but dtype and shape need %" PRIu64, n,
+                       t->nbytes);
+    }
+    t->data = bytes;
+    return 0;
+}
+
 /* Fills t from a tensor spec: inline data, b64, bytes of the binary section or a buffer
  * reference. path is "inputs.x" with the caller's prefix. *ret_device: a resident buffer's
  * device, else left alone. */
@@ -175,29 +238,18 @@ static int parse_tensor(const json_t *spec, const job_json_env_t *env, const cha
     t->nbytes = tensor_desc_bytes(&t->desc);
 
     if (data) {
-        r = codec_data_from_json(data, &t->desc, field_path(field, sizeof field, path, "data"),
-                                 &t->data, &cerr);
+        field_path(field, sizeof field, path, "data");
+        const json_span_t *span = env->scan ? scan_span(env->scan, data) : NULL;
+        if (env->scan && !span) return span_lost(err, field);
+        r = span ? codec_data_from_text(env->scan->text + span->off, span->len, &t->desc, field,
+                                        &t->data, &cerr)
+                 : codec_data_from_json(data, &t->desc, field, &t->data, &cerr);
         return r < 0 ? codec_failure(err, r, &cerr) : 0;
     }
     if (binary)
         return tensor_from_binary(binary, env,
                                   field_path(field, sizeof field, path, "binary_offset"), t, err);
-    field_path(field, sizeof field, path, "b64");
-    if (!json_is_string(b64)) return invalid(err, field, "b64 must be a base64 string");
-    void *bytes = NULL;
-    size_t len = 0;
-    r = codec_b64_decode(json_string_value(b64), json_string_length(b64), &bytes, &len, &cerr);
-    if (r < 0) {
-        snprintf(cerr.field, sizeof cerr.field, "%s", field);
-        return codec_failure(err, r, &cerr);
-    }
-    if (len != t->nbytes) {
-        free(bytes);
-        return invalid(err, field, "b64 holds %zu bytes but dtype and shape need %" PRIu64, len,
-                       t->nbytes);
-    }
-    t->data = bytes;
-    return 0;
+    return tensor_from_b64(b64, env, field_path(field, sizeof field, path, "b64"), t, err);
 }
 
 static int parse_inputs(const json_t *inputs, const job_json_env_t *env, const char *prefix,
@@ -345,18 +397,23 @@ void job_json_free_jobs(job_t **jobs, size_t n)
     free(jobs);
 }
 
-int job_json_parse_request(const json_t *root, const job_json_env_t *env, const char *idem_key,
-                           job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list, api_error_t *err)
+static int too_many_jobs(api_error_t *err, size_t n, const job_json_env_t *env)
+{
+    return api_error_set(err, -E2BIG, 413, "payload_too_large", "",
+                         "%zu jobs in one request; at most %d are allowed", n,
+                         env->cfg->max_jobs_per_request);
+}
+
+/* job_json_parse_request() with env->scan as the caller set it. */
+static int parse_jobs(const json_t *root, const job_json_env_t *env, const char *idem_key,
+                      job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list, api_error_t *err)
 {
     bool is_list = json_is_array(root);
     size_t n = is_list ? json_array_size(root) : 1;
     if (!is_list && !json_is_object(root))
         return invalid(err, "", "the body must be a job object or a list of job objects");
     if (n == 0) return invalid(err, "", "the list of jobs is empty");
-    if (n > (size_t)env->cfg->max_jobs_per_request)
-        return api_error_set(err, -E2BIG, 413, "payload_too_large", "",
-                             "%zu jobs in one request; at most %d are allowed", n,
-                             env->cfg->max_jobs_per_request);
+    if (n > (size_t)env->cfg->max_jobs_per_request) return too_many_jobs(err, n, env);
     bool has_key = idem_key && *idem_key;
     if (has_key && is_list && strlen(idem_key) + 1 + 20 >= IDEM_KEY_SIZE)
         return invalid(err, "header.Idempotency-Key",
@@ -380,6 +437,108 @@ int job_json_parse_request(const json_t *root, const job_json_env_t *env, const 
         else if (has_key)
             snprintf(jobs[i]->idempotency_key, IDEM_KEY_SIZE, "%s", idem_key);
     }
+    *ret_jobs = jobs;
+    *ret_n = n;
+    *ret_is_list = is_list;
+    return 0;
+}
+
+int job_json_parse_request(const json_t *root, const job_json_env_t *env, const char *idem_key,
+                           job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list, api_error_t *err)
+{
+    job_json_env_t plain = *env;
+    plain.scan = NULL;
+    return parse_jobs(root, &plain, idem_key, ret_jobs, ret_n, ret_is_list, err);
+}
+
+/* The jansson allocations of the body this thread parses, against the request's limit. Only
+ * allocations are counted, never frees: their sum bounds the peak from above, and needs no
+ * header on the blocks, so a block is freed by plain free() whoever allocated it. */
+typedef struct parse_budget {
+    bool active, exceeded;
+    uint64_t left;
+} parse_budget_t;
+
+static _Thread_local parse_budget_t parse_budget;
+static pthread_once_t parse_budget_once = PTHREAD_ONCE_INIT;
+
+static void *parse_budget_malloc(size_t n)
+{
+    parse_budget_t *b = &parse_budget;
+    /* The allocator's own header: a json_t of a few bytes costs more than its size. */
+    uint64_t cost = (uint64_t)n + 16;
+    if (b->active) {
+        if (cost > b->left) {
+            b->exceeded = true;
+            return NULL;
+        }
+        b->left -= cost;
+    }
+    return malloc(n);
+}
+
+static void parse_budget_install(void)
+{
+    json_set_alloc_funcs(parse_budget_malloc, free);
+}
+
+static int invalid_json(api_error_t *err, const char *text, size_t offset, const char *why)
+{
+    int line, column;
+    json_scan_position(text, offset, &line, &column);
+    return api_error_set(err, -EINVAL, 400, "invalid_json", "body",
+                         "invalid JSON at line %d column %d: %s", line, column, why);
+}
+
+/* Parses the scanned document's skeleton with jansson within the tree budget, then its jobs. */
+static int parse_skeleton(const json_scan_t *scan, const job_json_env_t *env, const char *idem_key,
+                          job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list, api_error_t *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(scan->skeleton, scan->skeleton_len,
+                              JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    if (!root) {
+        size_t at = json_scan_text_offset(scan, jerr.position > 0 ? (size_t)jerr.position - 1 : 0);
+        return invalid_json(err, scan->text, at, jerr.text);
+    }
+    job_json_env_t scanned = *env;
+    scanned.scan = scan;
+    int r = parse_jobs(root, &scanned, idem_key, ret_jobs, ret_n, ret_is_list, err);
+    json_decref(root);
+    return r;
+}
+
+int job_json_parse_body(const char *text, size_t len, const job_json_env_t *env,
+                        const char *idem_key, job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list,
+                        api_error_t *err)
+{
+    json_scan_t scan;
+    json_scan_error_t serr;
+    int r = json_scan(text, len, (size_t)env->cfg->max_jobs_per_request, &scan, &serr);
+    if (r == -EINVAL) return invalid_json(err, text, serr.offset, serr.text);
+    if (r < 0) return api_error_set(err, r, 500, "internal", "", "out of memory");
+    if (scan.is_list && scan.n_jobs > (size_t)env->cfg->max_jobs_per_request) {
+        json_scan_done(&scan);
+        return too_many_jobs(err, scan.n_jobs, env);
+    }
+
+    pthread_once(&parse_budget_once, parse_budget_install);
+    parse_budget = (parse_budget_t){.active = true, .left = env->cfg->max_json_tree_bytes};
+    job_t **jobs = NULL;
+    size_t n = 0;
+    bool is_list = false;
+    r = parse_skeleton(&scan, env, idem_key, &jobs, &n, &is_list, err);
+    bool exceeded = parse_budget.exceeded;
+    parse_budget.active = false;
+    json_scan_done(&scan);
+    if (r == 0 && exceeded) job_json_free_jobs(jobs, n);
+    if (exceeded)
+        return api_error_set(
+            err, -E2BIG, 413, "payload_too_large", "body",
+            "parsing this JSON takes more than limits.max_json_tree_bytes (%" PRIu64
+            " bytes) of memory besides its tensor data",
+            env->cfg->max_json_tree_bytes);
+    if (r < 0) return r;
     *ret_jobs = jobs;
     *ret_n = n;
     *ret_is_list = is_list;

@@ -38,6 +38,9 @@ typedef struct job_json_env {
     /* The body's binary section, which tensors name with binary_offset (NULL: none). */
     const unsigned char *binary;
     size_t binary_len;
+    /* Set by job_json_parse_body() alone, for its own parse: the tensor data cut out of the
+     * document, which its tree then names by index. Callers leave it NULL. */
+    const struct json_scan *scan;
 } job_json_env_t;
 
 /* Parses a POST /v1/jobs body: one job object or a list of 1..cfg->max_jobs_per_request of
@@ -45,6 +48,13 @@ typedef struct job_json_env {
  * suffixed ":INDEX" for a list. *ret_jobs is a malloc'd array of n owned jobs. */
 int job_json_parse_request(const json_t *root, const job_json_env_t *env, const char *idem_key,
                            job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list, api_error_t *err);
+/* The same from the body's text (len bytes of JSON), without a tree of its tensor data: the
+ * data is cut out by json_scan() and read straight into typed buffers, and the rest parsed by
+ * jansson within cfg->max_json_tree_bytes of memory (413 past it). A list longer than
+ * max_jobs_per_request is refused before anything of it is parsed. */
+int job_json_parse_body(const char *text, size_t len, const job_json_env_t *env,
+                        const char *idem_key, job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list,
+                        api_error_t *err);
 /* Frees n jobs and the array. */
 void job_json_free_jobs(job_t **jobs, size_t n);
 

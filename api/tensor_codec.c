@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "float_parse.h"
+#include "json_scan.h"
+
 /* Explains a tensor_desc_check() failure; field names the shape. */
 static int desc_check_error(const tensor_desc_t *d, int r, uint64_t max_bytes, const char *field,
                             op_error_t *err)
@@ -88,29 +91,76 @@ int codec_shape_parse_csv(const char *text, tensor_desc_t *ret, op_error_t *err)
 typedef struct element {
     bool is_int;   /* written as an integer: i holds it exactly */
     bool is_float; /* usable by a float dtype: x holds it */
-    json_int_t i;
+    bool has_f;    /* f holds the text rounded to f32 directly, not through x */
+    int64_t i;
     double x;
+    float f;
 } element_t;
 
-static element_t element_from_json(const json_t *v)
+/* The integer text[p..q) (a JSON integer), exactly: 0, or -ERANGE outside int64. */
+static int int64_from_text(const char *p, const char *q, int64_t *ret)
+{
+    bool neg = *p == '-';
+    uint64_t v = 0, limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    for (p += neg; p < q; p++) {
+        unsigned digit = (unsigned)(*p - '0');
+        if (v > (limit - digit) / 10) return -ERANGE;
+        v = v * 10 + digit;
+    }
+    *ret = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}
+
+/* The float a string names: "nan", "inf", "-inf" (and JavaScript's spellings). */
+static bool element_from_string(const char *p, const char *q, element_t *e)
+{
+    bool plain;
+    json_lex_string(p, q, &plain);
+    json_t *decoded = plain ? NULL : json_loadb(p, (size_t)(q - p), JSON_DECODE_ANY, NULL);
+    char s[16] = "";
+    if (plain && (size_t)(q - p) - 2 < sizeof s)
+        memcpy(s, p + 1, (size_t)(q - p) - 2);
+    else if (json_is_string(decoded) && json_string_length(decoded) < sizeof s)
+        memcpy(s, json_string_value(decoded), json_string_length(decoded) + 1);
+    json_decref(decoded);
+    if (strcmp(s, "nan") == 0 || strcmp(s, "NaN") == 0)
+        e->x = NAN;
+    else if (strcmp(s, "inf") == 0 || strcmp(s, "Infinity") == 0)
+        e->x = INFINITY;
+    else if (strcmp(s, "-inf") == 0 || strcmp(s, "-Infinity") == 0)
+        e->x = -INFINITY;
+    else
+        return false;
+    return true;
+}
+
+/* The kind of value an element's text is. */
+typedef enum element_kind {
+    ELEMENT_OTHER,
+    ELEMENT_STRING,
+    ELEMENT_INT,
+    ELEMENT_REAL
+} element_kind_t;
+
+/* The element whose text is text[p..q), of kind, read for dtype dt. Integers are read exactly,
+ * reals with a correctly rounding parser: f32 straight from the text, x then being that float
+ * (or, when the text is too large for f32, the double, for the range error). */
+static element_t element_from_text(const char *p, const char *q, element_kind_t kind, dtype_t dt)
 {
     element_t e = {0};
-    if (json_is_integer(v)) {
-        e = (element_t){.is_int = true, .is_float = true, .i = json_integer_value(v)};
+    if (kind == ELEMENT_STRING) {
+        e.is_float = element_from_string(p, q, &e);
+    } else if (kind == ELEMENT_OTHER) {
+        /* a list, an object or a literal: neither kind of number */
+    } else if (kind == ELEMENT_INT) {
+        e.is_int = e.is_float = int64_from_text(p, q, &e.i) == 0;
         e.x = (double)e.i;
-    } else if (json_is_real(v)) {
-        e = (element_t){.is_float = true, .x = json_real_value(v)};
-    } else if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        e.is_float = true;
-        if (strcmp(s, "nan") == 0 || strcmp(s, "NaN") == 0)
-            e.x = NAN;
-        else if (strcmp(s, "inf") == 0 || strcmp(s, "Infinity") == 0)
-            e.x = INFINITY;
-        else if (strcmp(s, "-inf") == 0 || strcmp(s, "-Infinity") == 0)
-            e.x = -INFINITY;
-        else
-            e.is_float = false;
+    } else if (dt == DTYPE_F32) {
+        e.is_float = e.has_f = float_parse_f32(p, (size_t)(q - p), &e.f) == 0;
+        e.x = e.f;
+        if (e.is_float && isinf(e.f)) e.is_float = float_parse_f64(p, (size_t)(q - p), &e.x) == 0;
+    } else {
+        e.is_float = float_parse_f64(p, (size_t)(q - p), &e.x) == 0;
     }
     return e;
 }
@@ -124,7 +174,7 @@ static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, 
      * below (a finite value must stay finite), without tensor_store's and tensor_load's
      * dtype switches for every element. */
     if (dt == DTYPE_F32 && v->is_float) {
-        float f = (float)v->x;
+        float f = v->has_f ? v->f : (float)v->x;
         if (isfinite(v->x) && !isfinite(f))
             return op_error(err, -EINVAL, NULL, "%g is out of range for dtype %s", v->x,
                             dtype_name(dt));
@@ -147,8 +197,8 @@ static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, 
     }
     if (!v->is_int)
         return op_error(err, -EINVAL, NULL, "must be an integer for dtype %s", dtype_name(dt));
-    json_int_t x = v->i;
-    json_int_t lo, hi;
+    int64_t x = v->i;
+    int64_t lo, hi;
     switch (dt) {
     case DTYPE_I8:
         lo = INT8_MIN, hi = INT8_MAX;
@@ -165,10 +215,8 @@ static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, 
     }
     if (x < lo || x > hi)
         return op_error(err, -EINVAL, NULL,
-                        "%" JSON_INTEGER_FORMAT
-                        " is out of range for dtype %s [%" JSON_INTEGER_FORMAT
-                        ", %" JSON_INTEGER_FORMAT "]",
-                        x, dtype_name(dt), lo, hi);
+                        "%" PRId64 " is out of range for dtype %s [%" PRId64 ", %" PRId64 "]", x,
+                        dtype_name(dt), lo, hi);
     /* Integers are written exactly, not through a double: i64 needs all 64 bits. */
     switch (dt) {
     case DTYPE_I8:
@@ -181,7 +229,7 @@ static int store_element(const element_t *v, dtype_t dt, void *data, int64_t i, 
         ((uint32_t *)data)[i] = (uint32_t)x;
         break;
     default:
-        ((int64_t *)data)[i] = (int64_t)x;
+        ((int64_t *)data)[i] = x;
         break;
     }
     return 0;
@@ -196,33 +244,119 @@ static void element_field(op_error_t *err, const char *base, const size_t *idx, 
         len += (size_t)snprintf(err->field + len, sizeof err->field - len, "[%zu]", idx[k]);
 }
 
-/* Walks lists nested like d's shape from dimension dim; *next is the flat index and idx the
- * index path so far (for error fields only). */
-static int parse_nested(const json_t *v, const tensor_desc_t *d, int dim, const char *field,
-                        size_t *idx, void *data, int64_t *next, op_error_t *err)
+/* A cursor over the text of a data value, which is JSON (checked by json_scan, or written
+ * by jansson). Errors are found in the order of a walk that checks each list's length before
+ * its values: a value's error is kept until the length of a list around it proves wrong, so
+ * the text is still read once, front to back. */
+typedef struct data_reader {
+    const char *p, *end;
+    const tensor_desc_t *d;
+    void *data;
+    int64_t next; /* the flat index of the next element */
+    int r;        /* the first error, in err; nothing is stored once there is one */
+    const char *field;
+    size_t idx[TENSOR_MAX_DIMS];
+    op_error_t *err;
+} data_reader_t;
+
+static char data_peek(data_reader_t *rd)
 {
+    rd->p = json_lex_ws(rd->p, rd->end);
+    return rd->p < rd->end ? *rd->p : '\0';
+}
+
+/* Moves past the value at the cursor. */
+static void data_skip(data_reader_t *rd)
+{
+    const char *q = json_lex_skip(rd->p, rd->end);
+    rd->p = q ? q : rd->end;
+}
+
+/* Records the first error, at the index path idx[0..dim). */
+static void data_fail(data_reader_t *rd, int r, int dim)
+{
+    rd->r = r;
+    element_field(rd->err, rd->field, rd->idx, dim);
+}
+
+/* The element at the cursor, into flat index next. */
+static void data_read_element(data_reader_t *rd, int dim)
+{
+    const char *p = rd->p, *q = NULL;
+    bool is_int, plain;
+    element_kind_t kind = ELEMENT_OTHER;
+    if (p >= rd->end) {
+        q = p;
+    } else if (*p == '"') {
+        q = json_lex_string(p, rd->end, &plain);
+        kind = ELEMENT_STRING;
+    } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+        q = json_lex_number(p, rd->end, &is_int);
+        kind = is_int ? ELEMENT_INT : ELEMENT_REAL;
+    }
+    if (!q) {
+        q = json_lex_skip(p, rd->end);
+        kind = ELEMENT_OTHER;
+    }
+    if (!q) q = rd->end;
+    if (rd->r == 0) {
+        element_t e = element_from_text(p, q, kind, rd->d->dtype);
+        int r = store_element(&e, rd->d->dtype, rd->data, rd->next, rd->err);
+        if (r < 0) data_fail(rd, r, dim);
+    }
+    rd->next++;
+    rd->p = q;
+}
+
+/* Reads the list's values at the cursor with visit until its closing bracket: the number of
+ * values. visit is skipped (the value only counted) from index limit on or after an error. */
+static size_t data_read_list(data_reader_t *rd, int64_t limit, int dim,
+                             void (*visit)(data_reader_t *rd, int dim))
+{
+    size_t count = 0;
+    rd->p++;
+    if (data_peek(rd) == ']') {
+        rd->p++;
+        return 0;
+    }
+    for (;;) {
+        data_peek(rd);
+        rd->idx[dim] = count;
+        if ((int64_t)count < limit && rd->r == 0)
+            visit(rd, dim + 1);
+        else
+            data_skip(rd);
+        count++;
+        char c = data_peek(rd);
+        if (rd->p < rd->end) rd->p++;
+        if (c != ',') return count;
+    }
+}
+
+/* The level dim of lists nested like the shape, at the cursor. */
+static void data_read_nested(data_reader_t *rd, int dim)
+{
+    const tensor_desc_t *d = rd->d;
     if (dim == d->ndim) {
-        element_t e = element_from_json(v);
-        int r = store_element(&e, d->dtype, data, (*next)++, err);
-        if (r < 0) element_field(err, field, idx, dim);
-        return r;
+        data_read_element(rd, dim);
+        return;
     }
-    int r = 0;
-    if (!json_is_array(v))
-        r = op_error(err, -EINVAL, NULL, "must be a list of %" PRId64 " values", d->shape[dim]);
-    else if ((int64_t)json_array_size(v) != d->shape[dim])
-        r = op_error(err, -EINVAL, NULL, "has %zu values where shape[%d] is %" PRId64,
-                     json_array_size(v), dim, d->shape[dim]);
-    if (r < 0) {
-        element_field(err, field, idx, dim);
-        return r;
+    bool failed_before = rd->r != 0;
+    if (data_peek(rd) != '[') {
+        if (!failed_before)
+            data_fail(rd,
+                      op_error(rd->err, -EINVAL, NULL, "must be a list of %" PRId64 " values",
+                               d->shape[dim]),
+                      dim);
+        data_skip(rd);
+        return;
     }
-    for (size_t k = 0; k < json_array_size(v); k++) {
-        idx[dim] = k;
-        r = parse_nested(json_array_get(v, k), d, dim + 1, field, idx, data, next, err);
-        if (r < 0) return r;
-    }
-    return 0;
+    size_t count = data_read_list(rd, d->shape[dim], dim, data_read_nested);
+    if ((int64_t)count != d->shape[dim] && !failed_before)
+        data_fail(rd,
+                  op_error(rd->err, -EINVAL, NULL, "has %zu values where shape[%d] is %" PRId64,
+                           count, dim, d->shape[dim]),
+                  dim);
 }
 
 /* The error for a flat list whose length is not the tensor's element count. */
@@ -233,44 +367,50 @@ static int count_mismatch(const tensor_desc_t *d, size_t count, const char *fiel
                     tensor_shape_str(d, shape, sizeof shape), tensor_desc_numel(d));
 }
 
-int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char *field,
+int codec_data_from_text(const char *text, size_t len, const tensor_desc_t *d, const char *field,
                          void **ret_data, op_error_t *err)
 {
     int64_t numel = tensor_desc_numel(d);
     uint64_t nbytes = tensor_desc_bytes(d);
+    data_reader_t rd = {.p = text, .end = text + len, .d = d, .field = field, .err = err};
 
-    /* A list whose first value is not itself a list is taken as flat. */
-    bool flat = json_is_array(data) &&
-                (json_array_size(data) == 0 || !json_is_array(json_array_get(data, 0)));
-    if (!json_is_array(data) && d->ndim != 0)
-        return op_error(err, -EINVAL, field, "data must be a list");
-    if (flat && (int64_t)json_array_size(data) != numel)
-        return count_mismatch(d, json_array_size(data), field, err);
-
-    void *buf = malloc(nbytes ? nbytes : 1);
-    if (!buf) return op_error(err, -ENOMEM, field, "out of memory");
-    int r = 0;
-    if (!json_is_array(data)) {
-        element_t e = element_from_json(data);
-        r = store_element(&e, d->dtype, buf, 0, err);
-        if (r < 0) element_field(err, field, NULL, 0);
-    } else if (flat) {
-        for (size_t k = 0; r == 0 && k < json_array_size(data); k++) {
-            element_t e = element_from_json(json_array_get(data, k));
-            r = store_element(&e, d->dtype, buf, (int64_t)k, err);
-            if (r < 0) element_field(err, field, &k, 1);
-        }
+    bool is_list = data_peek(&rd) == '[';
+    if (!is_list && d->ndim != 0) return op_error(err, -EINVAL, field, "data must be a list");
+    rd.data = malloc(nbytes ? nbytes : 1);
+    if (!rd.data) return op_error(err, -ENOMEM, field, "out of memory");
+    if (!is_list) {
+        data_read_element(&rd, 0);
     } else {
-        size_t idx[TENSOR_MAX_DIMS] = {0};
-        int64_t next = 0;
-        r = parse_nested(data, d, 0, field, idx, buf, &next, err);
+        /* A list whose first value is not itself a list is taken as flat. */
+        const char *open = rd.p;
+        rd.p++;
+        bool flat = data_peek(&rd) != '[';
+        rd.p = open;
+        if (!flat) {
+            data_read_nested(&rd, 0);
+        } else {
+            size_t count = data_read_list(&rd, numel, 0, data_read_element);
+            if ((int64_t)count != numel) rd.r = count_mismatch(d, count, field, err);
+        }
     }
-    if (r < 0) {
-        free(buf);
-        return r;
+    if (rd.r < 0) {
+        free(rd.data);
+        return rd.r;
     }
-    *ret_data = buf;
+    *ret_data = rd.data;
     return 0;
+}
+
+int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char *field,
+                         void **ret_data, op_error_t *err)
+{
+    /* Read as text: jansson writes integers exactly and reals with 17 digits, which give back
+     * the same double, so both ways in share one reader. */
+    char *text = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) return op_error(err, -ENOMEM, field, "out of memory");
+    int r = codec_data_from_text(text, strlen(text), d, field, ret_data, err);
+    free(text);
+    return r;
 }
 
 static json_t *float_to_json(double x)

@@ -29,6 +29,10 @@ int codec_shape_parse_csv(const char *text, tensor_desc_t *ret, op_error_t *err)
  * as infinite. field is the path of `data` itself ("inputs.x.data"). */
 int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char *field,
                          void **ret_data, op_error_t *err);
+/* The same from the JSON text of data, which must be valid JSON (json_scan() checks the data
+ * it cuts out of a body): read straight into the typed block, one number at a time. */
+int codec_data_from_text(const char *text, size_t len, const tensor_desc_t *d, const char *field,
+                         void **ret_data, op_error_t *err);
 /* The tensor's elements as a flat JSON list (a new reference; NULL on allocation failure).
  * Non-finite floats are written as the strings "nan", "inf" and "-inf", which JSON lacks. */
 json_t *codec_data_to_json(const tensor_desc_t *d, const void *data);

@@ -23,10 +23,13 @@ typedef struct config {
     int drain_timeout_ms; /* SIGTERM: how long running work may take to finish */
 
     /* [limits] */
-    uint64_t max_body_bytes;   /* one HTTP request body */
-    uint64_t max_tensor_bytes; /* one tensor */
-    int max_jobs_per_request;  /* array submissions */
-    int max_queued_per_user;   /* queued jobs of one owner; past it, 429 */
+    uint64_t max_body_bytes;      /* one HTTP request body */
+    uint64_t max_tensor_bytes;    /* one tensor */
+    int max_jobs_per_request;     /* array submissions */
+    uint64_t max_json_tree_bytes; /* jansson's memory for one body without its tensor data */
+    uint64_t large_parse_bytes;   /* bodies from this size on parse in one of the slots below */
+    int max_large_parses;         /* large bodies parsed at once; past it, 503 */
+    int max_queued_per_user;      /* queued jobs of one owner; past it, 429 */
     int max_running_per_user;
     uint64_t max_resident_bytes_per_user; /* resident buffers of one owner; 0: no limit */
     uint64_t max_inline_output_bytes;     /* outputs up to this are inlined in job JSON */

@@ -456,6 +456,37 @@ static job_json_env_t test_env(void)
                             .buffer_desc = test_buffer_desc};
 }
 
+/* The jobs and error of job_json_parse_body() on text, which must match exactly those of
+ * job_json_parse_request() on its tree: the two read data by different roads. */
+static void body_parse_agrees(const char *text, const char *key, int r, job_t **jobs, size_t n,
+                              const api_error_t *err)
+{
+    job_json_env_t env = test_env();
+    job_t **body_jobs = NULL;
+    size_t body_n = 0;
+    bool is_list;
+    api_error_t body_err = {0};
+    ck_assert_int_eq(job_json_parse_body(text, strlen(text), &env, key, &body_jobs, &body_n,
+                                         &is_list, &body_err),
+                     r);
+    if (r < 0) {
+        ck_assert_int_eq(body_err.status, err->status);
+        ck_assert_str_eq(body_err.code, err->code);
+        ck_assert_str_eq(body_err.field, err->field);
+        ck_assert_str_eq(body_err.message, err->message);
+        return;
+    }
+    ck_assert_uint_eq(body_n, n);
+    for (size_t i = 0; i < n; i++)
+        for (int j = 0; j < OP_MAX_TENSORS; j++) {
+            const job_tensor_t *a = &jobs[i]->in[j], *b = &body_jobs[i]->in[j];
+            ck_assert_uint_eq(a->nbytes, b->nbytes);
+            ck_assert_int_eq(!a->data, !b->data);
+            if (a->data) ck_assert_int_eq(memcmp(a->data, b->data, a->nbytes), 0);
+        }
+    job_json_free_jobs(body_jobs, body_n);
+}
+
 /* Parses a request body; returns the parser's result, the jobs in *ret (freed by the caller
  * with job_json_free_jobs) and the error in *err. */
 static int request_parse(const char *text, const char *key, job_t ***ret, size_t *ret_n,
@@ -468,7 +499,20 @@ static int request_parse(const char *text, const char *key, job_t ***ret, size_t
     *ret_n = 0;
     int r = job_json_parse_request(root, &env, key, ret, ret_n, &is_list, err);
     json_decref(root);
+    body_parse_agrees(text, key, r, *ret, *ret_n, err);
     return r;
+}
+
+/* job_json_parse_body() alone, with cfg for limits (NULL: the tests' own). */
+static int body_parse(const char *text, const config_t *cfg, job_t ***ret, size_t *ret_n,
+                      api_error_t *err)
+{
+    job_json_env_t env = test_env();
+    if (cfg) env.cfg = cfg;
+    bool is_list;
+    *ret = NULL;
+    *ret_n = 0;
+    return job_json_parse_body(text, strlen(text), &env, NULL, ret, ret_n, &is_list, err);
 }
 
 #define X3 "\"x\": {\"dtype\": \"f32\", \"shape\": [3], \"data\": [1, 2, 3]}"
@@ -630,6 +674,109 @@ START_TEST(test_job_parse_builds_a_validated_job)
 }
 END_TEST
 
+START_TEST(test_body_data_positions_cannot_be_forged)
+{
+    job_t **jobs;
+    size_t n;
+    api_error_t err;
+    /* The integer 0 a client writes as data is the number 0, never the first cut span. */
+    ck_assert_int_eq(request_parse("{\"op\": \"tadd\", \"inputs\": {" X3 ", \"y\": {\"dtype\": "
+                                   "\"f32\", \"shape\": [3], \"data\": 0}}}",
+                                   NULL, &jobs, &n, &err),
+                     -EINVAL);
+    ck_assert_str_eq(err.field, "inputs.y.data");
+    ck_assert_str_eq(err.message, "data must be a list");
+    ck_assert_int_eq(body_parse("{\"op\": \"tadd\", \"inputs\": {\"x\": {\"dtype\": \"f32\", "
+                                "\"shape\": [], \"data\": 0}}}",
+                                NULL, &jobs, &n, &err),
+                     0);
+    ck_assert(*(float *)jobs[0]->in[0].data == 0.0f);
+    job_json_free_jobs(jobs, n);
+    /* Escaped keys name what they decode to: this data and b64 are cut out like any other. */
+    ck_assert_int_eq(request_parse("{\"op\": \"tadd\", \"inputs\": {\"x\": {\"dtype\": \"f32\", "
+                                   "\"shape\": [2], \"d\\u0061ta\": [1.5, \"-inf\"]}, \"y\": "
+                                   "{\"dtype\": \"f32\", \"shape\": [2], \"b\\u0036\\u0034\": "
+                                   "\"AADAPwAAgL8\\u003d\"}}}",
+                                   NULL, &jobs, &n, &err),
+                     0);
+    ck_assert(((float *)jobs[0]->in[0].data)[0] == 1.5f);
+    ck_assert(isinf(((float *)jobs[0]->in[0].data)[1]));
+    ck_assert(((float *)jobs[0]->in[1].data)[0] == 1.5f);
+    ck_assert(((float *)jobs[0]->in[1].data)[1] == -1.0f);
+    job_json_free_jobs(jobs, n);
+}
+END_TEST
+
+START_TEST(test_body_data_that_is_not_json_is_invalid_json)
+{
+    static const char *const bad_data[] = {"[1, 2,]",
+                                           "[1, 2 3]",
+                                           "[01, 2, 3]",
+                                           "[1, 99999999999999999999, 3]",
+                                           "[1, 2e400, 3]",
+                                           "[1, 2, \"\\x\"]",
+                                           "[1, 2, {\"a\": 1, \"a\": 2}]",
+                                           "[1, 2, tru]",
+                                           "[1, 2, 3"};
+    for (size_t i = 0; i < sizeof bad_data / sizeof *bad_data; i++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"op\": \"tadd\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": "
+                 "[3], \"data\": %s}}}",
+                 bad_data[i]);
+        job_t **jobs;
+        size_t n;
+        api_error_t err;
+        ck_assert_msg(body_parse(body, NULL, &jobs, &n, &err) == -EINVAL, "%s", bad_data[i]);
+        ck_assert_int_eq(err.status, 400);
+        ck_assert_str_eq(err.code, "invalid_json");
+        ck_assert_str_eq(err.field, "body");
+    }
+}
+END_TEST
+
+START_TEST(test_body_limits_refuse_before_building_a_tree)
+{
+    job_t **jobs;
+    size_t n;
+    api_error_t err;
+    /* Five jobs where four are allowed: refused on the count, the broken fifth never read. */
+    ck_assert_int_eq(body_parse("[{}, {}, {}, {}, {\"op\": tru}]", NULL, &jobs, &n, &err), -E2BIG);
+    ck_assert_int_eq(err.status, 413);
+    ck_assert_str_eq(err.message, "5 jobs in one request; at most 4 are allowed");
+
+    /* Params whose tree passes max_json_tree_bytes. */
+    config_t cfg = *test_config();
+    cfg.max_json_tree_bytes = 64 << 10;
+    size_t len = 0, cap = 1 << 20;
+    char *body = malloc(cap);
+    len += (size_t)snprintf(body, cap, "{\"op\": \"tadd\", \"params\": {\"list\": [0");
+    while (len < cap - 256)
+        len += (size_t)snprintf(body + len, cap - len, ",0");
+    snprintf(body + len, cap - len, "]}, \"inputs\": {" X3 "}}");
+    ck_assert_int_eq(body_parse(body, &cfg, &jobs, &n, &err), -E2BIG);
+    ck_assert_int_eq(err.status, 413);
+    ck_assert_str_eq(err.field, "body");
+    ck_assert_msg(strstr(err.message, "max_json_tree_bytes"), "%s", err.message);
+    free(body);
+    /* The same limit holds no tensor data: a megabyte of it parses within 64 KiB. */
+    body = malloc(cap + 256);
+    len = (size_t)snprintf(body, cap,
+                           "{\"op\": \"tadd\", \"inputs\": {\"x\": {\"dtype\": "
+                           "\"f64\", \"shape\": [%zu], \"data\": [0.5",
+                           cap / 8);
+    for (size_t i = 1; i < cap / 8; i++)
+        len += (size_t)snprintf(body + len, cap + 256 - len, ",%zu", i);
+    snprintf(body + len, cap + 256 - len, "]}}}");
+    cfg.max_tensor_bytes = 1 << 30;
+    ck_assert_int_eq(body_parse(body, &cfg, &jobs, &n, &err), 0);
+    ck_assert(((double *)jobs[0]->in[0].data)[0] == 0.5);
+    ck_assert(((double *)jobs[0]->in[0].data)[cap / 8 - 1] == (double)(cap / 8 - 1));
+    job_json_free_jobs(jobs, n);
+    free(body);
+}
+END_TEST
+
 START_TEST(test_job_prefers_the_device_of_its_resident_input)
 {
     job_t **jobs;
@@ -745,6 +892,9 @@ static Suite *api_codec_suite(void)
     tcase_add_test(jobs, test_job_parse_rejects_bad_fields_with_exact_paths);
     tcase_add_test(jobs, test_job_parse_builds_a_validated_job);
     tcase_add_test(jobs, test_job_prefers_the_device_of_its_resident_input);
+    tcase_add_test(jobs, test_body_data_positions_cannot_be_forged);
+    tcase_add_test(jobs, test_body_data_that_is_not_json_is_invalid_json);
+    tcase_add_test(jobs, test_body_limits_refuse_before_building_a_tree);
     tcase_add_test(jobs, test_job_json_reports_times_states_and_inline_outputs);
     suite_add_tcase(s, jobs);
     return s;
