@@ -281,6 +281,12 @@ void sched_get_stats(sched_t *s, sched_stats_t *ret)
     *ret = fake_sched.stats;
 }
 
+bool sched_disk_full(sched_t *s, char *reason, size_t size)
+{
+    snprintf(reason, size, "fake");
+    return false;
+}
+
 json_t *sched_describe_backend(sched_t *s)
 {
     return fake_sched.backend_json ? json_loads(fake_sched.backend_json, 0, NULL)
