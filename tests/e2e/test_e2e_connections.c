@@ -278,6 +278,39 @@ START_TEST(test_ambiguous_requests_answer_400)
 }
 END_TEST
 
+START_TEST(test_submission_wait_of_a_closed_client_is_released)
+{
+    /* A long group-commit window: the client leaves while its submission is committed. */
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG "commit_delay_us = 1000000\n");
+    json_t *job = e2e_long_job_new(30000);
+    char *text = json_dumps(job, JSON_COMPACT);
+    json_decref(job);
+    char request[1024];
+    int n = snprintf(request, sizeof request,
+                     "POST /v1/jobs?wait=300 HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(text), text);
+    free(text);
+    ck_assert_int_lt(n, (int)sizeof request);
+    int sockets_before = daemon_sockets(d);
+    int fd = tcp_connect(d, "127.0.0.1");
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(send(fd, request, (size_t)n, MSG_NOSIGNAL), n);
+    double until = e2e_now() + 5;
+    while (daemon_sockets(d) <= sockets_before && e2e_now() < until)
+        usleep(20 * 1000);
+    close(fd);
+    /* The wait ends now, not with the job 30 s later: the daemon closes the socket. */
+    until = e2e_now() + 5;
+    while (daemon_sockets(d) > sockets_before && e2e_now() < until)
+        usleep(50 * 1000);
+    ck_assert_int_le(daemon_sockets(d), sockets_before);
+    /* The job was accepted all the same. */
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 1);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* Fills the filesystem of dir with a file until it has no room; returns its path in path. */
 static void fill_disk(const char *dir, char *path, size_t size)
 {
@@ -493,6 +526,7 @@ int main(void)
     tcase_add_test(tc, test_closed_waits_give_back_their_connections_at_once);
     tcase_add_test(tc, test_slow_clients_are_cut_and_lock_nobody_out);
     tcase_add_test(tc, test_ambiguous_requests_answer_400);
+    tcase_add_test(tc, test_submission_wait_of_a_closed_client_is_released);
     tcase_add_test(tc, test_submission_on_a_full_disk_answers_507);
     tcase_add_test(tc, test_full_disk_commits_answer_507_and_readyz_is_not_ready);
     tcase_add_test(tc, test_buffer_delete_frees_space_on_a_full_disk);
