@@ -113,8 +113,11 @@ struct api_request {
     api_response_t resp;
 
     /* The job a suspended request waits for through sched_wait, with the request as its
-     * token: when the client goes away meanwhile, that wait is cancelled. "" for none. */
+     * token: when the client goes away meanwhile, that wait is cancelled. "" for none.
+     * wait_posted and client_gone are read and written under api_wait_lock's mutex once the
+     * request is armed (a submission's ?wait= is posted from the reply of its commit). */
     char waits_for[ID_SIZE];
+    bool wait_posted, client_gone;
 
     /* A pending submission answers a list with a list. */
     bool submit_is_list;
@@ -181,6 +184,9 @@ void api_request_cleanup(api_request_t *req);
 
 void api_request_suspend(api_request_t *req);
 void api_request_resume(api_request_t *req);
+/* The client of a suspended request went away (the connection watcher's thread): a wait it
+ * posted is cancelled, and one not posted yet is not posted (handlers_jobs.c). */
+void api_request_client_gone(api_request_t *req);
 
 /* The calling thread's store reader; NULL after answering 503 when it cannot be opened. */
 store_reader_t *api_request_reader(api_request_t *req);

@@ -65,6 +65,35 @@ static void submit_wait_reply(void *token, const sched_result_t *res)
     api_request_resume(req);
 }
 
+/* Orders a wait's post against its client's going away: a wait posted is cancelled after its
+ * post, and no wait is posted once the client is gone. A request's own lock could not be
+ * held across the post: the wait's answer may free the request before the post returns. */
+static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void api_request_client_gone(api_request_t *req)
+{
+    pthread_mutex_lock(&wait_lock);
+    req->client_gone = true;
+    if (req->wait_posted) sched_wait_cancel(req->env->sched, req->waits_for, req);
+    pthread_mutex_unlock(&wait_lock);
+}
+
+/* Posts the wait of a submission's ?wait= for job id, unless its client went away while the
+ * submission was committed: false then, and the caller answers at once. */
+static bool submit_wait_post(api_request_t *req, const char *id)
+{
+    pthread_mutex_lock(&wait_lock);
+    bool post = !req->client_gone;
+    if (post) {
+        snprintf(req->waits_for, sizeof req->waits_for, "%s", id);
+        req->wait_posted = true;
+        sched_wait(req->env->sched, api_request_owner_filter(req), id, req->submit_wait_ms,
+                   submit_wait_reply, req);
+    }
+    pthread_mutex_unlock(&wait_lock);
+    return post;
+}
+
 static void submit_reply(void *token, const sched_result_t *res)
 {
     api_request_t *req = token;
@@ -91,9 +120,8 @@ static void submit_reply(void *token, const sched_result_t *res)
         if (req->submit_waits) {
             req->submit_status = status;
             req->submit_answer = body;
-            sched_wait(req->env->sched, api_request_owner_filter(req), res->jobs[0]->id,
-                       req->submit_wait_ms, submit_wait_reply, req);
-            return;
+            if (submit_wait_post(req, res->jobs[0]->id)) return;
+            req->submit_answer = NULL;
         }
         api_respond_json(req, status, body);
     }
@@ -402,6 +430,8 @@ int api_handle_job_wait(api_request_t *req)
         return API_DONE;
     }
     snprintf(req->waits_for, sizeof req->waits_for, "%s", id);
+    /* Armed only after the post: no lock needed before. */
+    req->wait_posted = true;
     api_request_suspend(req);
     sched_wait(req->env->sched, api_request_owner_filter(req), id, timeout_ms, job_reply, req);
     return API_PENDING;

@@ -14,13 +14,17 @@ int api_handle_healthz(api_request_t *req)
     return API_DONE;
 }
 
-/* Ready while accepting work and, for a backend with devices, while one of them serves; each
- * device's state shows a reset in progress or a device lost. */
+/* Ready while accepting work with room on the store's disk and, for a backend with devices,
+ * while one of them serves; each device's state shows a reset in progress or a device lost. A
+ * full disk says why in reason. */
 int api_handle_readyz(api_request_t *req)
 {
     sched_stats_t stats;
     sched_get_stats(req->env->sched, &stats);
+    char reason[160];
+    bool full = !stats.store_failed && sched_disk_full(req->env->sched, reason, sizeof reason);
     const char *status = stats.store_failed ? "store_failed"
+                         : full             ? "disk_full"
                          : stats.accepting && !atomic_load(&req->env->intake_stopped) ? "ready"
                                                                                       : "draining";
     json_t *backend = sched_describe_backend(req->env->sched);
@@ -40,6 +44,7 @@ int api_handle_readyz(api_request_t *req)
     if (strcmp(status, "ready") == 0 && json_array_size(states) > 0 && !serving)
         status = "no_device";
     json_t *body = json_pack("{s:s}", "status", status);
+    if (full) json_object_set_new(body, "reason", json_string(reason));
     if (json_array_size(states) > 0)
         json_object_set_new(body, "devices", states);
     else

@@ -185,8 +185,7 @@ static void conn_resume(api_request_t *req)
 static void conn_client_gone(void *ud)
 {
     conn_ctx_t *ctx = ud;
-    if (ctx->req.waits_for[0])
-        sched_wait_cancel(ctx->srv->env.sched, ctx->req.waits_for, &ctx->req);
+    api_request_client_gone(&ctx->req);
 }
 
 static const api_conn_ops_t conn_ops = {conn_suspend, conn_resume};

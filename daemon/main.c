@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "api/api.h"
 #include "daemon/exec/executor.h"
@@ -129,6 +130,10 @@ int main(int argc, char **argv)
     case CONFIG_ACTION_RUN:
         break;
     }
+    /* The state directory holds every user's tensors: whatever the daemon creates there (the
+     * databases with their WAL and shared-memory files, blobs, the lock, the crash guard's
+     * record, the reserve) is its user's alone. The Unix socket sets its own mode. */
+    umask(077);
     log_level_t level = LOG_INFO;
     log_level_parse(cfg.log_level, &level);
     log_set_level(level);

@@ -145,11 +145,12 @@ void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *tok
     }
     id_new('b', buf->id);
     buf->created_us = now_us();
+    int r;
     if (buf->resident && s->ex && s->ex->ops->place_buffer)
         buf->device = s->ex->ops->place_buffer(s->ex, buf->nbytes);
     if (buf->data && buf->nbytes > s->cfg->inline_blob_bytes &&
-        store_blob_write(s->st, buf->data, buf->nbytes, &buf->blob) < 0) {
-        reply_err(reply, token, -EIO, "could not persist the buffer");
+        (r = store_blob_write(s->st, buf->data, buf->nbytes, &buf->blob)) < 0) {
+        reply_err(reply, token, r == -ENOSPC ? r : -EIO, "could not persist the buffer");
         msg_free(m);
         return;
     }
@@ -193,4 +194,9 @@ bool sched_serves_device(sched_t *s, int device)
 {
     return device >= 0 && s->ex && s->ex->ops->serves_device &&
            s->ex->ops->serves_device(s->ex, device);
+}
+
+bool sched_disk_full(sched_t *s, char *reason, size_t size)
+{
+    return store_disk_full(s->st, reason, size);
 }

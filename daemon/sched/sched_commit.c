@@ -254,8 +254,10 @@ static int commit_write(sched_t *s, queue_t *pending, bool defer, round_t *rd, b
     int r = defer ? store_sync_error(s->syncer) : 0;
     *why = "the store could not commit the request";
     if (r < 0) {
+        /* Even after a full disk: freeing space cannot bring back what the failed sync lost. */
         atomic_store(&s->store_failed, true);
         *why = "the store's disk failed to sync; nothing is accepted until the daemon restarts";
+        r = -EIO;
     }
     if (r == 0) r = defer ? store_begin_relaxed(s->st) : store_begin(s->st);
     place_submissions(s, pending);
@@ -268,6 +270,7 @@ static int commit_write(sched_t *s, queue_t *pending, bool defer, round_t *rd, b
      * leaves it committed (rd->committed). */
     r = round_commit(s, rd, r);
     if (r < 0) log_error("group commit failed: %s", strerror(-r));
+    if (r == -ENOSPC) *why = "no space left on the daemon's disk to commit the request";
     return r;
 }
 
@@ -348,16 +351,19 @@ static void answer_synced(store_sync_item_t *item, int err)
         snprintf(why, sizeof why,
                  "the store could not make the request durable (%s); its jobs may still run",
                  strerror(-err));
-        reply_err(m->reply, m->token, -EIO, why);
+        /* A full disk is the client's to know (507); any other failure is ours. */
+        reply_err(m->reply, m->token, err == -ENOSPC ? err : -EIO, why);
     } else
         answer_committed(m);
     msg_free(m);
 }
 
 /* Settles one message of the round once its commit returned (committed: the shards whose
- * part did). Returns true when m is to be answered after the sync (defer): the caller then
- * hands it to the syncer; otherwise m is answered here and the caller frees it. */
-static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, const char *why)
+ * part did; err: the commit's error, why: what a lost message is told). Returns true when m is
+ * to be answered after the sync (defer): the caller then hands it to the syncer; otherwise m
+ * is answered here and the caller frees it. */
+static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, int err,
+                          const char *why)
 {
     bool lost = !(committed & (1u << m->shard));
     if (lost && m->kind == MSG_SUBMIT) drop_submitted(s, m);
@@ -368,7 +374,7 @@ static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, 
     for (size_t i = 0; i < m->n; i++)
         if (m->jobs[i] && (lost || m->fate[i] == FATE_REPLAYED)) discard_inputs(s, m->jobs[i]);
     if (lost) {
-        reply_err(m->reply, m->token, -EIO, why);
+        reply_err(m->reply, m->token, err == -ENOSPC ? err : -EIO, why);
         return false;
     }
     if (m->err) {
@@ -414,10 +420,10 @@ void commit_pending(sched_t *s)
     round_t rd = {.n = 0};
     bool cut;
     const char *why;
-    commit_write(s, &pending, defer, &rd, &cut, &why);
+    int err = commit_write(s, &pending, defer, &rd, &cut, &why);
     for (queue_t *q; (q = queue_pop(&pending));) {
         msg_t *m = queue_data(q, msg_t, node);
-        if (commit_settle(s, m, rd.committed, defer, why))
+        if (commit_settle(s, m, rd.committed, defer, err, why))
             queue_insert_tail(&unsynced, &m->node);
         else
             msg_free(m);

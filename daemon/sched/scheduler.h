@@ -79,6 +79,9 @@ typedef struct sched_stats {
     long batches_total, batched_jobs_total;
 } sched_stats_t;
 void sched_get_stats(sched_t *s, sched_stats_t *ret);
+/* Whether the store's disk is full (store_disk_full): reason (size bytes) then says why. Any
+ * thread. */
+bool sched_disk_full(sched_t *s, char *reason, size_t size);
 /* The executor's description for /v1/info (a new reference). */
 json_t *sched_describe_backend(sched_t *s);
 /* Whether the backend can run op's jobs (op_supports for the executor's backend). */

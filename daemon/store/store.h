@@ -47,6 +47,11 @@ int store_lock_keep_across_exec(int fd);
  * schema to the current version. */
 int store_open(const config_t *cfg, store_t **ret);
 void store_close(store_t *st);
+/* Whether the state directory's disk counts as full: less free than the reserve file's size
+ * (STATE_DIR/reserve, which the store gives up so that a delete can commit on a full disk), or
+ * the last commit failed for want of room and no space was freed since. When full, reason
+ * (size bytes) says why. Any thread. */
+bool store_disk_full(store_t *st, char *reason, size_t size);
 
 /* How many shards the store has: a power of two, at most STORE_MAX_SHARDS. */
 int store_shards(const store_t *st);

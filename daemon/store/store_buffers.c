@@ -113,7 +113,11 @@ static int shard_buffer_delete(shard_t *sh, const char *owner, const char *id)
 
 int store_buffer_delete(store_t *st, const char *owner, const char *id)
 {
-    return shard_buffer_delete(&st->shards[0], owner, id);
+    int r = shard_buffer_delete(&st->shards[0], owner, id);
+    /* Deleting rows needs room in the WAL: on a full disk the reserve file makes it, so that
+     * space can always be freed. */
+    if (r == -ENOSPC && store_space_release(st)) r = shard_buffer_delete(&st->shards[0], owner, id);
+    return r;
 }
 
 int store_resident_bytes(store_t *st, const char *owner, uint64_t *ret)

@@ -101,6 +101,12 @@ int store_sql_error(store_conn_t *conn, const char *what)
         log_debug("store: %s: %s", what, sqlite3_errmsg(conn->db));
         return -EEXIST;
     }
+    /* A full disk is the client's to know (507), and frees up when space is freed. */
+    if (code == SQLITE_FULL ||
+        ((code & 0xff) == SQLITE_IOERR && sqlite3_system_errno(conn->db) == ENOSPC)) {
+        log_error("store: %s failed: %s", what, strerror(ENOSPC));
+        return -ENOSPC;
+    }
     log_error("store: %s failed: %s (SQLite code %d)", what, sqlite3_errmsg(conn->db), code);
     return -EIO;
 }

@@ -44,6 +44,11 @@
 #define STORE_ENDED "finished_us > 0"
 #define STORE_DB_NAME "gpujobd.db"
 #define STORE_BUSY_TIMEOUT_MS 5000
+/* The reserve file in the state directory: given up when a delete finds the disk full, so that
+ * space can always be freed through the API (store_space.c); tried again every so often. */
+#define STORE_RESERVE_NAME "reserve"
+#define STORE_RESERVE_BYTES (1024 * 1024)
+#define STORE_RESERVE_RETRY_US (10 * 1000000LL)
 
 /* Every cached statement, by purpose. The SQL texts live in store_conn.c. */
 typedef enum store_stmt_id {
@@ -423,10 +428,26 @@ struct store {
     uint64_t inline_blob_bytes;
     bool sync_full; /* durable commits are fsync'd ([store] sync_full) */
     char blobs_dir[PATH_MAX];
+    char state_dir[PATH_MAX];
+    char reserve_path[PATH_MAX];
+    atomic_bool reserve_present;
+    int64_t reserve_retry_us; /* no new reserve before; shard 0's writer only */
+    /* The last commit failed with ENOSPC (nospc), with nospc_free bytes free then. */
+    atomic_bool nospc;
+    _Atomic uint64_t nospc_free;
     void (*checkpoint_due)(void *arg);
     void *checkpoint_arg;
     shard_t shards[STORE_MAX_SHARDS];
 };
+
+/* Creates the reserve file (store_space.c); a failure is logged, and only costs deletes their
+ * room on a full disk. */
+void store_space_open(store_t *st);
+/* Removes the reserve file; true when that freed its room (it was there). */
+bool store_space_release(store_t *st);
+/* Notes the result r of a commit of sh: whether the disk is full (-ENOSPC), and after a
+ * success, makes the reserve file again when it went and there is room. */
+void store_space_note(shard_t *sh, int r);
 
 /* The shard that job id lives in (store_shards.c). */
 shard_t *store_shard_of(store_t *st, const char *id);

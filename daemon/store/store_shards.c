@@ -118,10 +118,13 @@ int store_open(const config_t *cfg, store_t **ret)
     st->inline_blob_bytes = cfg->inline_blob_bytes;
     st->sync_full = cfg->sync_full;
     if (snprintf(st->blobs_dir, sizeof st->blobs_dir, "%s/blobs", cfg->state_dir) >=
-        (int)sizeof st->blobs_dir) {
+            (int)sizeof st->blobs_dir ||
+        snprintf(st->reserve_path, sizeof st->reserve_path, "%s/" STORE_RESERVE_NAME,
+                 cfg->state_dir) >= (int)sizeof st->reserve_path) {
         free(st);
         return log_error_errno(-ENAMETOOLONG, "store: state_dir '%s' is too long", cfg->state_dir);
     }
+    snprintf(st->state_dir, sizeof st->state_dir, "%s", cfg->state_dir);
     st->n_shards = 1;
     int version_before = 0, removed = 0;
     r = mkdir_if_missing(st->blobs_dir);
@@ -138,6 +141,7 @@ int store_open(const config_t *cfg, store_t **ret)
     }
     if (r == 0) r = store_blob_sweep_orphans(conns, st->n_shards, newest_us, &removed);
     if (r == 0 && st->n_shards > 1) r = start_shard_threads(st);
+    if (r == 0) store_space_open(st);
     if (r < 0) {
         store_close(st);
         return r;

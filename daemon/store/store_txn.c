@@ -94,6 +94,7 @@ int store_shard_commit(shard_t *sh)
     int r = sh->aborted ? -EIO : store_segment_sync(&sh->segment);
     if (r == 0) r = store_refs_write(sh, &sh->txn_refs);
     if (r == 0) r = store_stmt_run(&sh->conn, STMT_COMMIT, "COMMIT");
+    store_space_note(sh, r);
     if (r == 0) {
         /* Files whose rows a relaxed commit deleted stay until a durable one: a power loss
          * may bring those rows back. */
@@ -248,7 +249,9 @@ int store_write_end(shard_t *sh, int r)
     if (r == 0)
         r = sh->in_txn ? store_refs_reserve(&sh->txn_refs, sh->write_refs.n)
                        : store_refs_write(sh, &sh->write_refs);
-    if (r == 0 && (r = store_stmt_run(&sh->conn, STMT_RELEASE, "committing a write")) == 0) {
+    if (r == 0) r = store_stmt_run(&sh->conn, STMT_RELEASE, "committing a write");
+    if (!sh->in_txn) store_space_note(sh, r);
+    if (r == 0) {
         if (sh->in_txn) store_refs_merge(&sh->txn_refs, &sh->write_refs);
         if (!sh->in_txn) {
             store_lower_sync(sh);

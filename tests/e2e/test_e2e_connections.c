@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -277,6 +278,39 @@ START_TEST(test_ambiguous_requests_answer_400)
 }
 END_TEST
 
+START_TEST(test_submission_wait_of_a_closed_client_is_released)
+{
+    /* A long group-commit window: the client leaves while its submission is committed. */
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG "commit_delay_us = 1000000\n");
+    json_t *job = e2e_long_job_new(30000);
+    char *text = json_dumps(job, JSON_COMPACT);
+    json_decref(job);
+    char request[1024];
+    int n = snprintf(request, sizeof request,
+                     "POST /v1/jobs?wait=300 HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(text), text);
+    free(text);
+    ck_assert_int_lt(n, (int)sizeof request);
+    int sockets_before = daemon_sockets(d);
+    int fd = tcp_connect(d, "127.0.0.1");
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(send(fd, request, (size_t)n, MSG_NOSIGNAL), n);
+    double until = e2e_now() + 5;
+    while (daemon_sockets(d) <= sockets_before && e2e_now() < until)
+        usleep(20 * 1000);
+    close(fd);
+    /* The wait ends now, not with the job 30 s later: the daemon closes the socket. */
+    until = e2e_now() + 5;
+    while (daemon_sockets(d) > sockets_before && e2e_now() < until)
+        usleep(50 * 1000);
+    ck_assert_int_le(daemon_sockets(d), sockets_before);
+    /* The job was accepted all the same. */
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 1);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* Fills the filesystem of dir with a file until it has no room; returns its path in path. */
 static void fill_disk(const char *dir, char *path, size_t size)
 {
@@ -327,6 +361,163 @@ START_TEST(test_submission_on_a_full_disk_answers_507)
 }
 END_TEST
 
+/* Mounts a 16 MiB tmpfs on the state directory of d (stopped first, started again on it).
+ * False, with the reason printed, where mounting is not permitted (not root). */
+static bool restart_on_small_disk(e2e_daemon_t *d, char *state, size_t size)
+{
+    int status;
+    ck_assert_int_eq(e2e_daemon_stop(d, 30000, &status), 0);
+    snprintf(state, size, "%s/state", e2e_daemon_dir(d));
+    if (mount("tmpfs", state, "tmpfs", 0, "size=16m") < 0) {
+        fprintf(stderr, "skipped: cannot mount a tmpfs on '%s': %s\n", state, strerror(errno));
+        return false;
+    }
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    return true;
+}
+
+/* Asserts GET /readyz's status, and with 503 the reason and Retry-After of a full disk. */
+static void expect_readyz(e2e_daemon_t *d, long status)
+{
+    e2e_response_t r = {0};
+    ck_assert_int_eq(e2e_http_request(d, "GET", "/readyz", NULL, NULL, 0, &r), 0);
+    ck_assert_msg(r.status == status, "readyz %ld: %s", r.status, r.body);
+    char retry[32];
+    if (status == 503) {
+        ck_assert_str_eq(json_string_value(json_object_get(r.json, "status")), "disk_full");
+        ck_assert_ptr_nonnull(json_string_value(json_object_get(r.json, "reason")));
+        ck_assert_ptr_nonnull(e2e_response_header(&r, "Retry-After", retry, sizeof retry));
+    }
+    e2e_response_clear(&r);
+}
+
+/* A small inline job: no input file, so only the store's commit needs room. */
+static const char small_job[] =
+    "{\"op\":\"sum\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[4],\"data\":[1,2,3,4]}}}";
+
+START_TEST(test_full_disk_commits_answer_507_and_readyz_is_not_ready)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[store]\ninline_blob_bytes = 1024\n");
+    char state[512], filler[600];
+    if (!restart_on_small_disk(d, state, sizeof state)) {
+        e2e_daemon_free(d);
+        return;
+    }
+    expect_readyz(d, 200);
+    fill_disk(state, filler, sizeof filler);
+    expect_readyz(d, 503);
+    /* Enough submissions to outgrow what the WAL has room for already. */
+    json_t *body = NULL;
+    for (int i = 0; i < 200; i++) {
+        e2e_response_t r = {0};
+        const char *h[] = {"Content-Type: application/json", NULL};
+        ck_assert_int_eq(
+            e2e_http_request(d, "POST", "/v1/jobs", h, small_job, strlen(small_job), &r), 0);
+        ck_assert_msg(r.status == 201 || r.status == 507, "submission %d: %ld %s", i, r.status,
+                      r.body);
+        if (r.status == 507) body = json_incref(r.json);
+        e2e_response_clear(&r);
+        if (body) break;
+    }
+    ck_assert_ptr_nonnull(body);
+    ck_assert_str_eq(e2e_error_code(body), "insufficient_storage");
+    json_decref(body);
+    /* With room again, the daemon is ready and takes the job. */
+    unlink(filler);
+    expect_readyz(d, 200);
+    json_decref(e2e_json_ok(d, "POST", "/v1/jobs", small_job, 201));
+    e2e_daemon_kill(d);
+    umount2(state, MNT_DETACH);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_buffer_delete_frees_space_on_a_full_disk)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[store]\ninline_blob_bytes = 1024\n");
+    char state[512], filler[600], path[600];
+    if (!restart_on_small_disk(d, state, sizeof state)) {
+        e2e_daemon_free(d);
+        return;
+    }
+    /* Buffers of 256 KiB each, in files of their own. */
+    enum { N_BUFFERS = 8, N_FLOATS = 65536 };
+    static float x[N_FLOATS];
+    char ids[N_BUFFERS][64];
+    for (int i = 0; i < N_BUFFERS; i++) {
+        json_t *b = e2e_upload_ok(d, "f32", "65536", x, sizeof x, false, 201);
+        snprintf(ids[i], sizeof ids[i], "%s", json_string_value(json_object_get(b, "id")));
+        json_decref(b);
+    }
+    fill_disk(state, filler, sizeof filler);
+    /* Fill what the WAL has room for too: every delete must still be possible. */
+    for (int i = 0; i < 200; i++) {
+        e2e_response_t r = {0};
+        const char *h[] = {"Content-Type: application/json", NULL};
+        ck_assert_int_eq(
+            e2e_http_request(d, "POST", "/v1/jobs", h, small_job, strlen(small_job), &r), 0);
+        long status = r.status;
+        e2e_response_clear(&r);
+        if (status != 201) break;
+    }
+    for (int i = 0; i < N_BUFFERS; i++) {
+        snprintf(path, sizeof path, "/v1/buffers/%s", ids[i]);
+        json_t *deleted = e2e_json_ok(d, "DELETE", path, NULL, 200);
+        ck_assert(json_is_true(json_object_get(deleted, "deleted")));
+        json_decref(deleted);
+        json_decref(e2e_json_ok(d, "GET", path, NULL, 404));
+    }
+    /* The buffers' files went: a submission fits again without the filler going. */
+    json_t *body = e2e_json_ok(d, "POST", "/v1/jobs", small_job, 201);
+    char *id = strdup(json_string_value(json_object_get(body, "id")));
+    json_decref(body);
+    json_decref(e2e_wait_final_ok(d, id, 30));
+    free(id);
+    e2e_daemon_kill(d);
+    umount2(state, MNT_DETACH);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* Every file the daemon writes in its state directory (database, WAL, shared memory, blobs,
+ * lock, reserve) is readable by its owner only. */
+static void expect_private_files(const char *dir)
+{
+    DIR *dp = opendir(dir);
+    ck_assert_ptr_nonnull(dp);
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        if (e->d_name[0] == '.') continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        ck_assert_int_eq(lstat(path, &sb), 0);
+        ck_assert_msg((sb.st_mode & 077) == 0, "'%s' has mode %o", path, sb.st_mode & 07777);
+        if (S_ISDIR(sb.st_mode)) expect_private_files(path);
+    }
+    closedir(dp);
+}
+
+START_TEST(test_state_files_are_private_to_the_daemon_user)
+{
+    /* A umask that would let everyone read: the daemon sets its own. */
+    mode_t old = umask(022);
+    e2e_daemon_t *d = e2e_daemon_start_ok("[store]\ninline_blob_bytes = 1024\n");
+    umask(old);
+    static float x[4096];
+    json_decref(e2e_upload_ok(d, "f32", "4096", x, sizeof x, false, 201));
+    json_t *body = e2e_json_ok(d, "POST", "/v1/jobs", small_job, 201);
+    char *id = strdup(json_string_value(json_object_get(body, "id")));
+    json_decref(body);
+    json_decref(e2e_wait_final_ok(d, id, 30));
+    free(id);
+    char state[512];
+    snprintf(state, sizeof state, "%s/state", e2e_daemon_dir(d));
+    expect_private_files(state);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_connections");
@@ -335,7 +526,11 @@ int main(void)
     tcase_add_test(tc, test_closed_waits_give_back_their_connections_at_once);
     tcase_add_test(tc, test_slow_clients_are_cut_and_lock_nobody_out);
     tcase_add_test(tc, test_ambiguous_requests_answer_400);
+    tcase_add_test(tc, test_submission_wait_of_a_closed_client_is_released);
     tcase_add_test(tc, test_submission_on_a_full_disk_answers_507);
+    tcase_add_test(tc, test_full_disk_commits_answer_507_and_readyz_is_not_ready);
+    tcase_add_test(tc, test_buffer_delete_frees_space_on_a_full_disk);
+    tcase_add_test(tc, test_state_files_are_private_to_the_daemon_user);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

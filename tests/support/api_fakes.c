@@ -250,6 +250,9 @@ void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, s
     reply_job(reply, token);
 }
 
+/* The fake's waits are answered at once: nothing is left to cancel. */
+void sched_wait_cancel(sched_t *s, const char *id, void *token) {}
+
 void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token)
 {
     fake_sched.cancels++;
@@ -279,6 +282,12 @@ void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_re
 void sched_get_stats(sched_t *s, sched_stats_t *ret)
 {
     *ret = fake_sched.stats;
+}
+
+bool sched_disk_full(sched_t *s, char *reason, size_t size)
+{
+    snprintf(reason, size, "fake");
+    return false;
 }
 
 json_t *sched_describe_backend(sched_t *s)
