@@ -14,9 +14,11 @@ int api_handle_healthz(api_request_t *req)
     return API_DONE;
 }
 
-/* Ready while accepting work with room on the store's disk and, for a backend with devices,
- * while one of them serves; each device's state shows a reset in progress or a device lost. A
- * full disk says why in reason. */
+/* Ready while accepting work with room on the store's disk, while no batch the watchdog gave
+ * up on is still held by a stuck worker or device ("recovering": the CPU backend serves on a
+ * replacement worker meanwhile, but a thread is lost to it until it returns, and the CUDA
+ * backend is restarting), and, for a backend with devices, while one of them serves; each
+ * device's state shows a reset in progress or a device lost. A full disk says why in reason. */
 int api_handle_readyz(api_request_t *req)
 {
     sched_stats_t stats;
@@ -41,10 +43,13 @@ int api_handle_readyz(api_request_t *req)
                                         "state", state ? state : "unknown"));
     }
     json_decref(backend);
+    if (strcmp(status, "ready") == 0 && stats.stuck_batches > 0) status = "recovering";
     if (strcmp(status, "ready") == 0 && json_array_size(states) > 0 && !serving)
         status = "no_device";
     json_t *body = json_pack("{s:s}", "status", status);
     if (full) json_object_set_new(body, "reason", json_string(reason));
+    if (stats.stuck_batches > 0)
+        json_object_set_new(body, "stuck_batches", json_integer(stats.stuck_batches));
     if (json_array_size(states) > 0)
         json_object_set_new(body, "devices", states);
     else
@@ -158,6 +163,12 @@ int api_handle_metrics(api_request_t *req)
     metric(&t, "gpujobd_batches_total", "counter", "Launches (batches) run.", s.batches_total);
     metric(&t, "gpujobd_batched_jobs_total", "counter", "Jobs run inside batches.",
            s.batched_jobs_total);
+    metric(&t, "gpujobd_watchdog_expired_total", "counter",
+           "Batches the watchdog gave up on: no progress within the bound from their cost.",
+           s.watchdog_expired_total);
+    metric(&t, "gpujobd_watchdog_stuck_batches", "gauge",
+           "Batches given up on whose worker or device has not come back from them yet.",
+           s.stuck_batches);
     text_printf(&t, "# HELP gpujobd_http_requests_total HTTP responses sent, by status.\n"
                     "# TYPE gpujobd_http_requests_total counter\n");
     for (int code = 100; code < API_STATUS_MAX; code++) {

@@ -210,3 +210,5 @@ bool cuda_is_rerun(const exec_batch_t *b);
 void cuda_clear_errors(exec_batch_t *b);
 /* Hands every batch of the worker back after its context was lost, and asks for a restart. */
 void cuda_recover(device_worker_t *dw, cudaError_t why);
+/* The executor's abandon(): the device holding a batch the watchdog gave up on is reset. */
+void cuda_abandon(executor_t *base, exec_batch_t *b);

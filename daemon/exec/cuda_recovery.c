@@ -1,6 +1,6 @@
 /* Faults: a sticky error loses the device's context for the rest of the process; the worker
  * hands its batches back and the daemon restarts itself (restart.h), which gets the device
- * back. */
+ * back. A device that the scheduler's watchdog finds stuck is reset the same way. */
 #include <stdio.h>
 
 #include "cuda_internal.h"
@@ -129,4 +129,38 @@ void cuda_recover(device_worker_t *dw, cudaError_t why)
         ex->base.done(back[i], ex->base.done_ud);
     /* After the batches: the scheduler records them before it drains. */
     restart_request(dw->device);
+}
+
+/* Whether dw holds b, launched or queued. Caller holds the lock. */
+static bool holds_batch_locked(const device_worker_t *dw, const exec_batch_t *b)
+{
+    for (int k = 0; k < dw->n_slots; k++)
+        if (dw->slots[k].batch == b) return true;
+    for (int i = 0; i < dw->q_len; i++)
+        if (dw->queue[(dw->q_head + i) % dw->q_cap] == b) return true;
+    return false;
+}
+
+/* The scheduler's watchdog gave up on b (it has failed b's jobs): a kernel or copy that never
+ * ends cannot be stopped from within the process, so the device holding b is treated as after
+ * a sticky fault. It takes no more work, /readyz and /v1/info show it resetting, and the daemon
+ * is asked to drain and restart, which gets the device back; b is left to the restart, which
+ * does not wait for it. */
+void cuda_abandon(executor_t *base, exec_batch_t *b)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    int device = -1;
+    pthread_mutex_lock(&ex->lock);
+    for (int d = 0; d < ex->n_devices && device < 0; d++)
+        if (holds_batch_locked(&ex->devices[d], b)) {
+            ex->devices[d].state = DEVICE_RESETTING;
+            device = ex->devices[d].device;
+        }
+    pthread_cond_broadcast(&ex->cond);
+    pthread_mutex_unlock(&ex->lock);
+    if (device < 0) return; /* it came back meanwhile: its done() is on its way */
+    log_error("gpu %d: a batch made no progress within the watchdog's bound: restarting the "
+              "daemon to reset the device",
+              device);
+    restart_request(device);
 }

@@ -1,6 +1,10 @@
 /* The CPU backend: a pool of worker threads running the ops' CPU references, one batch at a
  * time per worker, behind the executor interface. Each worker reads input bytes that are not in
- * memory through a blob reader of its own. */
+ * memory through a blob reader of its own.
+ *
+ * A worker stuck in a batch the scheduler's watchdog gave up on (abandon) cannot be stopped
+ * safely: a replacement worker takes its place, so that the pool keeps its size, and the stuck
+ * one reports its batch whenever it returns and then exits. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,12 +19,23 @@
 #include "exec_inputs.h"
 #include "executor.h"
 
-typedef struct cpu_exec {
+typedef struct cpu_exec cpu_exec_t;
+
+/* One worker thread and the batch it runs; guarded by the executor's lock. */
+typedef struct cpu_worker {
+    cpu_exec_t *ex;
+    pthread_t thread;
+    exec_batch_t *batch; /* running now, or NULL */
+    bool replaced;       /* its batch was abandoned: another worker took its place */
+} cpu_worker_t;
+
+struct cpu_exec {
     executor_t base;
     exec_blob_reader_t blobs;
-    int n_threads;
-    int max_batch; /* jobs a batch may have: the size of each worker's crash guard slot */
-    pthread_t *threads;
+    int n_threads;          /* the pool's size */
+    int max_batch;          /* jobs a batch may have: the size of each worker's crash guard slot */
+    cpu_worker_t **workers; /* every worker started, replacements included */
+    int n_started, workers_cap;
     pthread_mutex_t lock;
     pthread_cond_t work_cond; /* a batch was queued, or stopping */
     pthread_cond_t idle_cond; /* a batch finished */
@@ -31,7 +46,7 @@ typedef struct cpu_exec {
     bool abandoned; /* destroy gave up waiting: finished batches are no longer reported */
     int reporting;  /* workers inside the done callback */
     int exited;     /* workers that left their loop */
-} cpu_exec_t;
+};
 
 static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
 {
@@ -84,7 +99,8 @@ static void run_batch(cpu_exec_t *ex, void *rd, exec_batch_t *batch)
 
 static void *worker(void *arg)
 {
-    cpu_exec_t *ex = arg;
+    cpu_worker_t *w = arg;
+    cpu_exec_t *ex = w->ex;
     prctl(PR_SET_NAME, "gj-cpu");
     if (crash_guard_thread_enter(ex->max_batch) < 0)
         log_warn("cpu worker: no memory for its crash guard: a job that crashes it re-runs");
@@ -100,16 +116,19 @@ static void *worker(void *arg)
         ex->q_head = (ex->q_head + 1) % ex->q_cap;
         ex->q_len--;
         ex->busy++;
+        w->batch = batch;
         pthread_mutex_unlock(&ex->lock);
 
         run_batch(ex, rd, batch);
 
         /* The slot is free before the scheduler hears of the batch, so that the dispatch
-         * its report triggers sees the slot. While reporting, the worker is counted: destroy
-         * waits for reports in progress even past its timeout (the report uses the
-         * scheduler, which is freed right after). */
+         * its report triggers sees the slot (a replaced worker's slot was freed when its
+         * batch was abandoned). While reporting, the worker is counted: destroy waits for
+         * reports in progress even past its timeout (the report uses the scheduler, which is
+         * freed right after). */
         pthread_mutex_lock(&ex->lock);
-        ex->busy--;
+        w->batch = NULL;
+        ex->busy -= !w->replaced;
         bool report = !ex->abandoned;
         ex->reporting += report;
         pthread_mutex_unlock(&ex->lock);
@@ -117,6 +136,7 @@ static void *worker(void *arg)
         pthread_mutex_lock(&ex->lock);
         ex->reporting -= report;
         pthread_cond_broadcast(&ex->idle_cond);
+        if (w->replaced) break; /* its replacement serves in its place */
     }
     ex->exited++;
     pthread_cond_broadcast(&ex->idle_cond);
@@ -156,6 +176,70 @@ static json_t *cpu_describe(executor_t *base)
     return json_pack("{s:s, s:i, s:[]}", "name", "cpu", "threads", ex->n_threads, "devices");
 }
 
+/* Starts one more worker. 0, -ENOMEM, or the error of pthread_create. Caller holds the lock
+ * (or is the only thread that knows ex). */
+static int worker_start_locked(cpu_exec_t *ex)
+{
+    if (ex->n_started == ex->workers_cap) {
+        int cap = ex->workers_cap ? 2 * ex->workers_cap : 4;
+        cpu_worker_t **workers = realloc(ex->workers, (size_t)cap * sizeof *workers);
+        if (!workers) return -ENOMEM;
+        ex->workers = workers;
+        ex->workers_cap = cap;
+    }
+    cpu_worker_t *w = calloc(1, sizeof *w);
+    if (!w) return -ENOMEM;
+    w->ex = ex;
+    int r = pthread_create(&w->thread, NULL, worker, w);
+    if (r != 0) {
+        free(w);
+        return -r;
+    }
+    ex->workers[ex->n_started++] = w;
+    return 0;
+}
+
+/* Takes batch out of the ring of batches not yet started; false when it is not there. Caller
+ * holds the lock. */
+static bool unqueue_locked(cpu_exec_t *ex, const exec_batch_t *batch)
+{
+    for (int i = 0; i < ex->q_len; i++) {
+        if (ex->queue[(ex->q_head + i) % ex->q_cap] != batch) continue;
+        for (int k = i; k + 1 < ex->q_len; k++)
+            ex->queue[(ex->q_head + k) % ex->q_cap] = ex->queue[(ex->q_head + k + 1) % ex->q_cap];
+        ex->q_len--;
+        return true;
+    }
+    return false;
+}
+
+/* The watchdog gave up on batch. Not started yet (every worker is stuck), it is reported at
+ * once, never run. Running, its worker is left to finish it (a thread cannot be stopped
+ * safely in the middle of an op) and reports it then; its slot is freed now and a replacement
+ * worker started, so that the pool keeps its size. */
+static void cpu_abandon(executor_t *base, exec_batch_t *batch)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    bool queued = unqueue_locked(ex, batch);
+    cpu_worker_t *stuck = NULL;
+    for (int i = 0; !queued && i < ex->n_started; i++)
+        if (ex->workers[i]->batch == batch && !ex->workers[i]->replaced) stuck = ex->workers[i];
+    int r = stuck && !ex->stopping ? worker_start_locked(ex) : 0;
+    if (stuck && r == 0 && !ex->stopping) {
+        stuck->replaced = true;
+        ex->busy--;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    if (r < 0)
+        log_error("cpu backend: no replacement for a stuck worker (%s): one worker fewer until "
+                  "it returns",
+                  strerror(-r));
+    else if (stuck)
+        log_warn("cpu backend: a worker is stuck in an abandoned batch; a replacement serves");
+    if (queued) ex->base.done(batch, ex->base.done_ud);
+}
+
 static void cpu_destroy(executor_t *base, int timeout_ms)
 {
     cpu_exec_t *ex = (cpu_exec_t *)base;
@@ -170,10 +254,10 @@ static void cpu_destroy(executor_t *base, int timeout_ms)
     pthread_mutex_lock(&ex->lock);
     ex->stopping = true;
     pthread_cond_broadcast(&ex->work_cond);
-    while (ex->exited < ex->n_threads &&
+    while (ex->exited < ex->n_started &&
            pthread_cond_timedwait(&ex->idle_cond, &ex->lock, &deadline) == 0)
         ;
-    bool all_exited = ex->exited == ex->n_threads;
+    bool all_exited = ex->exited == ex->n_started;
     if (!all_exited) {
         ex->abandoned = true;
         while (ex->reporting > 0)
@@ -182,17 +266,19 @@ static void cpu_destroy(executor_t *base, int timeout_ms)
     pthread_mutex_unlock(&ex->lock);
     if (!all_exited) {
         /* A worker is stuck in a long op: leave it (and this struct) to process exit. */
-        log_warn("cpu backend: %d workers still busy at shutdown", ex->n_threads - ex->exited);
-        for (int i = 0; i < ex->n_threads; i++)
-            pthread_detach(ex->threads[i]);
+        log_warn("cpu backend: %d workers still busy at shutdown", ex->n_started - ex->exited);
+        for (int i = 0; i < ex->n_started; i++)
+            pthread_detach(ex->workers[i]->thread);
         return;
     }
-    for (int i = 0; i < ex->n_threads; i++)
-        pthread_join(ex->threads[i], NULL);
+    for (int i = 0; i < ex->n_started; i++) {
+        pthread_join(ex->workers[i]->thread, NULL);
+        free(ex->workers[i]);
+    }
     pthread_mutex_destroy(&ex->lock);
     pthread_cond_destroy(&ex->work_cond);
     pthread_cond_destroy(&ex->idle_cond);
-    free(ex->threads);
+    free(ex->workers);
     free(ex->queue);
     free(ex);
 }
@@ -204,6 +290,7 @@ static const executor_ops_t cpu_ops = {
     .free_slots = cpu_free_slots,
     .describe = cpu_describe,
     .destroy = cpu_destroy,
+    .abandon = cpu_abandon,
 };
 
 int exec_cpu_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_t **ret)
@@ -220,28 +307,22 @@ int exec_cpu_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_
      * share and cancellation apply there). */
     ex->q_cap = ex->n_threads;
     ex->queue = calloc((size_t)ex->q_cap, sizeof *ex->queue);
-    ex->threads = calloc((size_t)ex->n_threads, sizeof *ex->threads);
-    if (!ex->queue || !ex->threads) {
-        free(ex->queue);
-        free(ex->threads);
+    if (!ex->queue) {
         free(ex);
         return -ENOMEM;
     }
     pthread_mutex_init(&ex->lock, NULL);
     pthread_cond_init(&ex->work_cond, NULL);
     pthread_cond_init(&ex->idle_cond, NULL);
-    for (int i = 0; i < ex->n_threads; i++) {
-        int r = pthread_create(&ex->threads[i], NULL, worker, ex);
-        if (r != 0) {
-            /* Run with the workers that did start. */
-            ex->n_threads = i;
-            if (i == 0) {
-                cpu_destroy(&ex->base, 0);
-                return -r;
-            }
-            break;
-        }
+    int r = 0;
+    while (ex->n_started < ex->n_threads && (r = worker_start_locked(ex)) == 0)
+        ;
+    if (ex->n_started == 0) {
+        cpu_destroy(&ex->base, 0);
+        return r;
     }
+    /* Run with the workers that did start. */
+    ex->n_threads = ex->n_started;
     log_info("backend: cpu, %d worker threads", ex->n_threads);
     *ret = &ex->base;
     return 0;

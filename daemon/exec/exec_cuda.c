@@ -168,6 +168,7 @@ static const executor_ops_t cuda_ops = {
     .buffer_added = cuda_buffer_added,
     .buffer_deleted = cuda_buffer_deleted,
     .serves_device = cuda_serves_device,
+    .abandon = cuda_abandon,
 };
 
 int exec_cuda_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_t **ret)

@@ -65,6 +65,15 @@ typedef struct executor_ops {
     void (*buffer_deleted)(executor_t *ex, const char *id);
     /* True when device is one this backend runs jobs on. Any thread. */
     bool (*serves_device)(executor_t *ex, int device);
+
+    /* The scheduler's watchdog gave up on an accepted batch that made no progress within its
+     * bound, and has failed its jobs. The executor gets its capacity back as best it can (the
+     * CPU backend starts a replacement worker; the CUDA backend resets the device as after a
+     * sticky fault) and still calls done() for the batch exactly once, whenever the batch
+     * returns, or never if the process restarts first: until then the scheduler keeps the
+     * batch's jobs, which a stuck worker may still write to. Loop thread; NULL where the
+     * backend has no way to recover (the watchdog then only fails the jobs). */
+    void (*abandon)(executor_t *ex, exec_batch_t *batch);
 } executor_ops_t;
 
 struct executor {

@@ -177,6 +177,8 @@ void sched_get_stats(sched_t *s, sched_stats_t *ret)
         .cancelled_total = atomic_load(&s->cancelled_total),
         .batches_total = atomic_load(&s->batches_total),
         .batched_jobs_total = atomic_load(&s->batched_jobs_total),
+        .watchdog_expired_total = atomic_load(&s->watchdog_expired_total),
+        .stuck_batches = atomic_load(&s->stuck_batches),
     };
 }
 

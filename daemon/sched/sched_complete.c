@@ -100,7 +100,7 @@ static void record_end(sched_t *s, entry_t *e)
 static void batch_out_of_flight(sched_t *s, const sched_batch_t *sb)
 {
     atomic_fetch_sub(&s->running, sb->batch.n);
-    s->batches_in_flight--;
+    batch_flight_end(s, sb);
 }
 
 /* A finished batch's jobs take their end states, recorded in the store's open transaction
@@ -346,6 +346,8 @@ void batch_retry(sched_t *s, sched_batch_t *sb)
         return;
     }
     split_spent(s, batch, &spent->batch, ran);
+    queue_init(&spent->ended);
+    queue_init(&spent->flight);
     if (spent->batch.n > 0) {
         spent->s = s;
         spent->dispatched_us = sb->dispatched_us;
@@ -359,7 +361,7 @@ void batch_retry(sched_t *s, sched_batch_t *sb)
         requeue_batch(s, sb, ran);
         return;
     }
-    s->batches_in_flight--;
+    batch_flight_end(s, sb);
     batch_free(sb);
 }
 

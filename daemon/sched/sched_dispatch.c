@@ -16,6 +16,7 @@ enum { START_UNRECORDED = 1 };
 
 void batch_free(sched_batch_t *sb)
 {
+    queue_remove(&sb->flight);
     free(sb->batch.jobs);
     free(sb->done_msg); /* NULL when the batch's end came in it */
     free(sb);
@@ -112,6 +113,7 @@ static sched_batch_t *batch_new(sched_t *s, int want)
     sb->batch.jobs = jobs;
     sb->batch.sched_priv = sb;
     queue_init(&sb->ended);
+    queue_init(&sb->flight);
     return sb;
 }
 
@@ -224,6 +226,7 @@ void round_launch(sched_t *s, round_t *rd, bool recorded)
         sb->dispatched_us = now_us();
         rd->refusal[b] = recorded ? s->ex->ops->submit(s->ex, &sb->batch) : START_UNRECORDED;
         if (rd->refusal[b] == 0) {
+            batch_watchdog_track(s, sb);
             atomic_fetch_add(&s->batches_total, 1);
             if (jobs > 1) atomic_fetch_add(&s->batched_jobs_total, jobs);
         }

@@ -125,8 +125,9 @@ struct sched {
 
     uv_loop_t loop;
     uv_async_t wake;
+    /* watchdog_timer is systemd's heartbeat; batch_watchdog_timer looks for stuck batches. */
     uv_timer_t commit_timer, dispatch_timer, deadline_timer, gc_timer, checkpoint_timer,
-        drain_timer, watchdog_timer;
+        drain_timer, watchdog_timer, batch_watchdog_timer;
     pthread_t thread;
     bool thread_started;
 
@@ -144,7 +145,8 @@ struct sched {
     store_sync_t *syncer;
     store_checkpointer_t *checkpointer; /* run by the syncer; NULL without one */
     strmap_t *entries, *users, *keyqs;
-    heap_t deadlines; /* queued entries with a deadline, earliest first */
+    heap_t deadlines;  /* queued entries with a deadline, earliest first */
+    queue_t in_flight; /* of sched_batch_t, through flight: handed to the executor */
     uint64_t next_seq;
     int batches_in_flight;
     unsigned round;
@@ -153,6 +155,9 @@ struct sched {
 
     atomic_long queued, running, submitted_total, succeeded_total, failed_total, cancelled_total,
         batches_total, batched_jobs_total;
+    /* Batches the watchdog gave up on: ever, and those the executor has not given back yet
+     * (counted in batches_in_flight too, but not waited for by the drain). */
+    atomic_long watchdog_expired_total, stuck_batches;
 };
 
 /* A batch as the scheduler hands it to the executor. */
@@ -160,8 +165,11 @@ typedef struct sched_batch {
     exec_batch_t batch;
     sched_t *s;
     int64_t dispatched_us;
-    msg_t *done_msg; /* allocated at dispatch, so that reporting the end needs no memory */
-    queue_t ended;   /* in the list of finished batches end_batches records */
+    msg_t *done_msg;  /* allocated at dispatch, so that reporting the end needs no memory */
+    queue_t ended;    /* in the list of finished batches end_batches records */
+    queue_t flight;   /* in s->in_flight while the executor has it */
+    int64_t bound_ms; /* how long it may run before the watchdog gives up on it */
+    bool expired;     /* the watchdog gave up on it: its jobs were failed, its result is not */
 } sched_batch_t;
 
 /* One round of starts: the batches cut, what became of each at launch, and the shards of the
@@ -227,6 +235,13 @@ void handle_cancel(sched_t *s, msg_t *m);
 void waiters_reply(entry_t *e, const job_t *job);
 void waiters_answer_all(sched_t *s);
 void deadline_arm(sched_t *s);
+int running_end(sched_t *s, entry_t *e, job_state_t state, const char *code, const char *message,
+                sched_reply_fn reply, void *token);
+
+/* sched_watchdog.c: batches that make no progress. */
+void batch_watchdog_start(sched_t *s);
+void batch_watchdog_track(sched_t *s, sched_batch_t *sb);
+void batch_flight_end(sched_t *s, const sched_batch_t *sb);
 
 /* sched_timers.c: maintenance timers and the drain at stop. */
 void timers_start(sched_t *s);

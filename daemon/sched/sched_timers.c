@@ -44,6 +44,7 @@ void timers_start(sched_t *s)
     if (watchdog_ms > 0) /* twice per interval, as sd_watchdog_enabled(3) advises */
         uv_timer_start(&s->watchdog_timer, on_watchdog_timer, 0,
                        watchdog_ms / 2 > 0 ? watchdog_ms / 2 : 1);
+    batch_watchdog_start(s);
 }
 
 /* ---------------------------------------------------------------------------- drain */
@@ -51,7 +52,8 @@ void timers_start(sched_t *s)
 /* Ends the loop once stopping and no batch is running any more. */
 void stop_if_drained(sched_t *s)
 {
-    if (!s->stopping || s->batches_in_flight > 0) return;
+    /* A batch the watchdog gave up on is not waited for: it may never come back. */
+    if (!s->stopping || s->batches_in_flight - atomic_load(&s->stuck_batches) > 0) return;
     uv_timer_stop(&s->drain_timer);
     uv_stop(&s->loop);
 }

@@ -196,29 +196,37 @@ static int end_queued(sched_t *s, entry_t *e, job_state_t state, const char *cod
     return 0;
 }
 
-/* Running: the launch finishes and its result is discarded. The executor may be writing the
- * job's outputs and error fields right now, so the store gets a copy made of the fields the
- * loop owns. */
-static void cancel_running(sched_t *s, msg_t *m, entry_t *e)
+/* Ends a running job now (cancelled, or failed by the watchdog), in the store and for its
+ * waiters and reply (when given), while its launch goes on: the launch's result is discarded
+ * when it returns. The executor may be writing the job's outputs and error fields right now,
+ * so the store and the answers get a copy made of the fields the loop owns. 0, -ENOMEM, or
+ * the store's error (the job then stays running). */
+int running_end(sched_t *s, entry_t *e, job_state_t state, const char *code, const char *message,
+                sched_reply_fn reply, void *token)
 {
     job_t *rec = job_snapshot(e->job);
-    if (!rec) {
-        reply_err(m->reply, m->token, -ENOMEM, NULL);
-        return;
-    }
+    if (!rec) return -ENOMEM;
     rec->finished_us = now_us();
-    rec->state = JOB_CANCELLED;
-    job_set_error(rec, "cancelled", "cancelled by request while running");
+    rec->state = state;
+    job_set_error(rec, code, "%s", message);
     int r = store_job_update(s->st, rec);
-    if (r < 0) {
-        reply_err(m->reply, m->token, r, "the store refused the cancellation");
-    } else {
+    if (r >= 0) {
         e->discard_result = true;
-        count_final(s, JOB_CANCELLED);
-        reply_jobs(m->reply, m->token, &rec, 1);
+        count_final(s, state);
+        if (reply) reply_jobs(reply, token, &rec, 1);
         waiters_reply(e, rec);
     }
     job_free(rec);
+    return r < 0 ? r : 0;
+}
+
+static void cancel_running(sched_t *s, msg_t *m, entry_t *e)
+{
+    int r = running_end(s, e, JOB_CANCELLED, "cancelled", "cancelled by request while running",
+                        m->reply, m->token);
+    if (r < 0)
+        reply_err(m->reply, m->token, r,
+                  r == -ENOMEM ? NULL : "the store refused the cancellation");
 }
 
 void handle_cancel(sched_t *s, msg_t *m)

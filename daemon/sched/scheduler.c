@@ -201,6 +201,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     s->st = st;
     queue_init(&s->inbox);
     queue_init(&s->pending);
+    queue_init(&s->in_flight);
     int r = store_reader_open(cfg, &s->rd);
     if (r >= 0) r = queues_init(s);
     if (r >= 0) r = uv_loop_init(&s->loop);
@@ -220,6 +221,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     init_timer(s, &s->checkpoint_timer);
     init_timer(s, &s->drain_timer);
     init_timer(s, &s->watchdog_timer);
+    init_timer(s, &s->batch_watchdog_timer);
     *ret = s;
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "daemon/util/config.h"
 #include "daemon/exec/executor.h"
@@ -70,6 +71,11 @@ void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *tok
 void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
                          void *token);
 
+/* How long a batch of n jobs may run before the watchdog gives up on it, in ms: its cost
+ * estimate (the ops' bytes and flops, at conservative CPU rates) times
+ * cfg->watchdog_cost_factor, and at least cfg->watchdog_min_ms; 0 when the watchdog is off. */
+int64_t sched_watchdog_bound_ms(const config_t *cfg, job_t *const *jobs, int n);
+
 /* Counters for /metrics and /readyz; safe from any thread. */
 typedef struct sched_stats {
     bool accepting;
@@ -77,6 +83,9 @@ typedef struct sched_stats {
     long queued, running;
     long submitted_total, succeeded_total, failed_total, cancelled_total;
     long batches_total, batched_jobs_total;
+    /* Batches the watchdog gave up on, ever; and those whose worker or device has not come
+     * back from them yet (the backend is not ready meanwhile). */
+    long watchdog_expired_total, stuck_batches;
 } sched_stats_t;
 void sched_get_stats(sched_t *s, sched_stats_t *ret);
 /* Whether the store's disk is full (store_disk_full): reason (size bytes) then says why. Any

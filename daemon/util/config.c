@@ -161,6 +161,11 @@ static const config_key_t config_keys[] = {
     KEY_INT("scheduler", max_attempts, 1, 100, "3",
             "runs of one job across restarts before it fails"),
     KEY_INT("scheduler", cpu_threads, 0, 1024, "0", "CPU backend workers; 0 for one per core"),
+    KEY_INT("scheduler", watchdog_min_ms, 0, INT_MAX, "60000",
+            "a batch running past max(this, watchdog_cost_factor x its estimated time) fails "
+            "and its device is recovered (ms); 0 disables the watchdog"),
+    KEY_INT("scheduler", watchdog_cost_factor, 1, 1000000, "10",
+            "how many times its cost estimate a batch may run before the watchdog fires"),
 
     KEY_SIZE("store", inline_blob_bytes, 0, 512 * MIB, "65536",
              "tensors up to this size live in database rows, larger ones in files (bytes)"),

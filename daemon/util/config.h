@@ -36,12 +36,14 @@ typedef struct config {
     int max_wait_ms;                      /* longest long-poll a client may ask for */
 
     /* [scheduler] */
-    int max_batch;           /* jobs in one batched launch */
-    int max_delay_us;        /* how long a partial batch may wait for company */
-    int commit_delay_us;     /* group-commit window for submissions */
-    int default_deadline_ms; /* 0: none */
-    int max_attempts;        /* runs of one job across restarts before it fails */
-    int cpu_threads;         /* CPU backend workers; 0 = number of cores */
+    int max_batch;            /* jobs in one batched launch */
+    int max_delay_us;         /* how long a partial batch may wait for company */
+    int commit_delay_us;      /* group-commit window for submissions */
+    int default_deadline_ms;  /* 0: none */
+    int max_attempts;         /* runs of one job across restarts before it fails */
+    int cpu_threads;          /* CPU backend workers; 0 = number of cores */
+    int watchdog_min_ms;      /* least time a batch may run before the watchdog fails it; 0: off */
+    int watchdog_cost_factor; /* times its estimated run time a batch may take */
 
     /* [store] */
     uint64_t inline_blob_bytes; /* tensors up to this live in SQLite rows, larger in files */

@@ -61,6 +61,8 @@ static const field_case_t fields[] = {
     FIELD("scheduler", default_deadline_ms, "9"),
     FIELD("scheduler", max_attempts, "10"),
     FIELD("scheduler", cpu_threads, "11"),
+    FIELD("scheduler", watchdog_min_ms, "1234"),
+    FIELD("scheduler", watchdog_cost_factor, "13"),
     FIELD("store", inline_blob_bytes, "4096"),
     FIELD("store", sync_full, "false"),
     FIELD("store", shards, "4"),

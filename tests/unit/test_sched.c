@@ -29,6 +29,8 @@ typedef struct fake_exec {
     atomic_int device0_free; /* free slots device 0 reports to pinned jobs; -1: as any */
     exec_batch_t *got[4096]; /* every batch handed over, in order */
     int n_got, n_done;
+    exec_batch_t *abandoned; /* the last batch the watchdog gave up on */
+    int n_abandoned;
 } fake_exec_t;
 
 static int fake_submit(executor_t *base, exec_batch_t *b)
@@ -64,12 +66,24 @@ static json_t *fake_describe(executor_t *base)
 
 static void fake_destroy(executor_t *base, int timeout_ms) {}
 
+/* Remembers the batch the watchdog gave up on; like a stuck worker, it reports the batch only
+ * when the test completes it. */
+static void fake_abandon(executor_t *base, exec_batch_t *b)
+{
+    fake_exec_t *f = (fake_exec_t *)base;
+    pthread_mutex_lock(&f->lock);
+    f->abandoned = b;
+    f->n_abandoned++;
+    pthread_mutex_unlock(&f->lock);
+}
+
 static const executor_ops_t fake_ops = {
     .name = "fake",
     .submit = fake_submit,
     .free_slots = fake_free_slots,
     .describe = fake_describe,
     .destroy = fake_destroy,
+    .abandon = fake_abandon,
 };
 
 /* Waits until the executor holds at least n batches in total. */
@@ -314,6 +328,90 @@ static job_state_t stored_state(const char *id)
 }
 
 /* ------------------------------------------------------------------ tests */
+
+START_TEST(test_watchdog_bound_grows_with_the_batch_cost_and_never_falls_below_the_minimum)
+{
+    config_t c;
+    config_defaults(&c);
+    c.watchdog_min_ms = 500;
+    c.watchdog_cost_factor = 10;
+    job_t *small = add_job("alice", 10, 0);
+    /* 1e9 bytes at 1 GB/s and 1e11 flops at 100 GFLOP/s: 2 s, ten times over. */
+    job_t *big = add_job("alice", 10, 0);
+    big->call.cost.bytes = 1e9;
+    big->call.cost.flops = 1e11;
+    job_t *jobs[] = {small, big, big};
+    ck_assert_int_eq(sched_watchdog_bound_ms(&c, jobs, 1), 500);
+    ck_assert_int_eq(sched_watchdog_bound_ms(&c, jobs + 1, 1), 20000);
+    ck_assert_int_eq(sched_watchdog_bound_ms(&c, jobs + 1, 2), 40000);
+    big->call.cost.flops = 1e300; /* a cost no run could reach is capped, not overflowed */
+    ck_assert_int_gt(sched_watchdog_bound_ms(&c, jobs + 1, 2), 40000);
+    c.watchdog_min_ms = 0;
+    ck_assert_int_eq(sched_watchdog_bound_ms(&c, jobs + 1, 1), 0);
+    job_free(small);
+    job_free(big);
+}
+END_TEST
+
+/* The batch the fake has been told to abandon, waiting up to 10 s for it. */
+static exec_batch_t *fake_wait_abandoned(fake_exec_t *f)
+{
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&f->lock);
+        exec_batch_t *b = f->abandoned;
+        pthread_mutex_unlock(&f->lock);
+        if (b) return b;
+        usleep(10 * 1000);
+    }
+    return NULL;
+}
+
+START_TEST(test_watchdog_fails_a_stuck_batch_and_ignores_its_late_result)
+{
+    fake->slots = 1;
+    job_t *job = add_job("alice", 10, 0);
+    reply_box_t box;
+    submit(&box, &job, 1);
+    fake_wait_batches(fake, 1);
+    /* The fake never completes it: the watchdog gives up on it, the job fails with the bound
+     * named, and the executor is asked to recover. */
+    reply_box_t w;
+    box_init(&w);
+    sched_wait(sched, "alice", box.ids[0], 10000, on_reply, &w);
+    box_wait(&w);
+    ck_assert_int_eq(w.err, 0);
+    ck_assert_int_eq(w.states[0], JOB_FAILED);
+    ck_assert_int_eq(stored_state(box.ids[0]), JOB_FAILED);
+    exec_batch_t *stuck = fake_wait_abandoned(fake);
+    ck_assert_ptr_eq(stuck, fake->got[0]);
+    ck_assert_int_eq(fake->n_abandoned, 1);
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    job_t *stored = NULL;
+    ck_assert_int_eq(store_job_get(rd, box.ids[0], &stored), 0);
+    ck_assert_str_eq(stored->error_code, "watchdog_timeout");
+    ck_assert_ptr_nonnull(strstr(stored->error_message, "100 ms"));
+    job_free(stored);
+    sched_stats_t stats;
+    sched_get_stats(sched, &stats);
+    ck_assert_int_eq(stats.watchdog_expired_total, 1);
+    ck_assert_int_eq(stats.stuck_batches, 1);
+
+    /* The stuck batch comes back at last, as if it had succeeded: its result is dropped. */
+    fake_complete(fake, 0);
+    for (int i = 0; i < 1000 && stats.stuck_batches > 0; i++) {
+        usleep(10 * 1000);
+        sched_get_stats(sched, &stats);
+    }
+    ck_assert_int_eq(stats.stuck_batches, 0);
+    ck_assert_int_eq(stats.watchdog_expired_total, 1);
+    ck_assert_int_eq(stored_state(box.ids[0]), JOB_FAILED);
+    ck_assert_int_eq(store_job_get(rd, box.ids[0], &stored), 0);
+    ck_assert_str_eq(stored->error_code, "watchdog_timeout");
+    job_free(stored);
+    store_reader_close(rd);
+}
+END_TEST
 
 START_TEST(test_jobs_with_equal_batch_keys_go_out_as_one_batch)
 {
@@ -1333,6 +1431,14 @@ static void start_sched_sharded(void)
     ck_assert_int_eq(sched_start(sched), 0);
 }
 
+/* A watchdog that gives up on a batch after 100 ms (jobs of the tests cost next to nothing). */
+static void start_sched_watchdog(void)
+{
+    setup(false);
+    cfg.watchdog_min_ms = 100;
+    ck_assert_int_eq(sched_start(sched), 0);
+}
+
 static void start_sched_durable(void)
 {
     setup(true);
@@ -1381,6 +1487,13 @@ int main(void)
     tcase_add_test(durable, test_a_batch_the_executor_turns_down_goes_back_to_its_queue);
     tcase_add_test(durable, test_cancel_queued_job_never_runs);
     suite_add_tcase(s, durable);
+    TCase *watchdog = tcase_create("watchdog");
+    tcase_add_checked_fixture(watchdog, start_sched_watchdog, teardown);
+    tcase_set_timeout(watchdog, 30);
+    tcase_add_test(watchdog,
+                   test_watchdog_bound_grows_with_the_batch_cost_and_never_falls_below_the_minimum);
+    tcase_add_test(watchdog, test_watchdog_fails_a_stuck_batch_and_ignores_its_late_result);
+    suite_add_tcase(s, watchdog);
     TCase *limited = tcase_create("limits");
     tcase_add_checked_fixture(limited, start_sched_limited, teardown);
     tcase_set_timeout(limited, 30);

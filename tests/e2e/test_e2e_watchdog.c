@@ -1,0 +1,116 @@
+/* End-to-end: the batch watchdog on the CPU backend. A job that makes no progress within its
+ * bound (scheduler.watchdog_min_ms here, as debug_sleep costs next to nothing) fails with
+ * watchdog_timeout long before it would have ended; a replacement worker serves the jobs behind
+ * it meanwhile; /readyz and /metrics say a worker is stuck until it comes back; and its late
+ * result is dropped without harm. */
+#define _DEFAULT_SOURCE
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support/daemon_harness.h"
+
+/* One worker, so that the job behind the stuck one runs only on a replacement. */
+#define WATCHDOG_CONFIG "[scheduler]\ncpu_threads = 1\nwatchdog_min_ms = 500\n"
+/* How long the stuck job sleeps: long enough that every check of the stuck state below comes
+ * well before it returns, even on a slow machine. */
+#define STUCK_MS 8000
+
+static const char *error_field(const json_t *job, const char *key)
+{
+    const char *s = json_string_value(json_object_get(json_object_get(job, "error"), key));
+    return s ? s : "";
+}
+
+/* GET /readyz: its status code, and its body's status copied into status. */
+static long readyz(e2e_daemon_t *d, char *status, size_t size, bool *ret_retry_after)
+{
+    e2e_response_t resp;
+    ck_assert_int_eq(e2e_http_request(d, "GET", "/readyz", NULL, NULL, 0, &resp), 0);
+    const char *s = json_string_value(json_object_get(resp.json, "status"));
+    snprintf(status, size, "%s", s ? s : "");
+    char buf[32];
+    *ret_retry_after = e2e_response_header(&resp, "Retry-After", buf, sizeof buf) != NULL;
+    long code = resp.status;
+    e2e_response_clear(&resp);
+    return code;
+}
+
+START_TEST(test_watchdog_fails_a_stuck_job_and_the_daemon_serves_on)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(WATCHDOG_CONFIG);
+    double t0 = e2e_now();
+    json_t *stuck_job = e2e_long_job_new(STUCK_MS);
+    char *stuck = e2e_submit_ok(d, stuck_job);
+    json_t *next_job = e2e_long_job_new(1);
+    char *next = e2e_submit_ok(d, next_job);
+
+    json_t *failed = e2e_wait_final_ok(d, stuck, 60);
+    ck_assert_str_eq(e2e_job_state(failed), "failed");
+    ck_assert_str_eq(error_field(failed, "code"), "watchdog_timeout");
+    ck_assert_ptr_nonnull(strstr(error_field(failed, "message"), "500 ms"));
+    /* The job behind it runs on the replacement worker, while the stuck one still sleeps. */
+    json_t *done = e2e_wait_final_ok(d, next, 60);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    char status[32];
+    bool retry_after = false;
+    long code = readyz(d, status, sizeof status, &retry_after);
+    ck_assert_double_lt(e2e_now() - t0, STUCK_MS / 1000.0);
+    ck_assert_int_eq(code, 503);
+    ck_assert_str_eq(status, "recovering");
+    ck_assert(retry_after);
+    ck_assert_double_eq(e2e_metric_ok(d, "gpujobd_watchdog_expired_total"), 1);
+    ck_assert_double_eq(e2e_metric_ok(d, "gpujobd_watchdog_stuck_batches"), 1);
+
+    /* The stuck worker comes back: the daemon is ready again, the late result is dropped and
+     * the job stays failed. */
+    double until = t0 + STUCK_MS / 1000.0 + 30;
+    while ((code = readyz(d, status, sizeof status, &retry_after)) != 200 && e2e_now() < until)
+        usleep(50 * 1000);
+    ck_assert_int_eq(code, 200);
+    ck_assert_double_eq(e2e_metric_ok(d, "gpujobd_watchdog_stuck_batches"), 0);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", stuck);
+    json_t *after = e2e_json_ok(d, "GET", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(after), "failed");
+    ck_assert_str_eq(error_field(after, "code"), "watchdog_timeout");
+    json_t *outputs = json_object_get(after, "outputs");
+    ck_assert(!outputs || json_is_null(outputs) || json_object_size(outputs) == 0);
+    /* And it serves on. */
+    char *again = e2e_submit_ok(d, next_job);
+    json_t *again_done = e2e_wait_final_ok(d, again, 60);
+    ck_assert_str_eq(e2e_job_state(again_done), "succeeded");
+    int wait_status = 0;
+    ck_assert_int_eq(e2e_daemon_stop(d, 30000, &wait_status), 0);
+    ck_assert(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0);
+
+    json_decref(again_done);
+    free(again);
+    json_decref(after);
+    json_decref(done);
+    json_decref(failed);
+    free(next);
+    free(stuck);
+    json_decref(next_job);
+    json_decref(stuck_job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("e2e_watchdog");
+    TCase *tc = tcase_create("watchdog");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_watchdog_fails_a_stuck_job_and_the_daemon_serves_on);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
