@@ -176,6 +176,10 @@ void sched_get_stats(sched_t *s, sched_stats_t *ret)
         .cancelled_total = atomic_load(&s->cancelled_total),
         .batches_total = atomic_load(&s->batches_total),
         .batched_jobs_total = atomic_load(&s->batched_jobs_total),
+        .store_bytes = atomic_load(&s->store_bytes),
+        .store_expired_bytes_total = atomic_load(&s->store_expired_bytes_total),
+        .store_expired_jobs_total = atomic_load(&s->store_expired_jobs_total),
+        .store_deleted_jobs_total = atomic_load(&s->store_deleted_jobs_total),
     };
 }
 

@@ -153,6 +153,11 @@ struct sched {
 
     atomic_long queued, running, submitted_total, succeeded_total, failed_total, cancelled_total,
         batches_total, batched_jobs_total;
+    /* The store's bound (sched_timers.c): its bytes at the last measure, and what store_trim
+     * dropped since the start. */
+    atomic_long store_bytes, store_expired_bytes_total, store_expired_jobs_total,
+        store_deleted_jobs_total;
+    int64_t next_retention_us; /* loop thread: when the retention sweep is due */
 };
 
 /* A batch as the scheduler hands it to the executor. */

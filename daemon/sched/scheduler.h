@@ -77,6 +77,10 @@ typedef struct sched_stats {
     long queued, running;
     long submitted_total, succeeded_total, failed_total, cancelled_total;
     long batches_total, batched_jobs_total;
+    /* The store's bound ([store] max_bytes; store_trim): the bytes counted against it at the
+     * last measure, and since the start the tensor bytes dropped early, the jobs whose outputs
+     * expired early and the finished jobs deleted early. */
+    long store_bytes, store_expired_bytes_total, store_expired_jobs_total, store_deleted_jobs_total;
 } sched_stats_t;
 void sched_get_stats(sched_t *s, sched_stats_t *ret);
 /* The executor's description for /v1/info (a new reference). */
