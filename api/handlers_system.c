@@ -169,6 +169,19 @@ int api_handle_metrics(api_request_t *req)
     metric(&t, "gpujobd_watchdog_stuck_batches", "gauge",
            "Batches given up on whose worker or device has not come back from them yet.",
            s.stuck_batches);
+    metric(&t, "gpujobd_store_bytes", "gauge",
+           "Bytes the store keeps (database pages in use and blob files), at the last measure.",
+           s.store_bytes);
+    metric(&t, "gpujobd_store_max_bytes", "gauge",
+           "The store's bound ([store] max_bytes); 0: none.", (long)req->env->cfg->max_bytes);
+    metric(&t, "gpujobd_store_expired_early_bytes_total", "counter",
+           "Tensor bytes the bound dropped before retention: outputs, and inputs of deleted jobs.",
+           s.store_expired_bytes_total);
+    metric(&t, "gpujobd_store_expired_early_jobs_total", "counter",
+           "Finished jobs whose outputs the bound expired before retention.",
+           s.store_expired_jobs_total);
+    metric(&t, "gpujobd_store_deleted_early_jobs_total", "counter",
+           "Finished jobs the bound deleted before retention.", s.store_deleted_jobs_total);
     text_printf(&t, "# HELP gpujobd_http_requests_total HTTP responses sent, by status.\n"
                     "# TYPE gpujobd_http_requests_total counter\n");
     for (int code = 100; code < API_STATUS_MAX; code++) {

@@ -597,6 +597,11 @@ static json_t *output_json(const job_tensor_t *t, uint64_t inline_max, job_json_
                            void *load_ud, job_json_section_t *section)
 {
     json_t *o = job_json_tensor_desc(&t->desc);
+    if (o && store_blob_expired(t->blob)) {
+        /* Its bytes went early, the store being past its bound: the descriptor says so. */
+        json_object_set_new(o, "expired", json_true());
+        return o;
+    }
     if (!o || t->nbytes > inline_max) return o;
     void *bytes = t->data;
     if (!bytes && load && load(load_ud, t, &bytes) < 0) bytes = NULL;

@@ -51,6 +51,14 @@ int api_job_find_output(api_request_t *req, const char *id, const char *id_field
         job_free(job);
         return API_DONE;
     }
+    if (store_blob_expired(t->blob)) {
+        api_respond_error(req, 410, "expired", name_field,
+                          "output '%.64s' of job '%s' was expired early: the store was past its "
+                          "bound ([store] max_bytes)",
+                          name, job->id);
+        job_free(job);
+        return API_DONE;
+    }
     *ret_job = job;
     *ret_t = t;
     return 0;

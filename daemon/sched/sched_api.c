@@ -179,6 +179,10 @@ void sched_get_stats(sched_t *s, sched_stats_t *ret)
         .batched_jobs_total = atomic_load(&s->batched_jobs_total),
         .watchdog_expired_total = atomic_load(&s->watchdog_expired_total),
         .stuck_batches = atomic_load(&s->stuck_batches),
+        .store_bytes = atomic_load(&s->store_bytes),
+        .store_expired_bytes_total = atomic_load(&s->store_expired_bytes_total),
+        .store_expired_jobs_total = atomic_load(&s->store_expired_jobs_total),
+        .store_deleted_jobs_total = atomic_load(&s->store_deleted_jobs_total),
     };
 }
 

@@ -158,6 +158,11 @@ struct sched {
     /* Batches the watchdog gave up on: ever, and those the executor has not given back yet
      * (counted in batches_in_flight too, but not waited for by the drain). */
     atomic_long watchdog_expired_total, stuck_batches;
+    /* The store's bound (sched_timers.c): its bytes at the last measure, and what store_trim
+     * dropped since the start. */
+    atomic_long store_bytes, store_expired_bytes_total, store_expired_jobs_total,
+        store_deleted_jobs_total;
+    int64_t next_retention_us; /* loop thread: when the retention sweep is due */
 };
 
 /* A batch as the scheduler hands it to the executor. */

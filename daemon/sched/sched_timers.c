@@ -1,20 +1,42 @@
-/* Maintenance on the loop's timers (the retention sweep, WAL checkpoints, systemd's watchdog)
- * and the drain at stop. */
+/* Maintenance on the loop's timers (the retention sweep and the store's bound, WAL checkpoints,
+ * systemd's watchdog) and the drain at stop. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "sched_internal.h"
 #include "daemon/util/service_notify.h"
 
+/* Measures the store and, past [store] max_bytes, trims it (store_trim). */
+static void store_bound(sched_t *s)
+{
+    store_trim_stats_t t;
+    int r = store_trim(s->st, s->cfg->max_bytes, &t);
+    if (r < 0) {
+        log_error("store bound: trimming the store failed: %s", strerror(-r));
+        return;
+    }
+    atomic_store(&s->store_bytes, (long)t.bytes);
+    atomic_fetch_add(&s->store_expired_bytes_total, (long)t.expired_bytes);
+    atomic_fetch_add(&s->store_expired_jobs_total, (long)t.expired_jobs);
+    atomic_fetch_add(&s->store_deleted_jobs_total, (long)t.deleted_jobs);
+}
+
+/* The retention sweep every gc_interval_s; with a bound on the store, its check every second
+ * in between, so that a burst of jobs overshoots it by at most a second's worth. */
 static void on_gc_timer(uv_timer_t *t)
 {
     sched_t *s = t->data;
-    int deleted = 0;
-    int r = store_gc(s->st, now_us() - (int64_t)s->cfg->retention_s * 1000000, &deleted);
-    if (r < 0)
-        log_error("retention sweep failed: %s", strerror(-r));
-    else if (deleted)
-        log_info("retention: removed %d finished jobs", deleted);
+    int64_t now = now_us();
+    if (now >= s->next_retention_us) {
+        s->next_retention_us = now + (int64_t)s->cfg->gc_interval_s * 1000000;
+        int deleted = 0;
+        int r = store_gc(s->st, now - (int64_t)s->cfg->retention_s * 1000000, &deleted);
+        if (r < 0)
+            log_error("retention sweep failed: %s", strerror(-r));
+        else if (deleted)
+            log_info("retention: removed %d finished jobs", deleted);
+    }
+    store_bound(s);
 }
 
 static void on_checkpoint_timer(uv_timer_t *t)
@@ -36,7 +58,8 @@ static void on_watchdog_timer(uv_timer_t *t)
  * heartbeat. */
 void timers_start(sched_t *s)
 {
-    uv_timer_start(&s->gc_timer, on_gc_timer, 1000, (uint64_t)s->cfg->gc_interval_s * 1000);
+    uint64_t gc_ms = s->cfg->max_bytes > 0 ? 1000 : (uint64_t)s->cfg->gc_interval_s * 1000;
+    uv_timer_start(&s->gc_timer, on_gc_timer, 1000, gc_ms);
     uv_timer_start(&s->checkpoint_timer, on_checkpoint_timer,
                    (uint64_t)s->cfg->checkpoint_interval_s * 1000,
                    (uint64_t)s->cfg->checkpoint_interval_s * 1000);

@@ -86,6 +86,10 @@ typedef struct sched_stats {
     /* Batches the watchdog gave up on, ever; and those whose worker or device has not come
      * back from them yet (the backend is not ready meanwhile). */
     long watchdog_expired_total, stuck_batches;
+    /* The store's bound ([store] max_bytes; store_trim): the bytes counted against it at the
+     * last measure, and since the start the tensor bytes dropped early, the jobs whose outputs
+     * expired early and the finished jobs deleted early. */
+    long store_bytes, store_expired_bytes_total, store_expired_jobs_total, store_deleted_jobs_total;
 } sched_stats_t;
 void sched_get_stats(sched_t *s, sched_stats_t *ret);
 /* Whether the store's disk is full (store_disk_full): reason (size bytes) then says why. Any

@@ -213,6 +213,29 @@ int store_recover_crashed(store_t *st, const char *id, const char *code, const c
 /* Deletes finished jobs (and their tensors and blob files) that finished before cutoff_us.
  * *ret_deleted: how many jobs. */
 int store_gc(store_t *st, int64_t cutoff_us, int *ret_deleted);
+/* The store's bound ([store] max_bytes). What counts against it is what deleting rows and files
+ * can give back: the database files' pages in use (the free pages left by deletes are reused
+ * before a file grows) and the files under blobs/. The WALs come on top: deletes add to them,
+ * and checkpoints empty them. */
+typedef struct store_trim_stats {
+    uint64_t bytes;         /* counted against the bound after the trim */
+    uint64_t expired_bytes; /* tensor bytes dropped by this trim: outputs, inputs of deleted jobs */
+    int64_t expired_jobs;   /* jobs whose outputs this trim expired */
+    int64_t deleted_jobs;   /* finished jobs this trim deleted whole */
+} store_trim_stats_t;
+/* Measures the bytes counted against the bound: a stat of each file, one walk of blobs/. */
+int store_bytes(store_t *st, uint64_t *ret);
+/* When the store holds more than max_bytes (0: no bound), brings it back under 15/16 of it (the
+ * slack keeps a store at its bound from trimming at every check): the outputs of the oldest
+ * finished jobs first (their records stay, marked expired: store_blob_expired), then, while
+ * still over, the oldest finished jobs whole. Queued and running jobs, buffers and the files
+ * they name are never touched; they alone can keep the store over its bound. Loop thread,
+ * outside a transaction. *ret says what it found and did, also on max_bytes 0. */
+int store_trim(store_t *st, uint64_t max_bytes, store_trim_stats_t *ret);
+/* Whether a tensor's locator is that of an output store_trim expired: its descriptor stays,
+ * its bytes are gone (store_blob_read answers -ENODATA). */
+bool store_blob_expired(const char *blob);
+
 /* PRAGMA wal_checkpoint(TRUNCATE) when no reader is in the way, else PASSIVE. */
 int store_checkpoint(store_t *st);
 

@@ -68,6 +68,14 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
                        " AND finished_us < ?1 LIMIT ?2",
     [STMT_GC_DELETE] = "DELETE FROM jobs WHERE id = ?1",
     [STMT_GC_DELETE_BYTES] = "DELETE FROM job_bytes WHERE job_id = ?1",
+    /* store_trim: the finished jobs after (?1, ?2) in (finished_us, id) order, which
+     * jobs_finished (finished_us, and the key id) gives without sorting. */
+    [STMT_TRIM_NEXT] =
+        "SELECT id, finished_us, outputs FROM jobs INDEXED BY jobs_finished WHERE " STORE_ENDED
+        " AND finished_us >= ?1 AND (finished_us > ?1 OR id > ?2) "
+        "ORDER BY finished_us, id LIMIT ?3",
+    [STMT_TRIM_EXPIRE] = "UPDATE jobs SET outputs = ?2 WHERE id = ?1",
+    [STMT_TRIM_DELETE_OUTPUT_BYTES] = "DELETE FROM job_bytes WHERE job_id = ?1 AND output = 1",
     [STMT_FILE_REFERENCED] = "SELECT coalesce((SELECT refs FROM blob_refs WHERE file = ?1), 0), "
                              "EXISTS (SELECT 1 FROM buffers WHERE file = ?1)",
     /* A transaction's changes to the count of job tensors naming a file, one per file at its

@@ -8,6 +8,7 @@
  *   store_refs.c       which blob files rows name, and removing the files none does
  *   store_recover.c    recovery after a restart
  *   store_retention.c  deleting finished jobs past the cutoff
+ *   store_trim.c       the bound on the store's bytes: expiring outputs early, and measuring
  *   store_checkpoint.c WAL checkpoints, on the writer or on a thread of their own
  *   store_buffers.c    buffer inserts, deletes, resident bytes
  *   store_read.c       readers: jobs, buffers, blobs, usage, on any thread
@@ -72,6 +73,9 @@ typedef enum store_stmt_id {
     STMT_GC_SELECT,
     STMT_GC_DELETE,
     STMT_GC_DELETE_BYTES,
+    STMT_TRIM_NEXT,
+    STMT_TRIM_EXPIRE,
+    STMT_TRIM_DELETE_OUTPUT_BYTES,
     STMT_FILE_REFERENCED,
     STMT_REFS_ADD,
     STMT_REFS_DROP,
@@ -192,6 +196,8 @@ int store_locator_parse(const char *blob, store_locator_t *ret);
 char *store_locator_file(const char *file, uint64_t offset);
 char *store_locator_tensor(const char *job_id, bool output, int slot);
 char *store_locator_buffer(const char *buffer_id);
+/* The locator of an output whose bytes store_trim expired (store_blob_expired). */
+#define STORE_LOCATOR_EXPIRED "expired:"
 
 /* Creates a new empty file under blobs_dir with a random name *ret_file ("ab/<name>", at
  * *ret_path), its directory entry fsync'd; *ret_fd is open for writing. */
@@ -294,6 +300,7 @@ typedef enum store_where {
     STORE_IN_ROW,    /* the bytes follow the record */
     STORE_IN_FILE,   /* a blob file of their own (offset 0) or a segment */
     STORE_IN_BUFFER, /* an uploaded buffer, by id */
+    STORE_EXPIRED,   /* an output whose bytes store_trim dropped: the descriptor alone */
 } store_where_t;
 
 /* One tensor's record: its descriptor and where its bytes are. */
@@ -409,6 +416,10 @@ typedef struct shard {
     /* Held by whoever checkpoints, the checkpointer or the writer: SQLite lets one at a time,
      * and refuses the other rather than have it wait. */
     pthread_mutex_t checkpoint_lock;
+    /* store_trim has expired the outputs of every finished job up to this (finished_us, id),
+     * in that order: where its next pass starts. */
+    int64_t trim_us;
+    char trim_id[ID_SIZE];
 } shard_t;
 
 struct store {
@@ -458,6 +469,23 @@ void store_run_on_shards(store_t *st, shard_task_t task, const bool *wants, bool
 
 /* Brings a shard's database file to STORE_SCHEMA_VERSION (store_schema.c). */
 int store_migrate(store_conn_t *conn);
+
+/* --- retention (store_retention.c) --- */
+
+/* The files a job tensor column's records (bytes, len) name: each noted as one reference less
+ * in sh->write_refs, and added to files the first time the write drops it. *ret_bytes: the
+ * bytes of the records' tensors kept by the store (in rows or files), not counting expired
+ * outputs or buffers. A malformed column is logged, and its files left for the sweep at the
+ * next open. */
+int store_drop_tensors(shard_t *sh, const char *job_id, const void *bytes, size_t len,
+                       blob_files_t *files, uint64_t *ret_bytes);
+/* Deletes the finished jobs ids[0..n) of sh with their tensors (counting their bytes, as
+ * store_drop_tensors, into *ret_bytes), in the open write; the files they alone named are
+ * added to files. */
+int store_delete_jobs(shard_t *sh, char (*ids)[ID_SIZE], int n, blob_files_t *files,
+                      uint64_t *ret_bytes);
+/* After the write that dropped files committed: removes those no row names any more. */
+void store_remove_unused(shard_t *sh, blob_files_t *files);
 
 /* --- transactions and writes (store_txn.c) --- */
 

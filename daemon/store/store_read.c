@@ -103,6 +103,8 @@ static int tensors_from_column(job_t *job, sqlite3_stmt *row, int col, bool outp
         t->nbytes = rec.nbytes;
         if (rec.where == STORE_IN_BUFFER) {
             memcpy(t->buffer_id, rec.buffer_id, sizeof t->buffer_id);
+        } else if (rec.where == STORE_EXPIRED) {
+            if (!(t->blob = strdup(STORE_LOCATOR_EXPIRED))) return -ENOMEM;
         } else {
             t->blob = rec.where == STORE_IN_FILE ? store_locator_file(rec.file, rec.offset)
                                                  : store_locator_tensor(job->id, output, rec.slot);
@@ -314,9 +316,15 @@ static int read_tensor_bytes(sqlite3_stmt *stmt, const store_locator_t *loc, con
     return k < 0 ? corrupt(loc->id, loc->output ? "outputs" : "inputs") : -ENOENT;
 }
 
+bool store_blob_expired(const char *blob)
+{
+    return blob && strcmp(blob, STORE_LOCATOR_EXPIRED) == 0;
+}
+
 int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void **ret_data)
 {
     store_locator_t loc;
+    if (store_blob_expired(blob)) return -ENODATA;
     if (store_locator_parse(blob, &loc) < 0)
         return log_error_errno(-EINVAL, "store: '%s' is not a blob locator", blob ? blob : "");
     if (loc.kind == STORE_LOCATOR_FILE)
@@ -345,6 +353,7 @@ int store_blob_read_at(store_reader_t *rd, const char *blob, uint64_t nbytes, ui
                        void *dst, size_t n)
 {
     store_locator_t loc;
+    if (store_blob_expired(blob)) return -ENODATA;
     if (offset > nbytes || n > nbytes - offset || store_locator_parse(blob, &loc) < 0)
         return log_error_errno(-EINVAL, "store: cannot read %zu bytes at %" PRIu64 " of '%s'", n,
                                offset, blob ? blob : "");

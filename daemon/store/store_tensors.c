@@ -7,10 +7,10 @@
  *
  * A record, integers little-endian:
  *
- *   u8 slot, u8 where (STORE_IN_ROW, STORE_IN_FILE, STORE_IN_BUFFER),
+ *   u8 slot, u8 where (STORE_IN_ROW, STORE_IN_FILE, STORE_IN_BUFFER, STORE_EXPIRED),
  *   u8 length + name, u8 length + dtype name, u8 ndim + ndim x u64 dims, u64 nbytes,
  *   then by where: u64 offset in the job's bytes | u8 length + file + u64 offset |
- *   u8 length + buffer id.
+ *   u8 length + buffer id | nothing.
  *
  * The decoder checks every length against what is left, so that a damaged row is an error and
  * never a read past its end. */
@@ -152,7 +152,7 @@ int store_tensors_next(const void *bytes, size_t len, size_t *pos, store_tensor_
         rec.offset = get_u64(&r);
     } else if (rec.where == STORE_IN_BUFFER) {
         get_str(&r, rec.buffer_id, sizeof rec.buffer_id);
-    } else {
+    } else if (rec.where != STORE_EXPIRED) {
         r.ok = false;
     }
     if (!r.ok || rec.slot >= OP_MAX_TENSORS || dtype_parse(dtype, &rec.desc.dtype) < 0 ||

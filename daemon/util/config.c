@@ -178,6 +178,9 @@ static const config_key_t config_keys[] = {
             "finished jobs and their outputs expire after this (s)"),
     KEY_INT("store", checkpoint_interval_s, 1, 86400, "60", "WAL checkpoint period (s)"),
     KEY_INT("store", gc_interval_s, 1, 86400, "300", "retention sweep period (s)"),
+    KEY_SIZE("store", max_bytes, 0, UINT64_MAX, "0",
+             "bound on the bytes the store keeps (database pages in use and blob files); past "
+             "it the oldest finished jobs' outputs go, then those jobs; 0 for none (bytes)"),
 
     KEY_STRING("gpu", devices, check_devices, "all",
                "GPUs to use: all, or a list of indices or UUIDs such as 0,2"),

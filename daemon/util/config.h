@@ -52,6 +52,7 @@ typedef struct config {
     int retention_s;            /* finished jobs and their outputs expire after this */
     int checkpoint_interval_s;  /* WAL checkpoint timer */
     int gc_interval_s;          /* retention sweep timer */
+    uint64_t max_bytes;         /* bound on what the store keeps; 0 = none (store.h) */
 
     /* [gpu] (CUDA backend) */
     char devices[256]; /* "all", "0,2", or GPU UUIDs */

@@ -71,6 +71,10 @@ SHUTDOWN_WINDOW = (
     "shutdown, a window of well under a millisecond before the HTTP server stops"
 )
 STORE_UNREADABLE = "answered only when the store cannot be read"
+STORE_PAST_BOUND = (
+    "answered only once a store with a [store] max_bytes bound has been filled past it, which "
+    "takes megabytes of outputs and a second's wait (test_e2e_store_bound provokes it)"
+)
 UNPROVOKABLE = {
     ("DELETE", "/v1/jobs/{id}", 503): SHUTDOWN_WINDOW,
     ("GET", "/v1/jobs/{id}/wait", 503): SHUTDOWN_WINDOW,
@@ -82,6 +86,8 @@ UNPROVOKABLE = {
     ("GET", "/v1/usage", 503): STORE_UNREADABLE,
     ("POST", "/v1/buffers", 507): "answered only when the daemon's disk is full",
     ("POST", "/v1/jobs", 507): "answered only when the daemon's disk is full (test_e2e_connections)",
+    ("GET", "/v1/jobs/{id}/outputs/{name}", 410): STORE_PAST_BOUND,
+    ("POST", "/v1/buffers", 410): STORE_PAST_BOUND,
     ("POST", "/v1/jobs", 422): "every op of this build runs on both backends (test_api_routes "
     "provokes it with a backend that lacks one)",
 }

@@ -155,6 +155,11 @@ int store_jobs_list(store_reader_t *rd, const store_list_query_t *q, job_t ***re
     return 0;
 }
 
+bool store_blob_expired(const char *blob)
+{
+    return blob && strcmp(blob, "expired:") == 0;
+}
+
 int store_blob_read(store_reader_t *rd, const char *blob, uint64_t nbytes, void **ret_data)
 {
     for (int i = 0; i < n_blobs; i++)

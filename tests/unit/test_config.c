@@ -69,6 +69,7 @@ static const field_case_t fields[] = {
     FIELD("store", retention_s, "3600"),
     FIELD("store", checkpoint_interval_s, "12"),
     FIELD("store", gc_interval_s, "13"),
+    FIELD("store", max_bytes, "1G"),
     FIELD("gpu", devices, "0,2"),
     FIELD("gpu", streams_per_device, "14"),
     FIELD("gpu", device_memory_cap, "8GiB"),

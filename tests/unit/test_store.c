@@ -892,6 +892,86 @@ START_TEST(test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor)
 }
 END_TEST
 
+/* A succeeded job finished at finished_us with one output of 4096 f32 in a file of its own. */
+static void insert_succeeded(fixture_t *f, int64_t finished_us, char ret_id[ID_SIZE])
+{
+    insert_small(f, &test_op, "alice", now_us(), ret_id);
+    ck_assert_int_eq(set_state(f, ret_id, JOB_RUNNING), 0);
+    job_t *job = get_job(f, ret_id);
+    job->state = JOB_SUCCEEDED;
+    job->finished_us = finished_us;
+    job->call.n_out = 1;
+    job->call.out_names[0] = "out";
+    tensor_set(&job->out[0], "out", 4096, (unsigned)finished_us);
+    ck_assert_int_eq(store_job_update(f->st, job), 0);
+    job_free(job);
+}
+
+static bool output_expired(fixture_t *f, const char *id)
+{
+    job_t *job = get_job(f, id);
+    bool expired = store_blob_expired(job->out[0].blob);
+    if (expired) {
+        void *bytes = NULL;
+        ck_assert_int_eq(store_blob_read(f->rd, job->out[0].blob, job->out[0].nbytes, &bytes),
+                         -ENODATA);
+        ck_assert_int_eq(job->out[0].nbytes, 4096 * 4);
+    }
+    job_free(job);
+    return expired;
+}
+
+/* Past its bound the store expires the outputs of the oldest finished jobs first (in finish
+ * order, not insertion order), only as many as it must; then deletes the oldest finished jobs
+ * whole; never a running job. */
+START_TEST(test_trim_expires_oldest_outputs_first_then_deletes_oldest_jobs)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char a[ID_SIZE], b[ID_SIZE], c[ID_SIZE], running[ID_SIZE];
+    insert_succeeded(&f, 3000, c); /* inserted first, finished last */
+    insert_succeeded(&f, 1000, a);
+    insert_succeeded(&f, 2000, b);
+    insert_small(&f, &test_op, "alice", now_us(), running);
+    ck_assert_int_eq(set_state(&f, running, JOB_RUNNING), 0);
+    uint64_t before = 0;
+    ck_assert_int_eq(store_bytes(f.st, &before), 0);
+    ck_assert_uint_ge(before, 3 * 4096 * 4);
+
+    store_trim_stats_t t;
+    ck_assert_int_eq(store_trim(f.st, 0, &t), 0); /* no bound: nothing goes */
+    ck_assert_int_eq(t.expired_jobs + t.deleted_jobs, 0);
+    ck_assert_int_eq(store_trim(f.st, before, &t), 0); /* at the bound: nothing goes */
+    ck_assert_int_eq(t.expired_jobs + t.deleted_jobs, 0);
+
+    /* Just past this bound, the store trims to 15/16 of it: less than one output's worth
+     * under what it holds, as long as it holds less than 16 outputs' worth. */
+    ck_assert_uint_lt(before, 16 * 4096 * 4);
+    uint64_t bound = before - 1;
+    ck_assert_int_eq(store_trim(f.st, bound, &t), 0);
+    ck_assert_int_eq(t.expired_jobs, 1);
+    ck_assert_int_eq(t.deleted_jobs, 0);
+    ck_assert_uint_eq(t.expired_bytes, 4096 * 4);
+    ck_assert(output_expired(&f, a));
+    ck_assert(!output_expired(&f, b));
+    ck_assert(!output_expired(&f, c));
+    ck_assert_uint_lt(t.bytes, before);
+
+    /* A bound nothing finished can meet: every output, then every finished job, goes. */
+    ck_assert_int_eq(store_trim(f.st, 1, &t), 0);
+    ck_assert_int_eq(t.expired_jobs, 2);
+    ck_assert_int_eq(t.deleted_jobs, 3);
+    job_t *job = NULL;
+    ck_assert_int_eq(store_job_get(f.rd, a, &job), -ENOENT);
+    ck_assert_int_eq(store_job_get(f.rd, c, &job), -ENOENT);
+    job = get_job(&f, running);
+    ck_assert_int_eq(job->state, JOB_RUNNING);
+    job_free(job);
+    ck_assert_int_eq(count_blob_files(&f), 0);
+    fixture_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_gc_removes_expired_finished_jobs_and_their_files_but_not_others)
 {
     fixture_t f;
@@ -2553,6 +2633,7 @@ static Suite *store_suite(void)
         tc, test_recover_requeues_running_fails_past_max_attempts_and_returns_queued_oldest_first);
     tcase_add_test(tc, test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor);
     tcase_add_test(tc, test_gc_removes_expired_finished_jobs_and_their_files_but_not_others);
+    tcase_add_test(tc, test_trim_expires_oldest_outputs_first_then_deletes_oldest_jobs);
     tcase_add_test(tc, test_small_tensors_share_a_segment_that_goes_with_its_last_job);
     tcase_add_test(
         tc, test_pack_writes_many_jobs_small_tensors_to_one_file_that_goes_with_its_last_job);
