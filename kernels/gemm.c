@@ -199,6 +199,9 @@ static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *cons
 {
     const gemm_params_t *p = OP_PARAMS((op_call_t *)call, gemm_params_t);
     int64_t m = p->m, n = p->n, k = p->k;
+    /* An empty output has nothing to compute, however large k and the batch: without this the
+     * loops below would still walk batch * m * k products of a's rows for n = 0. */
+    if (p->batch == 0 || m == 0 || n == 0) return 0;
     bool use_c = p->has_c && p->beta != 0;
     bool exact = p->dtype == DTYPE_I8;
     double *acc = malloc((size_t)(n ? n : 1) * sizeof *acc);

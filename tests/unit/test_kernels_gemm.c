@@ -103,6 +103,25 @@ START_TEST(test_gemm_k_zero_gives_beta_c)
 }
 END_TEST
 
+/* An empty output has nothing to compute, however long k and the batch: a shared a of 64 x
+ * 512 against b of [2^30, 512, 0] is 2^45 products of a's rows if the loops run, and returns at
+ * once if they do not (Check's per-test timeout fails the first). */
+START_TEST(test_gemm_with_an_empty_output_computes_nothing)
+{
+    tensor_desc_t a = td(DTYPE_F32, 64, 512);
+    tensor_desc_t b = td(DTYPE_F32, (int64_t)1 << 30, 512, 0);
+    op_call_t call;
+    op_error_t err;
+    ck_assert_int_eq(gemm_call(&call, &a, &b, NULL, NULL, &err), 0);
+    ck_assert_uint_eq(tensor_desc_bytes(&call.out[0]), 0);
+    ck_assert(call.cost.flops == 0);
+    float *av = calloc(64 * 512, sizeof *av);
+    float none;
+    gemm_run(&call, av, &none, NULL, &none);
+    free(av);
+}
+END_TEST
+
 /* The independent check: a naive triple loop in f64 over explicitly strided operands. */
 static void naive_gemm(dtype_t dt, const void *a, const void *b, const void *c, double *out,
                        int64_t batch, bool a_batched, bool b_batched, int64_t m, int64_t n,
@@ -277,6 +296,7 @@ int main(void)
     tcase_add_test(tc, test_gemm_f32_hand_checked_with_every_transpose);
     tcase_add_test(tc, test_gemm_alpha_beta_with_c_and_i8_to_i32);
     tcase_add_test(tc, test_gemm_k_zero_gives_beta_c);
+    tcase_add_test(tc, test_gemm_with_an_empty_output_computes_nothing);
     tcase_add_test(tc, test_gemm_reference_matches_naive_loop_for_all_forms);
     tcase_add_test(tc, test_gemm_outputs_cost_and_batch_key);
     tcase_add_test(tc, test_gemm_rejects_bad_input_naming_the_field);
