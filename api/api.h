@@ -9,7 +9,7 @@
 
 typedef struct api_server api_server_t;
 
-/* Listening sockets handed from one process of the daemon to the next (daemon/restart.h):
+/* Listening sockets handed from one process of the daemon to the next (daemon/util/restart.h):
  * TCP and Unix, -1 for none. */
 typedef struct api_listeners {
     int tcp, local;
@@ -23,7 +23,7 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
                      const api_listeners_t *inherited, api_server_t **ret);
 /* Stops accepting new submissions: from now on they answer 503 (reads still work). */
 void api_server_stop_intake(api_server_t *srv);
-/* Before the daemon executes itself again (daemon/restart.h): stops accepting connections and
+/* Before the daemon executes itself again (daemon/util/restart.h): stops accepting connections and
  * returns the listening sockets, left open without close-on-exec for the next process (-1
  * where that failed: the next process binds anew). api_server_free then leaves them open. */
 api_listeners_t api_server_keep_listeners(api_server_t *srv);

@@ -1,9 +1,8 @@
 /* gpujobd: the process. Reads the configuration, opens the store, starts the scheduler with
  * its backend and the HTTP server, and waits for signals: SIGTERM/SIGINT stop intake, drain
  * running work within the configured bound and exit 0, leaving queued jobs for the next start;
- * SIGUSR1 (a GPU lost its CUDA context: daemon/restart.h) drains the same way and executes the
- * daemon again on the same sockets; SIGHUP is logged (reloading limits comes with the users
- * issue). */
+ * SIGUSR1 (a GPU lost its CUDA context: daemon/util/restart.h) drains the same way and executes the
+ * daemon again on the same sockets; SIGHUP is logged and changes nothing. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,6 +20,83 @@
 #include "daemon/util/service_notify.h"
 #include "daemon/store/store.h"
 
+/* The parts of a running daemon, in the order they start. */
+typedef struct daemon_parts {
+    store_t *st;
+    sched_t *sched;
+    executor_t *ex;
+    gpu_metrics_t *gpu_metrics;
+    api_server_t *api;
+} daemon_parts_t;
+
+/* Opens the store and starts the scheduler with its backend and the HTTP server, on the
+ * listening sockets a previous process handed over if any. 0, or 1 after logging why (and
+ * closing what had started). */
+static int daemon_start(const config_t *cfg, const exec_blob_reader_t *blobs, daemon_parts_t *d)
+{
+    int r = store_open(cfg, &d->st);
+    if (r < 0) {
+        log_error("Failed to open the store in '%s': %s", cfg->state_dir, strerror(-r));
+        return 1;
+    }
+    /* Before any worker runs a job: a job that crashes the process is failed at the next
+     * start instead of crashing that one too (crash_guard.h). */
+    r = crash_guard_install(cfg->state_dir);
+    if (r >= 0) r = sched_new(cfg, d->st, &d->sched);
+    if (r >= 0) r = backend_new(cfg, blobs, &d->ex);
+    if (r >= 0) {
+        /* The GPU gauges are an extra: without them the daemon serves on. */
+        int m = backend_gpu_metrics_start(cfg, d->ex, &d->gpu_metrics);
+        if (m < 0) log_warn("No GPU gauges in /metrics: %s", strerror(-m));
+        sched_set_executor(d->sched, d->ex);
+        r = sched_start(d->sched);
+    }
+    api_listeners_t inherited;
+    restart_listeners(&inherited.tcp, &inherited.local);
+    if (r >= 0) r = api_server_start(cfg, d->sched, d->gpu_metrics, &inherited, &d->api);
+    if (r < 0) {
+        log_error("Failed to start: %s", strerror(-r));
+        gpu_metrics_stop(d->gpu_metrics);
+        sched_free(d->sched);
+        store_close(d->st);
+        return 1;
+    }
+    return 0;
+}
+
+/* Waits for a signal that ends this process: SIGTERM, SIGINT or SIGUSR1 (which it returns).
+ * SIGHUP is logged and changes nothing. */
+static int wait_for_stop(const sigset_t *signals)
+{
+    int sig = 0;
+    for (;;) {
+        if (sigwait(signals, &sig) != 0) continue;
+        if (sig != SIGHUP) return sig;
+        log_info("SIGHUP: there is nothing to reload");
+    }
+}
+
+/* Stops intake, drains, and frees every part; with restart, keeps the listening sockets (and
+ * the state directory's lock) for the next process and executes it. 0, or 1 when the restart
+ * failed. */
+static int daemon_stop(daemon_parts_t *d, bool restart, int lock_fd, char *const argv[])
+{
+    api_listeners_t kept = {-1, -1};
+    if (restart) kept = api_server_keep_listeners(d->api);
+    api_server_stop_intake(d->api);
+    sched_stop(d->sched);
+    api_server_free(d->api);
+    /* After the server (its /metrics reads the gauges), before the executor goes. */
+    gpu_metrics_stop(d->gpu_metrics);
+    sched_free(d->sched);
+    store_close(d->st);
+    if (restart &&
+        (store_lock_keep_across_exec(lock_fd) < 0 || restart_exec(argv, kept.tcp, kept.local) < 0))
+        return 1;
+    log_info("stopped");
+    return 0;
+}
+
 static int run_daemon(const config_t *cfg, char *const argv[])
 {
     /* Block the signals in every thread; this one waits for them with sigwait(). */
@@ -33,79 +109,28 @@ static int run_daemon(const config_t *cfg, char *const argv[])
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    store_t *st = NULL;
-    sched_t *sched = NULL;
-    executor_t *ex = NULL;
-    gpu_metrics_t *gpu_metrics = NULL;
-    api_server_t *api = NULL;
-    /* The executor's workers read input bytes through readers of their own on the store. */
-    exec_blob_reader_t blobs = exec_store_blob_reader(cfg);
     /* Held until the process ends, and across a restart in place: the store has logged why
      * it was refused. */
     int lock_fd = -1;
     if (store_lock_state_dir(cfg->state_dir, &lock_fd) < 0) return 1;
-    int r = store_open(cfg, &st);
-    if (r < 0) {
-        log_error("Failed to open the store in '%s': %s", cfg->state_dir, strerror(-r));
-        return 1;
-    }
-    /* Before any worker runs a job: a job that crashes the process is failed at the next
-     * start instead of crashing that one too (crash_guard.h). */
-    r = crash_guard_install(cfg->state_dir);
-    if (r >= 0) r = sched_new(cfg, st, &sched);
-    if (r >= 0) r = backend_new(cfg, &blobs, &ex);
-    if (r >= 0) {
-        /* The GPU gauges are an extra: without them the daemon serves on. */
-        int m = backend_gpu_metrics_start(cfg, ex, &gpu_metrics);
-        if (m < 0) log_warn("No GPU gauges in /metrics: %s", strerror(-m));
-        sched_set_executor(sched, ex);
-        r = sched_start(sched);
-    }
-    api_listeners_t inherited;
-    restart_listeners(&inherited.tcp, &inherited.local);
-    if (r >= 0) r = api_server_start(cfg, sched, gpu_metrics, &inherited, &api);
-    if (r < 0) {
-        log_error("Failed to start: %s", strerror(-r));
-        gpu_metrics_stop(gpu_metrics);
-        sched_free(sched);
-        store_close(st);
-        return 1;
-    }
+    /* The executor's workers read input bytes through readers of their own on the store. */
+    exec_blob_reader_t blobs = exec_store_blob_reader(cfg);
+    daemon_parts_t d = {0};
+    if (daemon_start(cfg, &blobs, &d) != 0) return 1;
     log_info("gpujobd %s ready", GPUJOBD_VERSION);
     service_notify("READY=1\nSTATUS=serving");
 
-    int sig = 0;
-    for (;;) {
-        if (sigwait(&signals, &sig) != 0) continue;
-        if (sig == SIGHUP) {
-            log_info("SIGHUP: nothing to reload yet");
-            continue;
-        }
-        break;
-    }
+    int sig = wait_for_stop(&signals);
     bool restart = sig == SIGUSR1;
-    api_listeners_t kept = {-1, -1};
     if (restart) {
         log_warn("SIGUSR1: draining, then restarting in place on the same sockets (after a "
                  "lost GPU context, the only way to get the GPU back); queued jobs stay queued");
         service_notify("RELOADING=1\nSTATUS=restarting to recover a GPU");
-        kept = api_server_keep_listeners(api);
     } else {
         log_info("%s: stopping intake and draining", strsignal(sig));
         service_notify("STOPPING=1\nSTATUS=draining");
     }
-    api_server_stop_intake(api);
-    sched_stop(sched);
-    api_server_free(api);
-    /* After the server (its /metrics reads the gauges), before the executor goes. */
-    gpu_metrics_stop(gpu_metrics);
-    sched_free(sched);
-    store_close(st);
-    if (restart &&
-        (store_lock_keep_across_exec(lock_fd) < 0 || restart_exec(argv, kept.tcp, kept.local) < 0))
-        return 1;
-    log_info("stopped");
-    return 0;
+    return daemon_stop(&d, restart, lock_fd, argv);
 }
 
 int main(int argc, char **argv)

@@ -71,7 +71,7 @@ void e2e_http_thread_done(void);
 json_t *e2e_json_ok(e2e_daemon_t *d, const char *method, const char *path, const char *json_text,
                     long expect_status);
 /* Like e2e_json_ok for a request without a body, but across a restart of the daemon (after a
- * lost GPU context: daemon/restart.h): no response, or 503 while it drains, is tried again
+ * lost GPU context: daemon/util/restart.h): no response, or 503 while it drains, is tried again
  * every 20 ms until the e2e_now() time `until`; then the status is asserted. */
 json_t *e2e_json_until(e2e_daemon_t *d, const char *method, const char *path, long expect_status,
                        double until);
