@@ -204,9 +204,11 @@ int store_job_update(store_t *st, const job_t *job);
 int store_recover(store_t *st, int max_attempts, int (*resolve)(job_t *job),
                   void (*cb)(job_t *job, void *ud), void *ud);
 
-/* Before store_recover, after a crash: fails job id with code and message when the store still
- * has it running (its run took the process down: crash_guard.h), durably. *ret_failed says
- * whether it did; an unknown or no longer running job is left alone. */
+/* Before store_recover, after a crash: fails job id with code and message when it is not final
+ * yet (its run took the process down: crash_guard.h), durably. Queued counts too: a batch goes
+ * to the executor before the commit that records its start, so a job can crash the process
+ * while its row still says queued. *ret_failed says whether it did; an unknown or final job is
+ * left alone. */
 int store_recover_crashed(store_t *st, const char *id, const char *code, const char *message,
                           bool *ret_failed);
 

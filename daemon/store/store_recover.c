@@ -55,8 +55,7 @@ int store_recover_crashed(store_t *st, const char *id, const char *code, const c
     sqlite3_stmt *stmt;
     if (sqlite3_prepare_v2(sh->conn.db,
                            "UPDATE jobs SET state = 'failed', finished_us = ?, error_code = ?, "
-                           "error_message = ? WHERE id = ? AND " STORE_LIVE
-                           " AND state = 'running'",
+                           "error_message = ? WHERE id = ? AND " STORE_LIVE,
                            -1, &stmt, NULL) != SQLITE_OK)
         return store_sql_error(&sh->conn, "failing a crashed job");
     sqlite3_bind_int64(stmt, 1, now_us());

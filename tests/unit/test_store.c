@@ -764,6 +764,36 @@ static void collect(job_t *job, void *ud)
     rec->jobs[rec->n++] = job;
 }
 
+/* A job the crash guard names fails whether its row says running or still queued (a batch is
+ * launched before the commit that records its start); a final job keeps its end. */
+START_TEST(test_recover_crashed_fails_a_named_job_that_is_not_final)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    char queued[ID_SIZE], running[ID_SIZE], done[ID_SIZE];
+    insert_small(&f, &test_op, "alice", 1000, queued);
+    insert_small(&f, &test_op, "alice", 2000, running);
+    ck_assert_int_eq(set_state(&f, running, JOB_RUNNING), 0);
+    insert_small(&f, &test_op, "alice", 3000, done);
+    ck_assert_int_eq(set_state(&f, done, JOB_RUNNING), 0);
+    ck_assert_int_eq(set_state(&f, done, JOB_SUCCEEDED), 0);
+    reopen(&f);
+    const char *ids[] = {queued, running, done};
+    const bool expect_failed[] = {true, true, false};
+    for (int i = 0; i < 3; i++) {
+        bool failed = !expect_failed[i];
+        ck_assert_int_eq(
+            store_recover_crashed(f.st, ids[i], "worker_crashed", "it crashed", &failed), 0);
+        ck_assert_int_eq(failed, expect_failed[i]);
+        job_t *job = get_job(&f, ids[i]);
+        ck_assert_int_eq(job->state, expect_failed[i] ? JOB_FAILED : JOB_SUCCEEDED);
+        if (expect_failed[i]) ck_assert_str_eq(job->error_code, "worker_crashed");
+        job_free(job);
+    }
+    fixture_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_recover_requeues_running_fails_past_max_attempts_and_returns_queued_oldest_first)
 {
     fixture_t f;
@@ -2631,6 +2661,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_failed_write_removes_the_files_it_wrote_and_its_rows);
     tcase_add_test(
         tc, test_recover_requeues_running_fails_past_max_attempts_and_returns_queued_oldest_first);
+    tcase_add_test(tc, test_recover_crashed_fails_a_named_job_that_is_not_final);
     tcase_add_test(tc, test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor);
     tcase_add_test(tc, test_gc_removes_expired_finished_jobs_and_their_files_but_not_others);
     tcase_add_test(tc, test_trim_expires_oldest_outputs_first_then_deletes_oldest_jobs);
