@@ -63,7 +63,7 @@ bool conn_ratelimit_pass(conn_ratelimit_t *rl, int64_t now, long *ret_held)
 /* Shuts down the connections past their deadline. Lock held. */
 static void watch_cut_expired(conn_watch_t *w)
 {
-    int64_t now = now_us();
+    int64_t now = mono_us();
     long cut = 0;
     for (uint32_t i = 0; i < w->n_slots; i++) {
         conn_watch_entry_t *e = w->slots[i];
@@ -201,6 +201,7 @@ void conn_watch_remove(conn_watch_t *w, conn_watch_entry_t *e)
 
 void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us)
 {
+    if (!e) return;
     pthread_mutex_lock(&w->lock);
     e->deadline_us = deadline_us;
     pthread_mutex_unlock(&w->lock);
@@ -208,6 +209,7 @@ void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t dea
 
 void conn_watch_suspend(conn_watch_t *w, conn_watch_entry_t *e)
 {
+    if (!e) return;
     pthread_mutex_lock(&w->lock);
     e->state = ENTRY_SUSPENDED;
     pthread_mutex_unlock(&w->lock);
@@ -215,6 +217,7 @@ void conn_watch_suspend(conn_watch_t *w, conn_watch_entry_t *e)
 
 void conn_watch_arm(conn_watch_t *w, conn_watch_entry_t *e, conn_watch_gone_fn gone, void *ud)
 {
+    if (!e) return;
     pthread_mutex_lock(&w->lock);
     if (e->state == ENTRY_SUSPENDED) {
         e->gone = gone;
@@ -231,6 +234,7 @@ void conn_watch_arm(conn_watch_t *w, conn_watch_entry_t *e, conn_watch_gone_fn g
 
 void conn_watch_resume(conn_watch_t *w, conn_watch_entry_t *e)
 {
+    if (!e) return;
     pthread_mutex_lock(&w->lock);
     if (e->state == ENTRY_ARMED) epoll_ctl(w->epfd, EPOLL_CTL_DEL, e->fd, NULL);
     e->state = ENTRY_ACTIVE;

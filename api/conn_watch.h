@@ -46,11 +46,13 @@ int conn_watch_new(const char *name, conn_watch_t **ret);
 /* Stops the thread and frees the watcher; every entry must have been removed. Accepts NULL. */
 void conn_watch_free(conn_watch_t *w);
 
-/* Registers a connection's socket with a deadline (absolute, now_us() clock; 0 for none). */
+/* Registers a connection's socket with a deadline (absolute, mono_us() clock; 0 for none). */
 int conn_watch_add(conn_watch_t *w, int fd, int64_t deadline_us, conn_watch_entry_t **ret);
 /* Forgets the connection: from its return the watcher no longer touches the socket. Accepts
  * NULL. */
 void conn_watch_remove(conn_watch_t *w, conn_watch_entry_t *e);
+/* The functions below accept a NULL entry (a connection left unwatched when its entry could not
+ * be made) and then do nothing. */
 /* Moves the connection's deadline (0: none). */
 void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us);
 

@@ -453,7 +453,7 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     ctx->watched = ci ? ci->socket_context : NULL;
     /* The headers are in: the body has its own time from now. */
     conn_watch_set_deadline(l->srv->watch, ctx->watched,
-                            now_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000);
+                            mono_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000);
     if (request_malformed(ctx, version, bad_uri)) return send_response(ctx);
     int r = api_request_user(conn, l->is_unix, &ctx->req.user);
     if (r < 0) {
@@ -547,7 +547,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     /* A kept-alive connection's next request: idle time, then the time for its headers. */
     const config_t *cfg = ctx->srv->env.cfg;
     conn_watch_set_deadline(ctx->srv->watch, ctx->watched,
-                            now_us() +
+                            mono_us() +
                                 (int64_t)(cfg->idle_timeout_s + cfg->header_timeout_s) * 1000000);
     api_request_cleanup(&ctx->req);
     free(ctx->req.body);
@@ -573,7 +573,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     conn_watch_entry_t *e = NULL;
-    int64_t deadline = now_us() + (int64_t)srv->env.cfg->header_timeout_s * 1000000;
+    int64_t deadline = mono_us() + (int64_t)srv->env.cfg->header_timeout_s * 1000000;
     /* Out of memory leaves the connection unwatched: MHD's idle timeout still ends it. */
     if (ci) (void)conn_watch_add(srv->watch, ci->connect_fd, deadline, &e);
     *socket_context = e;
@@ -596,7 +596,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     api_server_t *srv = cls;
     pthread_mutex_lock(&srv->log_lock);
     long held = 0;
-    bool pass = conn_ratelimit_pass(mhd_log_kind(srv, fmt), now_us(), &held);
+    bool pass = conn_ratelimit_pass(mhd_log_kind(srv, fmt), mono_us(), &held);
     pthread_mutex_unlock(&srv->log_lock);
     if (!pass) return;
     char line[512];

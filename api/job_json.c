@@ -508,22 +508,39 @@ static int parse_skeleton(const json_scan_t *scan, const job_json_env_t *env, co
     return r;
 }
 
+static int tree_budget_exceeded(api_error_t *err, const job_json_env_t *env)
+{
+    return api_error_set(err, -E2BIG, 413, "payload_too_large", "body",
+                         "parsing this JSON takes more than limits.max_json_tree_bytes (%" PRIu64
+                         " bytes) of memory besides its tensor data",
+                         env->cfg->max_json_tree_bytes);
+}
+
 int job_json_parse_body(const char *text, size_t len, const job_json_env_t *env,
                         const char *idem_key, job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list,
                         api_error_t *err)
 {
+    /* The budget counts the trees jansson builds from here on: the scan's checks of the rare
+     * values it hands to jansson (a data value holding objects, say) as well as the skeleton's. */
+    pthread_once(&parse_budget_once, parse_budget_install);
+    parse_budget = (parse_budget_t){.active = true, .left = env->cfg->max_json_tree_bytes};
     json_scan_t scan;
     json_scan_error_t serr;
     int r = json_scan(text, len, (size_t)env->cfg->max_jobs_per_request, &scan, &serr);
+    if (parse_budget.exceeded) {
+        parse_budget.active = false;
+        if (r == 0) json_scan_done(&scan);
+        return tree_budget_exceeded(err, env);
+    }
+    if (r < 0) parse_budget.active = false;
     if (r == -EINVAL) return invalid_json(err, text, serr.offset, serr.text);
     if (r < 0) return api_error_set(err, r, 500, "internal", "", "out of memory");
     if (scan.is_list && scan.n_jobs > (size_t)env->cfg->max_jobs_per_request) {
+        parse_budget.active = false;
         json_scan_done(&scan);
         return too_many_jobs(err, scan.n_jobs, env);
     }
 
-    pthread_once(&parse_budget_once, parse_budget_install);
-    parse_budget = (parse_budget_t){.active = true, .left = env->cfg->max_json_tree_bytes};
     job_t **jobs = NULL;
     size_t n = 0;
     bool is_list = false;
@@ -532,12 +549,7 @@ int job_json_parse_body(const char *text, size_t len, const job_json_env_t *env,
     parse_budget.active = false;
     json_scan_done(&scan);
     if (r == 0 && exceeded) job_json_free_jobs(jobs, n);
-    if (exceeded)
-        return api_error_set(
-            err, -E2BIG, 413, "payload_too_large", "body",
-            "parsing this JSON takes more than limits.max_json_tree_bytes (%" PRIu64
-            " bytes) of memory besides its tensor data",
-            env->cfg->max_json_tree_bytes);
+    if (exceeded) return tree_budget_exceeded(err, env);
     if (r < 0) return r;
     *ret_jobs = jobs;
     *ret_n = n;

@@ -15,3 +15,6 @@ bool id_valid(char prefix, const char *s);
 
 /* Wall-clock time in µs since the epoch. */
 int64_t now_us(void);
+/* Monotonic time in µs (CLOCK_MONOTONIC): for durations and deadlines, which a step of the
+ * wall clock must not move. */
+int64_t mono_us(void);

@@ -60,10 +60,11 @@ static double peak_per_body_byte(e2e_daemon_t *d, const char *path, const char *
     return ratio;
 }
 
-/* A warm daemon: its threads, arenas and store connections have served a job already. */
-static e2e_daemon_t *warm_daemon(void)
+/* A warm daemon with config: its threads, arenas and store connections have served a job
+ * already. */
+static e2e_daemon_t *warm_daemon(const char *config)
 {
-    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    e2e_daemon_t *d = e2e_daemon_start_ok(config);
     json_decref(e2e_json_ok(d, "POST", "/v1/jobs?wait=10",
                             "{\"op\":\"sum\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[4],"
                             "\"data\":[1,2,3,4]}}}",
@@ -73,7 +74,7 @@ static e2e_daemon_t *warm_daemon(void)
 
 START_TEST(test_a_large_json_job_costs_at_most_three_times_its_body)
 {
-    e2e_daemon_t *d = warm_daemon();
+    e2e_daemon_t *d = warm_daemon("");
     /* f32 numbers of six decimals, nine bytes each with their comma. */
     size_t n = (BODY_BYTES - 128) / 9, cap = BODY_BYTES + 1;
     char *body = malloc(cap);
@@ -98,7 +99,7 @@ END_TEST
 
 START_TEST(test_a_list_refused_with_413_is_not_parsed_first)
 {
-    e2e_daemon_t *d = warm_daemon();
+    e2e_daemon_t *d = warm_daemon("");
     static const char job[] =
         "{\"op\":\"sum\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[4],\"data\":[1,2,3,4]}}}";
     size_t cap = BODY_BYTES + sizeof job + 2, len = 1;
@@ -121,6 +122,31 @@ START_TEST(test_a_list_refused_with_413_is_not_parsed_first)
 }
 END_TEST
 
+/* Tensor data the scanner cannot read itself (objects inside data) goes to jansson within the
+ * same budget as the rest: a large one is refused with 413 once the budget (8 MiB here) is
+ * spent, not built into a tree of twenty times its size first. */
+START_TEST(test_objects_inside_data_are_parsed_within_the_budget)
+{
+    e2e_daemon_t *d = warm_daemon("[limits]\nmax_json_tree_bytes = 8388608\n");
+    size_t cap = BODY_BYTES + 64;
+    char *body = malloc(cap);
+    size_t len =
+        (size_t)snprintf(body, cap,
+                         "{\"op\":\"sum\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[1],"
+                         "\"data\":{\"a\":[0");
+    while (len + 16 < BODY_BYTES)
+        len += (size_t)snprintf(body + len, cap - len, ",0");
+    snprintf(body + len, cap - len, "]}}}}");
+    double ratio = peak_per_body_byte(d, "/v1/jobs", body, 413);
+    ck_assert_msg(ratio <= 3.0,
+                  "a %zu-byte job with an object in its data raised the peak by %.2f bytes "
+                  "per body byte",
+                  strlen(body), ratio);
+    free(body);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_parse_memory");
@@ -128,6 +154,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_a_large_json_job_costs_at_most_three_times_its_body);
     tcase_add_test(tc, test_a_list_refused_with_413_is_not_parsed_first);
+    tcase_add_test(tc, test_objects_inside_data_are_parsed_within_the_budget);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
