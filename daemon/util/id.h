@@ -15,3 +15,6 @@ bool id_valid(char prefix, const char *s);
 
 /* Wall-clock time in µs since the epoch. */
 int64_t now_us(void);
+/* The monotonic clock in µs (CLOCK_MONOTONIC): for durations, which a step of the wall clock
+ * must not stretch or shrink. */
+int64_t mono_us(void);
