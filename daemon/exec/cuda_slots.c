@@ -256,6 +256,7 @@ int cuda_slot_launch(slot_t *slot, exec_batch_t *b, void *rd)
         goto out;
     }
     cudaSetDevice(slot->dw->device);
+    exec_batch_started(b, mono_us());
     exec_guard_batch(b);
     r = launch_fetch_inputs(slot, b, rd, a.in_ptrs);
     if (r < 0) goto out;

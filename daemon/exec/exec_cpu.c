@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "daemon/util/crash_guard.h"
+#include "daemon/util/id.h"
 #include "daemon/util/log.h"
 #include "exec_guard.h"
 #include "exec_inputs.h"
@@ -33,7 +34,6 @@ struct cpu_exec {
     executor_t base;
     exec_blob_reader_t blobs;
     int n_threads;          /* the pool's size */
-    int max_batch;          /* jobs a batch may have: the size of each worker's crash guard slot */
     cpu_worker_t **workers; /* every worker started, replacements included */
     int n_started, workers_cap;
     pthread_mutex_t lock;
@@ -79,22 +79,25 @@ static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
         job_set_error(job, "op_failed", "%s%s%s", err.field, err.field[0] ? ": " : "", err.message);
 }
 
-/* Runs the batch's jobs one after the other, marked in the crash guard while they run, so
- * that a job that crashes the process is failed at the next start instead of run again. */
+/* Runs the batch's jobs one after the other, each marked alone in the crash guard while it
+ * runs, so that a job that crashes the process is failed at the next start instead of run
+ * again, and the batch's other jobs (finished, or not started yet, maybe other users') re-run
+ * as after a kill -9 instead of failing with it. */
 static void run_batch(cpu_exec_t *ex, void *rd, exec_batch_t *batch)
 {
-    exec_guard_batch(batch);
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         job->run_device = -1;
         job->gpu_ns = 0;
         job->batch_size = batch->n;
-        if (rd)
-            run_job(ex, rd, job);
-        else
+        if (!rd) {
             job_set_error(job, "store_failed", "the worker cannot read the store");
+            continue;
+        }
+        exec_guard_job(job);
+        run_job(ex, rd, job);
+        exec_guard_clear();
     }
-    exec_guard_clear();
 }
 
 static void *worker(void *arg)
@@ -102,7 +105,7 @@ static void *worker(void *arg)
     cpu_worker_t *w = arg;
     cpu_exec_t *ex = w->ex;
     prctl(PR_SET_NAME, "gj-cpu");
-    if (crash_guard_thread_enter(ex->max_batch) < 0)
+    if (crash_guard_thread_enter(1) < 0)
         log_warn("cpu worker: no memory for its crash guard: a job that crashes it re-runs");
     void *rd = NULL;
     int r = ex->blobs.open(ex->blobs.ctx, &rd);
@@ -117,6 +120,7 @@ static void *worker(void *arg)
         ex->q_len--;
         ex->busy++;
         w->batch = batch;
+        exec_batch_started(batch, mono_us());
         pthread_mutex_unlock(&ex->lock);
 
         run_batch(ex, rd, batch);
@@ -214,9 +218,11 @@ static bool unqueue_locked(cpu_exec_t *ex, const exec_batch_t *batch)
 }
 
 /* The watchdog gave up on batch. Not started yet (every worker is stuck), it is reported at
- * once, never run. Running, its worker is left to finish it (a thread cannot be stopped
- * safely in the middle of an op) and reports it then; its slot is freed now and a replacement
- * worker started, so that the pool keeps its size. */
+ * once, on the calling thread as executor.h allows, never run, each job failed with
+ * `watchdog_timeout`: a job whose failure the scheduler could not record ends as reported, and
+ * must not end `succeeded` with no outputs. Running, its worker is left to finish it (a thread
+ * cannot be stopped safely in the middle of an op) and reports it then; its slot is freed now and a
+ * replacement worker started, so that the pool keeps its size. */
 static void cpu_abandon(executor_t *base, exec_batch_t *batch)
 {
     cpu_exec_t *ex = (cpu_exec_t *)base;
@@ -237,7 +243,12 @@ static void cpu_abandon(executor_t *base, exec_batch_t *batch)
                   strerror(-r));
     else if (stuck)
         log_warn("cpu backend: a worker is stuck in an abandoned batch; a replacement serves");
-    if (queued) ex->base.done(batch, ex->base.done_ud);
+    if (!queued) return;
+    for (int i = 0; i < batch->n; i++)
+        job_set_error(batch->jobs[i], "watchdog_timeout",
+                      "the job waited for a CPU worker past the watchdog's bound, every worker "
+                      "being stuck, and never ran");
+    ex->base.done(batch, ex->base.done_ud);
 }
 
 static void cpu_destroy(executor_t *base, int timeout_ms)
@@ -299,7 +310,6 @@ int exec_cpu_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_
     if (!ex) return -ENOMEM;
     ex->base.ops = &cpu_ops;
     ex->blobs = *blobs;
-    ex->max_batch = cfg->max_batch;
     ex->n_threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ex->n_threads < 1) ex->n_threads = 1;
     /* No batches queued ahead of the workers: a job handed over starts at once, so `running`

@@ -5,8 +5,11 @@
  *
  * The scheduler calls submit() on its loop thread; submit never blocks on the work. The
  * executor runs the batch on a thread of its own and then calls the `done` callback, from that
- * thread, exactly once per accepted batch. The scheduler installs `done` and `done_ud` (in
- * sched_set_executor) before the first submit. */
+ * thread, exactly once per accepted batch; the one exception is a batch abandoned before it
+ * started (abandon), which may be reported from within abandon, on the loop thread (the
+ * scheduler's `done` writes no outputs for failed jobs and posts a message to its loop, so it
+ * may be called there). The scheduler installs `done` and `done_ud` (in sched_set_executor)
+ * before the first submit. */
 #pragma once
 
 #include <jansson.h>
@@ -33,8 +36,24 @@ typedef struct exec_batch {
      * for a job that failed, its error_code/message; plus run_device, gpu_ns and
      * batch_size. A job left with error_code "" succeeded. */
     exec_retry_t retry;
+    /* When the batch started to run (mono_us(), daemon/util/id.h), 0 while it waits in the
+     * executor: the watchdog's clock starts here. The executor stores it, on its own thread,
+     * with exec_batch_started(); the scheduler reads it with exec_batch_started_us(). */
+    int64_t started_us;
     void *sched_priv; /* the scheduler's own */
 } exec_batch_t;
+
+/* The batch starts to run now (any thread; atomic, so the loop may read it meanwhile). */
+static inline void exec_batch_started(exec_batch_t *b, int64_t mono_now_us)
+{
+    __atomic_store_n(&b->started_us, mono_now_us, __ATOMIC_RELEASE);
+}
+
+/* When the batch started to run (mono_us()), or 0 while it waits in the executor. */
+static inline int64_t exec_batch_started_us(const exec_batch_t *b)
+{
+    return __atomic_load_n(&b->started_us, __ATOMIC_ACQUIRE);
+}
 
 typedef void (*exec_done_fn)(exec_batch_t *batch, void *ud);
 
@@ -70,9 +89,10 @@ typedef struct executor_ops {
      * bound, and has failed its jobs. The executor gets its capacity back as best it can (the
      * CPU backend starts a replacement worker; the CUDA backend resets the device as after a
      * sticky fault) and still calls done() for the batch exactly once, whenever the batch
-     * returns, or never if the process restarts first: until then the scheduler keeps the
-     * batch's jobs, which a stuck worker may still write to. Loop thread; NULL where the
-     * backend has no way to recover (the watchdog then only fails the jobs). */
+     * returns, or never if the process restarts first; a batch that never started may be
+     * reported from within abandon, each of its jobs failed with `watchdog_timeout`: until then the
+     * scheduler keeps the batch's jobs, which a stuck worker may still write to. Loop thread; NULL
+     * where the backend has no way to recover (the watchdog then only fails the jobs). */
     void (*abandon)(executor_t *ex, exec_batch_t *batch);
 } executor_ops_t;
 

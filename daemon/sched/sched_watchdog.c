@@ -3,7 +3,14 @@
  * store, and for their waiters) and the executor is asked to recover (executor_ops_t.abandon);
  * the batch itself stays in flight, its jobs kept in memory, until the executor reports it,
  * since a stuck worker may still write to them. Meanwhile it counts as stuck: /readyz answers
- * 503 and /metrics shows it. */
+ * 503 and /metrics shows it.
+ *
+ * A batch's clock starts when the executor starts to run it (exec_batch_t.started_us), not when
+ * the scheduler hands it over: a CUDA batch may wait in its device's queue behind others, and
+ * that wait is not its own lack of progress. A batch not started yet is not watched; the batch
+ * ahead of it is, and the executor's recovery from that one gives back or reports the batches
+ * waiting behind it. Durations are measured on the monotonic clock (mono_us()), which a step of
+ * the wall clock does not stretch or shrink. */
 #include <stdio.h>
 #include <string.h>
 
@@ -57,7 +64,7 @@ static void batch_expire(sched_t *s, sched_batch_t *sb, int64_t now)
     atomic_fetch_add(&s->stuck_batches, 1);
     log_error("watchdog: a batch of %d %s job(s) has run %lld ms, past its bound of %lld ms: "
               "its jobs fail and the %s backend recovers",
-              b->n, b->jobs[0]->call.op->name, (long long)((now - sb->dispatched_us) / 1000),
+              b->n, b->jobs[0]->call.op->name, (long long)((now - exec_batch_started_us(b)) / 1000),
               (long long)sb->bound_ms, s->ex->ops->name);
     char message[ERROR_MESSAGE_SIZE];
     snprintf(message, sizeof message,
@@ -76,14 +83,16 @@ static void batch_expire(sched_t *s, sched_batch_t *sb, int64_t now)
     if (s->ex->ops->abandon) s->ex->ops->abandon(s->ex, b);
 }
 
-/* The first watched batch past its bound that is not expired yet, or NULL. */
+/* The first watched batch, started, past its bound and not expired yet, or NULL; now is
+ * mono_us(). */
 static sched_batch_t *first_overdue(sched_t *s, int64_t now)
 {
     queue_t *q;
     queue_foreach(q, &s->in_flight)
     {
         sched_batch_t *sb = queue_data(q, sched_batch_t, flight);
-        if (!sb->expired && now - sb->dispatched_us > sb->bound_ms * 1000) return sb;
+        int64_t started = exec_batch_started_us(&sb->batch);
+        if (!sb->expired && started > 0 && now - started > sb->bound_ms * 1000) return sb;
     }
     return NULL;
 }
@@ -93,7 +102,7 @@ static sched_batch_t *first_overdue(sched_t *s, int64_t now)
 static void on_batch_watchdog_timer(uv_timer_t *t)
 {
     sched_t *s = t->data;
-    int64_t now = now_us();
+    int64_t now = mono_us();
     bool any = false;
     for (sched_batch_t *sb; (sb = first_overdue(s, now)); any = true)
         batch_expire(s, sb, now);

@@ -332,7 +332,15 @@ void sched_free(sched_t *s)
     uv_walk(&s->loop, close_any, NULL);
     uv_run(&s->loop, UV_RUN_DEFAULT);
     uv_loop_close(&s->loop);
-    queues_free(s);
+    /* Batches still in the executor's hands (stuck past the drain, or given up on by the
+     * watchdog) may yet be written to by a worker that cannot be stopped: their jobs, entries
+     * and batches are left to the process's exit rather than freed under it. */
+    if (s->batches_in_flight > 0)
+        log_warn("%d batches still running at exit: their jobs are left in memory for their "
+                 "workers",
+                 s->batches_in_flight);
+    else
+        queues_free(s);
     store_sync_free(s->syncer);
     store_checkpointer_close(s->checkpointer);
     store_reader_close(s->rd);

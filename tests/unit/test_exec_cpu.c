@@ -1,0 +1,205 @@
+/* The CPU backend (daemon/exec/exec_cpu.c) driven directly, with ops of the test's own and a
+ * blob reader that reads nothing: which jobs its crash guard blames for a crash, and how it
+ * reports a batch the watchdog gave up on before it started. No timing: a job that must stay
+ * running blocks on a pipe until the test releases it. */
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon/exec/executor.h"
+#include "daemon/util/crash_guard.h"
+
+/* ------------------------------------------------------------------ the test's ops */
+
+static const op_call_t *crash_call; /* the call whose run crashes the process */
+static int started_fd[2];           /* a blocking run writes a byte here when it starts... */
+static int release_fd[2];           /* ...and returns once it reads one from here */
+
+static int run_maybe_crash(const op_call_t *call, const void *const *in, void *const *out,
+                           op_error_t *err)
+{
+    (void)in, (void)out, (void)err;
+    if (call == crash_call) {
+        volatile char *volatile nowhere = NULL;
+        *nowhere = 1; /* a real invalid write, as an op that overruns its memory makes */
+    }
+    return 0;
+}
+
+static int run_block(const op_call_t *call, const void *const *in, void *const *out,
+                     op_error_t *err)
+{
+    (void)call, (void)in, (void)out, (void)err;
+    char c = 1;
+    ck_assert_int_eq(write(started_fd[1], &c, 1), 1);
+    ck_assert_int_eq(read(release_fd[0], &c, 1), 1);
+    return 0;
+}
+
+static const op_def_t crash_op = {.name = "test_maybe_crash", .run_cpu = run_maybe_crash};
+static const op_def_t block_op = {.name = "test_block", .run_cpu = run_block};
+
+/* ---------------------------------------------------- a blob reader that reads nothing */
+
+static int rd_open(void *ctx, void **ret_rd)
+{
+    (void)ctx;
+    *ret_rd = &started_fd; /* any non-NULL reader: the test's jobs have no stored input */
+    return 0;
+}
+
+static void rd_close(void *rd)
+{
+    (void)rd;
+}
+
+static const exec_blob_reader_t no_blobs = {.open = rd_open, .close = rd_close};
+
+/* ------------------------------------------------------------------ batches and reports */
+
+static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
+static exec_batch_t *reported[8];
+static int n_reported;
+
+static void on_done(exec_batch_t *batch, void *ud)
+{
+    (void)ud;
+    pthread_mutex_lock(&done_lock);
+    reported[n_reported++] = batch;
+    pthread_cond_broadcast(&done_cond);
+    pthread_mutex_unlock(&done_lock);
+}
+
+/* Waits until n batches were reported in all. */
+static void wait_reported(int n)
+{
+    pthread_mutex_lock(&done_lock);
+    while (n_reported < n)
+        pthread_cond_wait(&done_cond, &done_lock);
+    pthread_mutex_unlock(&done_lock);
+}
+
+static executor_t *cpu_new(int threads)
+{
+    config_t cfg;
+    config_defaults(&cfg);
+    cfg.cpu_threads = threads;
+    executor_t *ex = NULL;
+    ck_assert_int_eq(exec_cpu_new(&cfg, &no_blobs, &ex), 0);
+    ex->done = on_done;
+    return ex;
+}
+
+/* A batch of n new jobs of op, with ids of their own. */
+static exec_batch_t *batch_new(const op_def_t *op, int n)
+{
+    exec_batch_t *b = calloc(1, sizeof *b);
+    b->jobs = calloc((size_t)n, sizeof *b->jobs);
+    b->n = n;
+    for (int i = 0; i < n; i++) {
+        b->jobs[i] = job_new();
+        b->jobs[i]->call.op = op;
+        id_new('j', b->jobs[i]->id);
+    }
+    return b;
+}
+
+static void batch_free(exec_batch_t *b)
+{
+    for (int i = 0; i < b->n; i++)
+        job_free(b->jobs[i]);
+    free(b->jobs);
+    free(b);
+}
+
+/* ------------------------------------------------------------------------- tests */
+
+START_TEST(test_a_crash_blames_only_the_job_that_ran_not_its_batch)
+{
+    char dir[] = "/tmp/gj-exec-cpu-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    exec_batch_t *b = batch_new(&crash_op, 4);
+    crash_call = &b->jobs[2]->call;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        /* The child runs the batch: its third job takes the process down. */
+        if (crash_guard_install(dir) < 0) _exit(2);
+        executor_t *ex = cpu_new(1);
+        if (ex->ops->submit(ex, b) < 0) _exit(3);
+        for (;;)
+            pause();
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
+                  "the child did not die of its crash (status %d)", status);
+
+    /* Only the job that crashed is listed: the two before it finished, the one after it
+     * never ran, and all three run again after a restart. */
+    ck_assert_int_eq(crash_guard_install(dir), 0);
+    crash_guard_victim_t *v = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(crash_guard_take(&v, &n), 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(v[0].id, b->jobs[2]->id);
+    ck_assert_int_eq(v[0].signo, SIGSEGV);
+    free(v);
+    ck_assert_int_eq(crash_guard_clear(), 0);
+    batch_free(b);
+}
+END_TEST
+
+START_TEST(test_an_abandoned_batch_that_never_started_fails_with_the_watchdog_error)
+{
+    ck_assert_int_eq(pipe(started_fd), 0);
+    ck_assert_int_eq(pipe(release_fd), 0);
+    executor_t *ex = cpu_new(1);
+    /* The only worker is stuck in the first batch; the second waits in the executor. */
+    exec_batch_t *stuck = batch_new(&block_op, 1);
+    ck_assert_int_eq(ex->ops->submit(ex, stuck), 0);
+    char c;
+    ck_assert_int_eq(read(started_fd[0], &c, 1), 1);
+    exec_batch_t *waiting = batch_new(&block_op, 2);
+    ck_assert_int_eq(ex->ops->submit(ex, waiting), 0);
+
+    /* Given up on, the waiting batch is reported at once, never run, each job failed. */
+    ex->ops->abandon(ex, waiting);
+    wait_reported(1);
+    ck_assert_ptr_eq(reported[0], waiting);
+    for (int i = 0; i < waiting->n; i++) {
+        ck_assert_str_eq(waiting->jobs[i]->error_code, "watchdog_timeout");
+        ck_assert_int_gt(strlen(waiting->jobs[i]->error_message), 0);
+    }
+
+    /* The stuck batch, released, ends as it ran. */
+    c = 1;
+    ck_assert_int_eq(write(release_fd[1], &c, 1), 1);
+    wait_reported(2);
+    ck_assert_ptr_eq(reported[1], stuck);
+    ck_assert_str_eq(stuck->jobs[0]->error_code, "");
+    ex->ops->destroy(ex, 10000);
+    batch_free(waiting);
+    batch_free(stuck);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("exec_cpu");
+    TCase *tc = tcase_create("cpu");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_a_crash_blames_only_the_job_that_ran_not_its_batch);
+    tcase_add_test(tc, test_an_abandoned_batch_that_never_started_fails_with_the_watchdog_error);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
