@@ -138,10 +138,7 @@ static int answer_known_idempotent(api_request_t *req, store_reader_t *rd, const
     for (size_t i = 0; i < n; i++) {
         char full[IDEM_KEY_SIZE], id[ID_SIZE];
         job_t *job = NULL;
-        if (is_list)
-            snprintf(full, sizeof full, "%s%c%zu", key, STORE_IDEM_LIST_SEP, i);
-        else
-            snprintf(full, sizeof full, "%s", key);
+        job_idem_key_format(full, key, is_list, i);
         if (store_job_find_idempotent(rd, req->user.name, full, id) < 0 ||
             store_job_get(rd, id, &job) < 0) {
             json_decref(list);

@@ -431,11 +431,7 @@ static int parse_jobs(const json_t *root, const job_json_env_t *env, const char 
             job_json_free_jobs(jobs, i);
             return r;
         }
-        if (has_key && is_list)
-            snprintf(jobs[i]->idempotency_key, IDEM_KEY_SIZE, "%s%c%zu", idem_key,
-                     STORE_IDEM_LIST_SEP, i);
-        else if (has_key)
-            snprintf(jobs[i]->idempotency_key, IDEM_KEY_SIZE, "%s", idem_key);
+        if (has_key) job_idem_key_format(jobs[i]->idempotency_key, idem_key, is_list, i);
     }
     *ret_jobs = jobs;
     *ret_n = n;
@@ -657,9 +653,7 @@ json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_f
     json_object_set_new(o, "device", job->device >= 0 ? json_integer(job->device) : json_null());
     /* A list's element shows its key as the header's, a colon and its index. */
     char key[IDEM_KEY_SIZE];
-    snprintf(key, sizeof key, "%s", job->idempotency_key);
-    char *sep = strchr(key, STORE_IDEM_LIST_SEP);
-    if (sep) *sep = ':';
+    job_idem_key_shown(job->idempotency_key, key);
     json_object_set_new(o, "idempotency_key", key[0] ? json_string(key) : json_null());
     json_object_set_new(o, "deadline_at", job_json_time(job->deadline_us));
     json_object_set_new(o, "created_at", job_json_time(job->created_us));

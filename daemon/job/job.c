@@ -117,3 +117,27 @@ void buffer_free(buffer_t *buf)
     free(buf->blob);
     free(buf);
 }
+
+void job_idem_key_format(char ret[IDEM_KEY_SIZE], const char *key, bool in_list, size_t index)
+{
+    if (in_list)
+        snprintf(ret, IDEM_KEY_SIZE, "%s%c%zu", key, JOB_IDEM_LIST_SEP, index);
+    else
+        snprintf(ret, IDEM_KEY_SIZE, "%s", key);
+}
+
+void job_idem_key_shown(const char *job_key, char ret[IDEM_KEY_SIZE])
+{
+    snprintf(ret, IDEM_KEY_SIZE, "%s", job_key);
+    char *sep = strchr(ret, JOB_IDEM_LIST_SEP);
+    if (sep) *sep = ':';
+}
+
+int64_t job_idem_key_split(const char *job_key, char ret_key[IDEM_KEY_SIZE])
+{
+    snprintf(ret_key, IDEM_KEY_SIZE, "%s", job_key);
+    char *sep = strchr(ret_key, JOB_IDEM_LIST_SEP);
+    if (!sep) return -1;
+    *sep = '\0';
+    return strtoll(sep + 1, NULL, 10);
+}

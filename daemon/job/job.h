@@ -70,6 +70,21 @@ typedef struct job {
     char error_message[ERROR_MESSAGE_SIZE];
 } job_t;
 
+/* The idempotency key of element index of a list submitted with Idempotency-Key key, as a
+ * job_t carries it: key, this separator, index in decimal. The separator is a control
+ * character, which the header cannot carry (the API refuses them), so that no single job's
+ * key ever takes this form; the store keeps the index in a column of its own, and a list's
+ * element and a single job never share a key, whatever the header says. */
+#define JOB_IDEM_LIST_SEP '\x1f'
+/* Writes the key a job of a submission with Idempotency-Key key carries into ret: key itself
+ * for a single job, JOB_IDEM_LIST_SEP and index appended for element index of a list. */
+void job_idem_key_format(char ret[IDEM_KEY_SIZE], const char *key, bool in_list, size_t index);
+/* Splits a job's key into the header's key (into ret_key) and its index in a list, which it
+ * returns; -1 for a single job's key. */
+int64_t job_idem_key_split(const char *job_key, char ret_key[IDEM_KEY_SIZE]);
+/* The key as answers show it: a list element's as "KEY:INDEX". */
+void job_idem_key_shown(const char *job_key, char ret[IDEM_KEY_SIZE]);
+
 /* A new zeroed job (device = run_device = -1). NULL on allocation failure. */
 job_t *job_new(void);
 /* Frees the job, its params text and every tensor's data and blob. Accepts NULL. */

@@ -173,13 +173,6 @@ int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *
 int store_checkpointer_run(store_checkpointer_t *cp);
 void store_checkpointer_close(store_checkpointer_t *cp); /* accepts NULL */
 
-/* The idempotency key of element index of a list submitted with Idempotency-Key key, as a
- * job_t carries it: key, this separator, index in decimal. The separator is a control
- * character, which the header cannot carry (the API refuses them), so that no single job's
- * key ever takes this form; the store keeps the index in a column of its own, and a list's
- * element and a single job never share a key, whatever the header says. */
-#define STORE_IDEM_LIST_SEP '\x1f'
-
 /* Inserts a new job with its input tensors (descriptors, and bytes for in-memory tensors:
  * inline in the row when small, else the blob the caller got from store_blob_write, set in the
  * tensor's blob field). The job is queued, or running when it started in the transaction that

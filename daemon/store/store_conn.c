@@ -304,15 +304,6 @@ void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size)
     snprintf(dst, size, "%s", s ? (const char *)s : "");
 }
 
-int64_t store_idem_key_split(const char *job_key, char *key)
-{
-    store_copy_str(key, IDEM_KEY_SIZE, job_key);
-    char *sep = strchr(key, STORE_IDEM_LIST_SEP);
-    if (!sep) return -1;
-    *sep = '\0';
-    return strtoll(sep + 1, NULL, 10);
-}
-
 void store_shape_format(const tensor_desc_t *d, char *buf, size_t size)
 {
     size_t used = (size_t)snprintf(buf, size, "[");

@@ -141,10 +141,6 @@ int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_nu
 /* Copies a text column into dst (truncating to size, always NUL-terminated). */
 void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size);
 
-/* Splits a job's idempotency key into the header's key (into key, of IDEM_KEY_SIZE bytes) and
- * its index in a list (STORE_IDEM_LIST_SEP), or -1 for a single job's key. */
-int64_t store_idem_key_split(const char *job_key, char *key);
-
 /* Shapes in rows are compact JSON arrays, "[2,3]" ("[]" for a scalar). */
 void store_shape_format(const tensor_desc_t *d, char *buf, size_t size);
 int store_shape_parse(const char *text, tensor_desc_t *d);

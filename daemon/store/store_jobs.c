@@ -116,7 +116,7 @@ int store_shard_job_insert(shard_t *sh, job_t *job, const char *id)
         sqlite3_bind_int(stmt, 8, job->attempts);
         sqlite3_bind_int64(stmt, 9, created_us);
         char key[IDEM_KEY_SIZE];
-        int64_t index = store_idem_key_split(job->idempotency_key, key);
+        int64_t index = job_idem_key_split(job->idempotency_key, key);
         store_bind_text(stmt, 10, key, true);
         if (key[0]) sqlite3_bind_int64(stmt, 15, index);
         store_bind_text(stmt, 11, job_state_name(job->state), false);

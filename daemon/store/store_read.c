@@ -146,9 +146,9 @@ static int job_from_row(sqlite3_stmt *row, job_t **ret)
     store_column_copy(row, 16, job->error_message, sizeof job->error_message);
     store_column_copy(row, 17, job->idempotency_key, sizeof job->idempotency_key);
     if (sqlite3_column_type(row, 20) != SQLITE_NULL && sqlite3_column_int64(row, 20) >= 0) {
-        size_t len = strlen(job->idempotency_key);
-        snprintf(job->idempotency_key + len, sizeof job->idempotency_key - len, "%c%lld",
-                 STORE_IDEM_LIST_SEP, (long long)sqlite3_column_int64(row, 20));
+        char key[IDEM_KEY_SIZE];
+        memcpy(key, job->idempotency_key, sizeof key);
+        job_idem_key_format(job->idempotency_key, key, true, (size_t)sqlite3_column_int64(row, 20));
     }
     if (r == 0) r = tensors_from_column(job, row, 18, false);
     if (r == 0) r = tensors_from_column(job, row, 19, true);
@@ -191,7 +191,7 @@ int store_job_find_idempotent(store_reader_t *rd, const char *owner, const char 
     if (!stmt) return -EIO;
     /* A list's element was once stored as KEY:INDEX. */
     char split[IDEM_KEY_SIZE], legacy[IDEM_KEY_SIZE + 24];
-    int64_t index = store_idem_key_split(key, split);
+    int64_t index = job_idem_key_split(key, split);
     if (index >= 0)
         snprintf(legacy, sizeof legacy, "%s:%lld", split, (long long)index);
     else

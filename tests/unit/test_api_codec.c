@@ -653,7 +653,7 @@ START_TEST(test_job_parse_builds_a_validated_job)
     ck_assert(alpha == 2.0);
     job_json_free_jobs(jobs, n);
 
-    /* A list: every job gets its key and index apart (STORE_IDEM_LIST_SEP); no deadline when
+    /* A list: every job gets its key and index apart (JOB_IDEM_LIST_SEP); no deadline when
      * null. */
     ck_assert_int_eq(request_parse("[{\"op\": \"tadd\", \"inputs\": {" X3 "}}, {\"op\": \"tadd\", "
                                    "\"deadline_ms\": null, \"inputs\": {\"x\": {\"dtype\": "
