@@ -211,7 +211,9 @@ static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *cons
         free(iacc);
         return op_error(err, -ENOMEM, "", "out of memory");
     }
-    int64_t alpha_i = (int64_t)p->alpha, beta_i = (int64_t)p->beta;
+    /* Integral scalars only where the product is exact (i8): validate bounds them there, and a
+     * float's alpha may be past int64's range. */
+    int64_t alpha_i = exact ? (int64_t)p->alpha : 0, beta_i = exact ? (int64_t)p->beta : 0;
     for (int64_t z = 0; z < p->batch; z++) {
         int64_t a0 = p->a_batched ? z * m * k : 0, b0 = p->b_batched ? z * k * n : 0;
         int64_t o0 = z * m * n;

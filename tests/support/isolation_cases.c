@@ -319,7 +319,7 @@ static void iso_expect(iso_case_t *c, const char *name, const char *dtype, int n
     o->name = name;
     o->dtype = iso_dtype(dtype);
     o->ndim = ndim;
-    memcpy(o->shape, shape, sizeof *shape * (size_t)ndim);
+    if (ndim > 0) memcpy(o->shape, shape, sizeof *shape * (size_t)ndim);
     o->want = want;
     unsigned char elem[8];
     for (int64_t i = 0; i < iso_numel(ndim, shape); i++) {
