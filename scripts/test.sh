@@ -5,7 +5,8 @@
 # Then the fuzz smoke: the targets of tests/fuzz/ built with clang in build-fuzz (the `fuzz`
 # preset) and a bounded run of each (ctest -L fuzz). GPUJOB_TEST_FUZZ=0 leaves it out.
 # Last, the CPU suite again under ASan+UBSan in build-asan (the `asan` preset). It leaves out
-# the soak, whose memory and latency criteria mean nothing under ASan, and the valgrind and
+# the soak and the parse-memory test (label `memory`), whose memory and latency criteria mean
+# nothing under ASan, and the valgrind and
 # install tests, which cannot run an ASan build. GPUJOB_TEST_ASAN=0 leaves it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
