@@ -3,6 +3,7 @@
  * beyond the server handle, and it is the only part of gpujobd that includes libmicrohttpd. */
 #pragma once
 
+#include "daemon/auth/auth.h"
 #include "daemon/util/config.h"
 #include "daemon/exec/executor.h"
 #include "daemon/sched/scheduler.h"
@@ -15,12 +16,20 @@ typedef struct api_listeners {
     int tcp, local;
 } api_listeners_t;
 
+/* Who may use the server: the [auth] settings and the token store, both borrowed; they must
+ * outlive the server. */
+typedef struct api_auth {
+    const auth_settings_t *settings;
+    auth_store_t *tokens;
+} api_auth_t;
+
 /* Starts serving on cfg->listen (and cfg->unix_socket when set) with a thread pool, taking
  * over the sockets in inherited (NULL: none) instead of binding. Logs the address it serves
  * ("listening on http://127.0.0.1:PORT"), port 0 resolved. gpu_metrics, the GPU gauges
- * /metrics adds, is borrowed and must outlive the server; NULL for none. */
+ * /metrics adds, is borrowed and must outlive the server; NULL for none. auth decides who
+ * each request's user is (api/http_server.c). */
 int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_metrics,
-                     const api_listeners_t *inherited, api_server_t **ret);
+                     const api_auth_t *auth, const api_listeners_t *inherited, api_server_t **ret);
 /* Stops accepting new submissions: from now on they answer 503 (reads still work). */
 void api_server_stop_intake(api_server_t *srv);
 /* Before the daemon executes itself again (daemon/util/restart.h): stops accepting connections and

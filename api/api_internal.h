@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "daemon/auth/auth.h"
 #include "daemon/util/config.h"
 #include "daemon/exec/executor.h"
 #include "daemon/sched/scheduler.h"
@@ -27,9 +28,16 @@
 #define API_MAX_EXTRA_HEADERS 4
 #define API_STATUS_MAX 600
 
+/* Who sent a request (http_server.c decides). An empty name: nobody was identified, and err
+ * says why; only the anonymous routes (/healthz, /readyz) answer such a request. */
 typedef struct api_user {
     char name[OWNER_SIZE];
-    bool admin; /* sees every owner's jobs and buffers */
+    bool admin;     /* sees every owner's jobs, buffers and tokens */
+    bool over_unix; /* came over the Unix socket */
+    bool by_token;  /* identified by a Bearer token (else by the peer uid, or mode = none) */
+    /* When name is empty: -ENOKEY no credentials, -EACCES a bad or revoked token,
+     * -EKEYEXPIRED an expired one, another negative errno when the token store failed. */
+    int err;
 } api_user_t;
 
 /* The server-wide state that handlers use. */
@@ -43,6 +51,10 @@ typedef struct api_env {
     store_reader_t *(*reader)(struct api_env *env);
     /* The op table: op_find in the daemon. */
     const op_def_t *(*find_op)(const char *name);
+    /* The [auth] settings and the token store; NULL in tests that drive handlers without a
+     * server (then there is no access control and no token routes). Borrowed. */
+    const auth_settings_t *auth;
+    auth_store_t *tokens;
     atomic_long responses[API_STATUS_MAX]; /* responses sent, by status code */
     atomic_long connections[2];            /* open HTTP connections: [0] TCP, [1] Unix socket */
 } api_env_t;
@@ -145,6 +157,7 @@ typedef struct api_route {
     const char *pattern; /* "/v1/jobs/{id}/outputs/{name}" */
     api_handler_fn handler;
     api_streams_body_fn streams_body; /* NULL: bodies are kept in memory */
+    bool anonymous;                   /* answers requests of no identified user */
 } api_route_t;
 
 /* --- routes.c: the route table and the dispatch --- */
@@ -171,6 +184,10 @@ void api_route_match(const api_route_t *routes, size_t n, const char *method, co
  * API_PENDING. */
 int api_dispatch(api_request_t *req);
 
+/* Whether a request to method and path may go on without an identified user: true for the
+ * anonymous routes and for paths that answer 404 or 405 anyway. */
+bool api_route_is_anonymous(const char *method, const char *path);
+
 /* Whether the body of a request to method and path goes to a store blob file as it arrives
  * (the server asks once the headers are in): the matched route's streams_body says. */
 bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
@@ -194,6 +211,12 @@ store_reader_t *api_request_reader(api_request_t *req);
 const char *api_request_owner_filter(const api_request_t *req);
 /* True when the user may see something owned by owner. */
 bool api_request_may_see(const api_request_t *req, const char *owner);
+/* Answers 401 with WWW-Authenticate for a request of no identified user (req->user.err says
+ * why), never naming the token it carried. */
+void api_respond_unauthorized(api_request_t *req);
+/* Admin routes: 0 when the user is an admin or there is no access control (mode = none);
+ * else answers 403 and returns API_DONE. */
+int api_request_require_admin(api_request_t *req);
 
 /* A query argument's value ("" for a key without one), NULL when absent. */
 const char *api_query(const api_request_t *req, const char *key);
@@ -304,3 +327,8 @@ bool api_buffer_put_streams_body(const api_env_t *env, const char *content_type,
 int api_handle_buffer_get(api_request_t *req);
 int api_handle_buffer_delete(api_request_t *req);
 int api_handle_usage(api_request_t *req);
+
+/* handlers_tokens.c */
+int api_handle_tokens_create(api_request_t *req);
+int api_handle_tokens_list(api_request_t *req);
+int api_handle_token_revoke(api_request_t *req);

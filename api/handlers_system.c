@@ -149,6 +149,7 @@ static void device_gauges_text(text_t *t, api_request_t *req)
 
 int api_handle_metrics(api_request_t *req)
 {
+    if (api_request_require_admin(req)) return API_DONE;
     sched_stats_t s;
     sched_get_stats(req->env->sched, &s);
     text_t t = {.buf = malloc(4096), .cap = 4096};

@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api_internal.h"
@@ -130,16 +131,10 @@ static store_reader_t *thread_reader(api_env_t *env)
 
 /* --- users --- */
 
-/* Who is asking. The one place that decides: over the Unix socket the peer's uid (root is an
- * admin), over TCP the user "local" until token auth lands. 0 or a negative errno. */
-static int api_request_user(struct MHD_Connection *conn, bool over_unix, api_user_t *ret)
+/* The Unix socket's peer: its user name (or "uid:N" when the host has no name for it). Root is
+ * an admin, as are the users the settings name. */
+static int peer_user(struct MHD_Connection *conn, const auth_settings_t *auth, api_user_t *user)
 {
-    api_user_t user = {0};
-    if (!over_unix) {
-        snprintf(user.name, sizeof user.name, "local");
-        *ret = user;
-        return 0;
-    }
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     struct ucred cred;
@@ -149,11 +144,54 @@ static int api_request_user(struct MHD_Connection *conn, bool over_unix, api_use
     struct passwd pw, *found = NULL;
     char buf[4096];
     if (getpwuid_r(cred.uid, &pw, buf, sizeof buf, &found) == 0 && found &&
-        strlen(found->pw_name) < sizeof user.name)
-        snprintf(user.name, sizeof user.name, "%s", found->pw_name);
+        strlen(found->pw_name) < sizeof user->name)
+        snprintf(user->name, sizeof user->name, "%s", found->pw_name);
     else
-        snprintf(user.name, sizeof user.name, "uid:%u", (unsigned)cred.uid);
-    user.admin = cred.uid == 0;
+        snprintf(user->name, sizeof user->name, "uid:%u", (unsigned)cred.uid);
+    user->admin = cred.uid == 0 || (auth && auth_settings_is_admin(auth, user->name));
+    return 0;
+}
+
+/* The owner of the request's Bearer token; user->err says why there is none. */
+static void token_user(struct MHD_Connection *conn, const api_env_t *env, api_user_t *user)
+{
+    const char *h =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    user->err = -ENOKEY;
+    if (!h) return;
+    user->err = -EACCES;
+    if (strncasecmp(h, "Bearer ", 7) != 0 || !auth_settings_tokens(env->auth) || !env->tokens)
+        return;
+    h += 7 + strspn(h + 7, " ");
+    auth_token_info_t info;
+    int r = auth_token_check(env->tokens, h, (int64_t)time(NULL), &info);
+    if (r < 0) {
+        user->err = r;
+        return;
+    }
+    snprintf(user->name, sizeof user->name, "%s", info.owner);
+    user->admin = auth_settings_is_admin(env->auth, user->name);
+    user->by_token = true;
+    user->err = 0;
+}
+
+/* Who is asking: the one place that decides. Over the Unix socket the peer's uid, unless the
+ * mode is token alone; over TCP a Bearer token, or with mode = none the user "local". An empty
+ * name when nobody is identified (ret->err says why: the router answers 401). 0, or a negative
+ * errno when the peer's credentials cannot be read. */
+static int api_request_user(struct MHD_Connection *conn, bool over_unix, const api_env_t *env,
+                            api_user_t *ret)
+{
+    api_user_t user = {.over_unix = over_unix};
+    bool open = !env->auth || auth_settings_open(env->auth);
+    if (over_unix && (open || auth_settings_peercred(env->auth))) {
+        int r = peer_user(conn, env->auth, &user);
+        if (r < 0) return r;
+    } else if (open) {
+        snprintf(user.name, sizeof user.name, "local");
+    } else {
+        token_user(conn, env, &user);
+    }
     *ret = user;
     return 0;
 }
@@ -455,11 +493,18 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     conn_watch_set_deadline(l->srv->watch, ctx->watched,
                             mono_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000);
     if (request_malformed(ctx, version, bad_uri)) return send_response(ctx);
-    int r = api_request_user(conn, l->is_unix, &ctx->req.user);
+    int r = api_request_user(conn, l->is_unix, &l->srv->env, &ctx->req.user);
     if (r < 0) {
         log_warn("Failed to identify a Unix socket peer: %s", strerror(-r));
         ctx->dispatched = true;
         api_respond_error(&ctx->req, 500, "internal", NULL, "cannot identify the peer");
+        return send_response(ctx);
+    }
+    /* Nobody identified: answered now, before any of the body is kept or written to disk. */
+    if (!ctx->req.user.name[0] && !api_route_is_anonymous(method, url)) {
+        ctx->dispatched = true;
+        ctx->too_large = true; /* drain, do not keep, what body follows */
+        api_respond_unauthorized(&ctx->req);
         return send_response(ctx);
     }
     const char *cl =
@@ -731,7 +776,7 @@ static int start_unix(api_server_t *srv, const char *path, int inherited)
 }
 
 int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_metrics,
-                     const api_listeners_t *inherited, api_server_t **ret)
+                     const api_auth_t *auth, const api_listeners_t *inherited, api_server_t **ret)
 {
     char host[256];
     int port = 0;
@@ -744,6 +789,8 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
     srv->env.gpu_metrics = gpu_metrics;
     srv->env.reader = thread_reader;
     srv->env.find_op = op_find;
+    srv->env.auth = auth ? auth->settings : NULL;
+    srv->env.tokens = auth ? auth->tokens : NULL;
     srv->generation = atomic_fetch_add(&server_generation, 1) + 1;
     pthread_mutex_init(&srv->readers_lock, NULL);
     pthread_mutex_init(&srv->log_lock, NULL);

@@ -60,6 +60,34 @@ bool api_request_may_see(const api_request_t *req, const char *owner)
     return req->user.admin || strcmp(req->user.name, owner) == 0;
 }
 
+void api_respond_unauthorized(api_request_t *req)
+{
+    int err = req->user.err;
+    bool given = err == -EACCES || err == -EKEYEXPIRED;
+    if (given)
+        api_respond_error(req, 401, "unauthorized", "headers.Authorization", "%s",
+                          err == -EKEYEXPIRED ? "the token has expired"
+                                              : "the token is not valid (unknown, revoked or "
+                                                "malformed)");
+    else if (err == -ENOKEY || err == 0)
+        api_respond_error(req, 401, "unauthorized", "headers.Authorization",
+                          "credentials are needed: send 'Authorization: Bearer TOKEN'%s",
+                          req->user.over_unix ? "" : " (tokens: gpujob token create)");
+    else
+        api_respond_error(req, 500, "internal", NULL, "the token could not be checked");
+    if (err == -ENOKEY || err == 0 || given)
+        api_response_add_header(&req->resp, "WWW-Authenticate", "Bearer realm=\"gpujobd\"%s",
+                                given ? ", error=\"invalid_token\"" : "");
+}
+
+int api_request_require_admin(api_request_t *req)
+{
+    if (req->user.admin || !req->env->auth || auth_settings_open(req->env->auth)) return 0;
+    api_respond_error(req, 403, "forbidden", NULL, "only an admin may do this ('%s' is not one)",
+                      req->user.name);
+    return API_DONE;
+}
+
 /* --- query and path parameters --- */
 
 const char *api_query(const api_request_t *req, const char *key)

@@ -555,9 +555,7 @@ int job_json_parse_body(const char *text, size_t len, const job_json_env_t *env,
 
 /* --- to JSON --- */
 
-/* RFC 3339 UTC with microseconds ("2026-01-02T03:04:05.000006Z") as a JSON string, or JSON
- * null for 0. */
-static json_t *job_json_time(int64_t us)
+json_t *job_json_time(int64_t us)
 {
     if (us <= 0) return json_null();
     time_t secs = (time_t)(us / 1000000);

@@ -70,6 +70,10 @@ typedef struct job_json_section {
     size_t len, cap;
 } job_json_section_t;
 
+/* RFC 3339 UTC with microseconds ("2026-01-02T03:04:05.000006Z") as a JSON string (a new
+ * reference), or JSON null for 0. */
+json_t *job_json_time(int64_t us);
+
 /* The job's JSON (a new reference, NULL on allocation failure). Outputs of at most
  * inline_max bytes carry their data: from t->data when in memory, else through load (which may
  * be NULL: then only in-memory data is inlined). With a section, that data is appended to it

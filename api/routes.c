@@ -6,20 +6,23 @@
 #include <string.h>
 
 static const api_route_t routes[] = {
-    {"GET", "/healthz", api_handle_healthz, NULL},
-    {"GET", "/readyz", api_handle_readyz, NULL},
-    {"GET", "/metrics", api_handle_metrics, NULL},
-    {"GET", "/v1/info", api_handle_info, NULL},
-    {"POST", "/v1/jobs", api_handle_jobs_submit, NULL},
-    {"GET", "/v1/jobs", api_handle_jobs_list, NULL},
-    {"GET", "/v1/jobs/{id}", api_handle_job_get, NULL},
-    {"DELETE", "/v1/jobs/{id}", api_handle_job_cancel, NULL},
-    {"GET", "/v1/jobs/{id}/wait", api_handle_job_wait, NULL},
-    {"GET", "/v1/jobs/{id}/outputs/{name}", api_handle_job_output, NULL},
-    {"POST", "/v1/buffers", api_handle_buffer_put, api_buffer_put_streams_body},
-    {"GET", "/v1/buffers/{id}", api_handle_buffer_get, NULL},
-    {"DELETE", "/v1/buffers/{id}", api_handle_buffer_delete, NULL},
-    {"GET", "/v1/usage", api_handle_usage, NULL},
+    {"GET", "/healthz", api_handle_healthz, NULL, true},
+    {"GET", "/readyz", api_handle_readyz, NULL, true},
+    {"GET", "/metrics", api_handle_metrics, NULL, false},
+    {"GET", "/v1/info", api_handle_info, NULL, false},
+    {"POST", "/v1/jobs", api_handle_jobs_submit, NULL, false},
+    {"GET", "/v1/jobs", api_handle_jobs_list, NULL, false},
+    {"GET", "/v1/jobs/{id}", api_handle_job_get, NULL, false},
+    {"DELETE", "/v1/jobs/{id}", api_handle_job_cancel, NULL, false},
+    {"GET", "/v1/jobs/{id}/wait", api_handle_job_wait, NULL, false},
+    {"GET", "/v1/jobs/{id}/outputs/{name}", api_handle_job_output, NULL, false},
+    {"POST", "/v1/buffers", api_handle_buffer_put, api_buffer_put_streams_body, false},
+    {"GET", "/v1/buffers/{id}", api_handle_buffer_get, NULL, false},
+    {"DELETE", "/v1/buffers/{id}", api_handle_buffer_delete, NULL, false},
+    {"GET", "/v1/usage", api_handle_usage, NULL, false},
+    {"POST", "/v1/tokens", api_handle_tokens_create, NULL, false},
+    {"GET", "/v1/tokens", api_handle_tokens_list, NULL, false},
+    {"DELETE", "/v1/tokens/{id}", api_handle_token_revoke, NULL, false},
 };
 
 const api_route_t *api_routes(size_t *ret_n)
@@ -89,6 +92,10 @@ int api_dispatch(api_request_t *req)
         api_response_add_header(&req->resp, "Allow", "%s", m.allow);
         return API_DONE;
     }
+    if (!req->user.name[0] && !m.route->anonymous) {
+        api_respond_unauthorized(req);
+        return API_DONE;
+    }
     req->n_path_params = m.n_params;
     memcpy(req->path_param_names, m.names, sizeof m.names);
     memcpy(req->path_param_values, m.values, sizeof m.values);
@@ -103,6 +110,13 @@ int api_dispatch(api_request_t *req)
         return API_DONE;
     }
     return m.route->handler(req);
+}
+
+bool api_route_is_anonymous(const char *method, const char *path)
+{
+    api_route_match_t m;
+    api_route_match(routes, sizeof routes / sizeof routes[0], method, path, &m);
+    return !m.route || m.route->anonymous;
 }
 
 bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "api/api.h"
+#include "daemon/auth/auth.h"
 #include "daemon/exec/executor.h"
 #include "daemon/util/config.h"
 #include "daemon/util/crash_guard.h"
@@ -26,17 +27,24 @@ typedef struct daemon_parts {
     sched_t *sched;
     executor_t *ex;
     gpu_metrics_t *gpu_metrics;
+    auth_store_t *tokens;
     api_server_t *api;
 } daemon_parts_t;
 
 /* Opens the store and starts the scheduler with its backend and the HTTP server, on the
  * listening sockets a previous process handed over if any. 0, or 1 after logging why (and
  * closing what had started). */
-static int daemon_start(const config_t *cfg, const exec_blob_reader_t *blobs, daemon_parts_t *d)
+static int daemon_start(const config_t *cfg, const auth_settings_t *auth,
+                        const exec_blob_reader_t *blobs, daemon_parts_t *d)
 {
     int r = store_open(cfg, &d->st);
     if (r < 0) {
         log_error("Failed to open the store in '%s': %s", cfg->state_dir, strerror(-r));
+        return 1;
+    }
+    /* The token store has logged why it failed. */
+    if (auth_store_open(cfg->state_dir, &d->tokens) < 0) {
+        store_close(d->st);
         return 1;
     }
     /* Before any worker runs a job: a job that crashes the process is failed at the next
@@ -53,11 +61,13 @@ static int daemon_start(const config_t *cfg, const exec_blob_reader_t *blobs, da
     }
     api_listeners_t inherited;
     restart_listeners(&inherited.tcp, &inherited.local);
-    if (r >= 0) r = api_server_start(cfg, d->sched, d->gpu_metrics, &inherited, &d->api);
+    api_auth_t api_auth = {auth, d->tokens};
+    if (r >= 0) r = api_server_start(cfg, d->sched, d->gpu_metrics, &api_auth, &inherited, &d->api);
     if (r < 0) {
         log_error("Failed to start: %s", strerror(-r));
         gpu_metrics_stop(d->gpu_metrics);
         sched_free(d->sched);
+        auth_store_close(d->tokens);
         store_close(d->st);
         return 1;
     }
@@ -89,6 +99,7 @@ static int daemon_stop(daemon_parts_t *d, bool restart, int lock_fd, char *const
     /* After the server (its /metrics reads the gauges), before the executor goes. */
     gpu_metrics_stop(d->gpu_metrics);
     sched_free(d->sched);
+    auth_store_close(d->tokens);
     store_close(d->st);
     if (restart &&
         (store_lock_keep_across_exec(lock_fd) < 0 || restart_exec(argv, kept.tcp, kept.local) < 0))
@@ -97,7 +108,7 @@ static int daemon_stop(daemon_parts_t *d, bool restart, int lock_fd, char *const
     return 0;
 }
 
-static int run_daemon(const config_t *cfg, char *const argv[])
+static int run_daemon(const config_t *cfg, const auth_settings_t *auth, char *const argv[])
 {
     /* Block the signals in every thread; this one waits for them with sigwait(). */
     sigset_t signals;
@@ -116,7 +127,10 @@ static int run_daemon(const config_t *cfg, char *const argv[])
     /* The executor's workers read input bytes through readers of their own on the store. */
     exec_blob_reader_t blobs = exec_store_blob_reader(cfg);
     daemon_parts_t d = {0};
-    if (daemon_start(cfg, &blobs, &d) != 0) return 1;
+    if (daemon_start(cfg, auth, &blobs, &d) != 0) return 1;
+    if (auth_settings_open(auth))
+        log_warn("auth.mode = none: no access control; every TCP client is the user 'local' "
+                 "(allowed only while every listener is loopback)");
     log_info("gpujobd %s ready", GPUJOBD_VERSION);
     service_notify("READY=1\nSTATUS=serving");
 
@@ -135,6 +149,7 @@ static int run_daemon(const config_t *cfg, char *const argv[])
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "token") == 0) return auth_cli_main(argc - 1, argv + 1);
     config_t cfg;
     config_action_t action;
     char err[512] = "";
@@ -150,10 +165,19 @@ int main(int argc, char **argv)
         printf("gpujobd %s\n", GPUJOBD_VERSION);
         return 0;
     case CONFIG_ACTION_CHECK:
-        printf("configuration OK\n");
-        return 0;
     case CONFIG_ACTION_RUN:
         break;
+    }
+    /* The auth settings are checked with the rest: mode = none beyond loopback never starts. */
+    auth_settings_t *auth = NULL;
+    if (auth_settings_new(&cfg, &auth, err, sizeof err) < 0) {
+        fprintf(stderr, "gpujobd: %s\n", err);
+        return 2;
+    }
+    if (action == CONFIG_ACTION_CHECK) {
+        auth_settings_free(auth);
+        printf("configuration OK\n");
+        return 0;
     }
     /* The state directory holds every user's tensors: whatever the daemon creates there (the
      * databases with their WAL and shared-memory files, blobs, the lock, the crash guard's
@@ -168,5 +192,7 @@ int main(int argc, char **argv)
     if (cfg.test_ops)
         log_warn("[debug] test_ops is on: jobs may run the test-only ops debug_sleep and "
                  "debug_fault, which can kill a GPU's CUDA context; never use this in production");
-    return run_daemon(&cfg, argv);
+    int rc = run_daemon(&cfg, auth, argv);
+    auth_settings_free(auth);
+    return rc;
 }

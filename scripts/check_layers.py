@@ -9,11 +9,11 @@ kernels/ and client/, resolves it (first beside the including file, then from RO
 build's include paths do) and reports, one line each as `file:line: includes X (why)`:
 
 - an include of a higher layer. The layers, lowest first: kernels/ and daemon/util/ (0),
-  daemon/job/ (1), daemon/store/ (2), daemon/exec/ (3), daemon/sched/ (4), api/ (5) and
+  daemon/job/ and daemon/auth/ (1), daemon/store/ (2), daemon/exec/ (3), daemon/sched/ (4), api/ (5) and
   daemon/main.c (6). daemon/util/ is a toolbox that includes nothing else of ours, not even
   kernels/;
 - an include of another folder's private header. Each folder's public headers are its
-  contract: daemon/job/job.h, daemon/store/store.h, daemon/exec/executor.h,
+  contract: daemon/job/job.h, daemon/auth/auth.h, daemon/store/store.h, daemon/exec/executor.h,
   daemon/sched/scheduler.h, api/api.h, every header of daemon/util/, and kernels/op.h and
   kernels/tensor.h. Within a folder any header may be included; daemon/main.c, which wires
   everything together, may include any header;
@@ -38,6 +38,7 @@ LAYERS = {
     "kernels": ("kernels", 0),
     "daemon/util": ("util", 0),
     "daemon/job": ("job", 1),
+    "daemon/auth": ("auth", 1),
     "daemon/store": ("store", 2),
     "daemon/exec": ("exec", 3),
     "daemon/sched": ("sched", 4),
@@ -46,6 +47,7 @@ LAYERS = {
 MAIN = "daemon/main.c"
 PUBLIC_HEADERS = {
     "daemon/job/job.h",
+    "daemon/auth/auth.h",
     "daemon/store/store.h",
     "daemon/exec/executor.h",
     "daemon/sched/scheduler.h",

@@ -52,6 +52,8 @@ static int check_devices(const char *value, char *reason, size_t reason_size);
 
 static const char *const backend_choices[] = {"auto", "cuda", "cpu", NULL};
 static const char *const log_level_choices[] = {"error", "warn", "info", "debug", NULL};
+static const char *const auth_mode_choices[] = {"none", "token", "peercred", "token,peercred",
+                                                NULL};
 
 /* Each macro refuses, at compile time, a field whose C type does not match the key's type: the
  * array size below is negative (an error) unless _Generic picks the expected type. */
@@ -191,14 +193,21 @@ static const config_key_t config_keys[] = {
                    "GPU utilisation, memory, temperature and power for /metrics are sampled "
                    "this often (ms); 0 for never"),
 
+    KEY_ENUM("auth", mode, auth_mode_choices, "none",
+             "who the caller is: none (no access control; every listener must be loopback), "
+             "token (a Bearer token), peercred (the Unix socket's peer uid) or token,peercred"),
+    KEY_STRING("auth", admins, NULL, "",
+               "admins, who see and manage every user's jobs, buffers and tokens: user names "
+               "and @groups, comma-separated"),
+
     KEY_BOOL("debug", test_ops, "false",
              "offer the test-only ops debug_sleep and debug_fault (never in production)"),
 };
 
 #define CONFIG_KEY_COUNT (sizeof config_keys / sizeof config_keys[0])
 
-static const char *const config_sections[] = {"server", "limits", "scheduler",
-                                              "store",  "gpu",    "debug"};
+static const char *const config_sections[] = {"server", "limits", "scheduler", "store",
+                                              "gpu",    "auth",   "debug"};
 
 /* Longest part of a user-supplied value quoted back in a message. */
 #define QUOTE_MAX 128
@@ -249,7 +258,7 @@ static const config_key_t *key_lookup(const char *section, const char *name, cha
     if (!section_exists(section)) {
         snprintf(reason, reason_size,
                  "unknown section '%.*s' (sections: server, limits, scheduler, store, gpu, "
-                 "debug)",
+                 "auth, debug)",
                  QUOTE_MAX, section);
         return NULL;
     }
@@ -671,7 +680,7 @@ static int ini_handle(void *user, const char *section, const char *name, const c
     if (section[0] == '\0') {
         snprintf(load->err, sizeof load->err,
                  "%s:%d: %.*s: key outside any section (sections: server, limits, scheduler, "
-                 "store, gpu, debug)",
+                 "store, gpu, auth, debug)",
                  load->path, load->line, QUOTE_MAX, name);
         load->err_line = load->line;
         return 0;

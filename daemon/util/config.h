@@ -60,6 +60,10 @@ typedef struct config {
     uint64_t device_memory_cap; /* bytes per device the pool may hold; 0 = 90% of total */
     int metrics_interval_ms;    /* GPU gauges of /metrics sampled this often; 0 = off */
 
+    /* [auth] (daemon/auth/auth.h) */
+    char mode[32];     /* "none", "token", "peercred" or "token,peercred" */
+    char admins[1024]; /* users and @groups, comma-separated */
+
     /* [debug] */
     bool test_ops; /* show the test-only ops (debug_sleep, debug_fault) */
 } config_t;

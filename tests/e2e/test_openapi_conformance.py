@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import signal
 import struct
 import subprocess
@@ -96,10 +97,18 @@ INTERNAL_ERROR = (
 )
 
 
+AUTH_NONE = (
+    "answered only with [auth] mode other than none; this daemon runs with none "
+    "(test_e2e_auth provokes every route's 401 and 403)"
+)
+
+
 def unprovokable_reason(method, template, status):
     """Why a documented status cannot be provoked here, or None when it must be."""
     if status == 500:
         return INTERNAL_ERROR
+    if status == 401 or (status == 403 and (method, template) != ("POST", "/v1/tokens")):
+        return AUTH_NONE
     return UNPROVOKABLE.get((method, template, status))
 
 
@@ -233,8 +242,25 @@ class Answer:
         return value.split(";")[0].strip().lower()
 
 
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over the daemon's Unix socket, whose peer uid is the user."""
+
+    def __init__(self, path):
+        super().__init__("localhost", timeout=HTTP_TIMEOUT_S)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(HTTP_TIMEOUT_S)
+        self.sock.connect(self.unix_path)
+
+
 def http_request(port, method, path, body=None, headers=None):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=HTTP_TIMEOUT_S)
+    """port: a TCP port on 127.0.0.1, or the path of a Unix socket."""
+    if isinstance(port, str):
+        conn = UnixHTTPConnection(port)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=HTTP_TIMEOUT_S)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         resp = conn.getresponse()
@@ -276,7 +302,7 @@ class Checker:
         self.mismatches.append(message)
 
     def call(self, method, template, expect, *, params=None, query="", body=None, json_body=None,
-             content_type=None, headers=None, note=""):
+             content_type=None, headers=None, note="", unix=None):
         """Sends one request, checks the answer against the document and that its status is
         `expect`. Returns the Answer, or None when no answer came."""
         path = fill_template(template, params or {})
@@ -289,7 +315,7 @@ class Checker:
         if content_type:
             send_headers["Content-Type"] = content_type
         try:
-            answer = http_request(self.port, method, target, body, send_headers)
+            answer = http_request(unix or self.port, method, target, body, send_headers)
         except OSError as e:
             self.fail(f"{label}: no answer: {e}")
             return None
@@ -414,13 +440,15 @@ class Daemon:
         self.state_dir = os.path.join(workdir, "state")
         os.mkdir(self.state_dir)
         self.config_path = os.path.join(workdir, "gpujobd.conf")
+        self.unix_path = os.path.join(workdir, "gpujobd.sock")
         with open(self.config_path, "w", encoding="utf-8") as f:
             f.write(DAEMON_CONFIG)
         self.log = []
         self.port = None
         self.listening = threading.Event()
         argv = [binary, "--config", self.config_path, "--listen", "127.0.0.1:0", "--state-dir",
-                self.state_dir, "--backend", "cpu", "--log-level", "info"]
+                self.state_dir, "--backend", "cpu", "--log-level", "info", "--unix-socket",
+                self.unix_path]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      preexec_fn=die_with_parent)
         self.reader = threading.Thread(target=self.read_log, daemon=True)
@@ -522,6 +550,20 @@ def check_system(c, spec):
     too_many = "&".join(f"a{i}=1" for i in range(MAX_QUERY_ARGUMENTS + 1))
     for path in ("/healthz", "/readyz", "/metrics", "/v1/info"):
         c.call("GET", path, 400, query=too_many, note="too many query arguments")
+
+
+def check_tokens(c, unix):
+    """Makes a token over the Unix socket (over TCP: 403), lists and revokes it."""
+    c.call("POST", "/v1/tokens", 403, json_body={"name": "laptop"}, note="over TCP")
+    c.call("POST", "/v1/tokens", 400, json_body={"name": ""}, unix=unix, note="empty name")
+    made = c.call("POST", "/v1/tokens", 201, json_body={"name": "laptop", "expires_in_s": 3600},
+                  unix=unix)
+    token_id = json_of(made, "id") or "000000000000"
+    c.call("GET", "/v1/tokens", 200, unix=unix)
+    c.call("GET", "/v1/tokens", 400, query="verbose=1", note="unknown query argument")
+    c.call("DELETE", "/v1/tokens/{id}", 404, params={"id": token_id}, note="another owner's")
+    c.call("DELETE", "/v1/tokens/{id}", 400, params={"id": token_id}, query="x=1", unix=unix)
+    c.call("DELETE", "/v1/tokens/{id}", 200, params={"id": token_id}, unix=unix)
 
 
 def check_buffers(c):
@@ -791,6 +833,7 @@ def main():
         daemon = Daemon(binary, workdir)
         c = Checker(spec, daemon.port)
         check_system(c, spec)
+        check_tokens(c, daemon.unix_path)
         buffer_id = check_buffers(c)
         if buffer_id:
             add_id, bf16_id = submit_jobs(c, buffer_id)

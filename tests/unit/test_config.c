@@ -74,6 +74,8 @@ static const field_case_t fields[] = {
     FIELD("gpu", streams_per_device, "14"),
     FIELD("gpu", device_memory_cap, "8GiB"),
     FIELD("gpu", metrics_interval_ms, "500"),
+    FIELD("auth", mode, "token,peercred"),
+    FIELD("auth", admins, "alice, @wheel"),
     FIELD("debug", test_ops, "true"),
 };
 #define FIELD_COUNT (sizeof fields / sizeof fields[0])
@@ -487,7 +489,7 @@ START_TEST(test_config_set_errors_name_section_and_key)
     ck_assert_str_eq(err, "server.nope: unknown key 'nope' in [server]");
     ck_assert_int_eq(config_set(&cfg, "srv", "listen", "a:1", err, sizeof err), -EINVAL);
     ck_assert_str_eq(err, "srv.listen: unknown section 'srv' (sections: server, limits, "
-                          "scheduler, store, gpu, debug)");
+                          "scheduler, store, gpu, auth, debug)");
     ck_assert_int_eq(config_set(&cfg, "scheduler", "max_attempts", "101", err, sizeof err),
                      -EINVAL);
     ck_assert_str_eq(err, "scheduler.max_attempts: 101 is out of range (1..100)");
