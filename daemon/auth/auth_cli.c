@@ -74,7 +74,7 @@ static int args_parse(int argc, char **argv, cli_args_t *ret)
     int c;
     optind = 0;
     opterr = 1;
-    while ((c = getopt_long(argc, argv, "+c:h", options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:h", options, NULL)) != -1) {
         const char **slot = c == 'c'   ? &a.config
                             : c == 's' ? &a.state_dir
                             : c == 'u' ? &a.user
