@@ -35,6 +35,7 @@
 
 #include "api_internal.h"
 #include "conn_watch.h"
+#include "http_tls.h"
 #include "tensor_codec.h"
 #include "daemon/util/id.h"
 #include "daemon/util/log.h"
@@ -47,6 +48,7 @@
 typedef struct listener {
     struct api_server *srv;
     bool is_unix;
+    bool tls; /* serves HTTPS: a suspended client's close cannot be probed in plain text */
 } listener_t;
 
 /* libmicrohttpd's log lines, each kind (its format string) at most once per
@@ -224,6 +226,16 @@ static void conn_client_gone(void *ud)
 {
     conn_ctx_t *ctx = ud;
     api_request_client_gone(&ctx->req);
+}
+
+/* What the watch may write to a suspended client that sent its EOF, to learn whether it
+ * still reads (conn_watch.h): an interim answer, which an HTTP/1.1 client skips before the
+ * final one (RFC 9110, 15.2). Nothing over TLS, whose stream MHD alone may write, nor to an
+ * HTTP/1.0 client, which knows no interim answers: their EOF counts as a close. */
+static const char *conn_eof_probe(const listener_t *l, const char *version)
+{
+    if (l->tls || !version || strcmp(version, MHD_HTTP_VERSION_1_1) != 0) return NULL;
+    return "HTTP/1.1 100 Continue\r\n\r\n";
 }
 
 static const api_conn_ops_t conn_ops = {conn_suspend, conn_resume};
@@ -577,7 +589,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->json_length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Gpujob-Json-Length");
     if (api_dispatch(req) == API_PENDING) {
         /* Posted: from now a close by the client is noticed (conn_watch_arm). */
-        conn_watch_arm(ctx->srv->watch, ctx->watched, conn_client_gone, ctx);
+        conn_watch_arm(ctx->srv->watch, ctx->watched, conn_client_gone, ctx,
+                       conn_eof_probe(cls, version));
         return MHD_YES;
     }
     return send_response(ctx);
@@ -695,8 +708,21 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
         return log_error_errno(-EINVAL, "Failed to resolve listen address '%s': %s", host,
                                gai_strerror(r));
     bool v6 = ai->ai_family == AF_INET6;
-    unsigned flags = daemon_flags() | (v6 ? MHD_USE_IPv6 : 0);
-    srv->tcp_listener = (listener_t){srv, false};
+    bool tls = config_tls_enabled(cfg);
+    unsigned flags = daemon_flags() | (v6 ? MHD_USE_IPv6 : 0) | (tls ? MHD_USE_TLS : 0);
+    srv->tcp_listener = (listener_t){srv, false, tls};
+    http_tls_files_t pem = {0};
+    if (tls) r = http_tls_files_load(cfg->tls_cert, cfg->tls_key, &pem);
+    if (r < 0) {
+        freeaddrinfo(ai);
+        return r;
+    }
+    /* Empty without TLS: MHD takes MHD_OPTION_END as the end of the array. */
+    struct MHD_OptionItem tls_options[] = {
+        tls ? (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, pem.cert}
+            : (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, pem.key},
+        {MHD_OPTION_END, 0, NULL}};
     /* Either bind (address and reuse) or take the inherited socket. */
     struct MHD_OptionItem bind_options[] = {
         inherited >= 0 ? (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, inherited, NULL}
@@ -706,10 +732,12 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
     struct MHD_OptionItem common[] = COMMON_OPTIONS(srv, &srv->tcp_listener);
     srv->tcp = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener, MHD_OPTION_ARRAY, common,
-        MHD_OPTION_ARRAY, bind_options, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)cfg->max_connections_per_ip, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-        (unsigned)API_LISTEN_BACKLOG, MHD_OPTION_END);
+        MHD_OPTION_ARRAY, bind_options, MHD_OPTION_ARRAY, tls_options,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)API_LISTEN_BACKLOG, MHD_OPTION_END);
     freeaddrinfo(ai);
+    /* GnuTLS holds its own copy of the key from here on. */
+    http_tls_files_clear(&pem);
     if (!srv->tcp)
         return log_error_errno(-EADDRNOTAVAIL, "Failed to listen on '%s' (port %d)", host, port);
     struct sockaddr_storage bound;
@@ -719,7 +747,8 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
     if (info && getsockname(info->listen_fd, (struct sockaddr *)&bound, &len) == 0)
         bound_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                        : ((struct sockaddr_in *)&bound)->sin_port);
-    log_info("listening on http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", bound_port);
+    log_info("listening on http%s://%s%s%s:%d", tls ? "s" : "", v6 ? "[" : "", host, v6 ? "]" : "",
+             bound_port);
     return 0;
 }
 
@@ -758,7 +787,7 @@ static int start_unix(api_server_t *srv, const char *path, int inherited)
     int fd = inherited >= 0 ? inherited : bind_unix(path);
     if (fd < 0) return fd;
     snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
-    srv->unix_listener = (listener_t){srv, true};
+    srv->unix_listener = (listener_t){srv, true, false};
     /* A daemon of its own, with its own threads and connection limit: TCP clients that take
      * every TCP slot leave the Unix socket served. */
     struct MHD_OptionItem common[] = COMMON_OPTIONS(srv, &srv->unix_listener);

@@ -16,7 +16,8 @@
  *   did not succeed), -E2BIG 413 (payload too large), -EAGAIN 429 (resource exhausted),
  *   -EACCES 401/403, -ESHUTDOWN 503 (unavailable, daemon draining), -EREMOTEIO other 5xx,
  *   -EBADMSG an answer that is not what the API promises, -ECONNREFUSED daemon not running,
- *   -ETIMEDOUT request or wait timed out, -ECONNRESET connection lost mid-request, -ENOBUFS a
+ *   -ETIMEDOUT request or wait timed out, -ECONNRESET connection lost mid-request, -EPROTO the
+ *   TLS handshake failed or the daemon's certificate did not verify, -ENOBUFS a
  *   caller buffer too small, -ENOMEM, -EIO other transport errors.
  * - Pointers returned by accessors (const char *, const void *) are borrowed from the object
  *   they were read from and stay valid until that object is freed. Objects returned through
@@ -121,6 +122,13 @@ GPUJOB_API const char *gpujob_client_address(const gpujob_client_t *c);
 /* Sends "Authorization: Bearer TOKEN" from now on (copied; NULL stops sending it). $GPUJOB_TOKEN
  * is used by default when set. 0 or -ENOMEM. */
 GPUJOB_API int gpujob_client_set_token(gpujob_client_t *c, const char *token);
+/* Verifies an https:// daemon's certificate against the CA certificates of this PEM file (a
+ * lab's own CA) instead of the system's trusted ones (copied; NULL goes back to the system's).
+ * $GPUJOB_CA_FILE is used by default when set. Certificates are always verified, host name
+ * included: a daemon whose certificate does not verify fails every call with -EPROTO. 0,
+ * -ENOMEM, or the negative errno of a file that cannot be read (the setting is then
+ * unchanged). */
+GPUJOB_API int gpujob_client_set_ca_file(gpujob_client_t *c, const char *path);
 /* The longest one request may take, beyond the long-poll time of a wait (default 60000 ms;
  * 0 for no limit), and how long a connection attempt may take (default 10000 ms). */
 GPUJOB_API void gpujob_client_set_timeout_ms(gpujob_client_t *c, long request_ms, long connect_ms);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "gpujob_internal.h"
 
@@ -133,6 +134,15 @@ int gpujob_client_new(const char *address, gpujob_client_t **ret, char *errbuf, 
         gpujob_client_free(c);
         return -ENOMEM;
     }
+    const char *ca_file = getenv("GPUJOB_CA_FILE");
+    r = ca_file && ca_file[0] ? gpujob_client_set_ca_file(c, ca_file) : 0;
+    if (r < 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "GPUJOB_CA_FILE '%s' cannot be read: %s", ca_file, strerror(-r));
+        copy_message(errbuf, errbuf_size, msg);
+        gpujob_client_free(c);
+        return r;
+    }
     *ret = c;
     return 0;
 }
@@ -145,6 +155,7 @@ void gpujob_client_free(gpujob_client_t *c)
     free(c->base_url);
     free(c->unix_path);
     free(c->auth_header);
+    free(c->ca_file);
     free(c);
 }
 
@@ -159,6 +170,20 @@ int gpujob_client_set_token(gpujob_client_t *c, const char *token)
     if (token && asprintf(&header, "Authorization: Bearer %s", token) < 0) return -ENOMEM;
     free(c->auth_header);
     c->auth_header = header;
+    return 0;
+}
+
+int gpujob_client_set_ca_file(gpujob_client_t *c, const char *path)
+{
+    char *copy = NULL;
+    if (path) {
+        /* Said now rather than as a vague TLS error on the first call. */
+        if (access(path, R_OK) < 0) return -errno;
+        copy = strdup(path);
+        if (!copy) return -ENOMEM;
+    }
+    free(c->ca_file);
+    c->ca_file = copy;
     return 0;
 }
 
@@ -374,6 +399,11 @@ static int curl_code_to_errno(CURLcode code)
         return -ECONNRESET;
     case CURLE_OUT_OF_MEMORY:
         return -ENOMEM;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+        return -EPROTO;
     case CURLE_URL_MALFORMAT:
     case CURLE_UNSUPPORTED_PROTOCOL:
         return -EINVAL;
@@ -435,6 +465,8 @@ int gjc_perform(gpujob_client_t *c, const gjc_request_t *req, gjc_response_t *re
     exchange_t x = {.c = c, .req = req, .resp = resp};
     curl_easy_setopt(h, CURLOPT_URL, url);
     if (c->unix_path) curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->unix_path);
+    /* libcurl verifies the peer and its host name by default; only the trusted CAs change. */
+    if (c->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_err);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);

@@ -16,6 +16,7 @@ struct gpujob_client {
     char *base_url;    /* "http://127.0.0.1:8080" or "http://localhost" for a socket */
     char *unix_path;   /* NULL for TCP */
     char *auth_header; /* "Authorization: Bearer ..." or NULL */
+    char *ca_file;     /* PEM CA certificates that verify an https:// daemon; NULL: the system's */
     long request_timeout_ms, connect_timeout_ms;
     int retries;
     bool binary_outputs; /* asks for jobs' inline outputs in a binary section */

@@ -18,8 +18,9 @@ enum {
 };
 
 typedef struct cli {
-    const char *url; /* NULL: $GPUJOB_URL or the default socket */
-    bool json;       /* machine-readable output */
+    const char *url;    /* NULL: $GPUJOB_URL or the default socket */
+    const char *cacert; /* --cacert: CA file for https://; NULL: $GPUJOB_CA_FILE or the system's */
+    bool json;          /* machine-readable output */
     gpujob_client_t *client;
 } cli_t;
 

@@ -19,7 +19,7 @@
 #include "gpujob_internal.h"
 
 static const char main_usage[] =
-    "usage: gpujob [--url URL] [--json] COMMAND [ARGS]\n"
+    "usage: gpujob [--url URL] [--cacert FILE] [--json] COMMAND [ARGS]\n"
     "\n"
     "Runs jobs on gpujobd, the GPU job daemon.\n"
     "\n"
@@ -37,6 +37,8 @@ static const char main_usage[] =
     "Global options:\n"
     "  --url URL      daemon address: http://HOST:PORT or unix:/PATH (default $GPUJOB_URL,\n"
     "                 else unix:" GPUJOB_DEFAULT_SOCKET ")\n"
+    "  --cacert FILE  CA certificates (PEM) that verify an https:// daemon, instead of the\n"
+    "                 system's (default $GPUJOB_CA_FILE)\n"
     "  --json         print JSON instead of human output\n"
     "  -h, --help     help (also after a command: gpujob run --help)\n"
     "  --version      the version of gpujob\n"
@@ -69,6 +71,7 @@ static int api_error(cli_t *cli, const char *what, int r)
     case -ECONNRESET:
     case -ETIMEDOUT:
     case -EHOSTUNREACH:
+    case -EPROTO:
     case -EIO:
         return CLI_EXIT_UNREACHABLE;
     case -EBADMSG:
@@ -86,15 +89,21 @@ static int connect_client(cli_t *cli)
         fprintf(stderr, "gpujob: %s\n", err[0] ? err : gpujob_strerror(r));
         return CLI_EXIT_USAGE;
     }
+    r = cli->cacert ? gpujob_client_set_ca_file(cli->client, cli->cacert) : 0;
+    if (r < 0) {
+        fprintf(stderr, "gpujob: --cacert '%s': %s\n", cli->cacert, strerror(-r));
+        return CLI_EXIT_USAGE;
+    }
     /* --json prints the daemon's JSON: outputs as numbers, not offsets into a section. */
     gpujob_client_set_binary_outputs(cli->client, !cli->json);
     return CLI_EXIT_OK;
 }
 
 /* Options every subcommand accepts. */
-enum { OPT_URL = 1000, OPT_JSON, OPT_VERSION };
+enum { OPT_URL = 1000, OPT_JSON, OPT_VERSION, OPT_CACERT };
 #define COMMON_LONG_OPTIONS                                                                        \
     {"url", required_argument, NULL, OPT_URL}, {"json", no_argument, NULL, OPT_JSON},              \
+        {"cacert", required_argument, NULL, OPT_CACERT},                                           \
     {                                                                                              \
         "help", no_argument, NULL, 'h'                                                             \
     }
@@ -105,6 +114,9 @@ static bool common_option(cli_t *cli, int opt)
     switch (opt) {
     case OPT_URL:
         cli->url = optarg;
+        return true;
+    case OPT_CACERT:
+        cli->cacert = optarg;
         return true;
     case OPT_JSON:
         cli->json = true;

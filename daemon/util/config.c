@@ -133,6 +133,10 @@ static const config_key_t config_keys[] = {
             "seconds a request's body may take to arrive once its headers are in"),
     KEY_INT("server", drain_timeout_ms, 0, 3600000, "30000",
             "on SIGTERM, how long running work may take to finish (ms)"),
+    KEY_STRING("server", tls_cert, NULL, "",
+               "PEM certificate (chain) file: the TCP listener serves HTTPS; empty for HTTP"),
+    KEY_STRING("server", tls_key, NULL, "",
+               "PEM private key file of tls_cert; set both or neither"),
 
     KEY_SIZE("limits", max_body_bytes, KIB, 64 * GIB, "256MiB", "one HTTP request body (bytes)"),
     KEY_SIZE("limits", max_tensor_bytes, KIB, TIB, "4GiB", "one tensor (bytes)"),
@@ -771,7 +775,18 @@ int config_validate(const config_t *cfg, char *err, size_t err_size)
             return -EINVAL;
         }
     }
+    if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
+        err_printf(err, err_size, "server.%s: must be set with server.%s (both or neither)",
+                   cfg->tls_cert[0] ? "tls_key" : "tls_cert",
+                   cfg->tls_cert[0] ? "tls_cert" : "tls_key");
+        return -EINVAL;
+    }
     return 0;
+}
+
+bool config_tls_enabled(const config_t *cfg)
+{
+    return cfg->tls_cert[0] && cfg->tls_key[0];
 }
 
 /* Flags that are not also single letters get values above any character. */

@@ -17,10 +17,12 @@ typedef struct config {
     int http_threads;
     int max_connections;
     int max_connections_per_ip; /* TCP connections from one address; 0: no limit */
-    int idle_timeout_s;   /* an idle HTTP connection is closed after it (long polls excepted) */
-    int header_timeout_s; /* a request's headers must be in within it, however slow */
-    int body_timeout_s;   /* and its body within this after its headers */
-    int drain_timeout_ms; /* SIGTERM: how long running work may take to finish */
+    int idle_timeout_s;      /* an idle HTTP connection is closed after it (long polls excepted) */
+    int header_timeout_s;    /* a request's headers must be in within it, however slow */
+    int body_timeout_s;      /* and its body within this after its headers */
+    int drain_timeout_ms;    /* SIGTERM: how long running work may take to finish */
+    char tls_cert[PATH_MAX]; /* PEM certificate chain of the TCP listener; "" for plain HTTP */
+    char tls_key[PATH_MAX];  /* PEM private key of tls_cert; set both or neither */
 
     /* [limits] */
     uint64_t max_body_bytes;      /* one HTTP request body */
@@ -79,6 +81,9 @@ int config_set(config_t *cfg, const char *section, const char *key, const char *
                size_t err_size);
 /* Checks relations between keys (e.g. listen parses as HOST:PORT). 0 or -EINVAL. */
 int config_validate(const config_t *cfg, char *err, size_t err_size);
+/* Whether the TCP listener serves HTTPS (server.tls_cert and tls_key are set). The Unix socket
+ * is always plain. */
+bool config_tls_enabled(const config_t *cfg);
 /* Splits cfg->listen into host and port. 0 or -EINVAL. */
 int config_listen_addr(const config_t *cfg, char *host, size_t host_size, int *port);
 

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #define E2E_START_TIMEOUT_S 30
-#define E2E_LISTEN_PHRASE "listening on http://"
+#define E2E_LISTEN_PHRASE "listening on http"
 
 struct e2e_daemon {
     char dir[256];
@@ -57,13 +57,14 @@ static void drainer_scan_line(e2e_daemon_t *d, const char *line)
     const char *p = strstr(line, E2E_LISTEN_PHRASE);
     if (!p) return;
     p += strlen(E2E_LISTEN_PHRASE);
+    bool tls = *p == 's'; /* "https://": server.tls_cert is set */
     const char *colon = strrchr(p, ':');
     if (!colon) return;
     int port = atoi(colon + 1);
     if (port <= 0 || port > 65535) return;
     pthread_mutex_lock(&d->mu);
     d->port = port;
-    snprintf(d->url, sizeof d->url, "http://127.0.0.1:%d", port);
+    snprintf(d->url, sizeof d->url, "http%s://127.0.0.1:%d", tls ? "s" : "", port);
     d->listening = true;
     pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);

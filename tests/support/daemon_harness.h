@@ -3,10 +3,10 @@
  *
  * Each daemon lives in its own mkdtemp directory (config file, state dir, the daemon's log).
  * The daemon's stderr is a pipe drained on a thread into that log, so the daemon never blocks
- * on it; the "listening on http://HOST:PORT" line gives the port. The daemon gets
- * PR_SET_PDEATHSIG, so a test that dies (a failed assertion in Check's forked child) takes its
- * daemon with it and leaves the directory behind for inspection; e2e_daemon_free() after a
- * passing test removes it.
+ * on it; the "listening on http://HOST:PORT" line (https:// when it serves TLS) gives the port. The
+ * daemon gets PR_SET_PDEATHSIG, so a test that dies (a failed assertion in Check's forked child)
+ * takes its daemon with it and leaves the directory behind for inspection; e2e_daemon_free() after
+ * a passing test removes it.
  *
  * Functions named e2e_*_ok() assert with Check and return only on success; the others return 0
  * or a negative errno. */
@@ -36,7 +36,8 @@ void e2e_daemon_kill(e2e_daemon_t *d);
 /* True while the process runs (not exited, not reaped). */
 bool e2e_daemon_alive(e2e_daemon_t *d);
 pid_t e2e_daemon_pid(const e2e_daemon_t *d);
-/* "http://127.0.0.1:PORT" of the current run; a borrowed string. */
+/* "http://127.0.0.1:PORT" of the current run ("https://" when the daemon serves TLS: the
+ * harness's own requests then fail, as it trusts no test CA); a borrowed string. */
 const char *e2e_daemon_url(const e2e_daemon_t *d);
 int e2e_daemon_port(const e2e_daemon_t *d);
 /* The temp directory; a borrowed string. */

@@ -44,6 +44,8 @@ static const field_case_t fields[] = {
     FIELD("server", header_timeout_s, "8"),
     FIELD("server", body_timeout_s, "9"),
     FIELD("server", drain_timeout_ms, "1"),
+    FIELD("server", tls_cert, "/etc/gpujobd/cert.pem"),
+    FIELD("server", tls_key, "/etc/gpujobd/key.pem"),
     FIELD("limits", max_body_bytes, "1MiB"),
     FIELD("limits", max_tensor_bytes, "1GiB"),
     FIELD("limits", max_jobs_per_request, "2"),
@@ -140,6 +142,8 @@ START_TEST(test_defaults_equal_documented_values)
     ck_assert_int_eq(cfg.max_connections, 1024);
     ck_assert_int_eq(cfg.idle_timeout_s, 60);
     ck_assert_int_eq(cfg.drain_timeout_ms, 30000);
+    ck_assert_str_eq(cfg.tls_cert, "");
+    ck_assert_str_eq(cfg.tls_key, "");
     ck_assert_uint_eq(cfg.max_body_bytes, 256 * MIB);
     ck_assert_uint_eq(cfg.max_tensor_bytes, 4 * GIB);
     ck_assert_int_eq(cfg.max_jobs_per_request, 10000);
@@ -211,6 +215,9 @@ START_TEST(test_every_field_is_set_by_its_section_and_name)
                                  a + fields[i].offset + fields[i].size,
                                  sizeof(config_t) - fields[i].offset - fields[i].size) == 0,
                       "%s.%s changed another field", fields[i].section, fields[i].key);
+        /* The TLS files go in pairs: each is valid once its partner is set too. */
+        if (strcmp(fields[i].key, "tls_cert") == 0) strcpy(after.tls_key, "/k.pem");
+        if (strcmp(fields[i].key, "tls_key") == 0) strcpy(after.tls_cert, "/c.pem");
         ck_assert_msg(config_validate(&after, err, sizeof err) == 0, "%s", err);
     }
 }
@@ -570,6 +577,28 @@ START_TEST(test_validate_names_the_bad_field)
 }
 END_TEST
 
+START_TEST(test_tls_files_are_set_both_or_neither)
+{
+    config_t cfg;
+    char err[512] = "";
+
+    config_defaults(&cfg);
+    ck_assert(!config_tls_enabled(&cfg));
+    strcpy(cfg.tls_cert, "/etc/gpujobd/cert.pem");
+    ck_assert_int_eq(config_validate(&cfg, err, sizeof err), -EINVAL);
+    ck_assert_str_eq(err, "server.tls_key: must be set with server.tls_cert (both or neither)");
+
+    config_defaults(&cfg);
+    strcpy(cfg.tls_key, "/etc/gpujobd/key.pem");
+    ck_assert_int_eq(config_validate(&cfg, err, sizeof err), -EINVAL);
+    ck_assert_str_eq(err, "server.tls_cert: must be set with server.tls_key (both or neither)");
+
+    strcpy(cfg.tls_cert, "/etc/gpujobd/cert.pem");
+    ck_assert_int_eq(config_validate(&cfg, err, sizeof err), 0);
+    ck_assert(config_tls_enabled(&cfg));
+}
+END_TEST
+
 START_TEST(test_listen_addr_splits_host_and_port)
 {
     static const struct {
@@ -885,6 +914,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_config_set_errors_name_section_and_key);
     tcase_add_test(tc, test_metrics_interval_is_off_at_zero_or_in_its_range);
     tcase_add_test(tc, test_validate_names_the_bad_field);
+    tcase_add_test(tc, test_tls_files_are_set_both_or_neither);
     tcase_add_test(tc, test_listen_addr_splits_host_and_port);
     suite_add_tcase(s, tc);
 
