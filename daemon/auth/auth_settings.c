@@ -73,13 +73,22 @@ int auth_settings_new(const config_t *cfg, auth_settings_t **ret, char *err, siz
     int r = admins_parse(s, cfg->admins, err, err_size);
     char host[256];
     int port;
-    if (r == 0 && !s->tokens && !s->peercred &&
-        (config_listen_addr(cfg, host, sizeof host, &port) < 0 || !host_is_loopback(host))) {
+    bool loopback =
+        config_listen_addr(cfg, host, sizeof host, &port) == 0 && host_is_loopback(host);
+    if (r == 0 && !s->tokens && !s->peercred && !loopback) {
         snprintf(err, err_size,
                  "auth.mode = none (no access control) needs a loopback listener, but "
                  "server.listen is '%s': set auth.mode = token (and create tokens with "
                  "'gpujobd token create'), or listen on 127.0.0.1 or [::1]",
                  cfg->listen);
+        r = -EINVAL;
+    } else if (r == 0 && s->tokens && !loopback && !config_tls_enabled(cfg) &&
+               !cfg->allow_insecure_tokens) {
+        snprintf(err, err_size,
+                 "auth.mode = %s on '%s' would send tokens in the clear: set server.tls_cert "
+                 "and server.tls_key to serve HTTPS, or auth.allow_insecure_tokens = true to "
+                 "accept that risk",
+                 cfg->mode, cfg->listen);
         r = -EINVAL;
     }
     if (r < 0) {

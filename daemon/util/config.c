@@ -203,6 +203,9 @@ static const config_key_t config_keys[] = {
     KEY_STRING("auth", admins, NULL, "",
                "admins, who see and manage every user's jobs, buffers and tokens: user names "
                "and @groups, comma-separated"),
+    KEY_BOOL("auth", allow_insecure_tokens, "false",
+             "accept tokens over plain HTTP on a listener beyond loopback, where anyone on the "
+             "path can read them (otherwise such a listener needs server.tls_cert)"),
 
     KEY_BOOL("debug", test_ops, "false",
              "offer the test-only ops debug_sleep and debug_fault (never in production)"),

@@ -65,6 +65,7 @@ typedef struct config {
     /* [auth] (daemon/auth/auth.h) */
     char mode[32];     /* "none", "token", "peercred" or "token,peercred" */
     char admins[1024]; /* users and @groups, comma-separated */
+    bool allow_insecure_tokens; /* tokens over plain HTTP beyond loopback */
 
     /* [debug] */
     bool test_ops; /* show the test-only ops (debug_sleep, debug_fault) */

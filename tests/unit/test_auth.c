@@ -112,7 +112,7 @@ START_TEST(test_stored_files_never_hold_the_secret)
 }
 END_TEST
 
-START_TEST(test_settings_refuse_mode_none_beyond_loopback_and_name_admins)
+START_TEST(test_settings_refuse_open_or_clear_text_listeners_and_name_admins)
 {
     config_t cfg;
     config_defaults(&cfg);
@@ -135,8 +135,21 @@ START_TEST(test_settings_refuse_mode_none_beyond_loopback_and_name_admins)
     ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "auth.admins"));
     cfg.admins[0] = '\0';
+    /* Tokens beyond loopback: only over HTTPS, or when the admin accepts the risk. */
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "in the clear"));
+    cfg.allow_insecure_tokens = true;
     ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), 0);
     ck_assert(auth_settings_tokens(s) && !auth_settings_peercred(s) && !auth_settings_open(s));
+    auth_settings_free(s);
+    cfg.allow_insecure_tokens = false;
+    snprintf(cfg.tls_cert, sizeof cfg.tls_cert, "/etc/gpujobd/cert.pem");
+    snprintf(cfg.tls_key, sizeof cfg.tls_key, "/etc/gpujobd/key.pem");
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), 0);
+    auth_settings_free(s);
+    snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:80");
+    cfg.tls_cert[0] = cfg.tls_key[0] = '\0';
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), 0);
     auth_settings_free(s);
 }
 END_TEST
@@ -149,7 +162,7 @@ int main(void)
     tcase_add_test(tc, test_created_token_checks_and_revoked_one_does_not);
     tcase_add_test(tc, test_expired_token_is_refused_and_last_use_is_recorded_once_a_minute);
     tcase_add_test(tc, test_stored_files_never_hold_the_secret);
-    tcase_add_test(tc, test_settings_refuse_mode_none_beyond_loopback_and_name_admins);
+    tcase_add_test(tc, test_settings_refuse_open_or_clear_text_listeners_and_name_admins);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

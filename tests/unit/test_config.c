@@ -78,6 +78,7 @@ static const field_case_t fields[] = {
     FIELD("gpu", metrics_interval_ms, "500"),
     FIELD("auth", mode, "token,peercred"),
     FIELD("auth", admins, "alice, @wheel"),
+    FIELD("auth", allow_insecure_tokens, "true"),
     FIELD("debug", test_ops, "true"),
 };
 #define FIELD_COUNT (sizeof fields / sizeof fields[0])
