@@ -1,6 +1,6 @@
-/* Handlers of /v1/buffers (uploads go to the scheduler, metadata comes from the store) and of
- * /v1/usage. A buffer is uploaded (raw bytes with ?dtype=&shape=, or a .npy file) or kept from
- * a job's output (?job=&output=). */
+/* Handlers of /v1/buffers (uploads go to the scheduler, metadata comes from the store). A buffer is
+ * uploaded (raw bytes with ?dtype=&shape=, or a .npy file) or kept from a job's output
+ * (?job=&output=). */
 #include "api_internal.h"
 
 #include <errno.h>
@@ -308,29 +308,4 @@ int api_handle_buffer_delete(api_request_t *req)
     sched_buffer_delete(req->env->sched, api_request_owner_filter(req), id, buffer_delete_reply,
                         req);
     return API_PENDING;
-}
-
-int api_handle_usage(api_request_t *req)
-{
-    static const char *const no_args[] = {NULL};
-    if (api_query_check(req, no_args)) return API_DONE;
-    store_reader_t *rd = api_request_reader(req);
-    if (!rd) return API_DONE;
-    store_usage_t u;
-    int r = store_usage_get(rd, req->user.name, &u);
-    if (r < 0) {
-        api_respond_errno(req, r, "reading usage failed");
-        return API_DONE;
-    }
-    json_t *jobs = json_object();
-    for (int s = 0; s < JOB_STATE_COUNT; s++)
-        json_object_set_new(jobs, job_state_name((job_state_t)s), json_integer(u.jobs_by_state[s]));
-    api_respond_json(req, 200,
-                     json_pack("{s:s, s:o, s:f, s:f, s:I, s:I, s:I, s:I}", "owner", req->user.name,
-                               "jobs", jobs, "run_ms", (double)u.run_us / 1000.0, "gpu_ms",
-                               (double)u.gpu_ns / 1e6, "buffers", (json_int_t)u.buffers,
-                               "buffer_bytes", (json_int_t)u.buffer_bytes, "resident_bytes",
-                               (json_int_t)u.resident_bytes, "resident_limit_bytes",
-                               (json_int_t)req->env->cfg->max_resident_bytes_per_user));
-    return API_DONE;
 }

@@ -666,6 +666,9 @@ json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_f
     json_object_set_new(o, "run_ms", ms_or_null(job->started_us, job->finished_us));
     json_object_set_new(
         o, "gpu_ms", final && job->started_us ? json_real((double)job->gpu_ns / 1e6) : json_null());
+    json_object_set_new(o, "batch_gpu_ms",
+                        final && job->started_us ? json_real((double)job->batch_ns / 1e6)
+                                                 : json_null());
     json_object_set_new(o, "error",
                         job->error_code[0] ? json_pack("{s:s, s:s}", "code", job->error_code,
                                                        "message", job->error_message)

@@ -4,6 +4,7 @@
  * in one go and records the slot's done event. The slot's waiter thread sleeps in the driver on
  * that event, then completes the batch and frees the slot while the worker goes on launching. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "cuda_internal.h"
 #include "daemon/util/crash_guard.h"
 #include "exec_guard.h"
+#include "exec_time.h"
 #include "exec_inputs.h"
 #include "daemon/util/log.h"
 
@@ -277,18 +279,6 @@ out:
     return r;
 }
 
-/* Each job's share of the batch's GPU time, by its cost. */
-static void share_gpu_time(exec_batch_t *b, float ms)
-{
-    double total_cost = 0;
-    for (int i = 0; i < b->n; i++)
-        total_cost += b->jobs[i]->call.cost.bytes + b->jobs[i]->call.cost.flops + 1;
-    for (int i = 0; i < b->n; i++) {
-        const op_call_t *c = &b->jobs[i]->call;
-        b->jobs[i]->gpu_ns = (int64_t)(ms * 1e6 * (c->cost.bytes + c->cost.flops + 1) / total_cost);
-    }
-}
-
 /* Copies each successful job's outputs out of staging into memory of their own. */
 static void unpack_outputs(slot_t *slot, exec_batch_t *b)
 {
@@ -337,7 +327,7 @@ cudaError_t cuda_slot_complete(slot_t *slot)
         cuda_fail_batch(b, "cuda_error", why);
         cudaGetLastError();
     }
-    share_gpu_time(b, ms);
+    exec_time_share(b, llround((double)ms * 1e6));
     exec_guard_batch(b);
     unpack_outputs(slot, b);
     exec_guard_clear();

@@ -17,6 +17,7 @@
 #include "daemon/util/id.h"
 #include "daemon/util/log.h"
 #include "exec_guard.h"
+#include "exec_time.h"
 #include "exec_inputs.h"
 #include "executor.h"
 
@@ -85,10 +86,10 @@ static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
  * as after a kill -9 instead of failing with it. */
 static void run_batch(cpu_exec_t *ex, void *rd, exec_batch_t *batch)
 {
+    int64_t start = mono_us();
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         job->run_device = -1;
-        job->gpu_ns = 0;
         job->batch_size = batch->n;
         if (!rd) {
             job_set_error(job, "store_failed", "the worker cannot read the store");
@@ -98,6 +99,8 @@ static void run_batch(cpu_exec_t *ex, void *rd, exec_batch_t *batch)
         run_job(ex, rd, job);
         exec_guard_clear();
     }
+    /* The CPU is this backend's device: the batch's time on the worker is shared as a GPU's. */
+    exec_time_share(batch, (mono_us() - start) * 1000);
 }
 
 static void *worker(void *arg)

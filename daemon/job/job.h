@@ -59,9 +59,12 @@ typedef struct job {
     job_state_t state;
     int attempts;                                /* runs started, restarts included */
     int64_t created_us, started_us, finished_us; /* wall clock, µs since the epoch; 0 unset */
-    int64_t gpu_ns;                              /* this job's share of measured device time */
-    int run_device;                              /* device that ran it, -1 for none or the CPU */
-    int batch_size;                              /* jobs in the launch that ran it (1: alone) */
+    /* This job's share of its batch's measured device time (CUDA events on a GPU, the worker's
+     * clock on the CPU backend), by cost: the shares of a batch's jobs sum to batch_ns. */
+    int64_t gpu_ns;
+    int64_t batch_ns; /* the measured device time of the whole batch that ran it */
+    int run_device;   /* device that ran it, -1 for none or the CPU */
+    int batch_size;   /* jobs in the launch that ran it (1: alone) */
     /* in[j] is op input slot j (see call.op->input_names); present iff call.has_in[j]. */
     job_tensor_t in[OP_MAX_TENSORS];
     /* out[j] matches call.out[j] / call.out_names[j], j < call.n_out. */

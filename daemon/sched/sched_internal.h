@@ -45,6 +45,7 @@ typedef struct user {
     long pending;    /* jobs submitted, waiting for the group commit */
     double usage_us; /* decayed device (or CPU) time, charged at dispatch, corrected at end */
     int64_t usage_at;
+    double half_life_us; /* of usage_us: [scheduler] fair_share_half_life_s */
     unsigned skip_round; /* dispatch round in which this user's next batch is held back */
 } user_t;
 
@@ -163,6 +164,7 @@ struct sched {
     atomic_long store_bytes, store_expired_bytes_total, store_expired_jobs_total,
         store_deleted_jobs_total;
     int64_t next_retention_us; /* loop thread: when the retention sweep is due */
+    int64_t next_fair_save_us; /* loop thread: when the fair-share state is saved next */
 };
 
 /* A batch as the scheduler hands it to the executor. */
@@ -250,5 +252,15 @@ void batch_flight_end(sched_t *s, const sched_batch_t *sb);
 
 /* sched_timers.c: maintenance timers and the drain at stop. */
 void timers_start(sched_t *s);
+
+/* --- fair share across restarts (sched_fair_state.c) --- */
+
+/* How often the loop saves the fair-share state (besides at the scheduler's end). */
+#define FAIR_STATE_SAVE_US INT64_C(10000000)
+/* Saves every user's decayed usage to the store; a failure is logged, and costs only the
+ * usage since the last save should the daemon stop now. Loop thread, or after it ended. */
+void fair_state_save(sched_t *s);
+/* Loads the saved usage, decayed over the time since it was saved, before anything runs. */
+int fair_state_load(sched_t *s);
 void handle_stop(sched_t *s);
 void stop_if_drained(sched_t *s);

@@ -10,9 +10,6 @@
 
 #include "sched_internal.h"
 
-/* Recent usage decays with this half-life: fair share looks at the last minute or so. */
-#define USAGE_HALF_LIFE_US 30e6
-
 /* A user's queue: highest priority first, then arrival. */
 bool entry_before(const void *a, const void *b)
 {
@@ -87,6 +84,7 @@ user_t *user_get(sched_t *s, const char *owner)
     snprintf(u->owner, sizeof u->owner, "%s", owner);
     u->queue = heap_init(entry_before, offsetof(entry_t, queue_pos));
     u->usage_at = now_us();
+    u->half_life_us = s->cfg->fair_share_half_life_s * 1e6;
     if (strmap_put(s->users, u->owner, u) < 0) {
         free(u);
         return NULL;
@@ -98,7 +96,7 @@ user_t *user_get(sched_t *s, const char *owner)
 void user_charge(user_t *u, double us)
 {
     int64_t now = now_us();
-    u->usage_us = u->usage_us * exp2(-(double)(now - u->usage_at) / USAGE_HALF_LIFE_US) + us;
+    u->usage_us = u->usage_us * exp2(-(double)(now - u->usage_at) / u->half_life_us) + us;
     u->usage_at = now;
 }
 

@@ -37,6 +37,10 @@ static void on_gc_timer(uv_timer_t *t)
             log_info("retention: removed %d finished jobs", deleted);
     }
     store_bound(s);
+    if (now >= s->next_fair_save_us) {
+        s->next_fair_save_us = now + FAIR_STATE_SAVE_US;
+        fair_state_save(s);
+    }
 }
 
 static void on_checkpoint_timer(uv_timer_t *t)

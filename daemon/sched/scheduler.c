@@ -275,6 +275,7 @@ int sched_start(sched_t *s)
     if (r < 0)
         return log_error_errno(r, "failing the jobs that crashed the daemon failed: %s",
                                strerror(-r));
+    if ((r = fair_state_load(s)) < 0) return r;
     r = store_recover(s->st, s->cfg->max_attempts, job_resolve_op, recover_one, s);
     if (r < 0) return log_error_errno(r, "recovering jobs from the store failed: %s", strerror(-r));
     long queued = atomic_load(&s->queued);
@@ -302,6 +303,8 @@ void sched_stop(sched_t *s)
     }
     pthread_join(s->thread, NULL);
     s->thread_started = false;
+    /* The loop is over: its store is this thread's now. */
+    fair_state_save(s);
     /* Answers still waiting for their sync are given before the HTTP server stops. */
     store_sync_free(s->syncer);
     s->syncer = NULL;

@@ -272,15 +272,53 @@ int store_blob_read_at(store_reader_t *rd, const char *blob, uint64_t nbytes, ui
 
 int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret);
 
+/* What an owner holds and has used: the live jobs counted from the jobs, the ended ones and
+ * their times from the usage rollup (which outlives retention), the buffers from theirs. Its
+ * cost grows with the owner's live jobs, buffers and rollup rows, never with the jobs kept. */
 typedef struct store_usage {
     char owner[OWNER_SIZE];
     int64_t jobs_by_state[JOB_STATE_COUNT];
-    int64_t run_us; /* sum over finished jobs */
+    int64_t run_us; /* sum over ended jobs */
     int64_t gpu_ns;
     int64_t buffers, buffer_bytes;
     int64_t resident_bytes; /* of buffers kept in device memory */
 } store_usage_t;
+/* owner NULL: every owner together (ret->owner "*"). */
 int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret);
+
+/* The usage rollup: per owner, day (UTC) and op, the jobs that ended that day, added in the
+ * write that records each end, so that it always equals the sums over the jobs it counts; it
+ * outlives retention and the store's bound, which delete jobs, not these rows. */
+typedef struct store_usage_row {
+    char owner[OWNER_SIZE];
+    int64_t day; /* UTC, days since the epoch */
+    char op[JOB_OP_NAME_SIZE];
+    int64_t jobs, succeeded, failed, cancelled;
+    int64_t run_us;              /* from each job's start to its end */
+    int64_t gpu_ns;              /* the jobs' shares of their batches' device time */
+    int64_t bytes_in, bytes_out; /* inputs, and outputs of the jobs that succeeded */
+} store_usage_row_t;
+typedef struct store_usage_query {
+    const char *owner;            /* NULL: every owner */
+    int64_t since_day, until_day; /* inclusive */
+    size_t max_rows;              /* more rows than this: -E2BIG */
+} store_usage_query_t;
+/* The rollup's rows that the query selects, summed over the shards, ordered by owner, day
+ * and op: *ret_rows a malloc'd array of *ret_n (NULL and 0 when none). */
+int store_usage_rollup(store_reader_t *rd, const store_usage_query_t *q,
+                       store_usage_row_t **ret_rows, size_t *ret_n);
+
+/* The scheduler's fair-share state: each owner's decayed usage (µs of device time) as of
+ * at_us (wall clock), kept across restarts. */
+typedef struct store_fair_share {
+    char owner[OWNER_SIZE];
+    double usage_us;
+    int64_t at_us;
+} store_fair_share_t;
+/* Replaces the stored state with users[0..n), durably (loop thread, outside a transaction). */
+int store_fair_share_save(store_t *st, const store_fair_share_t *users, size_t n);
+/* The stored state: *ret a malloc'd array of *ret_n (NULL and 0 when none). */
+int store_fair_share_load(store_t *st, store_fair_share_t **ret, size_t *ret_n);
 
 /* --- the WAL sync thread (store_sync.c): makes relaxed commits durable ---
  *

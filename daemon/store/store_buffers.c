@@ -125,7 +125,7 @@ int store_resident_bytes(store_t *st, const char *owner, uint64_t *ret)
     shard_t *sh = &st->shards[0];
     sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_USAGE_BUFFERS);
     if (!stmt) return -EIO;
-    store_bind_text(stmt, 1, owner, false);
+    store_bind_owners(stmt, 1, owner);
     int r = 0;
     if (sqlite3_step(stmt) == SQLITE_ROW)
         *ret = (uint64_t)sqlite3_column_int64(stmt, 2);

@@ -14,7 +14,7 @@
 #define JOB_COLUMNS                                                                                \
     "id, owner, op, params, priority, device, deadline_us, state, attempts, created_us, "          \
     "started_us, finished_us, run_device, gpu_ns, batch_size, error_code, error_message, "         \
-    "idempotency_key, inputs, outputs, idempotency_index"
+    "idempotency_key, inputs, outputs, idempotency_index, batch_ns"
 
 static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_JOB_INSERT] = "INSERT INTO jobs (id, owner, op, params, priority, device, deadline_us, "
@@ -25,7 +25,7 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
      * allowed), so the check and the change are one atomic statement. */
     [STMT_JOB_UPDATE] = "UPDATE jobs SET state = ?2, attempts = ?3, started_us = ?4, "
                         "finished_us = ?5, run_device = ?6, gpu_ns = ?7, batch_size = ?8, "
-                        "error_code = ?9, error_message = ?10, outputs = ?13 "
+                        "error_code = ?9, error_message = ?10, outputs = ?13, batch_ns = ?14 "
                         "WHERE id = ?1 AND (state = ?11 OR state = ?12)",
     /* A start, with STMT_JOB_UPDATE's numbering: it sets no indexed column and not
      * finished_us, so that it rewrites the row and no index. */
@@ -53,14 +53,29 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_BUFFER_DATA] = "SELECT data FROM buffers WHERE id = ?1",
     [STMT_BUFFER_DELETE] = "DELETE FROM buffers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
     [STMT_BUFFER_FILE] = "SELECT file FROM buffers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
-    [STMT_USAGE_STATES] = "SELECT state, count(*) FROM jobs WHERE owner = ?1 GROUP BY state",
-    [STMT_USAGE_TIMES] = "SELECT coalesce(sum(CASE WHEN started_us > 0 AND finished_us >= "
-                         "started_us THEN finished_us - started_us ELSE 0 END), 0), "
-                         "coalesce(sum(gpu_ns), 0) "
-                         "FROM jobs WHERE owner = ?1 AND " STORE_FINAL_STATES,
+    /* Usage reads what is bounded: the live jobs (queued and running, through their partial
+     * index), the rollup's rows and the buffers, never every job an owner ever had. ?1 NULL:
+     * every owner (admins). */
+    [STMT_USAGE_STATES] = "SELECT state, count(*) FROM jobs INDEXED BY jobs_live WHERE " STORE_LIVE
+                          " AND owner >= ?1 AND owner <= ?2 GROUP BY state",
+    [STMT_USAGE_TIMES] =
+        "SELECT coalesce(sum(succeeded), 0), coalesce(sum(failed), 0), "
+        "coalesce(sum(cancelled), 0), coalesce(sum(run_us), 0), "
+        "coalesce(sum(gpu_ns), 0) FROM usage_daily WHERE owner >= ?1 AND owner <= ?2",
     [STMT_USAGE_BUFFERS] = "SELECT count(*), coalesce(sum(nbytes), 0), "
                            "coalesce(sum(CASE WHEN resident THEN nbytes ELSE 0 END), 0) "
-                           "FROM buffers WHERE owner = ?1",
+                           "FROM buffers WHERE owner >= ?1 AND owner <= ?2",
+    [STMT_USAGE_ADD] = "INSERT INTO usage_daily (owner, day, op, jobs, succeeded, failed, "
+                       "cancelled, run_us, gpu_ns, bytes_in, bytes_out) "
+                       "VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+                       "ON CONFLICT (owner, day, op) DO UPDATE SET jobs = jobs + 1, "
+                       "succeeded = succeeded + ?4, failed = failed + ?5, "
+                       "cancelled = cancelled + ?6, run_us = run_us + ?7, gpu_ns = gpu_ns + ?8, "
+                       "bytes_in = bytes_in + ?9, bytes_out = bytes_out + ?10",
+    [STMT_USAGE_ROLLUP] = "SELECT owner, day, op, jobs, succeeded, failed, cancelled, run_us, "
+                          "gpu_ns, bytes_in, bytes_out FROM usage_daily "
+                          "WHERE owner >= ?1 AND owner <= ?2 AND day >= ?3 AND day <= ?4 "
+                          "ORDER BY owner, day, op LIMIT ?5",
     /* The first term repeats the partial index's WHERE, which makes the index usable, and
      * INDEXED BY makes it used. (A prepare fails if the index ever stops matching; the gc
      * tests see it.) */
@@ -279,6 +294,16 @@ int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_nu
 {
     if (!s || (empty_is_null && !*s)) return sqlite3_bind_null(stmt, col);
     return sqlite3_bind_text(stmt, col, s, -1, SQLITE_TRANSIENT);
+}
+
+void store_bind_owners(sqlite3_stmt *stmt, int col, const char *owner)
+{
+    static const unsigned char above_text = 0xff;
+    store_bind_text(stmt, col, owner ? owner : "", false);
+    if (owner)
+        store_bind_text(stmt, col + 1, owner, false);
+    else
+        sqlite3_bind_blob(stmt, col + 1, &above_text, 1, SQLITE_STATIC);
 }
 
 /* Binds b's bytes to col, NULL when there are none. */

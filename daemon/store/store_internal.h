@@ -33,7 +33,7 @@
 #include "daemon/util/vec.h"
 #include "store.h"
 
-#define STORE_SCHEMA_VERSION 8
+#define STORE_SCHEMA_VERSION 9
 /* The final states as a condition. An OR chain, not an IN list: SQLite builds an ephemeral
  * table for every IN list it evaluates. */
 #define STORE_FINAL_STATES "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled')"
@@ -70,6 +70,8 @@ typedef enum store_stmt_id {
     STMT_USAGE_STATES,
     STMT_USAGE_TIMES,
     STMT_USAGE_BUFFERS,
+    STMT_USAGE_ADD,
+    STMT_USAGE_ROLLUP,
     STMT_GC_SELECT,
     STMT_GC_DELETE,
     STMT_GC_DELETE_BYTES,
@@ -138,6 +140,9 @@ int store_exec(store_conn_t *conn, const char *sql);
 int store_stmt_run(store_conn_t *conn, store_stmt_id_t id, const char *what);
 /* Binds a C string, or NULL for NULL or "" when empty_is_null. */
 int store_bind_text(sqlite3_stmt *stmt, int col, const char *s, bool empty_is_null);
+/* Binds the owners of a usage query as the range col, col + 1 (store_conn.c's usage
+ * statements): owner alone, or every owner for NULL. */
+void store_bind_owners(sqlite3_stmt *stmt, int col, const char *owner);
 /* Copies a text column into dst (truncating to size, always NUL-terminated). */
 void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size);
 
@@ -465,6 +470,19 @@ void store_run_on_shards(store_t *st, shard_task_t task, const bool *wants, bool
 
 /* Brings a shard's database file to STORE_SCHEMA_VERSION (store_schema.c). */
 int store_migrate(store_conn_t *conn);
+
+/* --- the usage rollup (store_usage.c) --- */
+
+/* The day (UTC, days since the epoch) of a time in µs since the epoch. */
+#define STORE_USAGE_DAY_US INT64_C(86400000000)
+/* Adds a job that has just taken its final state (job->state, finishing at finished_us after
+ * starting at started_us, 0 for never) to its owner's, day's and op's row of the usage
+ * rollup, in the shard's open write: the rollup changes with the job's row or not at all. */
+int store_usage_note_end(shard_t *sh, const job_t *job, int64_t started_us, int64_t finished_us);
+/* Adds the live jobs of sh that match where (an SQL condition on jobs) to the rollup as failed
+ * at finished_us, before a statement of recovery fails them: recovery ends jobs without
+ * reading them. In the caller's transaction. */
+int store_usage_note_failing(shard_t *sh, const char *where, int64_t finished_us);
 
 /* --- retention (store_retention.c) --- */
 

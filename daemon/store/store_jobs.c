@@ -48,9 +48,10 @@ static void set_blobs(job_tensor_t *ts, char **blobs)
 
 /* Begins the write of a job whose tensors were placed (r: how that went); undoes the placing
  * when either failed. */
-static int begin_placed(shard_t *sh, int r, written_files_t *written, char **blobs)
+static int begin_placed(shard_t *sh, int r, written_files_t *written, char **blobs,
+                        bool one_statement)
 {
-    if (r == 0) r = store_write_begin(sh, sh->data.len == 0); /* else a job_bytes row too */
+    if (r == 0) r = store_write_begin(sh, one_statement);
     if (r < 0) {
         store_written_remove(sh, written);
         free_blobs(blobs);
@@ -101,7 +102,7 @@ int store_shard_job_insert(shard_t *sh, job_t *job, const char *id)
         if (job->call.has_in[j])
             r = store_place_tensor(sh, id, false, j, input_name(job, j), &job->in[j], &written,
                                    &blobs[j]);
-    r = begin_placed(sh, r, &written, blobs);
+    r = begin_placed(sh, r, &written, blobs, sh->data.len == 0); /* else a job_bytes row too */
     if (r < 0) return r;
     sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_JOB_INSERT);
     if (!stmt) r = -EIO;
@@ -231,12 +232,14 @@ static int update_row(shard_t *sh, const job_t *job)
         store_bind_text(stmt, 12, job_state_name((job_state_t)(from[1] >= 0 ? from[1] : from[0])),
                         false);
         store_bind_bytes(stmt, 13, &sh->cols);
+        sqlite3_bind_int64(stmt, 14, job->batch_ns);
     }
     int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&sh->conn, "updating a job");
     sqlite3_reset(stmt);
     sqlite3_clear_bindings(stmt);
     if (r < 0) return r;
-    if (sqlite3_changes(sh->conn.db) == 1) return 0;
+    if (sqlite3_changes(sh->conn.db) == 1)
+        return start ? 0 : store_usage_note_end(sh, job, started, finished);
 
     job_state_t stored;
     r = job_state_of(sh, job->id, &stored);
@@ -263,7 +266,9 @@ int store_shard_job_update(shard_t *sh, const job_t *job)
     for (int j = 0; r == 0 && job->state == JOB_SUCCEEDED && j < job->call.n_out; j++)
         r = store_place_tensor(sh, job->id, true, j, output_name(job, j), &job->out[j], &written,
                                &blobs[j]);
-    r = begin_placed(sh, r, &written, blobs);
+    /* More than the row's statement: a job_bytes row, or an end's line in the usage rollup. */
+    bool one_statement = sh->data.len == 0 && !job_state_is_final(job->state);
+    r = begin_placed(sh, r, &written, blobs, one_statement);
     if (r < 0) return r;
     r = update_row(sh, job);
     if (r == 0) r = store_job_bytes_insert(&sh->conn, job->id, 1, &sh->data);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "daemon/util/log.h"
+#include "daemon/util/vec.h"
 #include "store_internal.h"
 
 #define LIST_LIMIT_MAX 1000
@@ -142,6 +143,7 @@ static int job_from_row(sqlite3_stmt *row, job_t **ret)
     job->run_device = sqlite3_column_int(row, 12);
     job->gpu_ns = sqlite3_column_int64(row, 13);
     job->batch_size = sqlite3_column_int(row, 14);
+    job->batch_ns = sqlite3_column_int64(row, 21);
     store_column_copy(row, 15, job->error_code, sizeof job->error_code);
     store_column_copy(row, 16, job->error_message, sizeof job->error_message);
     store_column_copy(row, 17, job->idempotency_key, sizeof job->idempotency_key);
@@ -405,12 +407,13 @@ int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret)
     return 0;
 }
 
-/* Adds what a shard's rows say of owner's jobs and buffers to u. */
+/* Adds what a shard's rows say of owner's (NULL: everyone's) jobs and buffers to u: the live
+ * jobs by state, the ended ones and their times from the rollup, the buffers (shard 0's). */
 static int usage_read(store_conn_t *conn, const char *owner, store_usage_t *u)
 {
     sqlite3_stmt *stmt = store_stmt(conn, STMT_USAGE_STATES);
     if (!stmt) return -EIO;
-    store_bind_text(stmt, 1, owner, false);
+    store_bind_owners(stmt, 1, owner);
     int rc;
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
         job_state_t s;
@@ -422,13 +425,14 @@ static int usage_read(store_conn_t *conn, const char *owner, store_usage_t *u)
     if (r < 0) return r;
 
     const store_stmt_id_t sums[2] = {STMT_USAGE_TIMES, STMT_USAGE_BUFFERS};
-    int64_t *dst[2][3] = {{&u->run_us, &u->gpu_ns, NULL},
-                          {&u->buffers, &u->buffer_bytes, &u->resident_bytes}};
+    int64_t *dst[2][5] = {{&u->jobs_by_state[JOB_SUCCEEDED], &u->jobs_by_state[JOB_FAILED],
+                           &u->jobs_by_state[JOB_CANCELLED], &u->run_us, &u->gpu_ns},
+                          {&u->buffers, &u->buffer_bytes, &u->resident_bytes, NULL, NULL}};
     for (int i = 0; r == 0 && i < 2; i++) {
         if (!(stmt = store_stmt(conn, sums[i]))) return -EIO;
-        store_bind_text(stmt, 1, owner, false);
+        store_bind_owners(stmt, 1, owner);
         if (sqlite3_step(stmt) == SQLITE_ROW) {
-            for (int c = 0; c < 3 && dst[i][c]; c++)
+            for (int c = 0; c < 5 && dst[i][c]; c++)
                 *dst[i][c] += sqlite3_column_int64(stmt, c);
         } else {
             r = store_sql_error(conn, "summing usage");
@@ -440,10 +444,10 @@ static int usage_read(store_conn_t *conn, const char *owner, store_usage_t *u)
 
 int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret)
 {
-    if (!owner || !*owner) return log_error_errno(-EINVAL, "store: usage: owner is empty");
+    if (owner && !*owner) return log_error_errno(-EINVAL, "store: usage: owner is empty");
     store_usage_t u;
     memset(&u, 0, sizeof u);
-    snprintf(u.owner, sizeof u.owner, "%s", owner);
+    snprintf(u.owner, sizeof u.owner, "%s", owner ? owner : "*");
     int r = 0;
     for (int k = 0; k < rd->n_shards && r == 0; k++) {
         store_conn_t *conn = &rd->conns[k];
@@ -451,4 +455,95 @@ int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret)
     }
     if (r == 0) *ret = u;
     return r;
+}
+
+static int usage_row_cmp(const void *a, const void *b)
+{
+    const store_usage_row_t *x = a, *y = b;
+    int c = strcmp(x->owner, y->owner);
+    if (c == 0) c = (x->day > y->day) - (x->day < y->day);
+    return c ? c : strcmp(x->op, y->op);
+}
+
+/* Appends a shard's rows of the query to *rows (n, cap); -E2BIG past max_rows. */
+static int usage_rows_read(store_conn_t *conn, const store_usage_query_t *q,
+                           store_usage_row_t **rows, size_t *n, size_t *cap)
+{
+    sqlite3_stmt *stmt = store_stmt(conn, STMT_USAGE_ROLLUP);
+    if (!stmt) return -EIO;
+    store_bind_owners(stmt, 1, q->owner);
+    sqlite3_bind_int64(stmt, 3, q->since_day);
+    sqlite3_bind_int64(stmt, 4, q->until_day);
+    sqlite3_bind_int64(stmt, 5, (sqlite3_int64)q->max_rows + 1);
+    int r = 0, rc;
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        if (*n >= q->max_rows) {
+            r = -E2BIG;
+            break;
+        }
+        if ((r = vec_grow((void **)rows, cap, *n + 1, sizeof **rows, 64)) < 0) break;
+        store_usage_row_t *u = &(*rows)[(*n)++];
+        store_column_copy(stmt, 0, u->owner, sizeof u->owner);
+        u->day = sqlite3_column_int64(stmt, 1);
+        store_column_copy(stmt, 2, u->op, sizeof u->op);
+        int64_t *sums[] = {&u->jobs,   &u->succeeded, &u->failed,   &u->cancelled,
+                           &u->run_us, &u->gpu_ns,    &u->bytes_in, &u->bytes_out};
+        for (int c = 0; c < 8; c++)
+            *sums[c] = sqlite3_column_int64(stmt, 3 + c);
+    }
+    if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(conn, "reading the usage rollup");
+    sqlite3_reset(stmt);
+    return r;
+}
+
+/* Sorts rows gathered from several shards and adds up those of the same owner, day and op;
+ * returns how many remain. */
+static size_t usage_rows_merge(store_usage_row_t *rows, size_t n)
+{
+    if (n < 2) return n;
+    qsort(rows, n, sizeof *rows, usage_row_cmp);
+    size_t m = 0;
+    for (size_t i = 1; i < n; i++) {
+        store_usage_row_t *a = &rows[m], *b = &rows[i];
+        if (usage_row_cmp(a, b) != 0) {
+            rows[++m] = *b;
+            continue;
+        }
+        a->jobs += b->jobs;
+        a->succeeded += b->succeeded;
+        a->failed += b->failed;
+        a->cancelled += b->cancelled;
+        a->run_us += b->run_us;
+        a->gpu_ns += b->gpu_ns;
+        a->bytes_in += b->bytes_in;
+        a->bytes_out += b->bytes_out;
+    }
+    return m + 1;
+}
+
+int store_usage_rollup(store_reader_t *rd, const store_usage_query_t *q,
+                       store_usage_row_t **ret_rows, size_t *ret_n)
+{
+    if (q->owner && !*q->owner) return log_error_errno(-EINVAL, "store: usage: owner is empty");
+    store_usage_row_t *rows = NULL;
+    size_t n = 0, cap = 0;
+    int r = 0;
+    /* Each shard may hold up to max_rows of its own: their sum is bounded after the merge. */
+    store_usage_query_t shard_q = *q;
+    for (int k = 0; k < rd->n_shards && r == 0; k++) {
+        store_conn_t *conn = &rd->conns[k];
+        size_t before = n;
+        shard_q.max_rows = q->max_rows + before;
+        if ((r = read_begin(conn)) == 0)
+            r = read_end(conn, usage_rows_read(conn, &shard_q, &rows, &n, &cap));
+        if (r == 0) n = usage_rows_merge(rows, n);
+    }
+    if (r == 0 && n > q->max_rows) r = -E2BIG;
+    if (r < 0) {
+        free(rows);
+        return r;
+    }
+    *ret_rows = rows;
+    *ret_n = n;
+    return 0;
 }

@@ -14,6 +14,7 @@
 static int recover_states(shard_t *sh, int max_attempts)
 {
     char requeue[160], fail[512];
+    int64_t now = now_us();
     snprintf(requeue, sizeof requeue,
              "UPDATE jobs SET state = 'queued' WHERE " STORE_LIVE " AND state = 'running' "
              "AND attempts < %d",
@@ -24,7 +25,7 @@ static int recover_states(shard_t *sh, int max_attempts)
              "error_message = printf('the daemon restarted while the job was running, "
              "after %%d attempt(s) (the limit is %d)', attempts) "
              "WHERE " STORE_LIVE " AND state = 'running'",
-             now_us(), max_attempts);
+             now, max_attempts);
     int r = store_raise_sync(sh);
     if (r == 0) r = store_exec(&sh->conn, "BEGIN IMMEDIATE");
     if (r < 0) {
@@ -33,6 +34,8 @@ static int recover_states(shard_t *sh, int max_attempts)
     }
     r = store_exec(&sh->conn, requeue);
     int requeued = sqlite3_changes(sh->conn.db);
+    /* The jobs failed next, which the re-queue left running, count in the usage rollup. */
+    if (r == 0) r = store_usage_note_failing(sh, "state = 'running'", now);
     if (r == 0) r = store_exec(&sh->conn, fail);
     int failed = sqlite3_changes(sh->conn.db);
     if (r == 0) r = store_exec(&sh->conn, "COMMIT");
@@ -58,17 +61,25 @@ int store_recover_crashed(store_t *st, const char *id, const char *code, const c
                            "error_message = ? WHERE id = ? AND " STORE_LIVE,
                            -1, &stmt, NULL) != SQLITE_OK)
         return store_sql_error(&sh->conn, "failing a crashed job");
-    sqlite3_bind_int64(stmt, 1, now_us());
+    int64_t now = now_us();
+    sqlite3_bind_int64(stmt, 1, now);
     store_bind_text(stmt, 2, code, false);
     store_bind_text(stmt, 3, message, false);
     store_bind_text(stmt, 4, id, false);
-    /* Durable like the rest of recovery: the list that names the job is emptied next. */
-    int r = store_raise_sync(sh);
+    char *where = sqlite3_mprintf("id = %Q", id);
+    /* Durable like the rest of recovery: the list that names the job is emptied next. The
+     * rollup's line and the job's end are one transaction. */
+    int r = where ? store_raise_sync(sh) : -ENOMEM;
+    if (r == 0) r = store_exec(&sh->conn, "BEGIN IMMEDIATE");
+    if (r == 0) r = store_usage_note_failing(sh, where, now);
     if (r == 0 && sqlite3_step(stmt) != SQLITE_DONE)
         r = store_sql_error(&sh->conn, "failing a crashed job");
     bool failed = r == 0 && sqlite3_changes(sh->conn.db) > 0;
+    if (r == 0) r = store_exec(&sh->conn, "COMMIT");
+    if (r < 0 && !sqlite3_get_autocommit(sh->conn.db)) store_exec(&sh->conn, "ROLLBACK");
+    sqlite3_free(where);
     sqlite3_finalize(stmt);
-    store_lower_sync(sh);
+    if (where) store_lower_sync(sh);
     if (r < 0) return r;
     *ret_failed = failed;
     return 0;

@@ -182,6 +182,38 @@ static const struct {
         "DROP INDEX jobs_idempotency;"
         "CREATE UNIQUE INDEX jobs_idempotency ON jobs (owner, idempotency_key, idempotency_index)"
         "  WHERE idempotency_key IS NOT NULL;"},
+    /* Accounting that outlives retention: usage_daily sums the jobs that ended, by owner, day
+     * (UTC, days since the epoch) and op, and is written in the write that ends each job
+     * (store_usage.c), so that it never disagrees with the jobs; retention and the store's
+     * bound delete jobs, never its rows. It starts from the ended jobs still stored (whose
+     * bytes in and out the rows do not sum: 0). batch_ns is the measured device time of the
+     * batch a job ran in, which its gpu_ns is a share of. fair_share (shard 0) keeps the
+     * scheduler's decayed usage per owner across restarts. */
+    {9, "ALTER TABLE jobs ADD COLUMN batch_ns INTEGER NOT NULL DEFAULT 0;"
+        "CREATE TABLE usage_daily ("
+        "  owner TEXT NOT NULL,"
+        "  day INTEGER NOT NULL,"
+        "  op TEXT NOT NULL,"
+        "  jobs INTEGER NOT NULL,"
+        "  succeeded INTEGER NOT NULL,"
+        "  failed INTEGER NOT NULL,"
+        "  cancelled INTEGER NOT NULL,"
+        "  run_us INTEGER NOT NULL,"
+        "  gpu_ns INTEGER NOT NULL,"
+        "  bytes_in INTEGER NOT NULL,"
+        "  bytes_out INTEGER NOT NULL,"
+        "  PRIMARY KEY (owner, day, op)"
+        ") WITHOUT ROWID;"
+        "INSERT INTO usage_daily SELECT owner, finished_us / 86400000000, op, count(*), "
+        "  sum(state = 'succeeded'), sum(state = 'failed'), sum(state = 'cancelled'), "
+        "  sum(CASE WHEN started_us > 0 AND finished_us >= started_us "
+        "    THEN finished_us - started_us ELSE 0 END), sum(gpu_ns), 0, 0 "
+        "  FROM jobs WHERE " STORE_ENDED " GROUP BY owner, finished_us / 86400000000, op;"
+        "CREATE TABLE fair_share ("
+        "  owner TEXT PRIMARY KEY,"
+        "  usage_us REAL NOT NULL,"
+        "  at_us INTEGER NOT NULL"
+        ") WITHOUT ROWID;"},
 };
 
 static int move_tensors_into_jobs(store_conn_t *conn);

@@ -160,6 +160,8 @@ static const config_key_t config_keys[] = {
     KEY_INT("scheduler", max_batch, 1, 65536, "256", "jobs in one batched launch"),
     KEY_INT("scheduler", max_delay_us, 0, 1000000, "200",
             "how long a partial batch may wait for company (us)"),
+    KEY_INT("scheduler", fair_share_half_life_s, 1, 31536000, "30",
+            "half-life of the recent device time fair share compares users by (s)"),
     KEY_INT("scheduler", commit_delay_us, 0, 1000000, "0",
             "group-commit window for submissions (us); 0: the loop's next turn"),
     KEY_INT("scheduler", default_deadline_ms, 0, INT_MAX, "0",

@@ -38,12 +38,13 @@ typedef struct config {
     int max_wait_ms;                      /* longest long-poll a client may ask for */
 
     /* [scheduler] */
-    int max_batch;            /* jobs in one batched launch */
-    int max_delay_us;         /* how long a partial batch may wait for company */
-    int commit_delay_us;      /* group-commit window for submissions */
-    int default_deadline_ms;  /* 0: none */
-    int max_attempts;         /* runs of one job across restarts before it fails */
-    int cpu_threads;          /* CPU backend workers; 0 = number of cores */
+    int max_batch;              /* jobs in one batched launch */
+    int max_delay_us;           /* how long a partial batch may wait for company */
+    int fair_share_half_life_s; /* half-life of the decayed usage fair share compares */
+    int commit_delay_us;        /* group-commit window for submissions */
+    int default_deadline_ms;    /* 0: none */
+    int max_attempts;           /* runs of one job across restarts before it fails */
+    int cpu_threads;            /* CPU backend workers; 0 = number of cores */
     int watchdog_min_ms;      /* least time a batch may run before the watchdog fails it; 0: off */
     int watchdog_cost_factor; /* times its estimated run time a batch may take */
 

@@ -188,18 +188,44 @@ int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret)
 int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret)
 {
     store_usage_t u = {0};
-    snprintf(u.owner, sizeof u.owner, "%s", owner);
+    snprintf(u.owner, sizeof u.owner, "%s", owner ? owner : "*");
     for (int i = 0; i < n_stored_jobs; i++)
-        if (strcmp(stored_jobs[i]->owner, owner) == 0) {
+        if (!owner || strcmp(stored_jobs[i]->owner, owner) == 0) {
             u.jobs_by_state[stored_jobs[i]->state]++;
             u.gpu_ns += stored_jobs[i]->gpu_ns;
         }
     for (int i = 0; i < n_stored_buffers; i++)
-        if (strcmp(stored_buffers[i]->owner, owner) == 0) {
+        if (!owner || strcmp(stored_buffers[i]->owner, owner) == 0) {
             u.buffers++;
             u.buffer_bytes += (int64_t)stored_buffers[i]->nbytes;
         }
     *ret = u;
+    return 0;
+}
+
+/* The rollup as a row per stored final job of the query's owner (every day matches). */
+int store_usage_rollup(store_reader_t *rd, const store_usage_query_t *q,
+                       store_usage_row_t **ret_rows, size_t *ret_n)
+{
+    (void)rd;
+    store_usage_row_t *rows = calloc((size_t)n_stored_jobs + 1, sizeof *rows);
+    size_t n = 0;
+    if (!rows) return -ENOMEM;
+    for (int i = 0; i < n_stored_jobs; i++) {
+        const job_t *job = stored_jobs[i];
+        if ((q->owner && strcmp(job->owner, q->owner) != 0) || !job_state_is_final(job->state))
+            continue;
+        store_usage_row_t *r = &rows[n++];
+        snprintf(r->owner, sizeof r->owner, "%s", job->owner);
+        snprintf(r->op, sizeof r->op, "%s", job_op_name(job) ? job_op_name(job) : "");
+        r->jobs = 1;
+        r->succeeded = job->state == JOB_SUCCEEDED;
+        r->failed = job->state == JOB_FAILED;
+        r->cancelled = job->state == JOB_CANCELLED;
+        r->gpu_ns = job->gpu_ns;
+    }
+    *ret_rows = rows;
+    *ret_n = n;
     return 0;
 }
 

@@ -59,6 +59,7 @@ static const field_case_t fields[] = {
     FIELD("limits", max_wait_ms, "5"),
     FIELD("scheduler", max_batch, "6"),
     FIELD("scheduler", max_delay_us, "7"),
+    FIELD("scheduler", fair_share_half_life_s, "45"),
     FIELD("scheduler", commit_delay_us, "8"),
     FIELD("scheduler", default_deadline_ms, "9"),
     FIELD("scheduler", max_attempts, "10"),

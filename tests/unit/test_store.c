@@ -1790,6 +1790,137 @@ START_TEST(test_open_migrates_version_1_rows_to_the_current_schema)
 }
 END_TEST
 
+/* The usage rollup of (owner, day, op) is written with each job's end and sums what the jobs
+ * recorded: with one shard and with four (each job's end writes its shard's rollup; reads sum
+ * them). A refused change adds nothing. Then retention and the store's bound delete every job,
+ * and the rollup stays as it was. */
+static void assert_rollup(fixture_t *f, const char *owner, int64_t jobs, int64_t succeeded,
+                          int64_t run_us, int64_t gpu_ns, int64_t bytes_out)
+{
+    store_usage_query_t q = {
+        .owner = owner, .since_day = 0, .until_day = INT64_MAX / 2, .max_rows = 100};
+    store_usage_row_t *rows = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(store_usage_rollup(f->rd, &q, &rows, &n), 0);
+    store_usage_row_t sum = {.jobs = 0};
+    for (size_t i = 0; i < n; i++) {
+        if (owner) ck_assert_str_eq(rows[i].owner, owner);
+        ck_assert_str_eq(rows[i].op, test_op.name);
+        sum.jobs += rows[i].jobs;
+        sum.succeeded += rows[i].succeeded;
+        sum.run_us += rows[i].run_us;
+        sum.gpu_ns += rows[i].gpu_ns;
+        sum.bytes_out += rows[i].bytes_out;
+    }
+    /* One row per owner: the jobs ended within the same day, whichever shard they are in. */
+    ck_assert_uint_eq(n, owner ? 1 : 2);
+    ck_assert_int_eq(sum.jobs, jobs);
+    ck_assert_int_eq(sum.succeeded, succeeded);
+    ck_assert_int_eq(sum.run_us, run_us);
+    ck_assert_int_eq(sum.gpu_ns, gpu_ns);
+    ck_assert_int_eq(sum.bytes_out, bytes_out);
+    free(rows);
+}
+
+START_TEST(test_usage_rollup_follows_job_ends_and_outlives_retention)
+{
+    static const int shard_counts[] = {1, 4};
+    fixture_t f;
+    fixture_setup_shards(&f, 1 << 20, shard_counts[_i]);
+    /* Noon of one day: every end below falls on it. */
+    int64_t day = now_us() / (86400 * INT64_C(1000000));
+    int64_t noon = day * 86400 * INT64_C(1000000) + 43200 * INT64_C(1000000);
+    int64_t run_us[2] = {0}, gpu_ns[2] = {0}, jobs[2] = {0}, ok[2] = {0}, out_bytes[2] = {0};
+    const char *owners[2] = {"alice", "bob"};
+    for (int i = 0; i < 24; i++) {
+        int o = i % 3 == 0; /* a third bob's */
+        char id[ID_SIZE];
+        insert_small(&f, &test_op, owners[o], noon - 5000, id);
+        ck_assert_int_eq(set_state(&f, id, JOB_RUNNING), 0);
+        job_t *job = get_job(&f, id);
+        ck_assert_int_eq(job_resolve_op(job), 0);
+        job->started_us = noon + i;
+        job->finished_us = noon + i + 100 * (i + 1);
+        job->gpu_ns = 7000 * (i + 1);
+        job->state = i % 4 == 3 ? JOB_FAILED : JOB_SUCCEEDED;
+        if (job->state == JOB_SUCCEEDED) {
+            job->call.n_out = 1;
+            job->call.out_names[0] = "out";
+            tensor_set(&job->out[0], "out", 4, 1);
+            out_bytes[o] += 16;
+            ok[o]++;
+        }
+        ck_assert_int_eq(store_job_update(f.st, job), 0);
+        /* A refused change leaves the rollup alone. */
+        job->state = JOB_CANCELLED;
+        ck_assert_int_eq(store_job_update(f.st, job), -EBUSY);
+        jobs[o]++;
+        run_us[o] += 100 * (i + 1);
+        gpu_ns[o] += 7000 * (i + 1);
+        job_free(job);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int o = 0; o < 2; o++)
+            assert_rollup(&f, owners[o], jobs[o], ok[o], run_us[o], gpu_ns[o], out_bytes[o]);
+        assert_rollup(&f, NULL, jobs[0] + jobs[1], ok[0] + ok[1], run_us[0] + run_us[1],
+                      gpu_ns[0] + gpu_ns[1], out_bytes[0] + out_bytes[1]);
+        store_usage_t u;
+        ck_assert_int_eq(store_usage_get(f.rd, "alice", &u), 0);
+        ck_assert_int_eq(u.jobs_by_state[JOB_SUCCEEDED], ok[0]);
+        ck_assert_int_eq(u.gpu_ns, gpu_ns[0]);
+        if (pass == 1) break;
+        /* The store's bound expires outputs and deletes jobs; retention deletes the rest. */
+        store_trim_stats_t ts;
+        ck_assert_int_eq(store_trim(f.st, 1, &ts), 0);
+        ck_assert_int_gt(ts.deleted_jobs + ts.expired_jobs, 0);
+        int deleted = 0;
+        ck_assert_int_eq(store_gc(f.st, INT64_MAX, &deleted), 0);
+        ck_assert_int_eq(db_int(&f, "SELECT count(*) FROM jobs"), 0);
+        reopen(&f);
+    }
+    /* A range that leaves the day out has no rows. */
+    store_usage_query_t q = {
+        .owner = NULL, .since_day = day + 1, .until_day = day + 9, .max_rows = 100};
+    store_usage_row_t *rows = NULL;
+    size_t n = 5;
+    ck_assert_int_eq(store_usage_rollup(f.rd, &q, &rows, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    free(rows);
+    /* Past max_rows: -E2BIG, nothing handed back. */
+    q = (store_usage_query_t){.since_day = day, .until_day = day, .max_rows = 1};
+    ck_assert_int_eq(store_usage_rollup(f.rd, &q, &rows, &n), -E2BIG);
+    fixture_teardown(&f);
+}
+END_TEST
+
+/* The fair-share state saved is the state loaded, across a reopen, and a save replaces it. */
+START_TEST(test_fair_share_state_survives_reopen)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    store_fair_share_t in[2] = {{"alice", 1.5e6, 1000}, {"bob", 250.25, 2000}};
+    ck_assert_int_eq(store_fair_share_save(f.st, in, 2), 0);
+    reopen(&f);
+    store_fair_share_t *out = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(store_fair_share_load(f.st, &out, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        int k = strcmp(out[i].owner, "bob") == 0;
+        ck_assert_str_eq(out[i].owner, in[k].owner);
+        ck_assert(out[i].usage_us == in[k].usage_us);
+        ck_assert_int_eq(out[i].at_us, in[k].at_us);
+    }
+    free(out);
+    ck_assert_int_eq(store_fair_share_save(f.st, in + 1, 1), 0);
+    ck_assert_int_eq(store_fair_share_load(f.st, &out, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(out[0].owner, "bob");
+    free(out);
+    fixture_teardown(&f);
+}
+END_TEST
+
 /* Schema version 6 indexes jobs by finish time, which only ended jobs have. A version-5
  * database, with an ended job a past version left without one and a running one with one,
  * comes out of the migration with the new indexes, the finish times made right, and its jobs
@@ -1817,7 +1948,8 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
              "CREATE INDEX jobs_finished ON jobs (finished_us) WHERE " STORE_FINAL_STATES ";"
              "UPDATE jobs SET finished_us = 0, started_us = 3500 WHERE id = '%s';"
              "UPDATE jobs SET finished_us = 777 WHERE id = '%s';"
-             "DROP TABLE settings;"
+             "DROP TABLE settings; ALTER TABLE jobs DROP COLUMN batch_ns;"
+             "DROP TABLE usage_daily; DROP TABLE fair_share;"
              "PRAGMA user_version = 5",
              ended, running);
     db_exec(&f, sql);
@@ -2164,7 +2296,7 @@ START_TEST(test_bad_input_is_refused_with_einval_and_stores_nothing)
     job_t *none;
     ck_assert_int_eq(store_job_get(f.rd, "j000000000000000000000000", &none), -ENOENT);
     store_usage_t usage;
-    ck_assert_int_eq(store_usage_get(f.rd, NULL, &usage), -EINVAL);
+    ck_assert_int_eq(store_usage_get(f.rd, "", &usage), -EINVAL);
     job_free(job);
     fixture_teardown(&f);
 }
@@ -2686,6 +2818,8 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_job_of_an_op_this_build_lacks_keeps_its_name_and_refuses_to_run);
     tcase_add_test(tc, test_job_of_a_known_op_reads_back_as_the_same_validated_call);
     tcase_add_test(tc, test_bad_input_is_refused_with_einval_and_stores_nothing);
+    tcase_add_loop_test(tc, test_usage_rollup_follows_job_ends_and_outlives_retention, 0, 2);
+    tcase_add_test(tc, test_fair_share_state_survives_reopen);
     tcase_add_test(tc, test_large_blobs_read_back_whole_and_by_range);
     tcase_add_test(tc, test_usage_counts_states_and_sums_times_and_buffers_per_owner);
     tcase_add_test(tc, test_checkpoint_truncates_the_wal_and_does_not_wait_for_a_reader);

@@ -1,0 +1,33 @@
+/* A batch's device time shared among its jobs by cost (exec_time.h). */
+#include "exec_time.h"
+
+#include <math.h>
+
+static double job_weight(const job_t *job)
+{
+    return job->call.cost.bytes + job->call.cost.flops + 1.0;
+}
+
+void exec_time_share(exec_batch_t *b, int64_t total_ns)
+{
+    if (total_ns < 0) total_ns = 0;
+    double total_weight = 0;
+    for (int i = 0; i < b->n; i++)
+        total_weight += job_weight(b->jobs[i]);
+    /* Job i gets round(total * W_i / W) - round(total * W_{i-1} / W), W_i the running sum of
+     * the weights: the last running sum is total itself, so nothing is lost or made up. */
+    double running = 0;
+    int64_t given = 0;
+    for (int i = 0; i < b->n; i++) {
+        job_t *job = b->jobs[i];
+        running += job_weight(job);
+        int64_t upto = i == b->n - 1
+                           ? total_ns
+                           : (int64_t)llround((double)total_ns * (running / total_weight));
+        if (upto < given) upto = given;
+        if (upto > total_ns) upto = total_ns;
+        job->gpu_ns = upto - given;
+        job->batch_ns = total_ns;
+        given = upto;
+    }
+}
