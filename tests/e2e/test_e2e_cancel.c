@@ -86,9 +86,10 @@ START_TEST(test_cancelled_running_job_frees_its_worker_for_the_next_job)
     ck_assert_int_eq(e2e_count_jobs_ok(d, "state=cancelled"), 1);
     json_decref(e2e_json_ok(d, "DELETE", path, NULL, 409));
 
-    /* The cancel is durable: after a restart the job is still cancelled. */
+    /* The cancel is durable: after a restart the job is still cancelled. (On CUDA the drain
+     * waits for the launched sleep, within server.drain_timeout_ms.) */
     int status;
-    ck_assert_int_eq(e2e_daemon_stop(d, 20000, &status), 0);
+    ck_assert_int_eq(e2e_daemon_stop(d, 60000, &status), 0);
     ck_assert_int_eq(e2e_daemon_restart(d), 0);
     json_t *after = e2e_json_ok(d, "GET", path, NULL, 200);
     ck_assert_str_eq(e2e_job_state(after), "cancelled");
