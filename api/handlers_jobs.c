@@ -434,6 +434,21 @@ int api_handle_job_wait(api_request_t *req)
     return API_PENDING;
 }
 
+/* The reply of a cancel: the job as it now stands (cancelled, without outputs), and what
+ * became of it in "cancel" (sched_result_t.cancel). */
+static void cancel_reply(void *token, const sched_result_t *res)
+{
+    api_request_t *req = token;
+    if (res->err || res->n_jobs == 0) {
+        job_reply(token, res);
+        return;
+    }
+    json_t *o = api_job_json(res->jobs[0]);
+    if (o && res->cancel) json_object_set_new(o, "cancel", json_string(res->cancel));
+    api_respond_json(req, 200, o);
+    api_request_resume(req);
+}
+
 int api_handle_job_cancel(api_request_t *req)
 {
     static const char *const no_args[] = {NULL};
@@ -441,6 +456,6 @@ int api_handle_job_cancel(api_request_t *req)
     const char *id = api_path_param(req, "id");
     if (api_id_check(req, 'j', id, "id")) return API_DONE;
     api_request_suspend(req);
-    sched_cancel(req->env->sched, api_request_owner_filter(req), id, job_reply, req);
+    sched_cancel(req->env->sched, api_request_owner_filter(req), id, cancel_reply, req);
     return API_PENDING;
 }

@@ -274,6 +274,10 @@ GPUJOB_API const char *gpujob_job_finished_at(const gpujob_job_t *job);
 /* Why a job failed: the error code ("deadline_exceeded") and message, or NULL. */
 GPUJOB_API const char *gpujob_job_error_code(const gpujob_job_t *job);
 GPUJOB_API const char *gpujob_job_error_message(const gpujob_job_t *job);
+/* What a cancel (gpujob_cancel) did to the job: "dequeued" (it had not started and never runs),
+ * "stopped" (its CPU worker stops it), "dropped" (it runs to its end on the GPU, its result
+ * dropped); NULL for a job that is not a cancel's answer. */
+GPUJOB_API const char *gpujob_job_cancel_outcome(const gpujob_job_t *job);
 /* The outputs of a succeeded job (none before): their count and names, in the daemon's order. */
 GPUJOB_API size_t gpujob_job_output_count(const gpujob_job_t *job);
 GPUJOB_API const char *gpujob_job_output_name(const gpujob_job_t *job, size_t i);

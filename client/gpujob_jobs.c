@@ -356,6 +356,11 @@ const char *gpujob_job_error_code(const gpujob_job_t *job)
     return json_string_value(json_object_get(json_object_get(job->root, "error"), "code"));
 }
 
+const char *gpujob_job_cancel_outcome(const gpujob_job_t *job)
+{
+    return json_string_value(json_object_get(job->root, "cancel"));
+}
+
 const char *gpujob_job_error_message(const gpujob_job_t *job)
 {
     return json_string_value(json_object_get(json_object_get(job->root, "error"), "message"));

@@ -326,8 +326,13 @@ static int conv2d_run_cpu(const op_call_t *call, const void *const *in, void *co
 
     const bool bias = p->epilogue & CONV2D_EPI_BIAS, bn = p->epilogue & CONV2D_EPI_BATCHNORM;
     const bool relu = p->epilogue & CONV2D_EPI_RELU;
-    for (int64_t n = 0; n < n_img; n++)
+    for (int64_t n = 0; n < n_img && r == 0; n++)
         for (int64_t k = 0; k < k_out; k++) {
+            /* A cancelled run stops between output planes. */
+            if (op_call_cancelled(call)) {
+                r = op_error_cancelled(err);
+                break;
+            }
             const int64_t c0 = (k / kg) * cg;
             for (int64_t op = 0; op < out_p; op++)
                 for (int64_t oq = 0; oq < out_q; oq++) {

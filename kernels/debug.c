@@ -50,15 +50,23 @@ static int debug_fault_validate(const json_t *params, op_call_t *call, op_error_
     return 0;
 }
 
-/* Copies x, then sleeps the whole of params.ms: a signal cuts nanosleep short, so the loop
- * sleeps what is left. */
+/* The longest nap of debug_sleep between two looks at its cancel flag. */
+#define DEBUG_SLEEP_SLICE_MS 10
+
+/* Copies x, then sleeps the whole of params.ms, in slices of DEBUG_SLEEP_SLICE_MS between which
+ * it stops early (-ECANCELED) once its caller cancels it: the tests' long job that a cancel must
+ * cut short. A signal cuts nanosleep short, so each slice sleeps what is left of it. */
 static int debug_sleep_run_cpu(const op_call_t *call, const void *const *in, void *const *out,
                                op_error_t *err)
 {
     const debug_params_t *p = OP_PARAMS(call, const debug_params_t);
     if (p->bytes) memcpy(out[0], in[0], p->bytes);
-    struct timespec left = {.tv_sec = p->ms / 1000, .tv_nsec = p->ms % 1000 * 1000000L};
-    while (nanosleep(&left, &left) < 0 && errno == EINTR) {
+    for (int64_t left_ms = p->ms; left_ms > 0; left_ms -= DEBUG_SLEEP_SLICE_MS) {
+        if (op_call_cancelled(call)) return op_error_cancelled(err);
+        int64_t ms = left_ms < DEBUG_SLEEP_SLICE_MS ? left_ms : DEBUG_SLEEP_SLICE_MS;
+        struct timespec left = {.tv_sec = 0, .tv_nsec = ms * 1000000L};
+        while (nanosleep(&left, &left) < 0 && errno == EINTR) {
+        }
     }
     return 0;
 }

@@ -214,10 +214,16 @@ static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *cons
     /* Integral scalars only where the product is exact (i8): validate bounds them there, and a
      * float's alpha may be past int64's range. */
     int64_t alpha_i = exact ? (int64_t)p->alpha : 0, beta_i = exact ? (int64_t)p->beta : 0;
-    for (int64_t z = 0; z < p->batch; z++) {
+    int r = 0;
+    for (int64_t z = 0; z < p->batch && r == 0; z++) {
         int64_t a0 = p->a_batched ? z * m * k : 0, b0 = p->b_batched ? z * k * n : 0;
         int64_t o0 = z * m * n;
         for (int64_t i = 0; i < m; i++) {
+            /* A cancelled run stops within one output row's work. */
+            if (op_call_cancelled(call)) {
+                r = op_error_cancelled(err);
+                break;
+            }
             for (int64_t j = 0; j < n; j++) {
                 acc[j] = 0;
                 iacc[j] = 0;
@@ -249,7 +255,7 @@ static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *cons
     }
     free(acc);
     free(iacc);
-    return 0;
+    return r;
 }
 
 const op_def_t op_gemm = {

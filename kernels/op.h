@@ -57,7 +57,21 @@ typedef struct op_call {
     op_cost_t cost;
     /* Calls with equal keys may run together in one run_cuda(); "" means never batch. */
     char batch_key[OP_BATCH_KEY_LEN];
+    /* Set by whoever runs the call on the CPU, else NULL: a flag that turns true (read it with
+     * op_call_cancelled) when the result is no longer wanted. A long CPU implementation checks
+     * it between chunks of its work and then returns -ECANCELED; validation ignores it. */
+    const bool *cancel;
 } op_call_t;
+
+/* Whether the caller of a CPU run no longer wants its result (op_call_t.cancel): an atomic
+ * read, cheap enough for once per chunk of work. */
+static inline bool op_call_cancelled(const op_call_t *call)
+{
+    return call->cancel && __atomic_load_n(call->cancel, __ATOMIC_ACQUIRE);
+}
+
+/* The error of a CPU run that stopped because op_call_cancelled() said so. */
+int op_error_cancelled(op_error_t *err);
 
 #define OP_PARAMS(call, type) ((type *)(void *)(call)->params.bytes)
 

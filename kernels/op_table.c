@@ -91,6 +91,11 @@ int op_error(op_error_t *err, int code, const char *field, const char *fmt, ...)
     return code;
 }
 
+int op_error_cancelled(op_error_t *err)
+{
+    return op_error(err, -ECANCELED, "", "stopped: the job was cancelled");
+}
+
 /* Checks each output of a validated call against the bound and max_out_bytes. */
 static int op_call_check_outputs(const op_call_t *call, uint64_t max_out_bytes, op_error_t *err)
 {

@@ -121,7 +121,13 @@ static int sort_run_cpu(const op_call_t *call, const void *const *in, void *cons
     if (!items)
         return op_error(err, -ENOMEM, "", "out of memory sorting %lld keys", (long long)p->len);
     size_t value_size = p->has_values ? dtype_size(p->value_dtype) : 0;
+    int r = 0;
     for (int64_t row = 0; row < p->rows; row++) {
+        /* A cancelled run stops between rows. */
+        if (op_call_cancelled(call)) {
+            r = op_error_cancelled(err);
+            break;
+        }
         int64_t base = row * p->len;
         for (int64_t j = 0; j < p->len; j++)
             items[j] = (sort_item_t){sort_load_order_key(p, in[0], base + j), (uint32_t)j};
@@ -136,7 +142,7 @@ static int sort_run_cpu(const op_call_t *call, const void *const *in, void *cons
         }
     }
     free(items);
-    return 0;
+    return r;
 }
 
 const op_def_t op_sort = {

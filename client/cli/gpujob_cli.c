@@ -785,7 +785,8 @@ static int cmd_cancel(cli_t *cli, int argc, char **argv)
 {
     static const char usage[] =
         "usage: gpujob cancel ID [--json]\n"
-        "Cancels a job: a queued job never runs, a running one has its result discarded.\n"
+        "Cancels a job and prints what became of it: dequeued (it never runs), stopped (its\n"
+        "CPU worker stops it) or dropped (it runs to its end on the GPU, its result dropped).\n"
         "A job that is already final cannot be cancelled (exit 3).\n";
     bool help;
     int status = parse_simple(cli, "cancel", usage, argc, argv, 1, &help);
@@ -793,8 +794,12 @@ static int cmd_cancel(cli_t *cli, int argc, char **argv)
     gpujob_job_t *job = NULL;
     int r = gpujob_cancel(cli->client, argv[optind], &job);
     if (r < 0) return api_error(cli, "cancel", r);
+    const char *outcome = gpujob_job_cancel_outcome(job);
     if (cli->json)
         print_json_text(gpujob_job_json(job));
+    else if (outcome)
+        printf("%s %s (%s)\n", gpujob_job_id(job), gpujob_state_name(gpujob_job_state(job)),
+               outcome);
     else
         printf("%s %s\n", gpujob_job_id(job), gpujob_state_name(gpujob_job_state(job)));
     gpujob_job_free(job);

@@ -23,6 +23,26 @@ void cuda_fail_batch(exec_batch_t *b, const char *code, const char *message)
         if (!b->jobs[i]->error_code[0]) job_set_error(b->jobs[i], code, "%s", message);
 }
 
+/* Whether the launch of the job's batch leaves it out: it was cancelled before the launch. */
+static bool left_out(const job_t *job)
+{
+    return job->skipped;
+}
+
+/* Leaves the jobs of b cancelled before its launch out of it (left_out); returns how many jobs
+ * the launch still has. */
+static int leave_out_cancelled(exec_batch_t *b)
+{
+    int live = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (exec_job_cancelled(b->jobs[i]))
+            exec_job_skip(b->jobs[i], "cancelled before its launch");
+        else
+            live++;
+    }
+    return live;
+}
+
 void cuda_enter_device_thread(const char *name_format, int device, int max_batch)
 {
     char name[16];
@@ -43,6 +63,7 @@ void cuda_batch_sizes(const exec_batch_t *b, const void *const *in_ptrs, const d
     for (int i = 0; i < b->n; i++) {
         const job_t *job = b->jobs[i];
         const op_call_t *c = &job->call;
+        if (left_out(job)) continue;
         for (int j = 0; j < c->op->n_inputs; j++)
             if (c->has_in[j] && !(in_ptrs && in_ptrs[(size_t)i * OP_MAX_TENSORS + j]) &&
                 !(dw && job->in[j].buffer_id[0] &&
@@ -96,9 +117,11 @@ int cuda_slot_grow_pinned(slot_t *slot, size_t bytes)
     return 0;
 }
 
-/* The pointer arrays a launch hands to the op: for call i, ins[i] and outs[i] point at its
- * OP_MAX_TENSORS entries of in_ptrs and out_ptrs. */
+/* The pointer arrays a launch hands to the op: for its call i (of n, the batch's jobs that are
+ * not left out), ins[i] and outs[i] point at the OP_MAX_TENSORS entries of in_ptrs and out_ptrs
+ * of its job. */
 typedef struct launch_args {
+    int n;
     const op_call_t **calls;
     const void **in_ptrs;
     void **out_ptrs;
@@ -135,6 +158,7 @@ static int launch_fetch_inputs(slot_t *slot, exec_batch_t *b, void *rd, const vo
         job_t *job = b->jobs[i];
         job->run_device = slot->dw->device;
         job->batch_size = b->n;
+        if (left_out(job)) continue;
         for (int j = 0; j < job->call.op->n_inputs; j++) {
             job_tensor_t *t = &job->in[j];
             if (!job->call.has_in[j] || t->data) continue;
@@ -172,13 +196,16 @@ static int launch_alloc(slot_t *slot, exec_batch_t *b, size_t in_bytes, size_t o
 static void launch_pack(slot_t *slot, exec_batch_t *b, launch_args_t *a)
 {
     size_t in_off = 0, out_off = 0;
+    a->n = 0;
     for (int i = 0; i < b->n; i++) {
         job_t *job = b->jobs[i];
+        if (left_out(job)) continue;
         const void **in_ptrs = a->in_ptrs + (size_t)i * OP_MAX_TENSORS;
         void **out_ptrs = a->out_ptrs + (size_t)i * OP_MAX_TENSORS;
-        a->calls[i] = &job->call;
-        a->ins[i] = in_ptrs;
-        a->outs[i] = out_ptrs;
+        a->calls[a->n] = &job->call;
+        a->ins[a->n] = in_ptrs;
+        a->outs[a->n] = out_ptrs;
+        a->n++;
         for (int j = 0; j < job->call.op->n_inputs; j++) {
             if (!job->call.has_in[j] || in_ptrs[j]) continue;
             memcpy((char *)slot->pinned + in_off, job->in[j].data, job->in[j].nbytes);
@@ -212,7 +239,7 @@ static int launch_enqueue(slot_t *slot, exec_batch_t *b, const launch_args_t *a,
     };
     op_error_t err = {0};
     if (e == cudaSuccess &&
-        a->calls[0]->op->run_cuda(&ctx, b->n, a->calls, a->ins, a->outs, &err) < 0) {
+        a->calls[0]->op->run_cuda(&ctx, a->n, a->calls, a->ins, a->outs, &err) < 0) {
         r = -EIO;
         cuda_fail_batch(b, "op_failed", err.message);
     }
@@ -260,6 +287,11 @@ int cuda_slot_launch(slot_t *slot, exec_batch_t *b, void *rd)
     cudaSetDevice(slot->dw->device);
     exec_batch_started(b, mono_us());
     exec_guard_batch(b);
+    /* A batch whose jobs were all cancelled while it waited is reported without a launch. */
+    if (leave_out_cancelled(b) == 0) {
+        r = -ECANCELED;
+        goto out;
+    }
     r = launch_fetch_inputs(slot, b, rd, a.in_ptrs);
     if (r < 0) goto out;
     if (!b->jobs[0]->call.op->run_cuda) {
@@ -279,18 +311,22 @@ out:
     return r;
 }
 
-/* Copies each successful job's outputs out of staging into memory of their own. */
+/* Copies each successful job's outputs out of staging into memory of their own. Those of a job
+ * cancelled after its launch are not copied: its result is dropped, its batch-mates keep
+ * theirs. */
 static void unpack_outputs(slot_t *slot, exec_batch_t *b)
 {
     size_t out_off = 0;
     for (int i = 0; i < b->n; i++) {
         job_t *job = b->jobs[i];
         const op_call_t *c = &job->call;
-        if (!job->error_code[0]) job_describe_outputs(job);
+        if (left_out(job)) continue; /* it has no room in staging */
+        bool keep = !job->error_code[0] && !exec_job_cancelled(job);
+        if (keep) job_describe_outputs(job);
         for (int j = 0; j < c->n_out; j++) {
             job_tensor_t *t = &job->out[j];
             uint64_t nbytes = tensor_desc_bytes(&c->out[j]);
-            if (!job->error_code[0]) {
+            if (keep) {
                 t->data = malloc(nbytes ? nbytes : 1);
                 if (t->data)
                     memcpy(t->data, (char *)slot->pinned + out_off, nbytes);

@@ -4,7 +4,11 @@
  *
  * A worker stuck in a batch the scheduler's watchdog gave up on (abandon) cannot be stopped
  * safely: a replacement worker takes its place, so that the pool keeps its size, and the stuck
- * one reports its batch whenever it returns and then exits. */
+ * one reports its batch whenever it returns and then exits.
+ *
+ * A cancelled job (cancel) is skipped when its worker comes to it, or stopped at the next check
+ * of its op's CPU code (op_call_t.cancel points at the job's flag): its worker goes on with the
+ * batch's other jobs, and is free for the next batch as soon as the batch is done. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -28,6 +32,7 @@ typedef struct cpu_worker {
     cpu_exec_t *ex;
     pthread_t thread;
     exec_batch_t *batch; /* running now, or NULL */
+    int job_index;       /* the batch's job it runs or is about to run */
     bool replaced;       /* its batch was abandoned: another worker took its place */
 } cpu_worker_t;
 
@@ -76,7 +81,10 @@ static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
         out[j] = t->data;
     }
     op_error_t err = {0};
-    if (call->op->run_cpu(call, in, out, &err) < 0)
+    int r = call->op->run_cpu(call, in, out, &err);
+    if (r == -ECANCELED)
+        job_set_error(job, "cancelled", "stopped while running: the job was cancelled");
+    else if (r < 0)
         job_set_error(job, "op_failed", "%s%s%s", err.field, err.field[0] ? ": " : "", err.message);
 }
 
@@ -84,13 +92,22 @@ static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
  * runs, so that a job that crashes the process is failed at the next start instead of run
  * again, and the batch's other jobs (finished, or not started yet, maybe other users') re-run
  * as after a kill -9 instead of failing with it. */
-static void run_batch(cpu_exec_t *ex, void *rd, exec_batch_t *batch)
+static void run_batch(cpu_worker_t *w, void *rd, exec_batch_t *batch)
 {
+    cpu_exec_t *ex = w->ex;
     int64_t start = mono_us();
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         job->run_device = -1;
         job->batch_size = batch->n;
+        /* Under the lock, so that a cancel either sees this job started or the job sees it. */
+        pthread_mutex_lock(&ex->lock);
+        w->job_index = i;
+        pthread_mutex_unlock(&ex->lock);
+        if (exec_job_cancelled(job)) {
+            exec_job_skip(job, "cancelled before it ran");
+            continue;
+        }
         if (!rd) {
             job_set_error(job, "store_failed", "the worker cannot read the store");
             continue;
@@ -123,10 +140,11 @@ static void *worker(void *arg)
         ex->q_len--;
         ex->busy++;
         w->batch = batch;
+        w->job_index = 0;
         exec_batch_started(batch, mono_us());
         pthread_mutex_unlock(&ex->lock);
 
-        run_batch(ex, rd, batch);
+        run_batch(w, rd, batch);
 
         /* The slot is free before the scheduler hears of the batch, so that the dispatch
          * its report triggers sees the slot (a replaced worker's slot was freed when its
@@ -153,9 +171,13 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* Accepts batch into the ring. Each job's call points at the job's cancel flag from now on
+ * (set here, on the loop thread, so that the worker only reads the call), for its op to check. */
 static int cpu_submit(executor_t *base, exec_batch_t *batch)
 {
     cpu_exec_t *ex = (cpu_exec_t *)base;
+    for (int i = 0; i < batch->n; i++)
+        batch->jobs[i]->call.cancel = &batch->jobs[i]->cancel_requested;
     pthread_mutex_lock(&ex->lock);
     int r = -EAGAIN;
     if (!ex->stopping && ex->q_len < ex->q_cap) {
@@ -254,6 +276,47 @@ static void cpu_abandon(executor_t *base, exec_batch_t *batch)
     ex->base.done(batch, ex->base.done_ud);
 }
 
+/* The index of job in batch, or -1. */
+static int job_index_in(const exec_batch_t *batch, const job_t *job)
+{
+    for (int i = 0; i < batch->n; i++)
+        if (batch->jobs[i] == job) return i;
+    return -1;
+}
+
+/* A job of batch was cancelled. In a batch not started yet it is skipped when a worker takes
+ * the batch; once every job of such a batch is cancelled, the batch leaves the ring and is
+ * reported at once, on the calling thread, as executor.h allows. In a running batch, the job
+ * being run is stopped at its op's next check, one not reached yet is skipped, and one already
+ * run keeps nothing (the scheduler drops its result). */
+static exec_cancel_t cpu_cancel(executor_t *base, exec_batch_t *batch, job_t *job)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    exec_cancel_t outcome = EXEC_CANCEL_DROPPED;
+    pthread_mutex_lock(&ex->lock);
+    exec_job_cancel(job);
+    bool report = false;
+    for (int i = 0; i < ex->q_len; i++)
+        if (ex->queue[(ex->q_head + i) % ex->q_cap] == batch) outcome = EXEC_CANCEL_DEQUEUED;
+    if (outcome == EXEC_CANCEL_DEQUEUED && exec_batch_all_cancelled(batch))
+        report = unqueue_locked(ex, batch);
+    for (int i = 0; outcome != EXEC_CANCEL_DEQUEUED && i < ex->n_started; i++) {
+        const cpu_worker_t *w = ex->workers[i];
+        if (w->batch != batch) continue;
+        int at = job_index_in(batch, job);
+        outcome = at == w->job_index  ? EXEC_CANCEL_STOPPED
+                  : at > w->job_index ? EXEC_CANCEL_DEQUEUED
+                                      : EXEC_CANCEL_DROPPED;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    if (report) {
+        for (int i = 0; i < batch->n; i++)
+            exec_job_skip(batch->jobs[i], "cancelled before it ran");
+        ex->base.done(batch, ex->base.done_ud);
+    }
+    return outcome;
+}
+
 static void cpu_destroy(executor_t *base, int timeout_ms)
 {
     cpu_exec_t *ex = (cpu_exec_t *)base;
@@ -305,6 +368,7 @@ static const executor_ops_t cpu_ops = {
     .describe = cpu_describe,
     .destroy = cpu_destroy,
     .abandon = cpu_abandon,
+    .cancel = cpu_cancel,
 };
 
 int exec_cpu_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_t **ret)

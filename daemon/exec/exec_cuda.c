@@ -157,6 +157,26 @@ static bool cuda_serves_device(executor_t *base, int device)
     return served;
 }
 
+/* A job of b was cancelled. A batch still in its device's queue leaves the job out when it is
+ * launched (cuda_slots.c; one left with no job is reported without a launch). A batch on a slot
+ * runs on, since a launched kernel cannot be stopped: the job's outputs are not copied out of
+ * staging (its result is dropped) while its batch-mates keep theirs, and the batch's device
+ * memory, the job's included, goes back to the pool as soon as its stream work completes. */
+static exec_cancel_t cuda_cancel(executor_t *base, exec_batch_t *b, job_t *job)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    exec_cancel_t outcome = EXEC_CANCEL_DROPPED;
+    pthread_mutex_lock(&ex->lock);
+    exec_job_cancel(job);
+    for (int d = 0; d < ex->n_devices; d++) {
+        const device_worker_t *dw = &ex->devices[d];
+        for (int i = 0; i < dw->q_len; i++)
+            if (dw->queue[(dw->q_head + i) % dw->q_cap] == b) outcome = EXEC_CANCEL_DEQUEUED;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    return outcome;
+}
+
 static const executor_ops_t cuda_ops = {
     .name = "cuda",
     .backend = OP_BACKEND_CUDA,
@@ -169,6 +189,7 @@ static const executor_ops_t cuda_ops = {
     .buffer_deleted = cuda_buffer_deleted,
     .serves_device = cuda_serves_device,
     .abandon = cuda_abandon,
+    .cancel = cuda_cancel,
 };
 
 int exec_cuda_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_t **ret)

@@ -3,9 +3,17 @@
 
 #include <math.h>
 
+/* A job left out of the run (cancelled before it ran) used none of the time. */
 static double job_weight(const job_t *job)
 {
-    return job->call.cost.bytes + job->call.cost.flops + 1.0;
+    return job->skipped ? 0 : job->call.cost.bytes + job->call.cost.flops + 1.0;
+}
+
+/* The part of the time that the jobs up to one whose running weight is running have used.
+ * Every job left out: nothing until the last, which takes whatever was measured. */
+static double share_upto(double running, double total_weight)
+{
+    return total_weight > 0 ? running / total_weight : 0;
 }
 
 void exec_time_share(exec_batch_t *b, int64_t total_ns)
@@ -23,7 +31,7 @@ void exec_time_share(exec_batch_t *b, int64_t total_ns)
         running += job_weight(job);
         int64_t upto = i == b->n - 1
                            ? total_ns
-                           : (int64_t)llround((double)total_ns * (running / total_weight));
+                           : (int64_t)llround((double)total_ns * share_upto(running, total_weight));
         if (upto < given) upto = given;
         if (upto > total_ns) upto = total_ns;
         job->gpu_ns = upto - given;

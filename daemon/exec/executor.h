@@ -6,7 +6,7 @@
  * The scheduler calls submit() on its loop thread; submit never blocks on the work. The
  * executor runs the batch on a thread of its own and then calls the `done` callback, from that
  * thread, exactly once per accepted batch; the one exception is a batch abandoned before it
- * started (abandon), which may be reported from within abandon, on the loop thread (the
+ * started (abandon, cancel), which may be reported from within that hook, on the loop thread (the
  * scheduler's `done` writes no outputs for failed jobs and posts a message to its loop, so it
  * may be called there). The scheduler installs `done` and `done_ud` (in sched_set_executor)
  * before the first submit. */
@@ -55,6 +55,42 @@ static inline int64_t exec_batch_started_us(const exec_batch_t *b)
     return __atomic_load_n(&b->started_us, __ATOMIC_ACQUIRE);
 }
 
+/* What a cancel of a job in the executor did (executor_ops_t.cancel). */
+typedef enum exec_cancel {
+    EXEC_CANCEL_DEQUEUED, /* it had not started: it never runs */
+    EXEC_CANCEL_STOPPED,  /* its worker stops it at its next check (a CPU op) */
+    EXEC_CANCEL_DROPPED,  /* it runs to its end (a launched kernel, or one that had ended): its
+                           * result is dropped */
+} exec_cancel_t;
+
+/* Marks the job cancelled for the executor's threads (any thread; atomic). */
+static inline void exec_job_cancel(job_t *job)
+{
+    __atomic_store_n(&job->cancel_requested, true, __ATOMIC_RELEASE);
+}
+
+/* Whether the job was cancelled while in the executor (exec_job_cancel). */
+static inline bool exec_job_cancelled(const job_t *job)
+{
+    return __atomic_load_n(&job->cancel_requested, __ATOMIC_ACQUIRE);
+}
+
+/* Leaves a job cancelled before it ran out of its batch's run: it ends "cancelled" and gets no
+ * share of the batch's device time (exec_time.h). Executor threads only. */
+static inline void exec_job_skip(job_t *job, const char *why)
+{
+    job->skipped = true;
+    job_set_error(job, "cancelled", "%s", why);
+}
+
+/* Whether every job of batch was cancelled (exec_job_cancel): nothing of it is left to run. */
+static inline bool exec_batch_all_cancelled(const exec_batch_t *batch)
+{
+    for (int i = 0; i < batch->n; i++)
+        if (!exec_job_cancelled(batch->jobs[i])) return false;
+    return true;
+}
+
 typedef void (*exec_done_fn)(exec_batch_t *batch, void *ud);
 
 typedef struct executor executor_t;
@@ -94,6 +130,14 @@ typedef struct executor_ops {
      * scheduler keeps the batch's jobs, which a stuck worker may still write to. Loop thread; NULL
      * where the backend has no way to recover (the watchdog then only fails the jobs). */
     void (*abandon)(executor_t *ex, exec_batch_t *batch);
+    /* The scheduler ended job, one of batch's, as cancelled (its record is stored, its waiters
+     * answered): the executor frees what the job holds as soon as it can, marks it
+     * (exec_job_cancel) and says what it did. Its batch-mates run on and keep their results;
+     * done() still comes exactly once for the batch, maybe from within cancel when no job of a
+     * batch not yet started is left to run. The scheduler drops the job's result whatever the
+     * executor wrote. Loop thread; NULL where the backend can do nothing (the result is then
+     * dropped when the batch returns, as for EXEC_CANCEL_DROPPED). */
+    exec_cancel_t (*cancel)(executor_t *ex, exec_batch_t *batch, job_t *job);
 } executor_ops_t;
 
 struct executor {

@@ -65,6 +65,10 @@ typedef struct job {
     int64_t batch_ns; /* the measured device time of the whole batch that ran it */
     int run_device;   /* device that ran it, -1 for none or the CPU */
     int batch_size;   /* jobs in the launch that ran it (1: alone) */
+    /* Set once, atomically, by the executor's cancel hook when the job is cancelled while its
+     * batch is in the executor; read by the executor's threads (executor.h). */
+    bool cancel_requested;
+    bool skipped; /* the executor left it out of its batch's run (cancelled before it ran) */
     /* in[j] is op input slot j (see call.op->input_names); present iff call.has_in[j]. */
     job_tensor_t in[OP_MAX_TENSORS];
     /* out[j] matches call.out[j] / call.out_names[j], j < call.n_out. */

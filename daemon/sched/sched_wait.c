@@ -169,6 +169,22 @@ void handle_wait_cancel(sched_t *s, msg_t *m)
 
 /* ------------------------------------------------------------------------- cancels */
 
+/* How a cancel's answer names what became of the job. */
+static const char *const cancel_outcome_names[] = {
+    [EXEC_CANCEL_DEQUEUED] = "dequeued",
+    [EXEC_CANCEL_STOPPED] = "stopped",
+    [EXEC_CANCEL_DROPPED] = "dropped",
+};
+
+/* The answer to the cancel of a queued job (token: its message): the job never ran. */
+static void cancel_queued_reply(void *token, const sched_result_t *res)
+{
+    const msg_t *m = token;
+    sched_result_t named = *res;
+    named.cancel = cancel_outcome_names[EXEC_CANCEL_DEQUEUED];
+    m->reply(m->token, &named);
+}
+
 /* Ends a queued job (cancelled or failed) in the store and in memory. When reply is given, it
  * is answered with the ended job before the job is freed. */
 static int end_queued(sched_t *s, entry_t *e, job_state_t state, const char *code,
@@ -196,13 +212,13 @@ static int end_queued(sched_t *s, entry_t *e, job_state_t state, const char *cod
     return 0;
 }
 
-/* Ends a running job now (cancelled, or failed by the watchdog), in the store and for its
- * waiters and reply (when given), while its launch goes on: the launch's result is discarded
- * when it returns. The executor may be writing the job's outputs and error fields right now,
- * so the store and the answers get a copy made of the fields the loop owns. 0, -ENOMEM, or
+/* Records the end of a running job (cancelled, or failed by the watchdog) in the store, while
+ * its launch goes on: the launch's result is discarded when it returns. The executor may be
+ * writing the job's outputs and error fields right now, so the store gets a copy made of the
+ * fields the loop owns, which *ret_rec receives (job_free it) for the answers. 0, -ENOMEM, or
  * the store's error (the job then stays running). */
-int running_end(sched_t *s, entry_t *e, job_state_t state, const char *code, const char *message,
-                sched_reply_fn reply, void *token)
+static int running_record(sched_t *s, entry_t *e, job_state_t state, const char *code,
+                          const char *message, job_t **ret_rec)
 {
     job_t *rec = job_snapshot(e->job);
     if (!rec) return -ENOMEM;
@@ -210,23 +226,62 @@ int running_end(sched_t *s, entry_t *e, job_state_t state, const char *code, con
     rec->state = state;
     job_set_error(rec, code, "%s", message);
     int r = store_job_update(s->st, rec);
-    if (r >= 0) {
-        e->discard_result = true;
-        count_final(s, state);
-        if (reply) reply_jobs(reply, token, &rec, 1);
-        waiters_reply(e, rec);
+    if (r < 0) {
+        job_free(rec);
+        return r;
     }
-    job_free(rec);
-    return r < 0 ? r : 0;
+    e->discard_result = true;
+    count_final(s, state);
+    *ret_rec = rec;
+    return 0;
 }
 
+/* Ends a running job now (running_record), and answers its waiters and reply (when given). */
+int running_end(sched_t *s, entry_t *e, job_state_t state, const char *code, const char *message,
+                sched_reply_fn reply, void *token)
+{
+    job_t *rec;
+    int r = running_record(s, e, state, code, message, &rec);
+    if (r < 0) return r;
+    if (reply) reply_jobs(reply, token, &rec, 1);
+    waiters_reply(e, rec);
+    job_free(rec);
+    return 0;
+}
+
+/* The batch in the executor's hands that holds job, or NULL. */
+static exec_batch_t *flight_batch_of(sched_t *s, const job_t *job)
+{
+    queue_t *q;
+    queue_foreach(q, &s->in_flight)
+    {
+        exec_batch_t *b = &queue_data(q, sched_batch_t, flight)->batch;
+        for (int i = 0; i < b->n; i++)
+            if (b->jobs[i] == job) return b;
+    }
+    return NULL;
+}
+
+/* Ends a running job as cancelled, durably, and then has the executor free what it holds:
+ * the answer says whether the job had not started, was stopped, or runs on with its result
+ * dropped. */
 static void cancel_running(sched_t *s, msg_t *m, entry_t *e)
 {
-    int r = running_end(s, e, JOB_CANCELLED, "cancelled", "cancelled by request while running",
-                        m->reply, m->token);
-    if (r < 0)
+    job_t *rec;
+    int r = running_record(s, e, JOB_CANCELLED, "cancelled", "cancelled by request while running",
+                           &rec);
+    if (r < 0) {
         reply_err(m->reply, m->token, r,
                   r == -ENOMEM ? NULL : "the store refused the cancellation");
+        return;
+    }
+    exec_cancel_t outcome = EXEC_CANCEL_DROPPED;
+    exec_batch_t *b = flight_batch_of(s, e->job);
+    if (b && s->ex->ops->cancel) outcome = s->ex->ops->cancel(s->ex, b, e->job);
+    sched_result_t res = {.jobs = &rec, .n_jobs = 1, .cancel = cancel_outcome_names[outcome]};
+    m->reply(m->token, &res);
+    waiters_reply(e, rec);
+    job_free(rec);
 }
 
 void handle_cancel(sched_t *s, msg_t *m)
@@ -239,8 +294,8 @@ void handle_cancel(sched_t *s, msg_t *m)
         return;
     }
     if (e->job->state == JOB_QUEUED) {
-        int r = end_queued(s, e, JOB_CANCELLED, "cancelled", "cancelled by request", m->reply,
-                           m->token);
+        int r = end_queued(s, e, JOB_CANCELLED, "cancelled", "cancelled by request",
+                           cancel_queued_reply, m);
         if (r < 0) reply_err(m->reply, m->token, r, "the store refused the cancellation");
         return;
     }

@@ -39,11 +39,12 @@ int64_t sched_watchdog_bound_ms(const config_t *cfg, job_t *const *jobs, int n)
     return ms > cfg->watchdog_min_ms ? (int64_t)ms : cfg->watchdog_min_ms;
 }
 
-/* A batch the executor just accepted is watched from now on. */
+/* A batch the executor just accepted is in flight from now on (where a cancel finds it), and
+ * watched when it has a bound. */
 void batch_watchdog_track(sched_t *s, sched_batch_t *sb)
 {
     sb->bound_ms = sched_watchdog_bound_ms(s->cfg, sb->batch.jobs, sb->batch.n);
-    if (sb->bound_ms > 0) queue_insert_tail(&s->in_flight, &sb->flight);
+    queue_insert_tail(&s->in_flight, &sb->flight);
 }
 
 /* A batch leaves the executor's hands (its end, or its return for a retry). */
@@ -92,7 +93,8 @@ static sched_batch_t *first_overdue(sched_t *s, int64_t now)
     {
         sched_batch_t *sb = queue_data(q, sched_batch_t, flight);
         int64_t started = exec_batch_started_us(&sb->batch);
-        if (!sb->expired && started > 0 && now - started > sb->bound_ms * 1000) return sb;
+        if (sb->bound_ms > 0 && !sb->expired && started > 0 && now - started > sb->bound_ms * 1000)
+            return sb;
     }
     return NULL;
 }

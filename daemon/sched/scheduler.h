@@ -33,6 +33,10 @@ typedef struct sched_result {
      * every durable submission in turn. */
     bool *take_jobs;
     const buffer_t *buffer; /* buffer operations */
+    /* cancel: what became of the job, "dequeued" (it had not started: it never runs),
+     * "stopped" (its worker stops it at its next check) or "dropped" (it runs to its end on
+     * the device; its result is dropped); a static string. */
+    const char *cancel;
 } sched_result_t;
 
 typedef void (*sched_reply_fn)(void *token, const sched_result_t *res);
@@ -62,8 +66,9 @@ void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, s
  * A wait already answered is left alone. Since messages reach the loop in the order they were
  * posted, a token may be given to a new wait as soon as the old wait's reply has run. */
 void sched_wait_cancel(sched_t *s, const char *id, void *token);
-/* Cancels: a queued job is removed and never runs; a running job's result is discarded.
- * -EBUSY for a job already final. */
+/* Cancels: the job ends cancelled, durably, at once. A queued job is removed and never runs;
+ * a running one is stopped by the executor where it can, its result discarded in any case
+ * (sched_result_t.cancel says which). -EBUSY for a job already final. */
 void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token);
 /* Stores an uploaded buffer (ownership passes): its bytes in buf->data, or already durable in
  * the blob file buf->blob names (a streamed upload). Replies when committed. */

@@ -326,7 +326,7 @@ START_TEST(test_failed_cancelled_and_timed_out_jobs_exit_codes)
     result_free(&r);
     r = RUN("cancel", id);
     ck_assert_exit(r, 0);
-    ck_assert_ptr_nonnull(strstr(r.out, "cancelled"));
+    ck_assert_ptr_nonnull(strstr(r.out, "cancelled (dequeued)"));
     result_free(&r);
     r = RUN("wait", id);
     ck_assert_exit(r, 1);

@@ -1,6 +1,7 @@
 /* The CPU backend (daemon/exec/exec_cpu.c) driven directly, with ops of the test's own and a
  * blob reader that reads nothing: which jobs its crash guard blames for a crash, and how it
- * reports a batch the watchdog gave up on before it started. No timing: a job that must stay
+ * reports a batch the watchdog gave up on before it started, and what a cancel does to a job
+ * run, running or not reached, and to a batch not started. No timing: a job that must stay
  * running blocks on a pipe until the test releases it. */
 #include <check.h>
 #include <stdio.h>
@@ -41,7 +42,21 @@ static int run_block(const op_call_t *call, const void *const *in, void *const *
     return 0;
 }
 
+/* Runs until its caller cancels it, as a long op checks between chunks of its work. */
+static int run_until_cancelled(const op_call_t *call, const void *const *in, void *const *out,
+                               op_error_t *err)
+{
+    (void)in, (void)out;
+    char c = 1;
+    ck_assert_int_eq(write(started_fd[1], &c, 1), 1);
+    while (!op_call_cancelled(call))
+        usleep(1000);
+    return op_error_cancelled(err);
+}
+
 static const op_def_t crash_op = {.name = "test_maybe_crash", .run_cpu = run_maybe_crash};
+static const op_def_t until_cancelled_op = {.name = "test_until_cancelled",
+                                            .run_cpu = run_until_cancelled};
 static const op_def_t block_op = {.name = "test_block", .run_cpu = run_block};
 
 /* ---------------------------------------------------- a blob reader that reads nothing */
@@ -195,6 +210,76 @@ START_TEST(test_an_abandoned_batch_that_never_started_fails_with_the_watchdog_er
 }
 END_TEST
 
+/* A batch of four runs its jobs in turn. With the second running, a cancel of the first (run
+ * already) is dropped, of the third (not reached) dequeued, of the second stopped: its op sees
+ * the flag and returns, the third is skipped, and the fourth, not cancelled, runs and keeps its
+ * result. The worker then reports the batch and is free: a next batch runs on it. */
+START_TEST(test_a_cancelled_running_job_stops_and_its_batch_mates_keep_their_results)
+{
+    ck_assert_int_eq(pipe(started_fd), 0);
+    executor_t *ex = cpu_new(1);
+    exec_batch_t *b = batch_new(&crash_op, 4);
+    b->jobs[1]->call.op = &until_cancelled_op;
+    ck_assert_int_eq(ex->ops->submit(ex, b), 0);
+    char c;
+    ck_assert_int_eq(read(started_fd[0], &c, 1), 1);
+
+    ck_assert_int_eq(ex->ops->cancel(ex, b, b->jobs[0]), EXEC_CANCEL_DROPPED);
+    ck_assert_int_eq(ex->ops->cancel(ex, b, b->jobs[2]), EXEC_CANCEL_DEQUEUED);
+    ck_assert_int_eq(ex->ops->cancel(ex, b, b->jobs[1]), EXEC_CANCEL_STOPPED);
+    wait_reported(1);
+    ck_assert_ptr_eq(reported[0], b);
+    ck_assert_str_eq(b->jobs[0]->error_code, "");
+    ck_assert_str_eq(b->jobs[1]->error_code, "cancelled");
+    ck_assert_str_eq(b->jobs[2]->error_code, "cancelled");
+    ck_assert_str_eq(b->jobs[3]->error_code, "");
+
+    exec_batch_t *next = batch_new(&crash_op, 1);
+    ck_assert_int_eq(ex->ops->submit(ex, next), 0);
+    wait_reported(2);
+    ck_assert_ptr_eq(reported[1], next);
+    ck_assert_str_eq(next->jobs[0]->error_code, "");
+    ex->ops->destroy(ex, 10000);
+    batch_free(next);
+    batch_free(b);
+}
+END_TEST
+
+/* A batch waiting in the executor behind a busy worker keeps its place while any of its jobs
+ * is left; once all are cancelled it is reported at once, never run. */
+START_TEST(test_a_waiting_batch_whose_jobs_are_all_cancelled_is_reported_at_once)
+{
+    ck_assert_int_eq(pipe(started_fd), 0);
+    ck_assert_int_eq(pipe(release_fd), 0);
+    executor_t *ex = cpu_new(1);
+    exec_batch_t *busy = batch_new(&block_op, 1);
+    ck_assert_int_eq(ex->ops->submit(ex, busy), 0);
+    char c;
+    ck_assert_int_eq(read(started_fd[0], &c, 1), 1);
+    exec_batch_t *waiting = batch_new(&block_op, 2);
+    ck_assert_int_eq(ex->ops->submit(ex, waiting), 0);
+
+    ck_assert_int_eq(ex->ops->cancel(ex, waiting, waiting->jobs[0]), EXEC_CANCEL_DEQUEUED);
+    pthread_mutex_lock(&done_lock);
+    ck_assert_int_eq(n_reported, 0);
+    pthread_mutex_unlock(&done_lock);
+    ck_assert_int_eq(ex->ops->cancel(ex, waiting, waiting->jobs[1]), EXEC_CANCEL_DEQUEUED);
+    wait_reported(1);
+    ck_assert_ptr_eq(reported[0], waiting);
+    for (int i = 0; i < waiting->n; i++)
+        ck_assert_str_eq(waiting->jobs[i]->error_code, "cancelled");
+
+    c = 1;
+    ck_assert_int_eq(write(release_fd[1], &c, 1), 1);
+    wait_reported(2);
+    ck_assert_ptr_eq(reported[1], busy);
+    ck_assert_str_eq(busy->jobs[0]->error_code, "");
+    ex->ops->destroy(ex, 10000);
+    batch_free(waiting);
+    batch_free(busy);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_cpu");
@@ -202,6 +287,8 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_a_crash_blames_only_the_job_that_ran_not_its_batch);
     tcase_add_test(tc, test_an_abandoned_batch_that_never_started_fails_with_the_watchdog_error);
+    tcase_add_test(tc, test_a_cancelled_running_job_stops_and_its_batch_mates_keep_their_results);
+    tcase_add_test(tc, test_a_waiting_batch_whose_jobs_are_all_cancelled_is_reported_at_once);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

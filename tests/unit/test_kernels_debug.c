@@ -116,6 +116,31 @@ START_TEST(test_debug_fault_fails_on_the_cpu_with_its_message)
 }
 END_TEST
 
+/* The longest sleep stops at its first look at a cancel flag that is set: the suite's timeout,
+ * far below the sleep, fails the test otherwise. Without a flag, or with one that stays clear,
+ * a short sleep runs to its end. */
+START_TEST(test_debug_sleep_stops_early_once_cancelled)
+{
+    op_table_enable_test_ops(true);
+    tensor_desc_t d = td(DTYPE_F32, 2);
+    op_call_t call;
+    op_test_validate_ok("debug_sleep", "{\"ms\": 60000}", (const tensor_desc_t *[]){&d}, 1, &call);
+    bool cancelled = true;
+    call.cancel = &cancelled;
+    float x[2] = {1, 2}, out[2];
+    op_error_t err = {0};
+    ck_assert_int_eq(call.op->run_cpu(&call, (const void *[]){x}, (void *[]){out}, &err),
+                     -ECANCELED);
+    ck_assert_int_gt(strlen(err.message), 0);
+
+    op_test_validate_ok("debug_sleep", "{\"ms\": 30}", (const tensor_desc_t *[]){&d}, 1, &call);
+    cancelled = false;
+    call.cancel = &cancelled;
+    ck_assert_int_eq(call.op->run_cpu(&call, (const void *[]){x}, (void *[]){out}, &err), 0);
+    ck_assert(out[0] == 1 && out[1] == 2);
+}
+END_TEST
+
 START_TEST(test_bad_params_name_their_field)
 {
     op_table_enable_test_ops(true);
@@ -149,6 +174,7 @@ int main(void)
     tcase_add_test(tc, test_debug_sleep_copies_x_in_any_dtype_and_shape);
     tcase_add_test(tc, test_debug_sleep_takes_at_least_ms_on_the_cpu);
     tcase_add_test(tc, test_debug_fault_fails_on_the_cpu_with_its_message);
+    tcase_add_test(tc, test_debug_sleep_stops_early_once_cancelled);
     tcase_add_test(tc, test_bad_params_name_their_field);
     suite_add_tcase(s, tc);
     return op_test_run_suite(s);

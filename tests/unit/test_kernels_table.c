@@ -1,8 +1,11 @@
 /* The op table's support query: every op the table lists runs on the CPU, on CUDA exactly
  * when this build has its CUDA implementation, and an op without an implementation for a
- * backend is reported unsupported there. */
+ * backend is reported unsupported there. And the long CPU ops stop once cancelled
+ * (op_call_t.cancel). */
 #include <check.h>
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "support/op_test.h"
 
@@ -43,6 +46,47 @@ START_TEST(test_an_op_without_an_implementation_is_unsupported_there)
 }
 END_TEST
 
+/* Runs a validated call on zeroed inputs with its cancel flag at cancelled; returns run_cpu's
+ * result. */
+static int run_flagged(const op_call_t *validated, int n_in, bool cancelled)
+{
+    op_call_t call = *validated;
+    call.cancel = &cancelled;
+    void *in[OP_MAX_TENSORS] = {0}, *out[OP_MAX_TENSORS] = {0};
+    for (int j = 0; j < n_in; j++)
+        in[j] = calloc(1, tensor_desc_bytes(&call.in[j]) + 1);
+    for (int j = 0; j < call.n_out; j++)
+        out[j] = calloc(1, tensor_desc_bytes(&call.out[j]) + 1);
+    op_error_t err = {0};
+    int r = call.op->run_cpu(&call, (const void *const *)in, out, &err);
+    if (r == -ECANCELED) ck_assert_int_gt(strlen(err.message), 0);
+    for (int j = 0; j < OP_MAX_TENSORS; j++) {
+        free(in[j]);
+        free(out[j]);
+    }
+    return r;
+}
+
+/* gemm, sort and conv2d look at their cancel flag between chunks of their work: set, they stop
+ * with -ECANCELED before the first chunk; clear, they run to their end. */
+START_TEST(test_long_cpu_ops_stop_once_cancelled)
+{
+    tensor_desc_t m = td(DTYPE_F32, 8, 8), x = td(DTYPE_F32, 1, 2, 8, 8),
+                  w = td(DTYPE_F32, 2, 2, 3, 3);
+    struct {
+        const char *op;
+        const tensor_desc_t *in[2];
+        int n_in;
+    } cases[] = {{"gemm", {&m, &m}, 2}, {"sort", {&m}, 1}, {"conv2d", {&x, &w}, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        op_call_t call;
+        op_test_validate_ok(cases[i].op, NULL, cases[i].in, cases[i].n_in, &call);
+        ck_assert_msg(run_flagged(&call, cases[i].n_in, true) == -ECANCELED, "%s", cases[i].op);
+        ck_assert_msg(run_flagged(&call, cases[i].n_in, false) == 0, "%s", cases[i].op);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kernels_table");
@@ -50,6 +94,7 @@ int main(void)
     tcase_add_test(tc, test_every_listed_op_runs_on_the_cpu);
     tcase_add_test(tc, test_cuda_support_follows_the_build);
     tcase_add_test(tc, test_an_op_without_an_implementation_is_unsupported_there);
+    tcase_add_test(tc, test_long_cpu_ops_stop_once_cancelled);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

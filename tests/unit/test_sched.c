@@ -31,6 +31,8 @@ typedef struct fake_exec {
     int n_got, n_done;
     exec_batch_t *abandoned; /* the last batch the watchdog gave up on */
     int n_abandoned;
+    exec_batch_t *cancel_batch; /* the last cancel's batch and job */
+    job_t *cancel_job;
 } fake_exec_t;
 
 static int fake_submit(executor_t *base, exec_batch_t *b)
@@ -78,6 +80,18 @@ static void fake_abandon(executor_t *base, exec_batch_t *b)
     pthread_mutex_unlock(&f->lock);
 }
 
+/* Remembers the cancel's batch and job, and says it stopped the job (it reports the batch only
+ * when the test completes it). */
+static exec_cancel_t fake_cancel(executor_t *base, exec_batch_t *b, job_t *job)
+{
+    fake_exec_t *f = (fake_exec_t *)base;
+    pthread_mutex_lock(&f->lock);
+    f->cancel_batch = b;
+    f->cancel_job = job;
+    pthread_mutex_unlock(&f->lock);
+    return EXEC_CANCEL_STOPPED;
+}
+
 static const executor_ops_t fake_ops = {
     .name = "fake",
     .submit = fake_submit,
@@ -85,6 +99,7 @@ static const executor_ops_t fake_ops = {
     .describe = fake_describe,
     .destroy = fake_destroy,
     .abandon = fake_abandon,
+    .cancel = fake_cancel,
 };
 
 /* Waits until the executor holds at least n batches in total. */
@@ -215,6 +230,7 @@ typedef struct reply_box {
     size_t n;
     bool replayed;
     int batches_started; /* the fake executor's batches when the answer came */
+    char cancel[16];     /* sched_result_t.cancel, "" when none */
 } reply_box_t;
 
 static void on_reply(void *token, const sched_result_t *res)
@@ -224,6 +240,7 @@ static void on_reply(void *token, const sched_result_t *res)
     b->err = res->err;
     b->n = res->n_jobs;
     b->replayed = res->replayed;
+    snprintf(b->cancel, sizeof b->cancel, "%s", res->cancel ? res->cancel : "");
     pthread_mutex_lock(&fake->lock);
     b->batches_started = fake->n_got;
     pthread_mutex_unlock(&fake->lock);
@@ -675,6 +692,7 @@ START_TEST(test_cancel_queued_job_never_runs)
     box_wait(&c);
     ck_assert_int_eq(c.err, 0);
     ck_assert_int_eq(c.states[0], JOB_CANCELLED);
+    ck_assert_str_eq(c.cancel, "dequeued");
     fake->slots = 4;
     job_t *other = add_job("alice", 10, 0);
     reply_box_t b2;
@@ -690,6 +708,41 @@ START_TEST(test_cancel_queued_job_never_runs)
     sched_cancel(sched, "alice", box.ids[0], on_reply, &c);
     box_wait(&c);
     ck_assert_int_eq(c.err, -EBUSY);
+}
+END_TEST
+
+/* The cancel of a running job is durable and answered at once, with what the executor's hook
+ * says it did; the hook gets the job and the batch that holds it; the batch's late result is
+ * dropped for that job and kept for its batch-mate. */
+START_TEST(test_cancel_running_job_asks_the_executor_and_keeps_its_batch_mates)
+{
+    fake->slots = 1;
+    job_t *jobs[2] = {add_job("alice", 10, 0), add_job("alice", 10, 0)};
+    reply_box_t box;
+    submit(&box, jobs, 2);
+    ck_assert_int_eq(fake_wait_jobs(fake, 2), 2);
+    ck_assert_int_eq(fake->n_got, 1);
+    reply_box_t c;
+    box_init(&c);
+    sched_cancel(sched, "alice", box.ids[1], on_reply, &c);
+    box_wait(&c);
+    ck_assert_int_eq(c.err, 0);
+    ck_assert_int_eq(c.states[0], JOB_CANCELLED);
+    ck_assert_str_eq(c.cancel, "stopped");
+    ck_assert_int_eq(stored_state(box.ids[1]), JOB_CANCELLED);
+    pthread_mutex_lock(&fake->lock);
+    ck_assert_ptr_eq(fake->cancel_batch, fake->got[0]);
+    ck_assert_str_eq(fake->cancel_job->id, box.ids[1]);
+    pthread_mutex_unlock(&fake->lock);
+
+    fake_complete(fake, 0);
+    reply_box_t w;
+    box_init(&w);
+    sched_wait(sched, "alice", box.ids[0], 10000, on_reply, &w);
+    box_wait(&w);
+    ck_assert_int_eq(w.states[0], JOB_SUCCEEDED);
+    ck_assert_int_eq(stored_state(box.ids[0]), JOB_SUCCEEDED);
+    ck_assert_int_eq(stored_state(box.ids[1]), JOB_CANCELLED);
 }
 END_TEST
 
@@ -1461,6 +1514,7 @@ int main(void)
     tcase_add_test(tc, test_jobs_going_around_a_waiting_one_leave_it_a_running_slot);
     tcase_add_test(tc, test_priority_orders_one_users_queue);
     tcase_add_test(tc, test_cancel_queued_job_never_runs);
+    tcase_add_test(tc, test_cancel_running_job_asks_the_executor_and_keeps_its_batch_mates);
     tcase_add_test(tc, test_other_users_cannot_see_or_cancel_a_job);
     tcase_add_test(tc, test_deadline_fails_a_job_left_queued);
     tcase_add_test(tc, test_wait_times_out_with_the_current_state);

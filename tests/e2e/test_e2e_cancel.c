@@ -1,0 +1,221 @@
+/* Cancel means free, end to end on the real daemon: a running job that is cancelled ends
+ * `cancelled` at once, durably, a wait on it returns at once, the answer says what became of
+ * it, and on the CPU backend its worker stops and takes the next job long before the cancelled
+ * job's sleep would have ended; a cancelled job's batch-mates keep their results.
+ *
+ * Orders are asserted rather than durations where possible: a cancelled sleep is far longer
+ * (LONG_MS) than anything else the test does, so the next job's end before the sleep's would-be
+ * end (by the jobs' own timestamps) shows that the worker was freed. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "support/daemon_harness.h"
+
+/* The cancelled job's sleep: much longer than the whole test is allowed to take. */
+#define LONG_MS 30000
+
+/* True when the suite runs the daemon on CUDA ($GPUJOB_E2E_BACKEND), where a launched kernel
+ * runs to its end and a cancel answers "dropped" instead of "stopped". */
+static bool on_cuda(void)
+{
+    const char *b = getenv("GPUJOB_E2E_BACKEND");
+    return b && strcmp(b, "cuda") == 0;
+}
+
+/* A timestamp field of a job ("2026-01-02T03:04:05.678901Z", as the API writes it) in
+ * seconds since the epoch, or -1 when absent or not in that form. */
+static double job_time(const json_t *job, const char *key)
+{
+    const char *v = json_string_value(json_object_get(job, key));
+    struct tm tm = {0};
+    int usec = 0;
+    if (!v || sscanf(v, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                     &tm.tm_min, &tm.tm_sec, &usec) != 7)
+        return -1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (double)timegm(&tm) + usec * 1e-6;
+}
+
+START_TEST(test_cancelled_running_job_frees_its_worker_for_the_next_job)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    json_t *long_job = e2e_long_job_new(LONG_MS);
+    char *long_id = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, long_id, "running", 10);
+    /* The only worker is busy: the next job waits. */
+    json_t *small = e2e_long_job_new(0);
+    char *next_id = e2e_submit_ok(d, small);
+    char path[128], next_path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", long_id);
+    snprintf(next_path, sizeof next_path, "/v1/jobs/%s", next_id);
+    json_t *next = e2e_json_ok(d, "GET", next_path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(next), "queued");
+    json_decref(next);
+
+    json_t *cancelled = e2e_json_ok(d, "DELETE", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(cancelled), "cancelled");
+    ck_assert_str_eq(json_string_value(json_object_get(cancelled, "cancel")),
+                     on_cuda() ? "dropped" : "stopped");
+    double long_started = job_time(cancelled, "started_at");
+    ck_assert(long_started > 0);
+    json_decref(cancelled);
+
+    /* A wait on it answers at once, with its final state. */
+    char wait_path[160];
+    snprintf(wait_path, sizeof wait_path, "/v1/jobs/%s/wait?timeout=%d", long_id, LONG_MS / 1000);
+    double before = e2e_now();
+    json_t *waited = e2e_json_ok(d, "GET", wait_path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(waited), "cancelled");
+    ck_assert_msg(e2e_now() - before < LONG_MS / 2000.0, "the wait on a cancelled job waited");
+    json_decref(waited);
+
+    /* The next job runs on the freed worker, and ends while the cancelled sleep would still
+     * have been running. */
+    json_t *done = e2e_wait_final_ok(d, next_id, LONG_MS / 2000.0);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    double next_finished = job_time(done, "finished_at");
+    ck_assert(next_finished > 0);
+    ck_assert_msg(next_finished < long_started + LONG_MS / 2000.0,
+                  "the next job ended only after the cancelled job's sleep would have");
+    json_decref(done);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=cancelled"), 1);
+    json_decref(e2e_json_ok(d, "DELETE", path, NULL, 409));
+
+    /* The cancel is durable: after a restart the job is still cancelled. (On CUDA the drain
+     * waits for the launched sleep, within server.drain_timeout_ms.) */
+    int status;
+    ck_assert_int_eq(e2e_daemon_stop(d, 60000, &status), 0);
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    json_t *after = e2e_json_ok(d, "GET", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(after), "cancelled");
+    json_decref(after);
+
+    json_decref(small);
+    json_decref(long_job);
+    free(next_id);
+    free(long_id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_cancel_of_a_queued_job_says_dequeued)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    json_t *long_job = e2e_long_job_new(LONG_MS);
+    char *long_id = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, long_id, "running", 10);
+    json_t *small = e2e_long_job_new(0);
+    char *id = e2e_submit_ok(d, small);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *job = e2e_json_ok(d, "DELETE", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(job), "cancelled");
+    ck_assert_str_eq(json_string_value(json_object_get(job, "cancel")), "dequeued");
+    json_decref(job);
+    snprintf(path, sizeof path, "/v1/jobs/%s", long_id);
+    json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
+
+    json_decref(small);
+    json_decref(long_job);
+    free(id);
+    free(long_id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* Rows and columns of the batch's GEMMs: large enough that a batch of them runs for a while on
+ * one CPU worker, which runs its jobs in turn. */
+#define GEMM_N 512
+#define BATCH 4
+
+/* A gemm of two uploaded buffers. */
+static json_t *gemm_job(const char *a_id, const char *b_id)
+{
+    return json_pack("{s:s, s:{s:{s:s}, s:{s:s}}}", "op", "gemm", "inputs", "a", "buffer", a_id,
+                     "b", "buffer", b_id);
+}
+
+/* One array of BATCH equal GEMMs goes out as one batch; the last one is cancelled while the
+ * batch runs. The others succeed with the right result, and the cancelled one ends
+ * `cancelled` with no output. */
+START_TEST(test_batch_mates_of_a_cancelled_job_keep_their_results)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 1\n");
+    float *ones = malloc(sizeof(float) * GEMM_N * GEMM_N);
+    for (int i = 0; i < GEMM_N * GEMM_N; i++)
+        ones[i] = 1;
+    char shape[32];
+    snprintf(shape, sizeof shape, "%d,%d", GEMM_N, GEMM_N);
+    json_t *a = e2e_upload_ok(d, "f32", shape, ones, sizeof(float) * GEMM_N * GEMM_N, false, 201);
+    const char *a_id = json_string_value(json_object_get(a, "id"));
+    json_t *arr = json_array();
+    for (int i = 0; i < BATCH; i++)
+        json_array_append_new(arr, gemm_job(a_id, a_id));
+    char *body = json_dumps(arr, JSON_COMPACT);
+    json_t *jobs = e2e_json_ok(d, "POST", "/v1/jobs", body, 201);
+    ck_assert_int_eq(json_array_size(jobs), BATCH);
+    const char *victim = json_string_value(json_object_get(json_array_get(jobs, BATCH - 1), "id"));
+    e2e_wait_state_ok(d, victim, "running", 10);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", victim);
+    e2e_response_t r = {0};
+    ck_assert_int_eq(e2e_http_request(d, "DELETE", path, NULL, NULL, 0, &r), 0);
+    /* 409 only if the whole batch ended first: then there is nothing to show. */
+    if (r.status == 200) {
+        const char *what = json_string_value(json_object_get(r.json, "cancel"));
+        ck_assert_msg(what && (!strcmp(what, "dequeued") || !strcmp(what, "stopped") ||
+                               !strcmp(what, "dropped")),
+                      "cancel: %s", what ? what : "(none)");
+        ck_assert_str_eq(e2e_job_state(r.json), "cancelled");
+    } else {
+        ck_assert_int_eq(r.status, 409);
+        fprintf(stderr, "the batch ended before its cancel: nothing was cancelled\n");
+    }
+    e2e_response_clear(&r);
+
+    float *out = malloc(sizeof(float) * GEMM_N * GEMM_N);
+    for (int i = 0; i < BATCH; i++) {
+        const char *id = json_string_value(json_object_get(json_array_get(jobs, i), "id"));
+        json_t *done = e2e_wait_final_ok(d, id, 120);
+        if (i == BATCH - 1 && strcmp(e2e_job_state(done), "succeeded") != 0) {
+            ck_assert_str_eq(e2e_job_state(done), "cancelled");
+            json_decref(done);
+            continue;
+        }
+        ck_assert_str_eq(e2e_job_state(done), "succeeded");
+        ck_assert_int_eq(json_integer_value(json_object_get(done, "batch_size")), BATCH);
+        e2e_output_raw_ok(d, id, "out", out, sizeof(float) * GEMM_N * GEMM_N);
+        for (int k = 0; k < GEMM_N * GEMM_N; k++)
+            ck_assert_msg(out[k] == GEMM_N, "job %d out[%d] = %g", i, k, out[k]);
+        json_decref(done);
+    }
+    free(out);
+    free(body);
+    free(ones);
+    json_decref(arr);
+    json_decref(jobs);
+    json_decref(a);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("e2e_cancel");
+    TCase *tc = tcase_create("cancel");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_cancelled_running_job_frees_its_worker_for_the_next_job);
+    tcase_add_test(tc, test_cancel_of_a_queued_job_says_dequeued);
+    tcase_add_test(tc, test_batch_mates_of_a_cancelled_job_keep_their_results);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
