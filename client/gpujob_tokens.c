@@ -84,20 +84,29 @@ int gpujob_token_create(gpujob_client_t *c, const char *name, int64_t expires_in
     return r;
 }
 
-int gpujob_token_list(gpujob_client_t *c, const char *user, gpujob_token_t **ret, size_t *ret_n)
+/* method /v1/tokens<sep><arg, escaped> (arg NULL: nothing after /v1/tokens), answered 200:
+ * its JSON into *ret (a new reference). */
+static int tokens_call(gpujob_client_t *c, const char *method, const char *sep, const char *arg,
+                       json_t **ret)
 {
-    gjc_clear_error(c);
-    char *path = NULL, *escaped = user ? gjc_escape(c, user) : NULL;
-    if ((user && !escaped) ||
-        asprintf(&path, "/v1/tokens%s%s", user ? "?user=" : "", user ? escaped : "") < 0) {
+    char *path = NULL, *escaped = arg ? gjc_escape(c, arg) : NULL;
+    if ((arg && !escaped) ||
+        asprintf(&path, "/v1/tokens%s%s", arg ? sep : "", arg ? escaped : "") < 0) {
         free(escaped);
         return gjc_fail(c, -ENOMEM, "out of memory");
     }
     free(escaped);
-    gjc_request_t req = {.method = "GET", .path = path, .accept = "application/json"};
-    json_t *root = NULL;
-    int r = gjc_call_json(c, &req, 200, 0, &root, NULL);
+    gjc_request_t req = {.method = method, .path = path, .accept = "application/json"};
+    int r = gjc_call_json(c, &req, 200, 0, ret, NULL);
     free(path);
+    return r;
+}
+
+int gpujob_token_list(gpujob_client_t *c, const char *user, gpujob_token_t **ret, size_t *ret_n)
+{
+    gjc_clear_error(c);
+    json_t *root = NULL;
+    int r = tokens_call(c, "GET", user ? "?user=" : "", user, &root);
     if (r < 0) return r;
     json_t *arr = json_object_get(root, "tokens");
     size_t n = json_array_size(arr);
@@ -139,16 +148,8 @@ int gpujob_token_revoke(gpujob_client_t *c, const char *id)
     char clean[64];
     if (!id || token_id(id, clean) < 0)
         return gjc_fail(c, -EINVAL, "expected a token id (the part of the token after gj_)");
-    char *escaped = gjc_escape(c, clean), *path = NULL;
-    if (!escaped || asprintf(&path, "/v1/tokens/%s", escaped) < 0) {
-        free(escaped);
-        return gjc_fail(c, -ENOMEM, "out of memory");
-    }
-    free(escaped);
-    gjc_request_t req = {.method = "DELETE", .path = path, .accept = "application/json"};
     json_t *root = NULL;
-    int r = gjc_call_json(c, &req, 200, 0, &root, NULL);
-    free(path);
+    int r = tokens_call(c, "DELETE", "/", clean, &root);
     json_decref(root);
     return r;
 }

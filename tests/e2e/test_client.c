@@ -1020,6 +1020,7 @@ START_TEST(test_token_minted_on_the_socket_works_over_tcp_until_revoked)
              "[server]\nunix_socket = %s/gpujobd.sock\n[auth]\nmode = token,peercred\n", dir);
     snprintf(sock_url, sizeof sock_url, "unix:%s/gpujobd.sock", dir);
     e2e_daemon_t *d = e2e_daemon_start_ok(config);
+    e2e_wait_unix_socket_ok(sock_url + 5);
     gpujob_client_t *local = client_at(sock_url), *remote = client_at(e2e_daemon_url(d));
     gpujob_client_set_token(remote, NULL);
     gpujob_usage_t u;

@@ -526,6 +526,7 @@ START_TEST(test_token_create_use_list_and_revoke)
     snprintf(config, sizeof config, "[server]\nunix_socket = %s\n[auth]\nmode = token,peercred\n",
              sock + 5);
     e2e_daemon_t *d = e2e_daemon_start_ok(config);
+    e2e_wait_unix_socket_ok(sock + 5);
     const char *tcp = e2e_daemon_url(d);
     unsetenv("GPUJOB_TOKEN");
     run_result_t r = run_cli_env(tcp, (const char *const[]){"usage", NULL});
