@@ -112,7 +112,8 @@ typedef struct gpujob_client gpujob_client_t;
 
 /* Creates a client for address: "http://HOST:PORT" (https too), "unix:/path/to/socket" or an
  * absolute socket path. NULL means $GPUJOB_URL when set, else GPUJOB_DEFAULT_SOCKET. Nothing
- * is contacted yet. -EINVAL (malformed address, message in errbuf when not NULL) or -ENOMEM. */
+ * is contacted yet. -EINVAL (malformed address or $GPUJOB_TOKEN, message in errbuf when not
+ * NULL) or -ENOMEM. */
 GPUJOB_API int gpujob_client_new(const char *address, gpujob_client_t **ret, char *errbuf,
                                  size_t errbuf_size);
 /* Closes the connection and frees. Accepts NULL. */
@@ -120,7 +121,8 @@ GPUJOB_API void gpujob_client_free(gpujob_client_t *c);
 /* The address in use (borrowed). */
 GPUJOB_API const char *gpujob_client_address(const gpujob_client_t *c);
 /* Sends "Authorization: Bearer TOKEN" from now on (copied; NULL stops sending it). $GPUJOB_TOKEN
- * is used by default when set. 0 or -ENOMEM. */
+ * is used by default when set. 0, -EINVAL when token holds a control character or a space
+ * (it would split the header), or -ENOMEM. */
 GPUJOB_API int gpujob_client_set_token(gpujob_client_t *c, const char *token);
 /* Verifies an https:// daemon's certificate against the CA certificates of this PEM file (a
  * lab's own CA) instead of the system's trusted ones (copied; NULL goes back to the system's).
@@ -371,6 +373,40 @@ GPUJOB_API int gpujob_buffer_keep(gpujob_client_t *c, const char *job_id, const 
 GPUJOB_API int gpujob_buffer_get(gpujob_client_t *c, const char *id, gpujob_buffer_t *ret);
 /* DELETE /v1/buffers/{id}. */
 GPUJOB_API int gpujob_buffer_delete(gpujob_client_t *c, const char *id);
+
+/* ---- Tokens ----------------------------------------------------------------------------- */
+
+/* The longest token text the daemon makes ("gj_<id>_<secret>"), NUL included. */
+#define GPUJOB_TOKEN_SIZE 128
+
+/* A token's record, by value: everything but its secret. Times are RFC 3339; expires_at and
+ * last_used_at are "" for never. */
+typedef struct gpujob_token {
+    char id[32];
+    char name[128];
+    char owner[64];
+    char created_at[40];
+    char expires_at[40];
+    char last_used_at[40];
+} gpujob_token_t;
+
+/* POST /v1/tokens: mints a token for the caller, labelled name, expiring expires_in_s seconds
+ * from now (0: never). The daemon makes tokens only over its Unix socket, for the socket's
+ * peer user (-EACCES otherwise): a user logged in to the server mints the token they then use
+ * from elsewhere with gpujob_client_set_token or $GPUJOB_TOKEN. The token's text goes to
+ * ret_text, the only copy there will ever be (the daemon keeps a hash); its record to ret
+ * (NULL: not wanted). The library never puts a token's text in a message. */
+GPUJOB_API int gpujob_token_create(gpujob_client_t *c, const char *name, int64_t expires_in_s,
+                                   gpujob_token_t *ret, char ret_text[GPUJOB_TOKEN_SIZE]);
+/* GET /v1/tokens: the caller's tokens, oldest first, or, for an admin, user's (NULL: the
+ * caller's own; an admin's NULL lists everyone's). *ret is a malloc'd array (free() it; NULL
+ * when *ret_n is 0). */
+GPUJOB_API int gpujob_token_list(gpujob_client_t *c, const char *user, gpujob_token_t **ret,
+                                 size_t *ret_n);
+/* DELETE /v1/tokens/{id}: revokes one of the caller's tokens (an admin: anyone's); it is
+ * refused from its next request on. id may also be the token's whole text: only its id is
+ * sent. -ENOENT when the caller has no such token. */
+GPUJOB_API int gpujob_token_revoke(gpujob_client_t *c, const char *id);
 
 #ifdef __cplusplus
 }

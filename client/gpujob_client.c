@@ -130,9 +130,14 @@ int gpujob_client_new(const char *address, gpujob_client_t **ret, char *errbuf, 
     c->retries = 3;
     c->binary_outputs = true;
     const char *token = getenv("GPUJOB_TOKEN");
-    if (!c->address || !c->curl || (token && token[0] && gpujob_client_set_token(c, token) < 0)) {
+    r = c->address && c->curl ? 0 : -ENOMEM;
+    if (r == 0 && token && token[0]) r = gpujob_client_set_token(c, token);
+    if (r < 0) {
+        /* The message never quotes the token. */
+        if (r == -EINVAL)
+            copy_message(errbuf, errbuf_size, "$GPUJOB_TOKEN holds a space or control character");
         gpujob_client_free(c);
-        return -ENOMEM;
+        return r;
     }
     const char *ca_file = getenv("GPUJOB_CA_FILE");
     r = ca_file && ca_file[0] ? gpujob_client_set_ca_file(c, ca_file) : 0;
@@ -154,6 +159,7 @@ void gpujob_client_free(gpujob_client_t *c)
     free(c->address);
     free(c->base_url);
     free(c->unix_path);
+    if (c->auth_header) explicit_bzero(c->auth_header, strlen(c->auth_header));
     free(c->auth_header);
     free(c->ca_file);
     free(c);
@@ -167,7 +173,10 @@ const char *gpujob_client_address(const gpujob_client_t *c)
 int gpujob_client_set_token(gpujob_client_t *c, const char *token)
 {
     char *header = NULL;
+    for (const char *p = token; p && *p; p++)
+        if ((unsigned char)*p <= ' ' || *p == 0x7f) return -EINVAL;
     if (token && asprintf(&header, "Authorization: Bearer %s", token) < 0) return -ENOMEM;
+    if (c->auth_header) explicit_bzero(c->auth_header, strlen(c->auth_header));
     free(c->auth_header);
     c->auth_header = header;
     return 0;

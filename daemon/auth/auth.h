@@ -92,8 +92,12 @@ bool auth_settings_tokens(const auth_settings_t *s);
 /* Whether the Unix socket's peer uid is the user. */
 bool auth_settings_peercred(const auth_settings_t *s);
 /* Whether user is an admin: named in admins, or a member of a group named there as @group.
- * Root of the Unix socket is an admin whatever the settings (decided by the caller). */
+ * Root of the Unix socket is an admin whatever the settings (decided by the caller). The
+ * group answer is an NSS lookup, cached per user in s for a minute (thread-safe): most
+ * requests cost none, and a membership change shows within a minute or at a reload. */
 bool auth_settings_is_admin(const auth_settings_t *s, const char *user);
+/* How many NSS group lookups s has made (what the cache did not answer), for tests. */
+size_t auth_settings_group_lookups(const auth_settings_t *s);
 
 /* --- the admin's command line (auth_cli.c) --- */
 

@@ -1,21 +1,42 @@
 /* The [auth] settings, parsed once into an immutable auth_settings_t: the mode and the admins
- * (user names and @groups). */
+ * (user names and @groups). Whether a user belongs to an admin @group is an NSS lookup (files,
+ * LDAP, sssd...), too slow for every request: its answer is cached in the settings, per user,
+ * for AUTH_GROUP_CACHE_US, so that a membership change shows within that time or at the next
+ * reload, which builds new settings with an empty cache. */
 #include "auth.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/util/id.h"
+#include "daemon/util/strmap.h"
 #include "daemon/util/userdb.h"
 
 #define AUTH_MAX_ADMINS 64
+#define AUTH_GROUP_CACHE_US (60 * 1000000LL)
+/* Users the cache holds at most; when full it is emptied, which bounds its memory whatever
+ * names tokens carry. */
+#define AUTH_GROUP_CACHE_MAX 4096
+
+/* One user's answer: whether a group of the admins holds them, until expires (mono_us). */
+typedef struct group_answer {
+    bool admin;
+    int64_t expires;
+} group_answer_t;
 
 struct auth_settings {
     bool tokens, peercred; /* both false: mode = none */
     int n_admins;
+    bool any_group;                                   /* some admins entry is an @group */
     char admins[AUTH_MAX_ADMINS][AUTH_USER_SIZE + 1]; /* "alice" or "@wheel" */
+    /* The cache of group answers, the one mutable part: request threads share it. */
+    pthread_mutex_t lock;
+    strmap_t *groups; /* user -> group_answer_t */
+    size_t n_groups, lookups;
 };
 
 /* Whether host (as server.listen gives it, without brackets) is a loopback address. */
@@ -56,6 +77,7 @@ static int admins_parse(auth_settings_t *s, const char *list, char *err, size_t 
             return -EINVAL;
         }
         snprintf(s->admins[s->n_admins++], sizeof s->admins[0], "%.*s", (int)len, p);
+        s->any_group |= p[0] == '@';
         p += strcspn(p, ",");
     }
     return 0;
@@ -70,7 +92,12 @@ int auth_settings_new(const config_t *cfg, auth_settings_t **ret, char *err, siz
     }
     s->tokens = strstr(cfg->mode, "token") != NULL;
     s->peercred = strstr(cfg->mode, "peercred") != NULL;
-    int r = admins_parse(s, cfg->admins, err, err_size);
+    pthread_mutex_init(&s->lock, NULL);
+    int r = strmap_new(&s->groups);
+    if (r < 0)
+        snprintf(err, err_size, "out of memory");
+    else
+        r = admins_parse(s, cfg->admins, err, err_size);
     char host[256];
     int port;
     bool loopback =
@@ -92,15 +119,35 @@ int auth_settings_new(const config_t *cfg, auth_settings_t **ret, char *err, siz
         r = -EINVAL;
     }
     if (r < 0) {
-        free(s);
+        auth_settings_free(s);
         return r;
     }
     *ret = s;
     return 0;
 }
 
+static void answer_free(const char *key, void *value, void *ud)
+{
+    (void)key, (void)ud;
+    free(value);
+}
+
+/* Empties the cache of group answers; the caller holds s->lock. */
+static void groups_clear(auth_settings_t *s)
+{
+    strmap_foreach(s->groups, answer_free, NULL);
+    strmap_free(s->groups);
+    s->groups = NULL;
+    s->n_groups = 0;
+    if (strmap_new(&s->groups) < 0) s->groups = NULL;
+}
+
 void auth_settings_free(auth_settings_t *s)
 {
+    if (!s) return;
+    if (s->groups) strmap_foreach(s->groups, answer_free, NULL);
+    strmap_free(s->groups);
+    pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
@@ -119,11 +166,56 @@ bool auth_settings_peercred(const auth_settings_t *s)
     return s->peercred;
 }
 
+/* Whether a group of the admins holds user, asking NSS. */
+static bool groups_lookup(const auth_settings_t *s, const char *user)
+{
+    for (int i = 0; i < s->n_admins; i++)
+        if (s->admins[i][0] == '@' && userdb_in_group(user, s->admins[i] + 1)) return true;
+    return false;
+}
+
+/* groups_lookup through the cache. The lookup runs outside the lock, so that a slow NSS
+ * server holds up only the requests of users it has not answered for yet. */
+static bool groups_cached(auth_settings_t *s, const char *user)
+{
+    int64_t now = mono_us();
+    pthread_mutex_lock(&s->lock);
+    group_answer_t *a = s->groups ? strmap_get(s->groups, user) : NULL;
+    bool hit = a && a->expires > now, admin = a && a->admin;
+    if (!hit) s->lookups++;
+    pthread_mutex_unlock(&s->lock);
+    if (hit) return admin;
+
+    admin = groups_lookup(s, user);
+    pthread_mutex_lock(&s->lock);
+    if (s->n_groups >= AUTH_GROUP_CACHE_MAX) groups_clear(s);
+    a = s->groups ? strmap_get(s->groups, user) : NULL;
+    if (!a && s->groups && (a = malloc(sizeof *a))) {
+        if (strmap_put(s->groups, user, a) == 0) {
+            s->n_groups++;
+        } else {
+            free(a); /* out of memory: answered, not remembered */
+            a = NULL;
+        }
+    }
+    if (a) *a = (group_answer_t){.admin = admin, .expires = now + AUTH_GROUP_CACHE_US};
+    pthread_mutex_unlock(&s->lock);
+    return admin;
+}
+
 bool auth_settings_is_admin(const auth_settings_t *s, const char *user)
 {
     for (int i = 0; i < s->n_admins; i++)
         if (s->admins[i][0] != '@' && strcmp(s->admins[i], user) == 0) return true;
-    for (int i = 0; i < s->n_admins; i++)
-        if (s->admins[i][0] == '@' && userdb_in_group(user, s->admins[i] + 1)) return true;
-    return false;
+    /* The cache is the settings' one mutable part, behind its own lock. */
+    return s->any_group && groups_cached((auth_settings_t *)s, user);
+}
+
+size_t auth_settings_group_lookups(const auth_settings_t *s)
+{
+    auth_settings_t *m = (auth_settings_t *)s;
+    pthread_mutex_lock(&m->lock);
+    size_t n = m->lookups;
+    pthread_mutex_unlock(&m->lock);
+    return n;
 }

@@ -995,15 +995,107 @@ START_TEST(test_buffers_upload_describe_use_and_delete)
 }
 END_TEST
 
-START_TEST(test_bearer_token_is_sent_and_ignored_over_tcp_for_now)
+START_TEST(test_bearer_token_is_sent_and_ignored_over_tcp_with_mode_none)
 {
-    /* Token auth is not in the daemon yet: a token must not break requests. */
+    /* With auth mode none (this suite's daemon) every TCP caller is "local": a token sent
+     * anyway must not break requests. */
     gpujob_client_t *c = client_tcp();
     ck_assert_int_eq(gpujob_client_set_token(c, "secret-token"), 0);
     gpujob_usage_t u;
     ck_assert_int_eq(gpujob_usage(c, &u), 0);
     ck_assert_int_eq(gpujob_client_set_token(c, NULL), 0);
     ck_assert_int_eq(gpujob_usage(c, &u), 0);
+    gpujob_client_free(c);
+}
+END_TEST
+
+/* A token minted over the Unix socket of a daemon with auth mode token,peercred works over
+ * TCP, is listed without its secret, and is refused from the request after its revocation; no
+ * message of the library quotes it. */
+START_TEST(test_token_minted_on_the_socket_works_over_tcp_until_revoked)
+{
+    char dir[64] = "/tmp/gjc-token-XXXXXX", config[512], sock_url[128];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(config, sizeof config,
+             "[server]\nunix_socket = %s/gpujobd.sock\n[auth]\nmode = token,peercred\n", dir);
+    snprintf(sock_url, sizeof sock_url, "unix:%s/gpujobd.sock", dir);
+    e2e_daemon_t *d = e2e_daemon_start_ok(config);
+    e2e_wait_unix_socket_ok(sock_url + 5);
+    gpujob_client_t *local = client_at(sock_url), *remote = client_at(e2e_daemon_url(d));
+    gpujob_client_set_token(remote, NULL);
+    gpujob_usage_t u;
+    ck_assert_int_eq(gpujob_usage(remote, &u), -EACCES);
+    ck_assert_int_eq(gpujob_http_status(remote), 401);
+
+    gpujob_token_t t;
+    char text[GPUJOB_TOKEN_SIZE];
+    ck_assert_int_eq(gpujob_token_create(local, "laptop", 3600, &t, text), 0);
+    ck_assert_msg(strncmp(text, "gj_", 3) == 0 && strstr(text, t.id), "token text %s", text);
+    ck_assert_str_eq(t.name, "laptop");
+    ck_assert_str_ne(t.expires_at, "");
+    ck_assert_str_eq(t.last_used_at, "");
+    /* Over TCP nobody mints a token, not even with a valid one. */
+    ck_assert_int_eq(gpujob_client_set_token(remote, text), 0);
+    char other[GPUJOB_TOKEN_SIZE];
+    ck_assert_int_eq(gpujob_token_create(remote, "more", 0, NULL, other), -EACCES);
+    ck_assert_int_eq(gpujob_http_status(remote), 403);
+
+    ck_assert_int_eq(gpujob_usage(remote, &u), 0);
+    ck_assert_str_eq(u.owner, t.owner);
+    gpujob_token_t *list = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(gpujob_token_list(remote, NULL, &list, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(list[0].id, t.id);
+    ck_assert_str_eq(list[0].owner, t.owner);
+    ck_assert_str_ne(list[0].last_used_at, "");
+    free(list);
+
+    /* Revoking by the whole text sends only the id; the next request is refused. */
+    ck_assert_int_eq(gpujob_token_revoke(local, text), 0);
+    ck_assert_int_eq(gpujob_usage(remote, &u), -EACCES);
+    ck_assert_int_eq(gpujob_http_status(remote), 401);
+    ck_assert_msg(!strstr(gpujob_errmsg(remote), text + 3), "%s", gpujob_errmsg(remote));
+    ck_assert_int_eq(gpujob_token_revoke(local, t.id), -ENOENT);
+    ck_assert_int_eq(gpujob_token_list(local, NULL, &list, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    free(list);
+    /* Another user's list is an admin's: root of the socket is one, anyone else gets 403. */
+    int r = gpujob_token_list(local, "someone-else", &list, &n);
+    if (getuid() == 0) {
+        ck_assert_int_eq(r, 0);
+        free(list);
+    } else {
+        ck_assert_int_eq(r, -EACCES);
+    }
+
+    /* The daemon's log and state never hold the token's secret. */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "grep -r -a -l -F '%s' '%s'", strrchr(text, '_') + 1,
+             e2e_daemon_dir(d));
+    ck_assert_int_ne(system(cmd), 0);
+    gpujob_client_free(local);
+    gpujob_client_free(remote);
+    e2e_daemon_free(d);
+    snprintf(cmd, sizeof cmd, "%s/gpujobd.sock", dir);
+    unlink(cmd);
+    rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_token_with_a_control_character_is_refused_without_quoting_it)
+{
+    gpujob_client_t *c = client_tcp();
+    ck_assert_int_eq(gpujob_client_set_token(c, "gj_abc\r\nX-Evil: 1"), -EINVAL);
+    setenv("GPUJOB_TOKEN", "gj_abc_secret\nmore", 1);
+    gpujob_client_t *bad = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(gpujob_client_new(e2e_daemon_url(daemon_), &bad, err, sizeof err), -EINVAL);
+    unsetenv("GPUJOB_TOKEN");
+    ck_assert_ptr_null(bad);
+    ck_assert_msg(strstr(err, "GPUJOB_TOKEN") && !strstr(err, "secret"), "%s", err);
+    ck_assert_int_eq(gpujob_token_revoke(c, "gj__"), -EINVAL);
+    ck_assert_int_eq(gpujob_token_create(c, "", 0, NULL, (char[GPUJOB_TOKEN_SIZE]){0}), -EINVAL);
     gpujob_client_free(c);
 }
 END_TEST
@@ -1044,7 +1136,9 @@ int main(void)
     tcase_add_test(tc, test_cancel_queued_job_and_wait_timeout);
     tcase_add_test(tc, test_list_filters_and_pages_through_cursors);
     tcase_add_test(tc, test_buffers_upload_describe_use_and_delete);
-    tcase_add_test(tc, test_bearer_token_is_sent_and_ignored_over_tcp_for_now);
+    tcase_add_test(tc, test_bearer_token_is_sent_and_ignored_over_tcp_with_mode_none);
+    tcase_add_test(tc, test_token_minted_on_the_socket_works_over_tcp_until_revoked);
+    tcase_add_test(tc, test_token_with_a_control_character_is_refused_without_quoting_it);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

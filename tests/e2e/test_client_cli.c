@@ -445,8 +445,8 @@ END_TEST
 
 START_TEST(test_usage_errors_exit_2_and_every_command_has_help)
 {
-    static const char *const commands[] = {"info",   "run", "status", "wait", "ls",
-                                           "cancel", "out", "buf",    "usage"};
+    static const char *const commands[] = {"info",   "run", "status", "wait",  "ls",
+                                           "cancel", "out", "buf",    "usage", "token"};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         run_result_t r = RUN(commands[i], "--help");
         ck_assert_exit(r, 0);
@@ -474,6 +474,11 @@ START_TEST(test_usage_errors_exit_2_and_every_command_has_help)
         {"buf", "keep", "j1"},
         {"buf", "keep", "j1", "out", "extra"},
         {"--url", "ftp://nope", "info"},
+        {"token", "create"},
+        {"token", "create", "laptop", "--expires", "soon"},
+        {"token", "create", "laptop", "--expires", "0d"},
+        {"token", "list", "--expires", "1d"},
+        {"token", "frob", "x"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         r = run_cli_env(e2e_daemon_url(daemon_), bad[i]);
@@ -511,6 +516,77 @@ START_TEST(test_daemon_errors_exit_3_and_unreachable_exit_4)
 }
 END_TEST
 
+/* token create over the Unix socket prints the token alone on stdout; with it in
+ * $GPUJOB_TOKEN the CLI works over TCP, token list shows it without its secret, and after
+ * token revoke the same command is refused (exit 3) without the token in any message. */
+START_TEST(test_token_create_use_list_and_revoke)
+{
+    char config[512], sock[160], cmd[512];
+    snprintf(sock, sizeof sock, "unix:%s/token.sock", dir);
+    snprintf(config, sizeof config, "[server]\nunix_socket = %s\n[auth]\nmode = token,peercred\n",
+             sock + 5);
+    e2e_daemon_t *d = e2e_daemon_start_ok(config);
+    e2e_wait_unix_socket_ok(sock + 5);
+    const char *tcp = e2e_daemon_url(d);
+    unsetenv("GPUJOB_TOKEN");
+    run_result_t r = run_cli_env(tcp, (const char *const[]){"usage", NULL});
+    ck_assert_exit(r, 3);
+    result_free(&r);
+
+    r = run_cli_env(sock,
+                    (const char *const[]){"token", "create", "laptop", "--expires", "2d", NULL});
+    ck_assert_exit(r, 0);
+    char token[160];
+    ck_assert_int_eq(sscanf(r.out, "%159s", token), 1);
+    ck_assert_msg(strncmp(token, "gj_", 3) == 0, "stdout: %s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.err, "shown this once"));
+    result_free(&r);
+    /* Made over TCP, even with a valid token: refused. */
+    setenv("GPUJOB_TOKEN", token, 1);
+    r = run_cli_env(tcp, (const char *const[]){"token", "create", "more", NULL});
+    ck_assert_exit(r, 3);
+    result_free(&r);
+
+    r = run_cli_env(tcp, (const char *const[]){"usage", NULL});
+    ck_assert_exit(r, 0);
+    result_free(&r);
+    r = run_cli_env(tcp, (const char *const[]){"token", "list", "--json", NULL});
+    ck_assert_exit(r, 0);
+    json_t *list = json_loads(r.out, 0, NULL);
+    json_t *first = json_array_get(json_object_get(list, "tokens"), 0);
+    ck_assert_uint_eq(json_array_size(json_object_get(list, "tokens")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(first, "name")), "laptop");
+    ck_assert_ptr_nonnull(json_string_value(json_object_get(first, "expires_at")));
+    char id[64];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(first, "id")));
+    ck_assert_ptr_null(strstr(r.out, strrchr(token, '_') + 1));
+    json_decref(list);
+    result_free(&r);
+    r = run_cli_env(sock, (const char *const[]){"token", "list", NULL});
+    ck_assert_exit(r, 0);
+    ck_assert_msg(strstr(r.out, "LAST USED") && strstr(r.out, id), "%s", r.out);
+    result_free(&r);
+
+    r = run_cli_env(sock, (const char *const[]){"token", "revoke", id, NULL});
+    ck_assert_exit(r, 0);
+    result_free(&r);
+    r = run_cli_env(tcp, (const char *const[]){"usage", NULL});
+    ck_assert_exit(r, 3);
+    ck_assert_ptr_nonnull(strstr(r.err, "401"));
+    ck_assert_ptr_null(strstr(r.err, strrchr(token, '_') + 1));
+    result_free(&r);
+    r = run_cli_env(sock, (const char *const[]){"token", "revoke", id, NULL});
+    ck_assert_exit(r, 3);
+    result_free(&r);
+    unsetenv("GPUJOB_TOKEN");
+    snprintf(cmd, sizeof cmd, "grep -r -a -l -F '%s' '%s'", strrchr(token, '_') + 1,
+             e2e_daemon_dir(d));
+    ck_assert_int_ne(system(cmd), 0);
+    e2e_daemon_free(d);
+    unlink(sock + 5);
+}
+END_TEST
+
 int main(void)
 {
     if (!getenv("GPUJOB_CLI")) {
@@ -535,6 +611,7 @@ int main(void)
     tcase_add_test(tc, test_info_and_usage_human_and_json);
     tcase_add_test(tc, test_usage_errors_exit_2_and_every_command_has_help);
     tcase_add_test(tc, test_daemon_errors_exit_3_and_unreachable_exit_4);
+    tcase_add_test(tc, test_token_create_use_list_and_revoke);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

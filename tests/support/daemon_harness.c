@@ -17,7 +17,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -824,4 +826,22 @@ e2e_daemon_t *e2e_daemon_start_ok(const char *config_ini)
     int r = e2e_daemon_start(config_ini, &d);
     ck_assert_msg(r == 0, "gpujobd did not start: %s", strerror(-r));
     return d;
+}
+
+void e2e_wait_unix_socket_ok(const char *path)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    ck_assert_uint_lt(strlen(path), sizeof addr.sun_path);
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+    double until = e2e_now() + 10;
+    for (;;) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(fd, 0);
+        int r = connect(fd, (struct sockaddr *)&addr, sizeof addr);
+        close(fd);
+        if (r == 0) return;
+        ck_assert_msg(e2e_now() < until, "Unix socket '%s' never accepted: %s", path,
+                      strerror(errno));
+        usleep(10000);
+    }
 }

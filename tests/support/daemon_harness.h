@@ -107,6 +107,10 @@ double e2e_metric_ok(e2e_daemon_t *d, const char *sample);
 
 /* e2e_daemon_start() that fails the test (with the reason) when the daemon does not start. */
 e2e_daemon_t *e2e_daemon_start_ok(const char *config_ini);
+/* Waits until the Unix socket at path (a path, no "unix:") accepts connections: the daemon
+ * reports its TCP listener, which e2e_daemon_start waits for, before it binds the socket.
+ * Fails the test after 10 s. */
+void e2e_wait_unix_socket_ok(const char *path);
 
 /* A job that runs for ms milliseconds (at least, and not much more) on any backend and then
  * succeeds: the test-only op debug_sleep on a small f32 x [4] = {1, 2, 3, 4}, whose output out

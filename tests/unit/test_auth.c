@@ -154,6 +154,35 @@ START_TEST(test_settings_refuse_open_or_clear_text_listeners_and_name_admins)
 }
 END_TEST
 
+/* An @group admin is found through NSS once per user; later answers come from the cache and
+ * agree with the first, for members and non-members alike, and users named outright cost no
+ * lookup. */
+START_TEST(test_group_admin_answers_are_cached_per_user_and_agree)
+{
+    config_t cfg;
+    config_defaults(&cfg);
+    snprintf(cfg.admins, sizeof cfg.admins, "alice, @root");
+    auth_settings_t *s;
+    char err[256];
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), 0);
+    ck_assert(auth_settings_is_admin(s, "alice"));
+    ck_assert_uint_eq(auth_settings_group_lookups(s), 0);
+    for (int i = 0; i < 5; i++) {
+        ck_assert(auth_settings_is_admin(s, "root"));
+        ck_assert(!auth_settings_is_admin(s, "nobody"));
+        ck_assert(!auth_settings_is_admin(s, "no-such-user-gj"));
+    }
+    ck_assert_uint_eq(auth_settings_group_lookups(s), 3);
+    /* Other settings (a reload) ask again: the cache belongs to one settings object. */
+    auth_settings_t *s2;
+    ck_assert_int_eq(auth_settings_new(&cfg, &s2, err, sizeof err), 0);
+    ck_assert(auth_settings_is_admin(s2, "root"));
+    ck_assert_uint_eq(auth_settings_group_lookups(s2), 1);
+    auth_settings_free(s2);
+    auth_settings_free(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("auth");
@@ -163,6 +192,7 @@ int main(void)
     tcase_add_test(tc, test_expired_token_is_refused_and_last_use_is_recorded_once_a_minute);
     tcase_add_test(tc, test_stored_files_never_hold_the_secret);
     tcase_add_test(tc, test_settings_refuse_open_or_clear_text_listeners_and_name_admins);
+    tcase_add_test(tc, test_group_admin_answers_are_cached_per_user_and_agree);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
