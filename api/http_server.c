@@ -834,11 +834,14 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
     api_listeners_t fds = inherited ? *inherited : (api_listeners_t){-1, -1};
     if (fds.tcp >= 0) fcntl(fds.tcp, F_SETFD, FD_CLOEXEC);
     if (fds.local >= 0) fcntl(fds.local, F_SETFD, FD_CLOEXEC);
-    r = start_tcp(srv, host, port, fds.tcp);
-    if (r >= 0 && cfg->unix_socket[0])
+    /* The Unix socket first: the TCP listener's line, which scripts wait for, then means that
+     * both are there. */
+    r = 0;
+    if (cfg->unix_socket[0])
         r = start_unix(srv, cfg->unix_socket, fds.local);
     else if (fds.local >= 0)
         close(fds.local);
+    if (r >= 0) r = start_tcp(srv, host, port, fds.tcp);
     if (r < 0) {
         api_server_free(srv);
         return r;
