@@ -445,7 +445,12 @@ int store_blob_file_referenced(store_conn_t *conn, const char *file, int64_t pen
     return 0;
 }
 
-/* Whether the blob file at path was last written before before_us. */
+/* How much earlier than before_us a file must have been written to count as older than the
+ * row stamped then: filesystems stamp files with a coarse clock, a tick or so behind the one
+ * rows are stamped with, so a file written just after a row can look older than it. */
+#define SWEEP_MARGIN_US (2 * 1000000)
+
+/* Whether the blob file at path was last written well before before_us (SWEEP_MARGIN_US). */
 static bool written_before(const char *blobs_dir, const char *file, int64_t before_us)
 {
     char path[PATH_MAX + 64];
@@ -453,7 +458,7 @@ static bool written_before(const char *blobs_dir, const char *file, int64_t befo
     struct stat sb;
     if (stat(path, &sb) < 0) return false;
     int64_t mtime_us = (int64_t)sb.st_mtim.tv_sec * 1000000 + sb.st_mtim.tv_nsec / 1000;
-    return mtime_us < before_us;
+    return mtime_us < before_us - SWEEP_MARGIN_US;
 }
 
 static int sweep_fan_dir(store_conn_t *const *conns, int n, int64_t before_us, const char *fan,

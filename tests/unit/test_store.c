@@ -1209,7 +1209,7 @@ START_TEST(test_small_tensors_share_a_segment_that_goes_with_its_last_job)
     reopen(&f);
     ck_assert(blob_file_exists(&f, blob));
     char later[ID_SIZE];
-    insert_small(&f, &test_op, "alice", now_us() + 1000000, later);
+    insert_small(&f, &test_op, "alice", now_us() + 3000000, later); /* past the sweep's margin */
     reopen(&f);
     ck_assert(!blob_file_exists(&f, blob));
     ck_assert_int_eq(count_blob_files(&f), 0);
@@ -1982,7 +1982,8 @@ START_TEST(test_open_sweeps_blob_files_no_committed_row_names)
     fill_bytes(big, sizeof big, 2);
     char *orphan = NULL;
     ck_assert_int_eq(store_blob_write(f.st, big, sizeof big, &orphan), 0);
-    job_t *job = make_job(&test_op, "alice", now_us());
+    /* Created well after the orphan was written: past the sweep's margin for coarse mtimes. */
+    job_t *job = make_job(&test_op, "alice", now_us() + 3000000);
     job->call.has_in[1] = true;
     tensor_set(&job->in[1], "y", 4096, 1);
     job->call.in[1] = job->in[1].desc;
