@@ -230,6 +230,12 @@ void store_blob_file_remove(const char *blobs_dir, const char *file);
 int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int64_t before_us,
                              int *ret_removed);
 
+/* The bytes of blob files this process has written (files, segments, uploads) less those it
+ * removed: store_bytes moves its measure of blobs/ by it between walks. One count per process,
+ * which holds one store (the state directory's lock); a walk corrects what it misses. */
+void store_blob_bytes_moved(int64_t delta);
+int64_t store_blob_bytes_net(void);
+
 /* --- checks at open (store_check.c): a damaged store is refused, -EUCLEAN, logged --- */
 
 /* Before a shard's file is opened: refuses a database file that is empty, or (unless
@@ -448,6 +454,11 @@ struct store {
     char state_dir[PATH_MAX];
     char reserve_path[PATH_MAX];
     bool opened; /* store_open succeeded: a clean close may write the clean-shutdown marker */
+    /* blobs/ as last walked by store_bytes (store_trim.c): its bytes, the process's count of
+     * blob bytes (store_blob_bytes_net) then, and when (monotonic, 0: never). */
+    uint64_t blobs_walked;
+    int64_t blobs_net_at_walk;
+    int64_t blobs_walk_us;
     atomic_bool reserve_present;
     int64_t reserve_retry_us; /* no new reserve before; shard 0's writer only */
     /* The last commit failed with ENOSPC (nospc), with nospc_free bytes free then. */
