@@ -289,7 +289,7 @@ static int conv2d_validate(const json_t *params, op_call_t *call, op_error_t *er
 /* Copies n elements of a typed tensor into a new array of doubles; NULL when out of memory. */
 static double *conv2d_load_doubles(dtype_t dt, const void *data, int64_t n)
 {
-    double *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    double *d = size_malloc(n, sizeof *d);
     for (int64_t i = 0; d && i < n; i++)
         d[i] = tensor_load(dt, data, i);
     return d;

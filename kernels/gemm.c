@@ -204,8 +204,8 @@ static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *cons
     if (p->batch == 0 || m == 0 || n == 0) return 0;
     bool use_c = p->has_c && p->beta != 0;
     bool exact = p->dtype == DTYPE_I8;
-    double *acc = malloc((size_t)(n ? n : 1) * sizeof *acc);
-    int64_t *iacc = malloc((size_t)(n ? n : 1) * sizeof *iacc);
+    double *acc = size_malloc(n, sizeof *acc);
+    int64_t *iacc = size_malloc(n, sizeof *iacc);
     if (!acc || !iacc) {
         free(acc);
         free(iacc);

@@ -107,7 +107,10 @@ typedef struct op_def {
     int (*validate)(const json_t *params, op_call_t *call, op_error_t *err);
 
     /* Runs one validated call on host memory. in[j] is NULL for an absent optional input;
-     * out[j] is writable memory of call->out[j]'s size (its contents undefined on entry). */
+     * out[j] is writable memory of call->out[j]'s size (its contents undefined on entry). Host
+     * scratch comes from size_malloc() and is a fixed multiple (at most 16 bytes an element) of
+     * a validated input's or output's element count, so that the limits checked at submission
+     * bound it too; a NULL is -ENOMEM, never a crash. */
     int (*run_cpu)(const op_call_t *call, const void *const *in, void *const *out, op_error_t *err);
 
     /* Runs n validated calls with equal batch keys on ctx->stream, asynchronously: it returns

@@ -117,7 +117,7 @@ static int sort_run_cpu(const op_call_t *call, const void *const *in, void *cons
 {
     const sort_params_t *p = OP_PARAMS((op_call_t *)call, sort_params_t);
     if (p->len == 0 || p->rows == 0) return 0;
-    sort_item_t *items = malloc((size_t)p->len * sizeof *items);
+    sort_item_t *items = size_malloc(p->len, sizeof *items);
     if (!items)
         return op_error(err, -ENOMEM, "", "out of memory sorting %lld keys", (long long)p->len);
     size_t value_size = p->has_values ? dtype_size(p->value_dtype) : 0;

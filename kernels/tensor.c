@@ -2,7 +2,9 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -48,6 +50,13 @@ int size_mul(int64_t a, int64_t b, int64_t *ret)
     if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return -EOVERFLOW;
     *ret = r;
     return 0;
+}
+
+void *size_malloc(int64_t count, int64_t elem_size)
+{
+    int64_t bytes;
+    if (size_mul(count, elem_size, &bytes) < 0 || (uint64_t)bytes > SIZE_MAX) return NULL;
+    return malloc(bytes > 0 ? (size_t)bytes : 1);
 }
 
 int size_add(int64_t a, int64_t b, int64_t *ret)

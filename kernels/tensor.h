@@ -50,6 +50,10 @@ int size_mul(int64_t a, int64_t b, int64_t *ret);
 int size_add(int64_t a, int64_t b, int64_t *ret);
 /* The product of dims[0..n) with size_mul(); 1 for n = 0. */
 int size_product(const int64_t *dims, int n, int64_t *ret);
+/* malloc() of count elements of elem_size bytes (at least one byte, so that an empty scratch
+ * is not mistaken for a failure), the size through size_mul(): the one way a kernel takes
+ * host scratch memory. NULL when the size overflows or memory is short; free() it. */
+void *size_malloc(int64_t count, int64_t elem_size);
 
 /* Number of elements (1 for a scalar). The descriptor must have passed tensor_desc_check(). */
 int64_t tensor_desc_numel(const tensor_desc_t *d);

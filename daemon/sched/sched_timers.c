@@ -6,23 +6,29 @@
 #include "sched_internal.h"
 #include "daemon/util/service_notify.h"
 
-/* Measures the store and, past [store] max_bytes, trims it (store_trim). */
-static void store_bound(sched_t *s)
+/* The pause between trim passes of one trim, so that the loop serves in between. */
+#define TRIM_AGAIN_MS 10
+
+/* Measures the store and, past [store] max_bytes, trims it (store_trim) by one bounded pass.
+ * Whether the trim has more to do. */
+static bool store_bound(sched_t *s)
 {
     store_trim_stats_t t;
-    int r = store_trim(s->st, s->cfg->max_bytes, &t);
+    int r = store_trim(s->st, s->cfg->max_bytes, STORE_TRIM_PASS_JOBS, &t);
     if (r < 0) {
         log_error("store bound: trimming the store failed: %s", strerror(-r));
-        return;
+        return false;
     }
     atomic_store(&s->store_bytes, (long)t.bytes);
     atomic_fetch_add(&s->store_expired_bytes_total, (long)t.expired_bytes);
     atomic_fetch_add(&s->store_expired_jobs_total, (long)t.expired_jobs);
     atomic_fetch_add(&s->store_deleted_jobs_total, (long)t.deleted_jobs);
+    return t.more;
 }
 
 /* The retention sweep every gc_interval_s; with a bound on the store, its check every second
- * in between, so that a burst of jobs overshoots it by at most a second's worth. */
+ * in between, so that a burst of jobs overshoots it by at most a second's worth. A trim pass
+ * that stopped at its budget goes on after the loop has run other work for TRIM_AGAIN_MS. */
 static void on_gc_timer(uv_timer_t *t)
 {
     sched_t *s = t->data;
@@ -36,11 +42,11 @@ static void on_gc_timer(uv_timer_t *t)
         else if (deleted)
             log_info("retention: removed %d finished jobs", deleted);
     }
-    store_bound(s);
     if (now >= s->next_fair_save_us) {
         s->next_fair_save_us = now + FAIR_STATE_SAVE_US;
         fair_state_save(s);
     }
+    if (store_bound(s)) uv_timer_start(t, on_gc_timer, TRIM_AGAIN_MS, uv_timer_get_repeat(t));
 }
 
 static void on_checkpoint_timer(uv_timer_t *t)

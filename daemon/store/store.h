@@ -217,16 +217,26 @@ typedef struct store_trim_stats {
     uint64_t expired_bytes; /* tensor bytes dropped by this trim: outputs, inputs of deleted jobs */
     int64_t expired_jobs;   /* jobs whose outputs this trim expired */
     int64_t deleted_jobs;   /* finished jobs this trim deleted whole */
+    bool more; /* the pass stopped at its budget while the store is still over: call again */
 } store_trim_stats_t;
-/* Measures the bytes counted against the bound: a stat of each file, one walk of blobs/. */
+/* Jobs one pass of store_trim goes through at most, as the scheduler calls it; a pass also
+ * stops after STORE_TRIM_PASS_US of work, so that the loop thread is never held long. */
+#define STORE_TRIM_PASS_JOBS 1024
+#define STORE_TRIM_PASS_US 20000
+/* The bytes counted against the bound: the database files' pages in use (three pragmas per
+ * shard) and blobs/'s bytes, kept up to date as blob files are written and removed; blobs/ is
+ * walked only at the first call and every few minutes after, to correct what the count
+ * missed (files written by hand, or by another process). */
 int store_bytes(store_t *st, uint64_t *ret);
 /* When the store holds more than max_bytes (0: no bound), brings it back under 15/16 of it (the
  * slack keeps a store at its bound from trimming at every check): the outputs of the oldest
  * finished jobs first (their records stay, marked expired: store_blob_expired), then, while
  * still over, the oldest finished jobs whole. Queued and running jobs, buffers and the files
- * they name are never touched; they alone can keep the store over its bound. Loop thread,
- * outside a transaction. *ret says what it found and did, also on max_bytes 0. */
-int store_trim(store_t *st, uint64_t max_bytes, store_trim_stats_t *ret);
+ * they name are never touched; they alone can keep the store over its bound. One call is a
+ * pass bounded by max_jobs jobs and STORE_TRIM_PASS_US: ret->more says the next pass goes on
+ * where it stopped. Loop thread, outside a transaction. *ret says what it found and did, also
+ * on max_bytes 0. */
+int store_trim(store_t *st, uint64_t max_bytes, int64_t max_jobs, store_trim_stats_t *ret);
 /* Whether a tensor's locator is that of an output store_trim expired: its descriptor stays,
  * its bytes are gone (store_blob_read answers -ENODATA). */
 bool store_blob_expired(const char *blob);

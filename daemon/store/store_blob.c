@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -157,6 +158,18 @@ int store_write_all(int fd, const void *data, uint64_t nbytes, uint64_t offset)
     return 0;
 }
 
+static _Atomic int64_t blob_bytes_net;
+
+void store_blob_bytes_moved(int64_t delta)
+{
+    atomic_fetch_add(&blob_bytes_net, delta);
+}
+
+int64_t store_blob_bytes_net(void)
+{
+    return atomic_load(&blob_bytes_net);
+}
+
 int store_blob_file_create(const char *blobs_dir, char ret_file[4 + STORE_BLOB_NAME_LEN],
                            char ret_path[PATH_MAX + 64], int *ret_fd)
 {
@@ -206,6 +219,7 @@ int store_blob_file_write(const char *blobs_dir, const void *data, uint64_t nbyt
         unlink(path);
         return log_error_errno(r, "store: writing blob '%s': %s", path, strerror(-r));
     }
+    store_blob_bytes_moved((int64_t)nbytes);
     memcpy(ret_file, file, sizeof file);
     return 0;
 }
@@ -332,8 +346,13 @@ void store_blob_file_remove(const char *blobs_dir, const char *file)
 {
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", blobs_dir, file);
-    if (unlink(path) < 0 && errno != ENOENT)
-        log_warn("store: cannot remove blob '%s': %s", path, strerror(errno));
+    struct stat sb;
+    bool known = stat(path, &sb) == 0;
+    if (unlink(path) < 0) {
+        if (errno != ENOENT) log_warn("store: cannot remove blob '%s': %s", path, strerror(errno));
+        return;
+    }
+    if (known) store_blob_bytes_moved(-(int64_t)sb.st_size);
 }
 
 /* ------------------------------------------------------------------ upload streams */
@@ -418,6 +437,7 @@ int store_blob_stream_finish(store_blob_stream_t *bs, char **ret_blob)
         store_blob_stream_abort(bs);
         return r;
     }
+    store_blob_bytes_moved((int64_t)bs->len);
     free(bs->buf);
     free(bs);
     *ret_blob = blob;
@@ -445,7 +465,12 @@ int store_blob_file_referenced(store_conn_t *conn, const char *file, int64_t pen
     return 0;
 }
 
-/* Whether the blob file at path was last written before before_us. */
+/* How much earlier than before_us a file must have been written to count as older than the
+ * row stamped then: filesystems stamp files with a coarse clock, a tick or so behind the one
+ * rows are stamped with, so a file written just after a row can look older than it. */
+#define SWEEP_MARGIN_US (2 * 1000000)
+
+/* Whether the blob file at path was last written well before before_us (SWEEP_MARGIN_US). */
 static bool written_before(const char *blobs_dir, const char *file, int64_t before_us)
 {
     char path[PATH_MAX + 64];
@@ -453,7 +478,7 @@ static bool written_before(const char *blobs_dir, const char *file, int64_t befo
     struct stat sb;
     if (stat(path, &sb) < 0) return false;
     int64_t mtime_us = (int64_t)sb.st_mtim.tv_sec * 1000000 + sb.st_mtim.tv_nsec / 1000;
-    return mtime_us < before_us;
+    return mtime_us < before_us - SWEEP_MARGIN_US;
 }
 
 static int sweep_fan_dir(store_conn_t *const *conns, int n, int64_t before_us, const char *fan,

@@ -1,9 +1,9 @@
-/* The checks at open that keep a damaged state directory from losing data: a store that
- * cannot be read as it was written is refused, at error level, with what was found and what
- * to do, and nothing in it is changed or deleted. Without them a database file emptied or
- * deleted while blob files remain would be taken for a new store (and every blob file swept as
- * an orphan), and a WAL with garbage in its middle would silently lose every commit after it:
- * SQLite's recovery stops at the first frame whose checksum fails. */
+/* The checks at open that keep a damaged state directory from losing data. A database file
+ * emptied or deleted while blob files remain would be taken for a new store (and every blob
+ * file swept as an orphan), and one that fails PRAGMA quick_check cannot be read as it was
+ * written: both are refused, at error level, with what was found and what to do, and nothing is
+ * changed. A WAL is read as SQLite's recovery reads it: a torn tail is normal after a power
+ * loss; commits SQLite would drop silently are kept aside in quarantine/ (wal_check). */
 #include "store.h"
 
 #include <dirent.h>
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/util/log.h"
@@ -58,44 +59,109 @@ static void wal_checksum(const unsigned char *p, size_t n, bool big_endian, uint
     }
 }
 
-/* Counts, in *ret_lost, the commit frames of the WAL's current generation (its salts) that
- * lie past the first frame whose checksum fails and that are whole themselves (their checksum
- * follows from the frame before them): commits SQLite's recovery would drop. */
-static int wal_scan(int fd, const unsigned char *hdr, uint32_t page_size, int *ret_lost)
+/* What a scan of a WAL found against what SQLite's recovery keeps of it. */
+typedef struct wal_scan {
+    int lost;           /* whole commit frames past the first frame that fails */
+    off_t dropped_from; /* where the frames SQLite ignores begin; the file's size when none */
+} wal_scan_t;
+
+/* Scans the frames of a WAL with a valid header. SQLite's recovery keeps the frames up to the
+ * last commit frame before the first frame whose salts or checksum fail, and ignores the rest:
+ * a tail torn by a power loss, or damage. Whole commit frames past that point (their checksum
+ * follows from the frame before them) are counted in ret->lost: they are what a power loss
+ * cannot tell apart from damage to frames that were synced. */
+static int wal_scan(int fd, const unsigned char *hdr, uint32_t page_size, off_t size,
+                    wal_scan_t *ret)
 {
     bool big_endian = get32(hdr, true) & 1;
-    uint32_t chain[2] = {get32(hdr + 24, true), get32(hdr + 28, true)};
     size_t frame_size = WAL_FRAME_HEADER + page_size;
     unsigned char *frame = malloc(frame_size);
     if (!frame) return -ENOMEM;
     bool broken = false;
-    int lost = 0;
-    uint32_t prev[2] = {chain[0], chain[1]};
+    wal_scan_t scan = {.dropped_from = WAL_HEADER};
+    uint32_t prev[2] = {get32(hdr + 24, true), get32(hdr + 28, true)};
     for (off_t at = WAL_HEADER;; at += (off_t)frame_size) {
         if (pread(fd, frame, frame_size, at) != (ssize_t)frame_size) break;
-        if (memcmp(frame + 8, hdr + 16, 8) != 0) {
-            /* Another generation's frame: what SQLite left from before the WAL restarted. */
-            broken = true;
-            prev[0] = prev[1] = 0;
-            continue;
-        }
+        bool same_generation = memcmp(frame + 8, hdr + 16, 8) == 0;
         uint32_t s[2] = {prev[0], prev[1]};
         wal_checksum(frame, 8, big_endian, s);
         wal_checksum(frame + WAL_FRAME_HEADER, page_size, big_endian, s);
-        bool whole = s[0] == get32(frame + 16, true) && s[1] == get32(frame + 20, true);
-        if (!whole)
-            broken = true;
-        else if (broken && get32(frame + 4, true) != 0)
-            lost++;
-        prev[0] = get32(frame + 16, true);
-        prev[1] = get32(frame + 20, true);
+        bool whole =
+            same_generation && s[0] == get32(frame + 16, true) && s[1] == get32(frame + 20, true);
+        bool commit = get32(frame + 4, true) != 0;
+        if (!whole) broken = true;
+        if (whole && commit && !broken) scan.dropped_from = at + (off_t)frame_size;
+        if (whole && commit && broken) scan.lost++;
+        prev[0] = same_generation ? get32(frame + 16, true) : 0;
+        prev[1] = same_generation ? get32(frame + 20, true) : 0;
     }
     free(frame);
-    *ret_lost = lost;
+    if (scan.dropped_from > size) scan.dropped_from = size;
+    *ret = scan;
     return 0;
 }
 
-/* Refuses a WAL file whose middle is damaged: commits past the damage would be lost. */
+/* Whether the 32-byte WAL header is one SQLite reads: magic, version, page size, checksum.
+ * *ret_page_size: the page size it names. */
+static bool wal_header_valid(const unsigned char *hdr, uint32_t *ret_page_size)
+{
+    uint32_t magic = get32(hdr, true), page_size = get32(hdr + 8, true), s[2] = {0, 0};
+    if ((magic & ~1u) != 0x377f0682u || get32(hdr + 4, true) != 3007000) return false;
+    if (page_size < 512 || page_size > 65536 || (page_size & (page_size - 1))) return false;
+    wal_checksum(hdr, 24, magic & 1, s);
+    *ret_page_size = page_size;
+    return s[0] == get32(hdr + 24, true) && s[1] == get32(hdr + 28, true);
+}
+
+/* Copies the file at path into STATE_DIR/quarantine/ (the directory of path), as
+ * NAME.UNIXTIME.PID, synced; the copy's path into ret. */
+static int quarantine_copy(const char *path, char ret[PATH_MAX + 128])
+{
+    char dir[PATH_MAX + 32], copy[PATH_MAX + 128];
+    const char *slash = strrchr(path, '/');
+    int len = slash ? (int)(slash - path) : 1;
+    snprintf(dir, sizeof dir, "%.*s/quarantine", len, slash ? path : ".");
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) return -errno;
+    snprintf(copy, sizeof copy, "%s/%s.%lld.%d", dir, slash ? slash + 1 : path,
+             (long long)time(NULL), (int)getpid());
+    int in = open(path, O_RDONLY | O_CLOEXEC), r = 0;
+    if (in < 0) return -errno;
+    int out = open(copy, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0) r = -errno;
+    char buf[65536];
+    ssize_t n;
+    while (r == 0 && (n = read(in, buf, sizeof buf)) != 0)
+        r = n < 0 || write(out, buf, (size_t)n) != n ? -EIO : 0;
+    if (r == 0 && fsync(out) < 0) r = -errno;
+    close(in);
+    if (out >= 0) close(out);
+    if (r == 0) memcpy(ret, copy, sizeof copy);
+    return r;
+}
+
+/* Says at error level that SQLite will open path without what, and keeps a copy of the WAL in
+ * quarantine/ first, so that nothing is lost without a trace. The store still opens: SQLite
+ * reads a WAL this way after a power loss too, and a refusal would lock every user out. */
+static int wal_quarantine(const char *path, const char *what)
+{
+    char copy[PATH_MAX + 128];
+    int r = quarantine_copy(path, copy);
+    if (r < 0)
+        return log_error_errno(r,
+                               "store: '%s' %s, and a copy could not be kept (%s). Refusing to "
+                               "start, nothing was changed",
+                               path, what, strerror(-r));
+    log_error("store: '%s' %s: SQLite goes on without them. A copy of the WAL is kept in '%s' "
+              "for recovery by hand if those commits were acknowledged",
+              path, what, copy);
+    return 0;
+}
+
+/* Checks a WAL against what SQLite's recovery will keep of it (https://www.sqlite.org/
+ * fileformat2.html#walformat). Frames past the last valid commit frame are a write cut short,
+ * the normal state after a power loss: said at info level. What SQLite would drop silently
+ * though it may have been durable, whole commits past a failing frame or a WAL whose header
+ * fails while frames follow it, is copied into quarantine/ and said at error level. */
 static int wal_check(const char *db_path)
 {
     char path[PATH_MAX + 8];
@@ -106,25 +172,31 @@ static int wal_check(const char *db_path)
                    ? 0
                    : log_error_errno(-errno, "store: cannot read '%s': %s", path, strerror(errno));
     unsigned char hdr[WAL_HEADER];
-    int lost = 0, r = 0;
-    if (pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr &&
-        (get32(hdr, true) & ~1u) == 0x377f0682u) {
-        uint32_t page_size = get32(hdr + 8, true), s[2] = {0, 0};
-        wal_checksum(hdr, 24, get32(hdr, true) & 1, s);
-        bool header_ok = s[0] == get32(hdr + 24, true) && s[1] == get32(hdr + 28, true);
-        if (header_ok && page_size >= 512 && page_size <= 65536 && !(page_size & (page_size - 1)))
-            r = wal_scan(fd, hdr, page_size, &lost);
-    }
+    struct stat sb;
+    uint32_t page_size = 0;
+    wal_scan_t scan = {0};
+    int r = fstat(fd, &sb) < 0 ? -errno : 0;
+    bool has_frames = r == 0 && sb.st_size > WAL_HEADER + WAL_FRAME_HEADER;
+    bool valid = r == 0 && pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr &&
+                 wal_header_valid(hdr, &page_size);
+    if (valid) r = wal_scan(fd, hdr, page_size, sb.st_size, &scan);
     close(fd);
-    if (r == 0 && lost > 0)
-        r = log_error_errno(-EUCLEAN,
-                            "store: '%s' is damaged: %d committed transaction(s) lie past a frame "
-                            "whose checksum fails, and would be lost. Refusing to start, nothing "
-                            "was changed: restore the state directory from a backup, or keep a "
-                            "copy of it and run sqlite3 '%s' 'PRAGMA wal_checkpoint' to go on with "
-                            "what can be read",
-                            path, lost, db_path);
-    return r;
+    if (r < 0) return log_error_errno(r, "store: cannot read '%s': %s", path, strerror(-r));
+    if (!valid && has_frames)
+        return wal_quarantine(path, "has a damaged header while frames follow it, so every "
+                                    "commit in it is dropped");
+    if (valid && scan.lost > 0) {
+        char what[160];
+        snprintf(what, sizeof what,
+                 "holds %d whole commit(s) past a frame whose checksum fails, which are dropped",
+                 scan.lost);
+        return wal_quarantine(path, what);
+    }
+    if (valid && scan.dropped_from < sb.st_size)
+        log_info("store: '%s' ends in %lld byte(s) past its last whole commit, a write cut "
+                 "short: SQLite ignores them",
+                 path, (long long)(sb.st_size - scan.dropped_from));
+    return 0;
 }
 
 int store_check_before_open(const char *db_path, const char *blobs_dir, bool missing_ok)
@@ -141,6 +213,40 @@ int store_check_before_open(const char *db_path, const char *blobs_dir, bool mis
                                "directory aside to start afresh",
                                db_path, missing ? "missing" : "empty (0 bytes)", blobs_dir);
     return missing ? 0 : wal_check(db_path);
+}
+
+static void clean_marker_path(const char *state_dir, char path[PATH_MAX + 32])
+{
+    snprintf(path, PATH_MAX + 32, "%s/" STORE_CLEAN_NAME, state_dir);
+}
+
+int store_clean_marker_take(const char *state_dir, bool *ret_clean)
+{
+    char path[PATH_MAX + 32];
+    clean_marker_path(state_dir, path);
+    if (unlink(path) < 0) {
+        if (errno != ENOENT)
+            return log_error_errno(-errno, "store: cannot remove '%s': %s", path, strerror(errno));
+        *ret_clean = false;
+        return 0;
+    }
+    int r = store_fsync_dir(state_dir);
+    if (r < 0) return log_error_errno(r, "store: cannot sync '%s': %s", state_dir, strerror(-r));
+    *ret_clean = true;
+    return 0;
+}
+
+void store_clean_marker_write(const char *state_dir)
+{
+    char path[PATH_MAX + 32];
+    clean_marker_path(state_dir, path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int r = fd < 0 || fsync(fd) < 0 ? -errno : 0;
+    if (fd >= 0) close(fd);
+    if (r == 0) r = store_fsync_dir(state_dir);
+    if (r < 0)
+        log_warn("store: cannot write '%s' (%s): the next start checks the store's integrity", path,
+                 strerror(-r));
 }
 
 int store_check_quick(store_conn_t *conn)

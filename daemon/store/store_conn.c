@@ -197,15 +197,18 @@ int store_conn_open(store_conn_t *conn, const char *state_dir, int shard, int fl
     return 0;
 }
 
-void store_conn_close(store_conn_t *conn)
+int store_conn_close(store_conn_t *conn)
 {
     for (int i = 0; i < STMT_COUNT; i++) {
         sqlite3_finalize(conn->stmts[i]);
         conn->stmts[i] = NULL;
     }
+    int r = 0;
     if (conn->db && sqlite3_close(conn->db) != SQLITE_OK)
-        log_error("store: closing '%s': %s", conn->db_path, sqlite3_errmsg(conn->db));
+        r = log_error_errno(-EIO, "store: closing '%s': %s", conn->db_path,
+                            sqlite3_errmsg(conn->db));
     conn->db = NULL;
+    return r;
 }
 
 int store_user_version(store_conn_t *conn, int *ret)

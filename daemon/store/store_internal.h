@@ -48,6 +48,9 @@
 /* The reserve file in the state directory: given up when a delete finds the disk full, so that
  * space can always be freed through the API (store_space.c); tried again every so often. */
 #define STORE_RESERVE_NAME "reserve"
+/* STATE_DIR/clean-shutdown: written by store_close once every shard closed cleanly, taken
+ * (removed) by store_open, so that PRAGMA quick_check runs only after a crash. */
+#define STORE_CLEAN_NAME "clean-shutdown"
 #define STORE_RESERVE_BYTES (1024 * 1024)
 #define STORE_RESERVE_RETRY_US (10 * 1000000LL)
 
@@ -120,7 +123,8 @@ int store_db_path(const char *state_dir, int shard, char path[PATH_MAX]);
  * others) under state_dir with flags, and sets busy_timeout on it. -ENOENT when it does not
  * exist and flags do not create it. */
 int store_conn_open(store_conn_t *conn, const char *state_dir, int shard, int flags);
-void store_conn_close(store_conn_t *conn);
+/* 0, or -EIO (logged) when SQLite could not close it cleanly. */
+int store_conn_close(store_conn_t *conn);
 /* The cached statement, prepared on first use; reset and unbound, ready to bind. NULL after
  * logging on failure. */
 sqlite3_stmt *store_stmt(store_conn_t *conn, store_stmt_id_t id);
@@ -231,6 +235,12 @@ void store_blob_file_remove(const char *blobs_dir, const char *file);
 int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int64_t before_us,
                              int *ret_removed);
 
+/* The bytes of blob files this process has written (files, segments, uploads) less those it
+ * removed: store_bytes moves its measure of blobs/ by it between walks. One count per process,
+ * which holds one store (the state directory's lock); a walk corrects what it misses. */
+void store_blob_bytes_moved(int64_t delta);
+int64_t store_blob_bytes_net(void);
+
 /* --- checks at open (store_check.c): a damaged store is refused, -EUCLEAN, logged --- */
 
 /* Before a shard's file is opened: refuses a database file that is empty, or (unless
@@ -238,6 +248,12 @@ int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int64_t before_u
 int store_check_before_open(const char *db_path, const char *blobs_dir, bool missing_ok);
 /* PRAGMA quick_check of an open shard; refuses one that cannot be read or fails it. */
 int store_check_quick(store_conn_t *conn);
+/* Takes the clean-shutdown marker of state_dir: *ret_clean says whether the previous run
+ * closed the store cleanly (store_close, also before an exec restart), and the marker is gone,
+ * durably, when it returns 0, so that a crash of this run is never taken for a clean end. */
+int store_clean_marker_take(const char *state_dir, bool *ret_clean);
+/* Writes the marker, synced; after every shard closed cleanly. Logs a failure. */
+void store_clean_marker_write(const char *state_dir);
 /* The newest timestamp of any row of the shard (a job's creation, start or end, a buffer's
  * creation), 0 when it has none: blob files written since may belong to a lost commit. */
 int store_newest_row_us(store_conn_t *conn, int64_t *ret);
@@ -442,6 +458,12 @@ struct store {
     char blobs_dir[PATH_MAX];
     char state_dir[PATH_MAX];
     char reserve_path[PATH_MAX];
+    bool opened; /* store_open succeeded: a clean close may write the clean-shutdown marker */
+    /* blobs/ as last walked by store_bytes (store_trim.c): its bytes, the process's count of
+     * blob bytes (store_blob_bytes_net) then, and when (monotonic, 0: never). */
+    uint64_t blobs_walked;
+    int64_t blobs_net_at_walk;
+    int64_t blobs_walk_us;
     atomic_bool reserve_present;
     int64_t reserve_retry_us; /* no new reserve before; shard 0's writer only */
     /* The last commit failed with ENOSPC (nospc), with nospc_free bytes free then. */

@@ -197,6 +197,7 @@ int store_segment_append(store_segment_t *seg, const char *blobs_dir, blob_files
         header(seg->buf);
         seg->buf_off = 0;
         seg->size = SEGMENT_HEADER_BYTES;
+        store_blob_bytes_moved(SEGMENT_HEADER_BYTES);
     }
     if (seg->size + nbytes - seg->buf_off > SEGMENT_BUF_BYTES) {
         int r = flush(seg, true);
@@ -223,6 +224,7 @@ int store_segment_append(store_segment_t *seg, const char *blobs_dir, blob_files
     *ret_offset = seg->size;
     seg->size += nbytes;
     seg->dirty = true;
+    store_blob_bytes_moved((int64_t)nbytes);
     return 0;
 }
 
@@ -330,6 +332,8 @@ int store_segment_write(const char *blobs_dir, const void *const *data, const ui
         if (r < 0) {
             unlink(path);
             log_error("store: writing segment '%s': %s", path, strerror(-r));
+        } else {
+            store_blob_bytes_moved((int64_t)at);
         }
     }
     free(iov);

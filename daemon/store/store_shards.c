@@ -46,7 +46,7 @@ static int configure_writer(store_conn_t *conn)
     return r;
 }
 
-static int shard_open(store_t *st, int k, const config_t *cfg, int *ret_version_before)
+static int shard_open(store_t *st, int k, const config_t *cfg, bool check, int *ret_version_before)
 {
     shard_t *sh = &st->shards[k];
     sh->st = st;
@@ -67,7 +67,7 @@ static int shard_open(store_t *st, int k, const config_t *cfg, int *ret_version_
                                "store: shard file '%s' is missing: the jobs stored in it cannot "
                                "be read; restore it from a backup",
                                sh->conn.db_path);
-    if (r == 0) r = store_check_quick(&sh->conn);
+    if (r == 0 && check) r = store_check_quick(&sh->conn);
     if (r == 0) r = configure_writer(&sh->conn);
     if (r == 0) r = store_user_version(&sh->conn, ret_version_before);
     if (r == 0) r = store_migrate(&sh->conn);
@@ -77,7 +77,7 @@ static int shard_open(store_t *st, int k, const config_t *cfg, int *ret_version_
 /* The shard count of the store (n_shards, from the setting in shard 0; a store from before
  * shards has one), its other shards opened, and the count recorded once they all are. A
  * shard other than 0 records its index, so that files swapped by hand are refused. */
-static int open_shards(store_t *st, const config_t *cfg, int version_before)
+static int open_shards(store_t *st, const config_t *cfg, bool check, int version_before)
 {
     int recorded = 0;
     int r = store_setting_get(&st->shards[0].conn, "shards", &recorded);
@@ -93,7 +93,7 @@ static int open_shards(store_t *st, const config_t *cfg, int version_before)
     st->n_shards = recorded ? n : 0; /* 0 while they are created: shard_open may create them */
     for (int k = 1; k < n && r == 0; k++) {
         int version = 0, index = 0;
-        r = shard_open(st, k, cfg, &version);
+        r = shard_open(st, k, cfg, check, &version);
         if (r == 0 && version == 0) r = store_setting_set(&st->shards[k].conn, "shard", k);
         if (r == 0) r = store_setting_get(&st->shards[k].conn, "shard", &index);
         if (r == 0 && index != k)
@@ -127,9 +127,15 @@ int store_open(const config_t *cfg, store_t **ret)
     snprintf(st->state_dir, sizeof st->state_dir, "%s", cfg->state_dir);
     st->n_shards = 1;
     int version_before = 0, removed = 0;
+    bool clean = false;
     r = mkdir_if_missing(st->blobs_dir);
-    if (r == 0) r = shard_open(st, 0, cfg, &version_before);
-    if (r == 0) r = open_shards(st, cfg, version_before);
+    if (r == 0) r = store_clean_marker_take(st->state_dir, &clean);
+    if (r == 0)
+        log_info(clean ? "store: the previous run closed the store cleanly: no integrity check"
+                       : "store: the previous run did not close the store cleanly: checking "
+                         "its integrity (PRAGMA quick_check)");
+    if (r == 0) r = shard_open(st, 0, cfg, !clean, &version_before);
+    if (r == 0) r = open_shards(st, cfg, !clean, version_before);
     store_conn_t *conns[STORE_MAX_SHARDS];
     for (int k = 0; k < st->n_shards; k++)
         conns[k] = &st->shards[k].conn;
@@ -149,6 +155,7 @@ int store_open(const config_t *cfg, store_t **ret)
     if (removed > 0)
         log_info("store: removed %d blob file(s) that no committed row named", removed);
     if (st->n_shards > 1) log_info("store: %d shards", st->n_shards);
+    st->opened = true;
     *ret = st;
     return 0;
 }
@@ -157,16 +164,18 @@ void store_close(store_t *st)
 {
     if (!st) return;
     stop_shard_threads(st);
+    bool clean = st->opened;
     if (st->in_txn) {
         log_warn("store: closing with a transaction open: rolling it back");
         store_rollback(st);
+        clean = false;
     }
     for (int k = 0; k < st->n_shards; k++)
         store_segment_close(&st->shards[k].segment, &st->shards[k].maybe_unused);
     store_files_settle(st);
     for (int k = 0; k < st->n_shards; k++) {
         shard_t *sh = &st->shards[k];
-        store_conn_close(&sh->conn);
+        if (store_conn_close(&sh->conn) < 0) clean = false;
         pthread_mutex_destroy(&sh->checkpoint_lock);
         free(sh->write_refs.a);
         free(sh->txn_refs.a);
@@ -177,6 +186,7 @@ void store_close(store_t *st)
         free(sh->placed);
         free(sh->deferred.a);
     }
+    if (clean) store_clean_marker_write(st->state_dir);
     free(st);
 }
 

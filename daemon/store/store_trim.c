@@ -1,12 +1,12 @@
 /* The bound on the store's bytes ([store] max_bytes): measuring what the store holds, and
- * giving bytes back past the bound, the oldest finished jobs' outputs first.
+ * giving bytes back past the bound, the oldest finished jobs' outputs first, in passes bounded
+ * in jobs and time so that the loop thread is never held long.
  *
- * The bytes are measured rather than counted as they are written: blob files are written by
- * many threads (uploads, packs, segments) and removed by several paths, and SQLite decides
- * itself how many pages a row takes, so a running count would drift from the disk it claims to
- * describe. A measure costs a stat of each database file, two pragmas per shard and a walk of
- * blobs/, whose files the bound itself keeps few (each holds at least a segment's worth or one
- * tensor past inline_blob_bytes): cheap at the once a second the scheduler asks. */
+ * The database files are measured (SQLite decides itself how many pages a row takes): three
+ * pragmas per shard. blobs/ is counted: every blob file written or removed moves a count
+ * (store_blob_bytes_moved), so that a check costs no walk of the directory; the directory is
+ * walked at the first measure and every BLOBS_WALK_US after, which corrects what the count
+ * cannot see (files written by hand, a segment's buffered bytes that never reached it). */
 #include "store.h"
 
 #include <dirent.h>
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/util/log.h"
@@ -22,6 +23,8 @@
 
 /* Jobs per write: a short transaction on the loop thread, as retention's. */
 #define TRIM_BATCH 64
+/* How often blobs/ is walked to correct its count. */
+#define BLOBS_WALK_US (600 * (int64_t)1000000)
 
 /* An integer pragma of conn (page_count, freelist_count, page_size). */
 static int pragma_int(store_conn_t *conn, const char *sql, int64_t *ret)
@@ -87,16 +90,36 @@ static int db_bytes(store_t *st, uint64_t *ret)
     return 0;
 }
 
+static int64_t monotonic_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Walks blobs/<fan>/<file> (two levels) and takes its bytes as the count's new base. */
+static int blobs_walk(store_t *st)
+{
+    int64_t net = store_blob_bytes_net(), now = monotonic_us();
+    uint64_t sum = 0;
+    int fd = open(st->blobs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int r = fd < 0 ? -errno : dir_bytes(fd, 1, &sum);
+    if (r < 0) return log_error_errno(r, "store: cannot measure '%s': %m", st->blobs_dir);
+    st->blobs_walked = sum;
+    st->blobs_net_at_walk = net;
+    st->blobs_walk_us = now > 0 ? now : 1;
+    return 0;
+}
+
 int store_bytes(store_t *st, uint64_t *ret)
 {
     uint64_t sum = 0;
     int r = db_bytes(st, &sum);
+    if (r == 0 && (st->blobs_walk_us == 0 || monotonic_us() - st->blobs_walk_us > BLOBS_WALK_US))
+        r = blobs_walk(st);
     if (r < 0) return r;
-    /* blobs/<fan>/<file>: two levels. */
-    int fd = open(st->blobs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    r = fd < 0 ? -errno : dir_bytes(fd, 1, &sum);
-    if (r < 0) return log_error_errno(r, "store: cannot measure '%s': %m", st->blobs_dir);
-    *ret = sum;
+    int64_t blobs = (int64_t)st->blobs_walked + store_blob_bytes_net() - st->blobs_net_at_walk;
+    *ret = sum + (blobs > 0 ? (uint64_t)blobs : 0);
     return 0;
 }
 
@@ -196,15 +219,14 @@ typedef struct trim_batch {
     int64_t jobs; /* TRIM_EXPIRE: jobs whose outputs went */
 } trim_batch_t;
 
-/* Drops the jobs of one batch in the open write, oldest first, until want bytes went (at least
- * one job); b->n ends as the number dropped. */
-static int batch_run(shard_t *sh, trim_phase_t phase, uint64_t want, trim_batch_t *b)
+/* Drops up to max jobs of one batch in the open write, oldest first, until want bytes went (at
+ * least one job); b->n ends as the number dropped. */
+static int batch_run(shard_t *sh, trim_phase_t phase, uint64_t want, int max, trim_batch_t *b)
 {
     int64_t after_us;
     const char *after_id;
     phase_start(sh, phase, &after_us, &after_id);
-    int n = 0, i,
-        r = next_rows(sh, after_us, after_id, TRIM_BATCH, phase == TRIM_EXPIRE, b->rows, &n);
+    int n = 0, i, r = next_rows(sh, after_us, after_id, max, phase == TRIM_EXPIRE, b->rows, &n);
     for (i = 0; r == 0 && i < n && (i == 0 || b->bytes < want); i++) {
         uint64_t bytes = 0;
         sh->cols.len = 0;
@@ -219,17 +241,17 @@ static int batch_run(shard_t *sh, trim_phase_t phase, uint64_t want, trim_batch_
     return r;
 }
 
-/* One write of a phase in sh: up to TRIM_BATCH jobs, and no more than want bytes' worth, committed,
- * their files removed, the expiry's next start moved past them. *ret_n: how many jobs it went
- * through (0: none left). */
-static int batch_commit(shard_t *sh, trim_phase_t phase, uint64_t want, store_trim_stats_t *stats,
-                        int *ret_n)
+/* One write of a phase in sh: up to max (at most TRIM_BATCH) jobs, and no more than want bytes'
+ * worth, committed, their files removed, the expiry's next start moved past them. *ret_n: how
+ * many jobs it went through (0: none left). */
+static int batch_commit(shard_t *sh, trim_phase_t phase, uint64_t want, int max,
+                        store_trim_stats_t *stats, int *ret_n)
 {
     trim_batch_t *b = calloc(1, sizeof *b);
     if (!b) return -ENOMEM;
     store_write_reset(sh);
     int r = store_write_begin(sh, false);
-    if (r == 0) r = store_write_end(sh, batch_run(sh, phase, want, b));
+    if (r == 0) r = store_write_end(sh, batch_run(sh, phase, want, max, b));
     if (r == 0) {
         store_remove_unused(sh, &b->files);
         if (phase == TRIM_EXPIRE && b->n > 0) {
@@ -272,13 +294,24 @@ static int oldest_shard(store_t *st, trim_phase_t phase, shard_t **ret)
     return 0;
 }
 
-/* Runs a phase until it has dropped want bytes by its estimate, or has nothing left to drop.
- * The estimate is the database pages freed (measured: cheap) plus the tensor bytes the rows
- * named (which counts those kept in rows twice): it errs towards too much, which the caller's
- * measure after the phase corrects, rather than deleting more than needed. *ret_more:
- * whether the phase has more. */
-static int phase_run(store_t *st, trim_phase_t phase, uint64_t want, store_trim_stats_t *stats,
-                     bool *ret_more)
+/* What one pass of store_trim may still do: jobs, and until when (monotonic). */
+typedef struct trim_budget {
+    int64_t jobs;
+    int64_t until_us;
+} trim_budget_t;
+
+static bool budget_spent(const trim_budget_t *b)
+{
+    return b->jobs <= 0 || monotonic_us() >= b->until_us;
+}
+
+/* Runs a phase until it has dropped want bytes by its estimate, has nothing left to drop, or
+ * has spent the pass's budget. The estimate is the database pages freed (measured: cheap) plus
+ * the tensor bytes the rows named (which counts those kept in rows twice): it errs towards too
+ * much, which the caller's measure after the phase corrects, rather than deleting more than
+ * needed. *ret_more: whether the phase has more. */
+static int phase_run(store_t *st, trim_phase_t phase, uint64_t want, trim_budget_t *budget,
+                     store_trim_stats_t *stats, bool *ret_more)
 {
     uint64_t start = stats->expired_bytes, db_start = 0, db_now;
     int r = db_bytes(st, &db_start);
@@ -286,11 +319,17 @@ static int phase_run(store_t *st, trim_phase_t phase, uint64_t want, store_trim_
     while (r == 0) {
         shard_t *sh = NULL;
         int n = 0;
+        if (budget_spent(budget)) {
+            *ret_more = true;
+            return 0;
+        }
+        int max = budget->jobs < TRIM_BATCH ? (int)budget->jobs : TRIM_BATCH;
         r = oldest_shard(st, phase, &sh);
         if (r == 0 && sh) r = store_touch(sh);
         uint64_t dropped =
             stats->expired_bytes - start + (db_start > db_now ? db_start - db_now : 0);
-        if (r == 0 && sh) r = batch_commit(sh, phase, want - dropped, stats, &n);
+        if (r == 0 && sh) r = batch_commit(sh, phase, want - dropped, max, stats, &n);
+        budget->jobs -= n;
         if (r == 0) r = db_bytes(st, &db_now);
         if (r < 0) break;
         if (!sh || n == 0) {
@@ -306,10 +345,11 @@ static int phase_run(store_t *st, trim_phase_t phase, uint64_t want, store_trim_
     return r;
 }
 
-int store_trim(store_t *st, uint64_t max_bytes, store_trim_stats_t *ret)
+int store_trim(store_t *st, uint64_t max_bytes, int64_t max_jobs, store_trim_stats_t *ret)
 {
     if (st->in_txn) return log_error_errno(-EBUSY, "store: store_trim inside a transaction");
     store_trim_stats_t stats = {0};
+    trim_budget_t budget = {max_jobs, monotonic_us() + STORE_TRIM_PASS_US};
     int r = store_bytes(st, &stats.bytes);
     uint64_t target = max_bytes - max_bytes / 16;
     trim_phase_t phase = TRIM_EXPIRE;
@@ -318,12 +358,16 @@ int store_trim(store_t *st, uint64_t max_bytes, store_trim_stats_t *ret)
     bool over = r == 0 && max_bytes > 0 && stats.bytes > max_bytes;
     while (r == 0 && over && stats.bytes > target) {
         bool more = false;
-        r = phase_run(st, phase, stats.bytes - target, &stats, &more);
+        r = phase_run(st, phase, stats.bytes - target, &budget, &stats, &more);
         if (r == 0) r = store_bytes(st, &stats.bytes);
+        if (r == 0 && budget_spent(&budget)) {
+            stats.more = stats.bytes > target;
+            break;
+        }
         if (r == 0 && !more && phase++ == TRIM_DELETE) break;
     }
     if (r < 0) return r;
-    if (stats.expired_jobs || stats.deleted_jobs)
+    if ((stats.expired_jobs || stats.deleted_jobs) && !stats.more)
         log_info("store: over its bound of %llu bytes: expired the outputs of %lld finished "
                  "job(s) and deleted %lld, %llu tensor bytes; %llu bytes kept",
                  (unsigned long long)max_bytes, (long long)stats.expired_jobs,

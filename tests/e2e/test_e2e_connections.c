@@ -93,21 +93,6 @@ static long tcp_request(e2e_daemon_t *d, const char *src, const char *request, c
     return status;
 }
 
-/* Lines of the daemon's log that contain word. */
-static int log_lines_with(e2e_daemon_t *d, const char *word)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/gpujobd.log", e2e_daemon_dir(d));
-    FILE *f = fopen(path, "re");
-    ck_assert(f);
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, word) != NULL;
-    fclose(f);
-    return n;
-}
-
 static double tcp_connections(e2e_daemon_t *d)
 {
     return e2e_metric_ok(d, "gpujobd_http_connections{listener=\"tcp\"}");
@@ -182,7 +167,7 @@ START_TEST(test_slow_clients_are_cut_and_lock_nobody_out)
              "header_timeout_s = 2\nidle_timeout_s = 3\n",
              sock_path);
     e2e_daemon_t *d = e2e_daemon_start_ok(config);
-    int warnings_before = log_lines_with(d, " warn ");
+    int warnings_before = e2e_daemon_log_count(d, " warn ");
 
     /* Slow clients: a header begun, then one byte a second, which MHD's idle timeout never
      * sees as idle. More than the daemon has slots. */
@@ -225,7 +210,7 @@ START_TEST(test_slow_clients_are_cut_and_lock_nobody_out)
     for (int i = 0; i < N_SLOW; i++)
         if (slow[i] >= 0) close(slow[i]);
     /* The refusals and cuts took a few lines, not one per connection. */
-    int warnings = log_lines_with(d, " warn ") - warnings_before;
+    int warnings = e2e_daemon_log_count(d, " warn ") - warnings_before;
     ck_assert_msg(warnings <= 4, "%d warning lines about %d slow clients", warnings, N_SLOW);
     ck_assert_int_eq(tcp_request(d, "127.0.0.1", healthz, NULL, 0), 200);
     e2e_daemon_free(d);

@@ -1,10 +1,13 @@
 /* End-to-end: a damaged state directory never loses data. A database file emptied, deleted
- * or failing its integrity check while blob files remain, and garbage in the middle of the
- * WAL, each make the real gpujobd refuse to start with an error that says why, and leave
- * every blob file where it was. */
+ * or failing its integrity check (checked after a crash, not after a clean end) while blob
+ * files remain makes the real gpujobd refuse to start with an error that says why. A WAL is
+ * read as SQLite reads it: a tail torn by a power loss is normal, commits SQLite drops past
+ * garbage in its middle are said at error level and the WAL is copied aside. Every blob file
+ * stays where it was. */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -68,42 +71,13 @@ static e2e_daemon_t *daemon_with_jobs(int n)
  * and an error line containing text in its log. */
 static void assert_start_refused(e2e_daemon_t *d, const char *text)
 {
-    char state[PATH_MAX], log_path[PATH_MAX];
-    snprintf(state, sizeof state, "%s/state", e2e_daemon_dir(d));
-    snprintf(log_path, sizeof log_path, "%s/refused.log", e2e_daemon_dir(d));
-    const char *bin = getenv("GPUJOBD_BIN");
-    ck_assert_ptr_nonnull(bin);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd < 0) _exit(127);
-        dup2(fd, STDERR_FILENO);
-        dup2(fd, STDOUT_FILENO);
-        execl(bin, bin, "--listen", "127.0.0.1:0", "--state-dir", state, "--backend", "cpu",
-              "--set", "store.inline_blob_bytes=0", (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    double until = e2e_now() + 30;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (e2e_now() > until) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            ck_abort_msg("gpujobd started on a damaged state directory (log: %s)", log_path);
-        }
-        usleep(20 * 1000);
-    }
+    static const char *const extra[] = {"--set", "store.inline_blob_bytes=0", NULL};
+    char log_path[PATH_MAX];
+    int status = e2e_daemon_run_to_exit_ok(d, extra, "refused.log", 30, log_path, sizeof log_path);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0,
                   "gpujobd ended with status 0x%x on a damaged state directory", status);
-    FILE *f = fopen(log_path, "r");
-    ck_assert_ptr_nonnull(f);
-    char line[4096];
-    bool found = false;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, text) && strstr(line, "error");
-    fclose(f);
-    ck_assert_msg(found, "no error line with '%s' in %s", text, log_path);
+    ck_assert_msg(e2e_file_has_line(log_path, text, "error"), "no error line with '%s' in %s", text,
+                  log_path);
 }
 
 static void stop_ok(e2e_daemon_t *d)
@@ -143,17 +117,15 @@ START_TEST(test_a_missing_database_with_blob_files_is_refused)
 }
 END_TEST
 
-START_TEST(test_a_database_failing_its_integrity_check_is_refused)
+/* Garbage over every page but the first (the header and the schema's root) of d's stopped
+ * database file, which must be larger than two pages. */
+static void damage_database(e2e_daemon_t *d)
 {
-    e2e_daemon_t *d = daemon_with_jobs(20);
-    stop_ok(d);
-    int blobs = blob_files(d);
     char db[PATH_MAX];
     state_path(d, "gpujobd.db", db);
     struct stat sb;
     ck_assert_int_eq(stat(db, &sb), 0);
     ck_assert_int_gt(sb.st_size, 8192);
-    /* Garbage over every page but the first (the header and the schema's root). */
     int fd = open(db, O_WRONLY);
     ck_assert_int_ge(fd, 0);
     char garbage[4096];
@@ -161,8 +133,44 @@ START_TEST(test_a_database_failing_its_integrity_check_is_refused)
     for (off_t at = 4096; at < sb.st_size; at += (off_t)sizeof garbage)
         ck_assert_int_eq(pwrite(fd, garbage, sizeof garbage, at), (ssize_t)sizeof garbage);
     close(fd);
+}
+
+START_TEST(test_a_database_failing_its_integrity_check_after_a_crash_is_refused)
+{
+    e2e_daemon_t *d = daemon_with_jobs(20);
+    stop_ok(d); /* a clean stop checkpoints the WAL into the database file */
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    e2e_daemon_kill(d); /* a crash: the next start must check */
+    int blobs = blob_files(d);
+    damage_database(d);
     assert_start_refused(d, "integrity check");
     ck_assert_int_eq(blob_files(d), blobs);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+#define CHECKED "checking its integrity (PRAGMA quick_check)"
+#define NOT_CHECKED "closed the store cleanly: no integrity check"
+
+START_TEST(test_the_integrity_check_runs_only_after_an_unclean_end)
+{
+    e2e_daemon_t *d = daemon_with_jobs(3);
+    ck_assert_int_eq(e2e_daemon_log_count(d, CHECKED), 1); /* a new store: no marker */
+    stop_ok(d);
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    ck_assert_int_eq(e2e_daemon_log_count(d, NOT_CHECKED), 1);
+    /* A restart in place closes the store as a stop does. */
+    kill(e2e_daemon_pid(d), SIGUSR1);
+    double until = e2e_now() + 30;
+    while (e2e_daemon_log_count(d, NOT_CHECKED) < 2 && e2e_now() < until)
+        usleep(20 * 1000);
+    ck_assert_int_eq(e2e_daemon_log_count(d, NOT_CHECKED), 2);
+    json_decref(e2e_json_until(d, "GET", "/v1/jobs?limit=1", 200, e2e_now() + 30));
+    e2e_daemon_kill(d);
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    ck_assert_int_eq(e2e_daemon_log_count(d, CHECKED), 2);
+    ck_assert_int_eq(e2e_daemon_log_count(d, NOT_CHECKED), 2);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=succeeded"), 3);
     e2e_daemon_free(d);
 }
 END_TEST
@@ -172,34 +180,129 @@ static uint32_t be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-START_TEST(test_garbage_in_the_middle_of_the_wal_is_refused)
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
+}
+
+/* The WAL of d's stopped daemon: its header, frame size, and the number of frames of its
+ * current generation (its salts), and the commits among them. */
+typedef struct wal_file {
+    int fd;
+    unsigned char hdr[32];
+    size_t frame;
+    int frames, commits;
+    unsigned char last_sum[8]; /* the checksum of the last frame of the generation */
+} wal_file_t;
+
+static void wal_open(e2e_daemon_t *d, wal_file_t *w)
+{
+    char wal[PATH_MAX];
+    state_path(d, "gpujobd.db-wal", wal);
+    w->fd = open(wal, O_RDWR);
+    ck_assert_int_ge(w->fd, 0);
+    ck_assert_int_eq(pread(w->fd, w->hdr, sizeof w->hdr, 0), (ssize_t)sizeof w->hdr);
+    w->frame = 24 + be32(w->hdr + 8);
+    w->frames = w->commits = 0;
+    unsigned char fh[24];
+    while (pread(w->fd, fh, sizeof fh, 32 + (off_t)(w->frames * w->frame)) == (ssize_t)sizeof fh &&
+           memcmp(fh + 8, w->hdr + 16, 8) == 0) {
+        w->commits += be32(fh + 4) != 0;
+        memcpy(w->last_sum, fh + 16, 8);
+        w->frames++;
+    }
+    ck_assert_msg(w->commits >= 10, "the WAL holds %d commits, too few", w->commits);
+}
+
+/* A 32-bit word in the byte order of the WAL's checksums (big-endian when its magic is odd). */
+static uint32_t sum32(const unsigned char *p, bool big_endian)
+{
+    return big_endian ? be32(p)
+                      : (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
+}
+
+/* SQLite's WAL checksum of n bytes, continuing from s. */
+static void wal_sum(const unsigned char *p, size_t n, bool big_endian, uint32_t s[2])
+{
+    for (size_t i = 0; i < n; i += 8) {
+        s[0] += sum32(p + i, big_endian) + s[1];
+        s[1] += sum32(p + i + 4, big_endian) + s[0];
+    }
+}
+
+START_TEST(test_garbage_in_the_middle_of_the_wal_is_kept_aside)
 {
     e2e_daemon_t *d = daemon_with_jobs(40);
     /* A kill leaves the WAL as it was: nothing checkpointed it (far below 1000 pages). */
     e2e_daemon_kill(d);
     int blobs = blob_files(d);
-    char wal[PATH_MAX];
-    state_path(d, "gpujobd.db-wal", wal);
-    int fd = open(wal, O_RDWR);
-    ck_assert_int_ge(fd, 0);
-    unsigned char hdr[32], fh[24];
-    ck_assert_int_eq(pread(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
-    size_t frame = 24 + be32(hdr + 8);
-    /* The frames of the WAL's current generation (its salts), and the commits among them. */
-    int frames = 0, commits = 0;
-    while (pread(fd, fh, sizeof fh, 32 + (off_t)(frames * frame)) == (ssize_t)sizeof fh &&
-           memcmp(fh + 8, hdr + 16, 8) == 0) {
-        commits += be32(fh + 4) != 0;
-        frames++;
-    }
-    ck_assert_msg(commits >= 10, "the WAL holds %d commits, too few to damage its middle", commits);
+    wal_file_t w;
+    wal_open(d, &w);
     /* Garbage over the page of a frame in the middle. */
     unsigned char garbage[256];
     memset(garbage, 0xa5, sizeof garbage);
-    off_t at = 32 + (off_t)((frames / 2) * frame) + 24 + 100;
-    ck_assert_int_eq(pwrite(fd, garbage, sizeof garbage, at), (ssize_t)sizeof garbage);
-    close(fd);
-    assert_start_refused(d, "committed transaction(s) lie past a frame");
+    off_t at = 32 + (off_t)((w.frames / 2) * w.frame) + 24 + 100;
+    ck_assert_int_eq(pwrite(w.fd, garbage, sizeof garbage, at), (ssize_t)sizeof garbage);
+    close(w.fd);
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    ck_assert_int_eq(e2e_daemon_log_count(d, "past a frame whose checksum fails"), 1);
+    ck_assert_int_eq(e2e_daemon_log_count(d, "A copy of the WAL is kept in"), 1);
+    char quarantine[PATH_MAX];
+    state_path(d, "quarantine", quarantine);
+    DIR *dir = opendir(quarantine);
+    ck_assert_ptr_nonnull(dir);
+    int copies = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)))
+        copies += strncmp(e->d_name, "gpujobd.db-wal.", 15) == 0;
+    closedir(dir);
+    ck_assert_int_eq(copies, 1);
+    ck_assert_int_eq(blob_files(d), blobs); /* files of the dropped commits are not orphans */
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* A power loss during an unsynced write leaves the WAL with a tail SQLite ignores: here a
+ * frame whose header was written but whose page was not, then a whole commit frame written
+ * before it (disks write back out of order), then half a frame. Every job committed before
+ * that tail is kept, and the daemon starts. */
+START_TEST(test_a_torn_wal_tail_keeps_every_committed_job)
+{
+    e2e_daemon_t *d = daemon_with_jobs(12);
+    e2e_daemon_kill(d);
+    int blobs = blob_files(d);
+    wal_file_t w;
+    wal_open(d, &w);
+    bool big_endian = be32(w.hdr) & 1;
+    unsigned char *tail = calloc(3, w.frame);
+    ck_assert_ptr_nonnull(tail);
+    unsigned char *torn = tail, *commit = tail + w.frame;
+    put_be32(torn, 2);
+    memcpy(torn + 8, w.hdr + 16, 8);
+    uint32_t s[2] = {be32(w.last_sum), be32(w.last_sum + 4)};
+    memset(torn + 24, 0x11, w.frame - 24);
+    wal_sum(torn, 8, big_endian, s);
+    wal_sum(torn + 24, w.frame - 24, big_endian, s);
+    put_be32(torn + 16, s[0]), put_be32(torn + 20, s[1]);
+    memset(torn + 24 + (w.frame - 24) / 2, 0, (w.frame - 24) / 2); /* the page cut short */
+    put_be32(commit, 3);
+    put_be32(commit + 4, 1000); /* a commit: the database's size in pages after it */
+    memcpy(commit + 8, w.hdr + 16, 8);
+    memset(commit + 24, 0x22, w.frame - 24);
+    wal_sum(commit, 8, big_endian, s);
+    wal_sum(commit + 24, w.frame - 24, big_endian, s);
+    put_be32(commit + 16, s[0]), put_be32(commit + 20, s[1]);
+    memset(tail + 2 * w.frame, 0x33, w.frame / 2);
+    off_t end = 32 + (off_t)(w.frames * w.frame);
+    size_t len = 2 * w.frame + w.frame / 2;
+    ck_assert_int_eq(pwrite(w.fd, tail, len, end), (ssize_t)len);
+    ck_assert_int_eq(ftruncate(w.fd, end + (off_t)len), 0);
+    close(w.fd);
+    free(tail);
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=succeeded"), 12);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 12);
     ck_assert_int_eq(blob_files(d), blobs);
     e2e_daemon_free(d);
 }
@@ -212,8 +315,10 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_an_empty_database_with_blob_files_is_refused);
     tcase_add_test(tc, test_a_missing_database_with_blob_files_is_refused);
-    tcase_add_test(tc, test_a_database_failing_its_integrity_check_is_refused);
-    tcase_add_test(tc, test_garbage_in_the_middle_of_the_wal_is_refused);
+    tcase_add_test(tc, test_a_database_failing_its_integrity_check_after_a_crash_is_refused);
+    tcase_add_test(tc, test_the_integrity_check_runs_only_after_an_unclean_end);
+    tcase_add_test(tc, test_garbage_in_the_middle_of_the_wal_is_kept_aside);
+    tcase_add_test(tc, test_a_torn_wal_tail_keeps_every_committed_job);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -271,21 +271,6 @@ static bool next_notification(int fd, char *buf, size_t size, int timeout_ms)
     return true;
 }
 
-/* Lines of the daemon's log that contain text (the harness copies the log as it comes). */
-static int count_log_lines(e2e_daemon_t *d, const char *text)
-{
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/gpujobd.log", e2e_daemon_dir(d));
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    char line[4096];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, text) != NULL;
-    fclose(f);
-    return n;
-}
-
 /* A new TCP connection to the daemon's port with a request on it: connected, not yet
  * answered. */
 static int send_raw_request(e2e_daemon_t *d, const char *request)
@@ -339,9 +324,9 @@ START_TEST(test_a_restart_in_place_keeps_the_pid_the_port_and_the_jobs)
     ck_assert_int_eq(e2e_daemon_pid(d), pid);
     ck_assert(e2e_daemon_alive(d));
     double until = e2e_now() + 10;
-    while (count_log_lines(d, " ready") < 2 && e2e_now() < until)
+    while (e2e_daemon_log_count(d, " ready") < 2 && e2e_now() < until)
         usleep(20 * 1000);
-    ck_assert_int_eq(count_log_lines(d, " ready"), 2);
+    ck_assert_int_eq(e2e_daemon_log_count(d, " ready"), 2);
     json_t *done = e2e_wait_final_ok(d, long_id, 30);
     ck_assert_str_eq(e2e_job_state(done), "succeeded");
     ck_assert_int_eq(json_integer_value(json_object_get(done, "attempts")), 1);
@@ -365,64 +350,19 @@ START_TEST(test_a_restart_in_place_keeps_the_pid_the_port_and_the_jobs)
 }
 END_TEST
 
-/* Runs a second gpujobd on the state directory of d, its log in DIR/second.log, and returns
- * its wait status: it must exit by itself within 10 s, or the test fails (and it is killed). */
-static int run_second_daemon(e2e_daemon_t *d, char log_path[PATH_MAX])
-{
-    char state_dir[PATH_MAX];
-    snprintf(state_dir, sizeof state_dir, "%s/state", e2e_daemon_dir(d));
-    snprintf(log_path, PATH_MAX, "%s/second.log", e2e_daemon_dir(d));
-    const char *bin = getenv("GPUJOBD_BIN");
-    ck_assert_ptr_nonnull(bin);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd < 0) _exit(127);
-        dup2(fd, STDERR_FILENO);
-        dup2(fd, STDOUT_FILENO);
-        execl(bin, bin, "--listen", "127.0.0.1:0", "--state-dir", state_dir, "--backend", "cpu",
-              (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    double until = e2e_now() + 10;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (e2e_now() > until) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            ck_abort_msg("a second gpujobd on the same state directory kept running");
-        }
-        usleep(20 * 1000);
-    }
-    return status;
-}
-
-/* Whether the file at path contains text. */
-static bool file_contains(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
-    char line[4096];
-    bool found = false;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, text) != NULL;
-    fclose(f);
-    return found;
-}
-
 /* Asserts that a second gpujobd on d's state directory is refused: a non-zero exit, and an
  * error naming the directory and the first one's pid. */
 static void assert_second_daemon_refused(e2e_daemon_t *d)
 {
     char log_path[PATH_MAX], holder[64], state_dir[PATH_MAX];
-    int status = run_second_daemon(d, log_path);
+    int status = e2e_daemon_run_to_exit_ok(d, NULL, "second.log", 10, log_path, sizeof log_path);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0,
                   "the second gpujobd ended with status 0x%x, expected a non-zero exit", status);
     snprintf(holder, sizeof holder, "(pid %d,", (int)e2e_daemon_pid(d));
     snprintf(state_dir, sizeof state_dir, "'%s/state' is in use by another gpujobd",
              e2e_daemon_dir(d));
-    ck_assert_msg(file_contains(log_path, state_dir) && file_contains(log_path, holder),
+    ck_assert_msg(e2e_file_has_line(log_path, state_dir, NULL) &&
+                      e2e_file_has_line(log_path, holder, NULL),
                   "the second gpujobd's log (%s) does not name the directory and pid %d", log_path,
                   (int)e2e_daemon_pid(d));
 }
@@ -451,9 +391,9 @@ START_TEST(test_a_second_daemon_on_the_same_state_dir_is_refused)
     pid_t pid = e2e_daemon_pid(d);
     ck_assert_int_eq(kill(pid, SIGUSR1), 0);
     double until = e2e_now() + 30;
-    while (count_log_lines(d, " ready") < 2 && e2e_now() < until)
+    while (e2e_daemon_log_count(d, " ready") < 2 && e2e_now() < until)
         usleep(20 * 1000);
-    ck_assert_int_eq(count_log_lines(d, " ready"), 2);
+    ck_assert_int_eq(e2e_daemon_log_count(d, " ready"), 2);
     assert_second_daemon_refused(d);
     char *after = e2e_submit_ok(d, job);
     done = e2e_wait_final_ok(d, after, 30);

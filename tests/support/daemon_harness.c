@@ -845,3 +845,64 @@ void e2e_wait_unix_socket_ok(const char *path)
         usleep(10000);
     }
 }
+
+int e2e_daemon_run_to_exit_ok(e2e_daemon_t *d, const char *const *extra, const char *log_name,
+                              double timeout_s, char *log_path, size_t size)
+{
+    char state_dir[PATH_MAX];
+    snprintf(state_dir, sizeof state_dir, "%s/state", e2e_daemon_dir(d));
+    snprintf(log_path, size, "%s/%s", e2e_daemon_dir(d), log_name);
+    const char *bin = getenv("GPUJOBD_BIN");
+    ck_assert_ptr_nonnull(bin);
+    const char *argv[32] = {bin,       "--listen",  "127.0.0.1:0", "--state-dir",
+                            state_dir, "--backend", "cpu"};
+    int argc = 7;
+    for (int i = 0; extra && extra[i] && argc < 31; i++)
+        argv[argc++] = extra[i];
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0) _exit(127);
+        dup2(fd, STDERR_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    double until = e2e_now() + timeout_s;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (e2e_now() > until) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            ck_abort_msg("gpujobd on '%s' kept running past %.0f s (log: %s)", state_dir, timeout_s,
+                         log_path);
+        }
+        usleep(20 * 1000);
+    }
+    return status;
+}
+
+bool e2e_file_has_line(const char *path, const char *text, const char *also)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, text) && (!also || strstr(line, also));
+    fclose(f);
+    return found;
+}
+
+int e2e_daemon_log_count(e2e_daemon_t *d, const char *text)
+{
+    FILE *f = fopen(d->log_path, "re");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, text) != NULL;
+    fclose(f);
+    return n;
+}

@@ -105,6 +105,18 @@ double e2e_metric_ok(e2e_daemon_t *d, const char *sample);
 /* How long a long job runs, in milliseconds, unless a test needs another length. */
 #define E2E_LONG_JOB_MS 1500
 
+/* Runs gpujobd once more on d's state directory while d is stopped, and waits for it to end
+ * by itself: `--listen 127.0.0.1:0 --state-dir DIR/state --backend cpu` and the extra
+ * arguments (a NULL-terminated list, or NULL), its stdout and stderr in DIR/log_name, whose
+ * path goes to log_path (size bytes). For a daemon that must refuse to run. Returns waitpid's
+ * status; fails the test (killing it) when it still runs after timeout_s. */
+int e2e_daemon_run_to_exit_ok(e2e_daemon_t *d, const char *const *extra, const char *log_name,
+                              double timeout_s, char *log_path, size_t size);
+/* How many lines of the daemon's log (DIR/gpujobd.log, every run of it) contain text. */
+int e2e_daemon_log_count(e2e_daemon_t *d, const char *text);
+/* Whether a line of the file at path contains text, and also `also` when not NULL. */
+bool e2e_file_has_line(const char *path, const char *text, const char *also);
+
 /* e2e_daemon_start() that fails the test (with the reason) when the daemon does not start. */
 e2e_daemon_t *e2e_daemon_start_ok(const char *config_ini);
 /* Waits until the Unix socket at path (a path, no "unix:") accepts connections: the daemon

@@ -38,6 +38,23 @@ START_TEST(test_size_helpers_refuse_overflow_and_negatives)
 }
 END_TEST
 
+/* Host scratch of a kernel: a size that wraps is refused (NULL), never a small buffer; an empty
+ * one is a real allocation. */
+START_TEST(test_size_malloc_refuses_a_size_that_wraps)
+{
+    ck_assert_ptr_null(size_malloc(P62 + 1, 4)); /* 4 * (2^62 + 1) wraps to 4 */
+    ck_assert_ptr_null(size_malloc(INT64_MAX, 16));
+    ck_assert_ptr_null(size_malloc(-1, 8));
+    void *empty = size_malloc(0, 8);
+    ck_assert_ptr_nonnull(empty);
+    free(empty);
+    double *d = size_malloc(3, sizeof *d);
+    ck_assert_ptr_nonnull(d);
+    d[2] = 1.0;
+    free(d);
+}
+END_TEST
+
 /* A shape of three dims with a zero at position zero_at and the other two equal to dim. */
 static tensor_desc_t three_dims(dtype_t dt, int zero_at, int64_t dim)
 {
@@ -318,6 +335,7 @@ int main(void)
     TCase *tc = tcase_create("sizes");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_size_helpers_refuse_overflow_and_negatives);
+    tcase_add_test(tc, test_size_malloc_refuses_a_size_that_wraps);
     tcase_add_test(tc, test_shape_rule_ignores_the_position_of_a_zero);
     tcase_add_test(tc, test_quantize_refuses_a_scale_whose_bytes_overflow);
     tcase_add_test(tc, test_outputs_over_the_byte_limit_are_refused);

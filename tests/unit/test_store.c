@@ -969,16 +969,17 @@ START_TEST(test_trim_expires_oldest_outputs_first_then_deletes_oldest_jobs)
     ck_assert_uint_ge(before, 3 * 4096 * 4);
 
     store_trim_stats_t t;
-    ck_assert_int_eq(store_trim(f.st, 0, &t), 0); /* no bound: nothing goes */
+    ck_assert_int_eq(store_trim(f.st, 0, STORE_TRIM_PASS_JOBS, &t), 0); /* no bound: nothing goes */
     ck_assert_int_eq(t.expired_jobs + t.deleted_jobs, 0);
-    ck_assert_int_eq(store_trim(f.st, before, &t), 0); /* at the bound: nothing goes */
+    ck_assert_int_eq(store_trim(f.st, before, STORE_TRIM_PASS_JOBS, &t),
+                     0); /* at the bound: nothing goes */
     ck_assert_int_eq(t.expired_jobs + t.deleted_jobs, 0);
 
     /* Just past this bound, the store trims to 15/16 of it: less than one output's worth
      * under what it holds, as long as it holds less than 16 outputs' worth. */
     ck_assert_uint_lt(before, 16 * 4096 * 4);
     uint64_t bound = before - 1;
-    ck_assert_int_eq(store_trim(f.st, bound, &t), 0);
+    ck_assert_int_eq(store_trim(f.st, bound, STORE_TRIM_PASS_JOBS, &t), 0);
     ck_assert_int_eq(t.expired_jobs, 1);
     ck_assert_int_eq(t.deleted_jobs, 0);
     ck_assert_uint_eq(t.expired_bytes, 4096 * 4);
@@ -988,7 +989,7 @@ START_TEST(test_trim_expires_oldest_outputs_first_then_deletes_oldest_jobs)
     ck_assert_uint_lt(t.bytes, before);
 
     /* A bound nothing finished can meet: every output, then every finished job, goes. */
-    ck_assert_int_eq(store_trim(f.st, 1, &t), 0);
+    ck_assert_int_eq(store_trim(f.st, 1, STORE_TRIM_PASS_JOBS, &t), 0);
     ck_assert_int_eq(t.expired_jobs, 2);
     ck_assert_int_eq(t.deleted_jobs, 3);
     job_t *job = NULL;
@@ -998,6 +999,67 @@ START_TEST(test_trim_expires_oldest_outputs_first_then_deletes_oldest_jobs)
     ck_assert_int_eq(job->state, JOB_RUNNING);
     job_free(job);
     ck_assert_int_eq(count_blob_files(&f), 0);
+    fixture_teardown(&f);
+}
+END_TEST
+
+/* A backlog larger than a pass is trimmed across several passes, each going through no more
+ * jobs than its budget, each but the last saying there is more, the oldest outputs first. */
+START_TEST(test_trim_of_a_large_backlog_goes_in_bounded_passes)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    enum { JOBS = 100, PASS = 16 };
+    char ids[JOBS][ID_SIZE];
+    for (int i = 0; i < JOBS; i++)
+        insert_succeeded(&f, 1000 + i, ids[i]);
+    store_trim_stats_t t;
+    int passes = 0;
+    int64_t expired = 0, deleted = 0;
+    do {
+        ck_assert_int_eq(store_trim(f.st, 1, PASS, &t), 0);
+        ck_assert_int_le(t.expired_jobs + t.deleted_jobs, PASS);
+        ck_assert_int_gt(t.expired_jobs + t.deleted_jobs, 0);
+        if (passes == 0) ck_assert(output_expired(&f, ids[0]) && !output_expired(&f, ids[PASS]));
+        expired += t.expired_jobs;
+        deleted += t.deleted_jobs;
+        passes++;
+        ck_assert_int_lt(passes, 100);
+    } while (t.more);
+    /* Every output, then every job: 2 * JOBS jobs gone through, PASS a pass. */
+    ck_assert_int_eq(expired, JOBS);
+    ck_assert_int_eq(deleted, JOBS);
+    ck_assert_int_ge(passes, 2 * JOBS / PASS);
+    ck_assert_int_eq(count_blob_files(&f), 0);
+    ck_assert_int_eq(store_trim(f.st, 1, PASS, &t), 0);
+    ck_assert(!t.more);
+    fixture_teardown(&f);
+}
+END_TEST
+
+/* store_bytes counts blob files as the store writes and removes them, without walking blobs/
+ * at each call: a file put there by hand is not seen until the next walk. */
+START_TEST(test_store_bytes_counts_blob_files_without_walking_the_directory)
+{
+    fixture_t f;
+    fixture_setup(&f);
+    uint64_t before = 0, after = 0;
+    ck_assert_int_eq(store_bytes(f.st, &before), 0);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/blobs/by-hand", f.dir);
+    FILE *hand = fopen(path, "w");
+    ck_assert_ptr_nonnull(hand);
+    static char junk[100000];
+    ck_assert_uint_eq(fwrite(junk, 1, sizeof junk, hand), sizeof junk);
+    fclose(hand);
+    char big[4096];
+    fill_bytes(big, sizeof big, 3);
+    char *blob = NULL;
+    ck_assert_int_eq(store_blob_write(f.st, big, sizeof big, &blob), 0);
+    ck_assert_int_eq(store_bytes(f.st, &after), 0);
+    ck_assert_uint_ge(after, before + sizeof big);
+    ck_assert_uint_lt(after, before + sizeof junk);
+    free(blob);
     fixture_teardown(&f);
 }
 END_TEST
@@ -1209,7 +1271,7 @@ START_TEST(test_small_tensors_share_a_segment_that_goes_with_its_last_job)
     reopen(&f);
     ck_assert(blob_file_exists(&f, blob));
     char later[ID_SIZE];
-    insert_small(&f, &test_op, "alice", now_us() + 1000000, later);
+    insert_small(&f, &test_op, "alice", now_us() + 3000000, later); /* past the sweep's margin */
     reopen(&f);
     ck_assert(!blob_file_exists(&f, blob));
     ck_assert_int_eq(count_blob_files(&f), 0);
@@ -1871,7 +1933,7 @@ START_TEST(test_usage_rollup_follows_job_ends_and_outlives_retention)
         if (pass == 1) break;
         /* The store's bound expires outputs and deletes jobs; retention deletes the rest. */
         store_trim_stats_t ts;
-        ck_assert_int_eq(store_trim(f.st, 1, &ts), 0);
+        ck_assert_int_eq(store_trim(f.st, 1, INT64_MAX, &ts), 0);
         ck_assert_int_gt(ts.deleted_jobs + ts.expired_jobs, 0);
         int deleted = 0;
         ck_assert_int_eq(store_gc(f.st, INT64_MAX, &deleted), 0);
@@ -2114,7 +2176,8 @@ START_TEST(test_open_sweeps_blob_files_no_committed_row_names)
     fill_bytes(big, sizeof big, 2);
     char *orphan = NULL;
     ck_assert_int_eq(store_blob_write(f.st, big, sizeof big, &orphan), 0);
-    job_t *job = make_job(&test_op, "alice", now_us());
+    /* Created well after the orphan was written: past the sweep's margin for coarse mtimes. */
+    job_t *job = make_job(&test_op, "alice", now_us() + 3000000);
     job->call.has_in[1] = true;
     tensor_set(&job->in[1], "y", 4096, 1);
     job->call.in[1] = job->in[1].desc;
@@ -2797,6 +2860,8 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_list_filters_by_owner_state_and_op_and_pages_with_a_cursor);
     tcase_add_test(tc, test_gc_removes_expired_finished_jobs_and_their_files_but_not_others);
     tcase_add_test(tc, test_trim_expires_oldest_outputs_first_then_deletes_oldest_jobs);
+    tcase_add_test(tc, test_trim_of_a_large_backlog_goes_in_bounded_passes);
+    tcase_add_test(tc, test_store_bytes_counts_blob_files_without_walking_the_directory);
     tcase_add_test(tc, test_small_tensors_share_a_segment_that_goes_with_its_last_job);
     tcase_add_test(
         tc, test_pack_writes_many_jobs_small_tensors_to_one_file_that_goes_with_its_last_job);
