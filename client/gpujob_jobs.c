@@ -859,7 +859,7 @@ const char *gpujob_job_list_next(const gpujob_job_list_t *list)
     return list->next;
 }
 
-static int query_add(gpujob_client_t *c, char **query, const char *key, const char *value)
+int gjc_query_add(gpujob_client_t *c, char **query, const char *key, const char *value)
 {
     if (!value) return 0;
     char *escaped = gjc_escape(c, value), *q = NULL;
@@ -880,10 +880,10 @@ int gpujob_list(gpujob_client_t *c, const gpujob_list_query_t *query, gpujob_job
     snprintf(limit, sizeof limit, "%d", query->limit);
     char *q = strdup("");
     int r = q ? 0 : -ENOMEM;
-    if (r >= 0) r = query_add(c, &q, "state", query->state);
-    if (r >= 0) r = query_add(c, &q, "op", query->op);
-    if (r >= 0) r = query_add(c, &q, "limit", query->limit ? limit : NULL);
-    if (r >= 0) r = query_add(c, &q, "after", query->after);
+    if (r >= 0) r = gjc_query_add(c, &q, "state", query->state);
+    if (r >= 0) r = gjc_query_add(c, &q, "op", query->op);
+    if (r >= 0) r = gjc_query_add(c, &q, "limit", query->limit ? limit : NULL);
+    if (r >= 0) r = gjc_query_add(c, &q, "after", query->after);
     char *path = NULL;
     if (r >= 0 && asprintf(&path, "/v1/jobs%s", q) < 0) r = -ENOMEM;
     free(q);
