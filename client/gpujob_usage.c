@@ -82,19 +82,10 @@ int gpujob_usage_report(gpujob_client_t *c, const gpujob_usage_query_t *query,
     gjc_clear_error(c);
     gpujob_usage_query_t none = {0};
     if (!query) query = &none;
-    char *q = strdup(""), *path = NULL;
-    int r = q ? 0 : -ENOMEM;
-    if (r >= 0) r = gjc_query_add(c, &q, "since", query->since);
-    if (r >= 0) r = gjc_query_add(c, &q, "until", query->until);
-    if (r >= 0) r = gjc_query_add(c, &q, "user", query->user);
-    if (r >= 0 && asprintf(&path, "/v1/usage%s", q) < 0) r = -ENOMEM;
-    free(q);
-    if (r < 0) return gjc_fail(c, r, "out of memory");
-
-    gjc_request_t req = {.method = "GET", .path = path, .accept = "application/json"};
+    static const char *const keys[] = {"since", "until", "user"};
+    const char *values[] = {query->since, query->until, query->user};
     json_t *root = NULL;
-    r = gjc_call_json(c, &req, 200, 0, &root, NULL);
-    free(path);
+    int r = gjc_get_json_query(c, "/v1/usage", keys, values, 3, &root);
     if (r < 0) return r;
     gpujob_usage_report_t *report = calloc(1, sizeof *report);
     r = report ? usage_report_fill(root, report) : -ENOMEM;
