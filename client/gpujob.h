@@ -324,6 +324,45 @@ typedef struct gpujob_usage {
 
 GPUJOB_API int gpujob_usage(gpujob_client_t *c, gpujob_usage_t *ret);
 
+/* Which usage to report: every field may be NULL (or the whole query, for the caller's usage
+ * over every day there is). */
+typedef struct gpujob_usage_query {
+    const char *since; /* the first UTC day: "2026-03-01" or an RFC 3339 time; NULL: the first */
+    const char *until; /* the last UTC day (inclusive), written as since; NULL: the last */
+    const char *user;  /* another user's name, or "all": admins only (403); NULL: the caller */
+} gpujob_usage_query_t;
+
+/* The jobs that ended, summed: over one user, UTC day and op (a row of the report), or over
+ * the whole report (its totals: date and op ""). Times are exact integers. */
+typedef struct gpujob_usage_row {
+    char date[16]; /* "2026-03-01" */
+    char user[64];
+    char op[32];
+    int64_t jobs, succeeded, failed, cancelled;
+    int64_t run_us;              /* the sum of the jobs' run_ms, in microseconds */
+    int64_t gpu_ns;              /* the sum of the jobs' gpu_ms, in nanoseconds */
+    int64_t bytes_in, bytes_out; /* inputs, and outputs of the jobs that succeeded */
+} gpujob_usage_row_t;
+
+/* A usage report (GET /v1/usage?since=&until=&user=): what the user holds now, and the daemon's
+ * per-day, per-op rollup of the jobs that ended in the range, which outlives the jobs. */
+typedef struct gpujob_usage_report {
+    gpujob_usage_t summary;    /* as gpujob_usage() gives it, over the range */
+    char since[16], until[16]; /* the range's days; "" where it is open */
+    gpujob_usage_row_t totals;
+    size_t n_rows;
+    gpujob_usage_row_t *rows; /* by user, then day, then op */
+    char *json;               /* the daemon's answer, as JSON text */
+} gpujob_usage_report_t;
+
+/* GET /v1/usage with query (NULL: the caller's, every day). *ret is freed with
+ * gpujob_usage_report_free. A since or until that is not a date answers -EINVAL, with
+ * gpujob_error_field() naming it; another user's usage, to one who is not an admin, -EACCES. */
+GPUJOB_API int gpujob_usage_report(gpujob_client_t *c, const gpujob_usage_query_t *query,
+                                   gpujob_usage_report_t **ret);
+/* Accepts NULL. */
+GPUJOB_API void gpujob_usage_report_free(gpujob_usage_report_t *report);
+
 /* ---- Outputs ---------------------------------------------------------------------------- */
 
 typedef enum gpujob_format {

@@ -1,5 +1,5 @@
-/* Buffers (uploads kept by the daemon for later jobs), the daemon's self-description
- * (/v1/info) and the caller's usage (/v1/usage). */
+/* Buffers (uploads kept by the daemon for later jobs) and the daemon's self-description
+ * (/v1/info). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,32 +232,4 @@ const char *gpujob_info_op_summary(const gpujob_info_t *info, size_t i)
 const char *gpujob_info_json(const gpujob_info_t *info)
 {
     return info->text;
-}
-
-/* ---- Usage ------------------------------------------------------------------------------- */
-
-int gpujob_usage(gpujob_client_t *c, gpujob_usage_t *ret)
-{
-    gjc_clear_error(c);
-    gjc_request_t req = {.method = "GET", .path = "/v1/usage", .accept = "application/json"};
-    json_t *root = NULL;
-    int r = gjc_call_json(c, &req, 200, 0, &root, NULL);
-    if (r < 0) return r;
-    gpujob_usage_t u = {0};
-    const char *owner = json_string_value(json_object_get(root, "owner"));
-    json_t *jobs = json_object_get(root, "jobs");
-    if (!owner || !json_is_object(jobs)) {
-        json_decref(root);
-        return gjc_fail(c, -EBADMSG, "GET /v1/usage: the answer has no owner or jobs");
-    }
-    snprintf(u.owner, sizeof u.owner, "%s", owner);
-    for (int s = 0; s < GPUJOB_STATE_UNKNOWN; s++)
-        u.jobs[s] = json_integer_value(json_object_get(jobs, gpujob_state_name(s)));
-    u.run_ms = json_number_value(json_object_get(root, "run_ms"));
-    u.gpu_ms = json_number_value(json_object_get(root, "gpu_ms"));
-    u.buffers = json_integer_value(json_object_get(root, "buffers"));
-    u.buffer_bytes = json_integer_value(json_object_get(root, "buffer_bytes"));
-    json_decref(root);
-    *ret = u;
-    return 0;
 }

@@ -90,6 +90,10 @@ GJC_HIDDEN const char *gjc_job_accept(const gpujob_client_t *c);
 GJC_HIDDEN void gjc_response_clear(gjc_response_t *resp);
 /* A URL-escaped copy of a path segment (malloc'd) or NULL. */
 GJC_HIDDEN char *gjc_escape(gpujob_client_t *c, const char *segment);
+/* GET path?keys[i]=values[i]&... (the n arguments whose value is not NULL, URL-escaped),
+ * answered 200 with JSON: gjc_call_json's result. */
+GJC_HIDDEN int gjc_get_json_query(gpujob_client_t *c, const char *path, const char *const *keys,
+                                  const char *const *values, size_t n, json_t **ret);
 
 /* Wraps a parsed job (steals the reference, and the section's body when section is not NULL).
  * NULL on allocation failure. */

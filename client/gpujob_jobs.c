@@ -876,6 +876,22 @@ static int query_add(gpujob_client_t *c, char **query, const char *key, const ch
     return 0;
 }
 
+int gjc_get_json_query(gpujob_client_t *c, const char *path, const char *const *keys,
+                       const char *const *values, size_t n, json_t **ret)
+{
+    char *q = strdup(""), *target = NULL;
+    int r = q ? 0 : -ENOMEM;
+    for (size_t i = 0; i < n && r >= 0; i++)
+        r = query_add(c, &q, keys[i], values[i]);
+    if (r >= 0 && asprintf(&target, "%s%s", path, q) < 0) r = -ENOMEM;
+    free(q);
+    if (r < 0) return gjc_fail(c, r, "out of memory");
+    gjc_request_t req = {.method = "GET", .path = target, .accept = "application/json"};
+    r = gjc_call_json(c, &req, 200, 0, ret, NULL);
+    free(target);
+    return r;
+}
+
 int gpujob_list(gpujob_client_t *c, const gpujob_list_query_t *query, gpujob_job_list_t **ret)
 {
     gjc_clear_error(c);
@@ -883,21 +899,10 @@ int gpujob_list(gpujob_client_t *c, const gpujob_list_query_t *query, gpujob_job
     if (!query) query = &none;
     char limit[24];
     snprintf(limit, sizeof limit, "%d", query->limit);
-    char *q = strdup("");
-    int r = q ? 0 : -ENOMEM;
-    if (r >= 0) r = query_add(c, &q, "state", query->state);
-    if (r >= 0) r = query_add(c, &q, "op", query->op);
-    if (r >= 0) r = query_add(c, &q, "limit", query->limit ? limit : NULL);
-    if (r >= 0) r = query_add(c, &q, "after", query->after);
-    char *path = NULL;
-    if (r >= 0 && asprintf(&path, "/v1/jobs%s", q) < 0) r = -ENOMEM;
-    free(q);
-    if (r < 0) return gjc_fail(c, r, "out of memory");
-
-    gjc_request_t req = {.method = "GET", .path = path, .accept = "application/json"};
+    static const char *const keys[] = {"state", "op", "limit", "after"};
+    const char *values[] = {query->state, query->op, query->limit ? limit : NULL, query->after};
     json_t *root = NULL;
-    r = gjc_call_json(c, &req, 200, 0, &root, NULL);
-    free(path);
+    int r = gjc_get_json_query(c, "/v1/jobs", keys, values, 4, &root);
     if (r < 0) return r;
     json_t *jobs = json_object_get(root, "jobs"), *next = json_object_get(root, "next");
     if (!json_is_array(jobs) || (next && !json_is_null(next) && !json_is_string(next))) {

@@ -37,3 +37,7 @@ cli_table_t *cli_table_new(int ncols);
 void cli_table_add(cli_table_t *t, const char *const *cells);
 void cli_table_print(const cli_table_t *t);
 void cli_table_free(cli_table_t *t);
+
+/* Human output of a usage report: what the user holds now, the totals of the jobs that ended
+ * in its range, and a table of its rows (day, user, op). */
+void cli_usage_print(const gpujob_usage_report_t *report);

@@ -923,35 +923,61 @@ static int cmd_buf(cli_t *cli, int argc, char **argv)
     return CLI_EXIT_OK;
 }
 
+/* Parses usage's options into q: CLI_EXIT_OK, or the exit status of a usage error. */
+static int usage_parse_options(cli_t *cli, int argc, char **argv, gpujob_usage_query_t *q,
+                               bool *ret_help)
+{
+    static const char usage[] =
+        "usage: gpujob usage [--since DAY] [--until DAY] [--user USER | --all] [--json]\n"
+        "Shows the jobs you have queued and running, your buffers, and what your jobs that\n"
+        "ended used: totals, then one row per day and op (days are UTC, and outlive the jobs).\n"
+        "  --since DAY   from this day on (2026-03-01, or an RFC 3339 time)\n"
+        "  --until DAY   up to and including this day\n"
+        "  --user USER   USER's usage (admins only, unless USER is you)\n"
+        "  --all         every user's usage, one row per user, day and op (admins only)\n";
+    enum { OPT_SINCE = 2000, OPT_UNTIL, OPT_USER, OPT_ALL };
+    static const struct option opts[] = {COMMON_LONG_OPTIONS,
+                                         {"since", required_argument, NULL, OPT_SINCE},
+                                         {"until", required_argument, NULL, OPT_UNTIL},
+                                         {"user", required_argument, NULL, OPT_USER},
+                                         {"all", no_argument, NULL, OPT_ALL},
+                                         {0}};
+    bool all = false;
+    int opt;
+    *ret_help = false;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (opt == 'h') {
+            fputs(usage, stdout);
+            *ret_help = true;
+            return CLI_EXIT_OK;
+        }
+        if (opt == OPT_SINCE) q->since = optarg;
+        if (opt == OPT_UNTIL) q->until = optarg;
+        if (opt == OPT_USER) q->user = optarg;
+        if (opt == OPT_ALL) all = true;
+        if (opt < OPT_SINCE && !common_option(cli, opt))
+            return usage_error("usage", "unknown option");
+    }
+    if (optind != argc) return usage_error("usage", "unexpected argument '%s'", argv[optind]);
+    if (all && q->user) return usage_error("usage", "--user and --all exclude each other");
+    if (all) q->user = "all";
+    return connect_client(cli);
+}
+
 static int cmd_usage(cli_t *cli, int argc, char **argv)
 {
-    static const char usage[] = "usage: gpujob usage [--json]\n"
-                                "Shows your jobs by state, the time they ran and your buffers.\n";
+    gpujob_usage_query_t q = {0};
     bool help;
-    int status = parse_simple(cli, "usage", usage, argc, argv, 0, &help);
+    int status = usage_parse_options(cli, argc, argv, &q, &help);
     if (status || help) return status;
-    gpujob_usage_t u;
-    int r = gpujob_usage(cli->client, &u);
+    gpujob_usage_report_t *report = NULL;
+    int r = gpujob_usage_report(cli->client, &q, &report);
     if (r < 0) return api_error(cli, "usage", r);
-    if (cli->json) {
-        json_t *jobs = json_object();
-        for (int s = 0; s < GPUJOB_STATE_UNKNOWN; s++)
-            json_object_set_new(jobs, gpujob_state_name(s), json_integer(u.jobs[s]));
-        print_json(json_pack("{s:s, s:o, s:f, s:f, s:I, s:I}", "owner", u.owner, "jobs", jobs,
-                             "run_ms", u.run_ms, "gpu_ms", u.gpu_ms, "buffers",
-                             (json_int_t)u.buffers, "buffer_bytes", (json_int_t)u.buffer_bytes));
-        return CLI_EXIT_OK;
-    }
-    char a[64], b[64];
-    printf("user:      %s\n", u.owner);
-    printf("jobs:      %lld queued, %lld running, %lld succeeded, %lld failed, %lld cancelled\n",
-           (long long)u.jobs[GPUJOB_QUEUED], (long long)u.jobs[GPUJOB_RUNNING],
-           (long long)u.jobs[GPUJOB_SUCCEEDED], (long long)u.jobs[GPUJOB_FAILED],
-           (long long)u.jobs[GPUJOB_CANCELLED]);
-    printf("run time:  %s (gpu %s)\n", cli_duration(u.run_ms, a, 64),
-           cli_duration(u.gpu_ms, b, 64));
-    printf("buffers:   %lld (%s)\n", (long long)u.buffers,
-           cli_size((uint64_t)u.buffer_bytes, a, 64));
+    if (cli->json)
+        print_json_text(report->json);
+    else
+        cli_usage_print(report);
+    gpujob_usage_report_free(report);
     return CLI_EXIT_OK;
 }
 

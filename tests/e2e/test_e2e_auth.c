@@ -14,37 +14,11 @@
 
 #include "support/daemon_harness.h"
 
-#define TOKEN_MAX 128
+#define TOKEN_MAX E2E_TOKEN_SIZE
 
 typedef struct users {
     char owner[TOKEN_MAX], other[TOKEN_MAX], admin[TOKEN_MAX];
 } users_t;
-
-/* Runs `gpujobd token ARGS --state-dir DIR/state` and returns its first line of output
- * (static). */
-static const char *token_cli(e2e_daemon_t *d, const char *args)
-{
-    static char line[512];
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' token %s --state-dir '%s/state'", getenv("GPUJOBD_BIN"), args,
-             e2e_daemon_dir(d));
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    line[0] = '\0';
-    ck_assert_ptr_nonnull(fgets(line, sizeof line, p));
-    ck_assert_int_eq(pclose(p), 0);
-    line[strcspn(line, "\n")] = '\0';
-    return line;
-}
-
-static void token_new(e2e_daemon_t *d, const char *user, const char *expires, char *ret)
-{
-    char args[256];
-    snprintf(args, sizeof args, "create --user %s --name test%s%s", user,
-             expires ? " --expires " : "", expires ? expires : "");
-    snprintf(ret, TOKEN_MAX, "%s", token_cli(d, args));
-    ck_assert_msg(strncmp(ret, "gj_", 3) == 0 && strlen(ret) == 80, "bad token '%s'", ret);
-}
 
 /* One request as the holder of token (NULL: anonymous); the status. */
 static long request_as(e2e_daemon_t *d, const char *token, const char *method, const char *path,
@@ -147,7 +121,7 @@ static void owned_make(e2e_daemon_t *d, const char *owner_token, char kind, owne
                  made_by(d, owner_token, "/v1/buffers?dtype=f32&shape=1", RAW_TYPE, "abcd", "id"));
     if (kind == 't') {
         char token[TOKEN_MAX];
-        token_new(d, "alice", NULL, token);
+        e2e_token_create_ok(d, "alice", NULL, token);
         snprintf(o->tok, sizeof o->tok, "%.12s", token + 3);
     }
 }
@@ -212,9 +186,9 @@ START_TEST(test_every_route_answers_owner_other_admin_and_anonymous_as_the_table
     table_covers_openapi();
     e2e_daemon_t *d = e2e_daemon_start_ok("[auth]\nmode = token\nadmins = carol\n");
     users_t u;
-    token_new(d, "alice", NULL, u.owner);
-    token_new(d, "bob", NULL, u.other);
-    token_new(d, "carol", NULL, u.admin);
+    e2e_token_create_ok(d, "alice", NULL, u.owner);
+    e2e_token_create_ok(d, "bob", NULL, u.other);
+    e2e_token_create_ok(d, "carol", NULL, u.admin);
     owned_t o = {0};
     snprintf(o.job, sizeof o.job, "%s",
              made_by(d, u.owner, "/v1/jobs?wait=10", "application/json", JOB_BODY, "id"));
@@ -258,8 +232,8 @@ START_TEST(test_secrets_are_nowhere_and_revoked_or_expired_tokens_are_refused)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("[auth]\nmode = token\n[server]\nlog_level = debug\n");
     char token[TOKEN_MAX], short_lived[TOKEN_MAX];
-    token_new(d, "alice", NULL, token);
-    token_new(d, "alice", "1s", short_lived);
+    e2e_token_create_ok(d, "alice", NULL, token);
+    e2e_token_create_ok(d, "alice", "1s", short_lived);
     ck_assert_int_eq(request_as(d, token, "POST", "/v1/jobs?wait=10", "application/json", JOB_BODY),
                      201);
     ck_assert_int_eq(request_as(d, token, "GET", "/v1/jobs", NULL, NULL), 200);
@@ -274,7 +248,7 @@ START_TEST(test_secrets_are_nowhere_and_revoked_or_expired_tokens_are_refused)
     /* Revoked: refused on the very next request. */
     char args[64];
     snprintf(args, sizeof args, "revoke %.12s", token + 3);
-    token_cli(d, args);
+    e2e_token_cli_ok(d, args);
     ck_assert_int_eq(request_as(d, token, "GET", "/v1/jobs", NULL, NULL), 401);
 
     /* The secrets' text, in every file of the daemon's directory: state and log. */

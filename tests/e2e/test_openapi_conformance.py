@@ -91,6 +91,8 @@ UNPROVOKABLE = {
     ("POST", "/v1/buffers", 410): STORE_PAST_BOUND,
     ("POST", "/v1/jobs", 422): "every op of this build runs on both backends (test_api_routes "
     "provokes it with a backend that lacks one)",
+    ("GET", "/v1/usage", 422): "answered only past 10000 rows of the usage rollup (users x days x "
+    "ops in the range), which this daemon's few jobs cannot fill",
 }
 INTERNAL_ERROR = (
     "internal failures (out of memory, store I/O errors) cannot be provoked from outside"
@@ -545,11 +547,32 @@ def check_system(c, spec):
     for op in ("add", "saxpy", "gemm"):
         if op not in ops:
             c.fail(f"GET /v1/info: op {op} is missing from {ops}")
-    c.call("GET", "/v1/usage", 200)
     c.call("GET", "/v1/usage", 400, query="verbose=1", note="unknown query argument")
     too_many = "&".join(f"a{i}=1" for i in range(MAX_QUERY_ARGUMENTS + 1))
     for path in ("/healthz", "/readyz", "/metrics", "/v1/info"):
         c.call("GET", path, 400, query=too_many, note="too many query arguments")
+
+
+def check_usage(c):
+    """The usage rollup after the jobs ran: a range, every user's rows (open to all with
+    mode = none), and a 400 naming each bad argument."""
+    mine = c.call("GET", "/v1/usage", 200)
+    if not json_of(mine, "days"):
+        c.fail("GET /v1/usage: no days rows after jobs ended")
+    c.call("GET", "/v1/usage", 200, query="since=2000-01-01&until=9999-12-31")
+    c.call("GET", "/v1/usage", 200, query="since=2000-01-01T00:00:00Z", note="an RFC 3339 time")
+    everyone = c.call("GET", "/v1/usage", 200, query="user=all", note="every user's rows")
+    if json_of(everyone, "owner") != "*":
+        c.fail(f"GET /v1/usage?user=all: owner {json_of(everyone, 'owner')!r}, expected '*'")
+    bad = [("since=yesterday", "query.since", "since not a date"),
+           ("until=2026-02-30", "query.until", "until not a date"),
+           ("since=2026-03-02&until=2026-03-01", "query.until", "until before since"),
+           ("user=", "query.user", "an empty user")]
+    for query, field, note in bad:
+        answer = c.call("GET", "/v1/usage", 400, query=query, note=note)
+        got = (json_of(answer, "error") or {}).get("field")
+        if answer is not None and got != field:
+            c.fail(f"GET /v1/usage?{query}: error field {got!r}, expected {field!r}")
 
 
 def check_tokens(c, unix):
@@ -838,6 +861,7 @@ def main():
         if buffer_id:
             add_id, bf16_id = submit_jobs(c, buffer_id)
             read_jobs(c, add_id, bf16_id)
+            check_usage(c)
         else:
             c.fail("POST /v1/buffers: no buffer was stored; the job checks need one")
         queued_jobs_and_drain(c, daemon)

@@ -906,3 +906,27 @@ int e2e_daemon_log_count(e2e_daemon_t *d, const char *text)
     fclose(f);
     return n;
 }
+
+const char *e2e_token_cli_ok(e2e_daemon_t *d, const char *args)
+{
+    static char line[512];
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' token %s --state-dir '%s/state'", getenv("GPUJOBD_BIN"), args,
+             e2e_daemon_dir(d));
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    line[0] = '\0';
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, p));
+    ck_assert_int_eq(pclose(p), 0);
+    line[strcspn(line, "\n")] = '\0';
+    return line;
+}
+
+void e2e_token_create_ok(e2e_daemon_t *d, const char *user, const char *expires, char *ret)
+{
+    char args[256];
+    snprintf(args, sizeof args, "create --user %s --name test%s%s", user,
+             expires ? " --expires " : "", expires ? expires : "");
+    snprintf(ret, E2E_TOKEN_SIZE, "%s", e2e_token_cli_ok(d, args));
+    ck_assert_msg(strncmp(ret, "gj_", 3) == 0 && strlen(ret) == 80, "bad token '%s'", ret);
+}

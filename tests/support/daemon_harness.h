@@ -124,6 +124,16 @@ e2e_daemon_t *e2e_daemon_start_ok(const char *config_ini);
  * Fails the test after 10 s. */
 void e2e_wait_unix_socket_ok(const char *path);
 
+/* Length of a token's text ("gj_" and 77 characters) and a buffer that holds it. */
+#define E2E_TOKEN_SIZE 128
+/* Makes a token of user with `gpujobd token create --user USER --name test [--expires EXPIRES]
+ * --state-dir DIR/state` (EXPIRES NULL: never) and copies its text into ret
+ * (E2E_TOKEN_SIZE); fails the test unless the command prints a well-formed token. */
+void e2e_token_create_ok(e2e_daemon_t *d, const char *user, const char *expires, char *ret);
+/* Runs `gpujobd token ARGS --state-dir DIR/state`, asserts it exits 0 and returns the first
+ * line of its output (a static buffer, overwritten by the next call). */
+const char *e2e_token_cli_ok(e2e_daemon_t *d, const char *args);
+
 /* A job that runs for ms milliseconds (at least, and not much more) on any backend and then
  * succeeds: the test-only op debug_sleep on a small f32 x [4] = {1, 2, 3, 4}, whose output out
  * equals x. It holds a CPU worker (or, on CUDA, a stream) for that long. A new reference. */

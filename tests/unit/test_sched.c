@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "daemon/util/config.h"
+#include "daemon/util/id.h"
 #include "daemon/sched/scheduler.h"
 #include "daemon/store/store.h"
 
@@ -513,6 +514,61 @@ START_TEST(test_fair_share_serves_a_small_user_before_a_big_backlog_drains)
     }
     ck_assert_int_ge(position, 0);
     ck_assert_int_le(position, 2);
+}
+END_TEST
+
+/* Restarts the scheduler on its store, whose fair-share state is first set to users[0..n),
+ * with a half-life of 100 s; the fake executor takes nothing until the test says. */
+static void restart_with_fair_share(const store_fair_share_t *users, size_t n)
+{
+    sched_stop(sched);
+    sched_free(sched);
+    ck_assert_int_eq(store_fair_share_save(st, users, n), 0);
+    cfg.fair_share_half_life_s = 100;
+    ck_assert_int_eq(sched_new(&cfg, st, &sched), 0);
+    fake->n_got = fake->n_done = 0;
+    fake->slots = 0;
+    sched_set_executor(sched, &fake->base);
+    ck_assert_int_eq(sched_start(sched), 0);
+}
+
+START_TEST(test_fair_share_usage_survives_a_restart_decayed_over_the_downtime)
+{
+    /* Saved one half-life ago: restored at half; saved forty ago: as good as new, dropped. */
+    int64_t now = now_us();
+    store_fair_share_t users[] = {{"heavy", 8e6, now - 100 * 1000000LL},
+                                  {"forgotten", 8e6, now - 4000 * 1000000LL}};
+    restart_with_fair_share(users, 2);
+    sched_stop(sched); /* saves what it restored, decayed to now */
+    store_fair_share_t *saved = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(store_fair_share_load(st, &saved, &n), 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(saved[0].owner, "heavy");
+    /* At most half, less only by the few moments the restart itself took. */
+    ck_assert_double_le(saved[0].usage_us, 4e6);
+    ck_assert_double_gt(saved[0].usage_us, 3.9e6);
+    ck_assert_int_ge(saved[0].at_us, now);
+    free(saved);
+}
+END_TEST
+
+START_TEST(test_a_user_heavy_before_a_restart_is_served_after_a_light_one)
+{
+    cfg.max_batch = 1;
+    store_fair_share_t users[] = {{"heavy", 8e6, now_us()}};
+    restart_with_fair_share(users, 1);
+    /* heavy's jobs come first; with no usage remembered, they would also go out first. */
+    job_t *jobs[3] = {add_job("heavy", 1000, 0), add_job("heavy", 1000, 0),
+                      add_job("heavy", 1000, 0)};
+    reply_box_t box;
+    submit(&box, jobs, 3);
+    fake->slots = 1; /* the next commit dispatches, with both users' jobs queued */
+    job_t *light = add_job("light", 1000, 0);
+    submit(&box, &light, 1);
+    fake_wait_batches(fake, 1);
+    ck_assert_int_ge(fake->n_got, 1);
+    ck_assert_str_eq(fake->got[0]->jobs[0]->owner, "light");
 }
 END_TEST
 
@@ -1508,6 +1564,8 @@ int main(void)
     tcase_add_test(tc, test_jobs_with_equal_batch_keys_go_out_as_one_batch);
     tcase_add_test(tc, test_max_batch_caps_batch_size);
     tcase_add_test(tc, test_fair_share_serves_a_small_user_before_a_big_backlog_drains);
+    tcase_add_test(tc, test_fair_share_usage_survives_a_restart_decayed_over_the_downtime);
+    tcase_add_test(tc, test_a_user_heavy_before_a_restart_is_served_after_a_light_one);
     tcase_add_test(tc, test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain);
     tcase_add_test(tc, test_batches_keep_each_user_within_the_running_limit);
     tcase_add_test(tc, test_a_job_pinned_to_a_full_device_waits_and_holds_back_nothing);
