@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "daemon/util/log.h"
 #include "store_internal.h"
@@ -130,7 +131,9 @@ int store_open(const config_t *cfg, store_t **ret)
     bool clean = false;
     r = mkdir_if_missing(st->blobs_dir);
     if (r == 0) r = store_clean_marker_take(st->state_dir, &clean);
-    if (r == 0)
+    char first_db[PATH_MAX + sizeof STORE_DB_NAME];
+    snprintf(first_db, sizeof first_db, "%s/" STORE_DB_NAME, st->state_dir);
+    if (r == 0 && access(first_db, F_OK) == 0) /* a new store has no previous run to speak of */
         log_info(clean ? "store: the previous run closed the store cleanly: no integrity check"
                        : "store: the previous run did not close the store cleanly: checking "
                          "its integrity (PRAGMA quick_check)");

@@ -206,6 +206,7 @@ END_TEST
 
 int main(void)
 {
+    gpu_require();
     Suite *s = suite_create("gpu_cancel");
     TCase *tc = tcase_create("cancel");
     tcase_set_timeout(tc, 300);
