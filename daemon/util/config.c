@@ -1187,15 +1187,3 @@ const char *config_usage(void)
     pthread_once(&once, config_usage_build);
     return config_usage_text ? config_usage_text : config_usage_head;
 }
-
-bool config_resident_quota_exceeded(const config_t *cfg, const char *owner, uint64_t used,
-                                    uint64_t more, char *why, size_t why_size)
-{
-    uint64_t limit = cfg->max_resident_bytes_per_user;
-    if (limit == 0 || used + more <= limit) return false;
-    snprintf(why, why_size,
-             "resident buffers of '%s' hold %" PRIu64 " bytes; %" PRIu64
-             " more would pass the limit of %" PRIu64,
-             owner, used, more, limit);
-    return true;
-}

@@ -136,8 +136,3 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
                      size_t err_size);
 /* The --help text. */
 const char *config_usage(void);
-
-/* Whether more resident bytes on top of the owner's used ones pass
- * limits.max_resident_bytes_per_user; why says so when they do. */
-bool config_resident_quota_exceeded(const config_t *cfg, const char *owner, uint64_t used,
-                                    uint64_t more, char *why, size_t why_size);

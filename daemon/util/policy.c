@@ -3,6 +3,7 @@
 #include "policy.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,4 +85,16 @@ void policy_resolve(const policy_t *p, const char *user, policy_limits_t *ret)
         snprintf(ret->source[k], sizeof ret->source[k], "%s",
                  config_policy_key_default((config_policy_key_t)k));
     }
+}
+
+bool policy_bytes_exceeded(const policy_limits_t *l, config_policy_key_t key, const char *owner,
+                           uint64_t used, uint64_t more, char *why, size_t why_size)
+{
+    uint64_t limit = l->value[key];
+    if (limit == 0 || (used <= limit && more <= limit - used)) return false;
+    snprintf(why, why_size,
+             "%s of '%s' hold %" PRIu64 " bytes; %" PRIu64 " more would pass %s = %" PRIu64,
+             key == CONFIG_POLICY_MAX_RESIDENT_BYTES ? "resident buffers" : "stored buffers", owner,
+             used, more, l->source[key], limit);
+    return true;
 }

@@ -12,11 +12,16 @@
  * else the default in [limits] or [scheduler]. */
 #pragma once
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
 
 typedef struct policy policy_t;
+
+/* A policy key's full name: "user.NAME.max_queued", "limits.max_queued_per_user". */
+#define POLICY_SOURCE_SIZE (CONFIG_POLICY_NAME_SIZE + 40)
 
 /* What one user may do, and where each value came from. */
 typedef struct policy_limits {
@@ -24,7 +29,7 @@ typedef struct policy_limits {
                                                 key's default allows it */
     /* The key that set each value, as refusals name it: "user.alice.max_queued",
      * "group.lab.weight" or "limits.max_queued_per_user". */
-    char source[CONFIG_POLICY_KEY_COUNT][CONFIG_POLICY_NAME_SIZE + 40];
+    char source[CONFIG_POLICY_KEY_COUNT][POLICY_SOURCE_SIZE];
 } policy_limits_t;
 
 /* Builds the policy of cfg (a copy: cfg may go). 0 or -ENOMEM. The new policy holds one
@@ -38,5 +43,9 @@ void policy_unref(policy_t *p);
 /* Resolves user's limits under p. May ask NSS for the user's groups when p has group
  * sections (blocking): callers keep the result rather than resolve on every request. */
 void policy_resolve(const policy_t *p, const char *user, policy_limits_t *ret);
+/* Whether used bytes plus more pass the byte limit key (max_resident_bytes or
+ * max_stored_bytes, 0: none) of owner's limits; why then says so, naming the key. */
+bool policy_bytes_exceeded(const policy_limits_t *l, config_policy_key_t key, const char *owner,
+                           uint64_t used, uint64_t more, char *why, size_t why_size);
 /* Whether p names any group: without one, policy_resolve never blocks. */
 bool policy_has_groups(const policy_t *p);

@@ -167,6 +167,15 @@ static fake_exec_t *fake;
 static int setup_shards = 1;
 static uint64_t setup_inline_bytes = 0;
 
+/* Installs the policy of cfg as it stands now: the scheduler reads per-user limits from its
+ * policy, built from cfg when it was made, not from cfg itself. */
+static void policy_apply(void)
+{
+    policy_t *p = NULL;
+    ck_assert_int_eq(policy_new(&cfg, &p), 0);
+    sched_set_policy(sched, p);
+}
+
 /* sync_full: accepted jobs are made durable by the commit syncer, their answers wait for it. */
 static void setup(bool sync_full)
 {
@@ -546,6 +555,7 @@ END_TEST
 START_TEST(test_batches_keep_each_user_within_the_running_limit)
 {
     cfg.max_running_per_user = 2;
+    policy_apply();
     cfg.max_batch = 16;
     fake->slots = 0;
     job_t *jobs[8];
@@ -621,6 +631,7 @@ END_TEST
 START_TEST(test_jobs_going_around_a_waiting_one_leave_it_a_running_slot)
 {
     cfg.max_running_per_user = 2;
+    policy_apply();
     cfg.max_batch = 1;
     fake->slots = 4;
     fake->device0_free = 0;
@@ -1403,6 +1414,7 @@ static void start_sched_limited(void)
     cfg.max_queued_per_user = 5;
     cfg.max_resident_bytes_per_user = 100;
     cfg.commit_delay_us = 200 * 1000;
+    policy_apply();
     ck_assert_int_eq(sched_start(sched), 0);
 }
 
