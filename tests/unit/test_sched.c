@@ -508,6 +508,41 @@ START_TEST(test_fair_share_serves_a_small_user_before_a_big_backlog_drains)
 }
 END_TEST
 
+/* Two backlogged users of weights 3 and 1 ([user.alice] weight = 3) share one slot with jobs
+ * of equal work: over a window of 80 jobs alice completes three times as many as bob, within
+ * 10%. Fair share charges a batch's wall time, so each job holds the slot 5 ms: the test's own
+ * latency, which varies on a loaded machine, is then a small part of every charge. */
+START_TEST(test_fair_share_gives_a_user_of_weight_3_three_times_the_share)
+{
+    char err[256];
+    ck_assert_int_eq(config_set(&cfg, "user.alice", "weight", "3", err, sizeof err), 0);
+    policy_apply();
+    cfg.max_batch = 1;
+    fake->slots = 0;
+    enum { EACH = 100, WINDOW = 80 };
+    job_t *a[EACH], *b[EACH];
+    for (int i = 0; i < EACH; i++) {
+        a[i] = add_job("alice", 16, 0);
+        b[i] = add_job("bob", 16, 0);
+    }
+    reply_box_t box;
+    submit(&box, a, EACH);
+    fake->slots = 1; /* bob's submission wakes the dispatch with both queues full */
+    submit(&box, b, EACH);
+    int done[2] = {0, 0}; /* alice, bob */
+    for (int i = 0; i < WINDOW; i++) {
+        fake_wait_batches(fake, i + 1);
+        ck_assert_int_eq(fake->n_got, i + 1);
+        usleep(5000);
+        done[strcmp(fake->got[i]->jobs[0]->owner, "alice") == 0 ? 0 : 1]++;
+        fake_complete(fake, i);
+    }
+    double ratio = (double)done[0] / done[1];
+    ck_assert_msg(ratio >= 2.7 && ratio <= 3.3, "alice %d jobs, bob %d: ratio %.2f", done[0],
+                  done[1], ratio);
+}
+END_TEST
+
 START_TEST(test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain)
 {
     cfg.max_batch = 1;
@@ -1467,6 +1502,7 @@ int main(void)
     tcase_add_test(tc, test_jobs_with_equal_batch_keys_go_out_as_one_batch);
     tcase_add_test(tc, test_max_batch_caps_batch_size);
     tcase_add_test(tc, test_fair_share_serves_a_small_user_before_a_big_backlog_drains);
+    tcase_add_test(tc, test_fair_share_gives_a_user_of_weight_3_three_times_the_share);
     tcase_add_test(tc, test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain);
     tcase_add_test(tc, test_batches_keep_each_user_within_the_running_limit);
     tcase_add_test(tc, test_a_job_pinned_to_a_full_device_waits_and_holds_back_nothing);
