@@ -406,17 +406,6 @@ int api_handle_jobs_list(api_request_t *req)
     return API_DONE;
 }
 
-int api_handle_job_get(api_request_t *req)
-{
-    static const char *const no_args[] = {NULL};
-    if (api_query_check(req, no_args)) return API_DONE;
-    job_t *job;
-    if (api_job_find(req, api_path_param(req, "id"), "id", &job)) return API_DONE;
-    api_respond_job(req, 200, job);
-    job_free(job);
-    return API_DONE;
-}
-
 /* Replies of wait and cancel: the job as it stands, outputs inlined. */
 static void job_reply(void *token, const sched_result_t *res)
 {
@@ -433,6 +422,26 @@ static void job_reply(void *token, const sched_result_t *res)
     else
         api_respond_job(req, 200, res->jobs[0]);
     api_request_resume(req);
+}
+
+/* A queued job is answered by the scheduler's loop, which says why it waits and where it
+ * stands (sched_explain.c); any other from the store, as read. */
+int api_handle_job_get(api_request_t *req)
+{
+    static const char *const no_args[] = {NULL};
+    if (api_query_check(req, no_args)) return API_DONE;
+    job_t *job;
+    const char *id = api_path_param(req, "id");
+    if (api_job_find(req, id, "id", &job)) return API_DONE;
+    if (job->state == JOB_QUEUED) {
+        job_free(job);
+        api_request_suspend(req);
+        sched_wait(req->env->sched, api_request_owner_filter(req), id, 0, job_reply, req);
+        return API_PENDING;
+    }
+    api_respond_job(req, 200, job);
+    job_free(job);
+    return API_DONE;
 }
 
 int api_handle_job_wait(api_request_t *req)

@@ -226,6 +226,9 @@ const policy_limits_t *user_limits(sched_t *s, user_t *u);
 int user_max_running(sched_t *s, user_t *u);
 double user_share(sched_t *s, user_t *u);
 
+/* sched_explain.c: why a queued job waits. */
+void sched_explain(sched_t *s, entry_t *e);
+
 /* sched_commit.c: group commit of submissions and buffers. */
 void handle_submission(sched_t *s, msg_t *m);
 void commit_pending(sched_t *s);

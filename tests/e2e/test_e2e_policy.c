@@ -1,7 +1,8 @@
 /* End-to-end: the per-user policy. Over TCP every client is the user "local", so a
  * [user.local] section is the caller's own: each limit it or [limits] sets is refused with
  * the key that decided it in the error's field and message: the request rate (429 with
- * Retry-After), the largest single job (413), stored bytes (413) and queued jobs (429). */
+ * Retry-After), the largest single job (413), stored bytes (413) and queued jobs (429); and a
+ * queued job's JSON says why it waits. */
 #define _DEFAULT_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -89,6 +90,16 @@ START_TEST(test_queued_jobs_past_the_users_own_limit_get_429_naming_its_section)
     char *running = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, running, "running", 10);
     char *queued = e2e_submit_ok(d, long_job);
+    /* The queued job says why it waits: its user runs as many jobs as it may. */
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%s", queued);
+    json_t *shown = e2e_json_ok(d, "GET", path, NULL, 200);
+    json_t *waiting = json_object_get(shown, "waiting");
+    ck_assert_str_eq(json_string_value(json_object_get(waiting, "reason")), "user_limit");
+    ck_assert_str_eq(json_string_value(json_object_get(waiting, "limit")),
+                     "limits.max_running_per_user");
+    ck_assert_int_eq(json_integer_value(json_object_get(waiting, "position")), 0);
+    json_decref(shown);
     char *text = json_dumps(long_job, JSON_COMPACT);
     json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 429);
     ck_assert_str_eq(e2e_error_code(refused), "quota_exceeded");

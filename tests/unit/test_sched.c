@@ -543,6 +543,102 @@ START_TEST(test_fair_share_gives_a_user_of_weight_3_three_times_the_share)
 }
 END_TEST
 
+/* What a queued job says of its wait, as the loop answers for it (sched_wait, no timeout). */
+typedef struct waiting_box {
+    reply_box_t box;
+    char reason[16], limit[112];
+    long position;
+    job_state_t state;
+} waiting_box_t;
+
+static void on_waiting_reply(void *token, const sched_result_t *res)
+{
+    waiting_box_t *w = token;
+    if (res->n_jobs == 1) {
+        snprintf(w->reason, sizeof w->reason, "%s", res->jobs[0]->waiting_reason);
+        snprintf(w->limit, sizeof w->limit, "%s", res->jobs[0]->waiting_limit);
+        w->position = res->jobs[0]->waiting_position;
+        w->state = res->jobs[0]->state;
+    }
+    on_reply(&w->box, res);
+}
+
+static void ask_waiting(waiting_box_t *w, const char *id)
+{
+    memset(w, 0, sizeof *w);
+    box_init(&w->box);
+    sched_wait(sched, NULL, id, 0, on_waiting_reply, w);
+    box_wait(&w->box);
+    ck_assert_int_eq(w->box.err, 0);
+}
+
+/* User A queues 5,000 jobs, then B submits 10: B's last job says it waits for fair share at a
+ * position that shrinks as jobs run, and B's jobs all run before A's queue drains. */
+START_TEST(test_a_small_user_waits_for_fair_share_at_a_shrinking_position)
+{
+    enum { BIG = 5000, SMALL = 10 };
+    cfg.max_batch = 1;
+    fake->slots = 0;
+    job_t **big = calloc(BIG, sizeof *big);
+    for (int i = 0; i < BIG; i++)
+        big[i] = add_job("a", 16, 0);
+    reply_box_t box;
+    submit(&box, big, BIG);
+    free(big);
+    fake->slots = 1;
+    job_t *small[SMALL];
+    for (int i = 0; i < SMALL; i++)
+        small[i] = add_job("b", 16, 0);
+    submit(&box, small, SMALL);
+    char last[ID_SIZE];
+    snprintf(last, sizeof last, "%s", box.ids[SMALL - 1]);
+
+    waiting_box_t w;
+    ask_waiting(&w, last);
+    ck_assert_int_eq(w.state, JOB_QUEUED);
+    ck_assert_str_eq(w.reason, "fair_share");
+    ck_assert_int_ge(w.position, SMALL - 1); /* its own 9, and some of a's between */
+    ck_assert_int_le(w.position, 2 * SMALL + 1);
+    long before = w.position;
+    int ran = 0, b_done = 0;
+    for (; b_done < SMALL && ran < 4 * SMALL; ran++) {
+        fake_wait_batches(fake, ran + 1);
+        ck_assert_int_eq(fake->n_got, ran + 1);
+        b_done += strcmp(fake->got[ran]->jobs[0]->owner, "b") == 0;
+        fake_complete(fake, ran);
+        if (b_done == SMALL) break;
+        ask_waiting(&w, last);
+        if (w.state != JOB_QUEUED) continue;
+        ck_assert_msg(w.position <= before, "position grew from %ld to %ld", before, w.position);
+        before = w.position;
+    }
+    ck_assert_int_eq(b_done, SMALL);
+    ck_assert_int_lt(ran + 1, 3 * SMALL); /* a's 5,000 are nowhere near drained */
+    ck_assert_int_lt(before, SMALL);      /* and the position came down on the way */
+}
+END_TEST
+
+/* A user at its running limit: its queued job names the limit that holds it. */
+START_TEST(test_a_job_held_by_its_users_running_limit_names_the_limit)
+{
+    char err[256];
+    ck_assert_int_eq(config_set(&cfg, "user.alice", "max_running", "1", err, sizeof err), 0);
+    policy_apply();
+    cfg.max_batch = 1;
+    fake->slots = 4;
+    job_t *jobs[2] = {add_job("alice", 16, 0), add_job("alice", 16, 0)};
+    reply_box_t box;
+    submit(&box, jobs, 2);
+    fake_wait_batches(fake, 1);
+    waiting_box_t w;
+    ask_waiting(&w, box.ids[1]);
+    ck_assert_int_eq(w.state, JOB_QUEUED);
+    ck_assert_str_eq(w.reason, "user_limit");
+    ck_assert_str_eq(w.limit, "user.alice.max_running");
+    ck_assert_int_eq(w.position, 0);
+}
+END_TEST
+
 START_TEST(test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain)
 {
     cfg.max_batch = 1;
@@ -1503,6 +1599,8 @@ int main(void)
     tcase_add_test(tc, test_max_batch_caps_batch_size);
     tcase_add_test(tc, test_fair_share_serves_a_small_user_before_a_big_backlog_drains);
     tcase_add_test(tc, test_fair_share_gives_a_user_of_weight_3_three_times_the_share);
+    tcase_add_test(tc, test_a_small_user_waits_for_fair_share_at_a_shrinking_position);
+    tcase_add_test(tc, test_a_job_held_by_its_users_running_limit_names_the_limit);
     tcase_add_test(tc, test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain);
     tcase_add_test(tc, test_batches_keep_each_user_within_the_running_limit);
     tcase_add_test(tc, test_a_job_pinned_to_a_full_device_waits_and_holds_back_nothing);
