@@ -990,9 +990,12 @@ static void report_bad_option(int c, int argc, char **argv, char *err, size_t er
 /* Applies one "section.key=value" from --set. */
 static int apply_set_flag(config_t *cfg, const char *arg, char *err, size_t err_size)
 {
-    const char *dot = strchr(arg, '.');
+    /* The key follows the last dot before '=': a section may hold dots (user.alice). */
     const char *eq = strchr(arg, '=');
-    if (!dot || !eq || dot > eq || dot == arg || eq == dot + 1) {
+    const char *dot = NULL;
+    for (const char *p = arg; eq && p < eq; p++)
+        if (*p == '.') dot = p;
+    if (!dot || !eq || dot == arg || eq == dot + 1) {
         err_printf(err, err_size, "--set: expected SECTION.KEY=VALUE, got '%.*s'", QUOTE_MAX, arg);
         return -EINVAL;
     }

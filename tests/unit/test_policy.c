@@ -150,6 +150,22 @@ START_TEST(test_bad_policy_lines_name_file_line_and_section)
 }
 END_TEST
 
+START_TEST(test_set_flag_reaches_a_user_section)
+{
+    static config_t cfg;
+    char err[1024];
+    char *argv[] = {
+        "gpujobd", "--set", "user.alice.weight=7", "--set", "limits.max_queued_per_user=9", NULL};
+    config_action_t action;
+    ck_assert_msg(config_from_args(&cfg, 5, argv, &action, err, sizeof err) == 0, "%s", err);
+    policy_limits_t l;
+    resolve(&cfg, "alice", &l);
+    ck_assert_uint_eq(l.value[CONFIG_POLICY_WEIGHT], 7);
+    ck_assert_str_eq(l.source[CONFIG_POLICY_WEIGHT], "user.alice.weight");
+    ck_assert_uint_eq(l.value[CONFIG_POLICY_MAX_QUEUED], 9);
+}
+END_TEST
+
 START_TEST(test_a_reference_keeps_the_policy_alive)
 {
     static config_t cfg;
@@ -176,6 +192,7 @@ int main(void)
     tcase_add_test(tc, test_user_section_beats_group_beats_default);
     tcase_add_test(tc, test_first_group_in_the_file_wins_per_key);
     tcase_add_test(tc, test_bad_policy_lines_name_file_line_and_section);
+    tcase_add_test(tc, test_set_flag_reaches_a_user_section);
     tcase_add_test(tc, test_a_reference_keeps_the_policy_alive);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
