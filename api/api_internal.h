@@ -40,6 +40,9 @@ typedef struct api_user {
     int err;
 } api_user_t;
 
+/* Each user's limits and request-rate bucket at the door (user_policy.c). */
+typedef struct api_users api_users_t;
+
 /* The server-wide state that handlers use. */
 typedef struct api_env {
     const config_t *cfg;
@@ -57,6 +60,7 @@ typedef struct api_env {
     auth_store_t *tokens;
     atomic_long responses[API_STATUS_MAX]; /* responses sent, by status code */
     atomic_long connections[2];            /* open HTTP connections: [0] TCP, [1] Unix socket */
+    api_users_t *users; /* NULL: limits resolved on each call, no rate limit (tests) */
 } api_env_t;
 
 typedef struct api_kv {
@@ -332,3 +336,13 @@ int api_handle_usage(api_request_t *req);
 int api_handle_tokens_create(api_request_t *req);
 int api_handle_tokens_list(api_request_t *req);
 int api_handle_token_revoke(api_request_t *req);
+
+/* --- user_policy.c: per-user policy at the door --- */
+
+int api_users_new(api_users_t **ret);
+void api_users_free(api_users_t *u);
+/* The requesting user's limits under the policy in force. */
+void api_user_limits(api_request_t *req, policy_limits_t *ret);
+/* Takes one of the user's requests from its rate bucket (requests_per_s_per_user, burst):
+ * false, after answering 429 rate_limited with Retry-After in whole seconds, when it is empty. */
+bool api_rate_admits(api_request_t *req);

@@ -66,7 +66,7 @@ static void buffer_put_reply(void *token, const sched_result_t *res)
 {
     api_request_t *req = token;
     if (res->err == -EDQUOT)
-        api_respond_error(req, 413, "quota_exceeded", "query.resident", "%s", res->message);
+        api_respond_error(req, 413, "quota_exceeded", res->limit, "%s", res->message);
     else if (res->err)
         api_respond_errno(req, res->err, res->message);
     else if (!res->buffer)
@@ -111,11 +111,14 @@ static int job_output_source(api_request_t *req, job_t **ret_job, const job_tens
     return api_job_find_output(req, job_id, "query.job", output, "query.output", ret_job, ret_t);
 }
 
-/* True, after answering 413, when nbytes more resident bytes would pass the user's quota (or
- * the quota could not be read). */
-static bool resident_quota_refuses(api_request_t *req, uint64_t nbytes)
+/* True, after answering 413, when nbytes more bytes would pass the user's quota of stored
+ * bytes, or of resident bytes for a resident buffer (or a quota could not be read). */
+static bool buffer_quota_refuses(api_request_t *req, uint64_t nbytes, bool resident)
 {
-    if (!req->env->cfg->max_resident_bytes_per_user) return false;
+    policy_limits_t l;
+    api_user_limits(req, &l);
+    resident = resident && l.value[CONFIG_POLICY_MAX_RESIDENT_BYTES];
+    if (!resident && !l.value[CONFIG_POLICY_MAX_STORED_BYTES]) return false;
     store_reader_t *rd = api_request_reader(req);
     if (!rd) return true;
     store_usage_t u;
@@ -125,12 +128,16 @@ static bool resident_quota_refuses(api_request_t *req, uint64_t nbytes)
         api_respond_errno(req, r, "reading the resident quota failed");
         return true;
     }
-    if (config_resident_quota_exceeded(req->env->cfg, req->user.name, (uint64_t)u.resident_bytes,
-                                       nbytes, why, sizeof why)) {
-        api_respond_error(req, 413, "quota_exceeded", "query.resident", "%s", why);
-        return true;
+    config_policy_key_t key = CONFIG_POLICY_MAX_STORED_BYTES;
+    bool over = policy_bytes_exceeded(&l, key, req->user.name, (uint64_t)u.buffer_bytes, nbytes,
+                                      why, sizeof why);
+    if (!over && resident) {
+        key = CONFIG_POLICY_MAX_RESIDENT_BYTES;
+        over = policy_bytes_exceeded(&l, key, req->user.name, (uint64_t)u.resident_bytes, nbytes,
+                                     why, sizeof why);
     }
-    return false;
+    if (over) api_respond_error(req, 413, "quota_exceeded", l.source[key], "%s", why);
+    return over;
 }
 
 /* The descriptor of a .npy upload, from its header, and where its data starts in the body
@@ -228,10 +235,9 @@ int api_handle_buffer_put(api_request_t *req)
     if (api_query_check(req, allowed) || api_query_bool(req, "resident", false, &resident) ||
         upload_source(req, &u))
         return API_DONE;
-    /* A resident buffer over its owner's quota is refused before its bytes are read or
-     * written. */
+    /* A buffer over its owner's quotas is refused before its bytes are read or written. */
     uint64_t nbytes = tensor_desc_bytes(&u.desc);
-    if (resident && resident_quota_refuses(req, nbytes)) {
+    if (buffer_quota_refuses(req, nbytes, resident)) {
         job_free(u.job);
         return API_DONE;
     }

@@ -3,6 +3,7 @@
 #include "api_internal.h"
 
 #include <ctype.h>
+#include <inttypes.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -104,7 +105,10 @@ static void submit_reply(void *token, const sched_result_t *res)
     job_t *ended = !res->err && res->n_jobs > 0 && req->submit_waits && req->env->cfg->sync_full
                        ? stored_if_ended(req, res->jobs[0]->id)
                        : NULL;
-    if (res->err) {
+    if (res->err == -EAGAIN && res->limit) {
+        api_respond_error(req, 429, "quota_exceeded", res->limit, "%s", res->message);
+        api_response_add_header(&req->resp, "Retry-After", "1");
+    } else if (res->err) {
         api_respond_errno(req, res->err, res->message);
     } else if (res->n_jobs == 0) {
         api_respond_error(req, 500, "internal", NULL, "the scheduler returned no job");
@@ -273,6 +277,25 @@ static int submit_parse(api_request_t *req, size_t json_len, const char *key, jo
     return 0;
 }
 
+/* True, after answering 413 job_too_large, when one of the jobs is estimated to run longer
+ * than the user's max_job_cost_ms (op_cost_ms: the same estimate the watchdog bounds). */
+static bool job_cost_refuses(api_request_t *req, job_t *const *jobs, size_t n)
+{
+    policy_limits_t l;
+    api_user_limits(req, &l);
+    uint64_t max = l.value[CONFIG_POLICY_MAX_JOB_COST_MS];
+    for (size_t i = 0; max && i < n; i++) {
+        double ms = op_cost_ms(jobs[i]->call.cost);
+        if (ms <= (double)max) continue;
+        const char *source = l.source[CONFIG_POLICY_MAX_JOB_COST_MS];
+        api_respond_error(req, 413, "job_too_large", source,
+                          "job %zu (%s) is estimated at %.0f ms, over %s = %" PRIu64 " ms", i,
+                          jobs[i]->call.op->name, ms, source, max);
+        return true;
+    }
+    return false;
+}
+
 int api_handle_jobs_submit(api_request_t *req)
 {
     static const char *const allowed[] = {"wait", NULL};
@@ -295,6 +318,10 @@ int api_handle_jobs_submit(api_request_t *req)
     size_t n = 0;
     bool is_list = false;
     if (submit_parse(req, json_len, key, &jobs, &n, &is_list)) return API_DONE;
+    if (job_cost_refuses(req, jobs, n)) {
+        job_json_free_jobs(jobs, n);
+        return API_DONE;
+    }
     if (req->submit_waits && is_list) {
         job_json_free_jobs(jobs, n);
         api_respond_error(req, 400, "invalid_argument", "query.wait",
@@ -379,17 +406,6 @@ int api_handle_jobs_list(api_request_t *req)
     return API_DONE;
 }
 
-int api_handle_job_get(api_request_t *req)
-{
-    static const char *const no_args[] = {NULL};
-    if (api_query_check(req, no_args)) return API_DONE;
-    job_t *job;
-    if (api_job_find(req, api_path_param(req, "id"), "id", &job)) return API_DONE;
-    api_respond_job(req, 200, job);
-    job_free(job);
-    return API_DONE;
-}
-
 /* Replies of wait and cancel: the job as it stands, outputs inlined. */
 static void job_reply(void *token, const sched_result_t *res)
 {
@@ -406,6 +422,26 @@ static void job_reply(void *token, const sched_result_t *res)
     else
         api_respond_job(req, 200, res->jobs[0]);
     api_request_resume(req);
+}
+
+/* A queued job is answered by the scheduler's loop, which says why it waits and where it
+ * stands (sched_explain.c); any other from the store, as read. */
+int api_handle_job_get(api_request_t *req)
+{
+    static const char *const no_args[] = {NULL};
+    if (api_query_check(req, no_args)) return API_DONE;
+    job_t *job;
+    const char *id = api_path_param(req, "id");
+    if (api_job_find(req, id, "id", &job)) return API_DONE;
+    if (job->state == JOB_QUEUED) {
+        job_free(job);
+        api_request_suspend(req);
+        sched_wait(req->env->sched, api_request_owner_filter(req), id, 0, job_reply, req);
+        return API_PENDING;
+    }
+    api_respond_job(req, 200, job);
+    job_free(job);
+    return API_DONE;
 }
 
 int api_handle_job_wait(api_request_t *req)

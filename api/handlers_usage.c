@@ -164,6 +164,20 @@ static json_t *sums_json(const store_usage_row_t *r)
 
 /* The answer: what the owner holds now (u), and the rollup's rows in the range with their
  * totals, which also give the ended jobs' counts and times at the top. */
+/* The resident-bytes limit of owner under the policy in force ("*": the default's). */
+static uint64_t resident_limit(api_request_t *req, const char *owner)
+{
+    policy_limits_t l;
+    if (strcmp(owner, req->user.name) == 0) {
+        api_user_limits(req, &l);
+    } else {
+        policy_t *p = sched_policy(req->env->sched);
+        policy_resolve(p, owner, &l);
+        policy_unref(p);
+    }
+    return l.value[CONFIG_POLICY_MAX_RESIDENT_BYTES];
+}
+
 static json_t *usage_json(api_request_t *req, const store_usage_t *u, const store_usage_query_t *q,
                           const store_usage_row_t *rows, size_t n)
 {
@@ -181,15 +195,14 @@ static json_t *usage_json(api_request_t *req, const store_usage_t *u, const stor
         "{s:I, s:I, s:I, s:I, s:I}", "queued", (json_int_t)u->jobs_by_state[JOB_QUEUED], "running",
         (json_int_t)u->jobs_by_state[JOB_RUNNING], "succeeded", (json_int_t)total.succeeded,
         "failed", (json_int_t)total.failed, "cancelled", (json_int_t)total.cancelled);
-    return json_pack("{s:s, s:o, s:o, s:o, s:f, s:f, s:I, s:I, s:I, s:I, s:o, s:o}", "owner",
-                     u->owner, "since",
-                     q->since_day > USAGE_FIRST_DAY ? day_json(q->since_day) : json_null(), "until",
-                     q->until_day < USAGE_LAST_DAY ? day_json(q->until_day) : json_null(), "jobs",
-                     jobs, "run_ms", (double)total.run_us / 1000.0, "gpu_ms",
-                     (double)total.gpu_ns / 1e6, "buffers", (json_int_t)u->buffers, "buffer_bytes",
-                     (json_int_t)u->buffer_bytes, "resident_bytes", (json_int_t)u->resident_bytes,
-                     "resident_limit_bytes", (json_int_t)req->env->cfg->max_resident_bytes_per_user,
-                     "totals", sums_json(&total), "days", days);
+    return json_pack(
+        "{s:s, s:o, s:o, s:o, s:f, s:f, s:I, s:I, s:I, s:I, s:o, s:o}", "owner", u->owner, "since",
+        q->since_day > USAGE_FIRST_DAY ? day_json(q->since_day) : json_null(), "until",
+        q->until_day < USAGE_LAST_DAY ? day_json(q->until_day) : json_null(), "jobs", jobs,
+        "run_ms", (double)total.run_us / 1000.0, "gpu_ms", (double)total.gpu_ns / 1e6, "buffers",
+        (json_int_t)u->buffers, "buffer_bytes", (json_int_t)u->buffer_bytes, "resident_bytes",
+        (json_int_t)u->resident_bytes, "resident_limit_bytes",
+        (json_int_t)resident_limit(req, u->owner), "totals", sums_json(&total), "days", days);
 }
 
 int api_handle_usage(api_request_t *req)

@@ -823,8 +823,10 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
     srv->generation = atomic_fetch_add(&server_generation, 1) + 1;
     pthread_mutex_init(&srv->readers_lock, NULL);
     pthread_mutex_init(&srv->log_lock, NULL);
-    r = conn_watch_new("http", &srv->watch);
+    r = api_users_new(&srv->env.users);
+    if (r >= 0) r = conn_watch_new("http", &srv->watch);
     if (r < 0) {
+        api_users_free(srv->env.users);
         pthread_mutex_destroy(&srv->log_lock);
         pthread_mutex_destroy(&srv->readers_lock);
         free(srv);
@@ -885,6 +887,7 @@ void api_server_free(api_server_t *srv)
     if (srv->local) MHD_stop_daemon(srv->local);
     if (srv->unix_path[0]) unlink(srv->unix_path);
     conn_watch_free(srv->watch);
+    api_users_free(srv->env.users);
     pthread_mutex_destroy(&srv->log_lock);
     for (reader_entry_t *e = srv->readers, *next; e; e = next) {
         next = e->next;

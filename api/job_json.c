@@ -673,6 +673,12 @@ json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_f
                         job->error_code[0] ? json_pack("{s:s, s:s}", "code", job->error_code,
                                                        "message", job->error_message)
                                            : json_null());
+    if (job->state == JOB_QUEUED && job->waiting_reason[0]) {
+        json_t *w = json_pack("{s:s, s:I}", "reason", job->waiting_reason, "position",
+                              (json_int_t)job->waiting_position);
+        if (job->waiting_limit[0]) json_object_set_new(w, "limit", json_string(job->waiting_limit));
+        json_object_set_new(o, "waiting", w);
+    }
     json_object_set_new(o, "inputs", inputs);
     json_object_set_new(o, "outputs", outputs);
     return o;

@@ -104,6 +104,8 @@ int api_dispatch(api_request_t *req)
                           API_MAX_QUERY);
         return API_DONE;
     }
+    /* The probes and /metrics stay outside the users' rate: only /v1/ is counted. */
+    if (strncmp(req->path, "/v1/", 4) == 0 && !api_rate_admits(req)) return API_DONE;
     if (strcmp(req->method, "POST") == 0 && atomic_load(&req->env->intake_stopped)) {
         api_respond_error(req, 503, "unavailable", NULL, "the daemon is shutting down");
         api_response_add_header(&req->resp, "Retry-After", "5");

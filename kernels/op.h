@@ -37,6 +37,11 @@ typedef struct op_cost {
     double flops; /* arithmetic operations (a multiply-add counts 2) */
 } op_cost_t;
 
+/* A cost as a time: its bytes at 1 GB/s and its flops at 100 GFLOP/s, rates the CPU
+ * references sustain at the least. The watchdog's bound and the largest job a user may submit
+ * (limits.max_job_cost_ms) are both in these milliseconds. */
+double op_cost_ms(op_cost_t cost);
+
 struct op_def;
 
 /* One validated call of an op. The caller fills op, in[] and has_in[] (slots in the order of

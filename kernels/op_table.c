@@ -119,6 +119,11 @@ static int op_call_check_outputs(const op_call_t *call, uint64_t max_out_bytes, 
     return 0;
 }
 
+double op_cost_ms(op_cost_t cost)
+{
+    return (cost.bytes / 1e9 + cost.flops / 1e11) * 1000.0;
+}
+
 int op_call_validate(const json_t *params, uint64_t max_out_bytes, op_call_t *call, op_error_t *err)
 {
     int r = call->op->validate(params, call, err);

@@ -173,6 +173,21 @@ static int write_file(const char *path, const void *data, size_t len)
 
 /* ---- Jobs, human-readable ---------------------------------------------------------------- */
 
+/* "waiting:   fair_share, 12 jobs before it" (and the limit when a user limit holds it),
+ * from the job's JSON: the daemon explains a queued job's wait there. */
+static void print_waiting(const gpujob_job_t *job)
+{
+    json_t *o = json_loads(gpujob_job_json(job), 0, NULL);
+    json_t *w = json_object_get(o, "waiting");
+    const char *reason = json_string_value(json_object_get(w, "reason"));
+    const char *limit = json_string_value(json_object_get(w, "limit"));
+    if (reason)
+        printf("waiting:   %s%s%s, %" JSON_INTEGER_FORMAT " jobs before it\n", reason,
+               limit ? " " : "", limit ? limit : "",
+               json_integer_value(json_object_get(w, "position")));
+    json_decref(o);
+}
+
 static void print_job(const gpujob_job_t *job)
 {
     char a[64], b[64], c[64];
@@ -180,6 +195,7 @@ static void print_job(const gpujob_job_t *job)
     printf("id:        %s\n", gpujob_job_id(job));
     printf("op:        %s\n", gpujob_job_op(job));
     printf("state:     %s\n", gpujob_state_name(gpujob_job_state(job)));
+    print_waiting(job);
     if (err_code)
         printf("error:     %s: %s\n", err_code,
                gpujob_job_error_message(job) ? gpujob_job_error_message(job) : "");
@@ -610,7 +626,8 @@ static int parse_simple(cli_t *cli, const char *cmd, const char *usage, int argc
 static int cmd_status(cli_t *cli, int argc, char **argv)
 {
     static const char usage[] = "usage: gpujob status ID [--json]\n"
-                                "Shows a job: state, times, error and outputs.\n";
+                                "Shows a job: state (and, queued, why it waits and how many\n"
+                                "jobs will run before it), times, error and outputs.\n";
     bool help;
     int status = parse_simple(cli, "status", usage, argc, argv, 1, &help);
     if (status || help) return status;

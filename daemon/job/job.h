@@ -75,6 +75,11 @@ typedef struct job {
     job_tensor_t out[OP_MAX_TENSORS];
     char error_code[ERROR_CODE_SIZE]; /* "" unless failed or cancelled */
     char error_message[ERROR_MESSAGE_SIZE];
+    /* Why a queued job waits, as the scheduler explained it when it answered for the job
+     * (sched_explain.c); waiting_reason is "" when not explained (a stored copy). Not stored. */
+    char waiting_reason[16]; /* fair_share, user_limit, batching, device_memory, devices_busy */
+    char waiting_limit[112]; /* user_limit: the policy key, e.g. "user.alice.max_running" */
+    long waiting_position;   /* jobs that will run before it (an estimate, sched_explain.c) */
 } job_t;
 
 /* The idempotency key of element index of a list submitted with Idempotency-Key key, as a

@@ -44,9 +44,13 @@ static bool submission_admitted(sched_t *s, msg_t *m)
     user_t *u = m->n > 0 ? user_get(s, m->jobs[0]->owner) : NULL;
     if (!u) return true;
     long queued = (long)u->queue.len + u->pending;
-    if (queued + (long)m->n > s->cfg->max_queued_per_user &&
-        queued + new_jobs(s, m) > s->cfg->max_queued_per_user) {
-        reply_err(m->reply, m->token, -EAGAIN, "too many queued jobs for this user");
+    const policy_limits_t *l = user_limits(s, u);
+    long max = (long)l->value[CONFIG_POLICY_MAX_QUEUED];
+    if (queued + (long)m->n > max && queued + new_jobs(s, m) > max) {
+        char why[256];
+        snprintf(why, sizeof why, "'%s' has %ld jobs queued; %zu more would pass %s = %ld",
+                 u->owner, queued, m->n, l->source[CONFIG_POLICY_MAX_QUEUED], max);
+        reply_refused(m->reply, m->token, -EAGAIN, why, l->source[CONFIG_POLICY_MAX_QUEUED]);
         for (size_t i = 0; i < m->n; i++)
             discard_inputs(s, m->jobs[i]);
         msg_free(m);
@@ -83,18 +87,36 @@ void handle_submission(sched_t *s, msg_t *m)
 
 /* ------------------------------------------------------------- inside the transaction */
 
-/* A resident buffer must fit its owner's quota. The sum is read inside the group commit's
- * transaction, so that the buffers of one commit add up (the API's check before the upload
- * is written cannot see those). Sets m->err when it does not fit. */
-static int check_resident_quota(sched_t *s, msg_t *m)
+/* Sets m->err (naming the key in m->err_limit) when buffer bytes of the owner's, used, and
+ * the new buffer's pass the byte limit key. */
+static bool buffer_quota_refuses(msg_t *m, const policy_limits_t *l, config_policy_key_t key,
+                                 uint64_t used)
 {
-    uint64_t used = 0;
-    if (!m->buf->resident || s->cfg->max_resident_bytes_per_user == 0) return 0;
-    int r = store_resident_bytes(s->st, m->buf->owner, &used);
-    if (r == 0 && config_resident_quota_exceeded(s->cfg, m->buf->owner, used, m->buf->nbytes,
-                                                 m->err_message, sizeof m->err_message))
-        m->err = -EDQUOT;
-    return r;
+    if (!policy_bytes_exceeded(l, key, m->buf->owner, used, m->buf->nbytes, m->err_message,
+                               sizeof m->err_message))
+        return false;
+    m->err = -EDQUOT;
+    snprintf(m->err_limit, sizeof m->err_limit, "%s", l->source[key]);
+    return true;
+}
+
+/* A buffer must fit its owner's quotas of stored (and, resident, of resident) bytes. The sums
+ * are read inside the group commit's transaction, so that the buffers of one commit add up
+ * (the API's check before the upload is written cannot see those). Sets m->err when it does
+ * not fit. */
+static int check_buffer_quotas(sched_t *s, msg_t *m)
+{
+    user_t *u = user_get(s, m->buf->owner);
+    if (!u) return -ENOMEM;
+    const policy_limits_t *l = user_limits(s, u);
+    bool resident = m->buf->resident && l->value[CONFIG_POLICY_MAX_RESIDENT_BYTES];
+    if (!resident && !l->value[CONFIG_POLICY_MAX_STORED_BYTES]) return 0;
+    uint64_t stored = 0, resident_used = 0;
+    int r = store_buffer_bytes(s->st, m->buf->owner, &stored, &resident_used);
+    if (r < 0) return r;
+    if (!buffer_quota_refuses(m, l, CONFIG_POLICY_MAX_STORED_BYTES, stored) && resident)
+        buffer_quota_refuses(m, l, CONFIG_POLICY_MAX_RESIDENT_BYTES, resident_used);
+    return 0;
 }
 
 /* Inserts the round's buffers that fit their quotas. */
@@ -104,7 +126,7 @@ static int insert_buffers(sched_t *s, queue_t *pending)
     for (queue_t *q = queue_head(pending); q && r >= 0; q = queue_next(pending, q)) {
         msg_t *m = queue_data(q, msg_t, node);
         if (m->kind != MSG_BUF_PUT) continue;
-        r = check_resident_quota(s, m);
+        r = check_buffer_quotas(s, m);
         if (r >= 0 && !m->err) r = store_buffer_insert(s->st, m->buf);
     }
     return r;
@@ -328,7 +350,8 @@ static void answer_committed(msg_t *m)
     for (size_t i = 0; !m->err && m->kind == MSG_SUBMIT && i < m->n; i++)
         if (!m->shown[i]) m->err = -ENOMEM; /* committed, but cannot be shown */
     if (m->err) {
-        reply_err(m->reply, m->token, m->err, m->err_message[0] ? m->err_message : NULL);
+        reply_refused(m->reply, m->token, m->err, m->err_message[0] ? m->err_message : NULL,
+                      m->err_limit[0] ? m->err_limit : NULL);
     } else if (m->kind == MSG_BUF_PUT) {
         sched_result_t res = {.buffer = m->buf};
         m->reply(m->token, &res);
@@ -378,7 +401,8 @@ static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, 
         return false;
     }
     if (m->err) {
-        reply_err(m->reply, m->token, m->err, m->err_message);
+        reply_refused(m->reply, m->token, m->err, m->err_message,
+                      m->err_limit[0] ? m->err_limit : NULL);
         return false;
     }
     if (m->kind == MSG_SUBMIT) settle_submitted(s, m);

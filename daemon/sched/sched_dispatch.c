@@ -54,7 +54,7 @@ static entry_t *best_startable(sched_t *s, user_t *u)
     const heap_t *h = &u->queue;
     entry_t *first = heap_min(h);
     if (entry_can_start(s, first, room, MEMO)) return first;
-    if (u->running + 1 >= s->cfg->max_running_per_user) return NULL;
+    if (u->running + 1 >= user_max_running(s, u)) return NULL;
     size_t frontier[STARTABLE_SCAN + 2], n = 0; /* heap indexes: children of what cannot start */
     for (size_t c = 1; c <= 2 && c < h->len; c++)
         frontier[n++] = c;
@@ -145,7 +145,7 @@ static void batch_fill(sched_t *s, sched_batch_t *sb, entry_t *top, int want, in
     for (int seen = 0; e && sb->batch.n < want && seen < 4 * want; seen++) {
         /* The next one is found before e leaves its FIFO (and maybe frees it). */
         queue_t *next = q ? queue_next(&q->entries, &e->keyq_node) : NULL;
-        if (e->user->running < s->cfg->max_running_per_user) batch_take(s, sb, e, now);
+        if (e->user->running < user_max_running(s, e->user)) batch_take(s, sb, e, now);
         e = next ? queue_data(next, entry_t, keyq_node) : NULL;
     }
     for (int i = 0; i < sb->batch.n; i++)

@@ -20,6 +20,7 @@
 #include "scheduler.h"
 #include "daemon/util/heap.h"
 #include "daemon/util/log.h"
+#include "daemon/util/policy.h"
 #include "daemon/util/queue.h"
 #include "daemon/util/strmap.h"
 
@@ -46,7 +47,9 @@ typedef struct user {
     double usage_us; /* decayed device (or CPU) time, charged at dispatch, corrected at end */
     int64_t usage_at;
     double half_life_us; /* of usage_us: [scheduler] fair_share_half_life_s */
-    unsigned skip_round; /* dispatch round in which this user's next batch is held back */
+    unsigned skip_round;    /* dispatch round in which this user's next batch is held back */
+    policy_limits_t limits; /* under the policy of generation limits_gen (user_limits) */
+    unsigned limits_gen;
 } user_t;
 
 /* The queued entries of one batch key, oldest first: the jobs a batch may take together. */
@@ -109,7 +112,8 @@ typedef struct msg {
     buffer_t *buf;
     exec_batch_t *batch;
     int err; /* a refusal of this message alone, within a group commit */
-    char err_message[160];
+    char err_message[256];
+    char err_limit[POLICY_SOURCE_SIZE]; /* the policy key that refused it, if one did */
     /* A committed submission's answer, given once its commit is durable: */
     job_t **shown;    /* submit: the jobs as accepted (or as first created, when replayed); owned */
     bool shown_taken; /* the answer's callee took shown (sched_result_t.take_jobs) */
@@ -165,6 +169,12 @@ struct sched {
         store_deleted_jobs_total;
     int64_t next_retention_us; /* loop thread: when the retention sweep is due */
     int64_t next_fair_save_us; /* loop thread: when the fair-share state is saved next */
+
+    /* The per-user policy (sched_policy.c): swapped whole under policy_lock, each swap
+     * counted in policy_gen so that the loop resolves its users again. */
+    pthread_mutex_t policy_lock;
+    policy_t *policy;
+    atomic_uint policy_gen;
 };
 
 /* A batch as the scheduler hands it to the executor. */
@@ -190,6 +200,8 @@ typedef struct round {
 
 /* scheduler.c: messages and replies. */
 void reply_err(sched_reply_fn reply, void *token, int err, const char *message);
+void reply_refused(sched_reply_fn reply, void *token, int err, const char *message,
+                   const char *limit);
 void reply_jobs(sched_reply_fn reply, void *token, job_t *const *jobs, size_t n);
 void reply_stopping(sched_reply_fn reply, void *token);
 void inbox_push(sched_t *s, msg_t *m);
@@ -208,6 +220,16 @@ void entry_unqueue(sched_t *s, entry_t *e);
 user_t *user_get(sched_t *s, const char *owner);
 void user_charge(user_t *u, double us);
 user_t *user_pick(sched_t *s);
+
+/* sched_policy.c: the per-user policy. */
+int sched_policy_init(sched_t *s);
+void sched_policy_free(sched_t *s);
+const policy_limits_t *user_limits(sched_t *s, user_t *u);
+int user_max_running(sched_t *s, user_t *u);
+double user_share(sched_t *s, user_t *u);
+
+/* sched_explain.c: why a queued job waits. */
+void sched_explain(sched_t *s, entry_t *e);
 
 /* sched_commit.c: group commit of submissions and buffers. */
 void handle_submission(sched_t *s, msg_t *m);

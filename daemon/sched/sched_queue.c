@@ -110,19 +110,20 @@ static void user_pick_visit(const char *key, void *value, void *ud)
     (void)key;
     pick_t *p = ud;
     user_t *u = value;
-    if (u->queue.len == 0 || u->running >= p->s->cfg->max_running_per_user ||
+    if (u->queue.len == 0 || u->running >= user_max_running(p->s, u) ||
         u->skip_round == p->s->round)
         return;
     user_charge(u, 0); /* bring the decay up to date */
     user_t *b = p->best;
-    if (!b || u->usage_us < b->usage_us ||
-        (u->usage_us == b->usage_us &&
+    double share = user_share(p->s, u), best = b ? user_share(p->s, b) : 0;
+    if (!b || share < best ||
+        (share == best &&
          ((entry_t *)heap_min(&u->queue))->seq < ((entry_t *)heap_min(&b->queue))->seq))
         p->best = u;
 }
 
 /* The user with queued work, under its running limit and not held back this round, with the
- * least recent usage; NULL when there is none. */
+ * least recent usage per unit of its weight; NULL when there is none. */
 user_t *user_pick(sched_t *s)
 {
     pick_t p = {s, NULL};

@@ -1,6 +1,7 @@
 /* Waits for a job's end, cancels, and deadlines: the requests that look at one job, and the
  * timer that fails queued jobs whose deadline passed. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,9 +35,10 @@ static job_t *job_snapshot(const job_t *job)
 }
 
 /* Answers with the entry's job as it stands: the job itself while queued (the loop owns all
- * of it), a snapshot while it runs. */
-static void reply_current(sched_reply_fn reply, void *token, const entry_t *e)
+ * of it), with why it waits when s is given, a snapshot while it runs. */
+static void reply_current(sched_t *s, sched_reply_fn reply, void *token, entry_t *e)
 {
+    if (s && e->job->state == JOB_QUEUED) sched_explain(s, e);
     if (e->job->state != JOB_RUNNING) {
         reply_jobs(reply, token, &e->job, 1);
         return;
@@ -66,7 +68,7 @@ void waiters_reply(entry_t *e, const job_t *job)
         if (job)
             reply_jobs(w->reply, w->token, (job_t *const *)&job, 1);
         else
-            reply_current(w->reply, w->token, e);
+            reply_current(NULL, w->reply, w->token, e);
         uv_close((uv_handle_t *)&w->timer, waiter_closed);
     }
 }
@@ -88,8 +90,9 @@ void waiters_answer_all(sched_t *s)
 static void on_wait_timeout(uv_timer_t *t)
 {
     waiter_t *w = t->data;
+    sched_t *s = (sched_t *)((char *)t->loop - offsetof(sched_t, loop));
     queue_remove(&w->node);
-    reply_current(w->reply, w->token, w->entry);
+    reply_current(s, w->reply, w->token, w->entry);
     uv_close((uv_handle_t *)&w->timer, waiter_closed);
 }
 
@@ -132,7 +135,7 @@ void handle_wait(sched_t *s, msg_t *m)
         return;
     }
     if (m->timeout_ms <= 0 || s->stopping) {
-        reply_current(m->reply, m->token, e);
+        reply_current(s->stopping ? NULL : s, m->reply, m->token, e);
         return;
     }
     waiter_t *w = calloc(1, sizeof *w);
@@ -161,7 +164,7 @@ void handle_wait_cancel(sched_t *s, msg_t *m)
         if (w->token != m->token) continue;
         uv_timer_stop(&w->timer);
         queue_remove(&w->node);
-        reply_current(w->reply, w->token, e);
+        reply_current(s, w->reply, w->token, e);
         uv_close((uv_handle_t *)&w->timer, waiter_closed);
         return;
     }

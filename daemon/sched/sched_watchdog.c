@@ -16,11 +16,6 @@
 
 #include "sched_internal.h"
 
-/* Conservative rates for the bound: what a single CPU worker running the ops' plain C
- * references sustains at the least (memory traffic, arithmetic). The CUDA backend is much
- * faster, so the same bound leaves it more room still. */
-#define WATCHDOG_BYTES_PER_S 1e9
-#define WATCHDOG_FLOPS_PER_S 1e11
 /* The timer looks for expired batches a few times per bound, at most once a second. */
 #define WATCHDOG_TICK_MAX_MS 1000
 #define WATCHDOG_TICK_MIN_MS 10
@@ -28,11 +23,13 @@
 int64_t sched_watchdog_bound_ms(const config_t *cfg, job_t *const *jobs, int n)
 {
     if (cfg->watchdog_min_ms <= 0) return 0;
-    double seconds = 0;
+    /* op_cost_ms's rates are what a single CPU worker running the ops' plain C references
+     * sustains at the least; the CUDA backend is much faster, so the bound leaves it more
+     * room still. */
+    double ms = 0;
     for (int i = 0; i < n; i++)
-        seconds += jobs[i]->call.cost.bytes / WATCHDOG_BYTES_PER_S +
-                   jobs[i]->call.cost.flops / WATCHDOG_FLOPS_PER_S;
-    double ms = seconds * 1000.0 * cfg->watchdog_cost_factor;
+        ms += op_cost_ms(jobs[i]->call.cost);
+    ms *= cfg->watchdog_cost_factor;
     /* A year caps a cost no run could reach (and keeps the sum an exact integer). */
     const double cap_ms = 365.0 * 24 * 3600 * 1000;
     if (!(ms < cap_ms)) ms = cap_ms;

@@ -20,6 +20,14 @@ void reply_err(sched_reply_fn reply, void *token, int err, const char *message)
     reply(token, &res);
 }
 
+/* Answers a refusal by the per-user policy: limit names the key that decided it. */
+void reply_refused(sched_reply_fn reply, void *token, int err, const char *message,
+                   const char *limit)
+{
+    sched_result_t res = {.err = err, .message = message, .limit = limit};
+    reply(token, &res);
+}
+
 /* Answers with jobs (borrowed for the duration of the callback). */
 void reply_jobs(sched_reply_fn reply, void *token, job_t *const *jobs, size_t n)
 {
@@ -202,12 +210,14 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     queue_init(&s->inbox);
     queue_init(&s->pending);
     queue_init(&s->in_flight);
-    int r = store_reader_open(cfg, &s->rd);
+    int r = sched_policy_init(s);
+    if (r >= 0) r = store_reader_open(cfg, &s->rd);
     if (r >= 0) r = queues_init(s);
     if (r >= 0) r = uv_loop_init(&s->loop);
     if (r < 0) {
         store_reader_close(s->rd);
         queues_free(s);
+        sched_policy_free(s);
         free(s);
         return r;
     }
@@ -348,5 +358,6 @@ void sched_free(sched_t *s)
     store_checkpointer_close(s->checkpointer);
     store_reader_close(s->rd);
     pthread_mutex_destroy(&s->lock);
+    sched_policy_free(s);
     free(s);
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "daemon/util/config.h"
+#include "daemon/util/policy.h"
 #include "daemon/exec/executor.h"
 #include "daemon/job/job.h"
 #include "daemon/store/store.h"
@@ -37,6 +38,9 @@ typedef struct sched_result {
      * "stopped" (its worker stops it at its next check) or "dropped" (it runs to its end on
      * the device; its result is dropped); a static string. */
     const char *cancel;
+    /* -EAGAIN, -EDQUOT from the per-user policy: the key that refused ("user.alice.max_queued",
+     * "limits.max_queued_per_user"), for the answer's error field. */
+    const char *limit;
 } sched_result_t;
 
 typedef void (*sched_reply_fn)(void *token, const sched_result_t *res);
@@ -75,6 +79,16 @@ void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn 
 void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token);
 void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
                          void *token);
+
+/* The per-user policy in force (a new reference: policy_unref it). Any thread. */
+policy_t *sched_policy(sched_t *s);
+/* Counts the policies installed: it changes with each sched_set_policy, so that a reader
+ * that keeps limits resolved from one knows when to resolve them again. Any thread. */
+unsigned sched_policy_generation(sched_t *s);
+/* Installs policy p (the scheduler takes the caller's reference) in place of the one in
+ * force, which goes once its last reader lets it go; each user's limits are resolved again
+ * under p at their next use. Any thread: this is how a reload swaps the policy. */
+void sched_set_policy(sched_t *s, policy_t *p);
 
 /* How long a batch of n jobs may run before the watchdog gives up on it, in ms: its cost
  * estimate (the ops' bytes and flops, at conservative CPU rates) times

@@ -245,8 +245,10 @@ bool store_blob_expired(const char *blob);
 int store_checkpoint(store_t *st);
 
 int store_buffer_insert(store_t *st, buffer_t *buf); /* sets buf->blob */
-/* Bytes of owner's resident buffers (the quota of limits.max_resident_bytes_per_user). */
-int store_resident_bytes(store_t *st, const char *owner, uint64_t *ret);
+/* Bytes of owner's buffers, all of them and the resident ones (the quotas of max_stored_bytes
+ * and max_resident_bytes, daemon/util/policy.h): a sum over the owner's rows, by its index. */
+int store_buffer_bytes(store_t *st, const char *owner, uint64_t *ret_stored,
+                       uint64_t *ret_resident);
 /* -ENOENT when missing or not owned by owner (owner NULL: any). */
 int store_buffer_delete(store_t *st, const char *owner, const char *id);
 

@@ -120,17 +120,19 @@ int store_buffer_delete(store_t *st, const char *owner, const char *id)
     return r;
 }
 
-int store_resident_bytes(store_t *st, const char *owner, uint64_t *ret)
+int store_buffer_bytes(store_t *st, const char *owner, uint64_t *ret_stored, uint64_t *ret_resident)
 {
     shard_t *sh = &st->shards[0];
     sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_USAGE_BUFFERS);
     if (!stmt) return -EIO;
     store_bind_owners(stmt, 1, owner);
     int r = 0;
-    if (sqlite3_step(stmt) == SQLITE_ROW)
-        *ret = (uint64_t)sqlite3_column_int64(stmt, 2);
-    else
-        r = store_sql_error(&sh->conn, "summing resident bytes");
+    if (sqlite3_step(stmt) == SQLITE_ROW) {
+        *ret_stored = (uint64_t)sqlite3_column_int64(stmt, 1);
+        *ret_resident = (uint64_t)sqlite3_column_int64(stmt, 2);
+    } else {
+        r = store_sql_error(&sh->conn, "summing buffer bytes");
+    }
     sqlite3_reset(stmt);
     return r;
 }

@@ -152,6 +152,16 @@ static const config_key_t config_keys[] = {
     KEY_INT("limits", max_running_per_user, 1, 1000000, "1024", "running jobs of one user"),
     KEY_SIZE("limits", max_resident_bytes_per_user, 0, 64 * TIB, "0",
              "bytes of one user's resident buffers (device memory); 0 for no limit"),
+    KEY_SIZE("limits", max_stored_bytes_per_user, 0, UINT64_MAX, "0",
+             "bytes of one user's buffers in the store; past it, 413; 0 for no limit"),
+    KEY_INT("limits", requests_per_s_per_user, 0, 1000000, "0",
+            "requests per second one user may make on average; past it, 429 with Retry-After; "
+            "0 for no limit"),
+    KEY_INT("limits", request_burst_per_user, 1, 1000000, "100",
+            "requests one user may make at once on top of requests_per_s_per_user"),
+    KEY_INT("limits", max_job_cost_ms, 0, INT_MAX, "0",
+            "largest single job by its estimated run time (its op's bytes at 1 GB/s and flops at "
+            "100 GFLOP/s, in ms); past it, 413; 0 for no limit"),
     KEY_SIZE("limits", max_inline_output_bytes, 0, GIB, "64KiB",
              "outputs up to this size are inlined in a job's JSON (bytes)"),
     KEY_INT("limits", max_wait_ms, 0, 86400000, "300000",
@@ -174,6 +184,9 @@ static const config_key_t config_keys[] = {
             "and its device is recovered (ms); 0 disables the watchdog"),
     KEY_INT("scheduler", watchdog_cost_factor, 1, 1000000, "10",
             "how many times its cost estimate a batch may run before the watchdog fires"),
+    KEY_INT("scheduler", weight, 1, 1000, "1",
+            "a user's fair share of the devices: a user of weight 3 gets three times the share "
+            "of a user of weight 1 when both have work queued"),
 
     KEY_SIZE("store", inline_blob_bytes, 0, 512 * MIB, "65536",
              "tensors up to this size live in database rows, larger ones in files (bytes)"),
@@ -267,7 +280,7 @@ static const config_key_t *key_lookup(const char *section, const char *name, cha
     if (!section_exists(section)) {
         snprintf(reason, reason_size,
                  "unknown section '%.*s' (sections: server, limits, scheduler, store, gpu, "
-                 "auth, debug)",
+                 "auth, debug, user.NAME, group.NAME)",
                  QUOTE_MAX, section);
         return NULL;
     }
@@ -621,6 +634,142 @@ static int key_check(const config_t *cfg, const config_key_t *key, char *reason,
     return 0;
 }
 
+/* ------------------------------------------------------- [user.NAME], [group.NAME] */
+
+/* The keys of a policy section, in config_policy_key_t order, each with the table key that
+ * holds its default and whose type and bounds it shares. */
+static const struct {
+    const char *name, *section, *default_name, *full;
+} policy_keys[CONFIG_POLICY_KEY_COUNT] = {
+    {"max_queued", "limits", "max_queued_per_user", "limits.max_queued_per_user"},
+    {"max_running", "limits", "max_running_per_user", "limits.max_running_per_user"},
+    {"max_resident_bytes", "limits", "max_resident_bytes_per_user",
+     "limits.max_resident_bytes_per_user"},
+    {"max_stored_bytes", "limits", "max_stored_bytes_per_user", "limits.max_stored_bytes_per_user"},
+    {"rate", "limits", "requests_per_s_per_user", "limits.requests_per_s_per_user"},
+    {"burst", "limits", "request_burst_per_user", "limits.request_burst_per_user"},
+    {"max_job_cost_ms", "limits", "max_job_cost_ms", "limits.max_job_cost_ms"},
+    {"weight", "scheduler", "weight", "scheduler.weight"},
+};
+
+const char *config_policy_key_name(config_policy_key_t key)
+{
+    return key < CONFIG_POLICY_KEY_COUNT ? policy_keys[key].name : NULL;
+}
+
+const char *config_policy_key_default(config_policy_key_t key)
+{
+    return key < CONFIG_POLICY_KEY_COUNT ? policy_keys[key].full : NULL;
+}
+
+static const config_key_t *policy_default_key(config_policy_key_t key)
+{
+    return key_find(policy_keys[key].section, policy_keys[key].default_name);
+}
+
+uint64_t config_policy_default(const config_t *cfg, config_policy_key_t key)
+{
+    if (!cfg || key >= CONFIG_POLICY_KEY_COUNT) return 0;
+    const config_key_t *k = policy_default_key(key);
+    const void *field = const_field_of(cfg, k);
+    return k->type == CONFIG_SIZE ? *(const uint64_t *)field : (uint64_t) * (const int *)field;
+}
+
+/* Whether section names a policy section: "user.NAME" or "group.NAME"; *ret_name is then NAME. */
+static bool policy_section_parse(const char *section, bool *ret_group, const char **ret_name)
+{
+    if (strncmp(section, "user.", 5) == 0) {
+        *ret_group = false;
+        *ret_name = section + 5;
+        return true;
+    }
+    if (strncmp(section, "group.", 6) == 0) {
+        *ret_group = true;
+        *ret_name = section + 6;
+        return true;
+    }
+    return false;
+}
+
+/* The section of cfg for [user.NAME] or [group.NAME], added (at line) when new: sections keep
+ * the order of their first appearance, which decides between groups (policy.h). */
+static int policy_section_get(config_t *cfg, bool is_group, const char *name, int line,
+                              config_policy_section_t **ret, char *reason, size_t reason_size)
+{
+    size_t len = strlen(name);
+    if (len == 0 || len >= CONFIG_POLICY_NAME_SIZE || strpbrk(name, " \t")) {
+        snprintf(reason, reason_size, "expected a %s name of 1 to %d characters without blanks",
+                 is_group ? "group" : "user", CONFIG_POLICY_NAME_SIZE - 1);
+        return -EINVAL;
+    }
+    for (int i = 0; i < cfg->n_policy_sections; i++) {
+        config_policy_section_t *ps = &cfg->policy_sections[i];
+        if (ps->is_group == is_group && strcmp(ps->name, name) == 0) {
+            *ret = ps;
+            return 0;
+        }
+    }
+    if (cfg->n_policy_sections == CONFIG_MAX_POLICY_SECTIONS) {
+        snprintf(reason, reason_size, "more than %d [user.NAME] and [group.NAME] sections",
+                 CONFIG_MAX_POLICY_SECTIONS);
+        return -EINVAL;
+    }
+    config_policy_section_t *ps = &cfg->policy_sections[cfg->n_policy_sections++];
+    memset(ps, 0, sizeof *ps);
+    ps->is_group = is_group;
+    memcpy(ps->name, name, len + 1);
+    ps->line = line;
+    *ret = ps;
+    return 0;
+}
+
+/* Parses value for a policy key with the type and bounds of its default's key. */
+static int policy_value_parse(config_policy_key_t key, const char *value, uint64_t *ret,
+                              char *reason, size_t reason_size)
+{
+    const config_key_t *k = policy_default_key(key);
+    if (k->type == CONFIG_SIZE)
+        return parse_size(value, k->umin, k->umax, ret, reason, reason_size);
+    int64_t n = 0;
+    int r = parse_int(value, k->min, k->max, &n, reason, reason_size);
+    if (r < 0) return r;
+    *ret = (uint64_t)n;
+    return 0;
+}
+
+/* Sets key name of a [user.NAME] or [group.NAME] section in cfg. -ENOENT when section is not
+ * one (the key table then decides), -EINVAL with the reason otherwise; refuse_twice refuses a
+ * key the section already set, as a file may set each key once. */
+static int policy_set(config_t *cfg, const char *section, const char *name, const char *value,
+                      int line, bool refuse_twice, char *reason, size_t reason_size)
+{
+    bool is_group = false;
+    const char *who = NULL;
+    if (!policy_section_parse(section, &is_group, &who)) return -ENOENT;
+    config_policy_key_t key = 0;
+    while (key < CONFIG_POLICY_KEY_COUNT && strcmp(policy_keys[key].name, name) != 0)
+        key++;
+    if (key == CONFIG_POLICY_KEY_COUNT) {
+        snprintf(reason, reason_size,
+                 "unknown key '%.*s' (a user or group section takes max_queued, max_running, "
+                 "max_resident_bytes, max_stored_bytes, rate, burst, max_job_cost_ms, weight)",
+                 QUOTE_MAX, name);
+        return -EINVAL;
+    }
+    uint64_t n = 0;
+    int r = policy_value_parse(key, value, &n, reason, reason_size);
+    config_policy_section_t *ps = NULL;
+    if (r >= 0) r = policy_section_get(cfg, is_group, who, line, &ps, reason, reason_size);
+    if (r < 0) return r;
+    if (refuse_twice && (ps->set & (1u << key))) {
+        snprintf(reason, reason_size, "set twice in [%.*s]", QUOTE_MAX, section);
+        return -EINVAL;
+    }
+    ps->set |= 1u << key;
+    ps->value[key] = n;
+    return 0;
+}
+
 void config_defaults(config_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -639,7 +788,9 @@ int config_set(config_t *cfg, const char *section, const char *key, const char *
         return -EINVAL;
     }
     char reason[512];
-    const config_key_t *k = key_lookup(section, key, reason, sizeof reason);
+    int r = policy_set(cfg, section, key, value, 0, false, reason, sizeof reason);
+    if (r == 0) return 0;
+    const config_key_t *k = r == -ENOENT ? key_lookup(section, key, reason, sizeof reason) : NULL;
     if (!k || key_set(cfg, k, value, reason, sizeof reason) < 0) {
         err_printf(err, err_size, "%.*s.%.*s: %s", QUOTE_MAX, section, QUOTE_MAX, key, reason);
         return -EINVAL;
@@ -689,12 +840,14 @@ static int ini_handle(void *user, const char *section, const char *name, const c
     if (section[0] == '\0') {
         snprintf(load->err, sizeof load->err,
                  "%s:%d: %.*s: key outside any section (sections: server, limits, scheduler, "
-                 "store, gpu, auth, debug)",
+                 "store, gpu, auth, debug, user.NAME, group.NAME)",
                  load->path, load->line, QUOTE_MAX, name);
         load->err_line = load->line;
         return 0;
     }
-    key = key_lookup(section, name, reason, sizeof reason);
+    int r = policy_set(&load->cfg, section, name, value, load->line, true, reason, sizeof reason);
+    if (r == 0) return 1;
+    if (r == -ENOENT) key = key_lookup(section, name, reason, sizeof reason);
     if (key) {
         size_t index = (size_t)(key - config_keys);
         if (load->key_line[index]) {
@@ -866,9 +1019,12 @@ static void report_bad_option(int c, int argc, char **argv, char *err, size_t er
 /* Applies one "section.key=value" from --set. */
 static int apply_set_flag(config_t *cfg, const char *arg, char *err, size_t err_size)
 {
-    const char *dot = strchr(arg, '.');
+    /* The key follows the last dot before '=': a section may hold dots (user.alice). */
     const char *eq = strchr(arg, '=');
-    if (!dot || !eq || dot > eq || dot == arg || eq == dot + 1) {
+    const char *dot = NULL;
+    for (const char *p = arg; eq && p < eq; p++)
+        if (*p == '.') dot = p;
+    if (!dot || !eq || dot == arg || eq == dot + 1) {
         err_printf(err, err_size, "--set: expected SECTION.KEY=VALUE, got '%.*s'", QUOTE_MAX, arg);
         return -EINVAL;
     }
@@ -1062,16 +1218,4 @@ const char *config_usage(void)
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, config_usage_build);
     return config_usage_text ? config_usage_text : config_usage_head;
-}
-
-bool config_resident_quota_exceeded(const config_t *cfg, const char *owner, uint64_t used,
-                                    uint64_t more, char *why, size_t why_size)
-{
-    uint64_t limit = cfg->max_resident_bytes_per_user;
-    if (limit == 0 || used + more <= limit) return false;
-    snprintf(why, why_size,
-             "resident buffers of '%s' hold %" PRIu64 " bytes; %" PRIu64
-             " more would pass the limit of %" PRIu64,
-             owner, used, more, limit);
-    return true;
 }

@@ -7,6 +7,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The keys of a [user.NAME] or [group.NAME] section: each overrides, for the users it names,
+ * the default of the same meaning in [limits] or [scheduler] (daemon/util/policy.h resolves
+ * them). */
+typedef enum config_policy_key {
+    CONFIG_POLICY_MAX_QUEUED,         /* limits.max_queued_per_user */
+    CONFIG_POLICY_MAX_RUNNING,        /* limits.max_running_per_user */
+    CONFIG_POLICY_MAX_RESIDENT_BYTES, /* limits.max_resident_bytes_per_user */
+    CONFIG_POLICY_MAX_STORED_BYTES,   /* limits.max_stored_bytes_per_user */
+    CONFIG_POLICY_RATE,               /* limits.requests_per_s_per_user */
+    CONFIG_POLICY_BURST,              /* limits.request_burst_per_user */
+    CONFIG_POLICY_MAX_JOB_COST_MS,    /* limits.max_job_cost_ms */
+    CONFIG_POLICY_WEIGHT,             /* scheduler.weight */
+    CONFIG_POLICY_KEY_COUNT,
+} config_policy_key_t;
+
+#define CONFIG_MAX_POLICY_SECTIONS 64
+#define CONFIG_POLICY_NAME_SIZE 64 /* a user or group name, as job.h's OWNER_SIZE */
+
+/* One [user.NAME] or [group.NAME] section: the keys it sets (bit k of set for key k). */
+typedef struct config_policy_section {
+    bool is_group;
+    char name[CONFIG_POLICY_NAME_SIZE];
+    int line; /* where the section first appears, for messages */
+    uint32_t set;
+    uint64_t value[CONFIG_POLICY_KEY_COUNT];
+} config_policy_section_t;
+
 typedef struct config {
     /* [server] */
     char listen[256];           /* "HOST:PORT"; port 0 picks a free one (logged) */
@@ -34,8 +61,12 @@ typedef struct config {
     int max_queued_per_user;      /* queued jobs of one owner; past it, 429 */
     int max_running_per_user;
     uint64_t max_resident_bytes_per_user; /* resident buffers of one owner; 0: no limit */
-    uint64_t max_inline_output_bytes;     /* outputs up to this are inlined in job JSON */
-    int max_wait_ms;                      /* longest long-poll a client may ask for */
+    uint64_t max_stored_bytes_per_user;   /* buffers of one owner in the store; 0: no limit */
+    int requests_per_s_per_user;          /* a user's request rate (token bucket); 0: no limit */
+    int request_burst_per_user;           /* requests a user may make at once above the rate */
+    int max_job_cost_ms; /* largest single job by its estimated run time; 0: no limit */
+    uint64_t max_inline_output_bytes; /* outputs up to this are inlined in job JSON */
+    int max_wait_ms;                  /* longest long-poll a client may ask for */
 
     /* [scheduler] */
     int max_batch;              /* jobs in one batched launch */
@@ -47,6 +78,7 @@ typedef struct config {
     int cpu_threads;            /* CPU backend workers; 0 = number of cores */
     int watchdog_min_ms;      /* least time a batch may run before the watchdog fails it; 0: off */
     int watchdog_cost_factor; /* times its estimated run time a batch may take */
+    int weight;               /* a user's fair share, relative to the others' */
 
     /* [store] */
     uint64_t inline_blob_bytes; /* tensors up to this live in SQLite rows, larger in files */
@@ -70,7 +102,18 @@ typedef struct config {
 
     /* [debug] */
     bool test_ops; /* show the test-only ops (debug_sleep, debug_fault) */
+
+    /* [user.NAME] and [group.NAME]: per-user policy overrides, in file order. */
+    int n_policy_sections;
+    config_policy_section_t policy_sections[CONFIG_MAX_POLICY_SECTIONS];
 } config_t;
+
+/* A policy key's name in a section ("max_queued"), and the [section] key ("limits.
+ * max_queued_per_user") that is its default. */
+const char *config_policy_key_name(config_policy_key_t key);
+const char *config_policy_key_default(config_policy_key_t key);
+/* The default of a policy key, read from cfg's [limits] or [scheduler] field. */
+uint64_t config_policy_default(const config_t *cfg, config_policy_key_t key);
 
 /* Fills every field with its default. */
 void config_defaults(config_t *cfg);
@@ -104,8 +147,3 @@ int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_
                      size_t err_size);
 /* The --help text. */
 const char *config_usage(void);
-
-/* Whether more resident bytes on top of the owner's used ones pass
- * limits.max_resident_bytes_per_user; why says so when they do. */
-bool config_resident_quota_exceeded(const config_t *cfg, const char *owner, uint64_t used,
-                                    uint64_t more, char *why, size_t why_size);

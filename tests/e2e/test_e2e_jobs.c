@@ -545,7 +545,7 @@ START_TEST(test_resident_buffers_serve_jobs_within_the_owner_quota)
      * not. */
     json_t *refused = upload_resident(d, wf, 1, 413);
     ck_assert_str_eq(e2e_error_code(refused), "quota_exceeded");
-    ck_assert_str_eq(e2e_error_field(refused), "query.resident");
+    ck_assert_str_eq(e2e_error_field(refused), "limits.max_resident_bytes_per_user");
     json_decref(refused);
     free(upload_raw_buffer(d, "f32", "1", wf, sizeof(float)));
     json_t *usage = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
@@ -639,7 +639,7 @@ START_TEST(test_job_output_kept_as_a_buffer_serves_the_next_job)
     }
     /* Two resident copies fill the quota: a third is refused. */
     snprintf(query, sizeof query, "job=%s&output=out&resident=true", id);
-    expect_keep_refused(d, query, NULL, 413, "query.resident");
+    expect_keep_refused(d, query, NULL, 413, "limits.max_resident_bytes_per_user");
     json_t *usage = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
     ck_assert_int_eq(json_integer_value(json_object_get(usage, "resident_bytes")), 2 * N * 4);
     json_decref(usage);
@@ -1284,7 +1284,8 @@ START_TEST(test_idempotent_retry_is_answered_while_the_queue_is_full)
     ck_assert_str_eq(json_string_value(json_object_get(retry.json, "id")),
                      json_string_value(json_object_get(first.json, "id")));
     json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 429);
-    ck_assert_str_eq(e2e_error_code(refused), "resource_exhausted");
+    ck_assert_str_eq(e2e_error_code(refused), "quota_exceeded");
+    ck_assert_str_eq(e2e_error_field(refused), "limits.max_queued_per_user");
     json_decref(refused);
     e2e_response_clear(&first);
     e2e_response_clear(&retry);

@@ -310,6 +310,23 @@ void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_re
     reply(token, &res);
 }
 
+/* The default policy ([limits] as config_defaults has them), made on first use. */
+policy_t *sched_policy(sched_t *s)
+{
+    static policy_t *policy;
+    if (!policy) {
+        static config_t cfg;
+        config_defaults(&cfg);
+        if (policy_new(&cfg, &policy) < 0) abort();
+    }
+    return policy_ref(policy);
+}
+
+unsigned sched_policy_generation(sched_t *s)
+{
+    return 1;
+}
+
 void sched_get_stats(sched_t *s, sched_stats_t *ret)
 {
     *ret = fake_sched.stats;

@@ -55,6 +55,10 @@ static const field_case_t fields[] = {
     FIELD("limits", max_queued_per_user, "3"),
     FIELD("limits", max_running_per_user, "4"),
     FIELD("limits", max_resident_bytes_per_user, "1GiB"),
+    FIELD("limits", max_stored_bytes_per_user, "2GiB"),
+    FIELD("limits", requests_per_s_per_user, "12"),
+    FIELD("limits", request_burst_per_user, "13"),
+    FIELD("limits", max_job_cost_ms, "14"),
     FIELD("limits", max_inline_output_bytes, "0"),
     FIELD("limits", max_wait_ms, "5"),
     FIELD("scheduler", max_batch, "6"),
@@ -66,6 +70,7 @@ static const field_case_t fields[] = {
     FIELD("scheduler", cpu_threads, "11"),
     FIELD("scheduler", watchdog_min_ms, "1234"),
     FIELD("scheduler", watchdog_cost_factor, "13"),
+    FIELD("scheduler", weight, "3"),
     FIELD("store", inline_blob_bytes, "4096"),
     FIELD("store", sync_full, "false"),
     FIELD("store", shards, "4"),
@@ -193,9 +198,10 @@ START_TEST(test_field_table_covers_config_t)
                       "a field of config_t between %s and %s is missing from this test",
                       fields[i - 1].key, fields[i].key);
     }
+    /* The policy sections that end config_t are tested in test_policy.c. */
     size_t end = fields[FIELD_COUNT - 1].offset + fields[FIELD_COUNT - 1].size;
-    ck_assert_msg(sizeof(config_t) - end < 8, "a field after %s is missing from this test",
-                  fields[FIELD_COUNT - 1].key);
+    ck_assert_msg(offsetof(config_t, n_policy_sections) - end < 8,
+                  "a field after %s is missing from this test", fields[FIELD_COUNT - 1].key);
 }
 END_TEST
 
@@ -498,7 +504,7 @@ START_TEST(test_config_set_errors_name_section_and_key)
     ck_assert_str_eq(err, "server.nope: unknown key 'nope' in [server]");
     ck_assert_int_eq(config_set(&cfg, "srv", "listen", "a:1", err, sizeof err), -EINVAL);
     ck_assert_str_eq(err, "srv.listen: unknown section 'srv' (sections: server, limits, "
-                          "scheduler, store, gpu, auth, debug)");
+                          "scheduler, store, gpu, auth, debug, user.NAME, group.NAME)");
     ck_assert_int_eq(config_set(&cfg, "scheduler", "max_attempts", "101", err, sizeof err),
                      -EINVAL);
     ck_assert_str_eq(err, "scheduler.max_attempts: 101 is out of range (1..100)");

@@ -183,6 +183,15 @@ static fake_exec_t *fake;
 static int setup_shards = 1;
 static uint64_t setup_inline_bytes = 0;
 
+/* Installs the policy of cfg as it stands now: the scheduler reads per-user limits from its
+ * policy, built from cfg when it was made, not from cfg itself. */
+static void policy_apply(void)
+{
+    policy_t *p = NULL;
+    ck_assert_int_eq(policy_new(&cfg, &p), 0);
+    sched_set_policy(sched, p);
+}
+
 /* sync_full: accepted jobs are made durable by the commit syncer, their answers wait for it. */
 static void setup(bool sync_full)
 {
@@ -572,6 +581,137 @@ START_TEST(test_a_user_heavy_before_a_restart_is_served_after_a_light_one)
 }
 END_TEST
 
+/* Two backlogged users of weights 3 and 1 ([user.alice] weight = 3) share one slot with jobs
+ * of equal work: over a window of 80 jobs alice completes three times as many as bob, within
+ * 10%. Fair share charges a batch's wall time, so each job holds the slot 5 ms: the test's own
+ * latency, which varies on a loaded machine, is then a small part of every charge. */
+START_TEST(test_fair_share_gives_a_user_of_weight_3_three_times_the_share)
+{
+    char err[256];
+    ck_assert_int_eq(config_set(&cfg, "user.alice", "weight", "3", err, sizeof err), 0);
+    policy_apply();
+    cfg.max_batch = 1;
+    fake->slots = 0;
+    enum { EACH = 100, WINDOW = 80 };
+    job_t *a[EACH], *b[EACH];
+    for (int i = 0; i < EACH; i++) {
+        a[i] = add_job("alice", 16, 0);
+        b[i] = add_job("bob", 16, 0);
+    }
+    reply_box_t box;
+    submit(&box, a, EACH);
+    fake->slots = 1; /* bob's submission wakes the dispatch with both queues full */
+    submit(&box, b, EACH);
+    int done[2] = {0, 0}; /* alice, bob */
+    for (int i = 0; i < WINDOW; i++) {
+        fake_wait_batches(fake, i + 1);
+        ck_assert_int_eq(fake->n_got, i + 1);
+        usleep(5000);
+        done[strcmp(fake->got[i]->jobs[0]->owner, "alice") == 0 ? 0 : 1]++;
+        fake_complete(fake, i);
+    }
+    double ratio = (double)done[0] / done[1];
+    ck_assert_msg(ratio >= 2.7 && ratio <= 3.3, "alice %d jobs, bob %d: ratio %.2f", done[0],
+                  done[1], ratio);
+}
+END_TEST
+
+/* What a queued job says of its wait, as the loop answers for it (sched_wait, no timeout). */
+typedef struct waiting_box {
+    reply_box_t box;
+    char reason[16], limit[112];
+    long position;
+    job_state_t state;
+} waiting_box_t;
+
+static void on_waiting_reply(void *token, const sched_result_t *res)
+{
+    waiting_box_t *w = token;
+    if (res->n_jobs == 1) {
+        snprintf(w->reason, sizeof w->reason, "%s", res->jobs[0]->waiting_reason);
+        snprintf(w->limit, sizeof w->limit, "%s", res->jobs[0]->waiting_limit);
+        w->position = res->jobs[0]->waiting_position;
+        w->state = res->jobs[0]->state;
+    }
+    on_reply(&w->box, res);
+}
+
+static void ask_waiting(waiting_box_t *w, const char *id)
+{
+    memset(w, 0, sizeof *w);
+    box_init(&w->box);
+    sched_wait(sched, NULL, id, 0, on_waiting_reply, w);
+    box_wait(&w->box);
+    ck_assert_int_eq(w->box.err, 0);
+}
+
+/* User A queues 5,000 jobs, then B submits 10: B's last job says it waits for fair share at a
+ * position that shrinks as jobs run, and B's jobs all run before A's queue drains. */
+START_TEST(test_a_small_user_waits_for_fair_share_at_a_shrinking_position)
+{
+    enum { BIG = 5000, SMALL = 10 };
+    cfg.max_batch = 1;
+    fake->slots = 0;
+    job_t **big = calloc(BIG, sizeof *big);
+    for (int i = 0; i < BIG; i++)
+        big[i] = add_job("a", 16, 0);
+    reply_box_t box;
+    submit(&box, big, BIG);
+    free(big);
+    fake->slots = 1;
+    job_t *small[SMALL];
+    for (int i = 0; i < SMALL; i++)
+        small[i] = add_job("b", 16, 0);
+    submit(&box, small, SMALL);
+    char last[ID_SIZE];
+    snprintf(last, sizeof last, "%s", box.ids[SMALL - 1]);
+
+    waiting_box_t w;
+    ask_waiting(&w, last);
+    ck_assert_int_eq(w.state, JOB_QUEUED);
+    ck_assert_str_eq(w.reason, "fair_share");
+    ck_assert_int_ge(w.position, SMALL - 1); /* its own 9, and some of a's between */
+    ck_assert_int_le(w.position, 2 * SMALL + 1);
+    long before = w.position;
+    int ran = 0, b_done = 0;
+    for (; b_done < SMALL && ran < 4 * SMALL; ran++) {
+        fake_wait_batches(fake, ran + 1);
+        ck_assert_int_eq(fake->n_got, ran + 1);
+        b_done += strcmp(fake->got[ran]->jobs[0]->owner, "b") == 0;
+        fake_complete(fake, ran);
+        if (b_done == SMALL) break;
+        ask_waiting(&w, last);
+        if (w.state != JOB_QUEUED) continue;
+        ck_assert_msg(w.position <= before, "position grew from %ld to %ld", before, w.position);
+        before = w.position;
+    }
+    ck_assert_int_eq(b_done, SMALL);
+    ck_assert_int_lt(ran + 1, 3 * SMALL); /* a's 5,000 are nowhere near drained */
+    ck_assert_int_lt(before, SMALL);      /* and the position came down on the way */
+}
+END_TEST
+
+/* A user at its running limit: its queued job names the limit that holds it. */
+START_TEST(test_a_job_held_by_its_users_running_limit_names_the_limit)
+{
+    char err[256];
+    ck_assert_int_eq(config_set(&cfg, "user.alice", "max_running", "1", err, sizeof err), 0);
+    policy_apply();
+    cfg.max_batch = 1;
+    fake->slots = 4;
+    job_t *jobs[2] = {add_job("alice", 16, 0), add_job("alice", 16, 0)};
+    reply_box_t box;
+    submit(&box, jobs, 2);
+    fake_wait_batches(fake, 1);
+    waiting_box_t w;
+    ask_waiting(&w, box.ids[1]);
+    ck_assert_int_eq(w.state, JOB_QUEUED);
+    ck_assert_str_eq(w.reason, "user_limit");
+    ck_assert_str_eq(w.limit, "user.alice.max_running");
+    ck_assert_int_eq(w.position, 0);
+}
+END_TEST
+
 START_TEST(test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain)
 {
     cfg.max_batch = 1;
@@ -619,6 +759,7 @@ END_TEST
 START_TEST(test_batches_keep_each_user_within_the_running_limit)
 {
     cfg.max_running_per_user = 2;
+    policy_apply();
     cfg.max_batch = 16;
     fake->slots = 0;
     job_t *jobs[8];
@@ -694,6 +835,7 @@ END_TEST
 START_TEST(test_jobs_going_around_a_waiting_one_leave_it_a_running_slot)
 {
     cfg.max_running_per_user = 2;
+    policy_apply();
     cfg.max_batch = 1;
     fake->slots = 4;
     fake->device0_free = 0;
@@ -1512,6 +1654,7 @@ static void start_sched_limited(void)
     cfg.max_queued_per_user = 5;
     cfg.max_resident_bytes_per_user = 100;
     cfg.commit_delay_us = 200 * 1000;
+    policy_apply();
     ck_assert_int_eq(sched_start(sched), 0);
 }
 
@@ -1566,6 +1709,9 @@ int main(void)
     tcase_add_test(tc, test_fair_share_serves_a_small_user_before_a_big_backlog_drains);
     tcase_add_test(tc, test_fair_share_usage_survives_a_restart_decayed_over_the_downtime);
     tcase_add_test(tc, test_a_user_heavy_before_a_restart_is_served_after_a_light_one);
+    tcase_add_test(tc, test_fair_share_gives_a_user_of_weight_3_three_times_the_share);
+    tcase_add_test(tc, test_a_small_user_waits_for_fair_share_at_a_shrinking_position);
+    tcase_add_test(tc, test_a_job_held_by_its_users_running_limit_names_the_limit);
     tcase_add_test(tc, test_batches_given_back_by_a_device_reset_run_again_while_attempts_remain);
     tcase_add_test(tc, test_batches_keep_each_user_within_the_running_limit);
     tcase_add_test(tc, test_a_job_pinned_to_a_full_device_waits_and_holds_back_nothing);

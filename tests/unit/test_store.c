@@ -1599,10 +1599,11 @@ START_TEST(test_buffers_insert_get_delete_check_the_owner)
         buffer_free(got);
     }
 
-    /* Only the resident buffer counts against the resident quota. */
-    uint64_t resident = 0;
-    ck_assert_int_eq(store_resident_bytes(f.st, "alice", &resident), 0);
+    /* Only the resident buffer counts against the resident quota; both against the stored. */
+    uint64_t resident = 0, stored = 0;
+    ck_assert_int_eq(store_buffer_bytes(f.st, "alice", &stored, &resident), 0);
     ck_assert_uint_eq(resident, large->nbytes);
+    ck_assert_uint_eq(stored, large->nbytes + small->nbytes);
     store_usage_t usage;
     ck_assert_int_eq(store_usage_get(f.rd, "alice", &usage), 0);
     ck_assert_int_eq(usage.resident_bytes, (int64_t)large->nbytes);
@@ -1616,8 +1617,9 @@ START_TEST(test_buffers_insert_get_delete_check_the_owner)
     ck_assert_int_eq(store_buffer_delete(f.st, "alice", large->id), 0);
     ck_assert_int_eq(store_buffer_get(f.rd, large->id, &still), -ENOENT);
     ck_assert(!blob_file_exists(&f, large->blob));
-    ck_assert_int_eq(store_resident_bytes(f.st, "alice", &resident), 0);
+    ck_assert_int_eq(store_buffer_bytes(f.st, "alice", &stored, &resident), 0);
     ck_assert_uint_eq(resident, 0);
+    ck_assert_uint_eq(stored, small->nbytes);
     ck_assert_int_eq(store_buffer_delete(f.st, "alice", large->id), -ENOENT);
     ck_assert_int_eq(store_buffer_delete(f.st, NULL, small->id), 0);
     ck_assert_int_eq(store_buffer_get(f.rd, small->id, &still), -ENOENT);

@@ -1,0 +1,132 @@
+/* End-to-end: the per-user policy. Over TCP every client is the user "local", so a
+ * [user.local] section is the caller's own: each limit it or [limits] sets is refused with
+ * the key that decided it in the error's field and message: the request rate (429 with
+ * Retry-After), the largest single job (413), stored bytes (413) and queued jobs (429); and a
+ * queued job's JSON says why it waits. */
+#define _DEFAULT_SOURCE
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/daemon_harness.h"
+
+static const char *error_message(const json_t *body)
+{
+    const char *s = json_string_value(json_object_get(json_object_get(body, "error"), "message"));
+    return s ? s : "";
+}
+
+START_TEST(test_requests_past_the_rate_get_429_with_retry_after)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[user.local]\nrate = 1\nburst = 3\n");
+    for (int i = 0; i < 3; i++)
+        json_decref(e2e_json_ok(d, "GET", "/v1/jobs", NULL, 200));
+    e2e_response_t resp;
+    ck_assert_int_eq(e2e_http_request(d, "GET", "/v1/jobs", NULL, NULL, 0, &resp), 0);
+    ck_assert_int_eq(resp.status, 429);
+    ck_assert_str_eq(e2e_error_code(resp.json), "rate_limited");
+    ck_assert_str_eq(e2e_error_field(resp.json), "user.local.rate");
+    ck_assert_ptr_nonnull(strstr(error_message(resp.json), "user.local.rate"));
+    char retry[32];
+    ck_assert_ptr_nonnull(e2e_response_header(&resp, "Retry-After", retry, sizeof retry));
+    ck_assert_str_eq(retry, "1"); /* one request a second: the next token is < 1 s away */
+    e2e_response_clear(&resp);
+    /* The probes are not the users' requests: they are never limited. */
+    json_decref(e2e_json_ok(d, "GET", "/healthz", NULL, 200));
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_a_job_past_the_largest_cost_gets_413_naming_the_key)
+{
+    /* add reads two tensors and writes one: 3 MiB at 1 GB/s is about 3.1 ms. */
+    e2e_daemon_t *d = e2e_daemon_start_ok("[limits]\nmax_job_cost_ms = 2\n");
+    enum { N = 262144 };
+    float *x = calloc(N, sizeof *x);
+    json_t *buf = e2e_upload_ok(d, "f32", "262144", x, N * sizeof *x, false, 201);
+    const char *id = json_string_value(json_object_get(buf, "id"));
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"op\": \"add\", \"inputs\": {\"x\": {\"buffer\": \"%s\"}, \"y\": {\"buffer\": "
+             "\"%s\"}}}",
+             id, id);
+    json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", body, 413);
+    ck_assert_str_eq(e2e_error_code(refused), "job_too_large");
+    ck_assert_str_eq(e2e_error_field(refused), "limits.max_job_cost_ms");
+    ck_assert_ptr_nonnull(strstr(error_message(refused), "limits.max_job_cost_ms = 2 ms"));
+    json_decref(refused);
+    /* A small job of the same op is well under it. */
+    json_decref(e2e_json_ok(d, "POST", "/v1/jobs",
+                            "{\"op\": \"add\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": "
+                            "[2], \"data\": [1, 2]}, \"y\": {\"dtype\": \"f32\", \"shape\": [2], "
+                            "\"data\": [3, 4]}}}",
+                            201));
+    json_decref(buf);
+    free(x);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_buffers_past_the_stored_bytes_get_413_naming_the_key)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[limits]\nmax_stored_bytes_per_user = 4KiB\n");
+    float x[1024] = {0};
+    json_decref(e2e_upload_ok(d, "f32", "1024", x, sizeof x, false, 201));
+    json_t *refused = e2e_upload_ok(d, "f32", "1", x, sizeof(float), false, 413);
+    ck_assert_str_eq(e2e_error_code(refused), "quota_exceeded");
+    ck_assert_str_eq(e2e_error_field(refused), "limits.max_stored_bytes_per_user");
+    ck_assert_ptr_nonnull(strstr(error_message(refused), "limits.max_stored_bytes_per_user"));
+    json_decref(refused);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_queued_jobs_past_the_users_own_limit_get_429_naming_its_section)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG "[user.local]\nmax_queued = 1\n");
+    json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_MS);
+    char *running = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, running, "running", 10);
+    char *queued = e2e_submit_ok(d, long_job);
+    /* The queued job says why it waits: its user runs as many jobs as it may. */
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%s", queued);
+    json_t *shown = e2e_json_ok(d, "GET", path, NULL, 200);
+    json_t *waiting = json_object_get(shown, "waiting");
+    ck_assert_str_eq(json_string_value(json_object_get(waiting, "reason")), "user_limit");
+    ck_assert_str_eq(json_string_value(json_object_get(waiting, "limit")),
+                     "limits.max_running_per_user");
+    ck_assert_int_eq(json_integer_value(json_object_get(waiting, "position")), 0);
+    json_decref(shown);
+    char *text = json_dumps(long_job, JSON_COMPACT);
+    json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 429);
+    ck_assert_str_eq(e2e_error_code(refused), "quota_exceeded");
+    ck_assert_str_eq(e2e_error_field(refused), "user.local.max_queued");
+    ck_assert_ptr_nonnull(strstr(error_message(refused), "user.local.max_queued = 1"));
+    json_decref(refused);
+    free(text);
+    free(queued);
+    free(running);
+    json_decref(long_job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("e2e_policy");
+    TCase *tc = tcase_create("policy");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_requests_past_the_rate_get_429_with_retry_after);
+    tcase_add_test(tc, test_a_job_past_the_largest_cost_gets_413_naming_the_key);
+    tcase_add_test(tc, test_buffers_past_the_stored_bytes_get_413_naming_the_key);
+    tcase_add_test(tc, test_queued_jobs_past_the_users_own_limit_get_429_naming_its_section);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
