@@ -30,6 +30,12 @@ typedef struct api_auth {
  * each request's user is (api/http_server.c). */
 int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_metrics,
                      const api_auth_t *auth, const api_listeners_t *inherited, api_server_t **ret);
+/* Applies a reloaded configuration: each request that begins from now on reads cfg (copied)
+ * and is judged by auth, whom the server takes and frees once no request uses it; a request
+ * under way ends with the settings it began with. cfg's keys that change only at a restart
+ * must hold the values the server started with (config_keep_restart_only). Any thread; 0, or
+ * -ENOMEM with nothing changed and auth still the caller's. */
+int api_server_reload(api_server_t *srv, const config_t *cfg, auth_settings_t *auth);
 /* Stops accepting new submissions: from now on they answer 503 (reads still work). */
 void api_server_stop_intake(api_server_t *srv);
 /* Before the daemon executes itself again (daemon/util/restart.h): stops accepting connections and

@@ -45,6 +45,8 @@ typedef struct api_users api_users_t;
 
 /* The server-wide state that handlers use. */
 typedef struct api_env {
+    /* The configuration the server started with: what it reads of it are the keys that change
+     * only at a restart (config_keep_restart_only). A request reads its own req->cfg. */
     const config_t *cfg;
     sched_t *sched;
     gpu_metrics_t *gpu_metrics; /* the GPU gauges of /metrics; NULL for none. Borrowed. */
@@ -54,9 +56,8 @@ typedef struct api_env {
     store_reader_t *(*reader)(struct api_env *env);
     /* The op table: op_find in the daemon. */
     const op_def_t *(*find_op)(const char *name);
-    /* The [auth] settings and the token store; NULL in tests that drive handlers without a
-     * server (then there is no access control and no token routes). Borrowed. */
-    const auth_settings_t *auth;
+    /* The token store; NULL in tests that drive handlers without a server (then there are no
+     * token routes). Borrowed. */
     auth_store_t *tokens;
     atomic_long responses[API_STATUS_MAX]; /* responses sent, by status code */
     atomic_long connections[2];            /* open HTTP connections: [0] TCP, [1] Unix socket */
@@ -103,6 +104,11 @@ typedef struct api_conn_ops {
 
 struct api_request {
     api_env_t *env;
+    /* The settings in force when the request began, kept to its end whatever a reload does
+     * meanwhile (api_server_reload): the configuration, and the [auth] settings (NULL in tests
+     * that drive handlers without a server: no access control). Borrowed. */
+    const config_t *cfg;
+    const auth_settings_t *auth;
     const char *method; /* "GET", ... */
     const char *path;   /* decoded, without the query string */
     api_kv_t query[API_MAX_QUERY];
@@ -336,6 +342,23 @@ int api_handle_usage(api_request_t *req);
 int api_handle_tokens_create(api_request_t *req);
 int api_handle_tokens_list(api_request_t *req);
 int api_handle_token_revoke(api_request_t *req);
+
+/* --- api_settings.c: the settings a request reads, one generation per reload --- */
+
+/* One generation: a copy of the configuration and the [auth] settings built from it. */
+typedef struct api_settings api_settings_t;
+
+/* Makes a generation of cfg (copied) and auth (freed with the generation when owns_auth, else
+ * borrowed and outliving it), holding one reference, the caller's. 0 or -ENOMEM. */
+int api_settings_new(const config_t *cfg, const auth_settings_t *auth, bool owns_auth,
+                     api_settings_t **ret);
+/* Takes a reference to s (returned, for chaining). Any thread. */
+api_settings_t *api_settings_ref(api_settings_t *s);
+/* Drops a reference; the last one frees s. Accepts NULL. Any thread. */
+void api_settings_unref(api_settings_t *s);
+/* s's configuration and auth settings, borrowed for as long as a reference is held. */
+const config_t *api_settings_config(const api_settings_t *s);
+const auth_settings_t *api_settings_auth(const api_settings_t *s);
 
 /* --- user_policy.c: per-user policy at the door --- */
 

@@ -15,7 +15,7 @@
  * API_DONE after answering. */
 static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
 {
-    const config_t *cfg = req->env->cfg;
+    const config_t *cfg = req->cfg;
     const char *dtype = api_query(req, "dtype"), *shape = api_query(req, "shape");
     tensor_desc_t d = {0};
     if (!dtype || dtype_parse(dtype, &d.dtype) < 0) {
@@ -147,7 +147,7 @@ static int npy_upload_desc(api_request_t *req, tensor_desc_t *ret, size_t *ret_o
     if (dtype_or_shape_given(req, "a .npy upload takes dtype and shape from its header"))
         return API_DONE;
     op_error_t cerr;
-    uint64_t max = req->env->cfg->max_tensor_bytes;
+    uint64_t max = req->cfg->max_tensor_bytes;
     tensor_desc_t d;
     size_t offset;
     int r;

@@ -102,7 +102,7 @@ static void submit_reply(void *token, const sched_result_t *res)
     int status = res->replayed ? 200 : 201;
     /* With sync_full this runs once the acceptance is durable, by when a tiny job has often
      * ended: a ?wait= is answered from the store then, without a trip through the loop. */
-    job_t *ended = !res->err && res->n_jobs > 0 && req->submit_waits && req->env->cfg->sync_full
+    job_t *ended = !res->err && res->n_jobs > 0 && req->submit_waits && req->cfg->sync_full
                        ? stored_if_ended(req, res->jobs[0]->id)
                        : NULL;
     if (res->err == -EAGAIN && res->limit) {
@@ -221,7 +221,7 @@ static int large_parses;
  * was taken, to give back), or API_DONE after answering 503 when every slot is taken. */
 static int large_parse_take(api_request_t *req, size_t len, bool *ret_took)
 {
-    const config_t *cfg = req->env->cfg;
+    const config_t *cfg = req->cfg;
     bool took = false;
     if (len >= cfg->large_parse_bytes) {
         pthread_mutex_lock(&large_parses_lock);
@@ -256,7 +256,7 @@ static int submit_parse(api_request_t *req, size_t json_len, const char *key, jo
     bool took;
     if (large_parse_take(req, json_len, &took)) return API_DONE;
     job_json_env_t penv = {
-        .cfg = req->env->cfg,
+        .cfg = req->cfg,
         .owner = req->user.name,
         .now_us = now_us(),
         .find_op = req->env->find_op,
@@ -303,7 +303,7 @@ int api_handle_jobs_submit(api_request_t *req)
     req->submit_waits = api_query(req, "wait") != NULL;
     /* A job is not refused for wanting a long wait: the wait is cut to the limit. */
     if (req->submit_waits &&
-        api_query_seconds(req, "wait", 0, req->env->cfg->max_wait_ms, true, &req->submit_wait_ms))
+        api_query_seconds(req, "wait", 0, req->cfg->max_wait_ms, true, &req->submit_wait_ms))
         return API_DONE;
     size_t json_len;
     if (submit_json_length(req, &json_len)) return API_DONE;
@@ -333,7 +333,7 @@ int api_handle_jobs_submit(api_request_t *req)
      * waiting for its sync): the scheduler then answers the retry, after a sync. A retry that
      * waits goes to the scheduler too. */
     store_reader_t *rd =
-        key && !req->env->cfg->sync_full && !req->submit_waits ? req->env->reader(req->env) : NULL;
+        key && !req->cfg->sync_full && !req->submit_waits ? req->env->reader(req->env) : NULL;
     if (rd && answer_known_idempotent(req, rd, key, n, is_list)) {
         job_json_free_jobs(jobs, n);
         return API_DONE;
@@ -451,7 +451,7 @@ int api_handle_job_wait(api_request_t *req)
     const char *id = api_path_param(req, "id");
     if (api_id_check(req, 'j', id, "id")) return API_DONE;
     int timeout_ms;
-    if (api_query_seconds(req, "timeout", 30.0, req->env->cfg->max_wait_ms, false, &timeout_ms))
+    if (api_query_seconds(req, "timeout", 30.0, req->cfg->max_wait_ms, false, &timeout_ms))
         return API_DONE;
     /* A job that has ended is answered here, from the store, without the scheduler's loop (a
      * job's bottleneck): by the time its 201 arrives a tiny job has often ended already, as it

@@ -103,7 +103,7 @@ int api_handle_job_output(api_request_t *req)
                             "name", &job, &t))
         return API_DONE;
     void *bytes;
-    if (format == FORMAT_JSON && t->nbytes > req->env->cfg->max_body_bytes)
+    if (format == FORMAT_JSON && t->nbytes > req->cfg->max_body_bytes)
         api_respond_error(req, 406, "not_acceptable", "header.Accept",
                           "output '%s' is too large for JSON; ask for "
                           "application/octet-stream or application/x-npy",

@@ -174,7 +174,7 @@ int api_handle_metrics(api_request_t *req)
            "Bytes the store keeps (database pages in use and blob files), at the last measure.",
            s.store_bytes);
     metric(&t, "gpujobd_store_max_bytes", "gauge",
-           "The store's bound ([store] max_bytes); 0: none.", (long)req->env->cfg->max_bytes);
+           "The store's bound ([store] max_bytes); 0: none.", (long)req->cfg->max_bytes);
     metric(&t, "gpujobd_store_expired_early_bytes_total", "counter",
            "Tensor bytes the bound dropped before retention: outputs, and inputs of deleted jobs.",
            s.store_expired_bytes_total);
@@ -220,7 +220,7 @@ static json_t *op_json(const op_def_t *op)
 
 int api_handle_info(api_request_t *req)
 {
-    const config_t *cfg = req->env->cfg;
+    const config_t *cfg = req->cfg;
     json_t *ops = json_array(), *dtypes = json_array();
     for (int i = 0; i < op_count(); i++)
         json_array_append_new(ops, op_json(op_at(i)));

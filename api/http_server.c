@@ -77,6 +77,10 @@ struct api_server {
     conn_watch_t *watch; /* deadlines of requests, and the close of suspended clients */
     pthread_mutex_t log_lock;
     mhd_log_kind_t log_kinds[MHD_LOG_KINDS];
+    /* The settings a request takes when it begins (api_server_reload swaps them); the server
+     * holds a reference. The lock guards the pointer only. */
+    pthread_mutex_t settings_lock;
+    api_settings_t *settings;
 };
 
 /* A streamed .npy upload's start, up to its data, is gathered in memory: at most this much. */
@@ -84,6 +88,7 @@ struct api_server {
 
 typedef struct conn_ctx {
     api_server_t *srv;
+    api_settings_t *settings; /* the generation req.cfg and req.auth belong to; a reference */
     struct MHD_Connection *conn;
     conn_watch_entry_t *watched; /* the connection's entry in srv->watch; NULL if none */
     bool npy_head_pending;       /* a streamed .npy upload whose data has not started yet */
@@ -155,15 +160,15 @@ static int peer_user(struct MHD_Connection *conn, const auth_settings_t *auth, a
 }
 
 /* The owner of the request's Bearer token; user->err says why there is none. */
-static void token_user(struct MHD_Connection *conn, const api_env_t *env, api_user_t *user)
+static void token_user(struct MHD_Connection *conn, const api_env_t *env,
+                       const auth_settings_t *auth, api_user_t *user)
 {
     const char *h =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     user->err = -ENOKEY;
     if (!h) return;
     user->err = -EACCES;
-    if (strncasecmp(h, "Bearer ", 7) != 0 || !auth_settings_tokens(env->auth) || !env->tokens)
-        return;
+    if (strncasecmp(h, "Bearer ", 7) != 0 || !auth_settings_tokens(auth) || !env->tokens) return;
     h += 7 + strspn(h + 7, " ");
     auth_token_info_t info;
     int r = auth_token_check(env->tokens, h, (int64_t)time(NULL), &info);
@@ -172,7 +177,7 @@ static void token_user(struct MHD_Connection *conn, const api_env_t *env, api_us
         return;
     }
     snprintf(user->name, sizeof user->name, "%s", info.owner);
-    user->admin = auth_settings_is_admin(env->auth, user->name);
+    user->admin = auth_settings_is_admin(auth, user->name);
     user->by_token = true;
     user->err = 0;
 }
@@ -182,19 +187,43 @@ static void token_user(struct MHD_Connection *conn, const api_env_t *env, api_us
  * name when nobody is identified (ret->err says why: the router answers 401). 0, or a negative
  * errno when the peer's credentials cannot be read. */
 static int api_request_user(struct MHD_Connection *conn, bool over_unix, const api_env_t *env,
-                            api_user_t *ret)
+                            const auth_settings_t *auth, api_user_t *ret)
 {
     api_user_t user = {.over_unix = over_unix};
-    bool open = !env->auth || auth_settings_open(env->auth);
-    if (over_unix && (open || auth_settings_peercred(env->auth))) {
-        int r = peer_user(conn, env->auth, &user);
+    bool open = !auth || auth_settings_open(auth);
+    if (over_unix && (open || auth_settings_peercred(auth))) {
+        int r = peer_user(conn, auth, &user);
         if (r < 0) return r;
     } else if (open) {
         snprintf(user.name, sizeof user.name, "local");
     } else {
-        token_user(conn, env, &user);
+        token_user(conn, env, auth, &user);
     }
     *ret = user;
+    return 0;
+}
+
+/* --- settings --- */
+
+/* The settings in force now, with a reference for the caller (a request, to its end). */
+static api_settings_t *settings_take(api_server_t *srv)
+{
+    pthread_mutex_lock(&srv->settings_lock);
+    api_settings_t *s = api_settings_ref(srv->settings);
+    pthread_mutex_unlock(&srv->settings_lock);
+    return s;
+}
+
+int api_server_reload(api_server_t *srv, const config_t *cfg, auth_settings_t *auth)
+{
+    api_settings_t *next;
+    int r = api_settings_new(cfg, auth, true, &next);
+    if (r < 0) return r;
+    pthread_mutex_lock(&srv->settings_lock);
+    api_settings_t *old = srv->settings;
+    srv->settings = next;
+    pthread_mutex_unlock(&srv->settings_lock);
+    api_settings_unref(old);
     return 0;
 }
 
@@ -324,7 +353,7 @@ static void body_stream(conn_ctx_t *ctx, const char *data, size_t n)
 static void body_keep(conn_ctx_t *ctx, const char *data, size_t n)
 {
     api_request_t *req = &ctx->req;
-    uint64_t max = ctx->srv->env.cfg->max_body_bytes;
+    uint64_t max = ctx->req.cfg->max_body_bytes;
     if (req->body_len + n + 1 > ctx->body_cap) {
         size_t cap = ctx->body_cap ? ctx->body_cap : 4096;
         while (cap < req->body_len + n + 1)
@@ -377,7 +406,7 @@ static void body_npy_head(conn_ctx_t *ctx, const char *data, size_t n)
 static void body_append(conn_ctx_t *ctx, const char *data, size_t n)
 {
     api_request_t *req = &ctx->req;
-    uint64_t max = ctx->srv->env.cfg->max_body_bytes;
+    uint64_t max = ctx->req.cfg->max_body_bytes;
     if (ctx->too_large || ctx->upload_err) return;
     if (req->body_len + n > max) {
         ctx->too_large = true;
@@ -400,7 +429,7 @@ static void respond_too_large(conn_ctx_t *ctx)
 {
     api_respond_error(&ctx->req, 413, "payload_too_large", "body",
                       "the request body exceeds the limit of %" PRIu64 " bytes",
-                      ctx->srv->env.cfg->max_body_bytes);
+                      ctx->req.cfg->max_body_bytes);
 }
 
 static void respond_upload_failed(conn_ctx_t *ctx)
@@ -495,6 +524,9 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     ctx->srv = l->srv;
     ctx->conn = conn;
     ctx->req.env = &l->srv->env;
+    ctx->settings = settings_take(l->srv);
+    ctx->req.cfg = api_settings_config(ctx->settings);
+    ctx->req.auth = api_settings_auth(ctx->settings);
     ctx->req.conn_ops = &conn_ops;
     ctx->req.conn = ctx;
     *con_cls = ctx;
@@ -505,7 +537,7 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     conn_watch_set_deadline(l->srv->watch, ctx->watched,
                             mono_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000);
     if (request_malformed(ctx, version, bad_uri)) return send_response(ctx);
-    int r = api_request_user(conn, l->is_unix, &l->srv->env, &ctx->req.user);
+    int r = api_request_user(conn, l->is_unix, &l->srv->env, ctx->req.auth, &ctx->req.user);
     if (r < 0) {
         log_warn("Failed to identify a Unix socket peer: %s", strerror(-r));
         ctx->dispatched = true;
@@ -526,7 +558,7 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
         errno = 0;
         unsigned long long n = strtoull(cl, &end, 10);
         bool known = errno == 0 && *end == '\0';
-        if (known && n > l->srv->env.cfg->max_body_bytes) {
+        if (known && n > ctx->req.cfg->max_body_bytes) {
             ctx->dispatched = true;
             ctx->too_large = true;
             respond_too_large(ctx);
@@ -610,6 +642,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     api_request_cleanup(&ctx->req);
     free(ctx->req.body);
     store_blob_stream_abort(ctx->req.body_file);
+    api_settings_unref(ctx->settings);
     free(ctx);
     *con_cls = NULL;
 }
@@ -818,15 +851,18 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
     srv->env.gpu_metrics = gpu_metrics;
     srv->env.reader = thread_reader;
     srv->env.find_op = op_find;
-    srv->env.auth = auth ? auth->settings : NULL;
     srv->env.tokens = auth ? auth->tokens : NULL;
     srv->generation = atomic_fetch_add(&server_generation, 1) + 1;
     pthread_mutex_init(&srv->readers_lock, NULL);
     pthread_mutex_init(&srv->log_lock, NULL);
-    r = api_users_new(&srv->env.users);
+    pthread_mutex_init(&srv->settings_lock, NULL);
+    r = api_settings_new(cfg, auth ? auth->settings : NULL, false, &srv->settings);
+    if (r >= 0) r = api_users_new(&srv->env.users);
     if (r >= 0) r = conn_watch_new("http", &srv->watch);
     if (r < 0) {
         api_users_free(srv->env.users);
+        api_settings_unref(srv->settings);
+        pthread_mutex_destroy(&srv->settings_lock);
         pthread_mutex_destroy(&srv->log_lock);
         pthread_mutex_destroy(&srv->readers_lock);
         free(srv);
@@ -888,6 +924,8 @@ void api_server_free(api_server_t *srv)
     if (srv->unix_path[0]) unlink(srv->unix_path);
     conn_watch_free(srv->watch);
     api_users_free(srv->env.users);
+    api_settings_unref(srv->settings);
+    pthread_mutex_destroy(&srv->settings_lock);
     pthread_mutex_destroy(&srv->log_lock);
     for (reader_entry_t *e = srv->readers, *next; e; e = next) {
         next = e->next;

@@ -82,7 +82,7 @@ void api_respond_unauthorized(api_request_t *req)
 
 int api_request_require_admin(api_request_t *req)
 {
-    if (req->user.admin || !req->env->auth || auth_settings_open(req->env->auth)) return 0;
+    if (req->user.admin || !req->auth || auth_settings_open(req->auth)) return 0;
     api_respond_error(req, 403, "forbidden", NULL, "only an admin may do this ('%s' is not one)",
                       req->user.name);
     return API_DONE;

@@ -48,8 +48,8 @@ void api_respond_job(api_request_t *req, int status, const job_t *job)
 {
     job_json_section_t section = {0};
     bool binary = accepts_binary(req);
-    json_t *o = job_json_from_job(job, req->env->cfg->max_inline_output_bytes, load_tensor,
-                                  req->env, binary ? &section : NULL);
+    json_t *o = job_json_from_job(job, req->cfg->max_inline_output_bytes, load_tensor, req->env,
+                                  binary ? &section : NULL);
     api_respond_json(req, status, o);
     if (o && binary) {
         req->resp.framed = true;

@@ -2,9 +2,11 @@
  * its backend and the HTTP server, and waits for signals: SIGTERM/SIGINT stop intake, drain
  * running work within the configured bound and exit 0, leaving queued jobs for the next start;
  * SIGUSR1 (a GPU lost its CUDA context: daemon/util/restart.h) drains the same way and executes the
- * daemon again on the same sockets; SIGHUP is logged and changes nothing. */
+ * daemon again on the same sockets; SIGHUP reloads the configuration (daemon_reload). */
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,6 +18,7 @@
 #include "daemon/util/crash_guard.h"
 #include "kernels/op.h"
 #include "daemon/util/log.h"
+#include "daemon/util/policy.h"
 #include "daemon/util/restart.h"
 #include "daemon/sched/scheduler.h"
 #include "daemon/util/service_notify.h"
@@ -74,15 +77,87 @@ static int daemon_start(const config_t *cfg, const auth_settings_t *auth,
     return 0;
 }
 
+static void reload_kept(const char *section, const char *key, void *userdata)
+{
+    (void)userdata;
+    log_warn("reload: %s.%s changes only at restart; kept", section, key);
+}
+
+/* Builds what a reload applies from the same command line as at start (defaults, the
+ * --config file, the flags): the configuration, with the running value of every key that
+ * changes only at a restart (each such change logged), its [auth] settings and its policy.
+ * 0, or -EINVAL with the reason in err and nothing built. */
+static int reload_build(const config_t *running, int argc, char **argv, config_t *next,
+                        auth_settings_t **ret_auth, policy_t **ret_policy, char *err,
+                        size_t err_size)
+{
+    config_action_t action;
+    int r = config_from_args(next, argc, argv, &action, err, err_size);
+    if (r < 0) return r;
+    config_keep_restart_only(next, running, reload_kept, NULL);
+    /* Validated again: a new value may not fit a kept one. */
+    r = config_validate(next, err, err_size);
+    auth_settings_t *auth = NULL;
+    if (r >= 0) r = auth_settings_new(next, &auth, err, err_size);
+    if (r < 0) return r;
+    policy_t *policy;
+    r = policy_new(next, &policy);
+    if (r < 0) {
+        auth_settings_free(auth);
+        snprintf(err, err_size, "%s", strerror(-r));
+        return r;
+    }
+    *ret_auth = auth;
+    *ret_policy = policy;
+    return 0;
+}
+
+/* SIGHUP: reads the configuration again and applies what may change on a running daemon, the
+ * [limits], [auth], users, groups and weights, to the HTTP server (each request from now on)
+ * and the scheduler (its policy), without closing a connection or touching a job. A file that
+ * does not check out is refused, with the reason, and every setting stays as it was. */
+static void daemon_reload(const config_t *running, daemon_parts_t *d, int argc, char **argv)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    char state[96];
+    /* MONOTONIC_USEC= is what systemd 253 and later match the READY=1 against; older ones
+     * ignore it. */
+    snprintf(state, sizeof state, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading",
+             (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000);
+    service_notify(state);
+    config_t *next = malloc(sizeof *next);
+    auth_settings_t *auth = NULL;
+    policy_t *policy = NULL;
+    char err[512] = "out of memory";
+    int r =
+        next ? reload_build(running, argc, argv, next, &auth, &policy, err, sizeof err) : -ENOMEM;
+    if (r >= 0) r = api_server_reload(d->api, next, auth);
+    if (r < 0) {
+        if (r == -ENOMEM) snprintf(err, sizeof err, "out of memory");
+        log_error("reload refused: %s; the settings in force stay", err);
+        auth_settings_free(auth);
+        policy_unref(policy);
+    } else {
+        /* The server owns auth now. */
+        sched_set_policy(d->sched, policy);
+        log_info("reloaded the configuration");
+    }
+    free(next);
+    service_notify("READY=1\nSTATUS=serving");
+}
+
 /* Waits for a signal that ends this process: SIGTERM, SIGINT or SIGUSR1 (which it returns).
- * SIGHUP is logged and changes nothing. */
-static int wait_for_stop(const sigset_t *signals)
+ * SIGHUP reloads the configuration and waits on. */
+static int wait_for_stop(const sigset_t *signals, const config_t *cfg, daemon_parts_t *d, int argc,
+                         char **argv)
 {
     int sig = 0;
     for (;;) {
         if (sigwait(signals, &sig) != 0) continue;
         if (sig != SIGHUP) return sig;
-        log_info("SIGHUP: there is nothing to reload");
+        log_info("SIGHUP: reloading the configuration");
+        daemon_reload(cfg, d, argc, argv);
     }
 }
 
@@ -108,7 +183,7 @@ static int daemon_stop(daemon_parts_t *d, bool restart, int lock_fd, char *const
     return 0;
 }
 
-static int run_daemon(const config_t *cfg, const auth_settings_t *auth, char *const argv[])
+static int run_daemon(const config_t *cfg, const auth_settings_t *auth, int argc, char **argv)
 {
     /* Block the signals in every thread; this one waits for them with sigwait(). */
     sigset_t signals;
@@ -134,7 +209,7 @@ static int run_daemon(const config_t *cfg, const auth_settings_t *auth, char *co
     log_info("gpujobd %s ready", GPUJOBD_VERSION);
     service_notify("READY=1\nSTATUS=serving");
 
-    int sig = wait_for_stop(&signals);
+    int sig = wait_for_stop(&signals, cfg, &d, argc, argv);
     bool restart = sig == SIGUSR1;
     if (restart) {
         log_warn("SIGUSR1: draining, then restarting in place on the same sockets (after a "
@@ -192,7 +267,7 @@ int main(int argc, char **argv)
     if (cfg.test_ops)
         log_warn("[debug] test_ops is on: jobs may run the test-only ops debug_sleep and "
                  "debug_fault, which can kill a GPU's CUDA context; never use this in production");
-    int rc = run_daemon(&cfg, auth, argv);
+    int rc = run_daemon(&cfg, auth, argc, argv);
     auth_settings_free(auth);
     return rc;
 }

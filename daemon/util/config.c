@@ -942,6 +942,35 @@ int config_validate(const config_t *cfg, char *err, size_t err_size)
     return 0;
 }
 
+/* Whether a reload applies a new value of key (config.h, config_keep_restart_only): the
+ * [limits] and [auth] keys are read by each request as it begins or through the per-user
+ * policy, which a reload swaps (policy.h); so are the fair-share weight and the deadline of
+ * jobs that give none. Every other key shapes something built once at start. */
+static bool key_reloads(const config_key_t *key)
+{
+    if (strcmp(key->section, "limits") == 0 || strcmp(key->section, "auth") == 0) return true;
+    return strcmp(key->section, "scheduler") == 0 &&
+           (strcmp(key->name, "weight") == 0 || strcmp(key->name, "default_deadline_ms") == 0);
+}
+
+int config_keep_restart_only(config_t *next, const config_t *running, config_kept_fn kept,
+                             void *userdata)
+{
+    int n = 0;
+    for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+        const config_key_t *key = &config_keys[i];
+        if (key_reloads(key)) continue;
+        /* Strings are zero-padded (key_set), so equal values compare equal byte for byte. */
+        void *field = field_of(next, key);
+        const void *was = const_field_of(running, key);
+        if (memcmp(field, was, key->size) == 0) continue;
+        memcpy(field, was, key->size);
+        if (kept) kept(key->section, key->name, userdata);
+        n++;
+    }
+    return n;
+}
+
 bool config_tls_enabled(const config_t *cfg)
 {
     return cfg->tls_cert[0] && cfg->tls_key[0];

@@ -96,8 +96,8 @@ typedef struct config {
     int metrics_interval_ms;    /* GPU gauges of /metrics sampled this often; 0 = off */
 
     /* [auth] (daemon/auth/auth.h) */
-    char mode[32];     /* "none", "token", "peercred" or "token,peercred" */
-    char admins[1024]; /* users and @groups, comma-separated */
+    char mode[32];              /* "none", "token", "peercred" or "token,peercred" */
+    char admins[1024];          /* users and @groups, comma-separated */
     bool allow_insecure_tokens; /* tokens over plain HTTP beyond loopback */
 
     /* [debug] */
@@ -126,6 +126,17 @@ int config_set(config_t *cfg, const char *section, const char *key, const char *
                size_t err_size);
 /* Checks relations between keys (e.g. listen parses as HOST:PORT). 0 or -EINVAL. */
 int config_validate(const config_t *cfg, char *err, size_t err_size);
+/* Called by config_keep_restart_only for each key whose new value waits for a restart. */
+typedef void (*config_kept_fn)(const char *section, const char *key, void *userdata);
+/* Before a reload applies next to a running daemon whose configuration is running: gives next
+ * running's value of every key that changes only at a restart (the listeners and the HTTP
+ * server's shape, the store, the devices, the scheduler's loop and executors, logging, the
+ * debug switches), calling kept (NULL: none) for each such key whose value differed. The keys
+ * of [limits] and [auth], scheduler.weight, scheduler.default_deadline_ms and every [user.NAME]
+ * and [group.NAME] section keep next's values: a reload applies them. Returns how many keys
+ * were kept. */
+int config_keep_restart_only(config_t *next, const config_t *running, config_kept_fn kept,
+                             void *userdata);
 /* Whether the TCP listener serves HTTPS (server.tls_cert and tls_key are set). The Unix socket
  * is always plain. */
 bool config_tls_enabled(const config_t *cfg);

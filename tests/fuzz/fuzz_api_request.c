@@ -121,7 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!take_line(&p, end, line, sizeof line)) return 0;
     if (sscanf(line, "%15s %1023s", s.method, s.url) != 2) return 0;
 
-    api_request_t req = {.env = &env, .method = s.method, .conn_ops = &conn_ops};
+    api_request_t req = {.env = &env, .cfg = &cfg, .method = s.method, .conn_ops = &conn_ops};
     take_url(s.url, &req);
     while (take_line(&p, end, line, sizeof line) && line[0])
         take_header(&s, &req, line);

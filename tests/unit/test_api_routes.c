@@ -66,6 +66,7 @@ static test_req_t *run(const char *user, const char *method, const char *url,
     test_req_t *t = calloc(1, sizeof *t);
     api_request_t *req = &t->req;
     req->env = &env;
+    req->cfg = env.cfg;
     req->method = method;
     req->conn_ops = &test_conn_ops;
     snprintf(req->user.name, sizeof req->user.name, "%s", user);

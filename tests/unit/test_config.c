@@ -864,6 +864,39 @@ static int run_gpujobd(const char *const *args, char **ret_output)
     return WEXITSTATUS(status);
 }
 
+static int kept_count;
+static char kept_last[64];
+
+static void on_kept(const char *section, const char *key, void *userdata)
+{
+    (void)userdata;
+    kept_count++;
+    snprintf(kept_last, sizeof kept_last, "%s.%s", section, key);
+}
+
+START_TEST(test_reload_keeps_restart_only_keys_and_applies_the_rest)
+{
+    config_t running, next;
+    config_defaults(&running);
+    config_defaults(&next);
+    char err[256];
+    ck_assert_int_eq(config_set(&next, "server", "listen", "0.0.0.0:9", err, sizeof err), 0);
+    ck_assert_int_eq(config_set(&next, "limits", "max_queued_per_user", "7", err, sizeof err), 0);
+    ck_assert_int_eq(config_set(&next, "auth", "admins", "alice", err, sizeof err), 0);
+    ck_assert_int_eq(config_set(&next, "scheduler", "weight", "3", err, sizeof err), 0);
+    ck_assert_int_eq(config_set(&next, "user.bob", "max_queued", "2", err, sizeof err), 0);
+    kept_count = 0;
+    ck_assert_int_eq(config_keep_restart_only(&next, &running, on_kept, NULL), 1);
+    ck_assert_int_eq(kept_count, 1);
+    ck_assert_str_eq(kept_last, "server.listen");
+    ck_assert_str_eq(next.listen, running.listen);
+    ck_assert_int_eq(next.max_queued_per_user, 7);
+    ck_assert_str_eq(next.admins, "alice");
+    ck_assert_int_eq(next.weight, 3);
+    ck_assert_int_eq(next.n_policy_sections, 1);
+}
+END_TEST
+
 START_TEST(test_binary_check_config_accepts_good_and_rejects_bad_files)
 {
     char sample[PATH_MAX], state[PATH_MAX];
@@ -934,6 +967,7 @@ static Suite *config_suite(void)
     tcase_add_test(args, test_check_config_reports_a_bad_file);
     tcase_add_test(args, test_bad_flags_error_naming_the_flag);
     tcase_add_test(args, test_usage_lists_every_flag_and_key);
+    tcase_add_test(args, test_reload_keeps_restart_only_keys_and_applies_the_rest);
     suite_add_tcase(s, args);
 
     /* Needs the gpujobd binary, which links once every module of the daemon exists. */
