@@ -18,6 +18,9 @@
  * back to about the second when it starts over (journal_size_limit). */
 #define STORE_CHECKPOINT_PAGES 1000
 #define STORE_WRITER_CHECKPOINT_PAGES (4 * STORE_CHECKPOINT_PAGES)
+/* Past this the writer waits for the checkpointer's pass to end and then checkpoints: on a
+ * machine so loaded that a pass outlasts thousands of commits, the WAL stays bounded. */
+#define STORE_WAL_HARD_PAGES (2 * STORE_WRITER_CHECKPOINT_PAGES)
 
 struct store_checkpointer {
     store_t *st;
@@ -58,13 +61,17 @@ int store_checkpoint(store_t *st)
  * which under a steady stream of commits the checkpointer's never does: past
  * STORE_WRITER_CHECKPOINT_PAGES the checkpointer stops, and the writer finishes the copy
  * itself, between two of its transactions as SQLite's autocheckpoint would (most of it copied
- * already). It never waits for the checkpointer's pass: while that runs, the next commit tries
- * again. */
+ * already). It does not wait for the checkpointer's pass, unless the WAL reached
+ * STORE_WAL_HARD_PAGES: while that runs, the next commit tries again. */
 static int note_wal_pages(void *arg, sqlite3 *db, const char *name, int pages)
 {
     shard_t *sh = arg;
     atomic_store_explicit(&sh->wal_pages, pages, memory_order_relaxed);
-    if (pages >= STORE_WRITER_CHECKPOINT_PAGES) {
+    if (pages >= STORE_WAL_HARD_PAGES) {
+        pthread_mutex_lock(&sh->checkpoint_lock);
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_unlock(&sh->checkpoint_lock);
+    } else if (pages >= STORE_WRITER_CHECKPOINT_PAGES) {
         if (pthread_mutex_trylock(&sh->checkpoint_lock) == 0) {
             sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
             pthread_mutex_unlock(&sh->checkpoint_lock);
