@@ -149,6 +149,12 @@ struct api_request {
     int submit_wait_ms;
     int submit_status;
     json_t *submit_answer;
+
+    /* GET /v1/jobs while the loop says why its queued jobs wait (sched_explain_jobs): the
+     * page read from the store (owned, lent to the loop until its reply) and its limit. */
+    job_t **list_jobs;
+    size_t list_n;
+    int list_limit;
 };
 
 /* Handler results. Both are non-zero so that helpers can return API_DONE for "answered" and

@@ -383,6 +383,31 @@ static int list_query(api_request_t *req, store_list_query_t *ret)
     return 0;
 }
 
+/* Answers a page of jobs (freed here): "next" names its last job when the page is full. */
+static void list_respond(api_request_t *req, job_t **jobs, size_t n, int limit)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(list, api_job_json(jobs[i]));
+    json_t *next = n == (size_t)limit && n > 0 ? json_string(jobs[n - 1]->id) : json_null();
+    job_json_free_jobs(jobs, n);
+    api_respond_json(req, 200, json_pack("{s:o, s:o}", "jobs", list, "next", next));
+}
+
+/* The loop's reply to a page's explanation: the page, its queued jobs with why they wait (or
+ * without, when the loop could not say: the page is still the store's). */
+static void list_explained(void *token, const sched_result_t *res)
+{
+    (void)res;
+    api_request_t *req = token;
+    job_t **jobs = req->list_jobs;
+    req->list_jobs = NULL;
+    list_respond(req, jobs, req->list_n, req->list_limit);
+    api_request_resume(req);
+}
+
+/* A page is read from the store; when it shows queued jobs, the scheduler's loop says why
+ * they wait, all in one message, before it is answered. */
 int api_handle_jobs_list(api_request_t *req)
 {
     static const char *const allowed[] = {"state", "op", "limit", "after", NULL};
@@ -397,13 +422,19 @@ int api_handle_jobs_list(api_request_t *req)
         api_respond_errno(req, r, "listing jobs failed");
         return API_DONE;
     }
-    json_t *list = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(list, api_job_json(jobs[i]));
-    json_t *next = n == (size_t)q.limit && n > 0 ? json_string(jobs[n - 1]->id) : json_null();
-    job_json_free_jobs(jobs, n);
-    api_respond_json(req, 200, json_pack("{s:o, s:o}", "jobs", list, "next", next));
-    return API_DONE;
+    bool any_queued = false;
+    for (size_t i = 0; i < n && !any_queued; i++)
+        any_queued = jobs[i]->state == JOB_QUEUED;
+    if (!any_queued) {
+        list_respond(req, jobs, n, q.limit);
+        return API_DONE;
+    }
+    req->list_jobs = jobs;
+    req->list_n = n;
+    req->list_limit = q.limit;
+    api_request_suspend(req);
+    sched_explain_jobs(req->env->sched, jobs, n, list_explained, req);
+    return API_PENDING;
 }
 
 /* Replies of wait and cancel: the job as it stands, outputs inlined. */

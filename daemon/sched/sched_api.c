@@ -122,6 +122,15 @@ void sched_wait_cancel(sched_t *s, const char *id, void *token)
     if (m) msg_post(s, m);
 }
 
+void sched_explain_jobs(sched_t *s, job_t *const *jobs, size_t n, sched_reply_fn reply, void *token)
+{
+    msg_t *m = msg_new(MSG_EXPLAIN, reply, token);
+    if (!m) return;
+    m->explain = jobs;
+    m->n_explain = n;
+    msg_post(s, m);
+}
+
 void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token)
 {
     msg_t *m = msg_new_target(MSG_CANCEL, owner, id, reply, token);

@@ -324,6 +324,9 @@ static void settle_submitted(sched_t *s, msg_t *m)
         }
         m->jobs[i] = NULL;
     }
+    /* The answer says why those of its jobs that did not start at once wait; without memory
+     * for that it still answers, only without the reasons. */
+    (void)sched_explain_copies(s, m->shown, m->n);
 }
 
 /* After a failed commit: the taken jobs leave the queues. Those that went out already stay

@@ -1,12 +1,14 @@
 /* Why a queued job waits, and roughly how many jobs will run before it: computed on the loop
- * when the scheduler answers for a queued job (a wait, or a read that asks the loop), and
- * written into the job's waiting_* fields for its JSON.
+ * when the scheduler answers for queued jobs (a wait, a read that asks the loop, a list, a
+ * submission's answer), and written into the jobs' waiting_* fields for their JSON.
  *
  * The position counts the jobs of its own user's queue ahead of it exactly, and estimates
  * those of the other users that fair share will serve meanwhile: each other user with queued
  * jobs gets, per job of ours, its weight over ours in jobs, up to what it has queued. Jobs
  * already running are not counted. The estimate shrinks as the jobs ahead run. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sched_internal.h"
@@ -42,12 +44,12 @@ static void others_visit(const char *key, void *value, void *ud)
     o->ahead += due < (long)v->queue.len ? due : (long)v->queue.len;
 }
 
-void sched_explain(sched_t *s, entry_t *e)
+/* Explains e, whose own user's queue holds mine entries before it. */
+static void explain_at(sched_t *s, entry_t *e, long mine)
 {
     job_t *job = e->job;
     user_t *u = e->user;
     const policy_limits_t *l = user_limits(s, u);
-    long mine = own_ahead(e);
     user_charge(u, 0); /* shares compared at the same moment */
     others_t o = {.s = s, .self = u, .share = user_share(s, u), .jobs_per_own = (double)mine + 1};
     strmap_foreach(s->users, others_visit, &o);
@@ -66,4 +68,104 @@ void sched_explain(sched_t *s, entry_t *e)
     }
     snprintf(job->waiting_reason, sizeof job->waiting_reason, "%s", reason);
     job->waiting_position = mine + o.ahead;
+}
+
+void sched_explain(sched_t *s, entry_t *e)
+{
+    explain_at(s, e, own_ahead(e));
+}
+
+/* qsort's order of the entries explained together: by user, then as their queue serves them. */
+static int explained_cmp(const void *a, const void *b)
+{
+    const entry_t *x = *(entry_t *const *)a, *y = *(entry_t *const *)b;
+    if (x->user != y->user) return x->user < y->user ? -1 : 1;
+    return entry_before(x, y) ? -1 : entry_before(y, x) ? 1 : 0;
+}
+
+/* The index of the first of es[0..n) (one user's, in queue order) that entry q comes before,
+ * by bisection: q is ahead of that one and of all after it. */
+static size_t first_after(entry_t *const *es, size_t n, const entry_t *q)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (entry_before(q, es[mid]))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Explains es[0..n), one user's entries in queue order, with one pass over that user's queue:
+ * each queued entry counts for those of es it comes before, found by bisection. ahead is
+ * scratch of n + 1 counts. */
+static void explain_user_run(sched_t *s, entry_t *const *es, size_t n, long *ahead)
+{
+    const heap_t *h = &es[0]->user->queue;
+    memset(ahead, 0, (n + 1) * sizeof *ahead);
+    for (size_t i = 0; i < h->len; i++)
+        ahead[first_after(es, n, heap_at(h, i))]++;
+    long mine = 0;
+    for (size_t k = 0; k < n; k++) {
+        mine += ahead[k];
+        explain_at(s, es[k], mine);
+    }
+}
+
+int sched_explain_entries(sched_t *s, entry_t **es, size_t n)
+{
+    if (n == 0) return 0;
+    long *ahead = malloc((n + 1) * sizeof *ahead);
+    if (!ahead) return -ENOMEM;
+    qsort(es, n, sizeof *es, explained_cmp);
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && es[j]->user == es[i]->user;)
+            j++;
+        explain_user_run(s, es + i, j - i, ahead);
+    }
+    free(ahead);
+    return 0;
+}
+
+/* Copies the loop's explanation of a job (from) into the caller's copy of it (to). */
+static void waiting_copy(job_t *to, const job_t *from)
+{
+    memcpy(to->waiting_reason, from->waiting_reason, sizeof to->waiting_reason);
+    memcpy(to->waiting_limit, from->waiting_limit, sizeof to->waiting_limit);
+    to->waiting_position = from->waiting_position;
+}
+
+/* The loop's entry of the caller's copy of a job when the loop holds it queued; else NULL. */
+static entry_t *queued_entry(sched_t *s, const job_t *copy)
+{
+    entry_t *e = copy->state == JOB_QUEUED ? strmap_get(s->entries, copy->id) : NULL;
+    return e && e->job->state == JOB_QUEUED && !e->discard_result ? e : NULL;
+}
+
+int sched_explain_copies(sched_t *s, job_t *const *jobs, size_t n)
+{
+    entry_t **es = malloc((n ? n : 1) * sizeof *es);
+    if (!es) return -ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i] && (es[k] = queued_entry(s, jobs[i]))) k++;
+    int r = sched_explain_entries(s, es, k);
+    free(es);
+    if (r < 0) return r;
+    for (size_t i = 0; i < n; i++) {
+        entry_t *e = jobs[i] ? queued_entry(s, jobs[i]) : NULL;
+        if (e) waiting_copy(jobs[i], e->job);
+    }
+    return 0;
+}
+
+void handle_explain(sched_t *s, msg_t *m)
+{
+    int r = sched_explain_copies(s, m->explain, m->n_explain);
+    if (r < 0)
+        reply_err(m->reply, m->token, r, NULL);
+    else
+        reply_jobs(m->reply, m->token, m->explain, m->n_explain);
 }

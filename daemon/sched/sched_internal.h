@@ -46,7 +46,7 @@ typedef struct user {
     long pending;    /* jobs submitted, waiting for the group commit */
     double usage_us; /* decayed device (or CPU) time, charged at dispatch, corrected at end */
     int64_t usage_at;
-    double half_life_us; /* of usage_us: [scheduler] fair_share_half_life_s */
+    double half_life_us;    /* of usage_us: [scheduler] fair_share_half_life_s */
     unsigned skip_round;    /* dispatch round in which this user's next batch is held back */
     policy_limits_t limits; /* under the policy of generation limits_gen (user_limits) */
     unsigned limits_gen;
@@ -83,6 +83,7 @@ typedef enum msg_kind {
     MSG_WAIT,
     MSG_WAIT_CANCEL,
     MSG_CANCEL,
+    MSG_EXPLAIN,
     MSG_BUF_PUT,
     MSG_BUF_DELETE,
     MSG_DONE,
@@ -109,6 +110,8 @@ typedef struct msg {
     char owner[OWNER_SIZE];
     char id[ID_SIZE];
     int timeout_ms;
+    job_t *const *explain; /* explain: the caller's jobs, borrowed until the reply */
+    size_t n_explain;
     buffer_t *buf;
     exec_batch_t *batch;
     int err; /* a refusal of this message alone, within a group commit */
@@ -228,8 +231,15 @@ const policy_limits_t *user_limits(sched_t *s, user_t *u);
 int user_max_running(sched_t *s, user_t *u);
 double user_share(sched_t *s, user_t *u);
 
-/* sched_explain.c: why a queued job waits. */
+/* sched_explain.c: why a queued job waits. sched_explain explains one entry;
+ * sched_explain_entries explains es[0..n) (queued entries, reordered meanwhile) with one pass
+ * over each of their users' queues; sched_explain_copies writes into copies of jobs (NULL
+ * ones skipped) why the loop's queued jobs of the same ids wait: 0 or -ENOMEM.
+ * handle_explain answers sched_explain_jobs. */
 void sched_explain(sched_t *s, entry_t *e);
+int sched_explain_entries(sched_t *s, entry_t **es, size_t n);
+int sched_explain_copies(sched_t *s, job_t *const *jobs, size_t n);
+void handle_explain(sched_t *s, msg_t *m);
 
 /* sched_commit.c: group commit of submissions and buffers. */
 void handle_submission(sched_t *s, msg_t *m);

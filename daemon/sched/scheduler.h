@@ -70,6 +70,12 @@ void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, s
  * A wait already answered is left alone. Since messages reach the loop in the order they were
  * posted, a token may be given to a new wait as soon as the old wait's reply has run. */
 void sched_wait_cancel(sched_t *s, const char *id, void *token);
+/* Says why each queued job of jobs[0..n) waits (job_t.waiting_*), as the loop sees it now,
+ * with one pass over each owner's queue whatever n: the jobs are the caller's copies (from the
+ * store), borrowed until the reply, which gives them back as res->jobs; one that the loop no
+ * longer holds queued is left as it is. On error (-ENOMEM, -ESHUTDOWN) none is changed. */
+void sched_explain_jobs(sched_t *s, job_t *const *jobs, size_t n, sched_reply_fn reply,
+                        void *token);
 /* Cancels: the job ends cancelled, durably, at once. A queued job is removed and never runs;
  * a running one is stopped by the executor where it can, its result discarded in any case
  * (sched_result_t.cancel says which). -EBUSY for a job already final. */

@@ -114,6 +114,63 @@ START_TEST(test_queued_jobs_past_the_users_own_limit_get_429_naming_its_section)
 }
 END_TEST
 
+/* The waiting object of a job's JSON says reason, names limit and sits at position. */
+static void assert_waits(const json_t *job, const char *reason, const char *limit, long position)
+{
+    ck_assert_str_eq(e2e_job_state(job), "queued");
+    json_t *waiting = json_object_get(job, "waiting");
+    ck_assert_msg(json_is_object(waiting), "a queued job without \"waiting\"");
+    ck_assert_str_eq(json_string_value(json_object_get(waiting, "reason")), reason);
+    ck_assert_str_eq(json_string_value(json_object_get(waiting, "limit")), limit);
+    ck_assert_int_eq(json_integer_value(json_object_get(waiting, "position")), position);
+}
+
+/* Every answer that shows a queued job says why it waits: the submission's (with and without
+ * ?wait=) and the lists', all of them, while the job that runs says nothing of the kind. */
+START_TEST(test_every_answer_showing_a_queued_job_says_why_it_waits)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    json_t *long_job = e2e_long_job_new(5000);
+    char *running = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, running, "running", 10);
+    char *text = json_dumps(long_job, JSON_COMPACT);
+    const char *limit = "limits.max_running_per_user";
+    json_t *first = e2e_json_ok(d, "POST", "/v1/jobs", text, 201);
+    assert_waits(first, "user_limit", limit, 0);
+    json_t *second = e2e_json_ok(d, "POST", "/v1/jobs?wait=0.2", text, 201);
+    assert_waits(second, "user_limit", limit, 1);
+
+    json_t *page = e2e_json_ok(d, "GET", "/v1/jobs?state=queued", NULL, 200);
+    json_t *jobs = json_object_get(page, "jobs");
+    ck_assert_int_eq(json_array_size(jobs), 2);
+    long seen = 0;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *job = json_array_get(jobs, i);
+        const char *id = json_string_value(json_object_get(job, "id"));
+        bool is_first = strcmp(id, json_string_value(json_object_get(first, "id"))) == 0;
+        assert_waits(job, "user_limit", limit, is_first ? 0 : 1);
+        seen |= is_first ? 1 : 2;
+    }
+    ck_assert_int_eq(seen, 3);
+    json_decref(page);
+    page = e2e_json_ok(d, "GET", "/v1/jobs", NULL, 200);
+    jobs = json_object_get(page, "jobs");
+    ck_assert_int_eq(json_array_size(jobs), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *job = json_array_get(jobs, i);
+        bool queued = strcmp(e2e_job_state(job), "queued") == 0;
+        ck_assert_int_eq(json_object_get(job, "waiting") != NULL, queued);
+    }
+    json_decref(page);
+    json_decref(first);
+    json_decref(second);
+    free(text);
+    free(running);
+    json_decref(long_job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_policy");
@@ -123,6 +180,7 @@ int main(void)
     tcase_add_test(tc, test_a_job_past_the_largest_cost_gets_413_naming_the_key);
     tcase_add_test(tc, test_buffers_past_the_stored_bytes_get_413_naming_the_key);
     tcase_add_test(tc, test_queued_jobs_past_the_users_own_limit_get_429_naming_its_section);
+    tcase_add_test(tc, test_every_answer_showing_a_queued_job_says_why_it_waits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -239,8 +239,10 @@ typedef struct reply_box {
     job_state_t states[64];
     size_t n;
     bool replayed;
-    int batches_started; /* the fake executor's batches when the answer came */
-    char cancel[16];     /* sched_result_t.cancel, "" when none */
+    int batches_started;  /* the fake executor's batches when the answer came */
+    char cancel[16];      /* sched_result_t.cancel, "" when none */
+    char reasons[64][16]; /* job_t.waiting_reason of each job answered */
+    long positions[64];
 } reply_box_t;
 
 static void on_reply(void *token, const sched_result_t *res)
@@ -257,6 +259,8 @@ static void on_reply(void *token, const sched_result_t *res)
     for (size_t i = 0; i < res->n_jobs && i < 64; i++) {
         snprintf(b->ids[i], ID_SIZE, "%s", res->jobs[i]->id);
         b->states[i] = res->jobs[i]->state;
+        snprintf(b->reasons[i], sizeof b->reasons[i], "%s", res->jobs[i]->waiting_reason);
+        b->positions[i] = res->jobs[i]->waiting_position;
     }
     b->done = true;
     pthread_cond_broadcast(&b->cond);
@@ -713,6 +717,66 @@ START_TEST(test_a_job_held_by_its_users_running_limit_names_the_limit)
     ck_assert_str_eq(w.reason, "user_limit");
     ck_assert_str_eq(w.limit, "user.alice.max_running");
     ck_assert_int_eq(w.position, 0);
+}
+END_TEST
+
+/* A submission's answer says why each of its jobs that did not start waits, and where. */
+START_TEST(test_a_submissions_answer_says_why_its_queued_jobs_wait)
+{
+    cfg.max_batch = 1;
+    fake->slots = 0;
+    job_t *jobs[3] = {add_job("alice", 16, 0), add_job("alice", 16, 0), add_job("alice", 16, 0)};
+    reply_box_t box;
+    submit(&box, jobs, 3);
+    ck_assert_int_eq(box.n, 3);
+    for (long i = 0; i < 3; i++) {
+        ck_assert_int_eq(box.states[i], JOB_QUEUED);
+        ck_assert_str_eq(box.reasons[i], "devices_busy");
+        ck_assert_int_eq(box.positions[i], i);
+    }
+}
+END_TEST
+
+/* A list explained in one message says of each queued job what a wait for that job alone
+ * says, in whatever order the list has them; a job the loop does not hold is left as read. */
+START_TEST(test_jobs_explained_together_agree_with_each_explained_alone)
+{
+    enum { A = 20, B = 5, N = A + B + 1 };
+    cfg.max_batch = 1;
+    fake->slots = 0;
+    job_t *a[A], *b[B];
+    for (int i = 0; i < A; i++)
+        a[i] = add_job("alice", 16, i % 3);
+    for (int i = 0; i < B; i++)
+        b[i] = add_job("bob", 16, 0);
+    reply_box_t box_a, box_b;
+    submit(&box_a, a, A);
+    submit(&box_b, b, B);
+    job_t *copies[N];
+    for (int i = 0; i < N; i++) {
+        copies[i] = job_new();
+        copies[i]->state = JOB_QUEUED;
+        const char *id = i < A ? box_a.ids[A - 1 - i] : i < A + B ? box_b.ids[i - A] : NULL;
+        if (id)
+            snprintf(copies[i]->id, sizeof copies[i]->id, "%s", id);
+        else
+            id_new('j', copies[i]->id); /* not the loop's */
+    }
+    reply_box_t box;
+    box_init(&box);
+    sched_explain_jobs(sched, copies, N, on_reply, &box);
+    box_wait(&box);
+    ck_assert_int_eq(box.err, 0);
+    ck_assert_int_eq(box.n, N);
+    for (int i = 0; i < N - 1; i++) {
+        waiting_box_t w;
+        ask_waiting(&w, copies[i]->id);
+        ck_assert_str_eq(copies[i]->waiting_reason, w.reason);
+        ck_assert_int_eq(copies[i]->waiting_position, w.position);
+    }
+    ck_assert_str_eq(copies[N - 1]->waiting_reason, "");
+    for (int i = 0; i < N; i++)
+        job_free(copies[i]);
 }
 END_TEST
 
@@ -1720,6 +1784,8 @@ int main(void)
     tcase_add_test(tc, test_batches_keep_each_user_within_the_running_limit);
     tcase_add_test(tc, test_a_job_pinned_to_a_full_device_waits_and_holds_back_nothing);
     tcase_add_test(tc, test_jobs_going_around_a_waiting_one_leave_it_a_running_slot);
+    tcase_add_test(tc, test_a_submissions_answer_says_why_its_queued_jobs_wait);
+    tcase_add_test(tc, test_jobs_explained_together_agree_with_each_explained_alone);
     tcase_add_test(tc, test_priority_orders_one_users_queue);
     tcase_add_test(tc, test_cancel_queued_job_never_runs);
     tcase_add_test(tc, test_cancel_running_job_asks_the_executor_and_keeps_its_batch_mates);
