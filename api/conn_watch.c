@@ -32,7 +32,6 @@ struct conn_watch_entry {
     entry_state_t state;
     conn_watch_gone_fn gone;
     void *ud;
-    const char *eof_probe; /* written when the peer's EOF comes; NULL: the EOF means gone */
 };
 
 struct conn_watch {
@@ -83,29 +82,12 @@ static void watch_cut_expired(conn_watch_t *w)
     w->cut_held = 0;
 }
 
-/* Whether the peer that sent its EOF (a FIN) is gone, or has only shut down its sending side
- * and still reads. The two look alike until something is sent: a closed peer answers new bytes
- * with a reset. So the entry's probe is written, and the watch then waits for the reset (an
- * error or hang-up event) alone. True when the peer is known gone. Lock held. */
-static bool watch_eof_probe(conn_watch_t *w, conn_watch_entry_t *e)
-{
-    if (!e->eof_probe) return true;
-    size_t len = strlen(e->eof_probe);
-    if (send(e->fd, e->eof_probe, len, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len) return true;
-    e->eof_probe = NULL;
-    struct epoll_event ev = {.events = EPOLLONESHOT,
-                             .data.u64 = (uint64_t)e->slot << 32 | e->serial};
-    return epoll_ctl(w->epfd, EPOLL_CTL_MOD, e->fd, &ev) < 0;
-}
-
-/* An armed connection's peer has sent its EOF, or reset: calls its gone callback, once, when
- * the peer can no longer read its answer. Lock held. */
-static void watch_peer_event(conn_watch_t *w, uint64_t key, uint32_t events)
+/* An armed connection's peer has closed: calls its gone callback, once. Lock held. */
+static void watch_peer_closed(conn_watch_t *w, uint64_t key)
 {
     uint32_t slot = (uint32_t)(key >> 32), serial = (uint32_t)key;
     conn_watch_entry_t *e = slot < w->n_slots ? w->slots[slot] : NULL;
     if (!e || e->state != ENTRY_ARMED || e->serial != serial) return;
-    if (!(events & (EPOLLHUP | EPOLLERR)) && !watch_eof_probe(w, e)) return;
     e->state = ENTRY_GONE;
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, e->fd, NULL);
     e->gone(e->ud);
@@ -123,7 +105,7 @@ static void *watch_thread(void *arg)
             if (events[i].data.u64 == UINT64_MAX)
                 stop = true;
             else
-                watch_peer_event(w, events[i].data.u64, events[i].events);
+                watch_peer_closed(w, events[i].data.u64);
         }
         watch_cut_expired(w);
         pthread_mutex_unlock(&w->lock);
@@ -233,19 +215,16 @@ void conn_watch_suspend(conn_watch_t *w, conn_watch_entry_t *e)
     pthread_mutex_unlock(&w->lock);
 }
 
-void conn_watch_arm(conn_watch_t *w, conn_watch_entry_t *e, conn_watch_gone_fn gone, void *ud,
-                    const char *eof_probe)
+void conn_watch_arm(conn_watch_t *w, conn_watch_entry_t *e, conn_watch_gone_fn gone, void *ud)
 {
     if (!e) return;
     pthread_mutex_lock(&w->lock);
     if (e->state == ENTRY_SUSPENDED) {
         e->gone = gone;
         e->ud = ud;
-        e->eof_probe = eof_probe;
         e->serial = ++w->next_serial;
-        /* Only the peer's EOF or reset wakes the watch (errors and hang-ups always do): bytes
-         * a client sends ahead (a pipelined request) are libmicrohttpd's to read once the
-         * connection resumes. */
+        /* Only the peer's close wakes the watch: bytes a client sends ahead (a pipelined
+         * request) are libmicrohttpd's to read once the connection resumes. */
         struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT,
                                  .data.u64 = (uint64_t)e->slot << 32 | e->serial};
         if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, e->fd, &ev) == 0) e->state = ENTRY_ARMED;

@@ -10,12 +10,6 @@
  *    not notice that the client went away while its request waits for the scheduler. An armed
  *    connection is polled for the peer's close; when it comes, the `gone` callback runs once
  *    (on the watcher's thread, with the watcher's lock held: it must only post, never wait).
- *    A peer's EOF alone is not a close: a client may shut down its sending side once its
- *    request is out and still read the answer. When the caller gives an EOF probe (bytes the
- *    client may receive before its answer, such as an HTTP/1.1 interim response), the watch
- *    writes it on the EOF and counts the peer gone only if the write fails or the peer resets
- *    (as a closed socket does when bytes reach it); without a probe, the EOF counts as the
- *    close.
  *
  * Locking: every function takes the watcher's lock. A connection's socket is touched only
  * while its entry is registered, and http_server.c removes the entry before libmicrohttpd
@@ -66,10 +60,7 @@ void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t dea
 void conn_watch_suspend(conn_watch_t *w, conn_watch_entry_t *e);
 /* Starts polling a suspended connection for its peer's close, unless it was resumed since
  * conn_watch_suspend. Called by the connection's own HTTP thread after the request was posted
- * (so that gone's cancel always comes after what it cancels). eof_probe (a static string, or
- * NULL when nothing may be written to the client out of turn) tells a half-closed peer from a
- * closed one, as described above. */
-void conn_watch_arm(conn_watch_t *w, conn_watch_entry_t *e, conn_watch_gone_fn gone, void *ud,
-                    const char *eof_probe);
+ * (so that gone's cancel always comes after what it cancels). */
+void conn_watch_arm(conn_watch_t *w, conn_watch_entry_t *e, conn_watch_gone_fn gone, void *ud);
 /* The connection resumes: the poll stops, and gone is not called from now on. */
 void conn_watch_resume(conn_watch_t *w, conn_watch_entry_t *e);

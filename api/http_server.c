@@ -257,16 +257,6 @@ static void conn_client_gone(void *ud)
     api_request_client_gone(&ctx->req);
 }
 
-/* What the watch may write to a suspended client that sent its EOF, to learn whether it
- * still reads (conn_watch.h): an interim answer, which an HTTP/1.1 client skips before the
- * final one (RFC 9110, 15.2). Nothing over TLS, whose stream MHD alone may write, nor to an
- * HTTP/1.0 client, which knows no interim answers: their EOF counts as a close. */
-static const char *conn_eof_probe(const listener_t *l, const char *version)
-{
-    if (l->tls || !version || strcmp(version, MHD_HTTP_VERSION_1_1) != 0) return NULL;
-    return "HTTP/1.1 100 Continue\r\n\r\n";
-}
-
 static const api_conn_ops_t conn_ops = {conn_suspend, conn_resume};
 
 /* --- responses --- */
@@ -621,8 +611,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->json_length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Gpujob-Json-Length");
     if (api_dispatch(req) == API_PENDING) {
         /* Posted: from now a close by the client is noticed (conn_watch_arm). */
-        conn_watch_arm(ctx->srv->watch, ctx->watched, conn_client_gone, ctx,
-                       conn_eof_probe(cls, version));
+        conn_watch_arm(ctx->srv->watch, ctx->watched, conn_client_gone, ctx);
         return MHD_YES;
     }
     return send_response(ctx);

@@ -296,72 +296,6 @@ START_TEST(test_submission_wait_of_a_closed_client_is_released)
 }
 END_TEST
 
-/* Sends request, shuts down the sending side (as tools that half-close do) and reads until the
- * daemon closes (it does once it has answered and read the EOF) or timeout_s passes. The final
- * answer's status (interim 1xx answers skipped; 0 when none came), its text copied into reply. */
-static long half_closed_exchange(e2e_daemon_t *d, const char *request, double timeout_s,
-                                 char *reply, size_t size)
-{
-    int fd = tcp_connect(d, "127.0.0.1");
-    ck_assert_int_ge(fd, 0);
-    size_t len = strlen(request);
-    ck_assert_int_eq(send(fd, request, len, MSG_NOSIGNAL), (ssize_t)len);
-    /* libmicrohttpd 0.9.75 itself closes a connection whose EOF it reads before the request
-     * is handed over; the half-close here comes once the request waits (a second leaves room on
-     * a loaded machine), which is the watch's part. */
-    usleep(1000 * 1000);
-    ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
-    struct timeval tv = {.tv_sec = (long)timeout_s};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    size_t got = 0;
-    for (ssize_t k; got < size - 1 && (k = read(fd, reply + got, size - 1 - got)) > 0;)
-        got += (size_t)k;
-    reply[got] = '\0';
-    close(fd);
-    long status = 0;
-    if (sscanf(reply, "HTTP/1.%*d %ld", &status) != 1) return 0;
-    const char *final = reply;
-    while (status >= 100 && status < 200) {
-        const char *next = strstr(final, "\r\n\r\n");
-        if (!next || sscanf(next + 4, "HTTP/1.%*d %ld", &status) != 1) return 0;
-        final = next + 4;
-    }
-    memmove(reply, final, strlen(final) + 1);
-    return status;
-}
-
-START_TEST(test_half_closed_clients_get_their_whole_wait)
-{
-    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
-    json_t *job = e2e_long_job_new(4000);
-    char *text = json_dumps(job, JSON_COMPACT);
-    char *id = e2e_submit_ok(d, job);
-    json_decref(job);
-    char request[1024], reply[16384];
-
-    /* A wait on a running job: the answer comes when the job has ended, not at the EOF. */
-    snprintf(request, sizeof request, "GET /v1/jobs/%s/wait?timeout=30 HTTP/1.1\r\nHost: x\r\n\r\n",
-             id);
-    double start = e2e_now();
-    ck_assert_int_eq(half_closed_exchange(d, request, 20, reply, sizeof reply), 200);
-    ck_assert_msg(strstr(reply, "\"state\":\"succeeded\""), "wait answered early: %s", reply);
-    ck_assert_double_ge(e2e_now() - start, 2.5);
-
-    /* A submission that waits for its job, the same. */
-    int n = snprintf(request, sizeof request,
-                     "POST /v1/jobs?wait=30 HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                     strlen(text), text);
-    ck_assert_int_lt(n, (int)sizeof request);
-    long status = half_closed_exchange(d, request, 20, reply, sizeof reply);
-    ck_assert_msg(status == 200 || status == 201, "status %ld: %s", status, reply);
-    ck_assert_msg(strstr(reply, "\"state\":\"succeeded\""), "wait answered early: %s", reply);
-    free(text);
-    free(id);
-    e2e_daemon_free(d);
-}
-END_TEST
-
 /* Fills the filesystem of dir with a file until it has no room; returns its path in path. */
 static void fill_disk(const char *dir, char *path, size_t size)
 {
@@ -578,7 +512,6 @@ int main(void)
     tcase_add_test(tc, test_slow_clients_are_cut_and_lock_nobody_out);
     tcase_add_test(tc, test_ambiguous_requests_answer_400);
     tcase_add_test(tc, test_submission_wait_of_a_closed_client_is_released);
-    tcase_add_test(tc, test_half_closed_clients_get_their_whole_wait);
     tcase_add_test(tc, test_submission_on_a_full_disk_answers_507);
     tcase_add_test(tc, test_full_disk_commits_answer_507_and_readyz_is_not_ready);
     tcase_add_test(tc, test_buffer_delete_frees_space_on_a_full_disk);
