@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "gpujob.h"
 
 /* Exit statuses, documented in gpujob(1). */
@@ -23,6 +25,31 @@ typedef struct cli {
     bool json;          /* machine-readable output */
     gpujob_client_t *client;
 } cli_t;
+
+/* Options every subcommand accepts, handled by cli_common_option; a subcommand numbers its own
+ * options from 2000. */
+enum { OPT_URL = 1000, OPT_JSON, OPT_VERSION, OPT_CACERT };
+#define COMMON_LONG_OPTIONS                                                                        \
+    {"url", required_argument, NULL, OPT_URL}, {"json", no_argument, NULL, OPT_JSON},              \
+        {"cacert", required_argument, NULL, OPT_CACERT},                                           \
+    {                                                                                              \
+        "help", no_argument, NULL, 'h'                                                             \
+    }
+/* Handles a common option (getopt's optarg); returns true when opt was one. */
+bool cli_common_option(cli_t *cli, int opt);
+/* Prints "gpujob CMD: MESSAGE" and a hint to stderr; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports a failed library call and picks the exit status from the kind of failure. */
+int cli_api_error(cli_t *cli, const char *what, int r);
+/* Makes cli->client from the options: CLI_EXIT_OK, or the exit status of a failure (said). */
+int cli_connect(cli_t *cli);
+/* Prints JSON indented: a value (taken: it is freed), or a text (as is when it does not parse). */
+void cli_print_json(json_t *v);
+void cli_print_json_text(const char *text);
+
+/* The subcommands of their own files. */
+int cli_cmd_usage(cli_t *cli, int argc, char **argv);
+int cli_cmd_token(cli_t *cli, int argc, char **argv);
 
 /* Human-readable durations ("850 us", "12.3 ms", "4.20 s", "3m07s", "2h05m"; "-" for ms < 0)
  * and sizes ("512 B", "1.5 KiB"), written into buf; each returns buf. */

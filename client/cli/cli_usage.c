@@ -1,5 +1,7 @@
-/* Human output of `gpujob usage`: what the user holds now, the totals of the jobs that ended in
- * the report's range, and one table row per user, day and op of the daemon's rollup. */
+/* `gpujob usage`: its options, and its human output: what the user holds now, the totals of the
+ * jobs that ended in the report's range, and one table row per user, day and op of the daemon's
+ * rollup. */
+#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,4 +62,62 @@ void cli_usage_print(const gpujob_usage_report_t *report)
     if (report->n_rows == 0) return;
     putchar('\n');
     usage_table_print(report);
+}
+
+/* Parses usage's options into q: CLI_EXIT_OK, or the exit status of a usage error. */
+static int usage_parse_options(cli_t *cli, int argc, char **argv, gpujob_usage_query_t *q,
+                               bool *ret_help)
+{
+    static const char usage[] =
+        "usage: gpujob usage [--since DAY] [--until DAY] [--user USER | --all] [--json]\n"
+        "Shows the jobs you have queued and running, your buffers, and what your jobs that\n"
+        "ended used: totals, then one row per day and op (days are UTC, and outlive the jobs).\n"
+        "  --since DAY   from this day on (2026-03-01, or an RFC 3339 time)\n"
+        "  --until DAY   up to and including this day\n"
+        "  --user USER   USER's usage (admins only, unless USER is you)\n"
+        "  --all         every user's usage, one row per user, day and op (admins only)\n";
+    enum { OPT_SINCE = 2000, OPT_UNTIL, OPT_USER, OPT_ALL };
+    static const struct option opts[] = {COMMON_LONG_OPTIONS,
+                                         {"since", required_argument, NULL, OPT_SINCE},
+                                         {"until", required_argument, NULL, OPT_UNTIL},
+                                         {"user", required_argument, NULL, OPT_USER},
+                                         {"all", no_argument, NULL, OPT_ALL},
+                                         {0}};
+    bool all = false;
+    int opt;
+    *ret_help = false;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (opt == 'h') {
+            fputs(usage, stdout);
+            *ret_help = true;
+            return CLI_EXIT_OK;
+        }
+        if (opt == OPT_SINCE) q->since = optarg;
+        if (opt == OPT_UNTIL) q->until = optarg;
+        if (opt == OPT_USER) q->user = optarg;
+        if (opt == OPT_ALL) all = true;
+        if (opt < OPT_SINCE && !cli_common_option(cli, opt))
+            return cli_usage_error("usage", "unknown option");
+    }
+    if (optind != argc) return cli_usage_error("usage", "unexpected argument '%s'", argv[optind]);
+    if (all && q->user) return cli_usage_error("usage", "--user and --all exclude each other");
+    if (all) q->user = "all";
+    return cli_connect(cli);
+}
+
+int cli_cmd_usage(cli_t *cli, int argc, char **argv)
+{
+    gpujob_usage_query_t q = {0};
+    bool help;
+    int status = usage_parse_options(cli, argc, argv, &q, &help);
+    if (status || help) return status;
+    gpujob_usage_report_t *report = NULL;
+    int r = gpujob_usage_report(cli->client, &q, &report);
+    if (r < 0) return cli_api_error(cli, "usage", r);
+    if (cli->json)
+        cli_print_json_text(report->json);
+    else
+        cli_usage_print(report);
+    gpujob_usage_report_free(report);
+    return CLI_EXIT_OK;
 }

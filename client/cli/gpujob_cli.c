@@ -47,8 +47,7 @@ static const char main_usage[] =
     "Exit status: 0 success, 1 job failed or cancelled, 2 usage or local file error,\n"
     "3 the daemon answered an error, 4 the daemon could not be reached, 5 wait timed out.\n";
 
-static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int usage_error(const char *cmd, const char *fmt, ...)
+int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -59,8 +58,7 @@ static int usage_error(const char *cmd, const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
-/* Reports a failed library call and picks the exit status from the kind of failure. */
-static int api_error(cli_t *cli, const char *what, int r)
+int cli_api_error(cli_t *cli, const char *what, int r)
 {
     const char *msg = cli->client ? gpujob_errmsg(cli->client) : "";
     fprintf(stderr, "gpujob: %s: %s\n", what, msg && msg[0] ? msg : gpujob_strerror(r));
@@ -82,7 +80,7 @@ static int api_error(cli_t *cli, const char *what, int r)
     }
 }
 
-static int connect_client(cli_t *cli)
+int cli_connect(cli_t *cli)
 {
     char err[512] = "";
     int r = gpujob_client_new(cli->url, &cli->client, err, sizeof err);
@@ -100,17 +98,7 @@ static int connect_client(cli_t *cli)
     return CLI_EXIT_OK;
 }
 
-/* Options every subcommand accepts. */
-enum { OPT_URL = 1000, OPT_JSON, OPT_VERSION, OPT_CACERT };
-#define COMMON_LONG_OPTIONS                                                                        \
-    {"url", required_argument, NULL, OPT_URL}, {"json", no_argument, NULL, OPT_JSON},              \
-        {"cacert", required_argument, NULL, OPT_CACERT},                                           \
-    {                                                                                              \
-        "help", no_argument, NULL, 'h'                                                             \
-    }
-
-/* Handles a common option; returns true when opt was one. */
-static bool common_option(cli_t *cli, int opt)
+bool cli_common_option(cli_t *cli, int opt)
 {
     switch (opt) {
     case OPT_URL:
@@ -147,7 +135,7 @@ static int parse_seconds(const char *text, double *ret)
     return 0;
 }
 
-static void print_json_text(const char *text)
+void cli_print_json_text(const char *text)
 {
     json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
     char *pretty = v ? json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY) : NULL;
@@ -156,7 +144,7 @@ static void print_json_text(const char *text)
     json_decref(v);
 }
 
-static void print_json(json_t *v)
+void cli_print_json(json_t *v)
 {
     char *text = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
     if (text) puts(text);
@@ -262,7 +250,7 @@ static int wait_job(cli_t *cli, const char *id, double timeout_s, gpujob_job_t *
     int r = gpujob_wait_progress(cli->client, id, timeout_s, 0.5, progress ? on_progress : NULL,
                                  NULL, ret);
     if (progress) fprintf(stderr, "\r\033[K");
-    return r < 0 ? api_error(cli, "wait", r) : CLI_EXIT_OK;
+    return r < 0 ? cli_api_error(cli, "wait", r) : CLI_EXIT_OK;
 }
 
 /* ---- Commands ---------------------------------------------------------------------------- */
@@ -275,15 +263,15 @@ static int cmd_info(cli_t *cli, int argc, char **argv)
     int opt;
     while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         if (opt == 'h') return fputs(usage, stdout), CLI_EXIT_OK;
-        if (!common_option(cli, opt)) return usage_error("info", "unknown option");
+        if (!cli_common_option(cli, opt)) return cli_usage_error("info", "unknown option");
     }
-    if (optind != argc) return usage_error("info", "unexpected argument '%s'", argv[optind]);
-    int r = connect_client(cli);
+    if (optind != argc) return cli_usage_error("info", "unexpected argument '%s'", argv[optind]);
+    int r = cli_connect(cli);
     if (r) return r;
     gpujob_info_t *info = NULL;
-    if ((r = gpujob_info(cli->client, &info)) < 0) return api_error(cli, "info", r);
+    if ((r = gpujob_info(cli->client, &info)) < 0) return cli_api_error(cli, "info", r);
     if (cli->json) {
-        print_json_text(gpujob_info_json(info));
+        cli_print_json_text(gpujob_info_json(info));
         gpujob_info_free(info);
         return CLI_EXIT_OK;
     }
@@ -363,7 +351,7 @@ static int add_input(gpujob_spec_t *spec, const char *arg)
 {
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg || !eq[1])
-        return usage_error("run", "-i wants NAME=FILE.npy, not '%s'", arg);
+        return cli_usage_error("run", "-i wants NAME=FILE.npy, not '%s'", arg);
     char *name = strndup(arg, (size_t)(eq - arg));
     int r = 0;
     if (strncmp(eq + 1, "buffer:", 7) == 0) {
@@ -404,7 +392,7 @@ static int save_output(cli_t *cli, const char *id, const char *name, const char 
     if (r < 0) {
         char what[160];
         snprintf(what, sizeof what, "output %s", name);
-        return api_error(cli, what, r);
+        return cli_api_error(cli, what, r);
     }
     r = write_file(path, data, len);
     free(data);
@@ -444,7 +432,7 @@ static int run_apply_option(cli_t *cli, int opt, char *arg, run_options_t *o)
     case 'o': {
         char *eq = strchr(arg, '=');
         if (!eq || eq == arg || !eq[1])
-            return usage_error("run", "-o wants NAME=FILE.npy, not '%s'", arg);
+            return cli_usage_error("run", "-o wants NAME=FILE.npy, not '%s'", arg);
         *eq = '\0';
         o->outputs[o->no++] = (output_request_t){arg, eq + 1};
         o->wait = true;
@@ -455,23 +443,24 @@ static int run_apply_option(cli_t *cli, int opt, char *arg, run_options_t *o)
         break;
     case RUN_OPT_TIMEOUT:
         if (parse_seconds(arg, &o->timeout_s) < 0)
-            return usage_error("run", "--timeout wants seconds, not '%s'", arg);
+            return cli_usage_error("run", "--timeout wants seconds, not '%s'", arg);
         break;
     case RUN_OPT_PRIORITY:
         if (parse_long(arg, -100, 100, &o->priority) < 0)
-            return usage_error("run", "--priority wants an integer in -100..100, not '%s'", arg);
+            return cli_usage_error("run", "--priority wants an integer in -100..100, not '%s'",
+                                   arg);
         o->has_priority = true;
         break;
     case RUN_OPT_DEVICE:
         if (parse_long(arg, 0, 1 << 20, &o->device) < 0)
-            return usage_error("run", "--device wants a GPU index, not '%s'", arg);
+            return cli_usage_error("run", "--device wants a GPU index, not '%s'", arg);
         break;
     case RUN_OPT_DEADLINE:
         if (parse_long(arg, 1, 1L << 40, &o->deadline) < 0)
-            return usage_error("run", "--deadline wants milliseconds, not '%s'", arg);
+            return cli_usage_error("run", "--deadline wants milliseconds, not '%s'", arg);
         break;
     default:
-        if (!common_option(cli, opt)) return usage_error("run", "unknown option");
+        if (!cli_common_option(cli, opt)) return cli_usage_error("run", "unknown option");
     }
     return CLI_EXIT_OK;
 }
@@ -516,8 +505,9 @@ static int run_parse_options(cli_t *cli, int argc, char **argv, run_options_t *o
         int status = run_apply_option(cli, opt, optarg, o);
         if (status) return status;
     }
-    if (optind >= argc) return usage_error("run", "missing OP (see 'gpujob info' for the ops)");
-    if (optind + 1 < argc) return usage_error("run", "unexpected argument '%s'", argv[optind + 1]);
+    if (optind >= argc) return cli_usage_error("run", "missing OP (see 'gpujob info' for the ops)");
+    if (optind + 1 < argc)
+        return cli_usage_error("run", "unexpected argument '%s'", argv[optind + 1]);
     return CLI_EXIT_OK;
 }
 
@@ -528,7 +518,7 @@ static int run_fill_spec(gpujob_spec_t *spec, const run_options_t *o)
     int status = CLI_EXIT_OK;
     for (int k = 0; status == CLI_EXIT_OK && k < o->np; k++)
         if (add_param(spec, o->params[k]) < 0)
-            status = usage_error("run", "-p wants KEY=VALUE, not '%s'", o->params[k]);
+            status = cli_usage_error("run", "-p wants KEY=VALUE, not '%s'", o->params[k]);
     for (int k = 0; status == CLI_EXIT_OK && k < o->ni; k++)
         status = add_input(spec, o->inputs[k]);
     if (o->has_priority) gpujob_spec_set_priority(spec, (int)o->priority);
@@ -541,7 +531,7 @@ static int run_fill_spec(gpujob_spec_t *spec, const run_options_t *o)
 static int run_report_outcome(cli_t *cli, const gpujob_job_t *done, const run_options_t *o)
 {
     if (cli->json)
-        print_json_text(gpujob_job_json(done));
+        cli_print_json_text(gpujob_job_json(done));
     else
         print_job_outcome(done);
     int status = job_outcome_status(done);
@@ -562,11 +552,11 @@ static int run_submit(cli_t *cli, gpujob_spec_t *spec, const run_options_t *o)
                                                                   : 0.5;
     gpujob_job_t *job = NULL, *done = NULL;
     int r = gpujob_submit_wait(cli->client, spec, first_wait, &job);
-    if (r < 0) return api_error(cli, "submit", r);
+    if (r < 0) return cli_api_error(cli, "submit", r);
     int status = CLI_EXIT_OK;
     if (!o->wait) {
         if (cli->json)
-            print_json_text(gpujob_job_json(job));
+            cli_print_json_text(gpujob_job_json(job));
         else
             printf("%s\n", gpujob_job_id(job));
     } else if (gpujob_state_is_final(gpujob_job_state(job))) {
@@ -594,9 +584,9 @@ static int cmd_run(cli_t *cli, int argc, char **argv)
     if (status || help) return status;
 
     gpujob_spec_t *spec = NULL;
-    if (gpujob_spec_new(argv[optind], &spec) < 0) return usage_error("run", "bad OP");
+    if (gpujob_spec_new(argv[optind], &spec) < 0) return cli_usage_error("run", "bad OP");
     status = run_fill_spec(spec, &o);
-    if (status == CLI_EXIT_OK) status = connect_client(cli);
+    if (status == CLI_EXIT_OK) status = cli_connect(cli);
     if (status == CLI_EXIT_OK) status = run_submit(cli, spec, &o);
     gpujob_spec_free(spec);
     return status;
@@ -615,12 +605,12 @@ static int parse_simple(cli_t *cli, const char *cmd, const char *usage, int argc
             *ret_help = true;
             return CLI_EXIT_OK;
         }
-        if (!common_option(cli, opt)) return usage_error(cmd, "unknown option");
+        if (!cli_common_option(cli, opt)) return cli_usage_error(cmd, "unknown option");
     }
-    if (argc - optind < nargs) return usage_error(cmd, "missing argument");
+    if (argc - optind < nargs) return cli_usage_error(cmd, "missing argument");
     if (argc - optind > nargs)
-        return usage_error(cmd, "unexpected argument '%s'", argv[optind + nargs]);
-    return connect_client(cli);
+        return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + nargs]);
+    return cli_connect(cli);
 }
 
 static int cmd_status(cli_t *cli, int argc, char **argv)
@@ -633,9 +623,9 @@ static int cmd_status(cli_t *cli, int argc, char **argv)
     if (status || help) return status;
     gpujob_job_t *job = NULL;
     int r = gpujob_get(cli->client, argv[optind], &job);
-    if (r < 0) return api_error(cli, "status", r);
+    if (r < 0) return cli_api_error(cli, "status", r);
     if (cli->json)
-        print_json_text(gpujob_job_json(job));
+        cli_print_json_text(gpujob_job_json(job));
     else
         print_job(job);
     gpujob_job_free(job);
@@ -657,18 +647,18 @@ static int cmd_wait(cli_t *cli, int argc, char **argv)
         if (opt == 'h') return fputs(usage, stdout), CLI_EXIT_OK;
         if (opt == OPT_TIMEOUT) {
             if (parse_seconds(optarg, &timeout_s) < 0)
-                return usage_error("wait", "--timeout wants seconds, not '%s'", optarg);
-        } else if (!common_option(cli, opt)) {
-            return usage_error("wait", "unknown option");
+                return cli_usage_error("wait", "--timeout wants seconds, not '%s'", optarg);
+        } else if (!cli_common_option(cli, opt)) {
+            return cli_usage_error("wait", "unknown option");
         }
     }
-    if (argc - optind != 1) return usage_error("wait", "wants one job ID");
-    int status = connect_client(cli);
+    if (argc - optind != 1) return cli_usage_error("wait", "wants one job ID");
+    int status = cli_connect(cli);
     gpujob_job_t *job = NULL;
     if (status == CLI_EXIT_OK) status = wait_job(cli, argv[optind], timeout_s, &job);
     if (status != CLI_EXIT_OK) return status;
     if (cli->json)
-        print_json_text(gpujob_job_json(job));
+        cli_print_json_text(gpujob_job_json(job));
     else
         print_job_outcome(job);
     status = job_outcome_status(job);
@@ -705,7 +695,7 @@ static int ls_parse_options(cli_t *cli, int argc, char **argv, gpujob_list_query
             return CLI_EXIT_OK;
         case OPT_STATE:
             if (gpujob_state_parse(optarg, &s) < 0)
-                return usage_error("ls", "unknown state '%s'", optarg);
+                return cli_usage_error("ls", "unknown state '%s'", optarg);
             q->state = optarg;
             break;
         case OPT_OP:
@@ -713,17 +703,17 @@ static int ls_parse_options(cli_t *cli, int argc, char **argv, gpujob_list_query
             break;
         case OPT_LIMIT:
             if (parse_long(optarg, 1, 1000, &limit) < 0)
-                return usage_error("ls", "--limit wants 1..1000, not '%s'", optarg);
+                return cli_usage_error("ls", "--limit wants 1..1000, not '%s'", optarg);
             q->limit = (int)limit;
             break;
         case OPT_ALL:
             *all = true;
             break;
         default:
-            if (!common_option(cli, opt)) return usage_error("ls", "unknown option");
+            if (!cli_common_option(cli, opt)) return cli_usage_error("ls", "unknown option");
         }
     }
-    if (optind != argc) return usage_error("ls", "unexpected argument '%s'", argv[optind]);
+    if (optind != argc) return cli_usage_error("ls", "unexpected argument '%s'", argv[optind]);
     return CLI_EXIT_OK;
 }
 
@@ -756,7 +746,7 @@ static int ls_fetch(cli_t *cli, gpujob_list_query_t *q, bool all, cli_table_t *t
         int r = gpujob_list(cli->client, q, &list);
         if (r < 0) {
             free(cursor);
-            return api_error(cli, "ls", r);
+            return cli_api_error(cli, "ls", r);
         }
         for (size_t i = 0; i < gpujob_job_list_count(list); i++)
             ls_add_job(t, jobs, gpujob_job_list_at(list, i));
@@ -775,7 +765,7 @@ static int cmd_ls(cli_t *cli, int argc, char **argv)
     bool all = false, help;
     int status = ls_parse_options(cli, argc, argv, &q, &all, &help);
     if (status || help) return status;
-    status = connect_client(cli);
+    status = cli_connect(cli);
     if (status) return status;
 
     cli_table_t *t = cli_table_new(7);
@@ -786,8 +776,8 @@ static int cmd_ls(cli_t *cli, int argc, char **argv)
     status = ls_fetch(cli, &q, all, t, jobs, &cursor);
     if (status == CLI_EXIT_OK) {
         if (cli->json) {
-            print_json(json_pack("{s:O, s:o}", "jobs", jobs, "next",
-                                 cursor ? json_string(cursor) : json_null()));
+            cli_print_json(json_pack("{s:O, s:o}", "jobs", jobs, "next",
+                                     cursor ? json_string(cursor) : json_null()));
         } else {
             cli_table_print(t);
             if (cursor) fprintf(stderr, "(more: gpujob ls --all, or --limit)\n");
@@ -811,10 +801,10 @@ static int cmd_cancel(cli_t *cli, int argc, char **argv)
     if (status || help) return status;
     gpujob_job_t *job = NULL;
     int r = gpujob_cancel(cli->client, argv[optind], &job);
-    if (r < 0) return api_error(cli, "cancel", r);
+    if (r < 0) return cli_api_error(cli, "cancel", r);
     const char *outcome = gpujob_job_cancel_outcome(job);
     if (cli->json)
-        print_json_text(gpujob_job_json(job));
+        cli_print_json_text(gpujob_job_json(job));
     else if (outcome)
         printf("%s %s (%s)\n", gpujob_job_id(job), gpujob_state_name(gpujob_job_state(job)),
                outcome);
@@ -844,12 +834,12 @@ static int cmd_out(cli_t *cli, int argc, char **argv)
             path = optarg;
         else if (opt == OPT_RAW)
             raw = true;
-        else if (!common_option(cli, opt))
-            return usage_error("out", "unknown option");
+        else if (!cli_common_option(cli, opt))
+            return cli_usage_error("out", "unknown option");
     }
-    if (argc - optind != 2) return usage_error("out", "wants a job ID and an output NAME");
-    if (!path) return usage_error("out", "missing -o FILE");
-    int status = connect_client(cli);
+    if (argc - optind != 2) return cli_usage_error("out", "wants a job ID and an output NAME");
+    if (!path) return cli_usage_error("out", "missing -o FILE");
+    int status = cli_connect(cli);
     if (status == CLI_EXIT_OK) status = save_output(cli, argv[optind], argv[optind + 1], path, raw);
     return status;
 }
@@ -884,32 +874,34 @@ static int cmd_buf(cli_t *cli, int argc, char **argv)
         if (opt == 'h') return fputs(usage, stdout), CLI_EXIT_OK;
         if (opt == OPT_RESIDENT)
             resident = true;
-        else if (!common_option(cli, opt))
-            return usage_error("buf", "unknown option");
+        else if (!cli_common_option(cli, opt))
+            return cli_usage_error("buf", "unknown option");
     }
     const char *verb = optind < argc ? argv[optind] : "";
     bool keep = strcmp(verb, "keep") == 0;
     if (argc - optind != (keep ? 3 : 2))
-        return usage_error("buf", "wants put FILE, keep JOB OUTPUT, get ID or rm ID");
+        return cli_usage_error("buf", "wants put FILE, keep JOB OUTPUT, get ID or rm ID");
     const char *arg = argv[optind + 1];
     if (strcmp(verb, "put") && !keep && strcmp(verb, "get") && strcmp(verb, "rm"))
-        return usage_error("buf", "unknown action '%s' (put, keep, get or rm)", verb);
-    int status = connect_client(cli);
+        return cli_usage_error("buf", "unknown action '%s' (put, keep, get or rm)", verb);
+    int status = cli_connect(cli);
     if (status) return status;
     gpujob_buffer_t b;
     int r;
     if (strcmp(verb, "rm") == 0) {
-        if ((r = gpujob_buffer_delete(cli->client, arg)) < 0) return api_error(cli, "buf rm", r);
+        if ((r = gpujob_buffer_delete(cli->client, arg)) < 0)
+            return cli_api_error(cli, "buf rm", r);
         if (cli->json)
-            print_json(json_pack("{s:s, s:b}", "id", arg, "deleted", 1));
+            cli_print_json(json_pack("{s:s, s:b}", "id", arg, "deleted", 1));
         else
             printf("deleted %s\n", arg);
         return CLI_EXIT_OK;
     }
     if (strcmp(verb, "get") == 0) {
-        if ((r = gpujob_buffer_get(cli->client, arg, &b)) < 0) return api_error(cli, "buf get", r);
+        if ((r = gpujob_buffer_get(cli->client, arg, &b)) < 0)
+            return cli_api_error(cli, "buf get", r);
         if (cli->json) {
-            print_json(buffer_json(&b));
+            cli_print_json(buffer_json(&b));
         } else {
             char shape[160], size[64];
             printf("id:        %s\n", b.id);
@@ -922,7 +914,7 @@ static int cmd_buf(cli_t *cli, int argc, char **argv)
     }
     if (keep) {
         r = gpujob_buffer_keep(cli->client, arg, argv[optind + 2], resident, &b);
-        if (r < 0) return api_error(cli, "buf keep", r);
+        if (r < 0) return cli_api_error(cli, "buf keep", r);
     } else {
         r = gpujob_buffer_put_file(cli->client, arg, resident, &b);
         /* A file that cannot be read or parsed is the caller's, not the daemon's, error. */
@@ -931,207 +923,12 @@ static int cmd_buf(cli_t *cli, int argc, char **argv)
             fprintf(stderr, "gpujob buf put: %s\n", gpujob_errmsg(cli->client));
             return CLI_EXIT_USAGE;
         }
-        if (r < 0) return api_error(cli, "buf put", r);
+        if (r < 0) return cli_api_error(cli, "buf put", r);
     }
     if (cli->json)
-        print_json(buffer_json(&b));
+        cli_print_json(buffer_json(&b));
     else
         printf("%s\n", b.id);
-    return CLI_EXIT_OK;
-}
-
-/* Parses usage's options into q: CLI_EXIT_OK, or the exit status of a usage error. */
-static int usage_parse_options(cli_t *cli, int argc, char **argv, gpujob_usage_query_t *q,
-                               bool *ret_help)
-{
-    static const char usage[] =
-        "usage: gpujob usage [--since DAY] [--until DAY] [--user USER | --all] [--json]\n"
-        "Shows the jobs you have queued and running, your buffers, and what your jobs that\n"
-        "ended used: totals, then one row per day and op (days are UTC, and outlive the jobs).\n"
-        "  --since DAY   from this day on (2026-03-01, or an RFC 3339 time)\n"
-        "  --until DAY   up to and including this day\n"
-        "  --user USER   USER's usage (admins only, unless USER is you)\n"
-        "  --all         every user's usage, one row per user, day and op (admins only)\n";
-    enum { OPT_SINCE = 2000, OPT_UNTIL, OPT_USER, OPT_ALL };
-    static const struct option opts[] = {COMMON_LONG_OPTIONS,
-                                         {"since", required_argument, NULL, OPT_SINCE},
-                                         {"until", required_argument, NULL, OPT_UNTIL},
-                                         {"user", required_argument, NULL, OPT_USER},
-                                         {"all", no_argument, NULL, OPT_ALL},
-                                         {0}};
-    bool all = false;
-    int opt;
-    *ret_help = false;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (opt == 'h') {
-            fputs(usage, stdout);
-            *ret_help = true;
-            return CLI_EXIT_OK;
-        }
-        if (opt == OPT_SINCE) q->since = optarg;
-        if (opt == OPT_UNTIL) q->until = optarg;
-        if (opt == OPT_USER) q->user = optarg;
-        if (opt == OPT_ALL) all = true;
-        if (opt < OPT_SINCE && !common_option(cli, opt))
-            return usage_error("usage", "unknown option");
-    }
-    if (optind != argc) return usage_error("usage", "unexpected argument '%s'", argv[optind]);
-    if (all && q->user) return usage_error("usage", "--user and --all exclude each other");
-    if (all) q->user = "all";
-    return connect_client(cli);
-}
-
-static int cmd_usage(cli_t *cli, int argc, char **argv)
-{
-    gpujob_usage_query_t q = {0};
-    bool help;
-    int status = usage_parse_options(cli, argc, argv, &q, &help);
-    if (status || help) return status;
-    gpujob_usage_report_t *report = NULL;
-    int r = gpujob_usage_report(cli->client, &q, &report);
-    if (r < 0) return api_error(cli, "usage", r);
-    if (cli->json)
-        print_json_text(report->json);
-    else
-        cli_usage_print(report);
-    gpujob_usage_report_free(report);
-    return CLI_EXIT_OK;
-}
-
-/* "90d", "12h", "30m", "45s", "2w" or plain seconds, 1 s to ten years: 0 or -EINVAL. */
-static int parse_duration(const char *text, int64_t *ret)
-{
-    static const struct {
-        char unit;
-        int64_t s;
-    } units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}, {'w', 7 * 86400}};
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (end == text || v < 1 || errno == ERANGE || text[0] == '-' || text[0] == '+') return -EINVAL;
-    int64_t scale = end[0] ? 0 : 1;
-    for (size_t i = 0; i < sizeof units / sizeof units[0] && end[0] && !end[1]; i++)
-        if (end[0] == units[i].unit) scale = units[i].s;
-    const int64_t ten_years = 10LL * 366 * 86400;
-    if (scale == 0 || v > ten_years / scale) return -EINVAL;
-    *ret = v * scale;
-    return 0;
-}
-
-static json_t *token_json(const gpujob_token_t *t)
-{
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "id", t->id, "name", t->name, "owner", t->owner,
-                          "created_at", t->created_at);
-    json_object_set_new(o, "expires_at",
-                        t->expires_at[0] ? json_string(t->expires_at) : json_null());
-    json_object_set_new(o, "last_used_at",
-                        t->last_used_at[0] ? json_string(t->last_used_at) : json_null());
-    return o;
-}
-
-/* token create: the token's text alone on stdout (for $(...)), what it is on stderr. */
-static int token_create(cli_t *cli, const char *name, int64_t expires_in_s)
-{
-    gpujob_token_t t;
-    char text[GPUJOB_TOKEN_SIZE];
-    int r = gpujob_token_create(cli->client, name, expires_in_s, &t, text);
-    if (r < 0) return api_error(cli, "token create", r);
-    if (cli->json) {
-        json_t *o = token_json(&t);
-        json_object_set_new(o, "token", json_string(text));
-        print_json(o);
-    } else {
-        printf("%s\n", text);
-        fprintf(stderr,
-                "gpujob: token %s ('%s') of %s, expires %s. It is shown this once: use it as\n"
-                "GPUJOB_TOKEN; revoke it with 'gpujob token revoke %s'.\n",
-                t.id, t.name, t.owner, t.expires_at[0] ? t.expires_at : "never", t.id);
-    }
-    explicit_bzero(text, sizeof text);
-    return CLI_EXIT_OK;
-}
-
-static int token_list(cli_t *cli, const char *user)
-{
-    gpujob_token_t *list = NULL;
-    size_t n = 0;
-    int r = gpujob_token_list(cli->client, user, &list, &n);
-    if (r < 0) return api_error(cli, "token list", r);
-    if (cli->json) {
-        json_t *arr = json_array();
-        for (size_t i = 0; i < n; i++)
-            json_array_append_new(arr, token_json(&list[i]));
-        print_json(json_pack("{s:o}", "tokens", arr));
-    } else {
-        cli_table_t *t = cli_table_new(6);
-        const char *head[] = {"ID", "NAME", "OWNER", "CREATED", "EXPIRES", "LAST USED"};
-        cli_table_add(t, head);
-        for (size_t i = 0; i < n; i++) {
-            const gpujob_token_t *k = &list[i];
-            const char *row[] = {k->id,
-                                 k->name,
-                                 k->owner,
-                                 k->created_at,
-                                 k->expires_at[0] ? k->expires_at : "never",
-                                 k->last_used_at[0] ? k->last_used_at : "-"};
-            cli_table_add(t, row);
-        }
-        cli_table_print(t);
-        cli_table_free(t);
-    }
-    free(list);
-    return CLI_EXIT_OK;
-}
-
-static int cmd_token(cli_t *cli, int argc, char **argv)
-{
-    static const char usage[] =
-        "usage: gpujob token create NAME [--expires DURATION] [--json]\n"
-        "       gpujob token list [--user USER] [--json]\n"
-        "       gpujob token revoke ID\n"
-        "Mints a token for you (over the server's Unix socket; it prints the token once, to use\n"
-        "as GPUJOB_TOKEN from elsewhere), lists your tokens (an admin: anyone's) without their\n"
-        "secrets, or revokes one.\n"
-        "  --expires DURATION   the token's life: 90d, 12h, 30m, 45s, 2w (default: never)\n"
-        "  --user USER          list USER's tokens (admins only, unless USER is you)\n";
-    enum { OPT_EXPIRES = 2000, OPT_USER };
-    static const struct option opts[] = {COMMON_LONG_OPTIONS,
-                                         {"expires", required_argument, NULL, OPT_EXPIRES},
-                                         {"user", required_argument, NULL, OPT_USER},
-                                         {0}};
-    int64_t expires = 0;
-    const char *user = NULL;
-    int opt;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (opt == 'h') return fputs(usage, stdout), CLI_EXIT_OK;
-        if (opt == OPT_EXPIRES && parse_duration(optarg, &expires) < 0)
-            return usage_error("token",
-                               "--expires '%s' is not a duration such as 90d, 12h or "
-                               "30m (ten years at most)",
-                               optarg);
-        if (opt == OPT_USER) user = optarg;
-        if (opt != OPT_EXPIRES && opt != OPT_USER && !common_option(cli, opt))
-            return usage_error("token", "unknown option");
-    }
-    const char *verb = optind < argc ? argv[optind] : "";
-    int want = strcmp(verb, "list") == 0 ? 1 : 2;
-    if (strcmp(verb, "create") && strcmp(verb, "list") && strcmp(verb, "revoke"))
-        return usage_error("token", "wants create NAME, list or revoke ID");
-    if (argc - optind != want)
-        return usage_error("token", "%s wants %s", verb,
-                           want == 1 ? "no argument" : "one argument");
-    if ((expires && strcmp(verb, "create")) || (user && strcmp(verb, "list")))
-        return usage_error("token", "--expires goes with create, --user with list");
-    int status = connect_client(cli);
-    if (status) return status;
-    if (strcmp(verb, "create") == 0) return token_create(cli, argv[optind + 1], expires);
-    if (strcmp(verb, "list") == 0) return token_list(cli, user);
-    int r = gpujob_token_revoke(cli->client, argv[optind + 1]);
-    if (r < 0) return api_error(cli, "token revoke", r);
-    if (cli->json)
-        print_json(json_pack("{s:b}", "revoked", 1));
-    else
-        printf("revoked\n");
     return CLI_EXIT_OK;
 }
 
@@ -1139,9 +936,9 @@ static const struct command {
     const char *name;
     int (*run)(cli_t *cli, int argc, char **argv);
 } commands[] = {
-    {"info", cmd_info},   {"run", cmd_run},       {"status", cmd_status}, {"wait", cmd_wait},
-    {"ls", cmd_ls},       {"cancel", cmd_cancel}, {"out", cmd_out},       {"buf", cmd_buf},
-    {"usage", cmd_usage}, {"token", cmd_token},
+    {"info", cmd_info},       {"run", cmd_run},         {"status", cmd_status}, {"wait", cmd_wait},
+    {"ls", cmd_ls},           {"cancel", cmd_cancel},   {"out", cmd_out},       {"buf", cmd_buf},
+    {"usage", cli_cmd_usage}, {"token", cli_cmd_token},
 };
 
 int main(int argc, char **argv)
@@ -1154,9 +951,9 @@ int main(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         if (opt == 'h') return fputs(main_usage, stdout), CLI_EXIT_OK;
         if (opt == OPT_VERSION) return printf("gpujob %s\n", GPUJOB_CLIENT_VERSION), CLI_EXIT_OK;
-        if (!common_option(&cli, opt)) return usage_error(NULL, "unknown option");
+        if (!cli_common_option(&cli, opt)) return cli_usage_error(NULL, "unknown option");
     }
-    if (optind >= argc) return usage_error(NULL, "missing COMMAND");
+    if (optind >= argc) return cli_usage_error(NULL, "missing COMMAND");
     const char *name = argv[optind];
     if (strcmp(name, "help") == 0) return fputs(main_usage, stdout), CLI_EXIT_OK;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
@@ -1168,5 +965,5 @@ int main(int argc, char **argv)
         gpujob_client_free(cli.client);
         return status;
     }
-    return usage_error(NULL, "unknown command '%s'", name);
+    return cli_usage_error(NULL, "unknown command '%s'", name);
 }
