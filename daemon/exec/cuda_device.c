@@ -16,7 +16,7 @@ static int setup_failed(const device_worker_t *dw, const char *step, const char 
     return -ENODEV;
 }
 
-/* The slots' streams, events, cuBLAS handles and staging; and the device's pool. */
+/* The slots' streams, events, cuBLAS handles, staging and waiters; and the device's pool. */
 static int device_setup(device_worker_t *dw)
 {
     cudaError_t e = cudaSetDevice(dw->device);
@@ -39,6 +39,8 @@ static int device_setup(device_worker_t *dw)
             (b = cublasCreate(&s->blas)) != CUBLAS_STATUS_SUCCESS ||
             (b = cublasSetStream(s->blas, s->stream)) != CUBLAS_STATUS_SUCCESS)
             return setup_failed(dw, "creating the cuBLAS handles", cublasGetStatusString(b));
+        if (cuda_slot_grow_pinned(s, CUDA_STAGING_MIN) < 0)
+            return setup_failed(dw, "allocating a stream's pinned staging", "out of memory");
         int r = pthread_create(&s->waiter, NULL, cuda_slot_waiter, s);
         if (r != 0) return setup_failed(dw, "starting a stream's waiter thread", strerror(r));
         s->waiter_started = true;

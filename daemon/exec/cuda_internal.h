@@ -168,6 +168,11 @@ void cuda_enter_device_thread(const char *name_format, int device, int max_batch
 /* Bytes of a batch's inputs and outputs, each tensor aligned; see the definition. */
 void cuda_batch_sizes(const exec_batch_t *b, const void *const *in_ptrs, const device_worker_t *dw,
                       size_t *ret_in, size_t *ret_out);
+/* Each slot's pinned staging from the device's setup on: a batch whose copies fit allocates no
+ * page-locked memory on its launch path. A slot that must grow it gives the smaller buffer
+ * back, which waits for every kernel running on the device. */
+#define CUDA_STAGING_MIN ((size_t)1 << 20)
+
 /* Grows the slot's pinned staging to at least bytes. 0 or -ENOMEM. */
 int cuda_slot_grow_pinned(slot_t *slot, size_t bytes);
 /* Queues a batch on a free slot; 0 when its waiter now has it, else a negative errno after

@@ -108,7 +108,7 @@ int cuda_slot_grow_pinned(slot_t *slot, size_t bytes)
     cudaFreeHost(slot->pinned);
     slot->pinned = NULL;
     slot->pinned_size = 0;
-    size_t size = bytes < (1 << 20) ? (1 << 20) : bytes + bytes / 4;
+    size_t size = bytes < CUDA_STAGING_MIN ? CUDA_STAGING_MIN : bytes + bytes / 4;
     if (cudaMallocHost(&slot->pinned, size) != cudaSuccess) {
         cudaGetLastError();
         return -ENOMEM;
