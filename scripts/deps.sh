@@ -6,6 +6,7 @@ pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libuv1-d
       libsqlite3-dev check libsubunit-dev libinih-dev libcurl4-openssl-dev libjemalloc-dev
       libfast-float-dev libsodium-dev libgnutls28-dev curl openssl python3 python3-yaml
       python3-jsonschema
+      python3-numpy python3-tqdm python3-pip python3-setuptools python3-wheel  # the Python client
       passwd  # useradd and userdel: the test of two users on the Unix socket (as root)
       clang-14 libclang-rt-14-dev)  # the fuzz build: clang with libFuzzer and the sanitizers
 missing=()
@@ -18,4 +19,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "deps.sh: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# The Python client's test runs under the python3 on PATH, which may be another interpreter
+# than Debian's (a pyenv one): it needs NumPy there, and setuptools and wheel to pip-install
+# the package without fetching a build environment.
+if ! python3 -c 'import numpy, setuptools, wheel' 2>/dev/null; then
+  echo "deps.sh: installing numpy, setuptools and wheel for $(command -v python3)"
+  python3 -m pip install --quiet --root-user-action=ignore numpy setuptools wheel
 fi
