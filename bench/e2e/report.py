@@ -467,7 +467,8 @@ def uploads_section(rep, out):
         out.append("|---|---:|---:|---|---:|")
         out.append(f"| ceiling: disk, dd bs=1M conv=fsync of {mib:,.0f} MiB | {num(disk, 2)} "
                    f"| {runs(r.get('disk_gbps', []))} | | |")
-        out.append(f"| ceiling: loopback HTTP, curl -T to bench_http_sink | {num(loop, 2)} "
+        client = r.get("client", "curl -T")
+        out.append(f"| ceiling: loopback HTTP, {client} to bench_http_sink | {num(loop, 2)} "
                    f"| {runs(r.get('loopback_gbps', []))} | | |")
         for name, label, bound, ceiling in (
                 ("durable", "durable buffer", "disk", disk),
@@ -482,7 +483,7 @@ def uploads_section(rep, out):
             note = f" ({row['note']})" if row.get("note") else ""
             out.append(f"| {label}{query(row)}{note} | {best:.2f} | {runs(row['gbps'])} "
                        f"| {bound} | {num(ratio(best, ceiling), 2)} |")
-        out.append(f"\nEvery upload is the same curl -T of {mib:,.0f} MiB of zeros (Expect off, "
+        out.append(f"\nEvery upload is the same {client} of {mib:,.0f} MiB of zeros (Expect off, "
                    f"read from a file in {r.get('source_dir')}) to POST /v1/buffers?dtype=f32; "
                    f"the rate is its bytes over curl's time_total, the answer included. "
                    f"{r['runs']} runs each, the best counting. The loopback ceiling is a C "

@@ -280,7 +280,7 @@ find_wrk() {
 peer_missing() {
   local mods=aiohttp
   [ "$2" = litserve ] && mods=litserve
-  PYTHONPATH=$1 "$peer_py" -c "import sys
+  PYTHONPATH=$1 LD_LIBRARY_PATH=$peer_libs "$peer_py" -c "import sys
 import $mods
 try:
     import torch
@@ -337,32 +337,36 @@ PY
 }
 
 # Starts peer NAME (its script and arguments after PYTHONPATH) in a session of its own, so that
-# stop_peer ends every process it forked; sets url and pid, or fails. The libraries that
-# .gpu/env.sh unpacks for the daemon ($GPUDEPS) are left off the peer's LD_LIBRARY_PATH, so that
-# PyTorch and its packages load the image's own.
+# stop_peer ends every process it forked; sets url and pid, or fails.
 start_peer() {
-  local name=$1 site=$2 libs
+  local name=$1 site=$2
   shift 2
-  libs=$(tr ':' '\n' <<<"${LD_LIBRARY_PATH:-}" | grep -v "^${GPUDEPS:-/nonexistent}" |
-    paste -sd: -) || true
-  PYTHONPATH=$site LD_LIBRARY_PATH=$libs setsid "$peer_py" "$@" >"$dir/paths-$name.log" 2>&1 &
+  local session=setsid
+  command -v setsid >/dev/null || session=env # then only the peer's first process is ended
+  PYTHONPATH=$site LD_LIBRARY_PATH=$peer_libs $session "$peer_py" "$@" >"$dir/paths-$name.log" 2>&1 &
   pid=$!
-  echo "-$pid" >>"$dir/pids"
+  echo "$pid" >>"$dir/pids"
+  [ $session = env ] || echo "-$pid" >>"$dir/pids"
   url=$(wait_for_url "$dir/paths-$name.log" "$pid" 180)
 }
 
+# SIGTERM to the peer's session, up to 5 s for its first process to end (LitServe's forked
+# processes outlive it), then SIGKILL to whatever of the session is left.
 stop_peer() {
-  kill -TERM -- "-$pid" 2>/dev/null || true
-  wait "$pid" || true
-  sleep 0.5
-  kill -KILL -- "-$pid" 2>/dev/null || true
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    grep -qs '^State:[[:space:]]*[RSD]' "/proc/$pid/status" || break
+    sleep 0.1
+  done
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
 }
 
 # One peer's rows (JSON waited only); a peer that cannot run leaves paths-NAME.json saying why.
 paths_peer() {
   local name=$1 site=$2 why
   shift 2
-  why=$(peer_missing "$site" "$name")
+  why=$(peer_missing "$site" "$name") || true
   if [ -z "$why" ] && start_peer "$name" "$site" "$@"; then
     "$py" $here/paths.py "$url" --server "$name" --pid "$pid" --json "$dir/paths-$name.json" \
       --rows json --duration "$duration" --clients "$paths_clients" --wrk "$wrk" --dir "$dir" \
@@ -390,6 +394,10 @@ part_paths() {
     return 0
   fi
   paths_device=$peer_device
+  # The libraries that .gpu/env.sh unpacks for the daemon ($GPUDEPS) are left off the peers'
+  # LD_LIBRARY_PATH, so that PyTorch and its packages load the image's own.
+  peer_libs=$(tr ':' '\n' <<<"${LD_LIBRARY_PATH:-}" | grep -v "^${GPUDEPS:-/nonexistent}" |
+    paste -sd: -) || true
   if [ "$backend" = cpu ] && [ $peer_device_set = 0 ]; then paths_device=cpu; fi
   if start_daemon paths --set server.max_connections_per_ip=0; then
     "$py" $here/paths.py "$url" --server gpujobd --pid "$pid" --json "$dir/paths-gpujobd.json" \

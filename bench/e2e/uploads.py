@@ -11,19 +11,23 @@ and curl only):
   durable    POST /v1/buffers (raw f32), whose 201 means the bytes are on disk;
   resident   the same with ?resident=true (on disk, then loaded into device memory);
   ephemeral  ?resident=true&durable=false: into device memory only, never to disk.
-Every upload is the same curl command (Expect: off, the source file in /dev/shm when it has
-room, else beside the state dir, read from the page cache); each row runs --runs times and keeps
+Every upload is the same curl command (Expect: off; without curl, the same request from Python
+with sendfile), the source file in /dev/shm when it has room, else beside the state dir, read
+from the page cache; each row runs --runs times and keeps
 every rate, the best counting. A row the daemon refuses (for example 400 for durable=false
 where it does not know the parameter) is written as skipped with the daemon's answer. Writes
 FILE (JSON) for report.py, with STEP_skipped (why) for a step that could not run; the exit
 status is 0 either way."""
 import argparse
+import http.client
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 ROWS = (("durable", ""), ("resident", "&resident=true"),
@@ -54,7 +58,10 @@ def disk_rate(nbytes, state_dir):
 
 
 def curl_upload(url, src):
-    """(HTTP status, seconds, answer text) of one curl -T of src to url."""
+    """(HTTP status, seconds, answer text) of one curl -T of src to url; without curl, the same
+    request from Python, its body sent with sendfile (no copy through the client)."""
+    if not shutil.which("curl"):
+        return socket_upload(url, src)
     p = subprocess.run(["curl", "-s", "-X", "POST", "-T", src, "-H", "Expect:",
                         "-H", "Content-Type: application/octet-stream",
                         "-w", "\n%{http_code} %{time_total}", url],
@@ -64,6 +71,23 @@ def curl_upload(url, src):
     text, _, tail = p.stdout.rpartition("\n")
     status, seconds = tail.split()
     return int(status), float(seconds), text
+
+
+def socket_upload(url, src):
+    u = urllib.parse.urlsplit(url)
+    target = u.path + ("?" + u.query if u.query else "")
+    size = os.path.getsize(src)
+    t0 = time.monotonic()
+    with socket.create_connection((u.hostname, u.port), timeout=600) as sock, \
+            open(src, "rb") as f:
+        sock.sendall((f"POST {target} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+                      f"Content-Type: application/octet-stream\r\nContent-Length: {size}\r\n"
+                      f"Connection: close\r\n\r\n").encode())
+        sock.sendfile(f)
+        resp = http.client.HTTPResponse(sock)
+        resp.begin()
+        text = resp.read().decode(errors="replace")
+    return resp.status, time.monotonic() - t0, text
 
 
 def delete_buffer(url, answer):
@@ -128,6 +152,7 @@ def main():
     result = {"bytes": args.bytes, "runs": args.runs}
     src = source_file(args.bytes, args.state_dir)
     result["source_dir"] = os.path.dirname(src)
+    result["client"] = "curl -T" if shutil.which("curl") else "Python with sendfile"
     steps = (("disk_gbps", lambda: [disk_rate(args.bytes, args.state_dir)
                                     for _ in range(args.runs)]),
              ("loopback_gbps", lambda: sink_rates(args.sink, src, args.bytes, args.runs)),
