@@ -9,7 +9,8 @@ DIR holds what the parts wrote: tiny.md, tiny-binary.md, tiny-shards.md (arrays 
 four shards), tiny-memory.md (the same with the state on tmpfs) and peer.md (bench_loadgen
 tables), tiny-binary-io.json, tiny-shards-io.json and tiny-memory-io.json (what the daemon
 wrote during their arrays rows), server-c*.json and server-binary-c*.json, gemm-batched.json,
-gemm-unbatched.json and their -resident and -memory twins, large.json, pcie.json, and
+gemm-unbatched.json and their -resident and -memory twins, large.json, pcie.json,
+paths-gpujobd.json, paths-aiohttp.json and paths-litserve.json (paths.py), uploads.json, and
 PART.skipped (one line: why the part did not run or failed) for each part that has no figures."""
 import argparse
 import json
@@ -341,6 +342,168 @@ def memory_section(rep, out):
                "survives the machine; the targets above are measured on disk.\n")
 
 
+PATH_SERVERS = (("gpujobd", "gpujobd"), ("aiohttp", "aiohttp peer"), ("litserve", "LitServe peer"))
+
+
+def paths_section(rep, out):
+    """The issue's table: each path on gpujobd and on the peers, with gpujobd's ratios."""
+    out.append("## The paths people use: JSON numbers and one waited job, against the peers\n")
+    runs = {name: read_json(os.path.join(rep.dir, f"paths-{name}.json")) or {}
+            for name, _ in PATH_SERVERS}
+    if not any(r.get("rows") for r in runs.values()):
+        out.append(f"{rep.why_missing('paths')}\n")
+    for name, label in PATH_SERVERS:
+        r = runs[name]
+        if not r:
+            out.append(f"- {label}: no result ({rep.why_missing('paths')})")
+        elif r.get("skipped"):
+            out.append(f"- {label}: {'stopped' if r.get('rows') else 'skipped'}: {r['skipped']}")
+        elif r.get("compute"):
+            out.append(f"- {label}: {r['compute']}")
+    out.append("")
+
+    def cell(name, key, field):
+        return runs[name].get("rows", {}).get(key, {}).get(field)
+
+    # (label, row key, field, digits, higher is better)
+    lines = [("JSON, one client, submit and wait in one request, p50 ms", "json-waited-1",
+              "p50_ms", 2, False),
+             ("JSON, one client, waited, p99 ms", "json-waited-1", "p99_ms", 2, False)]
+    clients = sorted({int(k.rsplit("-", 1)[1]) for r in runs.values()
+                      for k in r.get("rows", {}) if k.startswith("json-waited-")} - {1})
+    lines += [(f"JSON, {c} clients, waited, jobs/s", f"json-waited-{c}", "jobs_s", 0, True)
+              for c in clients]
+    lines += [("JSON, 64 clients, submit only, jobs/s", "json-submit-64", "jobs_s", 0, True),
+              ("binary section, one client, waited, p50 ms", "binary-waited-1", "p50_ms", 2,
+               False),
+              ("binary section, 64 clients, waited, jobs/s", "binary-waited-64", "jobs_s", 0,
+               True),
+              ("CPU per job, µs: JSON, 64 clients, waited", "json-waited-64", "cpu_us_per_job",
+               0, False),
+              ("CPU per job, µs: JSON, 64 clients, submit only", "json-submit-64",
+               "cpu_us_per_job", 0, False),
+              ("CPU per job, µs: binary section, 64 clients, waited", "binary-waited-64",
+               "cpu_us_per_job", 0, False)]
+    out.append("| path | gpujobd | aiohttp peer | LitServe peer | gpujobd / aiohttp "
+               "| gpujobd / LitServe |")
+    out.append("|---|---:|---:|---:|---:|---:|")
+    for label, key, field, digits, higher in lines:
+        v = [cell(name, key, field) for name, _ in PATH_SERVERS]
+        ratios = [ratio(v[0], p) if higher else ratio(p, v[0]) for p in v[1:]]
+        out.append(f"| {label} | " + " | ".join(num(x, digits) for x in v) + " | "
+                   + " | ".join("-" if x is None else f"{x:.2f}x" for x in ratios) + " |")
+    errors = [f"{label} {key}: {row['errors']} of {row['requests']}"
+              for (name, label) in PATH_SERVERS
+              for key, row in runs[name].get("rows", {}).items() if row.get("errors")]
+    body = next((r.get("body_bytes") for r in runs.values() if r.get("body_bytes")), None)
+    out.append(f"\nEach job: saxpy (a = 2) on 1,024 f32 given as JSON numbers (\"data\", each the "
+               f"shortest decimal of a seeded f32 in [-1, 1)), the same {num(body)}-byte body "
+               "to every server, sent by wrk (a fixed body; each connection one client, on "
+               "min(clients, 16) threads) to POST /v1/jobs?wait=30, which every "
+               "server answers once the job is done (the peers ignore ?wait=; LitServe answers "
+               "200, the others 201). Each server was first checked to answer that body with "
+               "the right a*x+y. Submit only: POST /v1/jobs, answered once the job is "
+               "committed and queued. The binary section rows are bench_loadgen's waited mode "
+               "with the inputs as bytes after the JSON and the output back as bytes "
+               "(Gpujob-Json-Length). Latencies are the client's; CPU per job is utime + stime "
+               "of the server's processes (all of them: LitServe runs 4 API processes and an "
+               "inference worker) over the row, divided by the jobs it answered. Ratios: "
+               "above 1 means gpujobd is better (for times and CPU, the peer's over "
+               "gpujobd's). gpujobd ran with server.max_connections_per_ip=0 for the 256 "
+               "clients of one address; every other key at its default.\n")
+    if errors:
+        out.append("Rows with errors (non-2xx answers, socket errors, timeouts): "
+                   + "; ".join(errors) + "\n")
+
+    def value(name, key, field):
+        return cell(name, key, field)
+
+    r = ratio(value("gpujobd", "json-waited-64", "jobs_s"),
+              value("aiohttp", "json-waited-64", "jobs_s"))
+    rep.target("JSON, 64 clients waited >= 10x the aiohttp peer", r, 10, f"{num(r, 2)}x")
+    r = ratio(value("gpujobd", "json-waited-64", "jobs_s"),
+              value("litserve", "json-waited-64", "jobs_s"))
+    rep.target("JSON, 64 clients waited >= 5x the LitServe peer", r, 5, f"{num(r, 2)}x")
+    v = value("gpujobd", "json-submit-64", "jobs_s")
+    rep.target("JSON, 64 clients submit only >= 15,000 jobs/s", v, 15000, f"{num(v)} jobs/s")
+    cj = value("gpujobd", "json-waited-64", "cpu_us_per_job")
+    cb = value("gpujobd", "binary-waited-64", "cpu_us_per_job")
+    r = ratio(cj, cb)
+    rep.target("daemon CPU per JSON job <= 2x per binary-section job (64 clients waited)", r, 2,
+               f"{num(r, 2)}x ({num(cj)} / {num(cb)} µs)", higher_is_better=False)
+    v = value("gpujobd", "json-waited-1", "p50_ms")
+    rep.target("JSON, one client waited, client p50 <= 0.5 ms", v, 0.5, f"{num(v, 3)} ms",
+               higher_is_better=False)
+    v = value("gpujobd", "binary-waited-1", "p50_ms")
+    rep.target("binary section, one client waited, client p50 <= 0.3 ms", v, 0.3,
+               f"{num(v, 3)} ms", higher_is_better=False)
+
+
+def uploads_section(rep, out):
+    """Large uploads beside the disk's synced write rate and the loopback HTTP ceiling."""
+    out.append("## Large uploads beside their ceilings\n")
+    r = read_json(os.path.join(rep.dir, "uploads.json"))
+    disk = loop = None
+    rows = {}
+    if not r:
+        out.append(f"{rep.why_missing('uploads')}\n")
+    else:
+        disk = max(r.get("disk_gbps") or [0]) or None
+        loop = max(r.get("loopback_gbps") or [0]) or None
+        rows = r.get("rows", {})
+        mib = r["bytes"] / (1 << 20)
+        for key, what in (("disk_gbps", "disk"), ("loopback_gbps", "loopback"),
+                          ("rows", "uploads")):
+            if r.get(key + "_skipped"):
+                out.append(f"Skipped, {what}: {r[key + '_skipped']}\n")
+
+        def runs(rates):
+            return ", ".join(f"{x:.2f}" for x in rates)
+
+        def query(row):
+            return f" (`{row['query']}`)" if row.get("query") else ""
+
+        out.append("| upload | GB/s, best | each run | bound | of the bound |")
+        out.append("|---|---:|---:|---|---:|")
+        out.append(f"| ceiling: disk, dd bs=1M conv=fsync of {mib:,.0f} MiB | {num(disk, 2)} "
+                   f"| {runs(r.get('disk_gbps', []))} | | |")
+        client = r.get("client", "curl -T")
+        out.append(f"| ceiling: loopback HTTP, {client} to bench_http_sink | {num(loop, 2)} "
+                   f"| {runs(r.get('loopback_gbps', []))} | | |")
+        for name, label, bound, ceiling in (
+                ("durable", "durable buffer", "disk", disk),
+                ("resident", "durable resident buffer", "disk", disk),
+                ("ephemeral", "ephemeral resident buffer", "loopback", loop)):
+            row = rows.get(name, {})
+            if row.get("skipped") or not row.get("gbps"):
+                out.append(f"| {label}{query(row)} | skipped: "
+                           f"{row.get('skipped', 'no result')} | | | |")
+                continue
+            best = max(row["gbps"])
+            note = f" ({row['note']})" if row.get("note") else ""
+            out.append(f"| {label}{query(row)}{note} | {best:.2f} | {runs(row['gbps'])} "
+                       f"| {bound} | {num(ratio(best, ceiling), 2)} |")
+        out.append(f"\nEvery upload is the same {client} of {mib:,.0f} MiB of zeros (Expect off, "
+                   f"read from a file in {r.get('source_dir')}) to POST /v1/buffers?dtype=f32; "
+                   f"the rate is its bytes over curl's time_total, the answer included. "
+                   f"{r['runs']} runs each, the best counting. The loopback ceiling is a C "
+                   f"server that reads each body into one buffer and drops it (bench/http_sink.c): "
+                   f"what the kernel's loopback and this client give with no work behind them. "
+                   f"The disk's rate is dd writing as much into the state directory's "
+                   f"filesystem and fsyncing it.\n")
+
+    def frac(name, ceiling):
+        rates = rows.get(name, {}).get("gbps")
+        return ratio(max(rates), ceiling) if rates else None
+
+    v = frac("ephemeral", loop)
+    rep.target("ephemeral resident upload >= 0.5 of the loopback HTTP ceiling", v, 0.5,
+               f"{num(v, 2)}" if v is not None else
+               rows.get("ephemeral", {}).get("skipped", "-"))
+    v = frac("durable", disk)
+    rep.target("durable upload >= 0.8 of the disk's synced write rate", v, 0.8, f"{num(v, 2)}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir")
@@ -358,6 +521,8 @@ def main():
     gemm_section(rep, body)
     large_section(rep, body)
     memory_section(rep, body)
+    paths_section(rep, body)
+    uploads_section(rep, body)
 
     out = ["# gpujobd end to end (bench/e2e/run.sh)\n",
            f"gpujobd on its {args.backend} backend; GPU: {args.gpu}; {args.cores} cores; "

@@ -14,7 +14,14 @@
 #   large    two resident uploads of --large-bytes and dot jobs on them (large_job.py);
 #   pcie     the pinned host-to-device ceiling, with PyTorch (pcie_ceiling.py);
 #   memory   the arrays on four shards and the GEMMs again, with the state on tmpfs: the
-#            daemon's own ceiling when the disk does not bound it.
+#            daemon's own ceiling when the disk does not bound it;
+#   paths    the paths people use (paths.py): saxpy with its numbers in JSON, the same body
+#            sent by wrk to gpujobd, to the aiohttp + PyTorch peer and to the LitServe peer
+#            (bench/peer/litserve_server.py): one client waited (p50, p99), 16 / 64 / 256
+#            clients waited, 64 clients submit only (gpujobd), the binary section waited at 1
+#            and 64 clients (gpujobd, bench_loadgen), and each server's CPU per job;
+#   uploads  --large-bytes uploads (durable, resident, ephemeral resident) beside the disk's
+#            synced write rate and the loopback HTTP ceiling (uploads.py, bench_http_sink).
 # A part that cannot run (no PyTorch or aiohttp, no GPU) is reported as skipped, one that fails
 # as failed, each with the reason, and the rest goes on; the exit status is 1 when a part
 # failed. Builds nothing: run scripts/build.sh first.
@@ -24,9 +31,13 @@
 #
 # --quick is a smoke test (1 s rows, 256 GEMMs, 64 MiB "large" buffers); with --backend cpu
 # it runs on a machine without a GPU. GPUJOBD_BIN and LOADGEN_BIN override the binaries'
-# paths, PYTHON the clients' interpreter (python3) and PEER_PYTHON the peer's. --parts runs
-# only the parts named (comma-separated, from the list above); the report marks the others as
-# not run. Comparing two builds: run it twice with GPUJOBD_BIN naming each.
+# paths, SINK_BIN bench_http_sink's, PYTHON the clients' interpreter (python3) and PEER_PYTHON
+# the peers'. WRK names wrk (default: wrk on PATH, else /tmp/gpudeps/usr/bin/wrk, where
+# .gpu/env.sh unpacks it). The LitServe peer's packages come from .gpu-wheels/
+# (bench/peer/fetch_wheels.sh) when PEER_PYTHON cannot import litserve: installed into
+# /tmp/site at run time, on PYTHONPATH for that peer only. --parts runs only the parts named
+# (comma-separated, from the list above; without it, all but paths and uploads); the report
+# marks the others as not run. Comparing two builds: run it twice with GPUJOBD_BIN naming each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=bench/e2e
@@ -40,19 +51,23 @@ large_bytes=$((1 << 30))
 large_jobs=20
 sample=5000
 peer_device=cuda:0
+peer_device_set=0
 quick=0
-all_parts="tiny peer gemm large pcie memory"
-parts=$all_parts
+all_parts="tiny peer gemm large pcie memory paths uploads"
+paths_clients=1,16,64,256
+# paths and uploads (about 3 minutes more) run when named, which keeps the default run within
+# the GPU machine's 10 minutes per command.
+parts="tiny peer gemm large pcie memory"
 while [ $# -gt 0 ]; do
   case $1 in
     --backend) backend=$2; shift 2 ;;
     --quick) quick=1 duration=1 gemm_jobs=256 gemm_arrays=2 gemm_warmup=32
-      large_bytes=$((64 << 20)) large_jobs=5 sample=2000; shift ;;
+      large_bytes=$((64 << 20)) large_jobs=5 sample=2000 paths_clients=1,64,256; shift ;;
     --duration) duration=$2; shift 2 ;;
     --gemm-jobs) gemm_jobs=$2; shift 2 ;;
     --large-bytes) large_bytes=$2; shift 2 ;;
     --large-jobs) large_jobs=$2; shift 2 ;;
-    --peer-device) peer_device=$2; shift 2 ;;
+    --peer-device) peer_device=$2 peer_device_set=1; shift 2 ;;
     --parts) parts=${2//,/ }; shift 2 ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "e2e: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -63,6 +78,7 @@ for name in $parts; do
 done
 gpujobd=${GPUJOBD_BIN:-build/daemon/gpujobd}
 loadgen=${LOADGEN_BIN:-build/bench/bench_loadgen}
+sink=${SINK_BIN:-$(dirname "$loadgen")/bench_http_sink}
 py=${PYTHON:-python3}
 peer_py=${PEER_PYTHON:-$py}
 for bin in "$gpujobd" "$loadgen"; do
@@ -83,10 +99,11 @@ stop_started() {
 }
 trap 'stop_started; rm -rf "$dir" "$shm_dir"' EXIT
 
-# Waits for "listening on http://..." in log, written by process pid; prints the URL.
+# Waits for "listening on http://..." in log, written by process pid, for up to S seconds
+# (default 60); prints the URL.
 wait_for_url() {
   local log=$1 pid=$2 url
-  for _ in $(seq 1 600); do
+  for _ in $(seq 1 $((${3:-60} * 10))); do
     url=$(grep -o 'listening on http://[^ ]*' "$log" | head -1 | sed 's/listening on //') || true
     if [ -n "$url" ]; then echo "$url"; return 0; fi
     if ! kill -0 "$pid" 2>/dev/null; then
@@ -95,7 +112,7 @@ wait_for_url() {
     fi
     sleep 0.1
   done
-  echo "did not start serving within 60 s" >&2
+  echo "did not start serving within ${3:-60} s" >&2
   return 1
 }
 
@@ -244,6 +261,167 @@ part_memory() {
 
 part_pcie() {
   "$py" $here/pcie_ceiling.py --bytes "$large_bytes" --json "$dir/pcie.json"
+}
+
+# wrk as WRK names it, else on PATH, else where .gpu/env.sh unpacks it; nothing when none runs.
+find_wrk() {
+  local w
+  for w in ${WRK:-wrk /tmp/gpudeps/usr/bin/wrk}; do
+    if [[ $("$w" -v 2>&1) == wrk* ]]; then
+      echo "$w"
+      return 0
+    fi
+  done
+}
+
+# Why PYTHONPATH ($1, may be empty) and PEER_PYTHON cannot serve the peer NAME ($2) on the
+# paths part's device, or nothing when they can. Without PyTorch the peers compute with NumPy,
+# which is accepted on the CPU backend only, where the figures check the flow.
+peer_missing() {
+  local mods=aiohttp
+  [ "$2" = litserve ] && mods=litserve
+  PYTHONPATH=$1 LD_LIBRARY_PATH=$peer_libs "$peer_py" -c "import sys
+import $mods
+try:
+    import torch
+except ImportError:
+    if sys.argv[1] == 'cuda':
+        sys.exit('PyTorch is not installed')
+    import numpy
+    sys.exit(0)
+if sys.argv[2].startswith('cuda') and not torch.cuda.is_available():
+    sys.exit('PyTorch sees no CUDA device')" "$backend" "$paths_device" 2>&1 | tail -n 1
+}
+
+# The LitServe peer's PYTHONPATH: empty when PEER_PYTHON imports litserve, else /tmp/site with
+# the wheels of .gpu-wheels/ installed there (pip, or unzipped where pip is missing).
+litserve_site() {
+  local site=/tmp/site
+  if "$peer_py" -c 'import litserve' 2>/dev/null; then
+    return 0
+  fi
+  if ! ls .gpu-wheels/*.whl >/dev/null 2>&1; then
+    echo "paths: litserve is not importable and .gpu-wheels/ holds no wheels" >&2
+    return 0
+  fi
+  if [ ! -f "$site/.installed" ]; then
+    rm -rf "$site"
+    mkdir -p "$site"
+    # Only the wheels of packages that the interpreter lacks, or has at an older version:
+    # an older copy of one it has (typing-extensions) would shadow what its own packages need.
+    local wheels w
+    mapfile -t wheels < <("$peer_py" - .gpu-wheels/*.whl <<'PY'
+import os, re, sys
+from importlib import metadata
+def key(v):
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:4])
+for wheel in sys.argv[1:]:
+    name, version = os.path.basename(wheel).split("-")[:2]
+    try:
+        if key(metadata.version(name.replace("_", "-"))) >= key(version):
+            continue
+    except metadata.PackageNotFoundError:
+        pass
+    print(wheel)
+PY
+    )
+    echo "paths: installing into $site: ${wheels[*]##*/}" >&2
+    if [ ${#wheels[@]} -gt 0 ] && ! "$peer_py" -m pip install -q --no-index --no-deps \
+      --target "$site" "${wheels[@]}" >&2; then
+      echo "paths: pip could not install them: unzipping them into $site" >&2
+      for w in "${wheels[@]}"; do "$peer_py" -m zipfile -e "$w" "$site" >&2 || true; done
+    fi
+    touch "$site/.installed"
+  fi
+  echo "$site"
+}
+
+# Starts peer NAME (its script and arguments after PYTHONPATH) in a session of its own, so that
+# stop_peer ends every process it forked; sets url and pid, or fails.
+start_peer() {
+  local name=$1 site=$2
+  shift 2
+  local session=setsid
+  command -v setsid >/dev/null || session=env # then only the peer's first process is ended
+  PYTHONPATH=$site LD_LIBRARY_PATH=$peer_libs $session "$peer_py" "$@" >"$dir/paths-$name.log" 2>&1 &
+  pid=$!
+  echo "$pid" >>"$dir/pids"
+  [ $session = env ] || echo "-$pid" >>"$dir/pids"
+  url=$(wait_for_url "$dir/paths-$name.log" "$pid" 180)
+}
+
+# SIGTERM to the peer's session, up to 5 s for its first process to end (LitServe's forked
+# processes outlive it), then SIGKILL to whatever of the session is left.
+stop_peer() {
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    grep -qs '^State:[[:space:]]*[RSD]' "/proc/$pid/status" || break
+    sleep 0.1
+  done
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# One peer's rows (JSON waited only); a peer that cannot run leaves paths-NAME.json saying why.
+paths_peer() {
+  local name=$1 site=$2 why
+  shift 2
+  why=$(peer_missing "$site" "$name") || true
+  if [ -z "$why" ] && start_peer "$name" "$site" "$@"; then
+    "$py" $here/paths.py "$url" --server "$name" --pid "$pid" --json "$dir/paths-$name.json" \
+      --rows json --duration "$duration" --clients "$paths_clients" --wrk "$wrk" --dir "$dir" \
+      --compute "$(grep -m1 '^compute: ' "$dir/paths-$name.log" | sed 's/^compute: //')"
+    stop_peer
+    return 0
+  fi
+  if [ -z "$why" ]; then
+    why="did not start: $(grep -v '^\s*$' "$dir/paths-$name.log" | tail -n 1)"
+    stop_peer
+  fi
+  echo "paths: $name skipped: $why" >&2
+  "$py" -c 'import json, sys
+json.dump({"server": sys.argv[1], "skipped": sys.argv[2], "rows": {}}, open(sys.argv[3], "w"))' \
+    "$name" "$why" "$dir/paths-$name.json"
+}
+
+# The issue's table: gpujobd, then each peer, one at a time on the same machine. 256 clients
+# come from one address, past server.max_connections_per_ip (64), hence 0 (no limit) here.
+part_paths() {
+  wrk=$(find_wrk)
+  if [ -z "$wrk" ]; then
+    echo "skipped: wrk not found (WRK=${WRK:-wrk}; on the GPU machine: source .gpu/env.sh)" \
+      >"$dir/paths.skipped"
+    return 0
+  fi
+  paths_device=$peer_device
+  # The libraries that .gpu/env.sh unpacks for the daemon ($GPUDEPS) are left off the peers'
+  # LD_LIBRARY_PATH, so that PyTorch and its packages load the image's own.
+  peer_libs=$(tr ':' '\n' <<<"${LD_LIBRARY_PATH:-}" | grep -v "^${GPUDEPS:-/nonexistent}" |
+    paste -sd: -) || true
+  if [ "$backend" = cpu ] && [ $peer_device_set = 0 ]; then paths_device=cpu; fi
+  if start_daemon paths --set server.max_connections_per_ip=0; then
+    "$py" $here/paths.py "$url" --server gpujobd --pid "$pid" --json "$dir/paths-gpujobd.json" \
+      --rows json,binary,submit --duration "$duration" --clients "$paths_clients" \
+      --wrk "$wrk" --loadgen "$loadgen" --dir "$dir" --compute "gpujobd, $backend backend"
+    stop
+  else
+    echo "paths: gpujobd did not start: $(tail -n 1 "$dir/paths.log")" >&2
+  fi
+  paths_peer aiohttp "" bench/peer/aiohttp_torch_server.py --port 0 --device "$paths_device"
+  paths_peer litserve "$(litserve_site)" bench/peer/litserve_server.py --port 0 \
+    --device "$paths_device"
+}
+
+# --large-bytes uploads beside the disk's and the loopback's ceilings (uploads.py).
+part_uploads() {
+  if [ ! -x "$sink" ]; then
+    echo "skipped: $sink is missing: build first (scripts/build.sh)" >"$dir/uploads.skipped"
+    return 0
+  fi
+  start_daemon uploads --set limits.max_body_bytes=$((2 * large_bytes))
+  "$py" $here/uploads.py "$url" --sink "$sink" --state-dir "$state_root/uploads-state" \
+    --bytes "$large_bytes" --json "$dir/uploads.json"
+  stop
 }
 
 # Runs part NAME in a subshell that stops at its first error (set -e holds there, unlike in a

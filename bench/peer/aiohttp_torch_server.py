@@ -10,19 +10,31 @@ Nothing is batched, nothing is tuned: that is the point of the comparison.
 
     aiohttp_torch_server.py [--host 127.0.0.1] [--port 8081] [--device cuda:0]
 
-Port 0 picks a free port; "listening on http://HOST:PORT" is printed once it serves."""
+Port 0 picks a free port; "listening on http://HOST:PORT" is printed once it serves. Without
+PyTorch (a machine for checking the flow only) jobs are computed with NumPy on the CPU, and the
+first line printed says so."""
 import argparse
 import asyncio
 import base64
 import uuid
 
-import torch
 from aiohttp import web
+
+try:
+    import torch
+except ImportError:
+    torch = None
+    import numpy
 
 jobs = {}
 
 
 def to_tensor(spec, device):
+    if torch is None:
+        if "b64" in spec:
+            x = numpy.frombuffer(base64.b64decode(spec["b64"]), numpy.float32)
+            return x.reshape(spec["shape"])
+        return numpy.asarray(spec["data"], numpy.float32).reshape(spec["shape"])
     if "b64" in spec:
         x = torch.frombuffer(bytearray(base64.b64decode(spec["b64"])), dtype=torch.float32)
     else:
@@ -36,7 +48,8 @@ def run_job(req, device):
     a = float(req.get("params", {}).get("a", 1.0))
     x = to_tensor(req["inputs"]["x"], device)
     y = to_tensor(req["inputs"]["y"], device)
-    out = (a * x + y).cpu()
+    out = a * x + y
+    out = out if torch is None else out.cpu()
     job = {
         "id": uuid.uuid4().hex,
         "op": "saxpy",
@@ -89,7 +102,11 @@ def main():
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument("--device", default="cuda:0")
     args = parser.parse_args()
-    torch.zeros(1, device=args.device)  # CUDA's start-up cost is paid before the first job.
+    if torch is None:
+        print("compute: NumPy on the CPU (PyTorch is not installed)", flush=True)
+    else:
+        print(f"compute: PyTorch {torch.__version__} on {args.device}", flush=True)
+        torch.zeros(1, device=args.device)  # CUDA's start-up cost is paid before the first job.
     asyncio.run(serve(args.host, args.port, args.device))
 
 
