@@ -85,6 +85,7 @@ UNPROVOKABLE = {
     ("GET", "/v1/jobs/{id}/outputs/{name}", 503): STORE_UNREADABLE,
     ("GET", "/v1/buffers/{id}", 503): STORE_UNREADABLE,
     ("GET", "/v1/usage", 503): STORE_UNREADABLE,
+    ("GET", "/v1/stats", 503): STORE_UNREADABLE,
     ("POST", "/v1/buffers", 507): "answered only when the daemon's disk is full",
     ("POST", "/v1/jobs", 507): "answered only when the daemon's disk is full (test_e2e_connections)",
     ("GET", "/v1/jobs/{id}/outputs/{name}", 410): STORE_PAST_BOUND,
@@ -548,8 +549,17 @@ def check_system(c, spec):
         if op not in ops:
             c.fail(f"GET /v1/info: op {op} is missing from {ops}")
     c.call("GET", "/v1/usage", 400, query="verbose=1", note="unknown query argument")
+    c.call("GET", "/v1/stats", 200, query="minutes=5")
+    c.call("GET", "/v1/stats", 400, query="minutes=0", note="a window of no minutes")
+    c.call("GET", "/", 200)
+    c.call("GET", "/ui/session", 200)
+    for name in ("app.js", "style.css", "favicon.svg"):
+        c.call("GET", "/ui/{file}", 200, params={"file": name})
+    c.call("GET", "/ui/{file}", 404, params={"file": "nothing.js"}, note="not a file of the page")
+    c.call("GET", "/ui/{file}", 400, params={"file": "app.js"}, query="&".join(
+        f"a{i}=1" for i in range(MAX_QUERY_ARGUMENTS + 1)), note="too many query arguments")
     too_many = "&".join(f"a{i}=1" for i in range(MAX_QUERY_ARGUMENTS + 1))
-    for path in ("/healthz", "/readyz", "/metrics", "/v1/info"):
+    for path in ("/healthz", "/readyz", "/metrics", "/v1/info", "/", "/ui/session"):
         c.call("GET", path, 400, query=too_many, note="too many query arguments")
 
 
