@@ -263,6 +263,12 @@ function mayCancel(job) {
 }
 
 async function showJob(id) {
+  // Nothing of the job shown before stays while this one loads, or when it cannot be seen.
+  $('cancel').hidden = true;
+  $('job-id').textContent = id;
+  $('job-fields').replaceChildren();
+  fillBody($('job-inputs'), []);
+  fillBody($('job-outputs'), []);
   const j = await api('/v1/jobs/' + encodeURIComponent(id));
   $('job-id').textContent = j.id;
   const waiting = j.waiting ? j.waiting.reason + (j.waiting.limit ? ' (' + j.waiting.limit + ')' : '') +

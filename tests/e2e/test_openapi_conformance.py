@@ -27,11 +27,11 @@ import shutil
 import socket
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from gpujobd_process import GpujobdProcess
 
 try:
     import jsonschema
@@ -436,7 +436,7 @@ class Checker:
 # ---------------------------------------------------------------------------- daemon
 
 
-class Daemon:
+class Daemon(GpujobdProcess):
     """The real gpujobd on the CPU backend, its log kept for the failure report."""
 
     def __init__(self, binary, workdir):
@@ -446,59 +446,10 @@ class Daemon:
         self.unix_path = os.path.join(workdir, "gpujobd.sock")
         with open(self.config_path, "w", encoding="utf-8") as f:
             f.write(DAEMON_CONFIG)
-        self.log = []
-        self.port = None
-        self.listening = threading.Event()
         argv = [binary, "--config", self.config_path, "--listen", "127.0.0.1:0", "--state-dir",
                 self.state_dir, "--backend", "cpu", "--log-level", "info", "--unix-socket",
                 self.unix_path]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     preexec_fn=die_with_parent)
-        self.reader = threading.Thread(target=self.read_log, daemon=True)
-        self.reader.start()
-        if not self.listening.wait(START_TIMEOUT_S):
-            self.kill()
-            raise RuntimeError(f"gpujobd did not report listening within {START_TIMEOUT_S} s:\n"
-                               + self.log_text())
-
-    def read_log(self):
-        """Keeps the log and picks the port out of "listening on http://HOST:PORT"."""
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.log.append(line)
-            m = re.search(r"listening on http://(\S+):(\d+)", line)
-            if m and not self.listening.is_set():
-                self.port = int(m.group(2))
-                self.listening.set()
-        self.listening.set()  # EOF: wake the waiter, which then finds no port
-
-    def log_text(self):
-        return "\n".join(self.log[-60:])
-
-    def signal(self, sig):
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout):
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def die_with_parent():
-    """Runs in the child before exec: the daemon must not outlive a test that crashed."""
-    try:
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+        super().__init__(argv, START_TIMEOUT_S)
 
 
 # --------------------------------------------------------------------------- requests

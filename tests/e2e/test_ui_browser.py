@@ -14,6 +14,8 @@ Selenium (Debian's chromium, chromium-driver and python3-selenium, from scripts/
 - bob's GET /v1/stats holds everyone's totals but only his own row and recent jobs;
 - bob sees no cancel button on alice's job (which he may not see at all) and one on his own;
 - alice cancels her queued job from its page, and the API then says it is cancelled;
+- the usage view shows every user's jobs per op as GET /v1/usage gives them to the admin;
+- with [auth] mode = none on loopback the page asks for no token;
 - the browser's console holds no error but the one 404 that bob's look at alice's job causes.
 
 Screenshots of the desktop and the phone views are saved under GPUJOB_ARTIFACT_DIR. It exits
@@ -22,14 +24,14 @@ Screenshots of the desktop and the phone views are saved under GPUJOB_ARTIFACT_D
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
+
+from gpujobd_process import GpujobdProcess
 
 try:
     from selenium import webdriver
@@ -60,52 +62,25 @@ test_ops = true
 """
 
 
-def die_with_parent():
-    """Runs in the child before exec: the daemon must not outlive a test that crashed."""
-    try:
-        import ctypes
+class Daemon(GpujobdProcess):
+    """The real gpujobd with a token per user (mode token), or none (mode none)."""
 
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-class Daemon:
-    """The real gpujobd on the CPU backend with a token per user."""
-
-    def __init__(self, binary, workdir, users):
+    def __init__(self, binary, workdir, users, config=DAEMON_CONFIG):
         self.state_dir = os.path.join(workdir, "state")
-        os.mkdir(self.state_dir)
+        os.makedirs(self.state_dir)
         self.config_path = os.path.join(workdir, "gpujobd.conf")
         with open(self.config_path, "w", encoding="utf-8") as f:
-            f.write(DAEMON_CONFIG)
+            f.write(config)
         common = ["--config", self.config_path, "--state-dir", self.state_dir]
         self.tokens = {}
         for user in users:
             out = subprocess.run([binary, "token", "create", *common, "--user", user, "--name",
                                   "ui-test"], check=True, capture_output=True, text=True).stdout
             self.tokens[user] = out.strip().splitlines()[-1]
-        self.log, self.port = [], None
-        self.listening = threading.Event()
         # GPUJOB_E2E_BACKEND=cuda, as for the C suites, shows the GPU panel real devices.
         backend = os.environ.get("GPUJOB_E2E_BACKEND", "cpu")
-        self.proc = subprocess.Popen([binary, *common, "--listen", "127.0.0.1:0", "--backend",
-                                      backend, "--log-level", "info"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
-        threading.Thread(target=self.read_log, daemon=True).start()
-        if not self.listening.wait(START_TIMEOUT_S) or not self.port:
-            self.kill()
-            raise RuntimeError("gpujobd did not start:\n" + "\n".join(self.log[-40:]))
-
-    def read_log(self):
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.log.append(line)
-            m = re.search(r"listening on http://(\S+):(\d+)", line)
-            if m and not self.listening.is_set():
-                self.port = int(m.group(2))
-                self.listening.set()
-        self.listening.set()
+        super().__init__([binary, *common, "--listen", "127.0.0.1:0", "--backend", backend,
+                          "--log-level", "info"], START_TIMEOUT_S)
 
     def url(self, path=""):
         return f"http://127.0.0.1:{self.port}{path}"
@@ -120,11 +95,6 @@ class Daemon:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 class Check:
@@ -194,6 +164,11 @@ class Page:
 
     def go(self, fragment):
         self.driver.get(self.d.url("/#" + fragment))
+
+    def wait_job(self, job_id):
+        """Until the job's page has shown job_id's fields."""
+        self.wait("the page of " + job_id, lambda: self.text("#job-id") == job_id and
+                  self.driver.find_elements(By.CSS_SELECTOR, 'dd[data-field="state"]'))
 
     def sign_in(self, user):
         """Loads the page without a token: it asks for one; then gives user's."""
@@ -297,7 +272,7 @@ def check_job_list(c, page, d):
 def check_job_page(c, page, d, job_id):
     """A finished job's timings as the API gives them."""
     page.go("/job/" + job_id)
-    page.wait("the job's page", lambda: page.text("#job-id") == job_id)
+    page.wait_job(job_id)
     _, job = d.api("admin", "GET", "/v1/jobs/" + job_id)
     for field in ("queue_ms", "run_ms", "gpu_ms", "batch_gpu_ms"):
         text = page.text(f'dd[data-field="{field}"]')
@@ -310,6 +285,40 @@ def check_job_page(c, page, d, job_id):
     c.expect(page.text("#job-inputs tr[data-tensor='x'] td:nth-child(3)") == "[2]",
              "its input's shape")
     c.expect(not page.visible("#cancel"), "a finished job has no cancel button")
+
+
+def check_usage(c, page, d):
+    """The admin's usage view: every user's rows per op, summed as GET /v1/usage gives them."""
+    page.go("/usage")
+    page.wait("the usage rows", lambda: page.driver.find_elements(By.CSS_SELECTOR,
+                                                                  "#usage tr[data-user]"))
+    since = page.driver.find_element(By.ID, "usage-since").get_attribute("value")
+    until = page.driver.find_element(By.ID, "usage-until").get_attribute("value")
+    _, usage = d.api("admin", "GET", f"/v1/usage?user=all&since={since}&until={until}")
+    want = {}
+    for day in usage["days"]:
+        want[(day["user"], day["op"])] = want.get((day["user"], day["op"]), 0) + day["jobs"]
+    shown = {(r.get_attribute("data-user"), r.get_attribute("data-op")):
+             int(r.find_elements(By.TAG_NAME, "td")[2].text)
+             for r in page.driver.find_elements(By.CSS_SELECTOR, "#usage tr[data-user]")}
+    c.expect(shown == want and ("alice", "debug_sleep") in want,
+             f"the usage view shows {shown}, as the API's rows sum to {want}")
+
+
+def check_open_loopback(c, driver, work):
+    """With [auth] mode = none on loopback the page asks for nothing."""
+    d = Daemon(os.environ["GPUJOBD_BIN"], os.path.join(work, "open"), [], "[auth]\nmode = none\n")
+    try:
+        page = Page(driver, d)
+        driver.execute_script("sessionStorage.clear()")
+        driver.get(d.url("/"))
+        page.wait("the user local", lambda: page.text("#who").startswith("local"))
+        c.expect(not page.visible("#login"), "mode none on loopback: no token is asked for")
+        page.wait("the queue panel", lambda: page.text("#queued") == "0")
+        _, errors = page.console_errors()
+        c.expect(not errors, f"no console errors with mode none: {errors}")
+    finally:
+        d.kill()
 
 
 def check_phone_width(c, page, job_id, artifacts):
@@ -329,12 +338,16 @@ def check_phone_width(c, page, job_id, artifacts):
 
 def check_cancel(c, page, d, alice_queued, bob_queued):
     page.sign_in("bob")
+    page.go("/job/" + bob_queued)
+    page.wait_job(bob_queued)
+    c.expect(page.visible("#cancel"), "bob sees a cancel button on his own queued job")
+    _, job = d.api("bob", "GET", "/v1/jobs/" + bob_queued)
+    c.expect(job.get("waiting") and page.text('dd[data-field="waiting"]').startswith(
+        job["waiting"]["reason"]), f"his job's page says why it waits ({job.get('waiting')})")
+    # Then alice's, right after his own showed the button: it must go.
     page.go("/job/" + alice_queued)
     page.wait("the not-found message", lambda: page.visible("#message"))
     c.expect(not page.visible("#cancel"), "bob sees no cancel button on alice's job")
-    page.go("/job/" + bob_queued)
-    page.wait("bob's job", lambda: page.text("#job-id") == bob_queued)
-    c.expect(page.visible("#cancel"), "bob sees a cancel button on his own queued job")
     expected, errors = page.console_errors(allowed=[re.escape(alice_queued) + ".*404"])
     # The one expected error proves that the console is read at all.
     c.expect(len(expected) == 1, f"the console shows the 404 of alice's job to bob: {expected}")
@@ -343,7 +356,7 @@ def check_cancel(c, page, d, alice_queued, bob_queued):
 
     page.sign_in("alice")
     page.go("/job/" + alice_queued)
-    page.wait("alice's job", lambda: page.text("#job-id") == alice_queued)
+    page.wait_job(alice_queued)
     c.expect(page.visible("#cancel"), "alice sees a cancel button on her queued job")
     page.driver.find_element(By.ID, "cancel").click()
     try:
@@ -388,11 +401,13 @@ def main():
             check_job_list(c, page, d)
             check_job_page(c, page, d, done["id"])
             driver.save_screenshot(os.path.join(artifacts, "ui-job.png"))
+            check_usage(c, page, d)
             check_phone_width(c, page, done["id"], artifacts)
             _, errors = page.console_errors()
             c.expect(not errors, f"no console errors as the admin: {errors}")
             page.sign_out()
             check_cancel(c, page, d, alice_queued, bob_queued)
+            check_open_loopback(c, driver, work)
         except Exception as e:
             c.expect(False, f"{type(e).__name__}: {e}")
             if driver:
@@ -402,7 +417,7 @@ def main():
                 driver.quit()
             d.kill()
         if c.failures:
-            print("daemon log:\n" + "\n".join(d.log[-40:]))
+            print("daemon log:\n" + d.log_text(40))
     print(f"screenshots in {artifacts}")
     return 1 if c.failures else 0
 
