@@ -349,6 +349,14 @@ int api_handle_tokens_create(api_request_t *req);
 int api_handle_tokens_list(api_request_t *req);
 int api_handle_token_revoke(api_request_t *req);
 
+/* handlers_stats.c */
+int api_handle_stats(api_request_t *req);
+
+/* handlers_ui.c: the status page's files */
+int api_handle_ui_index(api_request_t *req);
+int api_handle_ui_file(api_request_t *req);
+int api_handle_ui_session(api_request_t *req);
+
 /* --- api_settings.c: the settings a request reads, one generation per reload --- */
 
 /* One generation: a copy of the configuration and the [auth] settings built from it. */

@@ -368,6 +368,16 @@ static int list_query(api_request_t *req, store_list_query_t *ret)
         }
         q.op = v;
     }
+    if ((v = api_query(req, "user")) && strcmp(v, req->user.name) != 0) {
+        if (!v[0] || strlen(v) >= OWNER_SIZE) {
+            api_respond_error(req, 400, "invalid_argument", "query.user",
+                              "user must be a user name");
+            return API_DONE;
+        }
+        /* Another user's jobs are for admins alone (and for all when mode = none). */
+        if (api_request_require_admin(req)) return API_DONE;
+    }
+    if (v) q.owner = v;
     long limit;
     if (api_query_int(req, "limit", 1, 1000, 100, &limit)) return API_DONE;
     q.limit = (int)limit;
@@ -410,7 +420,7 @@ static void list_explained(void *token, const sched_result_t *res)
  * they wait, all in one message, before it is answered. */
 int api_handle_jobs_list(api_request_t *req)
 {
-    static const char *const allowed[] = {"state", "op", "limit", "after", NULL};
+    static const char *const allowed[] = {"state", "op", "user", "limit", "after", NULL};
     store_list_query_t q;
     if (api_query_check(req, allowed) || list_query(req, &q)) return API_DONE;
     store_reader_t *rd = api_request_reader(req);

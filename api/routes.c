@@ -23,6 +23,10 @@ static const api_route_t routes[] = {
     {"POST", "/v1/tokens", api_handle_tokens_create, NULL, false},
     {"GET", "/v1/tokens", api_handle_tokens_list, NULL, false},
     {"DELETE", "/v1/tokens/{id}", api_handle_token_revoke, NULL, false},
+    {"GET", "/v1/stats", api_handle_stats, NULL, false},
+    {"GET", "/", api_handle_ui_index, NULL, true},
+    {"GET", "/ui/session", api_handle_ui_session, NULL, true},
+    {"GET", "/ui/{file}", api_handle_ui_file, NULL, true},
 };
 
 const api_route_t *api_routes(size_t *ret_n)

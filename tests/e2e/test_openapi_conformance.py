@@ -27,11 +27,11 @@ import shutil
 import socket
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from gpujobd_process import GpujobdProcess
 
 try:
     import jsonschema
@@ -85,6 +85,7 @@ UNPROVOKABLE = {
     ("GET", "/v1/jobs/{id}/outputs/{name}", 503): STORE_UNREADABLE,
     ("GET", "/v1/buffers/{id}", 503): STORE_UNREADABLE,
     ("GET", "/v1/usage", 503): STORE_UNREADABLE,
+    ("GET", "/v1/stats", 503): STORE_UNREADABLE,
     ("POST", "/v1/buffers", 507): "answered only when the daemon's disk is full",
     ("POST", "/v1/jobs", 507): "answered only when the daemon's disk is full (test_e2e_connections)",
     ("GET", "/v1/jobs/{id}/outputs/{name}", 410): STORE_PAST_BOUND,
@@ -435,7 +436,7 @@ class Checker:
 # ---------------------------------------------------------------------------- daemon
 
 
-class Daemon:
+class Daemon(GpujobdProcess):
     """The real gpujobd on the CPU backend, its log kept for the failure report."""
 
     def __init__(self, binary, workdir):
@@ -445,59 +446,10 @@ class Daemon:
         self.unix_path = os.path.join(workdir, "gpujobd.sock")
         with open(self.config_path, "w", encoding="utf-8") as f:
             f.write(DAEMON_CONFIG)
-        self.log = []
-        self.port = None
-        self.listening = threading.Event()
         argv = [binary, "--config", self.config_path, "--listen", "127.0.0.1:0", "--state-dir",
                 self.state_dir, "--backend", "cpu", "--log-level", "info", "--unix-socket",
                 self.unix_path]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     preexec_fn=die_with_parent)
-        self.reader = threading.Thread(target=self.read_log, daemon=True)
-        self.reader.start()
-        if not self.listening.wait(START_TIMEOUT_S):
-            self.kill()
-            raise RuntimeError(f"gpujobd did not report listening within {START_TIMEOUT_S} s:\n"
-                               + self.log_text())
-
-    def read_log(self):
-        """Keeps the log and picks the port out of "listening on http://HOST:PORT"."""
-        for raw in self.proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.log.append(line)
-            m = re.search(r"listening on http://(\S+):(\d+)", line)
-            if m and not self.listening.is_set():
-                self.port = int(m.group(2))
-                self.listening.set()
-        self.listening.set()  # EOF: wake the waiter, which then finds no port
-
-    def log_text(self):
-        return "\n".join(self.log[-60:])
-
-    def signal(self, sig):
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout):
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def die_with_parent():
-    """Runs in the child before exec: the daemon must not outlive a test that crashed."""
-    try:
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+        super().__init__(argv, START_TIMEOUT_S)
 
 
 # --------------------------------------------------------------------------- requests
@@ -548,8 +500,17 @@ def check_system(c, spec):
         if op not in ops:
             c.fail(f"GET /v1/info: op {op} is missing from {ops}")
     c.call("GET", "/v1/usage", 400, query="verbose=1", note="unknown query argument")
+    c.call("GET", "/v1/stats", 200, query="minutes=5")
+    c.call("GET", "/v1/stats", 400, query="minutes=0", note="a window of no minutes")
+    c.call("GET", "/", 200)
+    c.call("GET", "/ui/session", 200)
+    for name in ("app.js", "style.css", "favicon.svg"):
+        c.call("GET", "/ui/{file}", 200, params={"file": name})
+    c.call("GET", "/ui/{file}", 404, params={"file": "nothing.js"}, note="not a file of the page")
+    c.call("GET", "/ui/{file}", 400, params={"file": "app.js"}, query="&".join(
+        f"a{i}=1" for i in range(MAX_QUERY_ARGUMENTS + 1)), note="too many query arguments")
     too_many = "&".join(f"a{i}=1" for i in range(MAX_QUERY_ARGUMENTS + 1))
-    for path in ("/healthz", "/readyz", "/metrics", "/v1/info"):
+    for path in ("/healthz", "/readyz", "/metrics", "/v1/info", "/", "/ui/session"):
         c.call("GET", path, 400, query=too_many, note="too many query arguments")
 
 

@@ -204,6 +204,15 @@ START_TEST(test_router_matches_paths_methods_and_parameters)
     api_route_match(routes, n, "POST", "/v1/jobs", &m);
     ck_assert_ptr_eq(m.route->handler, api_handle_jobs_submit);
 
+    /* The status page: its index at the root, its session ahead of the files' pattern. */
+    api_route_match(routes, n, "GET", "/", &m);
+    ck_assert_ptr_eq(m.route->handler, api_handle_ui_index);
+    api_route_match(routes, n, "GET", "/ui/session", &m);
+    ck_assert_ptr_eq(m.route->handler, api_handle_ui_session);
+    api_route_match(routes, n, "GET", "/ui/app.js", &m);
+    ck_assert_ptr_eq(m.route->handler, api_handle_ui_file);
+    ck_assert_str_eq(m.values[0], "app.js");
+
     api_route_match(routes, n, "PUT", "/v1/jobs", &m);
     ck_assert_int_eq(m.status, 405);
     ck_assert_str_eq(m.allow, "POST, GET");
@@ -216,7 +225,9 @@ START_TEST(test_router_matches_paths_methods_and_parameters)
                              "/v1/jobs//wait",
                              "/v1/jobs/x/outputs",
                              "/v1/jobs/x/outputs/y/z",
-                             "/",
+                             "/ui",
+                             "/ui/",
+                             "/ui/a/b",
                              "",
                              "/healthz/",
                              "/V1/jobs"};
