@@ -36,6 +36,7 @@
 #include "api_internal.h"
 #include "conn_watch.h"
 #include "http_tls.h"
+#include "json_write.h"
 #include "tensor_codec.h"
 #include "daemon/util/id.h"
 #include "daemon/util/log.h"
@@ -270,10 +271,9 @@ static enum MHD_Result send_response(conn_ctx_t *ctx)
     size_t len;
     size_t json_len = 0;
     if (resp->json) {
-        data = json_dumps(resp->json, JSON_COMPACT);
-        json_len = data ? strlen(data) : 0;
+        if (json_write(resp->json, &data, &json_len) < 0) return MHD_NO;
         size_t section_len = resp->framed ? resp->section.len : 0;
-        char *grown = data ? realloc(data, json_len + 2 + section_len) : NULL;
+        char *grown = realloc(data, json_len + 2 + section_len);
         if (!grown) {
             free(data);
             return MHD_NO;

@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/util/vec.h"
 #include "float_parse.h"
+#include "float_print.h"
+#include "json_write.h"
 #include "json_scan.h"
 
 /* Explains a tensor_desc_check() failure; field names the shape. */
@@ -413,42 +416,86 @@ int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char 
     return r;
 }
 
-static json_t *float_to_json(double x)
+/* A value rounded to f16 or bf16 the way the reader stores one (tensor_store), for
+ * float_print_narrow. */
+static double narrow_f16(double x)
 {
-    if (isnan(x)) return json_string("nan");
-    if (isinf(x)) return json_string(x > 0 ? "inf" : "-inf");
-    return json_real(x);
+    return f16_to_f32(f32_to_f16((float)x));
+}
+
+static double narrow_bf16(double x)
+{
+    return bf16_to_f32(f32_to_bf16((float)x));
+}
+
+/* Element i's JSON text into buf (FLOAT_PRINT_MAX bytes): its length. Floats are shortest for
+ * their dtype; the non-finite ones, which JSON lacks, are the strings "nan", "inf", "-inf". */
+static size_t element_text(dtype_t dt, const void *data, int64_t i, char *buf)
+{
+    double x;
+    switch (dt) {
+    case DTYPE_I8:
+        return json_format_integer(((const int8_t *)data)[i], buf);
+    case DTYPE_I32:
+        return json_format_integer(((const int32_t *)data)[i], buf);
+    case DTYPE_U32:
+        return json_format_integer(((const uint32_t *)data)[i], buf);
+    case DTYPE_I64:
+        return json_format_integer(((const int64_t *)data)[i], buf);
+    default:
+        x = tensor_load(dt, data, i);
+        break;
+    }
+    if (!isfinite(x)) {
+        const char *s = isnan(x) ? "\"nan\"" : x > 0 ? "\"inf\"" : "\"-inf\"";
+        size_t n = strlen(s);
+        memcpy(buf, s, n + 1);
+        return n;
+    }
+    switch (dt) {
+    case DTYPE_F32:
+        return float_print_f32((float)x, buf);
+    case DTYPE_F16:
+        return float_print_narrow(x, narrow_f16, buf);
+    case DTYPE_BF16:
+        return float_print_narrow(x, narrow_bf16, buf);
+    default:
+        return float_print_f64(x, buf);
+    }
+}
+
+int codec_data_to_text(const tensor_desc_t *d, const void *data, char **ret_text, size_t *ret_len)
+{
+    int64_t numel = tensor_desc_numel(d);
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (int64_t i = 0;; i++) {
+        /* Room for an element, the comma before it, the closing bracket and the NUL. */
+        if (vec_grow((void **)&text, &cap, len + FLOAT_PRINT_MAX + 3, 1,
+                     (size_t)numel * 8 + FLOAT_PRINT_MAX) < 0) {
+            free(text);
+            return -ENOMEM;
+        }
+        if (i == numel) break;
+        text[len++] = i ? ',' : '[';
+        len += element_text(d->dtype, data, i, text + len);
+    }
+    if (numel == 0) text[len++] = '[';
+    text[len++] = ']';
+    text[len] = '\0';
+    *ret_text = text;
+    *ret_len = len;
+    return 0;
 }
 
 json_t *codec_data_to_json(const tensor_desc_t *d, const void *data)
 {
-    json_t *list = json_array();
-    int64_t numel = tensor_desc_numel(d);
-    for (int64_t i = 0; list && i < numel; i++) {
-        json_t *v;
-        switch (d->dtype) {
-        case DTYPE_I8:
-            v = json_integer(((const int8_t *)data)[i]);
-            break;
-        case DTYPE_I32:
-            v = json_integer(((const int32_t *)data)[i]);
-            break;
-        case DTYPE_U32:
-            v = json_integer(((const uint32_t *)data)[i]);
-            break;
-        case DTYPE_I64:
-            v = json_integer(((const int64_t *)data)[i]);
-            break;
-        default:
-            v = float_to_json(tensor_load(d->dtype, data, i));
-            break;
-        }
-        if (json_array_append_new(list, v) < 0) {
-            json_decref(list);
-            return NULL;
-        }
-    }
-    return list;
+    char *text;
+    size_t len;
+    if (codec_data_to_text(d, data, &text, &len) < 0) return NULL;
+    json_t *node = json_raw_new(text, len);
+    free(text);
+    return node;
 }
 
 /* --- base64 --- */

@@ -33,8 +33,13 @@ int codec_data_from_json(const json_t *data, const tensor_desc_t *d, const char 
  * it cuts out of a body): read straight into the typed block, one number at a time. */
 int codec_data_from_text(const char *text, size_t len, const tensor_desc_t *d, const char *field,
                          void **ret_data, op_error_t *err);
-/* The tensor's elements as a flat JSON list (a new reference; NULL on allocation failure).
- * Non-finite floats are written as the strings "nan", "inf" and "-inf", which JSON lacks. */
+/* The tensor's elements as the text of a flat JSON list: 0 and a new malloc'd NUL-terminated
+ * text and its length, or -ENOMEM. Integers are exact; floats are the shortest text that reads
+ * back to the same value of their dtype (an f32 0.2 is "0.2"), and the non-finite ones, which
+ * JSON lacks, the strings "nan", "inf" and "-inf". */
+int codec_data_to_text(const tensor_desc_t *d, const void *data, char **ret_text, size_t *ret_len);
+/* The same list as a raw node (json_write.h) for an answer: a new reference, NULL on
+ * allocation failure. No json_t is made per element; json_write() writes the text as it is. */
 json_t *codec_data_to_json(const tensor_desc_t *d, const void *data);
 
 /* Standard base64 with padding. decode: a new malloc'd block and its length; -EINVAL naming

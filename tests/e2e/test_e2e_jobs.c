@@ -66,6 +66,10 @@ static void job_output(const json_t *job, const char *name, const char *dtype, l
     ck_assert_str_eq(json_string_value(json_object_get(t, "dtype")), dtype);
     long got = e2e_json_flatten(json_object_get(t, "data"), out, n);
     ck_assert_msg(got == n, "output %s has %ld values, expected %ld", name, got, n);
+    /* An f32 is printed as the shortest text that reads back to it as an f32: read so. */
+    if (strcmp(dtype, "f32") == 0)
+        for (long i = 0; i < n; i++)
+            out[i] = (float)out[i];
 }
 
 static bool info_has_op(e2e_daemon_t *d, const char *name)
@@ -846,7 +850,7 @@ START_TEST(test_output_download_json_raw_and_npy)
     ck_assert_str_eq(json_string_value(json_object_get(resp.json, "dtype")), "f32");
     ck_assert_int_eq(e2e_json_flatten(json_object_get(resp.json, "data"), got, N), N);
     for (int i = 0; i < N; i++)
-        ck_assert(got[i] == inline_out[i]);
+        ck_assert((float)got[i] == inline_out[i]);
     e2e_response_clear(&resp);
 
     /* Raw bytes: exactly the floats the JSON printed. */
@@ -1444,12 +1448,99 @@ START_TEST(test_health_metrics_usage_and_info)
 }
 END_TEST
 
+/* The JSON number text that follows "key": in text, into buf; false when the key is absent or
+ * its value is not a number. */
+static bool number_text_after(const char *text, const char *key, char *buf, size_t size)
+{
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    const char *p = strstr(text, pattern);
+    if (!p) return false;
+    p += strlen(pattern);
+    size_t n = strspn(p, "-+.0123456789eE");
+    if (n == 0 || n >= size) return false;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return true;
+}
+
+/* Asserts that a number's text is the shortest that reads back to its double: no text of one
+ * significant digit fewer does. */
+static void assert_shortest(const char *what, const char *text)
+{
+    double v = strtod(text, NULL);
+    int digits = 0;
+    bool leading = true;
+    for (const char *p = text; *p && *p != 'e' && *p != 'E'; p++) {
+        if (*p < '0' || *p > '9') continue;
+        if (*p == '0' && leading) continue;
+        leading = false;
+        digits++;
+    }
+    /* Trailing zeros ("2.0") are not significant. */
+    for (const char *p = text + strcspn(text, "eE"); p > text && (p[-1] == '0' || p[-1] == '.');
+         p--)
+        if (p[-1] == '0' && digits > 1) digits--;
+    char shorter[48];
+    if (digits > 1) {
+        snprintf(shorter, sizeof shorter, "%.*e", digits - 2, v);
+        ck_assert_msg(strtod(shorter, NULL) != v, "%s is %s, but %s reads back the same", what,
+                      text, shorter);
+    }
+    ck_assert_msg(digits <= 15, "%s is %s: a 17-digit tail", what, text);
+}
+
+/* Answers print numbers as Python or NumPy would: an f32 output 0.2 as 0.2, params and the
+ * timing fields shortest for their doubles. */
+START_TEST(test_answers_print_numbers_shortest_for_their_dtype)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    json_error_t jerr;
+    json_t *job = json_loads("{\"op\": \"saxpy\", \"params\": {\"a\": 1.3},"
+                             " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [2],"
+                             " \"data\": [0, 1]}, \"y\": {\"dtype\": \"f32\", \"shape\": [2],"
+                             " \"data\": [0.2, 0]}}}",
+                             0, &jerr);
+    ck_assert_ptr_nonnull(job);
+    char *id = e2e_submit_ok(d, job);
+    json_decref(e2e_wait_final_ok(d, id, 30));
+
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    e2e_response_t resp;
+    ck_assert(e2e_http_request(d, "GET", path, NULL, NULL, 0, &resp) == 0);
+    ck_assert_int_eq(resp.status, 200);
+    /* 1.3*0 + 0.2 and 1.3*1 + 0 in f32: the f32 values nearest 0.2 and 1.3. */
+    ck_assert_msg(strstr(resp.body, "\"data\":[0.2,1.3]"), "answer: %s", resp.body);
+    ck_assert_msg(strstr(resp.body, "\"params\":{\"a\":1.3}"), "answer: %s", resp.body);
+    static const char *const timings[] = {"queue_ms", "run_ms", "gpu_ms", "batch_gpu_ms"};
+    for (size_t i = 0; i < sizeof timings / sizeof timings[0]; i++) {
+        char num[64];
+        ck_assert_msg(number_text_after(resp.body, timings[i], num, sizeof num), "no %s in %s",
+                      timings[i], resp.body);
+        assert_shortest(timings[i], num);
+    }
+    e2e_response_clear(&resp);
+
+    static const char *const accept_json[] = {"Accept: application/json", NULL};
+    snprintf(path, sizeof path, "/v1/jobs/%s/outputs/out", id);
+    ck_assert(e2e_http_request(d, "GET", path, accept_json, NULL, 0, &resp) == 0);
+    ck_assert_int_eq(resp.status, 200);
+    ck_assert_msg(strstr(resp.body, "\"data\":[0.2,1.3]"), "output: %s", resp.body);
+    e2e_response_clear(&resp);
+    free(id);
+    json_decref(job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_jobs");
     TCase *tc = tcase_create("jobs");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_ops_match_reference_computation);
+    tcase_add_test(tc, test_answers_print_numbers_shortest_for_their_dtype);
     tcase_add_test(tc, test_sort_matches_reference_when_present);
     tcase_add_test(tc, test_gemm_matches_reference_when_present);
     tcase_add_test(tc, test_b64_and_buffer_inputs);

@@ -1,9 +1,12 @@
 #include "support/api_fakes.h"
 
+#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "api/json_write.h"
 
 fake_sched_t fake_sched;
 
@@ -375,4 +378,16 @@ void fakes_reset(void)
     for (int i = 0; i < n_blobs; i++)
         free(blobs[i].data);
     n_stored_jobs = n_stored_buffers = n_blobs = 0;
+}
+
+json_t *fake_as_sent(const json_t *v)
+{
+    char *text;
+    size_t len;
+    ck_assert_int_eq(json_write(v, &text, &len), 0);
+    json_error_t jerr;
+    json_t *back = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
+    ck_assert_msg(back != NULL, "the writer wrote bad JSON (%s): %s", jerr.text, text);
+    free(text);
+    return back;
 }

@@ -45,3 +45,7 @@ store_reader_t *fake_reader(void);
 /* The test op table: "tadd" (inputs x required, y optional, param alpha; x and y of one float
  * dtype and shape; output "out" like x). */
 const op_def_t *fake_find_op(const char *name);
+
+/* The answer v as a client reads it: written by the daemon's writer (api/json_write.h), raw
+ * nodes included, and parsed back by jansson. A new reference. */
+json_t *fake_as_sent(const json_t *v);

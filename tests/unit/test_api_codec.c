@@ -35,6 +35,16 @@ static int data_parse(const char *text, tensor_desc_t d, void **ret, op_error_t 
     return r;
 }
 
+/* The JSON list of a tensor's data as an answer carries it. */
+static json_t *data_as_sent(const tensor_desc_t *d, const void *data)
+{
+    json_t *node = codec_data_to_json(d, data);
+    ck_assert_ptr_nonnull(node);
+    json_t *back = fake_as_sent(node);
+    json_decref(node);
+    return back;
+}
+
 /* --- inline data --- */
 
 START_TEST(test_inline_flat_and_nested_agree_for_every_dtype)
@@ -55,7 +65,7 @@ START_TEST(test_inline_flat_and_nested_agree_for_every_dtype)
         ck_assert_int_eq(memcmp(flat, nested, tensor_desc_bytes(&d)), 0);
         ck_assert(tensor_load((dtype_t)dt, flat, 5) == 100.0);
         ck_assert(tensor_load((dtype_t)dt, flat, 1) == (dt == DTYPE_U32 ? 2.0 : -2.0));
-        json_t *back = codec_data_to_json(&d, flat);
+        json_t *back = data_as_sent(&d, flat);
         ck_assert_int_eq(json_array_size(back), 6);
         ck_assert(json_number_value(json_array_get(back, 5)) == 100.0);
         json_decref(back);
@@ -119,7 +129,7 @@ START_TEST(test_inline_i64_is_exact_and_floats_check_their_range)
     ck_assert(tensor_load(DTYPE_F16, data, 1) == -INFINITY);
     ck_assert(tensor_load(DTYPE_F16, data, 2) == 65504.0);
     tensor_desc_t d = desc2(DTYPE_F16, 1, 3, 0);
-    json_t *back = codec_data_to_json(&d, data);
+    json_t *back = data_as_sent(&d, data);
     ck_assert_str_eq(json_string_value(json_array_get(back, 0)), "nan");
     ck_assert_str_eq(json_string_value(json_array_get(back, 1)), "-inf");
     json_decref(back);
@@ -834,9 +844,12 @@ START_TEST(test_job_json_reports_times_states_and_inline_outputs)
     ck_assert(json_real_value(json_object_get(o, "queue_ms")) == 2.5);
     ck_assert(json_real_value(json_object_get(o, "run_ms")) == 1000.0);
     ck_assert(json_real_value(json_object_get(o, "gpu_ms")) == 3.0);
-    json_t *data = json_object_get(json_object_get(json_object_get(o, "outputs"), "out"), "data");
+    json_t *sent = fake_as_sent(o);
+    json_t *data =
+        json_object_get(json_object_get(json_object_get(sent, "outputs"), "out"), "data");
     ck_assert_int_eq(json_array_size(data), 3);
     ck_assert(json_number_value(json_array_get(data, 2)) == 6.0);
+    json_decref(sent);
     json_decref(o);
     /* With a section the bytes go there, after what it held, named by binary_offset. */
     job_json_section_t section = {0};

@@ -534,8 +534,10 @@ START_TEST(test_get_job_checks_id_owner_and_inlines_outputs)
     expect(run_json("GET", "/v1/jobs/" OTHER_ID, NULL), 404, "id");
     test_req_t *t = run_json("GET", "/v1/jobs/" JOB_ID, NULL);
     ck_assert_int_eq(t->req.resp.status, 200);
-    json_t *out = json_object_get(json_object_get(t->req.resp.json, "outputs"), "out");
+    json_t *sent = fake_as_sent(t->req.resp.json);
+    json_t *out = json_object_get(json_object_get(sent, "outputs"), "out");
     ck_assert(json_number_value(json_array_get(json_object_get(out, "data"), 1)) == 5.0);
+    json_decref(sent);
     done(t);
     /* An admin sees every owner's jobs. */
     expect(run("root", "GET", "/v1/jobs/" OTHER_ID, NULL, NULL, 0), 200, NULL);
@@ -639,8 +641,9 @@ START_TEST(test_outputs_download_as_json_raw_and_npy)
 
     test_req_t *t = run_json("GET", "/v1/jobs/" JOB_ID "/outputs/out", NULL);
     ck_assert_int_eq(t->req.resp.status, 200);
-    ck_assert(json_number_value(json_array_get(json_object_get(t->req.resp.json, "data"), 2)) ==
-              6.0);
+    json_t *sent = fake_as_sent(t->req.resp.json);
+    ck_assert(json_number_value(json_array_get(json_object_get(sent, "data"), 2)) == 6.0);
+    json_decref(sent);
     done(t);
 
     const char *raw[] = {"Accept: application/octet-stream", NULL};
