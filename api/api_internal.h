@@ -163,10 +163,14 @@ enum { API_DONE = 1, API_PENDING = 2 };
 
 typedef int (*api_handler_fn)(api_request_t *req);
 
+/* A query argument of a request whose body has not arrived yet (NULL when absent), read
+ * through the HTTP server's cls. */
+typedef const char *(*api_query_peek_fn)(void *cls, const char *key);
+
 /* Whether a request's body goes to a store blob file as it arrives rather than into memory:
- * asked once the headers are in, of the route's handler. */
-typedef bool (*api_streams_body_fn)(const api_env_t *env, const char *content_type,
-                                    uint64_t length);
+ * asked once the headers are in, of the route's handler, which may peek at the query. */
+typedef bool (*api_streams_body_fn)(const api_env_t *env, const char *content_type, uint64_t length,
+                                    api_query_peek_fn peek, void *cls);
 
 typedef struct api_route {
     const char *method;  /* "GET", "POST", "DELETE" */
@@ -207,7 +211,8 @@ bool api_route_is_anonymous(const char *method, const char *path);
 /* Whether the body of a request to method and path goes to a store blob file as it arrives
  * (the server asks once the headers are in): the matched route's streams_body says. */
 bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
-                              const char *content_type, uint64_t length);
+                              const char *content_type, uint64_t length, api_query_peek_fn peek,
+                              void *cls);
 
 /* --- http_util.c: reading a request, filling its response --- */
 
@@ -339,7 +344,8 @@ int api_handle_job_output(api_request_t *req);
 /* handlers_buffers.c */
 int api_handle_buffer_put(api_request_t *req);
 /* A buffer upload, raw or .npy, too large for a row streams to a blob file. */
-bool api_buffer_put_streams_body(const api_env_t *env, const char *content_type, uint64_t length);
+bool api_buffer_put_streams_body(const api_env_t *env, const char *content_type, uint64_t length,
+                                 api_query_peek_fn peek, void *cls);
 int api_handle_buffer_get(api_request_t *req);
 int api_handle_buffer_delete(api_request_t *req);
 int api_handle_usage(api_request_t *req);

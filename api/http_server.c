@@ -327,6 +327,12 @@ static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const c
     return MHD_YES;
 }
 
+/* api_query_peek_fn over a connection whose body has not arrived yet. */
+static const char *query_peek(void *cls, const char *key)
+{
+    return MHD_lookup_connection_value(cls, MHD_GET_ARGUMENT_KIND, key);
+}
+
 static void body_stream(conn_ctx_t *ctx, const char *data, size_t n)
 {
     api_request_t *req = &ctx->req;
@@ -556,7 +562,8 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
         }
         const char *type =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-        if (known && api_body_streams_to_file(&l->srv->env, method, url, type, n)) {
+        if (known &&
+            api_body_streams_to_file(&l->srv->env, method, url, type, n, query_peek, conn)) {
             r = store_blob_stream_open(l->srv->env.cfg, &ctx->req.body_file);
             if (r < 0) ctx->upload_err = r;
             ctx->npy_head_pending = api_media_is(type, strlen(type), "application/x-npy");
