@@ -55,16 +55,18 @@ static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
     return 0;
 }
 
-/* A large durable upload streams to a blob file; an ephemeral one (?durable=false) stays in
- * memory, since its bytes go to the executor's resident copy and never to disk. */
-bool api_buffer_put_streams_body(const api_env_t *env, const char *content_type, uint64_t length,
-                                 api_query_peek_fn peek, void *cls)
+/* A large durable upload streams to a blob file. An ephemeral one (?durable=false) goes into
+ * memory allocated whole at once (its bytes go to the executor's resident copy, never to
+ * disk), so that a large one is not copied by growing: it is held in host memory once. */
+api_body_sink_t api_buffer_put_streams_body(const api_env_t *env, const char *content_type,
+                                            uint64_t length, api_query_peek_fn peek, void *cls)
 {
     const char *durable = peek(cls, "durable");
-    if (durable && strcmp(durable, "false") == 0) return false;
-    return length > env->cfg->inline_blob_bytes && content_type &&
-           (api_media_is(content_type, strlen(content_type), "application/octet-stream") ||
-            api_media_is(content_type, strlen(content_type), "application/x-npy"));
+    if (durable && strcmp(durable, "false") == 0) return API_BODY_MEMORY_WHOLE;
+    bool to_file = length > env->cfg->inline_blob_bytes && content_type &&
+                   (api_media_is(content_type, strlen(content_type), "application/octet-stream") ||
+                    api_media_is(content_type, strlen(content_type), "application/x-npy"));
+    return to_file ? API_BODY_FILE : API_BODY_MEMORY;
 }
 
 static void buffer_put_reply(void *token, const sched_result_t *res)
