@@ -119,7 +119,7 @@ struct api_request {
     char *body;              /* owned by the connection; NULL when body_file holds it */
     size_t body_len;         /* the body's length, in memory or in body_file */
     /* A large upload, written to a store blob file as it arrived (see
-     * api_body_streams_to_file); the connection's until a handler takes it. Of a .npy upload
+     * api_body_sink); the connection's until a handler takes it. Of a .npy upload
      * the file holds the data; its first body_head_len bytes, up to the data, are in body. */
     store_blob_stream_t *body_file;
     size_t body_head_len;
@@ -163,10 +163,22 @@ enum { API_DONE = 1, API_PENDING = 2 };
 
 typedef int (*api_handler_fn)(api_request_t *req);
 
-/* Whether a request's body goes to a store blob file as it arrives rather than into memory:
- * asked once the headers are in, of the route's handler. */
-typedef bool (*api_streams_body_fn)(const api_env_t *env, const char *content_type,
-                                    uint64_t length);
+/* A query argument of a request whose body has not arrived yet (NULL when absent), read
+ * through the HTTP server's cls. */
+typedef const char *(*api_query_peek_fn)(void *cls, const char *key);
+
+/* Where a request's body goes as it arrives. */
+typedef enum api_body_sink {
+    API_BODY_MEMORY,       /* into memory, grown as it arrives */
+    API_BODY_FILE,         /* into a store blob file */
+    API_BODY_MEMORY_WHOLE, /* into memory allocated for its announced length at once: a body
+                            * that is held whole anyway, which growing would copy */
+} api_body_sink_t;
+
+/* Where a request's body of known length goes: asked once the headers are in, of the route's
+ * handler, which may peek at the query. */
+typedef api_body_sink_t (*api_streams_body_fn)(const api_env_t *env, const char *content_type,
+                                               uint64_t length, api_query_peek_fn peek, void *cls);
 
 typedef struct api_route {
     const char *method;  /* "GET", "POST", "DELETE" */
@@ -204,10 +216,11 @@ int api_dispatch(api_request_t *req);
  * anonymous routes and for paths that answer 404 or 405 anyway. */
 bool api_route_is_anonymous(const char *method, const char *path);
 
-/* Whether the body of a request to method and path goes to a store blob file as it arrives
- * (the server asks once the headers are in): the matched route's streams_body says. */
-bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
-                              const char *content_type, uint64_t length);
+/* Where the body of a request to method and path goes as it arrives (the server asks once the
+ * headers are in): the matched route's streams_body says; API_BODY_MEMORY without one. */
+api_body_sink_t api_body_sink(const api_env_t *env, const char *method, const char *path,
+                              const char *content_type, uint64_t length, api_query_peek_fn peek,
+                              void *cls);
 
 /* --- http_util.c: reading a request, filling its response --- */
 
@@ -339,7 +352,8 @@ int api_handle_job_output(api_request_t *req);
 /* handlers_buffers.c */
 int api_handle_buffer_put(api_request_t *req);
 /* A buffer upload, raw or .npy, too large for a row streams to a blob file. */
-bool api_buffer_put_streams_body(const api_env_t *env, const char *content_type, uint64_t length);
+api_body_sink_t api_buffer_put_streams_body(const api_env_t *env, const char *content_type,
+                                            uint64_t length, api_query_peek_fn peek, void *cls);
 int api_handle_buffer_get(api_request_t *req);
 int api_handle_buffer_delete(api_request_t *req);
 int api_handle_usage(api_request_t *req);

@@ -55,11 +55,18 @@ static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
     return 0;
 }
 
-bool api_buffer_put_streams_body(const api_env_t *env, const char *content_type, uint64_t length)
+/* A large durable upload streams to a blob file. An ephemeral one (?durable=false) goes into
+ * memory allocated whole at once (its bytes go to the executor's resident copy, never to
+ * disk), so that a large one is not copied by growing: it is held in host memory once. */
+api_body_sink_t api_buffer_put_streams_body(const api_env_t *env, const char *content_type,
+                                            uint64_t length, api_query_peek_fn peek, void *cls)
 {
-    return length > env->cfg->inline_blob_bytes && content_type &&
-           (api_media_is(content_type, strlen(content_type), "application/octet-stream") ||
-            api_media_is(content_type, strlen(content_type), "application/x-npy"));
+    const char *durable = peek(cls, "durable");
+    if (durable && strcmp(durable, "false") == 0) return API_BODY_MEMORY_WHOLE;
+    bool to_file = length > env->cfg->inline_blob_bytes && content_type &&
+                   (api_media_is(content_type, strlen(content_type), "application/octet-stream") ||
+                    api_media_is(content_type, strlen(content_type), "application/x-npy"));
+    return to_file ? API_BODY_FILE : API_BODY_MEMORY;
 }
 
 static void buffer_put_reply(void *token, const sched_result_t *res)
@@ -112,13 +119,15 @@ static int job_output_source(api_request_t *req, job_t **ret_job, const job_tens
 }
 
 /* True, after answering 413, when nbytes more bytes would pass the user's quota of stored
- * bytes, or of resident bytes for a resident buffer (or a quota could not be read). */
-static bool buffer_quota_refuses(api_request_t *req, uint64_t nbytes, bool resident)
+ * bytes (a durable buffer), or of resident bytes for a resident buffer (or a quota could not
+ * be read). */
+static bool buffer_quota_refuses(api_request_t *req, uint64_t nbytes, bool resident, bool durable)
 {
     policy_limits_t l;
     api_user_limits(req, &l);
     resident = resident && l.value[CONFIG_POLICY_MAX_RESIDENT_BYTES];
-    if (!resident && !l.value[CONFIG_POLICY_MAX_STORED_BYTES]) return false;
+    durable = durable && l.value[CONFIG_POLICY_MAX_STORED_BYTES];
+    if (!resident && !durable) return false;
     store_reader_t *rd = api_request_reader(req);
     if (!rd) return true;
     store_usage_t u;
@@ -129,8 +138,8 @@ static bool buffer_quota_refuses(api_request_t *req, uint64_t nbytes, bool resid
         return true;
     }
     config_policy_key_t key = CONFIG_POLICY_MAX_STORED_BYTES;
-    bool over = policy_bytes_exceeded(&l, key, req->user.name, (uint64_t)u.buffer_bytes, nbytes,
-                                      why, sizeof why);
+    bool over = durable && policy_bytes_exceeded(&l, key, req->user.name, (uint64_t)u.buffer_bytes,
+                                                 nbytes, why, sizeof why);
     if (!over && resident) {
         key = CONFIG_POLICY_MAX_RESIDENT_BYTES;
         over = policy_bytes_exceeded(&l, key, req->user.name, (uint64_t)u.resident_bytes, nbytes,
@@ -227,17 +236,37 @@ static int upload_take_bytes(api_request_t *req, upload_t *u, buffer_t *buf)
     return 0;
 }
 
+/* ?resident= and ?durable=: an ephemeral buffer (durable=false) lives only in the backend's
+ * resident copy, so it must be resident. 0, or API_DONE after answering. */
+static int buffer_kind(api_request_t *req, bool *ret_resident, bool *ret_durable)
+{
+    bool resident, durable;
+    if (api_query_bool(req, "resident", false, &resident) ||
+        api_query_bool(req, "durable", true, &durable))
+        return API_DONE;
+    if (!durable && !resident) {
+        api_respond_error(req, 400, "invalid_argument", "query.durable",
+                          "durable=false needs resident=true: an ephemeral buffer lives only in "
+                          "the backend's resident copy");
+        return API_DONE;
+    }
+    *ret_resident = resident;
+    *ret_durable = durable;
+    return 0;
+}
+
 int api_handle_buffer_put(api_request_t *req)
 {
-    static const char *const allowed[] = {"dtype", "shape", "resident", "job", "output", NULL};
-    bool resident;
+    static const char *const allowed[] = {"dtype", "shape",  "resident", "durable",
+                                          "job",   "output", NULL};
+    bool resident, durable;
     upload_t u;
-    if (api_query_check(req, allowed) || api_query_bool(req, "resident", false, &resident) ||
+    if (api_query_check(req, allowed) || buffer_kind(req, &resident, &durable) ||
         upload_source(req, &u))
         return API_DONE;
     /* A buffer over its owner's quotas is refused before its bytes are read or written. */
     uint64_t nbytes = tensor_desc_bytes(&u.desc);
-    if (buffer_quota_refuses(req, nbytes, resident)) {
+    if (buffer_quota_refuses(req, nbytes, resident, durable)) {
         job_free(u.job);
         return API_DONE;
     }
@@ -257,6 +286,7 @@ int api_handle_buffer_put(api_request_t *req)
     buf->desc = u.desc;
     buf->nbytes = nbytes;
     buf->resident = resident;
+    buf->durable = durable;
     buf->created_us = now_us();
     api_request_suspend(req);
     sched_buffer_put(req->env->sched, buf, buffer_put_reply, req);

@@ -147,6 +147,23 @@ static void device_gauges_text(text_t *t, api_request_t *req)
     json_decref(backend);
 }
 
+/* The buffers' bytes, summed over their rows: the durable ones, the resident ones and the
+ * ephemeral ones (resident too, never stored). Nothing when the store cannot be read. */
+static void buffer_gauges_text(text_t *t, api_request_t *req)
+{
+    store_reader_t *rd = req->env->reader(req->env);
+    store_usage_t u;
+    if (!rd || store_usage_get(rd, NULL, &u) < 0) return;
+    metric(t, "gpujobd_buffer_stored_bytes", "gauge", "Bytes of durable (stored) buffers.",
+           (long)u.buffer_bytes);
+    metric(t, "gpujobd_buffer_resident_bytes", "gauge",
+           "Bytes of resident buffers, ephemeral ones included.", (long)u.resident_bytes);
+    metric(t, "gpujobd_buffer_ephemeral_bytes", "gauge",
+           "Bytes of ephemeral buffers: in device (or, on the CPU backend, host) memory only, "
+           "never stored, gone on restart.",
+           (long)u.ephemeral_bytes);
+}
+
 int api_handle_metrics(api_request_t *req)
 {
     if (api_request_require_admin(req)) return API_DONE;
@@ -197,6 +214,7 @@ int api_handle_metrics(api_request_t *req)
                 atomic_load(&req->env->connections[0]), atomic_load(&req->env->connections[1]));
     gpu_gauges_text(&t, req->env->gpu_metrics);
     device_gauges_text(&t, req);
+    buffer_gauges_text(&t, req);
     if (t.failed) {
         free(t.buf);
         api_respond_error(req, 500, "internal", NULL, "out of memory");

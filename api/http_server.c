@@ -327,6 +327,12 @@ static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const c
     return MHD_YES;
 }
 
+/* api_query_peek_fn over a connection whose body has not arrived yet. */
+static const char *query_peek(void *cls, const char *key)
+{
+    return MHD_lookup_connection_value(cls, MHD_GET_ARGUMENT_KIND, key);
+}
+
 static void body_stream(conn_ctx_t *ctx, const char *data, size_t n)
 {
     api_request_t *req = &ctx->req;
@@ -556,14 +562,22 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
         }
         const char *type =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-        if (known && api_body_streams_to_file(&l->srv->env, method, url, type, n)) {
+        api_body_sink_t sink =
+            known ? api_body_sink(&l->srv->env, method, url, type, n, query_peek, conn)
+                  : API_BODY_MEMORY;
+        if (sink == API_BODY_FILE) {
             r = store_blob_stream_open(l->srv->env.cfg, &ctx->req.body_file);
             if (r < 0) ctx->upload_err = r;
             ctx->npy_head_pending = api_media_is(type, strlen(type), "application/x-npy");
         } else if (known && n > 0) {
             /* Room for the announced body up front, but no more than a few MiB before bytes
-             * actually arrive: a client's header alone must not reserve max_body_bytes. */
-            size_t want = n < BODY_PREALLOC_MAX ? (size_t)n + 1 : BODY_PREALLOC_MAX;
+             * actually arrive: a client's header alone must not reserve max_body_bytes. A body
+             * the route holds whole anyway (an identified user's, within max_body_bytes) gets
+             * all of it, so that growing never copies it; its pages are touched only as its
+             * bytes arrive. */
+            size_t want = n < BODY_PREALLOC_MAX || sink == API_BODY_MEMORY_WHOLE
+                              ? (size_t)n + 1
+                              : BODY_PREALLOC_MAX;
             ctx->req.body = malloc(want);
             ctx->body_cap = ctx->req.body ? want : 0;
         }

@@ -690,6 +690,7 @@ json_t *job_json_from_buffer(const buffer_t *buf)
     if (!o) return NULL;
     json_object_set_new(o, "id", json_string(buf->id));
     json_object_set_new(o, "resident", json_boolean(buf->resident));
+    json_object_set_new(o, "durable", json_boolean(buf->durable));
     json_object_set_new(o, "device", buf->device >= 0 ? json_integer(buf->device) : json_null());
     json_object_set_new(o, "created_at", job_json_time(buf->created_us));
     return o;

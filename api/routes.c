@@ -125,10 +125,12 @@ bool api_route_is_anonymous(const char *method, const char *path)
     return !m.route || m.route->anonymous;
 }
 
-bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
-                              const char *content_type, uint64_t length)
+api_body_sink_t api_body_sink(const api_env_t *env, const char *method, const char *path,
+                              const char *content_type, uint64_t length, api_query_peek_fn peek,
+                              void *cls)
 {
     api_route_match_t m;
     api_route_match(routes, sizeof routes / sizeof routes[0], method, path, &m);
-    return m.route && m.route->streams_body && m.route->streams_body(env, content_type, length);
+    if (!m.route || !m.route->streams_body) return API_BODY_MEMORY;
+    return m.route->streams_body(env, content_type, length, peek, cls);
 }

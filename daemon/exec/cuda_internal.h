@@ -5,6 +5,7 @@
  * cuda_worker.c    the device worker thread: what starts when, and the drain
  * cuda_slots.c     stream slots: a batch's launch, its waiter, its completion
  * cuda_resident.c  resident buffers: placement, loading, references, freeing
+ * cuda_ephemeral.c ephemeral buffers: an upload copied through pinned staging to the device
  * cuda_recovery.c  a lost context: the culprit, and every batch handed back
  *
  * One lock (cuda_exec_t.lock) guards every worker's queue, slots and flags, and one condition
@@ -202,9 +203,14 @@ void cuda_slot_release_residents_locked(slot_t *slot);
 resident_t *cuda_take_unused_deleted_locked(device_worker_t *dw);
 /* Frees every resident copy of the worker (its device gone or shut down). */
 void cuda_residents_free(device_worker_t *dw);
+/* Device memory for a resident copy on dw's device (current), trimming the pool once if it
+ * is in the way. */
+cudaError_t cuda_resident_malloc(device_worker_t *dw, void **ret, uint64_t nbytes);
 int cuda_place_buffer(executor_t *base, uint64_t nbytes);
 void cuda_buffer_added(executor_t *base, const buffer_t *buf);
 void cuda_buffer_deleted(executor_t *base, const char *id);
+/* --- cuda_ephemeral.c */
+int cuda_buffer_keep(executor_t *base, buffer_t *buf);
 
 /* --- cuda_recovery.c */
 /* After a failed CUDA call: the sticky error that lost the context, or cudaSuccess. */

@@ -110,7 +110,7 @@ static bool resident_reserve(slot_t *slot, uint64_t nbytes, size_t *ret_moved)
 
 /* Device memory for a resident copy: memory the batch pool keeps for reuse may be in the way,
  * so it is given back once before a second try. */
-static cudaError_t resident_malloc(device_worker_t *dw, void **ret, uint64_t nbytes)
+cudaError_t cuda_resident_malloc(device_worker_t *dw, void **ret, uint64_t nbytes)
 {
     cudaError_t e = cudaMalloc(ret, nbytes ? nbytes : 1);
     if (e != cudaSuccess) {
@@ -162,7 +162,7 @@ static resident_t *resident_load(slot_t *slot, void *rd, const buffer_t *buf, cu
         return NULL;
     }
     int64_t started = cuda_now_ns();
-    cudaError_t e = resident_malloc(dw, &res->dptr, res->nbytes);
+    cudaError_t e = cuda_resident_malloc(dw, &res->dptr, res->nbytes);
     int r = e == cudaSuccess ? load_bytes(slot, rd, buf, res->dptr, &e) : -EIO;
     int64_t took = cuda_now_ns() - started;
     if (!resident_settle(slot, res, r == 0, moved, took)) {
@@ -236,8 +236,10 @@ int cuda_fetch_buffer_input(slot_t *slot, void *rd, job_tensor_t *t, const void 
     if (r < 0) return r;
     /* Kept on whichever device runs a job that reads it: a job that reads buffers placed on
      * two devices would otherwise copy one of them from the host every time it runs. */
+    /* An ephemeral buffer has no stored bytes to load: without its copy here, the job fails
+     * (exec_input_take_buffer says why). */
     cudaError_t e;
-    if (buf->resident && (res = resident_load(slot, rd, buf, &e)))
+    if (buf->resident && buf->durable && (res = resident_load(slot, rd, buf, &e)))
         *ret_dptr = res->dptr;
     else
         r = exec_input_take_buffer(&slot->ex->blobs, rd, t, buf, why, why_size);
@@ -286,6 +288,7 @@ int cuda_place_buffer(executor_t *base, uint64_t nbytes)
 void cuda_buffer_added(executor_t *base, const buffer_t *buf)
 {
     cuda_exec_t *ex = (cuda_exec_t *)base;
+    if (!buf->durable) return; /* kept already, by cuda_buffer_keep */
     pthread_mutex_lock(&ex->lock);
     for (int d = 0; d < ex->n_devices; d++) {
         device_worker_t *dw = &ex->devices[d];

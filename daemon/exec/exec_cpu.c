@@ -20,6 +20,7 @@
 #include "daemon/util/crash_guard.h"
 #include "daemon/util/id.h"
 #include "daemon/util/log.h"
+#include "exec_ephemeral.h"
 #include "exec_guard.h"
 #include "exec_time.h"
 #include "exec_inputs.h"
@@ -39,8 +40,9 @@ typedef struct cpu_worker {
 struct cpu_exec {
     executor_t base;
     exec_blob_reader_t blobs;
-    int n_threads;          /* the pool's size */
-    cpu_worker_t **workers; /* every worker started, replacements included */
+    ephemeral_table_t ephemeral; /* ephemeral buffers' bytes, kept in host memory */
+    int n_threads;               /* the pool's size */
+    cpu_worker_t **workers;      /* every worker started, replacements included */
     int n_started, workers_cap;
     pthread_mutex_t lock;
     pthread_cond_t work_cond; /* a batch was queued, or stopping */
@@ -54,21 +56,34 @@ struct cpu_exec {
     int exited;     /* workers that left their loop */
 };
 
-static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
+/* Points in[] at the job's input bytes: those in memory, an ephemeral buffer's copy (lent:
+ * borrowed[j] is set, and the caller releases it), or bytes read into the tensor. 0, or -1
+ * with the job's error set. */
+static int fetch_inputs(cpu_exec_t *ex, void *rd, job_t *job, const void **in, bool *borrowed)
 {
     const op_call_t *call = &job->call;
-    const void *in[OP_MAX_TENSORS] = {0};
-    void *out[OP_MAX_TENSORS] = {0};
     char why[ERROR_MESSAGE_SIZE];
     for (int j = 0; j < call->op->n_inputs; j++) {
         if (!call->has_in[j]) continue;
         job_tensor_t *t = &job->in[j];
+        if (!t->data && t->buffer_id[0] &&
+            (in[j] = ephemeral_table_acquire(&ex->ephemeral, t->buffer_id))) {
+            borrowed[j] = true;
+            continue;
+        }
         if (!t->data && exec_input_load(&ex->blobs, rd, t, why, sizeof why) < 0) {
             job_set_error(job, "input_unavailable", "%s", why);
-            return;
+            return -1;
         }
         in[j] = t->data;
     }
+    return 0;
+}
+
+static void run_call(job_t *job, const void **in)
+{
+    const op_call_t *call = &job->call;
+    void *out[OP_MAX_TENSORS] = {0};
     job_describe_outputs(job);
     for (int j = 0; j < call->n_out; j++) {
         job_tensor_t *t = &job->out[j];
@@ -86,6 +101,15 @@ static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
         job_set_error(job, "cancelled", "stopped while running: the job was cancelled");
     else if (r < 0)
         job_set_error(job, "op_failed", "%s%s%s", err.field, err.field[0] ? ": " : "", err.message);
+}
+
+static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
+{
+    const void *in[OP_MAX_TENSORS] = {0};
+    bool borrowed[OP_MAX_TENSORS] = {0};
+    if (fetch_inputs(ex, rd, job, in, borrowed) == 0) run_call(job, in);
+    for (int j = 0; j < OP_MAX_TENSORS; j++)
+        if (borrowed[j]) ephemeral_table_release(&ex->ephemeral, job->in[j].buffer_id);
 }
 
 /* Runs the batch's jobs one after the other, each marked alone in the crash guard while it
@@ -355,9 +379,21 @@ static void cpu_destroy(executor_t *base, int timeout_ms)
     pthread_mutex_destroy(&ex->lock);
     pthread_cond_destroy(&ex->work_cond);
     pthread_cond_destroy(&ex->idle_cond);
+    ephemeral_table_destroy(&ex->ephemeral);
     free(ex->workers);
     free(ex->queue);
     free(ex);
+}
+
+/* An ephemeral buffer's resident copy is its upload's bytes, kept in host memory as they are. */
+static int cpu_buffer_keep(executor_t *base, buffer_t *buf)
+{
+    return ephemeral_table_add(&((cpu_exec_t *)base)->ephemeral, buf);
+}
+
+static void cpu_buffer_deleted(executor_t *base, const char *id)
+{
+    ephemeral_table_delete(&((cpu_exec_t *)base)->ephemeral, id);
 }
 
 static const executor_ops_t cpu_ops = {
@@ -369,6 +405,8 @@ static const executor_ops_t cpu_ops = {
     .destroy = cpu_destroy,
     .abandon = cpu_abandon,
     .cancel = cpu_cancel,
+    .buffer_keep = cpu_buffer_keep,
+    .buffer_deleted = cpu_buffer_deleted,
 };
 
 int exec_cpu_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_t **ret)
@@ -377,6 +415,7 @@ int exec_cpu_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_
     if (!ex) return -ENOMEM;
     ex->base.ops = &cpu_ops;
     ex->blobs = *blobs;
+    ephemeral_table_init(&ex->ephemeral);
     ex->n_threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ex->n_threads < 1) ex->n_threads = 1;
     /* No batches queued ahead of the workers: a job handed over starts at once, so `running`

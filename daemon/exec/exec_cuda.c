@@ -187,6 +187,7 @@ static const executor_ops_t cuda_ops = {
     .place_buffer = cuda_place_buffer,
     .buffer_added = cuda_buffer_added,
     .buffer_deleted = cuda_buffer_deleted,
+    .buffer_keep = cuda_buffer_keep,
     .serves_device = cuda_serves_device,
     .abandon = cuda_abandon,
     .cancel = cuda_cancel,

@@ -32,6 +32,15 @@ int exec_input_take_buffer(const exec_blob_reader_t *blobs, void *rd, job_tensor
         buf->data = NULL;
         return 0;
     }
+    if (!buf->durable) {
+        /* Its bytes were only ever in the backend's resident copy, which is not where this job
+         * runs: on another device, or lost with its device. */
+        snprintf(why, why_size,
+                 "input '%s': ephemeral buffer %s is not in memory where the job runs (its "
+                 "device %d lost it, or the job was pinned elsewhere)",
+                 t->name, t->buffer_id, buf->device);
+        return -ENOENT;
+    }
     int r = blobs->read(rd, buf->blob, buf->nbytes, &t->data);
     if (r < 0)
         snprintf(why, why_size, "input '%s': could not read buffer %s", t->name, t->buffer_id);

@@ -110,7 +110,8 @@ typedef struct executor_ops {
      * still run), then joins the threads and frees everything. */
     void (*destroy)(executor_t *ex, int timeout_ms);
 
-    /* Resident buffers; NULL where the backend has no device memory (the CPU). */
+    /* Resident buffers; NULL where the backend has no device memory (the CPU backend has
+     * only buffer_keep and buffer_deleted, for ephemeral buffers). */
     /* The device a new resident buffer of nbytes should live on, or -1 for none. Any thread. */
     int (*place_buffer)(executor_t *ex, uint64_t nbytes);
     /* A resident buffer is stored (its row committed): the backend may load it onto its
@@ -118,6 +119,13 @@ typedef struct executor_ops {
     void (*buffer_added)(executor_t *ex, const buffer_t *buf);
     /* The buffer is gone from the store: free its device copy once no launch uses it. */
     void (*buffer_deleted)(executor_t *ex, const char *id);
+    /* Takes an ephemeral buffer's bytes (buf->data, owned from then on: NULL on return, freed
+     * by the backend whatever the outcome) into its resident copy: device memory on
+     * buf->device for the CUDA backend, host memory for the CPU one. Called on the uploading
+     * thread before the buffer's row is stored, so that a job that finds the row finds the
+     * copy; buffer_deleted() frees it. 0; -ENOSPC when the device has no room; -ENOMEM; -EIO
+     * after a device error. NULL where the backend keeps none. */
+    int (*buffer_keep)(executor_t *ex, buffer_t *buf);
     /* True when device is one this backend runs jobs on. Any thread. */
     bool (*serves_device)(executor_t *ex, int device);
 

@@ -106,7 +106,10 @@ void job_describe_outputs(job_t *job)
 buffer_t *buffer_new(void)
 {
     buffer_t *buf = calloc(1, sizeof *buf);
-    if (buf) buf->device = -1;
+    if (buf) {
+        buf->device = -1;
+        buf->durable = true;
+    }
     return buf;
 }
 

@@ -126,6 +126,9 @@ typedef struct buffer {
     uint64_t nbytes;
     bool resident; /* keep in device memory across jobs (CUDA backend) */
     int device;    /* the device a resident buffer was placed on; -1 for none */
+    /* False for an ephemeral buffer: its bytes live only in the executor's resident copy (device
+     * memory, or host memory on the CPU backend), never on disk; a restart forgets it. */
+    bool durable;
     int64_t created_us;
     void *data; /* malloc'd, owned; NULL when not in memory */
     char *blob; /* the store's locator once persisted; owned */

@@ -157,8 +157,19 @@ void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *tok
     int r;
     if (buf->resident && s->ex && s->ex->ops->place_buffer)
         buf->device = s->ex->ops->place_buffer(s->ex, buf->nbytes);
-    if (buf->data && buf->nbytes > s->cfg->inline_blob_bytes &&
-        (r = store_blob_write(s->st, buf->data, buf->nbytes, &buf->blob)) < 0) {
+    if (!buf->durable) {
+        /* Its bytes go to the executor's resident copy now, before its row exists: a job that
+         * finds the row finds the copy. */
+        r = s->ex && s->ex->ops->buffer_keep ? s->ex->ops->buffer_keep(s->ex, buf) : -EOPNOTSUPP;
+        if (r < 0) {
+            reply_err(reply, token, r,
+                      r == -ENOSPC ? "no device has room for the ephemeral buffer"
+                                   : "the backend could not keep the ephemeral buffer");
+            msg_free(m);
+            return;
+        }
+    } else if (buf->data && buf->nbytes > s->cfg->inline_blob_bytes &&
+               (r = store_blob_write(s->st, buf->data, buf->nbytes, &buf->blob)) < 0) {
         reply_err(reply, token, r == -ENOSPC ? r : -EIO, "could not persist the buffer");
         msg_free(m);
         return;

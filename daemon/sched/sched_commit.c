@@ -114,7 +114,10 @@ static int check_buffer_quotas(sched_t *s, msg_t *m)
     uint64_t stored = 0, resident_used = 0;
     int r = store_buffer_bytes(s->st, m->buf->owner, &stored, &resident_used);
     if (r < 0) return r;
-    if (!buffer_quota_refuses(m, l, CONFIG_POLICY_MAX_STORED_BYTES, stored) && resident)
+    /* An ephemeral buffer is never stored: only the resident quota holds it. */
+    bool stored_over =
+        m->buf->durable && buffer_quota_refuses(m, l, CONFIG_POLICY_MAX_STORED_BYTES, stored);
+    if (!stored_over && resident)
         buffer_quota_refuses(m, l, CONFIG_POLICY_MAX_RESIDENT_BYTES, resident_used);
     return 0;
 }
@@ -396,7 +399,12 @@ static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, 
     /* Files written for rows that were not committed (a failed commit, a refused buffer, a
      * replayed submission) go now rather than at the next start's sweep; those of jobs that
      * went out go when their launch returns (end_jobs). */
-    if (m->kind == MSG_BUF_PUT && (lost || m->err)) store_blob_discard(s->st, m->buf->blob);
+    if (m->kind == MSG_BUF_PUT && (lost || m->err)) {
+        store_blob_discard(s->st, m->buf->blob);
+        /* An ephemeral buffer's copy was kept before its row: it goes with the row. */
+        if (!m->buf->durable && s->ex && s->ex->ops->buffer_deleted)
+            s->ex->ops->buffer_deleted(s->ex, m->buf->id);
+    }
     for (size_t i = 0; i < m->n; i++)
         if (m->jobs[i] && (lost || m->fate[i] == FATE_REPLAYED)) discard_inputs(s, m->jobs[i]);
     if (lost) {

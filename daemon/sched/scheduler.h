@@ -81,7 +81,9 @@ void sched_explain_jobs(sched_t *s, job_t *const *jobs, size_t n, sched_reply_fn
  * (sched_result_t.cancel says which). -EBUSY for a job already final. */
 void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token);
 /* Stores an uploaded buffer (ownership passes): its bytes in buf->data, or already durable in
- * the blob file buf->blob names (a streamed upload). Replies when committed. */
+ * the blob file buf->blob names (a streamed upload). An ephemeral one (!buf->durable, resident)
+ * gives its bytes to the executor's resident copy on the calling thread first (507 when no
+ * device has room) and stores only its row. Replies when committed. */
 void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token);
 void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
                          void *token);

@@ -251,6 +251,10 @@ int store_buffer_bytes(store_t *st, const char *owner, uint64_t *ret_stored,
                        uint64_t *ret_resident);
 /* -ENOENT when missing or not owned by owner (owner NULL: any). */
 int store_buffer_delete(store_t *st, const char *owner, const char *id);
+/* Deletes the rows of ephemeral buffers (durable = 0), whose bytes lived only in the memory of
+ * a daemon that is gone: called once at start, before recovery hands queued jobs back, so that
+ * a job naming one fails as for any deleted buffer. */
+int store_buffers_forget_ephemeral(store_t *st);
 
 /* --- reads: any thread, each with its own reader --- */
 int store_reader_open(const config_t *cfg, store_reader_t **ret);
@@ -292,8 +296,9 @@ typedef struct store_usage {
     int64_t jobs_by_state[JOB_STATE_COUNT];
     int64_t run_us; /* sum over ended jobs */
     int64_t gpu_ns;
-    int64_t buffers, buffer_bytes;
-    int64_t resident_bytes; /* of buffers kept in device memory */
+    int64_t buffers, buffer_bytes; /* buffer_bytes: of the durable (stored) buffers */
+    int64_t resident_bytes;        /* of buffers kept in device memory, ephemeral ones included */
+    int64_t ephemeral_bytes;       /* of ephemeral buffers, which are never stored */
 } store_usage_t;
 /* owner NULL: every owner together (ret->owner "*"). */
 int store_usage_get(store_reader_t *rd, const char *owner, store_usage_t *ret);

@@ -18,9 +18,14 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
         return log_error_errno(-EINVAL, "store: buffer id '%.*s' is not a valid id", ID_SIZE,
                                buf->id);
     if (!buf->owner[0]) return log_error_errno(-EINVAL, "store: buffer: owner is empty");
-    job_tensor_t as_tensor = {
-        .desc = buf->desc, .nbytes = buf->nbytes, .data = buf->data, .blob = buf->blob};
-    int r = store_check_tensor("buffer", "buffer", "bytes", &as_tensor);
+    int r = 0;
+    if (buf->durable) {
+        job_tensor_t as_tensor = {
+            .desc = buf->desc, .nbytes = buf->nbytes, .data = buf->data, .blob = buf->blob};
+        r = store_check_tensor("buffer", "buffer", "bytes", &as_tensor);
+    } else if (!buf->resident) {
+        r = log_error_errno(-EINVAL, "store: buffer: an ephemeral buffer must be resident");
+    }
     if (r < 0) return r;
     char id[ID_SIZE];
     if (buf->id[0])
@@ -42,13 +47,16 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
     sqlite3_bind_int(stmt, 6, buf->resident);
     sqlite3_bind_int64(stmt, 7, created_us);
     sqlite3_bind_int(stmt, 10, buf->device);
+    sqlite3_bind_int(stmt, 11, buf->durable);
     written_files_t written = {.n = 0};
-    store_tensor_rec_t placed;
-    r = store_place_bytes(sh, false, buf->data, buf->nbytes, buf->blob, &written, &placed);
+    store_tensor_rec_t placed = {.where = STORE_IN_ROW};
+    /* An ephemeral buffer's row has neither data nor file: its bytes are the executor's. */
+    if (buf->durable)
+        r = store_place_bytes(sh, false, buf->data, buf->nbytes, buf->blob, &written, &placed);
     const char *file = placed.where == STORE_IN_FILE ? placed.file : "";
     if (r == 0 && file[0])
         store_bind_text(stmt, 9, file, false);
-    else if (r == 0)
+    else if (r == 0 && buf->durable)
         sqlite3_bind_blob64(stmt, 8, buf->nbytes ? buf->data : "", buf->nbytes, SQLITE_STATIC);
     if (r == 0) {
         /* One statement: atomic by itself, no savepoint needed. */
@@ -58,7 +66,8 @@ int store_buffer_insert(store_t *st, buffer_t *buf)
     sqlite3_reset(stmt);
     sqlite3_clear_bindings(stmt);
     char *blob = NULL;
-    if (r == 0 && !(blob = file[0] ? store_locator_file(file, 0) : store_locator_buffer(id))) {
+    if (r == 0 && buf->durable &&
+        !(blob = file[0] ? store_locator_file(file, 0) : store_locator_buffer(id))) {
         r = -ENOMEM;
         /* The row is in; take it out again so the failure leaves nothing behind. */
         shard_buffer_delete(sh, NULL, id);
@@ -135,4 +144,14 @@ int store_buffer_bytes(store_t *st, const char *owner, uint64_t *ret_stored, uin
     }
     sqlite3_reset(stmt);
     return r;
+}
+
+int store_buffers_forget_ephemeral(store_t *st)
+{
+    shard_t *sh = &st->shards[0];
+    int r = store_exec(&sh->conn, "DELETE FROM buffers WHERE durable = 0");
+    if (r < 0) return r;
+    int n = sqlite3_changes(sh->conn.db);
+    if (n) log_info("store: %d ephemeral buffer(s) of the last run forgotten", n);
+    return 0;
 }

@@ -46,10 +46,10 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_JOB_BYTES_INSERT] = "INSERT OR REPLACE INTO job_bytes (job_id, output, data) "
                               "VALUES (?1, ?2, ?3)",
     [STMT_BUFFER_INSERT] = "INSERT INTO buffers (id, owner, dtype, shape, nbytes, resident, "
-                           "created_us, data, file, device) "
-                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                           "created_us, data, file, device, durable) "
+                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     [STMT_BUFFER_GET] = "SELECT id, owner, dtype, shape, nbytes, resident, created_us, file, "
-                        "device FROM buffers WHERE id = ?1",
+                        "device, durable FROM buffers WHERE id = ?1",
     [STMT_BUFFER_DATA] = "SELECT data FROM buffers WHERE id = ?1",
     [STMT_BUFFER_DELETE] = "DELETE FROM buffers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
     [STMT_BUFFER_FILE] = "SELECT file FROM buffers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
@@ -62,8 +62,10 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
         "SELECT coalesce(sum(succeeded), 0), coalesce(sum(failed), 0), "
         "coalesce(sum(cancelled), 0), coalesce(sum(run_us), 0), "
         "coalesce(sum(gpu_ns), 0) FROM usage_daily WHERE owner >= ?1 AND owner <= ?2",
-    [STMT_USAGE_BUFFERS] = "SELECT count(*), coalesce(sum(nbytes), 0), "
-                           "coalesce(sum(CASE WHEN resident THEN nbytes ELSE 0 END), 0) "
+    /* Stored bytes are the durable buffers'; resident bytes count the ephemeral ones too. */
+    [STMT_USAGE_BUFFERS] = "SELECT count(*), coalesce(sum(CASE WHEN durable THEN nbytes ELSE 0 "
+                           "END), 0), coalesce(sum(CASE WHEN resident THEN nbytes ELSE 0 END), 0), "
+                           "coalesce(sum(CASE WHEN durable THEN 0 ELSE nbytes END), 0) "
                            "FROM buffers WHERE owner >= ?1 AND owner <= ?2",
     [STMT_USAGE_ADD] = "INSERT INTO usage_daily (owner, day, op, jobs, succeeded, failed, "
                        "cancelled, run_us, gpu_ns, bytes_in, bytes_out) "

@@ -394,8 +394,11 @@ int store_buffer_get(store_reader_t *rd, const char *id, buffer_t **ret)
         buf->resident = sqlite3_column_int(stmt, 5) != 0;
         buf->created_us = sqlite3_column_int64(stmt, 6);
         buf->device = sqlite3_column_int(stmt, 8);
+        buf->durable = sqlite3_column_int(stmt, 9) != 0;
         const char *file = (const char *)sqlite3_column_text(stmt, 7);
-        if (r == 0 && !(buf->blob = file ? store_locator_file(file, 0) : store_locator_buffer(id)))
+        /* An ephemeral buffer has no stored bytes: no locator. */
+        if (r == 0 && buf->durable &&
+            !(buf->blob = file ? store_locator_file(file, 0) : store_locator_buffer(id)))
             r = -ENOMEM;
     }
     sqlite3_reset(stmt);
@@ -425,9 +428,10 @@ static int usage_read(store_conn_t *conn, const char *owner, store_usage_t *u)
     if (r < 0) return r;
 
     const store_stmt_id_t sums[2] = {STMT_USAGE_TIMES, STMT_USAGE_BUFFERS};
-    int64_t *dst[2][5] = {{&u->jobs_by_state[JOB_SUCCEEDED], &u->jobs_by_state[JOB_FAILED],
-                           &u->jobs_by_state[JOB_CANCELLED], &u->run_us, &u->gpu_ns},
-                          {&u->buffers, &u->buffer_bytes, &u->resident_bytes, NULL, NULL}};
+    int64_t *dst[2][5] = {
+        {&u->jobs_by_state[JOB_SUCCEEDED], &u->jobs_by_state[JOB_FAILED],
+         &u->jobs_by_state[JOB_CANCELLED], &u->run_us, &u->gpu_ns},
+        {&u->buffers, &u->buffer_bytes, &u->resident_bytes, &u->ephemeral_bytes, NULL}};
     for (int i = 0; r == 0 && i < 2; i++) {
         if (!(stmt = store_stmt(conn, sums[i]))) return -EIO;
         store_bind_owners(stmt, 1, owner);

@@ -128,7 +128,7 @@ int store_recover(store_t *st, int max_attempts, int (*resolve)(job_t *job),
                   void (*cb)(job_t *job, void *ud), void *ud)
 {
     if (st->in_txn) return log_error_errno(-EBUSY, "store: store_recover inside a transaction");
-    int r = 0;
+    int r = store_buffers_forget_ephemeral(st);
     queued_list_t l = {0};
     for (int k = 0; k < st->n_shards && r == 0; k++) {
         r = recover_states(&st->shards[k], max_attempts);

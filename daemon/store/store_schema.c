@@ -214,6 +214,9 @@ static const struct {
         "  usage_us REAL NOT NULL,"
         "  at_us INTEGER NOT NULL"
         ") WITHOUT ROWID;"},
+    /* Whether a buffer's bytes are stored (1) or live only in the executor's resident copy (0,
+     * an ephemeral buffer: a row without data or file, deleted when the daemon starts). */
+    {10, "ALTER TABLE buffers ADD COLUMN durable INTEGER NOT NULL DEFAULT 1;"},
 };
 
 static int move_tensors_into_jobs(store_conn_t *conn);

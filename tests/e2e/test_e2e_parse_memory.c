@@ -1,7 +1,8 @@
 /* End-to-end: what a large JSON body costs the real gpujobd in memory while it is parsed. The
  * daemon's peak resident set (VmHWM, reset through /proc/PID/clear_refs just before the
  * request) may rise by at most three times the body's size, for a job whose data list is
- * read and for a list of jobs refused with 413. */
+ * read and for a list of jobs refused with 413, and by less than one and a half times for an
+ * ephemeral buffer's upload, which it holds once. */
 #define _DEFAULT_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -40,16 +41,15 @@ static long long peak_reset(pid_t pid)
     return proc_status_bytes(pid, "VmRSS");
 }
 
-/* Sends body, asserts the status and returns how far the daemon's peak RSS rose above its RSS
- * before, per byte of body. */
-static double peak_per_body_byte(e2e_daemon_t *d, const char *path, const char *body,
-                                 long expect_status)
+/* Sends len bytes of body of the given Content-Type header line, asserts the status and returns
+ * how far the daemon's peak RSS rose above its RSS before, per byte of body. */
+static double peak_per_body_bytes(e2e_daemon_t *d, const char *path, const char *content_type,
+                                  const void *body, size_t len, long expect_status)
 {
-    static const char *const headers[] = {"Content-Type: application/json", NULL};
+    const char *const headers[] = {content_type, NULL};
     pid_t pid = e2e_daemon_pid(d);
     long long before = peak_reset(pid);
     e2e_response_t resp;
-    size_t len = strlen(body);
     ck_assert_int_eq(e2e_http_request(d, "POST", path, headers, body, len, &resp), 0);
     ck_assert_msg(resp.status == expect_status, "status %ld: %s", resp.status, resp.body);
     e2e_response_clear(&resp);
@@ -58,6 +58,14 @@ static double peak_per_body_byte(e2e_daemon_t *d, const char *path, const char *
     fprintf(stderr, "%s: body %zu bytes, peak RSS +%lld bytes, %.2f per body byte\n", path, len,
             peak - before, ratio);
     return ratio;
+}
+
+/* peak_per_body_bytes of a JSON body. */
+static double peak_per_body_byte(e2e_daemon_t *d, const char *path, const char *body,
+                                 long expect_status)
+{
+    return peak_per_body_bytes(d, path, "Content-Type: application/json", body, strlen(body),
+                               expect_status);
 }
 
 /* A warm daemon with config: its threads, arenas and store connections have served a job
@@ -147,6 +155,28 @@ START_TEST(test_objects_inside_data_are_parsed_within_the_budget)
 }
 END_TEST
 
+/* An ephemeral buffer's body (POST /v1/buffers?resident=true&durable=false) is held whole in
+ * the daemon's memory, once: allocated for its Content-Length as it starts, never grown by
+ * copying (which would hold it twice at the last step), and on the CPU backend kept as the
+ * buffer's resident copy. */
+START_TEST(test_an_ephemeral_upload_is_held_in_memory_once)
+{
+    e2e_daemon_t *d = warm_daemon("");
+    size_t len = (size_t)64 << 20;
+    char *body = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        body[i] = (char)(i * 2654435761u >> 24);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/buffers?dtype=u32&shape=%zu&resident=true&durable=false",
+             len / 4);
+    double ratio =
+        peak_per_body_bytes(d, path, "Content-Type: application/octet-stream", body, len, 201);
+    ck_assert_msg(ratio < 1.5, "peak RSS rose by %.2f times the body", ratio);
+    free(body);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_parse_memory");
@@ -155,6 +185,7 @@ int main(void)
     tcase_add_test(tc, test_a_large_json_job_costs_at_most_three_times_its_body);
     tcase_add_test(tc, test_a_list_refused_with_413_is_not_parsed_first);
     tcase_add_test(tc, test_objects_inside_data_are_parsed_within_the_budget);
+    tcase_add_test(tc, test_an_ephemeral_upload_is_held_in_memory_once);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -564,6 +564,13 @@ def check_buffers(c):
                       body=struct.pack("<4i", 1, 2, 3, 4), content_type="application/octet-stream",
                       note="resident")
     c.expect_value("POST /v1/buffers (resident)", "resident", json_of(resident, "resident"), True)
+    c.expect_value("POST /v1/buffers (resident)", "durable", json_of(resident, "durable"), True)
+    ephemeral = c.call("POST", "/v1/buffers", 201,
+                       query="dtype=f32&shape=2,3&resident=true&durable=false", body=raw,
+                       content_type="application/octet-stream", note="ephemeral")
+    c.expect_value("POST /v1/buffers (ephemeral)", "durable", json_of(ephemeral, "durable"), False)
+    c.call("POST", "/v1/buffers", 400, query="dtype=f32&shape=2,3&durable=false", body=raw,
+           content_type="application/octet-stream", note="durable=false without resident=true")
     c.call("POST", "/v1/buffers", 400, query="shape=2,3", body=raw,
            content_type="application/octet-stream", note="no dtype")
     c.call("POST", "/v1/buffers", 413, query="dtype=f32&shape=100000,100000", body=b"",
@@ -575,6 +582,10 @@ def check_buffers(c):
         c.call("GET", "/v1/buffers/{id}", 200, params={"id": buffer_id})
     c.call("GET", "/v1/buffers/{id}", 400, params={"id": "not-a-buffer-id"})
     c.call("GET", "/v1/buffers/{id}", 404, params={"id": unknown_id("b")})
+    ephemeral_id = json_of(ephemeral, "id")
+    if ephemeral_id:
+        c.call("GET", "/v1/buffers/{id}", 200, params={"id": ephemeral_id}, note="ephemeral")
+        c.call("DELETE", "/v1/buffers/{id}", 200, params={"id": ephemeral_id}, note="ephemeral")
     resident_id = json_of(resident, "id")
     if resident_id:
         c.call("DELETE", "/v1/buffers/{id}", 200, params={"id": resident_id})

@@ -2014,6 +2014,7 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
              "UPDATE jobs SET finished_us = 777 WHERE id = '%s';"
              "DROP TABLE settings; ALTER TABLE jobs DROP COLUMN batch_ns;"
              "DROP TABLE usage_daily; DROP TABLE fair_share;"
+             "ALTER TABLE buffers DROP COLUMN durable;"
              "PRAGMA user_version = 5",
              ended, running);
     db_exec(&f, sql);
