@@ -7,6 +7,8 @@ pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libuv1-d
       libfast-float-dev libsodium-dev libgnutls28-dev curl openssl python3 python3-yaml
       python3-jsonschema
       passwd  # useradd and userdel: the test of two users on the Unix socket (as root)
+      dpkg-dev systemd  # the .deb test: dpkg-shlibdeps for cpack, systemd-analyze verify
+      prometheus  # promtool check rules: the dashboards' test
       clang-14 libclang-rt-14-dev)  # the fuzz build: clang with libFuzzer and the sanitizers
 missing=()
 for p in "${pkgs[@]}"; do
