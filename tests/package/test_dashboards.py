@@ -12,6 +12,8 @@
   (gpujobd_gpu_*) are exported only by a daemon that samples GPUs: without a GPU they are
   checked against the names in the /metrics writers' source instead, and with one (nvidia-smi
   lists a device) a second daemon on backend auto must export them.
+- The histograms behind the latency and batch size panels agree with the job and batch
+  counters after jobs that ran.
 """
 import json
 import os
@@ -143,6 +145,13 @@ class Daemon:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as r:
             return r.read().decode()
 
+    def post(self, path, body):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
+                                     data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+
     def exported(self):
         """The sample names /metrics may carry, from its # TYPE lines."""
         names = set()
@@ -163,6 +172,44 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def samples(text):
+    """{(name, labels text): value} of a /metrics answer."""
+    out = {}
+    for m in re.finditer(r"^([a-z_:]+)(\{[^}]*\})? (\S+)$", text, re.M):
+        out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def check_histograms(d):
+    """The histograms the dashboard reads agree with the counters, after JOBS jobs that each
+    waited for their end: one latency observation per ended job, one batch observation per
+    batch with the batch's jobs as its sum, buckets cumulative up to +Inf = count."""
+    jobs = 12
+    for i in range(jobs):
+        r = d.post("/v1/jobs?wait=30", {"op": "add", "inputs": {
+            "x": {"dtype": "f32", "shape": [2], "data": [i, 1]},
+            "y": {"dtype": "f32", "shape": [2], "data": [1, i]}}})
+        if r.get("state") != "succeeded":
+            fail(f"a job did not succeed within its wait: {r}")
+    m = samples(d.get("/metrics"))
+    ended = m[("gpujobd_jobs_succeeded_total", "")] + m[("gpujobd_jobs_failed_total", "")]
+    if ended != jobs:
+        fail(f"{jobs} jobs waited for, {ended} counted as ended")
+    expect = {"gpujobd_job_latency_seconds": ended,
+              "gpujobd_batch_jobs": m[("gpujobd_batches_total", "")]}
+    for family, count in expect.items():
+        buckets = [(k[1], v) for k, v in m.items() if k[0] == family + "_bucket"]
+        values = [v for _, v in buckets]
+        if values != sorted(values) or buckets[-1][0] != '{le="+Inf"}':
+            fail(f"{family}: buckets not cumulative up to +Inf: {buckets}")
+        if m[(family + "_count", "")] != count or values[-1] != count:
+            fail(f"{family}: count {m[(family + '_count', '')]}, +Inf {values[-1]}, expected {count}")
+    if m[("gpujobd_batch_jobs_sum", "")] != jobs:
+        fail(f"gpujobd_batch_jobs_sum is {m[('gpujobd_batch_jobs_sum', '')]}, {jobs} jobs ran")
+    if not 0 < m[("gpujobd_job_latency_seconds_sum", "")] < 30 * jobs:
+        fail(f"gpujobd_job_latency_seconds_sum is {m[('gpujobd_job_latency_seconds_sum', '')]}")
 
 
 def has_gpu():
@@ -212,8 +259,8 @@ def main():
 
     d = Daemon("cpu")
     try:
-        d.get("/v1/info")
         exported = d.exported()
+        check_histograms(d)
     finally:
         d.stop()
     source = "".join(open(p, encoding="utf-8").read() for p in METRICS_SOURCES)
