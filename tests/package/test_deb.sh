@@ -14,6 +14,8 @@
 #     enables the unit; the start and stop happen only where systemd runs; purge keeps the
 #     state unless GPUJOBD_PURGE_STATE=yes.
 # Usage: test_deb.sh BUILD_DIR SOURCE_DIR VERSION CC
+# Under pipefail a `grep -q` that stops reading early can fail its pipe's writer (SIGPIPE):
+# greps in pipes read everything, into /dev/null.
 set -euo pipefail
 build=$1 src=$2 version=$3 cc=$4
 work=$(mktemp -d /tmp/gj-deb-XXXXXX)
@@ -38,6 +40,7 @@ expect_contents() {
 expect_contents "$daemon_deb" /etc/gpujobd/gpujobd.conf /usr/sbin/gpujobd \
     /usr/lib/systemd/system/gpujobd.service /usr/lib/sysusers.d/gpujobd.conf \
     /usr/lib/tmpfiles.d/gpujobd.conf /usr/share/man/man8/gpujobd.8 \
+    /usr/share/man/man5/gpujobd.conf.5 \
     /usr/share/gpujobd/openapi.yaml /usr/share/gpujobd/grafana-gpujobd.json \
     /usr/share/gpujobd/prometheus-alerts.yml
 expect_contents "$client_deb" /usr/bin/gpujob /usr/lib/libgpujob.so.0 \
@@ -49,14 +52,17 @@ expect_contents "$dev_deb" /usr/include/gpujob.h /usr/lib/libgpujob.so /usr/lib/
 # Control fields.
 field() { dpkg-deb -f "$1" "$2"; }
 for dep in init-system-helpers libc6 libuv1 libmicrohttpd12 libsqlite3-0 libjansson4; do
-    field "$daemon_deb" Depends | grep -q "\b$dep\b" || fail "gpujobd does not depend on $dep"
+    field "$daemon_deb" Depends | grep "\b$dep\b" >/dev/null ||
+        fail "gpujobd does not depend on $dep"
 done
-field "$client_deb" Depends | grep -q '\blibcurl4\b' || fail "gpujob does not depend on libcurl4"
-field "$dev_deb" Depends | grep -qF "gpujob (= $version)" || fail "libgpujob-dev: gpujob (= $version)"
+field "$client_deb" Depends | grep '\blibcurl4\b' >/dev/null ||
+    fail "gpujob does not depend on libcurl4"
+field "$dev_deb" Depends | grep -F "gpujob (= $version)" >/dev/null ||
+    fail "libgpujob-dev does not depend on gpujob (= $version)"
 test "$(field "$daemon_deb" Version)" = "$version" || fail "gpujobd's version"
 test "$(dpkg-deb -I "$daemon_deb" conffiles)" = /etc/gpujobd/gpujobd.conf ||
     fail "gpujobd's conffiles"
-dpkg-deb -I "$client_deb" shlibs | grep -qF "libgpujob 0 gpujob (= $version)" ||
+dpkg-deb -I "$client_deb" shlibs | grep -F "libgpujob 0 gpujob (= $version)" >/dev/null ||
     fail "gpujob's shlibs"
 dpkg-deb -e "$daemon_deb" "$work/control"
 for s in postinst prerm postrm; do
@@ -68,7 +74,7 @@ root="$work/root"
 for deb in "$daemon_deb" "$client_deb" "$dev_deb"; do dpkg-deb -x "$deb" "$root"; done
 if grep -rlI -e "$build" -e "$src" "$root"; then fail "build or source paths in the files above"; fi
 for elf in "$root/usr/sbin/gpujobd" "$root/usr/bin/gpujob" "$root/usr/lib/libgpujob.so.$version"; do
-    ! readelf -d "$elf" | grep -q 'RPATH\|RUNPATH' || fail "$elf has a run path"
+    ! readelf -d "$elf" | grep 'RPATH\|RUNPATH' >/dev/null || fail "$elf has a run path"
 done
 unit="$root/usr/lib/systemd/system/gpujobd.service"
 exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
@@ -89,7 +95,8 @@ test "$("$root/usr/sbin/gpujobd" --version)" = "gpujobd $version" || fail "gpujo
 test "$("$root/usr/bin/gpujob" --version)" = "gpujob $version" || fail "gpujob --version"
 cp "$root/usr/share/doc/libgpujob-dev/examples/"* "$work/"
 PKG_CONFIG_PATH="$root/usr/lib/pkgconfig" make -s -C "$work" CC="$cc" saxpy
-LD_LIBRARY_PATH="$root/usr/lib" ldd "$work/saxpy" | grep -q "libgpujob.so.0 => $root/usr/lib/" ||
+LD_LIBRARY_PATH="$root/usr/lib" ldd "$work/saxpy" |
+    grep "libgpujob.so.0 => $root/usr/lib/" >/dev/null ||
     fail "the example does not load the root's libgpujob"
 
 # The maintainer scripts, with DPKG_ROOT at the root. deb-systemd-helper, deb-systemd-invoke
