@@ -164,6 +164,27 @@ static void buffer_gauges_text(text_t *t, api_request_t *req)
            (long)u.ephemeral_bytes);
 }
 
+/* One histogram family: cumulative buckets, +Inf, sum and count. */
+static void histogram_text(text_t *t, const char *name, const char *help,
+                           const sched_histogram_t *h)
+{
+    text_printf(t, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < h->n; i++)
+        text_printf(t, "%s_bucket{le=\"%g\"} %ld\n", name, h->bounds[i], h->le[i]);
+    text_printf(t, "%s_bucket{le=\"+Inf\"} %ld\n%s_sum %.15g\n%s_count %ld\n", name, h->count, name,
+                h->sum, name, h->count);
+}
+
+static void histograms_text(text_t *t, sched_t *sched)
+{
+    sched_histograms_t h;
+    sched_get_histograms(sched, &h);
+    histogram_text(t, "gpujobd_job_latency_seconds",
+                   "Time from a job's submission to its success or failure.", &h.latency_s);
+    histogram_text(t, "gpujobd_batch_jobs", "Jobs in each batch handed to the executor.",
+                   &h.batch_jobs);
+}
+
 int api_handle_metrics(api_request_t *req)
 {
     if (api_request_require_admin(req)) return API_DONE;
@@ -212,6 +233,7 @@ int api_handle_metrics(api_request_t *req)
                 "gpujobd_http_connections{listener=\"tcp\"} %ld\n"
                 "gpujobd_http_connections{listener=\"unix\"} %ld\n",
                 atomic_load(&req->env->connections[0]), atomic_load(&req->env->connections[1]));
+    histograms_text(&t, req->env->sched);
     gpu_gauges_text(&t, req->env->gpu_metrics);
     device_gauges_text(&t, req);
     buffer_gauges_text(&t, req);

@@ -9,6 +9,8 @@ pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libuv1-d
       python3-numpy python3-tqdm python3-pip python3-setuptools python3-wheel  # the Python client
       passwd  # useradd and userdel: the test of two users on the Unix socket (as root)
       chromium chromium-driver python3-selenium  # the status page's test in a real browser
+      dpkg-dev systemd  # the .deb test: dpkg-shlibdeps for cpack, systemd-analyze verify
+      prometheus  # promtool check rules: the dashboards' test
       clang-14 libclang-rt-14-dev)  # the fuzz build: clang with libFuzzer and the sanitizers
 missing=()
 for p in "${pkgs[@]}"; do

@@ -143,6 +143,7 @@ static void release_ended(sched_t *s, sched_batch_t *sb)
         entry_t *e = entry_of(s, job);
         if (!e->discard_result) {
             count_final(s, job->state);
+            sched_observe_job_end(s, job);
             waiters_reply(e, job);
         }
         entry_forget(s, e);

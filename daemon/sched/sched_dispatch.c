@@ -229,6 +229,7 @@ void round_launch(sched_t *s, round_t *rd, bool recorded)
             batch_watchdog_track(s, sb);
             atomic_fetch_add(&s->batches_total, 1);
             if (jobs > 1) atomic_fetch_add(&s->batched_jobs_total, jobs);
+            sched_observe_batch(s, jobs);
         }
     }
 }

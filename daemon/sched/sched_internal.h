@@ -170,6 +170,10 @@ struct sched {
      * dropped since the start. */
     atomic_long store_bytes, store_expired_bytes_total, store_expired_jobs_total,
         store_deleted_jobs_total;
+    /* The histograms of sched_get_histograms (sched_histograms.c): counts per bucket, not
+     * cumulative; written by the loop thread, read by any. */
+    atomic_long latency_bucket[SCHED_LATENCY_BUCKETS + 1], latency_sum_us;
+    atomic_long batch_bucket[SCHED_BATCH_BUCKETS + 1], batch_jobs_sum;
     int64_t next_retention_us; /* loop thread: when the retention sweep is due */
     int64_t next_fair_save_us; /* loop thread: when the fair-share state is saved next */
 
@@ -266,6 +270,9 @@ void batch_fail(sched_t *s, sched_batch_t *sb, const char *why);
 void batch_retry(sched_t *s, sched_batch_t *sb);
 void handle_given_back(sched_t *s, msg_t *m);
 void count_final(sched_t *s, job_state_t state);
+/* Loop thread: a job's end (its latency) and a launched batch of n jobs, into the histograms. */
+void sched_observe_job_end(sched_t *s, const job_t *job);
+void sched_observe_batch(sched_t *s, long n);
 
 /* sched_wait.c: waits, cancels, deadlines. */
 void handle_wait(sched_t *s, msg_t *m);

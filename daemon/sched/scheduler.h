@@ -119,6 +119,28 @@ typedef struct sched_stats {
     long store_bytes, store_expired_bytes_total, store_expired_jobs_total, store_deleted_jobs_total;
 } sched_stats_t;
 void sched_get_stats(sched_t *s, sched_stats_t *ret);
+
+/* Histograms for /metrics, Prometheus-style: le[i] counts the observations at most
+ * bounds[i] (cumulative, i < n), count all of them (the +Inf bucket) and sum their total. The
+ * latency is a job's time from its submission to its end, for jobs that ran to success or
+ * failure; the batch size is the jobs of each batch handed to the executor. The bounds are
+ * static arrays of the scheduler's. */
+#define SCHED_LATENCY_BUCKETS 14
+#define SCHED_BATCH_BUCKETS 12
+typedef struct sched_histogram {
+    int n;
+    const double *bounds;
+    long le[SCHED_BATCH_BUCKETS > SCHED_LATENCY_BUCKETS ? SCHED_BATCH_BUCKETS
+                                                        : SCHED_LATENCY_BUCKETS];
+    long count;
+    double sum;
+} sched_histogram_t;
+typedef struct sched_histograms {
+    sched_histogram_t latency_s, batch_jobs;
+} sched_histograms_t;
+/* Any thread; each bucket is read on its own, so a reading taken while jobs end may be off by
+ * the jobs that ended meanwhile. */
+void sched_get_histograms(sched_t *s, sched_histograms_t *ret);
 /* Whether the store's disk is full (store_disk_full): reason (size bytes) then says why. Any
  * thread. */
 bool sched_disk_full(sched_t *s, char *reason, size_t size);
