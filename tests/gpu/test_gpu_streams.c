@@ -11,6 +11,7 @@
 
 #include "support/daemon_harness.h"
 #include "support/gpu_daemon.h"
+#include "support/gpu_support.h"
 
 /* The long kernel, and what the jobs beside it may take at most, together. */
 #define LONG_MS 10000
@@ -85,6 +86,7 @@ END_TEST
 
 int main(void)
 {
+    gpu_require();
     Suite *s = suite_create("gpu_streams");
     TCase *tc = tcase_create("streams");
     tcase_set_timeout(tc, 180);
