@@ -101,7 +101,10 @@ int cuda_worker_init(cuda_exec_t *ex, device_worker_t *dw, int device)
     dw->slots = calloc((size_t)dw->n_slots, sizeof *dw->slots);
     dw->q_cap = 2 * dw->n_slots;
     dw->queue = calloc((size_t)dw->q_cap, sizeof *dw->queue);
-    if (!dw->slots || !dw->queue) {
+    dw->upload = cuda_upload_staging_new();
+    if (!dw->slots || !dw->queue || !dw->upload) {
+        cuda_upload_staging_free(dw->upload);
+        dw->upload = NULL;
         free(dw->slots);
         dw->slots = NULL; /* nothing for cuda_worker_release to tear down */
         return -ENOMEM;
@@ -125,6 +128,8 @@ void cuda_worker_release(device_worker_t *dw)
         }
     }
     cuda_residents_free(dw);
+    cuda_upload_staging_free(dw->upload);
+    dw->upload = NULL;
     free(dw->slots);
     free(dw->queue);
     dw->slots = NULL;

@@ -1,5 +1,5 @@
-/* Ephemeral buffers on the CUDA backend: an upload's bytes go from host memory through pinned
- * staging of the upload's own into device memory on the buffer's device, a chunk at a time with
+/* Ephemeral buffers on the CUDA backend: an upload's bytes go from host memory through the
+ * device's upload staging into device memory on the buffer's device, a chunk at a time with
  * two halves in flight, on the uploading thread; the copy is listed as a resident copy there
  * (counted against the device cap) before the buffer's row is stored. Launches use it as any
  * resident copy; none ever loads one from the store, which has no bytes of it. */
@@ -42,39 +42,72 @@ static void ephemeral_unreserve(device_worker_t *dw, uint64_t nbytes)
     pthread_mutex_unlock(&dw->ex->lock);
 }
 
-/* Copies nbytes from src (pageable host memory) to dptr through two pinned halves of at most
- * EPHEMERAL_CHUNK, on a stream of its own, and waits for the copies. The current device is
- * dptr's. */
-static cudaError_t copy_staged(void *dptr, const char *src, uint64_t nbytes)
+/* A device's staging for ephemeral uploads: two pinned halves of EPHEMERAL_CHUNK, a stream
+ * and an event per half, made by the first upload and kept to the device's teardown, since
+ * giving pinned memory back waits for every kernel running on the device. Uploads to one
+ * device take turns on it; they share its copy engine anyway. */
+typedef struct upload_staging {
+    pthread_mutex_t lock;
+    char *pinned; /* NULL until the first upload */
+    cudaStream_t stream;
+    cudaEvent_t copied[2];
+} upload_staging_t;
+
+upload_staging_t *cuda_upload_staging_new(void)
 {
-    size_t chunk = nbytes < EPHEMERAL_CHUNK ? (size_t)nbytes : EPHEMERAL_CHUNK;
-    if (chunk == 0) return cudaSuccess;
-    char *pinned = NULL;
-    cudaStream_t stream = NULL;
-    cudaEvent_t copied[2] = {NULL, NULL};
-    cudaError_t e = cudaHostAlloc((void **)&pinned, 2 * chunk, cudaHostAllocDefault);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    for (int k = 0; k < 2 && e == cudaSuccess; k++)
-        e = cudaEventCreateWithFlags(&copied[k], cudaEventDisableTiming);
-    for (uint64_t off = 0; off < nbytes && e == cudaSuccess; off += chunk) {
-        int k = (int)(off / chunk % 2);
-        size_t n = nbytes - off < chunk ? (size_t)(nbytes - off) : chunk;
-        if (off >= 2 * chunk) e = cudaEventSynchronize(copied[k]); /* half k is free */
-        if (e != cudaSuccess) break;
-        memcpy(pinned + (size_t)k * chunk, src + off, n);
-        e = cudaMemcpyAsync((char *)dptr + off, pinned + (size_t)k * chunk, n,
-                            cudaMemcpyHostToDevice, stream);
-        if (e == cudaSuccess) e = cudaEventRecord(copied[k], stream);
-    }
-    /* Whatever failed, nothing may still be copying out of staging once it is freed. */
-    if (stream) {
-        cudaError_t synced = cudaStreamSynchronize(stream);
-        if (e == cudaSuccess) e = synced;
-        cudaStreamDestroy(stream);
-    }
+    upload_staging_t *u = calloc(1, sizeof *u);
+    if (u) pthread_mutex_init(&u->lock, NULL);
+    return u;
+}
+
+/* After the device's work drained (its teardown), when nothing copies any more. */
+void cuda_upload_staging_free(upload_staging_t *u)
+{
+    if (!u) return;
     for (int k = 0; k < 2; k++)
-        if (copied[k]) cudaEventDestroy(copied[k]);
-    if (pinned) cudaFreeHost(pinned);
+        if (u->copied[k]) cudaEventDestroy(u->copied[k]);
+    if (u->stream) cudaStreamDestroy(u->stream);
+    if (u->pinned) cudaFreeHost(u->pinned);
+    cudaGetLastError();
+    pthread_mutex_destroy(&u->lock);
+    free(u);
+}
+
+/* Makes u's memory, stream and events the first time; its lock held, the device current. */
+static cudaError_t staging_ready_locked(upload_staging_t *u)
+{
+    cudaError_t e = cudaSuccess;
+    if (!u->stream) e = cudaStreamCreateWithFlags(&u->stream, cudaStreamNonBlocking);
+    for (int k = 0; k < 2 && e == cudaSuccess; k++)
+        if (!u->copied[k]) e = cudaEventCreateWithFlags(&u->copied[k], cudaEventDisableTiming);
+    if (e == cudaSuccess && !u->pinned)
+        e = cudaHostAlloc((void **)&u->pinned, 2 * EPHEMERAL_CHUNK, cudaHostAllocDefault);
+    return e;
+}
+
+/* Copies nbytes from src (pageable host memory) to dptr through dw's upload staging, and waits
+ * for the copies. The current device is dptr's. */
+static cudaError_t copy_staged(device_worker_t *dw, void *dptr, const char *src, uint64_t nbytes)
+{
+    upload_staging_t *u = dw->upload;
+    pthread_mutex_lock(&u->lock);
+    cudaError_t e = staging_ready_locked(u);
+    for (uint64_t off = 0; off < nbytes && e == cudaSuccess; off += EPHEMERAL_CHUNK) {
+        int k = (int)(off / EPHEMERAL_CHUNK % 2);
+        size_t n = nbytes - off < EPHEMERAL_CHUNK ? (size_t)(nbytes - off) : EPHEMERAL_CHUNK;
+        if (off >= 2 * EPHEMERAL_CHUNK) e = cudaEventSynchronize(u->copied[k]); /* k is free */
+        if (e != cudaSuccess) break;
+        char *half = u->pinned + (size_t)k * EPHEMERAL_CHUNK;
+        memcpy(half, src + off, n);
+        e = cudaMemcpyAsync((char *)dptr + off, half, n, cudaMemcpyHostToDevice, u->stream);
+        if (e == cudaSuccess) e = cudaEventRecord(u->copied[k], u->stream);
+    }
+    /* Whatever failed, nothing may still be copying out of staging for the next upload. */
+    if (u->stream) {
+        cudaError_t synced = cudaStreamSynchronize(u->stream);
+        if (e == cudaSuccess) e = synced;
+    }
+    pthread_mutex_unlock(&u->lock);
     return e;
 }
 
@@ -95,7 +128,7 @@ static int ephemeral_copy(device_worker_t *dw, resident_t *res, const void *host
 {
     cudaError_t e = cudaSetDevice(dw->device);
     if (e == cudaSuccess) e = cuda_resident_malloc(dw, &res->dptr, res->nbytes);
-    if (e == cudaSuccess) e = copy_staged(res->dptr, host, res->nbytes);
+    if (e == cudaSuccess) e = copy_staged(dw, res->dptr, host, res->nbytes);
     if (e == cudaSuccess) return 0;
     log_warn("gpu %d: ephemeral buffer %s not kept: %s", dw->device, res->id,
              cudaGetErrorString(e));

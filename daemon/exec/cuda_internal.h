@@ -93,7 +93,8 @@ struct device_worker {
     int q_head, q_len, q_cap;
     resident_t **residents;
     size_t n_residents, cap_residents;
-    char (*preloads)[ID_SIZE]; /* resident buffers stored, to load ahead of their first job */
+    struct upload_staging *upload; /* ephemeral uploads' staging (cuda_ephemeral.c) */
+    char (*preloads)[ID_SIZE];     /* resident buffers stored, to load ahead of their first job */
     size_t n_preloads, cap_preloads;
     bool preloading;       /* a load ahead of a job is being made: work in flight, as a batch is */
     size_t resident_bytes; /* counted against cap beside in_use */
@@ -173,6 +174,11 @@ void cuda_batch_sizes(const exec_batch_t *b, const void *const *in_ptrs, const d
  * page-locked memory on its launch path. A slot that must grow it gives the smaller buffer
  * back, which waits for every kernel running on the device. */
 #define CUDA_STAGING_MIN ((size_t)1 << 20)
+
+/* A device's staging for ephemeral uploads, its pinned memory made by the first upload and kept
+ * to the device's teardown; NULL when out of memory. */
+struct upload_staging *cuda_upload_staging_new(void);
+void cuda_upload_staging_free(struct upload_staging *u);
 
 /* Grows the slot's pinned staging to at least bytes. 0 or -ENOMEM. */
 int cuda_slot_grow_pinned(slot_t *slot, size_t bytes);

@@ -43,8 +43,8 @@ static void check_gemm(e2e_daemon_t *d)
             float want = 0;
             for (int k = 0; k < K; k++)
                 want += a[i * K + k] * b[k * N + j];
-            ck_assert_msg(out[i * N + j] == want, "gemm [%d,%d]: %g, want %g", i, j,
-                          out[i * N + j], want);
+            ck_assert_msg(out[i * N + j] == want, "gemm [%d,%d]: %g, want %g", i, j, out[i * N + j],
+                          want);
         }
     json_decref(done);
     json_decref(job);
