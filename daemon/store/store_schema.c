@@ -214,6 +214,12 @@ static const struct {
         "  usage_us REAL NOT NULL,"
         "  at_us INTEGER NOT NULL"
         ") WITHOUT ROWID;"},
+    /* What the scheduler keeps of a queued job, so that recovery lists the queue from these
+     * columns without reading and validating every job: its call's batch key ('' never
+     * batches) and cost. Rows from before keep NULL, and recovery reads those jobs whole. */
+    {10, "ALTER TABLE jobs ADD COLUMN batch_key TEXT;"
+         "ALTER TABLE jobs ADD COLUMN cost_bytes REAL;"
+         "ALTER TABLE jobs ADD COLUMN cost_flops REAL;"},
 };
 
 static int move_tensors_into_jobs(store_conn_t *conn);
