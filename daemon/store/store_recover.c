@@ -35,7 +35,9 @@ static int recover_states(shard_t *sh, int max_attempts)
     r = store_exec(&sh->conn, requeue);
     int requeued = sqlite3_changes(sh->conn.db);
     /* The jobs failed next, which the re-queue left running, count in the usage rollup. */
-    if (r == 0) r = store_usage_note_failing(sh, "state = 'running'", now);
+    if (r == 0)
+        r = store_usage_note_failing(
+            sh, "id IN (SELECT id FROM jobs INDEXED BY jobs_running WHERE state = 'running')", now);
     if (r == 0) r = store_exec(&sh->conn, fail);
     int failed = sqlite3_changes(sh->conn.db);
     if (r == 0) r = store_exec(&sh->conn, "COMMIT");
@@ -171,8 +173,8 @@ static int queued_cursor_open(shard_t *sh, queued_cursor_t *c)
     c->sh = sh;
     if (sqlite3_prepare_v2(sh->conn.db,
                            "SELECT id, owner, priority, device, created_us, deadline_us, "
-                           "batch_key, cost_bytes, cost_flops FROM jobs WHERE " STORE_LIVE
-                           " AND state = 'queued' ORDER BY created_us, id",
+                           "batch_key, cost_bytes, cost_flops FROM jobs INDEXED BY jobs_queued "
+                           "WHERE state = 'queued' ORDER BY created_us, id",
                            -1, &c->stmt, NULL) != SQLITE_OK)
         return store_sql_error(&sh->conn, "listing queued jobs");
     return queued_cursor_step(c);

@@ -337,6 +337,16 @@ static void submit(reply_box_t *box, job_t **jobs, size_t n)
     ck_assert_int_eq(box->err, 0);
 }
 
+/* Submits n `add` jobs of owner on vectors of size elements, in one array; ids in box. */
+static void submit_many(reply_box_t *box, const char *owner, int n, int size)
+{
+    job_t **jobs = calloc((size_t)n, sizeof *jobs);
+    for (int i = 0; i < n; i++)
+        jobs[i] = add_job(owner, size, 0);
+    submit(box, jobs, (size_t)n);
+    free(jobs);
+}
+
 /* The state of owner's job id once it has ended (waiting up to 5 s). */
 static job_state_t ended_state(const char *owner, const char *id)
 {
@@ -657,12 +667,8 @@ START_TEST(test_a_small_user_waits_for_fair_share_at_a_shrinking_position)
     enum { BIG = 5000, SMALL = 10 };
     cfg.max_batch = 1;
     fake->slots = 0;
-    job_t **big = calloc(BIG, sizeof *big);
-    for (int i = 0; i < BIG; i++)
-        big[i] = add_job("a", 16, 0);
     reply_box_t box;
-    submit(&box, big, BIG);
-    free(big);
+    submit_many(&box, "a", BIG, 16);
     fake->slots = 1;
     job_t *small[SMALL];
     for (int i = 0; i < SMALL; i++)
@@ -1124,12 +1130,8 @@ START_TEST(test_a_long_queue_keeps_its_jobs_in_the_store_until_they_start)
 {
     enum { N = QUEUED_IN_MEMORY + 200 };
     fake->slots = 0;
-    job_t **jobs = calloc(N, sizeof *jobs);
-    for (int i = 0; i < N; i++)
-        jobs[i] = add_job("alice", 10, 0);
     reply_box_t box;
-    submit(&box, jobs, N);
-    free(jobs);
+    submit_many(&box, "alice", N, 10);
     job_t *late[3];
     reply_box_t late_box[3];
     for (int i = 0; i < 3; i++) {

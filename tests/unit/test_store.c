@@ -2014,6 +2014,7 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
              "UPDATE jobs SET finished_us = 777 WHERE id = '%s';"
              "DROP TABLE settings; ALTER TABLE jobs DROP COLUMN batch_ns;"
              "DROP TABLE usage_daily; DROP TABLE fair_share;"
+             "DROP INDEX jobs_queued; DROP INDEX jobs_running;"
              "ALTER TABLE jobs DROP COLUMN batch_key; ALTER TABLE jobs DROP COLUMN cost_bytes;"
              "ALTER TABLE jobs DROP COLUMN cost_flops;"
              "PRAGMA user_version = 5",
