@@ -325,7 +325,9 @@ static void settle_submitted(sched_t *s, msg_t *m)
                       job->id);
             continue;
         }
+        entry_t *e = entry_of(s, job);
         m->jobs[i] = NULL;
+        if (e) entry_stow(s, e);
     }
     /* The answer says why those of its jobs that did not start at once wait; without memory
      * for that it still answers, only without the reasons. */
@@ -339,7 +341,7 @@ static void drop_submitted(sched_t *s, msg_t *m)
     for (size_t i = 0; i < m->n; i++) {
         if (m->fate[i] != FATE_TAKEN) continue;
         entry_t *e = entry_of(s, m->jobs[i]);
-        if (e->job->state == JOB_RUNNING) {
+        if (!entry_queued(e)) {
             e->discard_result = e->unstored = true;
             m->jobs[i] = NULL;
             continue;

@@ -27,7 +27,7 @@ void batch_free(sched_batch_t *sb)
 /* The device a queued entry must run on (pinned, or its resident inputs' one), or -1. */
 static int entry_device(const entry_t *e)
 {
-    return e->job->device >= 0 ? e->job->device : e->job->preferred_device;
+    return e->device >= 0 ? e->device : e->preferred_device;
 }
 
 /* Whether e's device (if it needs one) has room; room[] remembers each device's answer. */
@@ -71,13 +71,6 @@ static entry_t *best_startable(sched_t *s, user_t *u)
     return NULL;
 }
 
-/* A rough run-time estimate used to charge a user at dispatch, corrected when the batch
- * ends: fair share must see work the moment it is handed out. */
-static double estimate_us(const job_t *job)
-{
-    return 5.0 + job->call.cost.bytes / 1e4 + job->call.cost.flops / 1e6;
-}
-
 /* ---------------------------------------------------------------- cutting batches */
 
 /* Whether a partial batch of q's jobs (want of them) waits for company: it does while other
@@ -87,7 +80,7 @@ static double estimate_us(const job_t *job)
 static bool batch_waits_for_company(sched_t *s, const keyq_t *q, int want, int n_cut, int64_t now,
                                     int64_t *hold_until)
 {
-    const job_t *oldest = queue_data(queue_head(&q->entries), entry_t, keyq_node)->job;
+    const entry_t *oldest = queue_data(queue_head(&q->entries), entry_t, keyq_node);
     if (want >= s->cfg->max_batch || s->cfg->max_delay_us <= 0 ||
         s->batches_in_flight + n_cut == 0 || now - oldest->created_us >= s->cfg->max_delay_us)
         return false;
@@ -117,10 +110,12 @@ static sched_batch_t *batch_new(sched_t *s, int want)
     return sb;
 }
 
-/* A queued entry joins a batch being cut: it leaves the queues, starts, and its user is
- * charged an estimate at once (corrected when the batch ends). */
-static void batch_take(sched_t *s, sched_batch_t *sb, entry_t *e, int64_t now)
+/* A queued entry joins a batch being cut: its job is read back when stowed, it leaves the
+ * queues, starts, and its user is charged an estimate at once (corrected when the batch ends).
+ * False when its job could not be read back: it stays queued. */
+static bool batch_take(sched_t *s, sched_batch_t *sb, entry_t *e, int64_t now)
 {
+    if (entry_load(s, e) < 0) return false;
     job_t *job = e->job;
     sb->batch.jobs[sb->batch.n++] = job;
     entry_unqueue(s, e);
@@ -128,8 +123,9 @@ static void batch_take(sched_t *s, sched_batch_t *sb, entry_t *e, int64_t now)
     job->state = JOB_RUNNING;
     job->started_us = now;
     job->attempts++;
-    e->charged_us = estimate_us(job);
+    e->charged_us = e->estimate_us;
     user_charge(e->user, e->charged_us);
+    return true;
 }
 
 /* Fills a new batch of up to want jobs led by top, the chosen user's best job. With a batch
@@ -141,7 +137,7 @@ static void batch_fill(sched_t *s, sched_batch_t *sb, entry_t *top, int want, in
     keyq_t *q = top->keyq;
     queue_t *node = q ? queue_head(&q->entries) : NULL;
     entry_t *e = node ? queue_data(node, entry_t, keyq_node) : top;
-    if (q && e != top) batch_take(s, sb, top, now);
+    if (q && e != top && !batch_take(s, sb, top, now)) return;
     for (int seen = 0; e && sb->batch.n < want && seen < 4 * want; seen++) {
         /* The next one is found before e leaves its FIFO (and maybe frees it). */
         queue_t *next = q ? queue_next(&q->entries, &e->keyq_node) : NULL;
@@ -185,6 +181,11 @@ void round_cut(sched_t *s, round_t *rd)
         sched_batch_t *sb = batch_new(s, want);
         if (!sb) break;
         batch_fill(s, sb, top, want, now);
+        if (sb->batch.n == 0) { /* its leader could not be read back: its user waits a round */
+            u->skip_round = s->round;
+            batch_free(sb);
+            continue;
+        }
         rd->ready[rd->n++] = sb;
     }
     if (hold_until) {

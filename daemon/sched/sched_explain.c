@@ -44,10 +44,10 @@ static void others_visit(const char *key, void *value, void *ud)
     o->ahead += due < (long)v->queue.len ? due : (long)v->queue.len;
 }
 
-/* Explains e, whose own user's queue holds mine entries before it. */
-static void explain_at(sched_t *s, entry_t *e, long mine)
+/* Explains e, whose own user's queue holds mine entries before it, into job (its job, or a
+ * copy of it). */
+static void explain_at(sched_t *s, const entry_t *e, long mine, job_t *job)
 {
-    job_t *job = e->job;
     user_t *u = e->user;
     const policy_limits_t *l = user_limits(s, u);
     user_charge(u, 0); /* shares compared at the same moment */
@@ -61,7 +61,7 @@ static void explain_at(sched_t *s, entry_t *e, long mine)
                  l->source[CONFIG_POLICY_MAX_RUNNING]);
     } else if (o.ahead > 0) {
         reason = "fair_share"; /* other users' jobs are due before it */
-    } else if (s->ex && s->ex->ops->free_slots(s->ex, job->device) == 0) {
+    } else if (s->ex && s->ex->ops->free_slots(s->ex, e->device) == 0) {
         reason = "devices_busy";
     } else if (mine == 0 && e->keyq && e->keyq->len < s->cfg->max_batch) {
         reason = "batching"; /* first in line: its partial batch waits for company */
@@ -70,27 +70,27 @@ static void explain_at(sched_t *s, entry_t *e, long mine)
     job->waiting_position = mine + o.ahead;
 }
 
-void sched_explain(sched_t *s, entry_t *e)
+void sched_explain(sched_t *s, entry_t *e, job_t *into)
 {
-    explain_at(s, e, own_ahead(e));
+    explain_at(s, e, own_ahead(e), into);
 }
 
 /* qsort's order of the entries explained together: by user, then as their queue serves them. */
 static int explained_cmp(const void *a, const void *b)
 {
-    const entry_t *x = *(entry_t *const *)a, *y = *(entry_t *const *)b;
+    const entry_t *x = ((const explained_t *)a)->e, *y = ((const explained_t *)b)->e;
     if (x->user != y->user) return x->user < y->user ? -1 : 1;
     return entry_before(x, y) ? -1 : entry_before(y, x) ? 1 : 0;
 }
 
 /* The index of the first of es[0..n) (one user's, in queue order) that entry q comes before,
  * by bisection: q is ahead of that one and of all after it. */
-static size_t first_after(entry_t *const *es, size_t n, const entry_t *q)
+static size_t first_after(const explained_t *es, size_t n, const entry_t *q)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (entry_before(q, es[mid]))
+        if (entry_before(q, es[mid].e))
             hi = mid;
         else
             lo = mid + 1;
@@ -101,27 +101,27 @@ static size_t first_after(entry_t *const *es, size_t n, const entry_t *q)
 /* Explains es[0..n), one user's entries in queue order, with one pass over that user's queue:
  * each queued entry counts for those of es it comes before, found by bisection. ahead is
  * scratch of n + 1 counts. */
-static void explain_user_run(sched_t *s, entry_t *const *es, size_t n, long *ahead)
+static void explain_user_run(sched_t *s, const explained_t *es, size_t n, long *ahead)
 {
-    const heap_t *h = &es[0]->user->queue;
+    const heap_t *h = &es[0].e->user->queue;
     memset(ahead, 0, (n + 1) * sizeof *ahead);
     for (size_t i = 0; i < h->len; i++)
         ahead[first_after(es, n, heap_at(h, i))]++;
     long mine = 0;
     for (size_t k = 0; k < n; k++) {
         mine += ahead[k];
-        explain_at(s, es[k], mine);
+        explain_at(s, es[k].e, mine, es[k].into);
     }
 }
 
-int sched_explain_entries(sched_t *s, entry_t **es, size_t n)
+int sched_explain_entries(sched_t *s, explained_t *es, size_t n)
 {
     if (n == 0) return 0;
     long *ahead = malloc((n + 1) * sizeof *ahead);
     if (!ahead) return -ENOMEM;
     qsort(es, n, sizeof *es, explained_cmp);
     for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && es[j]->user == es[i]->user;)
+        for (j = i + 1; j < n && es[j].e->user == es[i].e->user;)
             j++;
         explain_user_run(s, es + i, j - i, ahead);
     }
@@ -129,36 +129,23 @@ int sched_explain_entries(sched_t *s, entry_t **es, size_t n)
     return 0;
 }
 
-/* Copies the loop's explanation of a job (from) into the caller's copy of it (to). */
-static void waiting_copy(job_t *to, const job_t *from)
-{
-    memcpy(to->waiting_reason, from->waiting_reason, sizeof to->waiting_reason);
-    memcpy(to->waiting_limit, from->waiting_limit, sizeof to->waiting_limit);
-    to->waiting_position = from->waiting_position;
-}
-
 /* The loop's entry of the caller's copy of a job when the loop holds it queued; else NULL. */
 static entry_t *queued_entry(sched_t *s, const job_t *copy)
 {
     entry_t *e = copy->state == JOB_QUEUED ? strmap_get(s->entries, copy->id) : NULL;
-    return e && e->job->state == JOB_QUEUED && !e->discard_result ? e : NULL;
+    return e && entry_queued(e) && !e->discard_result ? e : NULL;
 }
 
 int sched_explain_copies(sched_t *s, job_t *const *jobs, size_t n)
 {
-    entry_t **es = malloc((n ? n : 1) * sizeof *es);
+    explained_t *es = malloc((n ? n : 1) * sizeof *es);
     if (!es) return -ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (jobs[i] && (es[k] = queued_entry(s, jobs[i]))) k++;
+        if (jobs[i] && (es[k].e = queued_entry(s, jobs[i]))) es[k++].into = jobs[i];
     int r = sched_explain_entries(s, es, k);
     free(es);
-    if (r < 0) return r;
-    for (size_t i = 0; i < n; i++) {
-        entry_t *e = jobs[i] ? queued_entry(s, jobs[i]) : NULL;
-        if (e) waiting_copy(jobs[i], e->job);
-    }
-    return 0;
+    return r;
 }
 
 void handle_explain(sched_t *s, msg_t *m)

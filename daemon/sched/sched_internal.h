@@ -59,24 +59,37 @@ typedef struct keyq {
     char key[];
 } keyq_t;
 
-/* A job that is not final, as the loop keeps it. */
+/* A job that is not final, as the loop keeps it. A queued job's entry holds what the queues
+ * need (its order, batch key, device, deadline and cost); its job_t stays in memory only while
+ * the queue is short (QUEUED_IN_MEMORY): a longer queue keeps the rest in the store alone, and
+ * the job is read back from there when it starts or is answered for (entry_load). */
 struct entry {
-    job_t *job;
+    job_t *job; /* NULL while stowed: queued, its job in the store alone */
     user_t *user;
     uint64_t seq;
-    int priority;        /* the job's, kept here for the heap's comparisons: the job is large */
+    int64_t created_us;       /* the job's, for a batch's wait for company */
+    int64_t deadline_us;      /* the job's (absolute wall-clock µs), 0 for none */
+    float estimate_us;        /* what its user is charged at dispatch (estimate_us) */
+    int priority;             /* the job's, kept here for the heap's comparisons */
+    int16_t device;           /* the job's pin, or -1 */
+    int16_t preferred_device; /* where its resident input lives, or -1 (job.h) */
+    /* Its result is thrown away when its launch returns: it was cancelled while running, or
+     * its submission's commit failed after it had gone out. */
+    bool discard_result;
+    bool unstored;       /* went out in a group commit that failed: it has no row */
+    bool start_lost;     /* cut in a group commit that failed: its row still says queued */
     size_t queue_pos;    /* in user->queue, HEAP_ABSENT when not queued */
     size_t deadline_pos; /* in s->deadlines, HEAP_ABSENT when none */
     keyq_t *keyq;        /* while queued with a batch key */
     queue_t keyq_node;
     queue_t waiters; /* of waiter_t */
-    /* Its result is thrown away when its launch returns: it was cancelled while running, or
-     * its submission's commit failed after it had gone out. */
-    bool discard_result;
-    bool unstored;   /* went out in a group commit that failed: it has no row */
-    bool start_lost; /* cut in a group commit that failed: its row still says queued */
     double charged_us;
+    char id[ID_SIZE];
 };
+
+/* How many queued jobs keep their whole job_t in memory: those that go out soon after their
+ * commit start without a read back, and a long queue costs only its entries. */
+#define QUEUED_IN_MEMORY 1024
 
 typedef enum msg_kind {
     MSG_SUBMIT,
@@ -220,6 +233,10 @@ int queues_init(sched_t *s);
 void queues_free(sched_t *s);
 bool entry_before(const void *a, const void *b);
 int entry_add(sched_t *s, job_t *job);
+int entry_add_stowed(sched_t *s, const store_queued_t *q);
+void entry_stow(sched_t *s, entry_t *e);
+int entry_load(sched_t *s, entry_t *e);
+bool entry_queued(const entry_t *e);
 entry_t *entry_of(sched_t *s, const job_t *job);
 void entry_forget(sched_t *s, entry_t *e);
 int entry_queue(sched_t *s, entry_t *e);
@@ -235,13 +252,17 @@ const policy_limits_t *user_limits(sched_t *s, user_t *u);
 int user_max_running(sched_t *s, user_t *u);
 double user_share(sched_t *s, user_t *u);
 
-/* sched_explain.c: why a queued job waits. sched_explain explains one entry;
- * sched_explain_entries explains es[0..n) (queued entries, reordered meanwhile) with one pass
- * over each of their users' queues; sched_explain_copies writes into copies of jobs (NULL
- * ones skipped) why the loop's queued jobs of the same ids wait: 0 or -ENOMEM.
- * handle_explain answers sched_explain_jobs. */
-void sched_explain(sched_t *s, entry_t *e);
-int sched_explain_entries(sched_t *s, entry_t **es, size_t n);
+/* sched_explain.c: why a queued job waits. sched_explain explains one entry into into (its
+ * job or a copy); sched_explain_entries explains es[0..n) (queued entries, each into its job,
+ * reordered meanwhile) with one pass over each of their users' queues; sched_explain_copies
+ * writes into copies of jobs (NULL ones skipped) why the loop's queued jobs of the same ids
+ * wait: 0 or -ENOMEM. handle_explain answers sched_explain_jobs. */
+typedef struct explained {
+    entry_t *e;
+    job_t *into;
+} explained_t;
+void sched_explain(sched_t *s, entry_t *e, job_t *into);
+int sched_explain_entries(sched_t *s, explained_t *es, size_t n);
 int sched_explain_copies(sched_t *s, job_t *const *jobs, size_t n);
 void handle_explain(sched_t *s, msg_t *m);
 

@@ -20,7 +20,7 @@ bool entry_before(const void *a, const void *b)
 
 static bool deadline_before(const void *a, const void *b)
 {
-    return ((const entry_t *)a)->job->deadline_us < ((const entry_t *)b)->job->deadline_us;
+    return ((const entry_t *)a)->deadline_us < ((const entry_t *)b)->deadline_us;
 }
 
 int queues_init(sched_t *s)
@@ -39,7 +39,7 @@ static void free_entry(const char *key, void *value, void *ud)
     entry_t *e = value;
     /* Jobs of batches still in an executor (after a drain timeout) are not freed: a worker may
      * still hold them, and the process is about to exit. */
-    if (e->job->state == JOB_QUEUED) {
+    if (entry_queued(e)) {
         job_free(e->job);
         free(e);
     }
@@ -147,11 +147,10 @@ static void keyq_remove(sched_t *s, entry_t *e)
 
 /* Jobs batch together when their ops say so (equal batch keys) and they may run on the same
  * device (equal pins). */
-static int keyq_append(sched_t *s, entry_t *e)
+static int keyq_append(sched_t *s, entry_t *e, const char *batch_key)
 {
     char key[OP_BATCH_KEY_LEN + 16];
-    snprintf(key, sizeof key, "%s@%d/%d", e->job->call.batch_key, e->job->device,
-             e->job->preferred_device);
+    snprintf(key, sizeof key, "%s@%d/%d", batch_key, e->device, e->preferred_device);
     keyq_t *q = strmap_get(s->keyqs, key);
     if (!q) {
         size_t len = strlen(key);
@@ -187,42 +186,120 @@ void entry_unqueue(sched_t *s, entry_t *e)
     heap_remove(&s->deadlines, e);
 }
 
-/* Puts an entry into its user's queue, its batch key's FIFO and the deadlines. */
-int entry_queue(sched_t *s, entry_t *e)
+/* Puts an entry into its user's queue, the FIFO of batch_key ("": none) and the deadlines. */
+static int entry_queue_keyed(sched_t *s, entry_t *e, const char *batch_key)
 {
     int r = heap_push(&e->user->queue, e);
-    if (r >= 0 && e->job->call.batch_key[0]) r = keyq_append(s, e);
-    if (r >= 0 && e->job->deadline_us) r = deadline_push(s, e);
+    if (r >= 0 && batch_key[0]) r = keyq_append(s, e, batch_key);
+    if (r >= 0 && e->deadline_us) r = deadline_push(s, e);
     if (r < 0) entry_unqueue(s, e);
     return r;
 }
 
-/* Makes a queued job schedulable (inside its group commit, or recovered at the start): the
- * entry takes the job. On allocation failure the job stays in the store and is picked up at
- * the next start. */
-int entry_add(sched_t *s, job_t *job)
+/* Puts an entry whose job is in memory (a re-queue) back into the queues. */
+int entry_queue(sched_t *s, entry_t *e)
+{
+    return entry_queue_keyed(s, e, e->job->call.batch_key);
+}
+
+/* A rough run-time estimate used to charge a user at dispatch, corrected when the batch
+ * ends: fair share must see work the moment it is handed out. */
+static double cost_estimate_us(op_cost_t cost)
+{
+    return 5.0 + cost.bytes / 1e4 + cost.flops / 1e6;
+}
+
+/* A new entry of owner's queued job id, indexed but in no queue; NULL when out of memory. */
+static entry_t *entry_new(sched_t *s, const char *id, const char *owner, int priority, int device,
+                          int64_t created_us, int64_t deadline_us, op_cost_t cost)
 {
     entry_t *e = calloc(1, sizeof *e);
-    user_t *u = user_get(s, job->owner);
-    if (!e || !u) {
+    user_t *u = user_get(s, owner);
+    if (!e || !u || strmap_put(s->entries, id, e) < 0) {
         free(e);
-        return -ENOMEM;
+        return NULL;
     }
-    e->job = job;
+    snprintf(e->id, sizeof e->id, "%s", id);
     e->user = u;
     e->seq = s->next_seq++;
-    e->priority = job->priority;
+    e->priority = priority;
+    e->device = (int16_t)device;
+    e->preferred_device = -1;
+    e->created_us = created_us;
+    e->deadline_us = deadline_us;
+    e->estimate_us = (float)cost_estimate_us(cost);
     e->queue_pos = e->deadline_pos = HEAP_ABSENT;
     queue_init(&e->keyq_node);
     queue_init(&e->waiters);
-    int r = strmap_put(s->entries, job->id, e);
-    if (r >= 0) r = entry_queue(s, e);
+    return e;
+}
+
+/* Queues a new entry (batch_key: its job's); on failure it is dropped again. */
+static int entry_start_queued(sched_t *s, entry_t *e, const char *batch_key)
+{
+    int r = entry_queue_keyed(s, e, batch_key);
     if (r < 0) {
-        strmap_remove(s->entries, job->id);
+        strmap_remove(s->entries, e->id);
         free(e);
         return r;
     }
     atomic_fetch_add(&s->queued, 1);
+    return 0;
+}
+
+/* Makes a queued job schedulable (inside its group commit): the entry takes the job. On
+ * allocation failure the job stays in the store and is picked up at the next start. */
+int entry_add(sched_t *s, job_t *job)
+{
+    entry_t *e = entry_new(s, job->id, job->owner, job->priority, job->device, job->created_us,
+                           job->deadline_us, job->call.cost);
+    if (!e) return -ENOMEM;
+    e->job = job;
+    e->preferred_device = (int16_t)job->preferred_device;
+    return entry_start_queued(s, e, job->call.batch_key);
+}
+
+/* Makes a queued job recovered at the start schedulable from its compact row alone: it is
+ * read back from the store when it starts. */
+int entry_add_stowed(sched_t *s, const store_queued_t *q)
+{
+    entry_t *e = entry_new(s, q->id, q->owner, q->priority, q->device, q->created_us,
+                           q->deadline_us, q->cost);
+    if (!e) return -ENOMEM;
+    return entry_start_queued(s, e, q->batch_key);
+}
+
+/* Whether the entry's job is queued (a stowed one always is). */
+bool entry_queued(const entry_t *e)
+{
+    return !e->job || e->job->state == JOB_QUEUED;
+}
+
+/* Frees the job_t of a queued entry whose row is committed, when the queue is long: the
+ * entry keeps what the queues need, the store the rest. */
+void entry_stow(sched_t *s, entry_t *e)
+{
+    if (!e->job || e->job->state != JOB_QUEUED || e->discard_result ||
+        atomic_load(&s->queued) <= QUEUED_IN_MEMORY)
+        return;
+    job_free(e->job);
+    e->job = NULL;
+}
+
+/* Reads a stowed entry's job back from the store (the loop's reader: the row is committed)
+ * and resolves its op; e->job is then set. 0 at once for an entry in memory; else 0 or the
+ * store's error, logged (the job stays queued and stowed). */
+int entry_load(sched_t *s, entry_t *e)
+{
+    if (e->job) return 0;
+    job_t *job = NULL;
+    int r = store_job_get(s->rd, e->id, &job);
+    if (r == 0 && (r = job_resolve_op(job)) < 0) job_free(job);
+    if (r < 0)
+        return log_error_errno(r, "reading queued job %s back from the store failed: %s", e->id,
+                               strerror(-r));
+    job->preferred_device = e->preferred_device;
+    e->job = job;
     return 0;
 }
 
@@ -235,6 +312,6 @@ entry_t *entry_of(sched_t *s, const job_t *job)
 /* Drops an entry that is in no queue from memory; its job is the caller's to free. */
 void entry_forget(sched_t *s, entry_t *e)
 {
-    strmap_remove(s->entries, e->job->id);
+    strmap_remove(s->entries, e->id);
     free(e);
 }

@@ -35,10 +35,16 @@ static job_t *job_snapshot(const job_t *job)
 }
 
 /* Answers with the entry's job as it stands: the job itself while queued (the loop owns all
- * of it), with why it waits when s is given, a snapshot while it runs. */
+ * of it; read back first when stowed, which needs s), with why it waits when s is given, a
+ * snapshot while it runs. */
 static void reply_current(sched_t *s, sched_reply_fn reply, void *token, entry_t *e)
 {
-    if (s && e->job->state == JOB_QUEUED) sched_explain(s, e);
+    int r = e->job ? 0 : s ? entry_load(s, e) : -EIO;
+    if (r < 0) {
+        reply_err(reply, token, r, "reading the queued job back from the store failed");
+        return;
+    }
+    if (s && e->job->state == JOB_QUEUED) sched_explain(s, e, e->job);
     if (e->job->state != JOB_RUNNING) {
         reply_jobs(reply, token, &e->job, 1);
         return;
@@ -76,15 +82,16 @@ void waiters_reply(entry_t *e, const job_t *job)
 static void waiters_answer_visit(const char *key, void *value, void *ud)
 {
     (void)key;
-    (void)ud;
-    waiters_reply(value, NULL);
+    entry_t *e = value;
+    if (!queue_empty(&e->waiters)) (void)entry_load(ud, e); /* a stowed one is read back */
+    waiters_reply(e, NULL);
 }
 
 /* At stop: every waiter is answered with its job as it stands, so that no request waits on a
  * loop that is ending. */
 void waiters_answer_all(sched_t *s)
 {
-    strmap_foreach(s->entries, waiters_answer_visit, NULL);
+    strmap_foreach(s->entries, waiters_answer_visit, s);
 }
 
 static void on_wait_timeout(uv_timer_t *t)
@@ -102,7 +109,7 @@ static void on_wait_timeout(uv_timer_t *t)
 static entry_t *entry_find(sched_t *s, const msg_t *m)
 {
     entry_t *e = strmap_get(s->entries, m->id);
-    if (e && !m->any_owner && strcmp(e->job->owner, m->owner) != 0) return NULL;
+    if (e && !m->any_owner && strcmp(e->user->owner, m->owner) != 0) return NULL;
     return e;
 }
 
@@ -135,6 +142,7 @@ void handle_wait(sched_t *s, msg_t *m)
         return;
     }
     if (m->timeout_ms <= 0 || s->stopping) {
+        if (s->stopping) (void)entry_load(s, e); /* answered as it stands, not explained */
         reply_current(s->stopping ? NULL : s, m->reply, m->token, e);
         return;
     }
@@ -188,16 +196,18 @@ static void cancel_queued_reply(void *token, const sched_result_t *res)
     m->reply(m->token, &named);
 }
 
-/* Ends a queued job (cancelled or failed) in the store and in memory. When reply is given, it
- * is answered with the ended job before the job is freed. */
+/* Ends a queued job (cancelled or failed) in the store and in memory, read back first when
+ * stowed. When reply is given, it is answered with the ended job before the job is freed. */
 static int end_queued(sched_t *s, entry_t *e, job_state_t state, const char *code,
                       const char *message, sched_reply_fn reply, void *token)
 {
+    int r = entry_load(s, e);
+    if (r < 0) return r;
     job_t *job = e->job;
     job->state = state;
     job->finished_us = now_us();
     job_set_error(job, code, "%s", message);
-    int r = store_job_update(s->st, job);
+    r = store_job_update(s->st, job);
     if (r < 0) {
         /* The store refused: the job keeps its stored state and stays queued here. */
         job->state = JOB_QUEUED;
@@ -296,7 +306,7 @@ void handle_cancel(sched_t *s, msg_t *m)
         job_free(job);
         return;
     }
-    if (e->job->state == JOB_QUEUED) {
+    if (entry_queued(e)) {
         int r = end_queued(s, e, JOB_CANCELLED, "cancelled", "cancelled by request",
                            cancel_queued_reply, m);
         if (r < 0) reply_err(m->reply, m->token, r, "the store refused the cancellation");
@@ -315,7 +325,7 @@ static void on_deadline_timer(uv_timer_t *t)
 {
     sched_t *s = t->data;
     int64_t now = now_us();
-    for (entry_t *e; (e = heap_min(&s->deadlines)) && e->job->deadline_us <= now;)
+    for (entry_t *e; (e = heap_min(&s->deadlines)) && e->deadline_us <= now;)
         if (end_queued(s, e, JOB_FAILED, "deadline_exceeded",
                        "the deadline passed while the job was queued", NULL, NULL) < 0)
             heap_remove(&s->deadlines, e); /* leave it queued; do not spin on it */
@@ -330,7 +340,7 @@ void deadline_arm(sched_t *s)
         uv_timer_stop(&s->deadline_timer);
         return;
     }
-    int64_t wait_us = first->job->deadline_us - now_us();
+    int64_t wait_us = first->deadline_us - now_us();
     uv_timer_start(&s->deadline_timer, on_deadline_timer,
                    wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
 }

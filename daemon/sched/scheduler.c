@@ -246,15 +246,13 @@ void sched_set_executor(sched_t *s, executor_t *ex)
     s->ex = ex;
 }
 
-/* The store hands back recovered jobs with their calls validated again (a job whose op this
- * build no longer runs carries a stand-in that fails with the reason when it runs). */
-static void recover_one(job_t *job, void *ud)
+/* The store hands back each recovered queued job as the queues need it; the job itself is
+ * read back (and its call validated again) when it starts. */
+static void recover_one(const store_queued_t *q, void *ud)
 {
     sched_t *s = ud;
-    if (entry_add(s, job) < 0) {
-        log_error("job %s could not be re-queued (out of memory)", job->id);
-        job_free(job);
-    }
+    if (entry_add_stowed(s, q) < 0)
+        log_error("job %s could not be re-queued (out of memory): it runs after a restart", q->id);
 }
 
 /* The jobs whose run took the previous process down (crash_guard.h) end failed with
@@ -289,7 +287,7 @@ int sched_start(sched_t *s)
         return log_error_errno(r, "failing the jobs that crashed the daemon failed: %s",
                                strerror(-r));
     if ((r = fair_state_load(s)) < 0) return r;
-    r = store_recover(s->st, s->cfg->max_attempts, job_resolve_op, recover_one, s);
+    r = store_recover_queued(s->st, s->cfg->max_attempts, job_resolve_op, recover_one, s);
     if (r < 0) return log_error_errno(r, "recovering jobs from the store failed: %s", strerror(-r));
     long queued = atomic_load(&s->queued);
     if (queued > 0) log_info("recovered %ld queued jobs", queued);

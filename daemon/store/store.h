@@ -197,6 +197,26 @@ int store_job_update(store_t *st, const job_t *job);
 int store_recover(store_t *st, int max_attempts, int (*resolve)(job_t *job),
                   void (*cb)(job_t *job, void *ud), void *ud);
 
+/* A queued job as store_recover_queued lists it: what a scheduler needs to queue it, without
+ * its params or tensors. */
+typedef struct store_queued {
+    char id[ID_SIZE];
+    char owner[OWNER_SIZE];
+    int priority;
+    int device;
+    int64_t created_us;
+    int64_t deadline_us;
+    const char *batch_key; /* its call's; "" never batches; valid during the callback */
+    op_cost_t cost;
+} store_queued_t;
+
+/* store_recover for a scheduler that reads a job back when it starts: the same change of
+ * states, then cb for every queued job (oldest first) from the columns that describe it for
+ * queueing, with no job loaded (but for jobs stored before those columns existed, which are
+ * read and resolved to find their batch key and cost). */
+int store_recover_queued(store_t *st, int max_attempts, int (*resolve)(job_t *job),
+                         void (*cb)(const store_queued_t *q, void *ud), void *ud);
+
 /* Before store_recover, after a crash: fails job id with code and message when it is not final
  * yet (its run took the process down: crash_guard.h), durably. Queued counts too: a batch goes
  * to the executor before the commit that records its start, so a job can crash the process

@@ -217,6 +217,21 @@ static const struct {
     /* Whether a buffer's bytes are stored (1) or live only in the executor's resident copy (0,
      * an ephemeral buffer: a row without data or file, deleted when the daemon starts). */
     {10, "ALTER TABLE buffers ADD COLUMN durable INTEGER NOT NULL DEFAULT 1;"},
+    /* What the scheduler keeps of a queued job, so that recovery lists the queue from these
+     * columns without reading and validating every job: its call's batch key ('' never
+     * batches) and cost. Rows from before keep NULL, and recovery reads those jobs whole.
+     * jobs_queued covers that listing in its order, and jobs_running finds the jobs a restart
+     * re-queues: recovery then reads neither the table's rows nor every live job (state is in
+     * jobs_queued's columns only so that SQLite sees it covers the listing). Both stay
+     * small where it matters (a job inserted running, as a round's own jobs are, never enters
+     * jobs_queued; jobs_running holds the jobs in flight), and a commit touches the few
+     * pages at their ends. */
+    {11, "ALTER TABLE jobs ADD COLUMN batch_key TEXT;"
+         "ALTER TABLE jobs ADD COLUMN cost_bytes REAL;"
+         "ALTER TABLE jobs ADD COLUMN cost_flops REAL;"
+         "CREATE INDEX jobs_queued ON jobs (created_us, id, owner, priority, device, deadline_us, "
+         "  batch_key, cost_bytes, cost_flops, state) WHERE state = 'queued';"
+         "CREATE INDEX jobs_running ON jobs (id) WHERE state = 'running';"},
 };
 
 static int move_tensors_into_jobs(store_conn_t *conn);

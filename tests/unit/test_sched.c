@@ -15,6 +15,7 @@
 
 #include "daemon/util/config.h"
 #include "daemon/util/id.h"
+#include "daemon/sched/sched_internal.h" /* QUEUED_IN_MEMORY */
 #include "daemon/sched/scheduler.h"
 #include "daemon/store/store.h"
 
@@ -334,6 +335,16 @@ static void submit(reply_box_t *box, job_t **jobs, size_t n)
 {
     submit_any(box, jobs, n);
     ck_assert_int_eq(box->err, 0);
+}
+
+/* Submits n `add` jobs of owner on vectors of size elements, in one array; ids in box. */
+static void submit_many(reply_box_t *box, const char *owner, int n, int size)
+{
+    job_t **jobs = calloc((size_t)n, sizeof *jobs);
+    for (int i = 0; i < n; i++)
+        jobs[i] = add_job(owner, size, 0);
+    submit(box, jobs, (size_t)n);
+    free(jobs);
 }
 
 /* The state of owner's job id once it has ended (waiting up to 5 s). */
@@ -656,12 +667,8 @@ START_TEST(test_a_small_user_waits_for_fair_share_at_a_shrinking_position)
     enum { BIG = 5000, SMALL = 10 };
     cfg.max_batch = 1;
     fake->slots = 0;
-    job_t **big = calloc(BIG, sizeof *big);
-    for (int i = 0; i < BIG; i++)
-        big[i] = add_job("a", 16, 0);
     reply_box_t box;
-    submit(&box, big, BIG);
-    free(big);
+    submit_many(&box, "a", BIG, 16);
     fake->slots = 1;
     job_t *small[SMALL];
     for (int i = 0; i < SMALL; i++)
@@ -695,7 +702,7 @@ START_TEST(test_a_small_user_waits_for_fair_share_at_a_shrinking_position)
     ck_assert_int_eq(b_done, SMALL);
     /* Alternating would take 2 × SMALL; a's 5,000 are nowhere near drained. */
     ck_assert_int_lt(ran + 1, 4 * SMALL);
-    ck_assert_int_lt(before, SMALL);      /* and the position came down on the way */
+    ck_assert_int_lt(before, SMALL); /* and the position came down on the way */
 }
 END_TEST
 
@@ -1112,6 +1119,68 @@ START_TEST(test_queued_jobs_survive_a_stop_and_run_after_restart)
     for (int i = 0; i < fake->n_got; i++)
         total += fake->got[i]->n;
     ck_assert_int_eq(total, 5);
+}
+END_TEST
+
+/* Past QUEUED_IN_MEMORY queued jobs the loop keeps only their entries and reads each job back
+ * from the store when it is answered for, cancelled, failed by its deadline or started: each
+ * of those works on a job kept in the store alone, and every job runs, in its queue's order,
+ * whole (its op resolved, its inputs described). */
+START_TEST(test_a_long_queue_keeps_its_jobs_in_the_store_until_they_start)
+{
+    enum { N = QUEUED_IN_MEMORY + 200 };
+    fake->slots = 0;
+    reply_box_t box;
+    submit_many(&box, "alice", N, 10);
+    job_t *late[3];
+    reply_box_t late_box[3];
+    for (int i = 0; i < 3; i++) {
+        late[i] = add_job("alice", 10, 0);
+        if (i == 0) late[i]->deadline_us = now_us() + 50 * 1000;
+        submit(&late_box[i], &late[i], 1);
+    }
+    /* A deadline passes on a stowed job. */
+    ck_assert_int_eq(ended_state("alice", late_box[0].ids[0]), JOB_FAILED);
+    /* A stowed job is cancelled. */
+    reply_box_t c;
+    box_init(&c);
+    sched_cancel(sched, "alice", late_box[1].ids[0], on_reply, &c);
+    box_wait(&c);
+    ck_assert_int_eq(c.err, 0);
+    ck_assert_int_eq(c.states[0], JOB_CANCELLED);
+    ck_assert_str_eq(c.cancel, "dequeued");
+    /* A stowed job is answered for as it stands, with why it waits. */
+    reply_box_t w;
+    box_init(&w);
+    sched_wait(sched, "alice", late_box[2].ids[0], 0, on_reply, &w);
+    box_wait(&w);
+    ck_assert_int_eq(w.err, 0);
+    ck_assert_int_eq(w.states[0], JOB_QUEUED);
+    ck_assert_str_eq(w.reasons[0], "devices_busy");
+    ck_assert_int_eq(w.positions[0], N);
+
+    fake->slots = 4096;
+    job_t *wake = add_job("alice", 10, 0);
+    reply_box_t wake_box;
+    submit(&wake_box, &wake, 1);
+    /* Batches are completed as they come: the user's running limit holds back the rest. */
+    int seen = 0;
+    for (int b = 0; seen < N + 2; b++) {
+        fake_wait_batches(fake, b + 1);
+        ck_assert_int_gt(fake->n_got, b);
+        const exec_batch_t *batch = fake->got[b];
+        for (int k = 0; k < batch->n; k++, seen++) {
+            const job_t *job = batch->jobs[k];
+            ck_assert_ptr_eq(job->call.op, op_find("add"));
+            ck_assert_int_eq(job->in[0].desc.shape[0], 10);
+            ck_assert(job->in[0].data || job->in[0].blob);
+            ck_assert_str_ne(job->id, late_box[0].ids[0]);
+            ck_assert_str_ne(job->id, late_box[1].ids[0]);
+            if (seen < 64) ck_assert_str_eq(job->id, box.ids[seen]);
+        }
+        fake_complete(fake, b);
+    }
+    ck_assert_int_eq(seen, N + 2);
 }
 END_TEST
 
@@ -1795,6 +1864,7 @@ int main(void)
     tcase_add_test(tc, test_idempotent_resubmission_returns_the_first_job);
     tcase_add_test(tc, test_queued_jobs_survive_a_stop_and_run_after_restart);
     tcase_add_test(tc, test_submissions_after_stop_answer_shutdown);
+    tcase_add_test(tc, test_a_long_queue_keeps_its_jobs_in_the_store_until_they_start);
     tcase_add_test(tc, test_a_batch_the_executor_turns_down_goes_back_to_its_queue);
     tcase_add_test(tc, test_without_sync_full_a_submission_starts_before_its_commit_is_answered);
     tcase_add_test(tc, test_keyed_and_plain_jobs_started_in_their_round_are_stored_running);

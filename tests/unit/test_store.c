@@ -2002,7 +2002,7 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
     ck_assert_int_eq(set_state(&f, ended, JOB_SUCCEEDED), 0);
     store_reader_close(f.rd);
     store_close(f.st);
-    char sql[1024];
+    char sql[1536];
     snprintf(sql, sizeof sql,
              "DROP INDEX jobs_live; DROP INDEX jobs_ended; DROP INDEX jobs_finished;"
              "DROP INDEX jobs_idempotency; ALTER TABLE jobs DROP COLUMN idempotency_index;"
@@ -2015,6 +2015,9 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
              "DROP TABLE settings; ALTER TABLE jobs DROP COLUMN batch_ns;"
              "DROP TABLE usage_daily; DROP TABLE fair_share;"
              "ALTER TABLE buffers DROP COLUMN durable;"
+             "DROP INDEX jobs_queued; DROP INDEX jobs_running;"
+             "ALTER TABLE jobs DROP COLUMN batch_key; ALTER TABLE jobs DROP COLUMN cost_bytes;"
+             "ALTER TABLE jobs DROP COLUMN cost_flops;"
              "PRAGMA user_version = 5",
              ended, running);
     db_exec(&f, sql);
@@ -2512,6 +2515,77 @@ static void collect_recovered(job_t *job, void *ud)
     job_free(job);
 }
 
+typedef struct queued_rows {
+    store_queued_t rows[16];
+    char keys[16][OP_BATCH_KEY_LEN];
+    int n;
+} queued_rows_t;
+
+static void collect_queued(const store_queued_t *q, void *ud)
+{
+    queued_rows_t *l = ud;
+    ck_assert_int_lt(l->n, 16);
+    l->rows[l->n] = *q;
+    snprintf(l->keys[l->n], sizeof l->keys[l->n], "%s", q->batch_key);
+    l->rows[l->n].batch_key = l->keys[l->n];
+    l->n++;
+}
+
+/* Recovery for the scheduler lists queued jobs from their columns alone, oldest first across
+ * shards, with the batch key and cost the insert stored; a row from before those columns
+ * (NULL) is read whole and resolved instead; running jobs are re-queued as by store_recover. */
+START_TEST(test_recover_queued_lists_compact_rows_oldest_first_across_shards)
+{
+    fixture_t f;
+    fixture_setup_shards(&f, INLINE_LIMIT, 4);
+    enum { N = 6 };
+    char ids[N][ID_SIZE];
+    for (int i = 0; i < N; i++) {
+        job_t *job = make_job_in(&test_op, 1000 + (N - i) * 10, i % 4, 4);
+        snprintf(job->call.batch_key, sizeof job->call.batch_key, "key%d", i % 2);
+        job->call.cost = (op_cost_t){.bytes = 100.0 * i, .flops = 7.0 * i};
+        job->device = i == 1 ? 0 : -1;
+        ck_assert_int_eq(store_job_insert(f.st, job), 0);
+        memcpy(ids[i], job->id, ID_SIZE);
+        job_free(job);
+    }
+    ck_assert_int_eq(set_state(&f, ids[2], JOB_RUNNING), 0); /* re-queued by recovery */
+    ck_assert_int_eq(set_state(&f, ids[3], JOB_RUNNING), 0);
+    ck_assert_int_eq(set_state(&f, ids[3], JOB_SUCCEEDED), 0); /* not listed */
+    char sql[256];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET batch_key = NULL WHERE id = '%s'", ids[4]);
+    db_exec(&f, sql); /* job 4 is in shard 4 % 4 = 0, shard 0's file */
+    reopen(&f);
+
+    queued_rows_t l = {.n = 0};
+    ck_assert_int_eq(store_recover_queued(f.st, 3, job_resolve_op, collect_queued, &l), 0);
+    ck_assert_int_eq(l.n, N - 1);
+    int expect[] = {5, 4, 2, 1, 0}; /* created 1010, 1020, 1040, 1050, 1060 */
+    for (int k = 0; k < l.n; k++) {
+        int i = expect[k];
+        ck_assert_str_eq(l.rows[k].id, ids[i]);
+        ck_assert_str_eq(l.rows[k].owner, "alice");
+        ck_assert_int_eq(l.rows[k].priority, 3);
+        ck_assert_int_eq(l.rows[k].device, i == 1 ? 0 : -1);
+        ck_assert_int_eq(l.rows[k].created_us, 1000 + (N - i) * 10);
+        ck_assert_int_eq(l.rows[k].deadline_us, 123456789);
+        if (i == 4) { /* resolved: test_op is not in the table, so its stand-in never batches */
+            ck_assert_str_eq(l.rows[k].batch_key, "");
+            continue;
+        }
+        char key[8];
+        snprintf(key, sizeof key, "key%d", i % 2);
+        ck_assert_str_eq(l.rows[k].batch_key, key);
+        ck_assert_double_eq(l.rows[k].cost.bytes, 100.0 * i);
+        ck_assert_double_eq(l.rows[k].cost.flops, 7.0 * i);
+    }
+    job_t *job = get_job(&f, ids[2]);
+    ck_assert_int_eq(job->state, JOB_QUEUED);
+    job_free(job);
+    fixture_teardown(&f);
+}
+END_TEST
+
 /* Four shards: each job's row is in the file its id names, one transaction spans the shards it
  * writes, and every read (by id, listing, usage, recovery, retention) sees all of them. */
 START_TEST(test_a_sharded_store_keeps_each_job_where_its_id_says_and_reads_them_all)
@@ -2879,6 +2953,7 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_open_migrates_an_empty_file_to_the_current_schema);
     tcase_add_test(tc, test_open_migrates_version_1_rows_to_the_current_schema);
     tcase_add_test(tc, test_open_migrates_version_5_state_indexes_to_finish_time_ones);
+    tcase_add_test(tc, test_recover_queued_lists_compact_rows_oldest_first_across_shards);
     tcase_add_test(tc, test_open_refuses_a_database_from_a_newer_version);
     tcase_add_test(tc, test_committed_job_survives_kill_9_and_uncommitted_one_does_not);
     tcase_add_test(tc, test_reader_sees_committed_data_while_the_writer_holds_a_transaction);
