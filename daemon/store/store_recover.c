@@ -224,7 +224,7 @@ int store_recover_queued(store_t *st, int max_attempts, int (*resolve)(job_t *jo
     if (st->in_txn)
         return log_error_errno(-EBUSY, "store: store_recover_queued inside a transaction");
     queued_cursor_t cur[STORE_MAX_SHARDS] = {{0}};
-    int r = 0;
+    int r = store_buffers_forget_ephemeral(st);
     for (int k = 0; k < st->n_shards && r == 0; k++)
         r = recover_states(&st->shards[k], max_attempts);
     for (int k = 0; k < st->n_shards && r == 0; k++)
