@@ -121,6 +121,14 @@ bool api_route_is_anonymous(const char *method, const char *path)
     return !m.route || m.route->anonymous;
 }
 
+const char *api_route_pattern(const char *path)
+{
+    api_route_match_t m;
+    for (size_t i = 0; path && i < sizeof routes / sizeof routes[0]; i++)
+        if (pattern_match(routes[i].pattern, path, &m)) return routes[i].pattern;
+    return NULL;
+}
+
 bool api_body_streams_to_file(const api_env_t *env, const char *method, const char *path,
                               const char *content_type, uint64_t length)
 {
