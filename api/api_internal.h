@@ -215,6 +215,9 @@ int api_dispatch(api_request_t *req);
 /* Whether a request to method and path may go on without an identified user: true for the
  * anonymous routes and for paths that answer 404 or 405 anyway. */
 bool api_route_is_anonymous(const char *method, const char *path);
+/* The pattern of the route path matches, whatever the method ("/v1/jobs/{id}"): what the
+ * request log names instead of the raw path. NULL when none matches. Static. */
+const char *api_route_pattern(const char *path);
 
 /* Where the body of a request to method and path goes as it arrives (the server asks once the
  * headers are in): the matched route's streams_body says; API_BODY_MEMORY without one. */

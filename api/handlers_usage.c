@@ -85,7 +85,10 @@ static bool parse_day(const char *s, int64_t *ret_day)
     int64_t day = days_from_civil(y, mo, d);
     /* Floor division: an offset can take the time to the day before. */
     int64_t shift = seconds >= 0 ? seconds / 86400 : -((-seconds + 86399) / 86400);
-    *ret_day = day + shift;
+    /* An offset can also take 0001-01-01 or 9999-12-31 out of the years a date can write. */
+    day += shift;
+    if (day < USAGE_FIRST_DAY || day > USAGE_LAST_DAY) return false;
+    *ret_day = day;
     return true;
 }
 
@@ -114,7 +117,8 @@ static json_t *day_json(int64_t day)
     struct tm tm;
     char buf[32];
     if (!gmtime_r(&t, &tm)) return json_null();
-    strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+    /* Four digits of year, as RFC 3339's full-date has them (%Y writes 647, not 0647). */
+    snprintf(buf, sizeof buf, "%04d-%02d-%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
     return json_string(buf);
 }
 

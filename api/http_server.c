@@ -99,6 +99,12 @@ typedef struct conn_ctx {
     bool responded;  /* a response is queued: later calls only drain the upload */
     atomic_bool reply_ready;
     size_t body_cap;
+    /* What the request's log line says besides its answer: when its headers were in, its
+     * method and route pattern (libmicrohttpd's string and a static one; the route NULL for a
+     * path no route matches), and the id its answer carries in X-Request-Id. */
+    int64_t started_us;
+    const char *log_method, *log_route;
+    char request_id[REQUEST_ID_SIZE];
     api_request_t req;
 } conn_ctx_t;
 
@@ -262,6 +268,23 @@ static const api_conn_ops_t conn_ops = {conn_suspend, conn_resume};
 
 /* --- responses --- */
 
+/* The request's one line at info level: method, route pattern, user, status, body bytes,
+ * microseconds from its headers to its answer, and its id. */
+static void log_request(const conn_ctx_t *ctx, int status, size_t bytes)
+{
+    if (LOG_INFO > log_max_level) return;
+    const log_field_t fields[] = {
+        {"method", ctx->log_method ? ctx->log_method : "-", 0},
+        {"route", ctx->log_route ? ctx->log_route : "-", 0},
+        {"user", ctx->req.user.name[0] ? ctx->req.user.name : "-", 0},
+        {"status", NULL, status},
+        {"bytes", NULL, (int64_t)bytes},
+        {"us", NULL, mono_us() - ctx->started_us},
+        {"request_id", ctx->request_id, 0},
+    };
+    log_write_fields(LOG_INFO, "request", fields, (int)(sizeof fields / sizeof fields[0]));
+}
+
 static enum MHD_Result send_response(conn_ctx_t *ctx)
 {
     api_request_t *req = &ctx->req;
@@ -304,14 +327,14 @@ static enum MHD_Result send_response(conn_ctx_t *ctx)
     }
     for (int i = 0; i < resp->n_headers; i++)
         MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
+    MHD_add_response_header(r, "X-Request-Id", ctx->request_id);
     int status = resp->status ? resp->status : 500;
     enum MHD_Result ok = MHD_queue_response(ctx->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ctx->responded = ok == MHD_YES;
     if (status >= 100 && status < API_STATUS_MAX)
         atomic_fetch_add(&ctx->srv->env.responses[status], 1);
-    log_debug("%s %s -> %d (%s)", req->method ? req->method : "?", req->path ? req->path : "?",
-              status, req->user.name);
+    log_request(ctx, status, len);
     return ok;
 }
 
@@ -525,6 +548,10 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     ctx->req.auth = api_settings_auth(ctx->settings);
     ctx->req.conn_ops = &conn_ops;
     ctx->req.conn = ctx;
+    ctx->started_us = mono_us();
+    ctx->log_method = method;
+    ctx->log_route = api_route_pattern(url);
+    id_request(ctx->request_id);
     *con_cls = ctx;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);

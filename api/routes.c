@@ -125,6 +125,14 @@ bool api_route_is_anonymous(const char *method, const char *path)
     return !m.route || m.route->anonymous;
 }
 
+const char *api_route_pattern(const char *path)
+{
+    api_route_match_t m;
+    for (size_t i = 0; path && i < sizeof routes / sizeof routes[0]; i++)
+        if (pattern_match(routes[i].pattern, path, &m)) return routes[i].pattern;
+    return NULL;
+}
+
 api_body_sink_t api_body_sink(const api_env_t *env, const char *method, const char *path,
                               const char *content_type, uint64_t length, api_query_peek_fn peek,
                               void *cls)

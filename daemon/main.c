@@ -222,9 +222,19 @@ static int run_daemon(const config_t *cfg, const auth_settings_t *auth, int argc
     return daemon_stop(&d, restart, lock_fd, argv);
 }
 
+/* gpujobd --print-ops: the names of the op table's ops, one a line, the test-only ones left
+ * out; scripts/openapi_sync.py keeps api/openapi.yaml's OpName enum equal to them. */
+static int print_ops(void)
+{
+    for (int i = 0; i < op_count(); i++)
+        printf("%s\n", op_at(i)->name);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "token") == 0) return auth_cli_main(argc - 1, argv + 1);
+    if (argc == 2 && strcmp(argv[1], "--print-ops") == 0) return print_ops();
     config_t cfg;
     config_action_t action;
     char err[512] = "";
@@ -261,6 +271,9 @@ int main(int argc, char **argv)
     log_level_t level = LOG_INFO;
     log_level_parse(cfg.log_level, &level);
     log_set_level(level);
+    log_format_t format = LOG_FORMAT_TEXT;
+    log_format_parse(cfg.log_format, &format);
+    log_set_format(format);
     /* Before any thread exists: the op table is read without locks; the environment. */
     op_table_enable_test_ops(cfg.test_ops);
     restart_init();

@@ -30,3 +30,11 @@ if ! python3 -c 'import numpy, setuptools, wheel' 2>/dev/null; then
   echo "deps.sh: installing numpy, setuptools and wheel for $(command -v python3)"
   python3 -m pip install --quiet --root-user-action=ignore numpy setuptools wheel
 fi
+# The API fuzz test (tests/e2e/test_fuzz_api.py) runs schemathesis, which Debian does not
+# package, under the same python3.
+if ! python3 -c 'import schemathesis' 2>/dev/null; then
+  echo "deps.sh: installing schemathesis for $(command -v python3)"
+  python3 -m pip install --quiet --root-user-action=ignore --break-system-packages \
+    'schemathesis==4.*' 2>/dev/null ||
+    python3 -m pip install --quiet --root-user-action=ignore 'schemathesis==4.*'
+fi

@@ -52,6 +52,7 @@ static int check_devices(const char *value, char *reason, size_t reason_size);
 
 static const char *const backend_choices[] = {"auto", "cuda", "cpu", NULL};
 static const char *const log_level_choices[] = {"error", "warn", "info", "debug", NULL};
+static const char *const log_format_choices[] = {"text", "json", NULL};
 static const char *const auth_mode_choices[] = {"none", "token", "peercred", "token,peercred",
                                                 NULL};
 
@@ -121,6 +122,8 @@ static const config_key_t config_keys[] = {
     KEY_ENUM("server", backend, backend_choices, "auto",
              "auto (cuda when a GPU is present, else cpu), cuda or cpu"),
     KEY_ENUM("server", log_level, log_level_choices, "info", "error, warn, info or debug"),
+    KEY_ENUM("server", log_format, log_format_choices, "text",
+             "text, or json: one JSON object a line"),
     KEY_INT("server", http_threads, 1, 1024, "8", "HTTP worker threads"),
     KEY_INT("server", max_connections, 1, 1000000, "1024", "open HTTP connections at once"),
     KEY_INT("server", max_connections_per_ip, 0, 1000000, "64",
@@ -1214,6 +1217,8 @@ static const char config_usage_head[] =
     "      --set SECTION.KEY=VALUE  set any key below, e.g. --set scheduler.max_batch=64\n"
     "      --check-config           check the configuration, print 'configuration OK' and\n"
     "                               exit 0, or print the error and exit 2\n"
+    "      --print-ops              print the names of the ops, one a line, and exit (given\n"
+    "                               alone)\n"
     "  -V, --version                print the version and exit\n"
     "  -h, --help                   print this help and exit\n"
     "\n"

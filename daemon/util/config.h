@@ -41,6 +41,7 @@ typedef struct config {
     char state_dir[PATH_MAX];
     char backend[8];   /* "auto", "cuda", "cpu" */
     char log_level[8]; /* "error", "warn", "info", "debug" */
+    char log_format[8]; /* "text", or "json": one JSON object a line */
     int http_threads;
     int max_connections;
     int max_connections_per_ip; /* TCP connections from one address; 0: no limit */

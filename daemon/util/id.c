@@ -31,6 +31,23 @@ void id_new(char prefix, char ret[ID_SIZE])
     snprintf(ret, ID_SIZE, "%c%012" PRIx64 "%04x%08" PRIx32, prefix, ms, seq, rnd);
 }
 
+void id_request(char ret[REQUEST_ID_SIZE])
+{
+    static atomic_uint_fast64_t sequence;
+    static atomic_uint_fast64_t start; /* 0 until drawn; a draw of 0 is harmless */
+    uint64_t base = atomic_load(&start);
+    if (base == 0) {
+        if (getrandom(&base, sizeof base, 0) != sizeof base) base = (uint64_t)now_us();
+        uint64_t expected = 0;
+        if (!atomic_compare_exchange_strong(&start, &expected, base)) base = expected;
+    }
+    uint64_t z = base + atomic_fetch_add(&sequence, 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    snprintf(ret, REQUEST_ID_SIZE, "%016" PRIx64, z);
+}
+
 bool id_valid(char prefix, const char *s)
 {
     if (!s || s[0] != prefix || strlen(s) != 25) return false;

@@ -522,12 +522,17 @@ def check_usage(c):
         c.fail("GET /v1/usage: no days rows after jobs ended")
     c.call("GET", "/v1/usage", 200, query="since=2000-01-01&until=9999-12-31")
     c.call("GET", "/v1/usage", 200, query="since=2000-01-01T00:00:00Z", note="an RFC 3339 time")
+    early = c.call("GET", "/v1/usage", 200, query="since=0647-09-29", note="a year below 1000")
+    if json_of(early, "since") != "0647-09-29":
+        c.fail(f"GET /v1/usage?since=0647-09-29: since {json_of(early, 'since')!r}, "
+               "expected the date with its four digits of year")
     everyone = c.call("GET", "/v1/usage", 200, query="user=all", note="every user's rows")
     if json_of(everyone, "owner") != "*":
         c.fail(f"GET /v1/usage?user=all: owner {json_of(everyone, 'owner')!r}, expected '*'")
     bad = [("since=yesterday", "query.since", "since not a date"),
            ("until=2026-02-30", "query.until", "until not a date"),
            ("since=2026-03-02&until=2026-03-01", "query.until", "until before since"),
+           ("since=0001-01-01T00:00:00%2B01:00", "query.since", "an offset before year 1"),
            ("user=", "query.user", "an empty user")]
     for query, field, note in bad:
         answer = c.call("GET", "/v1/usage", 400, query=query, note=note)

@@ -37,6 +37,7 @@ static const field_case_t fields[] = {
     FIELD("server", state_dir, "/srv/gpujobd"),
     FIELD("server", backend, "cpu"),
     FIELD("server", log_level, "debug"),
+    FIELD("server", log_format, "json"),
     FIELD("server", http_threads, "3"),
     FIELD("server", max_connections, "5"),
     FIELD("server", max_connections_per_ip, "4"),
