@@ -34,9 +34,10 @@ RELATIONS = {
         r"^((\[\d+\]\.?)?(inputs|outputs|params|device)(\..*)?|header\.(Content-Type|"
         r"Gpujob-Json-Length)|query\.wait|body|)$"),
     # dtype and shape against the body's length, dtype and shape against ?job=&output=, a
-    # body (or its absence) against the Content-Type, and the .npy header inside the body.
+    # body (or its absence) against the Content-Type, the .npy header inside the body, and
+    # durable=false against resident.
     ("POST", "/v1/buffers"): re.compile(
-        r"^(query\.(dtype|shape|job|output)|header\.Content-Type|body)$"),
+        r"^(query\.(dtype|shape|job|output|durable)|header\.Content-Type|body)$"),
     # until before since.
     ("GET", "/v1/usage"): re.compile(r"^query\.until$"),
 }
