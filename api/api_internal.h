@@ -17,6 +17,7 @@
 
 #include "daemon/auth/auth.h"
 #include "daemon/util/config.h"
+#include "daemon/util/stamp.h"
 #include "daemon/exec/executor.h"
 #include "daemon/sched/scheduler.h"
 #include "daemon/store/store.h"

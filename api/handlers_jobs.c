@@ -54,6 +54,7 @@ static job_t *stored_if_ended(api_request_t *req, const char *id)
  * stopping), the job is still accepted: the answer is the submission's own. */
 static void submit_wait_reply(void *token, const sched_result_t *res)
 {
+    STAMP(REPLY);
     api_request_t *req = token;
     json_t *body = req->submit_answer;
     req->submit_answer = NULL;
@@ -97,6 +98,7 @@ static bool submit_wait_post(api_request_t *req, const char *id)
 
 static void submit_reply(void *token, const sched_result_t *res)
 {
+    STAMP(REPLY);
     api_request_t *req = token;
     /* An idempotent retry is answered with the jobs the first submission created. */
     int status = res->replayed ? 200 : 201;
@@ -298,6 +300,7 @@ static bool job_cost_refuses(api_request_t *req, job_t *const *jobs, size_t n)
 
 int api_handle_jobs_submit(api_request_t *req)
 {
+    STAMP_BEGIN();
     static const char *const allowed[] = {"wait", NULL};
     if (api_query_check(req, allowed)) return API_DONE;
     req->submit_waits = api_query(req, "wait") != NULL;
@@ -318,6 +321,7 @@ int api_handle_jobs_submit(api_request_t *req)
     size_t n = 0;
     bool is_list = false;
     if (submit_parse(req, json_len, key, &jobs, &n, &is_list)) return API_DONE;
+    STAMP(PARSED);
     if (job_cost_refuses(req, jobs, n)) {
         job_json_free_jobs(jobs, n);
         return API_DONE;

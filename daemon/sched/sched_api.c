@@ -97,6 +97,7 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
         msg_free(m);
         return;
     }
+    STAMP(POSTED);
     msg_post(s, m);
 }
 

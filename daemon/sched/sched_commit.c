@@ -77,6 +77,7 @@ static void schedule_commit(sched_t *s)
 /* A submission or buffer upload joins the next group commit (m is the loop's from now on). */
 void handle_submission(sched_t *s, msg_t *m)
 {
+    STAMP(LOOP_TAKEN);
     if (m->kind == MSG_SUBMIT && !submission_admitted(s, m)) return;
     queue_insert_tail(&s->pending, &m->node);
     if (s->stopping)
@@ -372,6 +373,7 @@ static void answer_committed(msg_t *m)
 static void answer_synced(store_sync_item_t *item, int err)
 {
     msg_t *m = (msg_t *)(void *)((char *)item - offsetof(msg_t, synced));
+    STAMP(SYNCED);
     if (err) {
         char why[160];
         snprintf(why, sizeof why,
@@ -448,6 +450,7 @@ void commit_pending(sched_t *s)
     bool cut;
     const char *why;
     int err = commit_write(s, &pending, defer, &rd, &cut, &why);
+    STAMP(INSERTED);
     for (queue_t *q; (q = queue_pop(&pending));) {
         msg_t *m = queue_data(q, msg_t, node);
         if (commit_settle(s, m, rd.committed, defer, err, why))
@@ -462,6 +465,7 @@ void commit_pending(sched_t *s)
         msg_t *m = queue_data(q, msg_t, node);
         m->synced.done = answer_synced;
         m->synced.wals = 1u << m->shard;
+        STAMP(SYNC_ASKED);
         store_sync_request(s->syncer, &m->synced);
     }
 }

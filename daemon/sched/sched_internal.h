@@ -22,6 +22,7 @@
 #include "daemon/util/log.h"
 #include "daemon/util/policy.h"
 #include "daemon/util/queue.h"
+#include "daemon/util/stamp.h"
 #include "daemon/util/strmap.h"
 
 /* The most batches one round cuts. */

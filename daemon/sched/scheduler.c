@@ -157,6 +157,7 @@ static void on_wake(uv_async_t *a)
         msg_t *m = queue_data(q, msg_t, node);
         if (m->kind == MSG_DONE && m->batch->retry == EXEC_RETRY_NONE) {
             sched_batch_t *sb = m->batch->sched_priv;
+            STAMP(COMPLETION);
             sb->done_msg = NULL;
             msg_free(m);
             queue_insert_tail(&ended, &sb->ended);
