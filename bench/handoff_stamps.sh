@@ -28,10 +28,12 @@ for enc in inline binary; do
     start_cpu_daemon "stamps-$enc" "$@"
     "$loadgen" --duration "$duration" --modes waited --concurrency 1 --encoding "$enc" \
       --outputs "$([ "$enc" = binary ] && echo binary || echo json)" "$url" |
-      grep '^| waited' | sed "s/^/client, $enc: /"
+      grep -E '^\| (mode|waited)' | sed "s/^/client, $enc: /"
     # A clean stop writes the stamps (at exit).
     kill -TERM "$pid"
     wait "$pid" || true
+    trap - EXIT
+    rm -rf "$dir"
   )
 done
 python3 bench/handoff_table.py "JSON:$csv/inline.csv" "binary section:$csv/binary.csv"
