@@ -69,9 +69,18 @@ static void schedule_commit(sched_t *s)
 {
     if (s->commit_scheduled) return;
     s->commit_scheduled = true;
-    /* libuv timers have millisecond resolution: a window under 1 ms commits on the next loop
-     * iteration, which still groups everything that arrived meanwhile. */
+    /* libuv timers have millisecond resolution: a window under 1 ms commits as soon as the
+     * wake that brought the submission has taken in every message that came with it
+     * (commit_after_wake), which groups everything that arrived meanwhile without a loop
+     * iteration more. */
+    if (s->cfg->commit_delay_us < 1000) return;
     uv_timer_start(&s->commit_timer, on_commit_timer, (uint64_t)s->cfg->commit_delay_us / 1000, 0);
+}
+
+/* The end of a wake of the loop: a commit due without a window (schedule_commit) runs now. */
+void commit_after_wake(sched_t *s)
+{
+    if (s->commit_scheduled && !uv_is_active((uv_handle_t *)&s->commit_timer)) commit_pending(s);
 }
 
 /* A submission or buffer upload joins the next group commit (m is the loop's from now on). */
@@ -368,12 +377,18 @@ static void answer_committed(msg_t *m)
     }
 }
 
-/* Sync thread: answers a message whose commit is durable now, or could not be made so. The
- * message is the sync thread's alone by then: nothing in it belongs to the loop. */
+/* Sync thread: answers a message whose commit is durable now, or could not be made so (but
+ * a waited submission, whose answer is its job's end: m->reply is NULL then). The message is
+ * the sync thread's alone by then: nothing in it belongs to the loop. */
 static void answer_synced(store_sync_item_t *item, int err)
 {
     msg_t *m = (msg_t *)(void *)((char *)item - offsetof(msg_t, synced));
     STAMP(SYNCED);
+    if (!m->reply) {
+        /* A waited submission: its job's end answers it (submission_wait). */
+        msg_free(m);
+        return;
+    }
     if (err) {
         char why[160];
         snprintf(why, sizeof why,
@@ -388,8 +403,9 @@ static void answer_synced(store_sync_item_t *item, int err)
 
 /* Settles one message of the round once its commit returned (committed: the shards whose
  * part did; err: the commit's error, why: what a lost message is told). Returns true when m is
- * to be answered after the sync (defer): the caller then hands it to the syncer; otherwise m
- * is answered here and the caller frees it. */
+ * to be synced (defer): the caller then hands it to the syncer, which answers it (but for a
+ * waited submission, answered by its job's end); otherwise m is answered here (or waits for
+ * its job's end) and the caller frees it. */
 static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, int err,
                           const char *why)
 {
@@ -413,6 +429,9 @@ static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, 
     if (m->kind == MSG_SUBMIT) settle_submitted(s, m);
     if (m->kind == MSG_BUF_PUT && m->buf->resident && s->ex && s->ex->ops->buffer_added)
         s->ex->ops->buffer_added(s->ex, m->buf);
+    /* A waited submission is answered by its job's end (submission_wait), without waiting for
+     * the sync, which still follows. */
+    if (m->waited && submission_wait(s, m)) return defer;
     if (defer) return true;
     answer_committed(m);
     return false;

@@ -37,6 +37,12 @@ typedef struct waiter {
     sched_reply_fn reply;
     void *token;
     uv_timer_t timer;
+    /* The wait of a submission (sched_submit_waited): in s->submit_waiters, found there by
+     * token. An answer without the job's end goes once the commit is durable (durable_first);
+     * replayed: the submission was an idempotent retry. */
+    queue_t submit_node;
+    bool durable_first;
+    bool replayed;
 } waiter_t;
 
 /* A user (an owner of jobs) as fair share sees it. */
@@ -107,6 +113,7 @@ typedef struct msg {
     job_t **jobs;
     size_t n;
     job_fate_t *fate; /* submit: per job */
+    bool waited;      /* submit: sched_submit_waited's, for timeout_ms */
     bool any_owner;
     char owner[OWNER_SIZE];
     char id[ID_SIZE];
@@ -154,8 +161,9 @@ struct sched {
     store_sync_t *syncer;
     store_checkpointer_t *checkpointer; /* run by the syncer; NULL without one */
     strmap_t *entries, *users, *keyqs;
-    heap_t deadlines;  /* queued entries with a deadline, earliest first */
-    queue_t in_flight; /* of sched_batch_t, through flight: handed to the executor */
+    heap_t deadlines;       /* queued entries with a deadline, earliest first */
+    queue_t in_flight;      /* of sched_batch_t, through flight: handed to the executor */
+    queue_t submit_waiters; /* of waiter_t, through submit_node: waited submissions */
     uint64_t next_seq;
     int batches_in_flight;
     unsigned round;
@@ -245,6 +253,7 @@ void handle_explain(sched_t *s, msg_t *m);
 /* sched_commit.c: group commit of submissions and buffers. */
 void handle_submission(sched_t *s, msg_t *m);
 void commit_pending(sched_t *s);
+void commit_after_wake(sched_t *s);
 int commit_syncer_start(sched_t *s);
 void discard_inputs(sched_t *s, const job_t *job);
 
@@ -270,6 +279,7 @@ void count_final(sched_t *s, job_state_t state);
 
 /* sched_wait.c: waits, cancels, deadlines. */
 void handle_wait(sched_t *s, msg_t *m);
+bool submission_wait(sched_t *s, msg_t *m);
 void handle_wait_cancel(sched_t *s, msg_t *m);
 void handle_cancel(sched_t *s, msg_t *m);
 void waiters_reply(entry_t *e, const job_t *job);
