@@ -3,7 +3,8 @@
  * (sched_submit_waited). What that must keep: the answer is the job the store holds
  * afterwards; an answer that carries a job not yet final (the wait ran out) goes only once the
  * job is committed, so that a kill -9 right after it keeps the job; and a kill -9 at any point
- * leaves no job succeeded without its outputs, and loses no job whose end was answered. */
+ * leaves no job succeeded without its outputs, and loses no job whose end was answered. A
+ * retry with the same Idempotency-Key still finds the first job. */
 #define _DEFAULT_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -68,6 +69,51 @@ START_TEST(test_a_waited_answer_is_the_job_the_store_holds_afterwards)
         json_decref(stored);
         json_decref(answer);
     }
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* A waited submission retried with its Idempotency-Key, after its answer or while its first
+ * try still runs, is answered with the first job (200), as it ended: no second job. */
+START_TEST(test_a_waited_retry_with_its_key_is_answered_with_the_first_job)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    static const char *const hdrs[] = {"Content-Type: application/json",
+                                       "Idempotency-Key: waited-1", NULL};
+    char *text = add_job_text(7);
+    e2e_response_t first, again;
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs?wait=30", hdrs, text, strlen(text), &first) ==
+              0);
+    ck_assert_int_eq(first.status, 201);
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs?wait=30", hdrs, text, strlen(text), &again) ==
+              0);
+    ck_assert_int_eq(again.status, 200);
+    ck_assert(json_equal(first.json, again.json));
+    char why[128];
+    ck_assert_msg(add_result_ok(again.json, 7, why, sizeof why), "%s", why);
+    e2e_response_clear(&first);
+    e2e_response_clear(&again);
+    free(text);
+
+    /* The first try still runs when the retry comes: the retry waits for its end. */
+    static const char *const long_hdrs[] = {"Content-Type: application/json",
+                                            "Idempotency-Key: waited-2", NULL};
+    json_t *long_job = e2e_long_job_new(1000);
+    text = json_dumps(long_job, JSON_COMPACT);
+    json_decref(long_job);
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs?wait=0.05", long_hdrs, text, strlen(text),
+                               &first) == 0);
+    ck_assert_int_eq(first.status, 201);
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs?wait=30", long_hdrs, text, strlen(text),
+                               &again) == 0);
+    ck_assert_int_eq(again.status, 200);
+    ck_assert_str_eq(json_string_value(json_object_get(first.json, "id")),
+                     json_string_value(json_object_get(again.json, "id")));
+    ck_assert_str_eq(e2e_job_state(again.json), "succeeded");
+    e2e_response_clear(&first);
+    e2e_response_clear(&again);
+    free(text);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 2);
     e2e_daemon_free(d);
 }
 END_TEST
@@ -191,6 +237,7 @@ int main(void)
     TCase *tc = tcase_create("waited");
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_a_waited_answer_is_the_job_the_store_holds_afterwards);
+    tcase_add_test(tc, test_a_waited_retry_with_its_key_is_answered_with_the_first_job);
     tcase_add_test(tc,
                    test_a_waited_job_whose_wait_runs_out_survives_a_kill9_right_after_its_answer);
     tcase_add_test(tc, test_a_kill9_among_waited_jobs_leaves_none_succeeded_without_outputs);
