@@ -88,7 +88,8 @@ typedef struct api_response {
     job_t **jobs;
     size_t n_jobs;
     bool jobs_list;
-    void *body; /* owned raw body when json is NULL */
+    bool jobs_whole; /* the one job with its outputs inlined, as api_respond_job answers */
+    void *body;      /* owned raw body when json is NULL */
     size_t body_len;
     const char *content_type; /* static string; "application/json" for json */
     api_header_t headers[API_MAX_EXTRA_HEADERS];

@@ -96,14 +96,42 @@ static void submit_reply(void *token, const sched_result_t *res)
     api_request_resume(req);
 }
 
+/* A copy of job with its outputs' bytes (in memory) and locators, for an answer built later;
+ * NULL when out of memory. */
+static job_t *job_copy_answer(const job_t *job)
+{
+    job_t *copy = job_copy_shown(job);
+    bool ok = copy != NULL;
+    for (int j = 0; ok && j < OP_MAX_TENSORS; j++) {
+        const job_tensor_t *t = &job->out[j];
+        job_tensor_t *c = &copy->out[j];
+        if (t->blob) ok = (c->blob = strdup(t->blob)) != NULL;
+        if (ok && t->data) ok = (c->data = malloc(t->nbytes ? t->nbytes : 1)) != NULL;
+        if (ok && t->data) memcpy(c->data, t->data, t->nbytes);
+    }
+    if (ok) return copy;
+    job_free(copy);
+    return NULL;
+}
+
 /* Answers a submission with ?wait= (sched_submit_waited): its job as it ended, or as it stood
  * when the wait ran out, outputs inlined, as a wait answers it; still 201 (200 for a retry):
- * the job is accepted whether or not it ended within the wait. */
+ * the job is accepted whether or not it ended within the wait. The reply runs on the
+ * scheduler's loop: the answer's text is made by the HTTP thread that sends it, from a copy. */
 static void submit_waited_reply(void *token, const sched_result_t *res)
 {
     STAMP(REPLY);
     api_request_t *req = token;
-    if (!submit_refused(req, res)) api_respond_job(req, res->replayed ? 200 : 201, res->jobs[0]);
+    int status = res->replayed ? 200 : 201;
+    job_t **later = NULL;
+    if (!submit_refused(req, res) && (later = malloc(sizeof *later)) &&
+        (later[0] = job_copy_answer(res->jobs[0]))) {
+        api_respond_jobs_later(req, status, later, 1, false);
+        req->resp.jobs_whole = true;
+    } else if (!res->err && res->n_jobs > 0) {
+        free(later);
+        api_respond_job(req, status, res->jobs[0]); /* out of memory for the copy */
+    }
     api_request_resume(req);
 }
 

@@ -88,7 +88,7 @@ START_TEST(test_a_waited_retry_with_its_key_is_answered_with_the_first_job)
     ck_assert(e2e_http_request(d, "POST", "/v1/jobs?wait=30", hdrs, text, strlen(text), &again) ==
               0);
     ck_assert_int_eq(again.status, 200);
-    ck_assert(json_equal(first.json, again.json));
+    ck_assert_msg(json_equal(first.json, again.json), "%s\n%s", first.body, again.body);
     char why[128];
     ck_assert_msg(add_result_ok(again.json, 7, why, sizeof why), "%s", why);
     e2e_response_clear(&first);
