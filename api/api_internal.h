@@ -17,6 +17,7 @@
 
 #include "daemon/auth/auth.h"
 #include "daemon/util/config.h"
+#include "daemon/util/stamp.h"
 #include "daemon/exec/executor.h"
 #include "daemon/sched/scheduler.h"
 #include "daemon/store/store.h"
@@ -87,7 +88,8 @@ typedef struct api_response {
     job_t **jobs;
     size_t n_jobs;
     bool jobs_list;
-    void *body; /* owned raw body when json is NULL */
+    bool jobs_whole; /* the one job with its outputs inlined, as api_respond_job answers */
+    void *body;      /* owned raw body when json is NULL */
     size_t body_len;
     const char *content_type; /* static string; "application/json" for json */
     api_header_t headers[API_MAX_EXTRA_HEADERS];
@@ -135,20 +137,18 @@ struct api_request {
     api_response_t resp;
 
     /* The job a suspended request waits for through sched_wait, with the request as its
-     * token: when the client goes away meanwhile, that wait is cancelled. "" for none.
+     * token: when the client goes away meanwhile, that wait is cancelled. "" with wait_posted:
+     * a submission's ?wait= (sched_submit_waited), cancelled by the request alone.
      * wait_posted and client_gone are read and written under api_wait_lock's mutex once the
-     * request is armed (a submission's ?wait= is posted from the reply of its commit). */
+     * request is armed. */
     char waits_for[ID_SIZE];
     bool wait_posted, client_gone;
 
     /* A pending submission answers a list with a list. */
     bool submit_is_list;
-    /* ?wait=: the answer to a single job waits up to submit_wait_ms for its end. Meanwhile
-     * submit_answer (owned) holds the answer without the wait, given if the wait fails. */
+    /* ?wait=: the answer to a single job waits up to submit_wait_ms for its end. */
     bool submit_waits;
     int submit_wait_ms;
-    int submit_status;
-    json_t *submit_answer;
 
     /* GET /v1/jobs while the loop says why its queued jobs wait (sched_explain_jobs): the
      * page read from the store (owned, lent to the loop until its reply) and its limit. */

@@ -49,26 +49,9 @@ static job_t *stored_if_ended(api_request_t *req, const char *id)
     return NULL;
 }
 
-/* Answers a submission with ?wait= once its job has ended or the wait is over: the job as it
- * stands then, outputs inlined, as a wait answers it. If the wait itself fails (the daemon is
- * stopping), the job is still accepted: the answer is the submission's own. */
-static void submit_wait_reply(void *token, const sched_result_t *res)
-{
-    api_request_t *req = token;
-    json_t *body = req->submit_answer;
-    req->submit_answer = NULL;
-    if (!res->err && res->n_jobs > 0) {
-        json_decref(body);
-        api_respond_job(req, req->submit_status, res->jobs[0]);
-    } else {
-        api_respond_json(req, req->submit_status, body);
-    }
-    api_request_resume(req);
-}
-
 /* Orders a wait's post against its client's going away: a wait posted is cancelled after its
- * post, and no wait is posted once the client is gone. A request's own lock could not be
- * held across the post: the wait's answer may free the request before the post returns. */
+ * post. A request's own lock could not be held across the post: the wait's answer may free
+ * the request before the post returns. */
 static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void api_request_client_gone(api_request_t *req)
@@ -79,32 +62,9 @@ void api_request_client_gone(api_request_t *req)
     pthread_mutex_unlock(&wait_lock);
 }
 
-/* Posts the wait of a submission's ?wait= for job id, unless its client went away while the
- * submission was committed: false then, and the caller answers at once. */
-static bool submit_wait_post(api_request_t *req, const char *id)
+/* Answers a submission the scheduler refused, or that it answered without a job: true then. */
+static bool submit_refused(api_request_t *req, const sched_result_t *res)
 {
-    pthread_mutex_lock(&wait_lock);
-    bool post = !req->client_gone;
-    if (post) {
-        snprintf(req->waits_for, sizeof req->waits_for, "%s", id);
-        req->wait_posted = true;
-        sched_wait(req->env->sched, api_request_owner_filter(req), id, req->submit_wait_ms,
-                   submit_wait_reply, req);
-    }
-    pthread_mutex_unlock(&wait_lock);
-    return post;
-}
-
-static void submit_reply(void *token, const sched_result_t *res)
-{
-    api_request_t *req = token;
-    /* An idempotent retry is answered with the jobs the first submission created. */
-    int status = res->replayed ? 200 : 201;
-    /* With sync_full this runs once the acceptance is durable, by when a tiny job has often
-     * ended: a ?wait= is answered from the store then, without a trip through the loop. */
-    job_t *ended = !res->err && res->n_jobs > 0 && req->submit_waits && req->cfg->sync_full
-                       ? stored_if_ended(req, res->jobs[0]->id)
-                       : NULL;
     if (res->err == -EAGAIN && res->limit) {
         api_respond_error(req, 429, "quota_exceeded", res->limit, "%s", res->message);
         api_response_add_header(&req->resp, "Retry-After", "1");
@@ -112,22 +72,65 @@ static void submit_reply(void *token, const sched_result_t *res)
         api_respond_errno(req, res->err, res->message);
     } else if (res->n_jobs == 0) {
         api_respond_error(req, 500, "internal", NULL, "the scheduler returned no job");
-    } else if (ended) {
-        api_respond_job(req, status, ended);
-        job_free(ended);
-    } else if (!req->submit_waits && res->take_jobs) {
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static void submit_reply(void *token, const sched_result_t *res)
+{
+    STAMP(REPLY);
+    api_request_t *req = token;
+    /* An idempotent retry is answered with the jobs the first submission created. */
+    int status = res->replayed ? 200 : 201;
+    if (submit_refused(req, res)) {
+        /* Answered. */
+    } else if (res->take_jobs) {
         /* Shown by the HTTP thread that sends the answer, not by this one. */
         *res->take_jobs = true;
         api_respond_jobs_later(req, status, (job_t **)res->jobs, res->n_jobs, req->submit_is_list);
     } else {
-        json_t *body = api_jobs_json(res->jobs, res->n_jobs, req->submit_is_list);
-        if (req->submit_waits) {
-            req->submit_status = status;
-            req->submit_answer = body;
-            if (submit_wait_post(req, res->jobs[0]->id)) return;
-            req->submit_answer = NULL;
-        }
-        api_respond_json(req, status, body);
+        api_respond_json(req, status, api_jobs_json(res->jobs, res->n_jobs, req->submit_is_list));
+    }
+    api_request_resume(req);
+}
+
+/* A copy of job with its outputs' bytes (in memory) and locators, for an answer built later;
+ * NULL when out of memory. */
+static job_t *job_copy_answer(const job_t *job)
+{
+    job_t *copy = job_copy_shown(job);
+    bool ok = copy != NULL;
+    for (int j = 0; ok && j < OP_MAX_TENSORS; j++) {
+        const job_tensor_t *t = &job->out[j];
+        job_tensor_t *c = &copy->out[j];
+        if (t->blob) ok = (c->blob = strdup(t->blob)) != NULL;
+        if (ok && t->data) ok = (c->data = malloc(t->nbytes ? t->nbytes : 1)) != NULL;
+        if (ok && t->data) memcpy(c->data, t->data, t->nbytes);
+    }
+    if (ok) return copy;
+    job_free(copy);
+    return NULL;
+}
+
+/* Answers a submission with ?wait= (sched_submit_waited): its job as it ended, or as it stood
+ * when the wait ran out, outputs inlined, as a wait answers it; still 201 (200 for a retry):
+ * the job is accepted whether or not it ended within the wait. The reply runs on the
+ * scheduler's loop: the answer's text is made by the HTTP thread that sends it, from a copy. */
+static void submit_waited_reply(void *token, const sched_result_t *res)
+{
+    STAMP(REPLY);
+    api_request_t *req = token;
+    int status = res->replayed ? 200 : 201;
+    job_t **later = NULL;
+    if (!submit_refused(req, res) && (later = malloc(sizeof *later)) &&
+        (later[0] = job_copy_answer(res->jobs[0]))) {
+        api_respond_jobs_later(req, status, later, 1, false);
+        req->resp.jobs_whole = true;
+    } else if (!res->err && res->n_jobs > 0) {
+        free(later);
+        api_respond_job(req, status, res->jobs[0]); /* out of memory for the copy */
     }
     api_request_resume(req);
 }
@@ -298,6 +301,7 @@ static bool job_cost_refuses(api_request_t *req, job_t *const *jobs, size_t n)
 
 int api_handle_jobs_submit(api_request_t *req)
 {
+    STAMP_BEGIN();
     static const char *const allowed[] = {"wait", NULL};
     if (api_query_check(req, allowed)) return API_DONE;
     req->submit_waits = api_query(req, "wait") != NULL;
@@ -318,6 +322,7 @@ int api_handle_jobs_submit(api_request_t *req)
     size_t n = 0;
     bool is_list = false;
     if (submit_parse(req, json_len, key, &jobs, &n, &is_list)) return API_DONE;
+    STAMP(PARSED);
     if (job_cost_refuses(req, jobs, n)) {
         job_json_free_jobs(jobs, n);
         return API_DONE;
@@ -341,7 +346,17 @@ int api_handle_jobs_submit(api_request_t *req)
     req->submit_is_list = is_list;
     api_request_suspend(req);
     /* The scheduler takes the jobs and the array, also on error. */
-    sched_submit(req->env->sched, jobs, n, submit_reply, req);
+    if (req->submit_waits) {
+        /* Its wait has no job id to name until the commit: a client that goes away cancels
+         * it by the request alone (waits_for ""). Armed only after the post: no lock needed
+         * before. */
+        req->waits_for[0] = '\0';
+        req->wait_posted = true;
+        sched_submit_waited(req->env->sched, jobs, n, req->submit_wait_ms, submit_waited_reply,
+                            req);
+    } else {
+        sched_submit(req->env->sched, jobs, n, submit_reply, req);
+    }
     return API_PENDING;
 }
 

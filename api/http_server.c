@@ -251,6 +251,7 @@ static void conn_resume(api_request_t *req)
     atomic_fetch_sub(&ctx->srv->pending, 1);
     atomic_store(&ctx->reply_ready, true);
     conn_watch_resume(ctx->srv->watch, ctx->watched);
+    STAMP(RESUMED);
     MHD_resume_connection(ctx->conn);
 }
 
@@ -330,6 +331,7 @@ static enum MHD_Result send_response(conn_ctx_t *ctx)
     MHD_add_response_header(r, "X-Request-Id", ctx->request_id);
     int status = resp->status ? resp->status : 500;
     enum MHD_Result ok = MHD_queue_response(ctx->conn, (unsigned)status, r);
+    STAMP(ANSWERED);
     MHD_destroy_response(r);
     ctx->responded = ok == MHD_YES;
     if (status >= 100 && status < API_STATUS_MAX)

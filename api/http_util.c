@@ -29,8 +29,6 @@ static void response_clear(api_response_t *resp)
 void api_request_cleanup(api_request_t *req)
 {
     response_clear(&req->resp);
-    json_decref(req->submit_answer);
-    req->submit_answer = NULL;
 }
 
 void api_request_suspend(api_request_t *req)

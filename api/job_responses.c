@@ -33,6 +33,15 @@ void api_response_build(api_request_t *req)
 {
     api_response_t *resp = &req->resp;
     if (!resp->jobs) return;
+    if (resp->jobs_whole) {
+        job_t **jobs = resp->jobs;
+        resp->jobs = NULL;
+        resp->n_jobs = 0;
+        api_respond_job(req, resp->status, jobs[0]);
+        job_free(jobs[0]);
+        free(jobs);
+        return;
+    }
     api_respond_json(req, resp->status, api_jobs_json(resp->jobs, resp->n_jobs, resp->jobs_list));
 }
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "daemon/util/crash_guard.h"
+#include "daemon/util/stamp.h"
 #include "daemon/util/id.h"
 #include "daemon/util/log.h"
 #include "exec_ephemeral.h"
@@ -168,7 +169,9 @@ static void *worker(void *arg)
         exec_batch_started(batch, mono_us());
         pthread_mutex_unlock(&ex->lock);
 
+        STAMP(EXEC_STARTED);
         run_batch(w, rd, batch);
+        STAMP(EXEC_DONE);
 
         /* The slot is free before the scheduler hears of the batch, so that the dispatch
          * its report triggers sees the slot (a replaced worker's slot was freed when its

@@ -67,7 +67,9 @@ static int submission_prepare(sched_t *s, msg_t *m)
     return r;
 }
 
-void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token)
+/* Posts a submission (waited: sched_submit_waited's, for wait_ms). */
+static void submit_post(sched_t *s, job_t **jobs, size_t n, bool waited, int wait_ms,
+                        sched_reply_fn reply, void *token)
 {
     msg_t *m = msg_new(MSG_SUBMIT, reply, token);
     if (!m) {
@@ -78,6 +80,8 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
     }
     m->jobs = jobs;
     m->n = n;
+    m->waited = waited;
+    m->timeout_ms = wait_ms;
     m->fate = calloc(n ? n : 1, sizeof *m->fate);
     m->shown = calloc(n ? n : 1, sizeof *m->shown);
     if (!m->fate || !m->shown) {
@@ -97,7 +101,19 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
         msg_free(m);
         return;
     }
+    STAMP(POSTED);
     msg_post(s, m);
+}
+
+void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token)
+{
+    submit_post(s, jobs, n, false, 0, reply, token);
+}
+
+void sched_submit_waited(sched_t *s, job_t **jobs, size_t n, int wait_ms, sched_reply_fn reply,
+                         void *token)
+{
+    submit_post(s, jobs, n, true, wait_ms, reply, token);
 }
 
 void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, sched_reply_fn reply,

@@ -69,14 +69,24 @@ static void schedule_commit(sched_t *s)
 {
     if (s->commit_scheduled) return;
     s->commit_scheduled = true;
-    /* libuv timers have millisecond resolution: a window under 1 ms commits on the next loop
-     * iteration, which still groups everything that arrived meanwhile. */
+    /* libuv timers have millisecond resolution: a window under 1 ms commits as soon as the
+     * wake that brought the submission has taken in every message that came with it
+     * (commit_after_wake), which groups everything that arrived meanwhile without a loop
+     * iteration more. */
+    if (s->cfg->commit_delay_us < 1000) return;
     uv_timer_start(&s->commit_timer, on_commit_timer, (uint64_t)s->cfg->commit_delay_us / 1000, 0);
+}
+
+/* The end of a wake of the loop: a commit due without a window (schedule_commit) runs now. */
+void commit_after_wake(sched_t *s)
+{
+    if (s->commit_scheduled && !uv_is_active((uv_handle_t *)&s->commit_timer)) commit_pending(s);
 }
 
 /* A submission or buffer upload joins the next group commit (m is the loop's from now on). */
 void handle_submission(sched_t *s, msg_t *m)
 {
+    STAMP(LOOP_TAKEN);
     if (m->kind == MSG_SUBMIT && !submission_admitted(s, m)) return;
     queue_insert_tail(&s->pending, &m->node);
     if (s->stopping)
@@ -372,11 +382,18 @@ static void answer_committed(msg_t *m)
     }
 }
 
-/* Sync thread: answers a message whose commit is durable now, or could not be made so. The
- * message is the sync thread's alone by then: nothing in it belongs to the loop. */
+/* Sync thread: answers a message whose commit is durable now, or could not be made so (but
+ * a waited submission, whose answer is its job's end: m->reply is NULL then). The message is
+ * the sync thread's alone by then: nothing in it belongs to the loop. */
 static void answer_synced(store_sync_item_t *item, int err)
 {
     msg_t *m = (msg_t *)(void *)((char *)item - offsetof(msg_t, synced));
+    STAMP(SYNCED);
+    if (!m->reply) {
+        /* A waited submission: its job's end answers it (submission_wait). */
+        msg_free(m);
+        return;
+    }
     if (err) {
         char why[160];
         snprintf(why, sizeof why,
@@ -391,8 +408,9 @@ static void answer_synced(store_sync_item_t *item, int err)
 
 /* Settles one message of the round once its commit returned (committed: the shards whose
  * part did; err: the commit's error, why: what a lost message is told). Returns true when m is
- * to be answered after the sync (defer): the caller then hands it to the syncer; otherwise m
- * is answered here and the caller frees it. */
+ * to be synced (defer): the caller then hands it to the syncer, which answers it (but for a
+ * waited submission, answered by its job's end); otherwise m is answered here (or waits for
+ * its job's end) and the caller frees it. */
 static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, int err,
                           const char *why)
 {
@@ -421,6 +439,9 @@ static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, 
     if (m->kind == MSG_SUBMIT) settle_submitted(s, m);
     if (m->kind == MSG_BUF_PUT && m->buf->resident && s->ex && s->ex->ops->buffer_added)
         s->ex->ops->buffer_added(s->ex, m->buf);
+    /* A waited submission is answered by its job's end (submission_wait), without waiting for
+     * the sync, which still follows. */
+    if (m->waited && submission_wait(s, m)) return defer;
     if (defer) return true;
     answer_committed(m);
     return false;
@@ -458,6 +479,7 @@ void commit_pending(sched_t *s)
     bool cut;
     const char *why;
     int err = commit_write(s, &pending, defer, &rd, &cut, &why);
+    STAMP(INSERTED);
     for (queue_t *q; (q = queue_pop(&pending));) {
         msg_t *m = queue_data(q, msg_t, node);
         if (commit_settle(s, m, rd.committed, defer, err, why))
@@ -472,6 +494,7 @@ void commit_pending(sched_t *s)
         msg_t *m = queue_data(q, msg_t, node);
         m->synced.done = answer_synced;
         m->synced.wals = 1u << m->shard;
+        STAMP(SYNC_ASKED);
         store_sync_request(s->syncer, &m->synced);
     }
 }

@@ -42,6 +42,7 @@ void on_batch_done(exec_batch_t *batch, void *ud)
     msg_t *m = ((sched_batch_t *)batch->sched_priv)->done_msg;
     m->kind = MSG_DONE;
     m->batch = batch;
+    STAMP(DONE_POSTED);
     inbox_push(s, m);
 }
 
@@ -221,6 +222,7 @@ void end_batches(sched_t *s, queue_t *ended, bool start_next)
     if (r >= 0) r = flushed;
     round_launch(s, &rd, r >= 0);
     r = round_commit(s, &rd, r);
+    if (any) STAMP(END_RECORDED);
     if (r < 0) record_lost_ends(s, ended, &rd, r);
     while (any && (q = queue_pop(ended)))
         release_ended(s, queue_data(q, sched_batch_t, ended));

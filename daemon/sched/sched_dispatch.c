@@ -226,6 +226,7 @@ void round_launch(sched_t *s, round_t *rd, bool recorded)
         s->batches_in_flight++;
         sb->dispatched_us = now_us();
         rd->refusal[b] = recorded ? s->ex->ops->submit(s->ex, &sb->batch) : START_UNRECORDED;
+        STAMP(DISPATCHED);
         if (rd->refusal[b] == 0) {
             batch_watchdog_track(s, sb);
             atomic_fetch_add(&s->batches_total, 1);

@@ -22,6 +22,7 @@
 #include "daemon/util/log.h"
 #include "daemon/util/policy.h"
 #include "daemon/util/queue.h"
+#include "daemon/util/stamp.h"
 #include "daemon/util/strmap.h"
 
 /* The most batches one round cuts. */
@@ -36,6 +37,12 @@ typedef struct waiter {
     sched_reply_fn reply;
     void *token;
     uv_timer_t timer;
+    /* The wait of a submission (sched_submit_waited): in s->submit_waiters, found there by
+     * token. An answer without the job's end goes once the commit is durable (durable_first);
+     * replayed: the submission was an idempotent retry. */
+    queue_t submit_node;
+    bool durable_first;
+    bool replayed;
 } waiter_t;
 
 /* A user (an owner of jobs) as fair share sees it. */
@@ -119,6 +126,7 @@ typedef struct msg {
     job_t **jobs;
     size_t n;
     job_fate_t *fate; /* submit: per job */
+    bool waited;      /* submit: sched_submit_waited's, for timeout_ms */
     bool any_owner;
     char owner[OWNER_SIZE];
     char id[ID_SIZE];
@@ -166,8 +174,9 @@ struct sched {
     store_sync_t *syncer;
     store_checkpointer_t *checkpointer; /* run by the syncer; NULL without one */
     strmap_t *entries, *users, *keyqs;
-    heap_t deadlines;  /* queued entries with a deadline, earliest first */
-    queue_t in_flight; /* of sched_batch_t, through flight: handed to the executor */
+    heap_t deadlines;       /* queued entries with a deadline, earliest first */
+    queue_t in_flight;      /* of sched_batch_t, through flight: handed to the executor */
+    queue_t submit_waiters; /* of waiter_t, through submit_node: waited submissions */
     uint64_t next_seq;
     int batches_in_flight;
     unsigned round;
@@ -269,6 +278,7 @@ void handle_explain(sched_t *s, msg_t *m);
 /* sched_commit.c: group commit of submissions and buffers. */
 void handle_submission(sched_t *s, msg_t *m);
 void commit_pending(sched_t *s);
+void commit_after_wake(sched_t *s);
 int commit_syncer_start(sched_t *s);
 void discard_inputs(sched_t *s, const job_t *job);
 
@@ -297,6 +307,7 @@ void sched_observe_batch(sched_t *s, long n);
 
 /* sched_wait.c: waits, cancels, deadlines. */
 void handle_wait(sched_t *s, msg_t *m);
+bool submission_wait(sched_t *s, msg_t *m);
 void handle_wait_cancel(sched_t *s, msg_t *m);
 void handle_cancel(sched_t *s, msg_t *m);
 void waiters_reply(entry_t *e, const job_t *job);

@@ -2,6 +2,7 @@
  * timer that fails queued jobs whose deadline passed. */
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,18 +65,98 @@ static void waiter_closed(uv_handle_t *h)
     free(h->data);
 }
 
+/* An answer held back until the commit syncer has made its job's acceptance durable. */
+typedef struct durable_answer {
+    store_sync_item_t item;
+    sched_reply_fn reply;
+    void *token;
+    job_t *job; /* owned */
+    bool replayed;
+} durable_answer_t;
+
+/* Sync thread: gives the held answer, or the sync's failure. */
+static void durable_answer_give(store_sync_item_t *item, int err)
+{
+    durable_answer_t *a =
+        (durable_answer_t *)(void *)((char *)item - offsetof(durable_answer_t, item));
+    if (err) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "the store could not make the request durable (%s); its jobs may still run",
+                 strerror(-err));
+        reply_err(a->reply, a->token, err == -ENOSPC ? err : -EIO, why);
+    } else {
+        sched_result_t res = {.jobs = &a->job, .n_jobs = 1, .replayed = a->replayed};
+        a->reply(a->token, &res);
+    }
+    job_free(a->job);
+    free(a);
+}
+
+/* Answers the waiter of a submission (sched_submit_waited) with its job as it stands, not
+ * final: once the job's acceptance is durable when it must be, through the commit syncer,
+ * which syncs everything committed before (its commit among them). s explains a queued job
+ * when given. */
+static void waiter_answer_current(sched_t *s, waiter_t *w)
+{
+    entry_t *e = w->entry;
+    sched_t *loop = (sched_t *)((char *)w->timer.loop - offsetof(sched_t, loop));
+    job_t *copy = NULL;
+    if (e->job->state == JOB_QUEUED) {
+        if (s) sched_explain(s, e);
+        copy = job_copy_shown(e->job);
+    } else {
+        copy = job_snapshot(e->job);
+    }
+    durable_answer_t *a = copy ? calloc(1, sizeof *a) : NULL;
+    if (!a) {
+        job_free(copy);
+        reply_err(w->reply, w->token, -ENOMEM, NULL);
+        return;
+    }
+    *a = (durable_answer_t){
+        .reply = w->reply, .token = w->token, .job = copy, .replayed = w->replayed};
+    a->item.done = durable_answer_give;
+    if (w->durable_first && loop->syncer) {
+        store_sync_request(loop->syncer, &a->item);
+        return;
+    }
+    durable_answer_give(&a->item, 0);
+}
+
+/* Drops a waiter that was answered (its timer stopped). */
+static void waiter_drop(waiter_t *w)
+{
+    queue_remove(&w->submit_node);
+    uv_close((uv_handle_t *)&w->timer, waiter_closed);
+}
+
+/* Answers the waiter w of e with the job as it stands; s explains a queued job when given. */
+static void waiter_reply_current(sched_t *s, waiter_t *w)
+{
+    if (queue_empty(&w->submit_node))
+        reply_current(s, w->reply, w->token, w->entry);
+    else
+        waiter_answer_current(s, w);
+}
+
 /* Answers every waiter of e and drops them: with job (its final state, or a record of it), or
- * with the job as it stands when job is NULL. */
+ * with the job as it stands when job is NULL. An answer with the job's end goes at once,
+ * whatever its commit's sync: it carries the result. */
 void waiters_reply(entry_t *e, const job_t *job)
 {
     for (queue_t *q; (q = queue_pop(&e->waiters));) {
         waiter_t *w = queue_data(q, waiter_t, node);
         uv_timer_stop(&w->timer);
-        if (job)
-            reply_jobs(w->reply, w->token, (job_t *const *)&job, 1);
-        else
-            reply_current(NULL, w->reply, w->token, e);
-        uv_close((uv_handle_t *)&w->timer, waiter_closed);
+        if (job) {
+            sched_result_t res = {
+                .jobs = (job_t *const *)&job, .n_jobs = 1, .replayed = w->replayed};
+            STAMP(REPLY);
+            w->reply(w->token, &res);
+        } else {
+            waiter_reply_current(NULL, w);
+        }
+        waiter_drop(w);
     }
 }
 
@@ -99,8 +180,8 @@ static void on_wait_timeout(uv_timer_t *t)
     waiter_t *w = t->data;
     sched_t *s = (sched_t *)((char *)t->loop - offsetof(sched_t, loop));
     queue_remove(&w->node);
-    reply_current(s, w->reply, w->token, w->entry);
-    uv_close((uv_handle_t *)&w->timer, waiter_closed);
+    waiter_reply_current(s, w);
+    waiter_drop(w);
 }
 
 /* -------------------------------------------------------------- finding the job */
@@ -129,6 +210,22 @@ static job_t *stored_job(sched_t *s, const msg_t *m)
 
 /* --------------------------------------------------------------------------- waits */
 
+/* A waiter on e for m (its reply and token, for m->timeout_ms); NULL when out of memory. */
+static waiter_t *waiter_add(sched_t *s, entry_t *e, const msg_t *m)
+{
+    waiter_t *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->entry = e;
+    w->reply = m->reply;
+    w->token = m->token;
+    queue_init(&w->submit_node);
+    uv_timer_init(&s->loop, &w->timer);
+    w->timer.data = w;
+    uv_timer_start(&w->timer, on_wait_timeout, (uint64_t)m->timeout_ms, 0);
+    queue_insert_tail(&e->waiters, &w->node);
+    return w;
+}
+
 void handle_wait(sched_t *s, msg_t *m)
 {
     entry_t *e = entry_find(s, m);
@@ -146,23 +243,64 @@ void handle_wait(sched_t *s, msg_t *m)
         reply_current(s->stopping ? NULL : s, m->reply, m->token, e);
         return;
     }
-    waiter_t *w = calloc(1, sizeof *w);
-    if (!w) {
-        reply_err(m->reply, m->token, -ENOMEM, NULL);
+    if (!waiter_add(s, e, m)) reply_err(m->reply, m->token, -ENOMEM, NULL);
+}
+
+/* A waited submission, committed (sched_submit_waited): a waiter on its job, which answers it
+ * with the job's end, or with the job as it stands once durable when the wait runs out. A
+ * replayed one waits for the first job, or, that job ended already, is answered with it now.
+ * m->reply is then NULL: the answer is the waiter's. False when it cannot wait (out of memory,
+ * its job was not queued, the daemon stops): m is then answered as any submission. */
+bool submission_wait(sched_t *s, msg_t *m)
+{
+    if (m->n != 1 || !m->shown[0] || s->stopping) return false;
+    entry_t *e = strmap_get(s->entries, m->shown[0]->id);
+    if (e && !e->discard_result && !job_state_is_final(e->job->state)) {
+        waiter_t *w = waiter_add(s, e, m);
+        if (!w) return false;
+        w->durable_first = s->syncer != NULL;
+        w->replayed = m->all_replayed;
+        queue_insert_tail(&s->submit_waiters, &w->submit_node);
+    } else if (m->all_replayed && job_state_is_final(m->shown[0]->state)) {
+        sched_result_t res = {.jobs = m->shown, .n_jobs = 1, .replayed = true};
+        m->reply(m->token, &res);
+    } else {
+        return false;
+    }
+    m->reply = NULL;
+    return true;
+}
+
+/* The client of a waited submission (id "") went away: a submission still in its group
+ * commit's window is answered as any once committed, without waiting for its job; a committed
+ * one's waiter, found by token, is answered now. */
+static void submission_wait_cancel(sched_t *s, const msg_t *m)
+{
+    queue_t *q;
+    queue_foreach(q, &s->pending)
+    {
+        msg_t *p = queue_data(q, msg_t, node);
+        if (p->kind == MSG_SUBMIT && p->token == m->token) p->waited = false;
+    }
+    queue_foreach(q, &s->submit_waiters)
+    {
+        waiter_t *w = queue_data(q, waiter_t, submit_node);
+        if (w->token != m->token) continue;
+        uv_timer_stop(&w->timer);
+        queue_remove(&w->node);
+        waiter_reply_current(s, w);
+        waiter_drop(w);
         return;
     }
-    w->entry = e;
-    w->reply = m->reply;
-    w->token = m->token;
-    uv_timer_init(&s->loop, &w->timer);
-    w->timer.data = w;
-    uv_timer_start(&w->timer, on_wait_timeout, (uint64_t)m->timeout_ms, 0);
-    queue_insert_tail(&e->waiters, &w->node);
 }
 
 /* The client of a wait went away: its waiter, found by token, is answered now. */
 void handle_wait_cancel(sched_t *s, msg_t *m)
 {
+    if (!m->id[0]) {
+        submission_wait_cancel(s, m);
+        return;
+    }
     entry_t *e = strmap_get(s->entries, m->id);
     if (!e) return;
     queue_t *q;
@@ -173,7 +311,7 @@ void handle_wait_cancel(sched_t *s, msg_t *m)
         uv_timer_stop(&w->timer);
         queue_remove(&w->node);
         reply_current(s, w->reply, w->token, e);
-        uv_close((uv_handle_t *)&w->timer, waiter_closed);
+        waiter_drop(w);
         return;
     }
 }

@@ -157,6 +157,7 @@ static void on_wake(uv_async_t *a)
         msg_t *m = queue_data(q, msg_t, node);
         if (m->kind == MSG_DONE && m->batch->retry == EXEC_RETRY_NONE) {
             sched_batch_t *sb = m->batch->sched_priv;
+            STAMP(COMPLETION);
             sb->done_msg = NULL;
             msg_free(m);
             queue_insert_tail(&ended, &sb->ended);
@@ -166,6 +167,7 @@ static void on_wake(uv_async_t *a)
         handle_msg(s, m);
     }
     if (!queue_empty(&ended)) end_batches(s, &ended, true);
+    commit_after_wake(s);
 }
 
 static void *loop_thread(void *arg)
@@ -213,6 +215,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     queue_init(&s->inbox);
     queue_init(&s->pending);
     queue_init(&s->in_flight);
+    queue_init(&s->submit_waiters);
     int r = sched_policy_init(s);
     if (r >= 0) r = store_reader_open(cfg, &s->rd);
     if (r >= 0) r = queues_init(s);

@@ -61,12 +61,23 @@ void sched_free(sched_t *s);
  * all are committed, with the jobs as stored; an idempotent retry replies with the first job.
  * Array submissions are all-or-nothing. */
 void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token);
+/* Submits one validated job as sched_submit does and replies once it has ended, with the job
+ * as it ended (outputs in memory), or after wait_ms with the job as it stands. The answer that
+ * carries the job's end is given as soon as the end is committed, without waiting for the
+ * sync of the submission's commit, which follows in the background: the client then holds
+ * the result, and should the connection fail, a retry with the same Idempotency-Key finds the
+ * job. An answer that carries a job not yet final (the wait ran out, the daemon stops) is
+ * given once the job's acceptance is durable, as sched_submit's. An idempotent retry waits
+ * for the first job (replayed set). Errors as sched_submit's. */
+void sched_submit_waited(sched_t *s, job_t **jobs, size_t n, int wait_ms, sched_reply_fn reply,
+                         void *token);
 /* Replies when job id (owned by owner, or any owner if owner is NULL) is final, or after
  * timeout_ms with its current state. */
 void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, sched_reply_fn reply,
                 void *token);
-/* The client of the wait of token for job id went away: that wait, if it still waits, is
- * answered at once (with the job as it stands), so that its caller can let the connection go.
+/* The client of the wait of token for job id (or, id "", of the submission of token through
+ * sched_submit_waited) went away: that wait, if it still waits, is answered at once (with the
+ * job as it stands), so that its caller can let the connection go.
  * A wait already answered is left alone. Since messages reach the loop in the order they were
  * posted, a token may be given to a new wait as soon as the old wait's reply has run. */
 void sched_wait_cancel(sched_t *s, const char *id, void *token);

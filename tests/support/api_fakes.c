@@ -265,6 +265,14 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
     free(jobs);
 }
 
+/* A waited submission answers as a submission does here, its wait recorded as a wait's. */
+void sched_submit_waited(sched_t *s, job_t **jobs, size_t n, int wait_ms, sched_reply_fn reply,
+                         void *token)
+{
+    fake_sched.last_timeout_ms = wait_ms;
+    sched_submit(s, jobs, n, reply, token);
+}
+
 static void reply_job(sched_reply_fn reply, void *token)
 {
     sched_result_t res = {.err = fake_sched.next_err, .message = fake_sched.next_message};

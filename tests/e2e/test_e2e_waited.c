@@ -1,0 +1,250 @@
+/* End-to-end: a submission that waits for its job (POST /v1/jobs?wait=) is answered with the
+ * job's end as soon as the end is committed, without waiting for the submission's sync
+ * (sched_submit_waited). What that must keep: the answer is the job the store holds
+ * afterwards; an answer that carries a job not yet final (the wait ran out) goes only once the
+ * job is committed, so that a kill -9 right after it keeps the job; and a kill -9 at any point
+ * leaves no job succeeded without its outputs, and loses no job whose end was answered. A
+ * retry with the same Idempotency-Key still finds the first job. */
+#define _DEFAULT_SOURCE
+#include <check.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "support/daemon_harness.h"
+
+/* add on i32: x = [k, k+1], y = [1, 1], so out = [k+1, k+2] identifies the job. */
+static char *add_job_text(int k)
+{
+    json_t *job = json_pack("{s:s, s:{s:{s:s, s:[i], s:[i,i]}, s:{s:s, s:[i], s:[i,i]}}}", "op",
+                            "add", "inputs", "x", "dtype", "i32", "shape", 2, "data", k, k + 1, "y",
+                            "dtype", "i32", "shape", 2, "data", 1, 1);
+    char *text = json_dumps(job, JSON_COMPACT);
+    json_decref(job);
+    return text;
+}
+
+/* Whether job (as JSON) succeeded with out = [k+1, k+2]; why not in why. */
+static bool add_result_ok(const json_t *job, int k, char *why, size_t size)
+{
+    const char *state = e2e_job_state(job);
+    double out[2];
+    json_t *data = json_object_get(json_object_get(json_object_get(job, "outputs"), "out"), "data");
+    if (strcmp(state, "succeeded") != 0)
+        snprintf(why, size, "state %s", state);
+    else if (e2e_json_flatten(data, out, 2) != 2)
+        snprintf(why, size, "succeeded without its output");
+    else if (out[0] != k + 1 || out[1] != k + 2)
+        snprintf(why, size, "out [%g, %g] for k=%d", out[0], out[1], k);
+    else
+        return true;
+    return false;
+}
+
+static json_t *get_job(e2e_daemon_t *d, const char *id)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    return e2e_json_ok(d, "GET", path, NULL, 200);
+}
+
+START_TEST(test_a_waited_answer_is_the_job_the_store_holds_afterwards)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    for (int k = 0; k < 20; k++) {
+        char *text = add_job_text(k);
+        json_t *answer = e2e_json_ok(d, "POST", "/v1/jobs?wait=30", text, 201);
+        free(text);
+        char why[128];
+        ck_assert_msg(add_result_ok(answer, k, why, sizeof why), "answer %d: %s", k, why);
+        json_t *stored = get_job(d, json_string_value(json_object_get(answer, "id")));
+        char *a = json_dumps(answer, JSON_SORT_KEYS | JSON_COMPACT);
+        char *b = json_dumps(stored, JSON_SORT_KEYS | JSON_COMPACT);
+        ck_assert_msg(json_equal(answer, stored), "answer %s\nstored %s", a, b);
+        free(a);
+        free(b);
+        json_decref(stored);
+        json_decref(answer);
+    }
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* A waited submission retried with its Idempotency-Key, after its answer or while its first
+ * try still runs, is answered with the first job (200), as it ended: no second job. */
+START_TEST(test_a_waited_retry_with_its_key_is_answered_with_the_first_job)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    static const char *const hdrs[] = {"Content-Type: application/json",
+                                       "Idempotency-Key: waited-1", NULL};
+    char *text = add_job_text(7);
+    e2e_response_t first, again;
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs?wait=30", hdrs, text, strlen(text), &first) ==
+              0);
+    ck_assert_int_eq(first.status, 201);
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs?wait=30", hdrs, text, strlen(text), &again) ==
+              0);
+    ck_assert_int_eq(again.status, 200);
+    ck_assert_msg(json_equal(first.json, again.json), "%s\n%s", first.body, again.body);
+    char why[128];
+    ck_assert_msg(add_result_ok(again.json, 7, why, sizeof why), "%s", why);
+    e2e_response_clear(&first);
+    e2e_response_clear(&again);
+    free(text);
+
+    /* The first try still runs when the retry comes: the retry waits for its end. */
+    static const char *const long_hdrs[] = {"Content-Type: application/json",
+                                            "Idempotency-Key: waited-2", NULL};
+    json_t *long_job = e2e_long_job_new(1000);
+    text = json_dumps(long_job, JSON_COMPACT);
+    json_decref(long_job);
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs?wait=0.05", long_hdrs, text, strlen(text),
+                               &first) == 0);
+    ck_assert_int_eq(first.status, 201);
+    ck_assert(e2e_http_request(d, "POST", "/v1/jobs?wait=30", long_hdrs, text, strlen(text),
+                               &again) == 0);
+    ck_assert_int_eq(again.status, 200);
+    ck_assert_str_eq(json_string_value(json_object_get(first.json, "id")),
+                     json_string_value(json_object_get(again.json, "id")));
+    ck_assert_str_eq(e2e_job_state(again.json), "succeeded");
+    e2e_response_clear(&first);
+    e2e_response_clear(&again);
+    free(text);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 2);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_a_waited_job_whose_wait_runs_out_survives_a_kill9_right_after_its_answer)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    json_t *long_job = e2e_long_job_new(5000);
+    char *text = json_dumps(long_job, JSON_COMPACT);
+    json_decref(long_job);
+    json_t *early = e2e_json_ok(d, "POST", "/v1/jobs?wait=0.05", text, 201);
+    free(text);
+    e2e_daemon_kill(d);
+    const char *state = e2e_job_state(early);
+    ck_assert_msg(strcmp(state, "queued") == 0 || strcmp(state, "running") == 0, "state %s", state);
+    char *id = strdup(json_string_value(json_object_get(early, "id")));
+    json_decref(early);
+    ck_assert(e2e_daemon_restart(d) == 0);
+    json_t *done = e2e_wait_final_ok(d, id, 60);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    json_decref(done);
+    free(id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* What the submitting thread records: each waited answer's id, its k, and whether it carried
+ * the job's success. */
+typedef struct stream {
+    e2e_daemon_t *d;
+    int n, cap;
+    char **ids;
+    int *ks;
+    bool *ended;
+    int refused;
+} stream_t;
+
+static void *stream_main(void *arg)
+{
+    stream_t *st = arg;
+    static const char *const hdrs[] = {"Content-Type: application/json", NULL};
+    for (int k = 0; st->refused == 0 && st->n < st->cap; k++) {
+        char *text = add_job_text(k);
+        e2e_response_t resp;
+        int r =
+            e2e_http_request(st->d, "POST", "/v1/jobs?wait=30", hdrs, text, strlen(text), &resp);
+        free(text);
+        if (r < 0) {
+            st->refused++;
+            continue;
+        }
+        if (resp.status == 201) {
+            char why[128];
+            st->ids[st->n] = strdup(json_string_value(json_object_get(resp.json, "id")));
+            st->ks[st->n] = k;
+            st->ended[st->n] = add_result_ok(resp.json, k, why, sizeof why);
+            st->n++;
+        }
+        e2e_response_clear(&resp);
+    }
+    e2e_http_thread_done();
+    return NULL;
+}
+
+/* Every job in the store that says succeeded has its output, and every waited answer that
+ * carried a success is found succeeded, the same, after the restart. */
+START_TEST(test_a_kill9_among_waited_jobs_leaves_none_succeeded_without_outputs)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    stream_t st = {.d = d, .cap = 100000};
+    st.ids = calloc((size_t)st.cap, sizeof *st.ids);
+    st.ks = calloc((size_t)st.cap, sizeof *st.ks);
+    st.ended = calloc((size_t)st.cap, sizeof *st.ended);
+    ck_assert(st.ids && st.ks && st.ended);
+    pthread_t thread;
+    ck_assert(pthread_create(&thread, NULL, stream_main, &st) == 0);
+    usleep(1000 * 1000);
+    e2e_daemon_kill(d);
+    pthread_join(thread, NULL);
+    fprintf(stderr, "kill -9: %d waited submissions answered\n", st.n);
+    ck_assert_msg(st.n >= 20, "only %d waited submissions answered in a second", st.n);
+
+    ck_assert(e2e_daemon_restart(d) == 0);
+    int ended = 0;
+    for (int i = 0; i < st.n; i++) {
+        json_t *job = e2e_wait_final_ok(d, st.ids[i], 60);
+        char why[128];
+        ck_assert_msg(add_result_ok(job, st.ks[i], why, sizeof why), "job %s: %s", st.ids[i], why);
+        ended += st.ended[i];
+        json_decref(job);
+        free(st.ids[i]);
+    }
+    ck_assert_msg(ended > 0, "no waited answer carried its job's end");
+    /* The jobs nobody was answered for (the one in flight at the kill): succeeded ones have
+     * their outputs too. */
+    json_t *page = e2e_json_ok(d, "GET", "/v1/jobs?state=succeeded&limit=1000", NULL, 200);
+    size_t k;
+    json_t *listed;
+    json_array_foreach(json_object_get(page, "jobs"), k, listed)
+    {
+        json_t *job = get_job(d, json_string_value(json_object_get(listed, "id")));
+        json_t *data =
+            json_object_get(json_object_get(json_object_get(job, "outputs"), "out"), "data");
+        double out[2];
+        ck_assert_msg(e2e_json_flatten(data, out, 2) == 2, "job %s succeeded without its output",
+                      json_string_value(json_object_get(job, "id")));
+        ck_assert(out[1] == out[0] + 1);
+        json_decref(job);
+    }
+    json_decref(page);
+    free(st.ids);
+    free(st.ks);
+    free(st.ended);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("e2e_waited");
+    TCase *tc = tcase_create("waited");
+    tcase_set_timeout(tc, 180);
+    tcase_add_test(tc, test_a_waited_answer_is_the_job_the_store_holds_afterwards);
+    tcase_add_test(tc, test_a_waited_retry_with_its_key_is_answered_with_the_first_job);
+    tcase_add_test(tc,
+                   test_a_waited_job_whose_wait_runs_out_survives_a_kill9_right_after_its_answer);
+    tcase_add_test(tc, test_a_kill9_among_waited_jobs_leaves_none_succeeded_without_outputs);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
