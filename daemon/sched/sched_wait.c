@@ -101,10 +101,15 @@ static void waiter_answer_current(sched_t *s, waiter_t *w)
 {
     entry_t *e = w->entry;
     sched_t *loop = (sched_t *)((char *)w->timer.loop - offsetof(sched_t, loop));
+    int r = e->job ? 0 : entry_load(loop, e);
+    if (r < 0) {
+        reply_err(w->reply, w->token, r, "reading the queued job back from the store failed");
+        return;
+    }
     job_t *copy = NULL;
     if (e->job->state == JOB_QUEUED) {
-        if (s) sched_explain(s, e);
         copy = job_copy_shown(e->job);
+        if (copy && s) sched_explain(s, e, copy);
     } else {
         copy = job_snapshot(e->job);
     }
