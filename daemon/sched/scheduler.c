@@ -260,7 +260,7 @@ static void recover_one(const store_queued_t *q, void *ud)
 
 /* The jobs whose run took the previous process down (crash_guard.h) end failed with
  * "worker_crashed" rather than run again, which would crash this one too; then the list is
- * emptied. The other jobs left running are re-queued by store_recover. */
+ * emptied. The other jobs left running are re-queued by store_recover_queued. */
 static int recover_crashed(sched_t *s)
 {
     crash_guard_victim_t *v = NULL;

@@ -187,16 +187,6 @@ int store_job_insert(store_t *st, job_t *job);
  * -ENOENT for an unknown id. */
 int store_job_update(store_t *st, const job_t *job);
 
-/* After a restart: jobs left `running` go back to `queued` (their next start counts the next
- * attempt: attempts counts runs started), or to `failed` with error code "daemon_restarted"
- * once attempts reach max_attempts. Then calls cb for every queued job (oldest first), with
- * its input descriptors and blob locators (no bytes loaded); cb takes ownership of the job.
- * The store knows jobs, not ops: resolve (job_resolve_op, or NULL to hand jobs over as stored)
- * turns each job's stored op name into its call before cb sees it, and an error of it ends
- * the recovery with that error. */
-int store_recover(store_t *st, int max_attempts, int (*resolve)(job_t *job),
-                  void (*cb)(job_t *job, void *ud), void *ud);
-
 /* A queued job as store_recover_queued lists it: what a scheduler needs to queue it, without
  * its params or tensors. */
 typedef struct store_queued {
@@ -210,14 +200,17 @@ typedef struct store_queued {
     op_cost_t cost;
 } store_queued_t;
 
-/* store_recover for a scheduler that reads a job back when it starts: the same change of
- * states, then cb for every queued job (oldest first) from the columns that describe it for
- * queueing, with no job loaded (but for jobs stored before those columns existed, which are
- * read and resolved to find their batch key and cost). */
+/* After a restart: ephemeral buffers' rows go (their bytes died with the process); jobs left
+ * `running` go back to `queued` (their next start counts the next attempt: attempts counts
+ * runs started), or to `failed` with error code "daemon_restarted" once attempts reach
+ * max_attempts. Then cb for every queued job (oldest first, across shards) from the columns
+ * that describe it for queueing, with no job loaded: a scheduler reads a job back when it
+ * starts. Jobs stored before those columns existed are read and resolved (job_resolve_op) to
+ * find their batch key and cost; an error of resolve ends the recovery with that error. */
 int store_recover_queued(store_t *st, int max_attempts, int (*resolve)(job_t *job),
                          void (*cb)(const store_queued_t *q, void *ud), void *ud);
 
-/* Before store_recover, after a crash: fails job id with code and message when it is not final
+/* Before store_recover_queued, after a crash: fails job id with code and message when it is not final
  * yet (its run took the process down: crash_guard.h), durably. Queued counts too: a batch goes
  * to the executor before the commit that records its start, so a job can crash the process
  * while its row still says queued. *ret_failed says whether it did; an unknown or final job is

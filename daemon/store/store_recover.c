@@ -87,69 +87,6 @@ int store_recover_crashed(store_t *st, const char *id, const char *code, const c
     return 0;
 }
 
-/* A queued job, as recovery lists them. */
-typedef struct queued {
-    int64_t created_us;
-    char id[ID_SIZE];
-} queued_t;
-
-typedef struct queued_list {
-    queued_t *a;
-    size_t n, cap;
-} queued_list_t;
-
-/* Appends the shard's queued jobs to l. */
-static int queued_list(shard_t *sh, queued_list_t *l)
-{
-    sqlite3_stmt *stmt;
-    if (sqlite3_prepare_v2(sh->conn.db,
-                           "SELECT created_us, id FROM jobs WHERE " STORE_LIVE
-                           " AND state = 'queued'",
-                           -1, &stmt, NULL) != SQLITE_OK)
-        return store_sql_error(&sh->conn, "listing queued jobs");
-    int rc, r = 0;
-    while (r == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-        r = vec_grow((void **)&l->a, &l->cap, l->n + 1, sizeof *l->a, 256);
-        if (r < 0) break;
-        l->a[l->n].created_us = sqlite3_column_int64(stmt, 0);
-        store_column_copy(stmt, 1, l->a[l->n++].id, ID_SIZE);
-    }
-    if (r == 0 && rc != SQLITE_DONE) r = store_sql_error(&sh->conn, "listing queued jobs");
-    sqlite3_finalize(stmt);
-    return r;
-}
-
-static int queued_before(const void *pa, const void *pb)
-{
-    const queued_t *a = pa, *b = pb;
-    if (a->created_us != b->created_us) return a->created_us < b->created_us ? -1 : 1;
-    return strcmp(a->id, b->id);
-}
-
-int store_recover(store_t *st, int max_attempts, int (*resolve)(job_t *job),
-                  void (*cb)(job_t *job, void *ud), void *ud)
-{
-    if (st->in_txn) return log_error_errno(-EBUSY, "store: store_recover inside a transaction");
-    int r = store_buffers_forget_ephemeral(st);
-    queued_list_t l = {0};
-    for (int k = 0; k < st->n_shards && r == 0; k++) {
-        r = recover_states(&st->shards[k], max_attempts);
-        if (r == 0) r = queued_list(&st->shards[k], &l);
-    }
-    /* Oldest first across the shards; loaded one at a time, after the listing is finished, so
-     * that cb may use the store. */
-    if (r == 0 && l.n > 1) qsort(l.a, l.n, sizeof *l.a, queued_before);
-    for (size_t i = 0; r == 0 && i < l.n; i++) {
-        job_t *job;
-        r = store_job_read(&store_shard_of(st, l.a[i].id)->conn, l.a[i].id, &job);
-        if (r == 0 && resolve && (r = resolve(job)) < 0) job_free(job);
-        if (r == 0) cb(job, ud);
-    }
-    free(l.a);
-    if (r == 0 && l.n > 0) log_info("store: recovery: %zu queued job(s) handed back", l.n);
-    return r;
-}
-
 /* ------------------------------------------------------- queued jobs, compactly */
 
 /* One shard's queued jobs, oldest first, as a cursor. */
@@ -180,7 +117,8 @@ static int queued_cursor_open(shard_t *sh, queued_cursor_t *c)
     return queued_cursor_step(c);
 }
 
-/* Whether cursor a's row comes before b's: older, then by id, as store_recover orders them. */
+/* Whether cursor a's row comes before b's: older, then by id, in the order recovery hands them
+ * over. */
 static bool queued_cursor_before(const queued_cursor_t *a, const queued_cursor_t *b)
 {
     int64_t ta = sqlite3_column_int64(a->stmt, 4), tb = sqlite3_column_int64(b->stmt, 4);

@@ -764,6 +764,32 @@ static void collect(job_t *job, void *ud)
     rec->jobs[rec->n++] = job;
 }
 
+typedef struct recovered_ids {
+    char ids[16][ID_SIZE];
+    int n;
+} recovered_ids_t;
+
+static void collect_id(const store_queued_t *q, void *ud)
+{
+    recovered_ids_t *l = ud;
+    ck_assert_int_lt(l->n, 16);
+    memcpy(l->ids[l->n++], q->id, ID_SIZE);
+}
+
+/* A restart's recovery (store_recover_queued), then each queued job read whole through f's
+ * reader with its op resolved, oldest first, handed to cb, which takes it. */
+static void recover_jobs(fixture_t *f, int max_attempts, void (*cb)(job_t *job, void *ud), void *ud)
+{
+    recovered_ids_t l = {.n = 0};
+    ck_assert_int_eq(store_recover_queued(f->st, max_attempts, job_resolve_op, collect_id, &l), 0);
+    for (int i = 0; i < l.n; i++) {
+        job_t *job = NULL;
+        ck_assert_int_eq(store_job_get(f->rd, l.ids[i], &job), 0);
+        ck_assert_int_eq(job_resolve_op(job), 0);
+        cb(job, ud);
+    }
+}
+
 /* A job the crash guard names fails whether its row says running or still queued (a batch is
  * launched before the commit that records its start); a final job keeps its end. */
 START_TEST(test_recover_crashed_fails_a_named_job_that_is_not_final)
@@ -828,7 +854,7 @@ START_TEST(test_recover_requeues_running_fails_past_max_attempts_and_returns_que
     /* A restart: the store is closed (the process died) and opened again. */
     reopen(&f);
     recovered_t rec = {.n = 0};
-    ck_assert_int_eq(store_recover(f.st, max_attempts, job_resolve_op, collect, &rec), 0);
+    recover_jobs(&f, max_attempts, collect, &rec);
 
     ck_assert_int_eq(rec.n, 3);
     ck_assert_str_eq(rec.jobs[0]->id, queued_old);
@@ -2043,7 +2069,7 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
     assert_listed_by_state(&f, JOB_SUCCEEDED, ended);
 
     recovered_t rec = {.n = 0};
-    ck_assert_int_eq(store_recover(f.st, 3, job_resolve_op, collect, &rec), 0);
+    recover_jobs(&f, 3, collect, &rec);
     ck_assert_int_eq(rec.n, 2);
     ck_assert_str_eq(rec.jobs[0]->id, queued);
     ck_assert_str_eq(rec.jobs[1]->id, running);
@@ -2533,7 +2559,7 @@ static void collect_queued(const store_queued_t *q, void *ud)
 
 /* Recovery for the scheduler lists queued jobs from their columns alone, oldest first across
  * shards, with the batch key and cost the insert stored; a row from before those columns
- * (NULL) is read whole and resolved instead; running jobs are re-queued as by store_recover. */
+ * (NULL) is read whole and resolved instead; running jobs are re-queued. */
 START_TEST(test_recover_queued_lists_compact_rows_oldest_first_across_shards)
 {
     fixture_t f;
@@ -2653,7 +2679,7 @@ START_TEST(test_a_sharded_store_keeps_each_job_where_its_id_says_and_reads_them_
     ck_assert_int_eq(set_state(&f, ids[3], JOB_RUNNING), 0);
     reopen(&f);
     n_recovered = 0;
-    ck_assert_int_eq(store_recover(f.st, 3, job_resolve_op, collect_recovered, NULL), 0);
+    recover_jobs(&f, 3, collect_recovered, NULL);
     ck_assert_int_eq(n_recovered, N - 3);
     for (int i = 0; i < n_recovered; i++)
         ck_assert_str_eq(recovered[i], ids[N - 1 - i]);
