@@ -211,9 +211,9 @@ int store_recover_queued(store_t *st, int max_attempts, int (*resolve)(job_t *jo
                          void (*cb)(const store_queued_t *q, void *ud), void *ud);
 
 /* Before store_recover_queued, after a crash: fails job id with code and message when it is
- * not final yet (its run took the process down: crash_guard.h), durably. Queued counts too: a batch goes
- * to the executor before the commit that records its start, so a job can crash the process
- * while its row still says queued. *ret_failed says whether it did; an unknown or final job is
+ * not final yet (its run took the process down: crash_guard.h), durably. Queued counts too: a
+ * batch goes to the executor before the commit that records its start, so a job can crash the
+ * process while its row still says queued. *ret_failed says whether it did; an unknown or final job is
  * left alone. */
 int store_recover_crashed(store_t *st, const char *id, const char *code, const char *message,
                           bool *ret_failed);
