@@ -47,5 +47,7 @@ store_reader_t *fake_reader(void);
 const op_def_t *fake_find_op(const char *name);
 
 /* The answer v as a client reads it: written by the daemon's writer (api/json_write.h), raw
- * nodes included, and parsed back by jansson. A new reference. */
+ * nodes included, and parsed back by jansson. A new reference; aborts (failing the calling
+ * test) when the writer fails or writes what jansson cannot read. This file links without
+ * Check: the libFuzzer target of the API links it too. */
 json_t *fake_as_sent(const json_t *v);
