@@ -240,7 +240,7 @@ static int stats_recent(api_request_t *req, store_reader_t *rd, int minutes, jso
     store_list_query_t q = {.owner = api_request_owner_filter(req), .state = -1, .after = first};
     int r = stats_scan(rd, q, recent_add, &rc);
     if (r >= 0 && rc.failed) r = -ENOMEM;
-    if (r >= 0) qsort(rc.points, rc.n, sizeof *rc.points, point_order);
+    if (r >= 0 && rc.n > 1) qsort(rc.points, rc.n, sizeof *rc.points, point_order);
     json_t *j = r >= 0 ? recent_json(&rc, r == 0) : NULL;
     free(rc.points);
     if (r < 0) return r;
