@@ -4,8 +4,8 @@ with default settings and once against one started with --set scheduler.max_batc
 two results give what batching buys.
 
     gemm_batching.py URL [--jobs 4096] [--arrays 4] [--size 64] [--warmup 256]
-                     [--encoding binary|b64] [--inputs request|resident] [--label NAME]
-                     [--json FILE]
+                     [--encoding binary|b64] [--inputs request|resident]
+                     [--mode arrays|waited] [--clients 64] [--label NAME] [--json FILE]
 
 Each job is gemm on f32 a[size,size] x b[size,size] (16 distinct pairs, reused), its inputs in
 the body's binary section (Gpujob-Json-Length), each job's own bytes, or with --encoding b64 in
@@ -18,9 +18,16 @@ that counts is the daemon's: from the first POST (client clock) or the first job
 to the last job's finished_at (the daemon's clock; both are this host's realtime clock), read
 from the job rows, so the client's waiting and polling do not count. The client's CPU time
 while it submits is reported too: far below the submit time, it shows the client is not the
-limit."""
+limit.
+
+With --mode waited the jobs go out one per request instead, each POSTed with ?wait= so that
+its answer carries its result, from --clients client processes at once, each with one job in
+flight (arrays cannot be waited for in one request): the span is then the client's, from the
+first POST to the last answer, as the issue's batching target counts it. Batches are then at
+most --clients jobs; the client processes' CPU time is reported beside it."""
 import argparse
 import base64
+import multiprocessing
 import struct
 import sys
 import threading
@@ -100,7 +107,45 @@ def post_array(url, request, ids, index):
                                                        headers)]
 
 
-def run(url, jobs, arrays, size, warmup, encoding, inputs):
+def waited_client(url, requests, start, results):
+    """One client process: POSTs its requests (single-job array_request triples) one after
+    the other with ?wait=, from the moment start is set, and puts (first POST, last answer,
+    CPU seconds, failures) on results; times in µs of the realtime clock."""
+    client = Client(url)
+    start.wait()
+    t0_us, cpu0, failed = int(time.time() * 1e6), time.process_time(), 0
+    for body, content_type, headers in requests:
+        # The array of one that array_request makes, as a single job.
+        job = client.request("POST", "/v1/jobs?wait=30", body[1:-1], content_type, headers)
+        failed += job["state"] != "succeeded"
+    results.put((t0_us, int(time.time() * 1e6), time.process_time() - cpu0, failed))
+
+
+def run_waited(url, pairs, size, jobs, clients, inputs):
+    """--mode waited: jobs single waited POSTs from clients processes; returns the span from
+    the first POST to the last answer, the client's CPU time and how many did not succeed."""
+    if inputs != "resident":
+        raise SystemExit("--mode waited takes --inputs resident")
+    ctx = multiprocessing.get_context("fork")
+    start, results = ctx.Event(), ctx.Queue()
+    procs = []
+    for c in range(clients):
+        mine = [array_request(pairs, size, "binary", inputs, i, 1)
+                for i in range(c, jobs, clients)]
+        procs.append(ctx.Process(target=waited_client, args=(url, mine, start, results)))
+    for p in procs:
+        p.start()
+    time.sleep(0.5)  # every client connected and waiting
+    start.set()
+    got = [results.get() for _ in procs]
+    for p in procs:
+        p.join()
+    t0_us = min(g[0] for g in got)
+    return t0_us, (max(g[1] for g in got) - t0_us) / 1e6, sum(g[2] for g in got), \
+        sum(g[3] for g in got)
+
+
+def run(url, jobs, arrays, size, warmup, encoding, inputs, mode="arrays", clients=64):
     client = Client(url)
     pairs = gemm_pairs(size)
     if inputs == "resident":
@@ -110,6 +155,15 @@ def run(url, jobs, arrays, size, warmup, encoding, inputs):
         body, content_type, headers = array_request(pairs, size, encoding, inputs, 0, warmup)
         ids = [j["id"] for j in client.request("POST", "/v1/jobs", body, content_type, headers)]
         wait_all(client, after, [ids[-1]], warmup)
+
+    if mode == "waited":
+        after = mark(client)
+        t0_us, span_s, client_cpu_s, failed = run_waited(url, pairs, size, jobs, clients,
+                                                         inputs)
+        rows = client.list_jobs(after, op="gemm")
+        return summary(rows, t0_us, span_s, client_cpu_s, arrays=0, size=size,
+                       encoding=encoding, inputs=inputs, mode=mode, clients=clients,
+                       failed=failed)
 
     per_array = [jobs // arrays + (i < jobs % arrays) for i in range(arrays)]
     bodies = [array_request(pairs, size, encoding, inputs, i, n) for i, n in enumerate(per_array)]
@@ -127,19 +181,25 @@ def run(url, jobs, arrays, size, warmup, encoding, inputs):
     if any(i is None for i in ids):
         raise RuntimeError("an array POST failed (see above)")
     rows = wait_all(client, after, [i[-1] for i in ids], jobs)
+    return summary(rows, t0_us, submit_s, client_cpu_s, arrays=arrays, size=size,
+                   encoding=encoding, inputs=inputs, mode=mode)
 
+
+def summary(rows, t0_us, submit_s, client_cpu_s, **fields):
+    """The result of a run whose first POST went out at t0_us, from its jobs' rows. In waited
+    mode submit_s is the client's span, first POST to last answer, which the daemon's rows
+    (to the last finished_at) can only undercount."""
     done = [j for j in rows if j["state"] == "succeeded"]
     last_us = max(time_us(j["finished_at"]) for j in rows)
     first_start_us = min(time_us(j["started_at"]) for j in rows if j["started_at"])
     wall_s = (last_us - t0_us) / 1e6
+    if fields.get("mode") == "waited":
+        wall_s = submit_s
     exec_s = (last_us - first_start_us) / 1e6
     return {
         "jobs": len(rows),
         "succeeded": len(done),
-        "arrays": arrays,
-        "size": size,
-        "encoding": encoding,
-        "inputs": inputs,
+        **fields,
         "submit_s": submit_s,
         "client_cpu_s": client_cpu_s,
         "wall_s": wall_s,
@@ -161,10 +221,13 @@ def main():
     parser.add_argument("--warmup", type=int, default=256)
     parser.add_argument("--encoding", choices=("binary", "b64"), default="binary")
     parser.add_argument("--inputs", choices=("request", "resident"), default="request")
+    parser.add_argument("--mode", choices=("arrays", "waited"), default="arrays")
+    parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--label", default="")
     parser.add_argument("--json")
     args = parser.parse_args()
-    r = run(args.url, args.jobs, args.arrays, args.size, args.warmup, args.encoding, args.inputs)
+    r = run(args.url, args.jobs, args.arrays, args.size, args.warmup, args.encoding, args.inputs,
+            args.mode, args.clients)
     r["label"] = args.label
     write_json(args.json, r)
     print(f"gemm {args.label}: {r['succeeded']} of {r['jobs']} succeeded, "

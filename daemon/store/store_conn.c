@@ -70,8 +70,8 @@ static const char *const stmt_sql[STMT_LIST_FIRST] = {
                            "FROM buffers WHERE owner >= ?1 AND owner <= ?2",
     [STMT_USAGE_ADD] = "INSERT INTO usage_daily (owner, day, op, jobs, succeeded, failed, "
                        "cancelled, run_us, gpu_ns, bytes_in, bytes_out) "
-                       "VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
-                       "ON CONFLICT (owner, day, op) DO UPDATE SET jobs = jobs + 1, "
+                       "VALUES (?1, ?2, ?3, ?11, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+                       "ON CONFLICT (owner, day, op) DO UPDATE SET jobs = jobs + ?11, "
                        "succeeded = succeeded + ?4, failed = failed + ?5, "
                        "cancelled = cancelled + ?6, run_us = run_us + ?7, gpu_ns = gpu_ns + ?8, "
                        "bytes_in = bytes_in + ?9, bytes_out = bytes_out + ?10",

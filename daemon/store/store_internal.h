@@ -367,6 +367,20 @@ typedef struct ref_deltas {
     size_t n, cap;
 } ref_deltas_t;
 
+/* What jobs that ended add to one row of the usage rollup (owner, day, op): one job's, or
+ * the sum of an open transaction's (store_usage.c). */
+typedef struct usage_delta {
+    char owner[OWNER_SIZE];
+    char op[JOB_OP_NAME_SIZE];
+    int64_t day;
+    int64_t jobs, succeeded, failed, cancelled, run_us, gpu_ns, bytes_in, bytes_out;
+} usage_delta_t;
+
+typedef struct usage_deltas {
+    usage_delta_t *a;
+    size_t n, cap;
+} usage_deltas_t;
+
 /* What a shard's thread is woken for: its deferred writes, or its part of a commit. */
 typedef enum shard_task { TASK_WRITES, TASK_COMMIT } shard_task_t;
 
@@ -412,6 +426,12 @@ typedef struct shard {
     /* blob_refs changes: the open write's, and the open transaction's (its writes' that were
      * kept), which its commit writes, one statement per file rather than one per tensor. */
     ref_deltas_t write_refs, txn_refs;
+    /* The usage rollup's changes by the ends the open transaction recorded: its commit writes
+     * them, one statement per owner, day and op rather than one per job; and the open write's
+     * end, added to them once the write is kept. */
+    usage_deltas_t txn_usage;
+    usage_delta_t write_usage;
+    bool write_has_usage;
     /* The records of the tensors of the job being written, and its job_bytes row's bytes. */
     store_bytes_t cols, data;
     /* Files whose rows were deleted: removed at the next durable commit. The first
@@ -501,6 +521,15 @@ int store_migrate(store_conn_t *conn);
  * starting at started_us, 0 for never) to its owner's, day's and op's row of the usage
  * rollup, in the shard's open write: the rollup changes with the job's row or not at all. */
 int store_usage_note_end(shard_t *sh, const job_t *job, int64_t started_us, int64_t finished_us);
+/* The same inside the shard's open transaction, without a statement: store_usage_prepare
+ * (before the job's row changes: the owner and op are checked and room is made, so that nothing
+ * can fail after it) and store_usage_collect note the end in the open write, store_usage_keep
+ * adds it to the transaction once the write is kept, and the commit writes the sums
+ * (store_usage_write), so that the rollup still changes with the rows or not at all. */
+int store_usage_prepare(shard_t *sh, const job_t *job);
+void store_usage_collect(shard_t *sh, const job_t *job, int64_t started_us, int64_t finished_us);
+void store_usage_keep(shard_t *sh);
+int store_usage_write(shard_t *sh);
 /* Adds the live jobs of sh that match where (an SQL condition on jobs) to the rollup as failed
  * at finished_us, before a statement of recovery fails them: recovery ends jobs without
  * reading them. In the caller's transaction. */

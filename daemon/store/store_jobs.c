@@ -207,7 +207,9 @@ static int job_state_of(shard_t *sh, const char *id, job_state_t *ret_state)
     return r;
 }
 
-static int update_row(shard_t *sh, const job_t *job)
+/* Writes the row's change. An end adds to the usage rollup: noted for the open transaction's
+ * commit when collect (store_usage_prepare made room), else by a statement of its own. */
+static int update_row(shard_t *sh, const job_t *job, bool collect)
 {
     bool start = job->state == JOB_RUNNING;
     sqlite3_stmt *stmt = store_stmt(&sh->conn, start ? STMT_JOB_START : STMT_JOB_UPDATE);
@@ -241,8 +243,12 @@ static int update_row(shard_t *sh, const job_t *job)
     sqlite3_reset(stmt);
     sqlite3_clear_bindings(stmt);
     if (r < 0) return r;
-    if (sqlite3_changes(sh->conn.db) == 1)
-        return start ? 0 : store_usage_note_end(sh, job, started, finished);
+    if (sqlite3_changes(sh->conn.db) == 1) {
+        if (start) return 0;
+        if (!collect) return store_usage_note_end(sh, job, started, finished);
+        store_usage_collect(sh, job, started, finished);
+        return 0;
+    }
 
     job_state_t stored;
     r = job_state_of(sh, job->id, &stored);
@@ -269,16 +275,21 @@ int store_shard_job_update(shard_t *sh, const job_t *job)
     for (int j = 0; r == 0 && job->state == JOB_SUCCEEDED && j < job->call.n_out; j++)
         r = store_place_tensor(sh, job->id, true, j, output_name(job, j), &job->out[j], &written,
                                &blobs[j]);
-    /* More than the row's statement: a job_bytes row, or an end's line in the usage rollup. */
-    bool one_statement = sh->data.len == 0 && !job_state_is_final(job->state);
+    /* Inside a transaction an end's line in the usage rollup waits for the commit; outside
+     * one it is a statement more, as is a job_bytes row. */
+    bool final = job_state_is_final(job->state);
+    bool collect = final && sh->in_txn;
+    if (r == 0 && collect) r = store_usage_prepare(sh, job);
+    bool one_statement = sh->data.len == 0 && (!final || collect);
     r = begin_placed(sh, r, &written, blobs, one_statement);
     if (r < 0) return r;
-    r = update_row(sh, job);
+    r = update_row(sh, job, collect);
     if (r == 0) r = store_job_bytes_insert(&sh->conn, job->id, 1, &sh->data);
     /* The job is const: the outputs' locators are read back with store_job_get. */
     free_blobs(blobs);
     r = store_write_end(sh, r);
     if (r < 0) store_written_remove(sh, &written);
+    if (r == 0 && collect) store_usage_keep(sh);
     return r;
 }
 

@@ -182,6 +182,7 @@ void store_close(store_t *st)
         pthread_mutex_destroy(&sh->checkpoint_lock);
         free(sh->write_refs.a);
         free(sh->txn_refs.a);
+        free(sh->txn_usage.a);
         free(sh->cols.p);
         free(sh->data.p);
         free(sh->unlink.a);

@@ -81,6 +81,8 @@ static void txn_end(shard_t *sh, bool committed)
     }
     sh->n_placed = 0;
     sh->txn_refs.n = 0; /* written by the commit, or gone with the rollback */
+    sh->txn_usage.n = 0;
+    sh->write_has_usage = false;
     sh->in_txn = false;
     sh->relaxed = false;
     sh->aborted = false;
@@ -93,6 +95,7 @@ int store_shard_commit(shard_t *sh)
      * that survive a power loss never name bytes that did not. */
     int r = sh->aborted ? -EIO : store_segment_sync(&sh->segment);
     if (r == 0) r = store_refs_write(sh, &sh->txn_refs);
+    if (r == 0) r = store_usage_write(sh);
     if (r == 0) r = store_stmt_run(&sh->conn, STMT_COMMIT, "COMMIT");
     store_space_note(sh, r);
     if (r == 0) {

@@ -1,9 +1,9 @@
 /* The usage rollup and the fair-share state: what outlives the jobs. usage_daily sums the
  * jobs that ended by owner, day (UTC) and op; each job's end adds to it in the same write that
- * records the end, so that the two never disagree, and retention, which deletes jobs, never
- * touches it. Every shard keeps the rollup of its own jobs (a job's end writes its own shard
- * alone) and reads sum the shards. fair_share, in shard 0, keeps the scheduler's decayed usage
- * per owner across restarts. */
+ * records the end, or, inside a transaction, in its commit (one statement per row for all its
+ * ends), so that the two never disagree, and retention, which deletes jobs, never touches it. Every
+ * shard keeps the rollup of its own jobs (a job's end writes its own shard alone) and reads sum the
+ * shards. fair_share, in shard 0, keeps the scheduler's decayed usage per owner across restarts. */
 #include "store.h"
 
 #include <errno.h>
@@ -27,30 +27,103 @@ static void job_bytes_moved(const job_t *job, int64_t *ret_in, int64_t *ret_out)
     *ret_out = out;
 }
 
-int store_usage_note_end(shard_t *sh, const job_t *job, int64_t started_us, int64_t finished_us)
+/* Fills d with what job, just ended, adds to its row of the rollup; -EINVAL when it has no
+ * owner or op. */
+static int usage_delta_of(const job_t *job, int64_t started_us, int64_t finished_us,
+                          usage_delta_t *d)
 {
     const char *op = job_op_name(job);
     if (!job->owner[0] || !op)
         return log_error_errno(-EINVAL, "store: %s: an ended job without owner or op", job->id);
+    snprintf(d->owner, sizeof d->owner, "%s", job->owner);
+    snprintf(d->op, sizeof d->op, "%s", op);
+    d->day = finished_us / STORE_USAGE_DAY_US;
+    d->jobs = 1;
+    d->succeeded = job->state == JOB_SUCCEEDED;
+    d->failed = job->state == JOB_FAILED;
+    d->cancelled = job->state == JOB_CANCELLED;
+    /* The run time that the job's answer shows (run_ms): from its start to its end. */
+    d->run_us = started_us > 0 && finished_us >= started_us ? finished_us - started_us : 0;
+    d->gpu_ns = job->gpu_ns;
+    job_bytes_moved(job, &d->bytes_in, &d->bytes_out);
+    return 0;
+}
+
+/* Adds d to its row of the rollup, in the shard's open write or transaction. */
+static int usage_write_delta(shard_t *sh, const usage_delta_t *d)
+{
     sqlite3_stmt *stmt = store_stmt(&sh->conn, STMT_USAGE_ADD);
     if (!stmt) return -EIO;
-    int64_t in, out;
-    job_bytes_moved(job, &in, &out);
-    store_bind_text(stmt, 1, job->owner, false);
-    sqlite3_bind_int64(stmt, 2, finished_us / STORE_USAGE_DAY_US);
-    store_bind_text(stmt, 3, op, false);
-    sqlite3_bind_int(stmt, 4, job->state == JOB_SUCCEEDED);
-    sqlite3_bind_int(stmt, 5, job->state == JOB_FAILED);
-    sqlite3_bind_int(stmt, 6, job->state == JOB_CANCELLED);
-    /* The run time that the job's answer shows (run_ms): from its start to its end. */
-    sqlite3_bind_int64(stmt, 7,
-                       started_us > 0 && finished_us >= started_us ? finished_us - started_us : 0);
-    sqlite3_bind_int64(stmt, 8, job->gpu_ns);
-    sqlite3_bind_int64(stmt, 9, in);
-    sqlite3_bind_int64(stmt, 10, out);
+    store_bind_text(stmt, 1, d->owner, false);
+    sqlite3_bind_int64(stmt, 2, d->day);
+    store_bind_text(stmt, 3, d->op, false);
+    sqlite3_bind_int64(stmt, 4, d->succeeded);
+    sqlite3_bind_int64(stmt, 5, d->failed);
+    sqlite3_bind_int64(stmt, 6, d->cancelled);
+    sqlite3_bind_int64(stmt, 7, d->run_us);
+    sqlite3_bind_int64(stmt, 8, d->gpu_ns);
+    sqlite3_bind_int64(stmt, 9, d->bytes_in);
+    sqlite3_bind_int64(stmt, 10, d->bytes_out);
+    sqlite3_bind_int64(stmt, 11, d->jobs);
     int r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&sh->conn, "adding to usage");
     sqlite3_reset(stmt);
     sqlite3_clear_bindings(stmt);
+    return r;
+}
+
+int store_usage_note_end(shard_t *sh, const job_t *job, int64_t started_us, int64_t finished_us)
+{
+    usage_delta_t d;
+    int r = usage_delta_of(job, started_us, finished_us, &d);
+    return r < 0 ? r : usage_write_delta(sh, &d);
+}
+
+int store_usage_prepare(shard_t *sh, const job_t *job)
+{
+    sh->write_has_usage = false;
+    if (!job->owner[0] || !job_op_name(job))
+        return log_error_errno(-EINVAL, "store: %s: an ended job without owner or op", job->id);
+    int r = vec_grow((void **)&sh->txn_usage.a, &sh->txn_usage.cap, sh->txn_usage.n + 1,
+                     sizeof *sh->txn_usage.a, 8);
+    return r < 0 ? -ENOMEM : 0;
+}
+
+void store_usage_collect(shard_t *sh, const job_t *job, int64_t started_us, int64_t finished_us)
+{
+    /* store_usage_prepare checked what could make this fail. */
+    sh->write_has_usage = usage_delta_of(job, started_us, finished_us, &sh->write_usage) == 0;
+}
+
+void store_usage_keep(shard_t *sh)
+{
+    if (!sh->write_has_usage) return;
+    sh->write_has_usage = false;
+    const usage_delta_t *d = &sh->write_usage;
+    usage_deltas_t *t = &sh->txn_usage;
+    /* A transaction's ends share a handful of rows: the last one matches most often. */
+    for (size_t i = t->n; i-- > 0;) {
+        usage_delta_t *a = &t->a[i];
+        if (a->day != d->day || strcmp(a->owner, d->owner) != 0 || strcmp(a->op, d->op) != 0)
+            continue;
+        a->jobs += d->jobs;
+        a->succeeded += d->succeeded;
+        a->failed += d->failed;
+        a->cancelled += d->cancelled;
+        a->run_us += d->run_us;
+        a->gpu_ns += d->gpu_ns;
+        a->bytes_in += d->bytes_in;
+        a->bytes_out += d->bytes_out;
+        return;
+    }
+    t->a[t->n++] = *d; /* room made by store_usage_prepare */
+}
+
+int store_usage_write(shard_t *sh)
+{
+    int r = 0;
+    for (size_t i = 0; i < sh->txn_usage.n && r == 0; i++)
+        r = usage_write_delta(sh, &sh->txn_usage.a[i]);
+    if (r == 0) sh->txn_usage.n = 0;
     return r;
 }
 

@@ -1983,6 +1983,70 @@ START_TEST(test_usage_rollup_follows_job_ends_and_outlives_retention)
 }
 END_TEST
 
+/* A running job of owner's, read back to be ended at finished_us. */
+static job_t *running_job(fixture_t *f, const char *owner, int64_t started_us)
+{
+    char id[ID_SIZE];
+    insert_small(f, &test_op, owner, started_us - 5000, id);
+    ck_assert_int_eq(set_state(f, id, JOB_RUNNING), 0);
+    job_t *job = get_job(f, id);
+    ck_assert_int_eq(job_resolve_op(job), 0);
+    job->started_us = started_us;
+    return job;
+}
+
+/* Ends recorded inside a transaction add to the rollup when it commits, summed per owner, day
+ * and op, and not at all when it is rolled back (their rows say running again), then or at the
+ * next commit; a change the
+ * transaction refuses adds nothing. With one shard and with four, whose commits each write
+ * their own jobs' sums. */
+START_TEST(test_usage_rollup_sums_a_transactions_ends_and_drops_a_rolled_back_ones)
+{
+    static const int shard_counts[] = {1, 4};
+    fixture_t f;
+    fixture_setup_shards(&f, 1 << 20, shard_counts[_i]);
+    int64_t day = now_us() / (86400 * INT64_C(1000000));
+    int64_t noon = day * 86400 * INT64_C(1000000) + 43200 * INT64_C(1000000);
+    const char *owners[2] = {"alice", "bob"};
+    int64_t jobs[2] = {0}, run_us[2] = {0}, gpu_ns[2] = {0};
+    /* The commit after the rollback would show sums the rollback left behind. */
+    for (int round = 0; round < 3; round++) {
+        bool commit = round != 1;
+        job_t *ended[12];
+        for (int i = 0; i < 12; i++)
+            ended[i] = running_job(&f, owners[i % 3 == 0], noon + i);
+        ck_assert_int_eq(store_begin_relaxed(f.st), 0);
+        for (int i = 0; i < 12; i++) {
+            int o = i % 3 == 0;
+            job_t *job = ended[i];
+            job->finished_us = noon + i + 10 * (i + 1);
+            job->gpu_ns = 300 * (i + 1);
+            job->state = JOB_FAILED;
+            ck_assert_int_eq(store_job_update(f.st, job), 0);
+            job->state = JOB_CANCELLED;
+            ck_assert_int_eq(store_job_update(f.st, job), -EBUSY);
+            if (!commit) continue;
+            jobs[o]++;
+            run_us[o] += 10 * (i + 1);
+            gpu_ns[o] += 300 * (i + 1);
+        }
+        if (commit)
+            ck_assert_int_eq(store_commit(f.st), 0);
+        else
+            ck_assert_int_eq(store_rollback(f.st), 0);
+        for (int i = 0; i < 12; i++) {
+            job_t *back = get_job(&f, ended[i]->id);
+            ck_assert_int_eq(back->state, commit ? JOB_FAILED : JOB_RUNNING);
+            job_free(back);
+            job_free(ended[i]);
+        }
+        for (int o = 0; o < 2; o++)
+            assert_rollup(&f, owners[o], jobs[o], 0, run_us[o], gpu_ns[o], 0);
+    }
+    fixture_teardown(&f);
+}
+END_TEST
+
 /* The fair-share state saved is the state loaded, across a reopen, and a save replaces it. */
 START_TEST(test_fair_share_state_survives_reopen)
 {
@@ -2988,6 +3052,8 @@ static Suite *store_suite(void)
     tcase_add_test(tc, test_job_of_a_known_op_reads_back_as_the_same_validated_call);
     tcase_add_test(tc, test_bad_input_is_refused_with_einval_and_stores_nothing);
     tcase_add_loop_test(tc, test_usage_rollup_follows_job_ends_and_outlives_retention, 0, 2);
+    tcase_add_loop_test(tc, test_usage_rollup_sums_a_transactions_ends_and_drops_a_rolled_back_ones,
+                        0, 2);
     tcase_add_test(tc, test_fair_share_state_survives_reopen);
     tcase_add_test(tc, test_large_blobs_read_back_whole_and_by_range);
     tcase_add_test(tc, test_usage_counts_states_and_sums_times_and_buffers_per_owner);
