@@ -403,6 +403,19 @@ part_paths() {
     "$py" $here/paths.py "$url" --server gpujobd --pid "$pid" --json "$dir/paths-gpujobd.json" \
       --rows json,binary,submit --duration "$duration" --clients "$paths_clients" \
       --wrk "$wrk" --loadgen "$loadgen" --dir "$dir" --compute "gpujobd, $backend backend"
+    # One client waited, as JSON numbers and as binary sections: the daemon's own time per job
+    # (created_at to finished_at of its rows), beside the client's p50 of the rows above.
+    local mark
+    mark=$("$py" $here/server_side.py "$url" --mark)
+    "$loadgen" --duration "$duration" --modes waited --concurrency 1 --encoding inline \
+      "$url" >/dev/null
+    "$py" $here/server_side.py "$url" --after "$mark" --sample "$sample" \
+      --label "waited JSON c=1" --json "$dir/server-waited-json.json"
+    mark=$("$py" $here/server_side.py "$url" --mark)
+    "$loadgen" --duration "$duration" --modes waited --concurrency 1 --encoding binary \
+      --outputs binary "$url" >/dev/null
+    "$py" $here/server_side.py "$url" --after "$mark" --sample "$sample" \
+      --label "waited binary c=1" --json "$dir/server-waited-binary.json"
     stop
   else
     echo "paths: gpujobd did not start: $(tail -n 1 "$dir/paths.log")" >&2

@@ -12,6 +12,7 @@
 
 #include "cuda_internal.h"
 #include "daemon/util/crash_guard.h"
+#include "daemon/util/id.h"
 #include "exec_guard.h"
 #include "exec_time.h"
 #include "exec_inputs.h"
@@ -396,11 +397,23 @@ void cuda_slot_release(slot_t *slot)
     pthread_mutex_unlock(&ex->lock);
 }
 
-/* A slot's waiter: sleeps in the driver until each launch's done event is reached, then
+/* Waits for a launch's done event: polls it for up to spin_us, then sleeps in the driver. A
+ * tiny job's launch ends within tens of microseconds, and the driver's wake-up of a sleeping
+ * thread adds about as much again. */
+static cudaError_t slot_wait_done(slot_t *slot, int spin_us)
+{
+    for (int64_t until = mono_us() + spin_us; spin_us > 0 && mono_us() < until;) {
+        cudaError_t e = cudaEventQuery(slot->done);
+        if (e != cudaErrorNotReady) return e;
+    }
+    return cudaEventSynchronize(slot->done);
+}
+
+/* A slot's waiter: waits until each launch's done event is reached (slot_wait_done), then
  * completes the batch and frees the slot itself, while the worker goes on launching. A fault
  * ends the wait with its error: the slot is then marked finished for the worker, which deals
  * with faults, as it does with a batch that ran once the device's context is lost. A thread
- * blocked on the event sees a launch end sooner than a host function on the stream would. */
+ * waiting on the event sees a launch end sooner than a host function on the stream would. */
 void *cuda_slot_waiter(void *arg)
 {
     slot_t *slot = arg;
@@ -416,7 +429,7 @@ void *cuda_slot_waiter(void *arg)
         if (!slot->batch) continue; /* handed back by cuda_recover() */
         slot->waiter_in_sync = true;
         pthread_mutex_unlock(&ex->lock);
-        cudaError_t e = cudaEventSynchronize(slot->done);
+        cudaError_t e = slot_wait_done(slot, ex->cfg->spin_us);
         cudaGetLastError();
         pthread_mutex_lock(&ex->lock);
         slot->waiter_in_sync = false;

@@ -209,6 +209,8 @@ static const config_key_t config_keys[] = {
     KEY_STRING("gpu", devices, check_devices, "all",
                "GPUs to use: all, or a list of indices or UUIDs such as 0,2"),
     KEY_INT("gpu", streams_per_device, 1, 64, "4", "CUDA streams per GPU"),
+    KEY_INT("gpu", spin_us, 0, 10000, "100",
+            "a launch's end is polled for this long before its waiter sleeps in the driver (µs)"),
     KEY_SIZE("gpu", device_memory_cap, 0, UINT64_MAX, "0",
              "device memory the pool may hold per GPU (bytes); 0 for 90% of the total"),
     KEY_INT_OR_OFF("gpu", metrics_interval_ms, 100, 60000, "1000",

@@ -39,8 +39,8 @@ typedef struct config {
     char listen[256];           /* "HOST:PORT"; port 0 picks a free one (logged) */
     char unix_socket[PATH_MAX]; /* "" for none */
     char state_dir[PATH_MAX];
-    char backend[8];   /* "auto", "cuda", "cpu" */
-    char log_level[8]; /* "error", "warn", "info", "debug" */
+    char backend[8];    /* "auto", "cuda", "cpu" */
+    char log_level[8];  /* "error", "warn", "info", "debug" */
     char log_format[8]; /* "text", or "json": one JSON object a line */
     int http_threads;
     int max_connections;
@@ -93,6 +93,7 @@ typedef struct config {
     /* [gpu] (CUDA backend) */
     char devices[256]; /* "all", "0,2", or GPU UUIDs */
     int streams_per_device;
+    int spin_us;                /* a launch's end polled this long before sleeping in the driver */
     uint64_t device_memory_cap; /* bytes per device the pool may hold; 0 = 90% of total */
     int metrics_interval_ms;    /* GPU gauges of /metrics sampled this often; 0 = off */
 

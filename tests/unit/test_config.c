@@ -81,6 +81,7 @@ static const field_case_t fields[] = {
     FIELD("store", max_bytes, "1G"),
     FIELD("gpu", devices, "0,2"),
     FIELD("gpu", streams_per_device, "14"),
+    FIELD("gpu", spin_us, "250"),
     FIELD("gpu", device_memory_cap, "8GiB"),
     FIELD("gpu", metrics_interval_ms, "500"),
     FIELD("auth", mode, "token,peercred"),
@@ -173,6 +174,7 @@ START_TEST(test_defaults_equal_documented_values)
     ck_assert_int_eq(cfg.gc_interval_s, 300);
     ck_assert_str_eq(cfg.devices, "all");
     ck_assert_int_eq(cfg.streams_per_device, 4);
+    ck_assert_int_eq(cfg.spin_us, 100);
     ck_assert_uint_eq(cfg.device_memory_cap, 0);
     ck_assert_int_eq(cfg.metrics_interval_ms, 1000);
     ck_assert(!cfg.test_ops);
