@@ -349,15 +349,21 @@ static void submit_many(reply_box_t *box, const char *owner, int n, int size)
     free(jobs);
 }
 
-/* The state of owner's job id once it has ended (waiting up to 5 s). */
-static job_state_t ended_state(const char *owner, const char *id)
+/* The state of owner's job id as a wait of timeout_ms answers it. */
+static job_state_t waited_state(const char *owner, const char *id, int timeout_ms)
 {
     reply_box_t w;
     box_init(&w);
-    sched_wait(sched, owner, id, 5000, on_reply, &w);
+    sched_wait(sched, owner, id, timeout_ms, on_reply, &w);
     box_wait(&w);
     ck_assert_int_eq(w.err, 0);
     return w.states[0];
+}
+
+/* The state of owner's job id once it has ended (waiting up to 5 s). */
+static job_state_t ended_state(const char *owner, const char *id)
+{
+    return waited_state(owner, id, 5000);
 }
 
 static job_state_t stored_state(const char *id)
@@ -1503,12 +1509,7 @@ static void submit_waited_post(reply_box_t *box, job_t *job, int wait_ms)
  * one that took it. The state the loop answered with. */
 static job_state_t loop_round_trip(const char *owner, const char *id)
 {
-    reply_box_t w;
-    box_init(&w);
-    sched_wait(sched, owner, id, 0, on_reply, &w);
-    box_wait(&w);
-    ck_assert_int_eq(w.err, 0);
-    return w.states[0];
+    return waited_state(owner, id, 0);
 }
 
 /* A waited job goes out before its row is written, in the same wake of the loop: once that
