@@ -143,6 +143,9 @@ struct api_request {
      * request is armed. */
     char waits_for[ID_SIZE];
     bool wait_posted, client_gone;
+    /* A waited submission's answer, handed over while its job's end was being committed,
+     * leaves once this opens (sched_gate_t); owned reference, NULL when none. */
+    sched_gate_t *answer_gate;
 
     /* A pending submission answers a list with a list. */
     bool submit_is_list;

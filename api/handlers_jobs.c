@@ -117,11 +117,13 @@ static job_t *job_copy_answer(const job_t *job)
 /* Answers a submission with ?wait= (sched_submit_waited): its job as it ended, or as it stood
  * when the wait ran out, outputs inlined, as a wait answers it; still 201 (200 for a retry):
  * the job is accepted whether or not it ended within the wait. The reply runs on the
- * scheduler's loop: the answer's text is made by the HTTP thread that sends it, from a copy. */
+ * scheduler's loop: the answer's text is made by the HTTP thread that sends it, from a copy,
+ * while the loop commits the job's end; it is sent once that is over (res->end_gate). */
 static void submit_waited_reply(void *token, const sched_result_t *res)
 {
     STAMP(REPLY);
     api_request_t *req = token;
+    if (res->end_gate) req->answer_gate = sched_gate_hold(res->end_gate);
     int status = res->replayed ? 200 : 201;
     job_t **later = NULL;
     if (!submit_refused(req, res) && (later = malloc(sizeof *later)) &&

@@ -330,6 +330,9 @@ static enum MHD_Result send_response(conn_ctx_t *ctx)
         MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
     MHD_add_response_header(r, "X-Request-Id", ctx->request_id);
     int status = resp->status ? resp->status : 500;
+    /* Made while its job's end was being committed, the answer leaves once it is. */
+    sched_gate_pass(req->answer_gate);
+    req->answer_gate = NULL;
     enum MHD_Result ok = MHD_queue_response(ctx->conn, (unsigned)status, r);
     STAMP(ANSWERED);
     MHD_destroy_response(r);

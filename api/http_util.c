@@ -29,6 +29,8 @@ static void response_clear(api_response_t *resp)
 void api_request_cleanup(api_request_t *req)
 {
     response_clear(&req->resp);
+    sched_gate_drop(req->answer_gate);
+    req->answer_gate = NULL;
 }
 
 void api_request_suspend(api_request_t *req)

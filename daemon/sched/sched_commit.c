@@ -254,10 +254,35 @@ static void take_submitted(sched_t *s, msg_t *m)
     }
 }
 
+/* Whether the round's batches may go to the executor before the rows of their jobs are
+ * written: when every job in them is new, without a key (taken in since sequence number
+ * taken_from: its row is yet to be inserted, started), and has its inputs in memory. Writing
+ * a new row reads the job's inputs and sets their locators, while the executor, once it has
+ * the batch, reads in (into the tensor) every input whose bytes are not in memory, a blob's
+ * or a buffer's, and sets the job's device; the update that records an older job's start
+ * (deferred, with several shards, to store_flush) reads that device. With only such new jobs
+ * the writes and the executor touch nothing in common but what both only read. */
+static bool launch_before_rows(sched_t *s, const round_t *rd, uint64_t taken_from)
+{
+    for (int b = 0; b < rd->n; b++)
+        for (int i = 0; i < rd->ready[b]->batch.n; i++) {
+            const job_t *job = rd->ready[b]->batch.jobs[i];
+            if (job->idempotency_key[0] || entry_of(s, job)->seq < taken_from) return false;
+            for (int j = 0; j < OP_MAX_TENSORS; j++)
+                if (job->call.has_in[j] && (!job->in[j].data || !job->in[j].name[0])) return false;
+        }
+    return true;
+}
+
 /* The new jobs join the queues and what can start goes out before the commit, its start
  * recorded in the same transaction: the device runs them while the commit writes. Jobs
  * without a key get their rows only now, as their cut left them: one that starts costs one
- * row write instead of two. */
+ * row write instead of two. Those rows are written after the launch when launch_before_rows
+ * allows, so that a waited tiny job starts without waiting for its own insert: its row is
+ * committed before this wake of the loop ends, and its end, which the loop takes in only on
+ * a later wake, finds it there. Should the rows or the commit fail after the launch, the
+ * batches' results are thrown away (drop_submitted) and their submitters told, as when a
+ * commit fails after any launch. */
 static int cut_and_launch(sched_t *s, queue_t *pending, round_t *rd)
 {
     uint64_t taken_from = s->next_seq;
@@ -271,10 +296,12 @@ static int cut_and_launch(sched_t *s, queue_t *pending, round_t *rd)
     /* The shards of the store write the rows side by side (store_defer_writes). */
     store_defer_writes(s->st);
     int r = round_record_starts(s, rd, taken_from);
+    bool first = launch_before_rows(s, rd, taken_from);
+    if (first) round_launch(s, rd, r >= 0);
     if (r >= 0) r = insert_jobs(s, pending, false);
     int flushed = store_flush(s->st, NULL, NULL);
     if (r >= 0) r = flushed;
-    round_launch(s, rd, r >= 0);
+    if (!first) round_launch(s, rd, r >= 0);
     return r;
 }
 

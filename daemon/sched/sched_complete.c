@@ -104,6 +104,53 @@ static void batch_out_of_flight(sched_t *s, const sched_batch_t *sb)
     batch_flight_end(s, sb);
 }
 
+/* A job whose result is kept takes its end state, ended at now. */
+static void end_state(job_t *job, int64_t now)
+{
+    job->finished_us = now;
+    job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
+}
+
+/* Whether the answer of a job's end carries its whole result: every output is inlined in it
+ * (api_respond_job inlines up to max_inline_output_bytes); a failed job has none. */
+static bool result_in_answer(const sched_t *s, const job_t *job)
+{
+    for (int j = 0; job->state == JOB_SUCCEEDED && j < job->call.n_out; j++)
+        if (job->out[j].nbytes > s->cfg->max_inline_output_bytes) return false;
+    return true;
+}
+
+/* The ended jobs of waited submissions whose answers carry their results are answered before
+ * their ends are written and committed, so that the HTTP thread makes the answer's text while
+ * the loop writes: no fsync is waited for (the client holds the result, and retries with its
+ * idempotency key should the connection fail; a kill -9 before the commit leaves the job
+ * running in the store, to run again at the next start, as for any end). The answer leaves
+ * only once the end is committed, later in this same wake of the loop: the gate returned (NULL
+ * when none was answered) opens then (sched_gate_t), and whatever the client does next (a
+ * GET, a download of an output) finds the end in the store. A job whose outputs are too large
+ * for the answer is answered after the commit, as a wait's answer is. */
+static sched_gate_t *answer_waited_ends(sched_t *s, queue_t *ended, int64_t now)
+{
+    sched_gate_t *gate = NULL;
+    queue_t *q;
+    queue_foreach(q, ended)
+    {
+        exec_batch_t *batch = &queue_data(q, sched_batch_t, ended)->batch;
+        for (int i = 0; i < batch->n; i++) {
+            job_t *job = batch->jobs[i];
+            entry_t *e = entry_of(s, job);
+            if (e->discard_result || !waiters_include_submission(e)) continue;
+            end_state(job, now);
+            if (!result_in_answer(s, job) || (!gate && !(gate = sched_gate_new()))) continue;
+            count_final(s, job->state);
+            sched_observe_job_end(s, job);
+            waiters_reply_gated(e, job, gate);
+            e->answered = true;
+        }
+    }
+    return gate;
+}
+
 /* A finished batch's jobs take their end states, recorded in the store's open transaction
  * when record; its slot and its users' running counts are freed, so that a cut in the same
  * transaction sees them, and its users are charged what it took. */
@@ -123,8 +170,7 @@ static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
             if (e->unstored) discard_inputs(s, job);
             continue;
         }
-        job->finished_us = now;
-        job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
+        end_state(job, now);
         /* A failed job keeps no outputs: files on_batch_done wrote for them go (those of a
          * job whose success the store refuses go with end_refused). */
         if (job->state != JOB_SUCCEEDED) discard_outputs(s, job);
@@ -134,15 +180,15 @@ static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
     batch_out_of_flight(s, sb);
 }
 
-/* Once a batch's ends are in the store: its jobs are counted, their waiters answered, and
- * they leave memory. */
+/* Once a batch's ends are in the store: its jobs are counted, their waiters answered (but
+ * those answer_waited_ends answered already), and they leave memory. */
 static void release_ended(sched_t *s, sched_batch_t *sb)
 {
     exec_batch_t *batch = &sb->batch;
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = entry_of(s, job);
-        if (!e->discard_result) {
+        if (!e->discard_result && !e->answered) {
             count_final(s, job->state);
             sched_observe_job_end(s, job);
             waiters_reply(e, job);
@@ -196,13 +242,16 @@ static void record_lost_ends(sched_t *s, queue_t *ended, const round_t *rd, int 
 /* Records the ends of the finished batches (a list through sched_batch_t.ended; NULL or empty
  * for none) and, when start_next, the starts of what the executor has room for then, in one
  * transaction: one commit per completion instead of two. The new batches go out before the
- * commit, as in a group commit, and the ended jobs' waiters are answered after it. An end or
+ * commit, as in a group commit, and the ended jobs' waiters are answered after it (waited
+ * submissions whose answers carry their results before it, to leave once it is over:
+ * answer_waited_ends). An end or
  * start lost to a power loss makes the job run again (at least once, never lost): nothing
  * here waits for an fsync. */
 void end_batches(sched_t *s, queue_t *ended, bool start_next)
 {
     bool any = ended && !queue_empty(ended);
     int64_t now = now_us();
+    sched_gate_t *gate = any ? answer_waited_ends(s, ended, now) : NULL;
     int r = any ? store_begin_relaxed(s->st) : 0;
     if (r >= 0 && any) r = place_ended_outputs(s, ended);
     /* The shards of the store write the ends and starts side by side (store_defer_writes);
@@ -224,6 +273,7 @@ void end_batches(sched_t *s, queue_t *ended, bool start_next)
     r = round_commit(s, &rd, r);
     if (any) STAMP(END_RECORDED);
     if (r < 0) record_lost_ends(s, ended, &rd, r);
+    sched_gate_open(gate);
     while (any && (q = queue_pop(ended)))
         release_ended(s, queue_data(q, sched_batch_t, ended));
     round_settle_refused(s, &rd);

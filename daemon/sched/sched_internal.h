@@ -85,6 +85,7 @@ struct entry {
     bool discard_result;
     bool unstored;       /* went out in a group commit that failed: it has no row */
     bool start_lost;     /* cut in a group commit that failed: its row still says queued */
+    bool answered;       /* its waiters had its end before the end was written */
     size_t queue_pos;    /* in user->queue, HEAP_ABSENT when not queued */
     size_t deadline_pos; /* in s->deadlines, HEAP_ABSENT when none */
     keyq_t *keyq;        /* while queued with a batch key */
@@ -311,10 +312,17 @@ bool submission_wait(sched_t *s, msg_t *m);
 void handle_wait_cancel(sched_t *s, msg_t *m);
 void handle_cancel(sched_t *s, msg_t *m);
 void waiters_reply(entry_t *e, const job_t *job);
+void waiters_reply_gated(entry_t *e, const job_t *job, sched_gate_t *end_gate);
+bool waiters_include_submission(const entry_t *e);
 void waiters_answer_all(sched_t *s);
 void deadline_arm(sched_t *s);
 int running_end(sched_t *s, entry_t *e, job_state_t state, const char *code, const char *message,
                 sched_reply_fn reply, void *token);
+
+/* sched_gate.c: the loop's side of sched_gate_t. A new gate, closed, with the loop's
+ * reference (NULL when out of memory); sched_gate_open opens it and drops that reference. */
+sched_gate_t *sched_gate_new(void);
+void sched_gate_open(sched_gate_t *gate);
 
 /* sched_watchdog.c: batches that make no progress. */
 void batch_watchdog_start(sched_t *s);

@@ -150,12 +150,21 @@ static void waiter_reply_current(sched_t *s, waiter_t *w)
  * whatever its commit's sync: it carries the result. */
 void waiters_reply(entry_t *e, const job_t *job)
 {
+    waiters_reply_gated(e, job, NULL);
+}
+
+/* waiters_reply with the job's end while it is being committed, end_gate opening once it is
+ * (sched_gate_t). */
+void waiters_reply_gated(entry_t *e, const job_t *job, sched_gate_t *end_gate)
+{
     for (queue_t *q; (q = queue_pop(&e->waiters));) {
         waiter_t *w = queue_data(q, waiter_t, node);
         uv_timer_stop(&w->timer);
         if (job) {
-            sched_result_t res = {
-                .jobs = (job_t *const *)&job, .n_jobs = 1, .replayed = w->replayed};
+            sched_result_t res = {.jobs = (job_t *const *)&job,
+                                  .n_jobs = 1,
+                                  .replayed = w->replayed,
+                                  .end_gate = end_gate};
             STAMP(REPLY);
             w->reply(w->token, &res);
         } else {
@@ -163,6 +172,18 @@ void waiters_reply(entry_t *e, const job_t *job)
         }
         waiter_drop(w);
     }
+}
+
+/* Whether one of e's waiters is a waited submission's (sched_submit_waited). */
+bool waiters_include_submission(const entry_t *e)
+{
+    queue_t *q;
+    queue_foreach(q, &e->waiters)
+    {
+        const waiter_t *w = queue_data(q, waiter_t, node);
+        if (!queue_empty(&w->submit_node)) return true;
+    }
+    return false;
 }
 
 static void waiters_answer_visit(const char *key, void *value, void *ud)

@@ -19,6 +19,19 @@
 
 typedef struct sched sched_t;
 
+/* A waited submission's answer may be handed over while its job's end is still being
+ * written and committed (end_batches): the HTTP thread makes the answer's text meanwhile. The
+ * gate opens once the commit is over; the answer leaves only after it (sched_gate_pass), so
+ * that whatever its client does next (a GET of the job, a download of an output) finds the
+ * end in the store. */
+typedef struct sched_gate sched_gate_t;
+/* A new reference to gate, for a reply's callee that keeps it past the callback. */
+sched_gate_t *sched_gate_hold(sched_gate_t *gate);
+/* Waits until gate is open, then drops the reference; NULL is a no-op. */
+void sched_gate_pass(sched_gate_t *gate);
+/* Drops a reference without waiting (the answer will not be sent); NULL is a no-op. */
+void sched_gate_drop(sched_gate_t *gate);
+
 typedef struct sched_result {
     int err;             /* 0, or negative errno: -ENOENT unknown id, -EBUSY wrong state,
                             -EAGAIN over a per-user limit, -ESHUTDOWN draining,
@@ -41,6 +54,9 @@ typedef struct sched_result {
     /* -EAGAIN, -EDQUOT from the per-user policy: the key that refused ("user.alice.max_queued",
      * "limits.max_queued_per_user"), for the answer's error field. */
     const char *limit;
+    /* wait of a submission: not NULL while the job's end is being committed; borrowed (see
+     * sched_gate_t: a callee that answers later holds it and passes it before the answer). */
+    sched_gate_t *end_gate;
 } sched_result_t;
 
 typedef void (*sched_reply_fn)(void *token, const sched_result_t *res);

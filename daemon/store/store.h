@@ -178,7 +178,9 @@ void store_checkpointer_close(store_checkpointer_t *cp); /* accepts NULL */
  * tensor's blob field). The job is queued, or running when it started in the transaction that
  * takes it in (started_us set, attempts and batch_size as its start made them). On success
  * each persisted tensor's blob is set. -EEXIST when an (owner, idempotency_key) pair is
- * already taken. */
+ * already taken. Of the job it reads only what is set before it runs, and writes only the
+ * inputs' blob and empty names (and the id and creation time when they were unset): a job
+ * whose inputs are in memory and named may be running on another thread meanwhile. */
 int store_job_insert(store_t *st, job_t *job);
 
 /* Applies job->state as the new state, checking the transition from the stored state; writes
@@ -213,8 +215,8 @@ int store_recover_queued(store_t *st, int max_attempts, int (*resolve)(job_t *jo
 /* Before store_recover_queued, after a crash: fails job id with code and message when it is
  * not final yet (its run took the process down: crash_guard.h), durably. Queued counts too: a
  * batch goes to the executor before the commit that records its start, so a job can crash the
- * process while its row still says queued. *ret_failed says whether it did; an unknown or final job is
- * left alone. */
+ * process while its row still says queued. *ret_failed says whether it did; an unknown or final job
+ * is left alone. */
 int store_recover_crashed(store_t *st, const char *id, const char *code, const char *message,
                           bool *ret_failed);
 

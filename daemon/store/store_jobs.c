@@ -138,8 +138,10 @@ int store_shard_job_insert(shard_t *sh, job_t *job, const char *id)
         free_blobs(blobs);
         return r;
     }
-    memcpy(job->id, id, ID_SIZE);
-    job->created_us = created_us;
+    /* Written only where they change: the scheduler may have handed the job to an executor
+     * thread already, which reads its id (store.h, store_job_insert). */
+    if (memcmp(job->id, id, ID_SIZE) != 0) memcpy(job->id, id, ID_SIZE);
+    if (job->created_us != created_us) job->created_us = created_us;
     for (int j = 0; j < OP_MAX_TENSORS; j++)
         if (job->call.has_in[j] && !job->in[j].name[0])
             snprintf(job->in[j].name, sizeof job->in[j].name, "%s", input_name(job, j));

@@ -51,6 +51,9 @@ static json_t *get_job(e2e_daemon_t *d, const char *id)
     return e2e_json_ok(d, "GET", path, NULL, 200);
 }
 
+/* The answer is handed to the HTTP thread before its job's end is committed, in the same
+ * wake of the scheduler's loop, but leaves only once the commit is over: a GET and a download
+ * of the output right after it, both read from the store, find the end. */
 START_TEST(test_a_waited_answer_is_the_job_the_store_holds_afterwards)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("");
@@ -67,6 +70,14 @@ START_TEST(test_a_waited_answer_is_the_job_the_store_holds_afterwards)
         free(a);
         free(b);
         json_decref(stored);
+        /* The output, read from the store, is there as well. */
+        char path[160];
+        snprintf(path, sizeof path, "/v1/jobs/%s/outputs/out",
+                 json_string_value(json_object_get(answer, "id")));
+        e2e_response_t out;
+        ck_assert(e2e_http_request(d, "GET", path, NULL, NULL, 0, &out) == 0);
+        ck_assert_msg(out.status == 200, "download %d: %ld", k, out.status);
+        e2e_response_clear(&out);
         json_decref(answer);
     }
     e2e_daemon_free(d);
@@ -136,6 +147,101 @@ START_TEST(test_a_waited_job_whose_wait_runs_out_survives_a_kill9_right_after_it
     ck_assert_str_eq(e2e_job_state(done), "succeeded");
     json_decref(done);
     free(id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* A waited submission of a long job, posted by a thread of its own: its answer's status, 0
+ * when the connection failed. */
+typedef struct long_waited {
+    e2e_daemon_t *d;
+    pthread_t thread;
+    long status;
+} long_waited_t;
+
+static void *long_waited_main(void *arg)
+{
+    long_waited_t *lw = arg;
+    static const char *const hdrs[] = {"Content-Type: application/json", NULL};
+    json_t *long_job = e2e_long_job_new(3000);
+    char *text = json_dumps(long_job, JSON_COMPACT);
+    json_decref(long_job);
+    e2e_response_t resp;
+    if (e2e_http_request(lw->d, "POST", "/v1/jobs?wait=30", hdrs, text, strlen(text), &resp) == 0) {
+        lw->status = resp.status;
+        e2e_response_clear(&resp);
+    }
+    free(text);
+    e2e_http_thread_done();
+    return NULL;
+}
+
+/* Starts lw's waited submission and returns the id of its job once the store lists it
+ * running (malloc'd): a waited job's row is written while it runs, not after. */
+static char *long_waited_start(long_waited_t *lw, e2e_daemon_t *d)
+{
+    *lw = (long_waited_t){.d = d};
+    ck_assert(pthread_create(&lw->thread, NULL, long_waited_main, lw) == 0);
+    for (double until = e2e_now() + 10; e2e_now() < until; usleep(5 * 1000)) {
+        json_t *page = e2e_json_ok(d, "GET", "/v1/jobs?state=running", NULL, 200);
+        json_t *first = json_array_get(json_object_get(page, "jobs"), 0);
+        char *id = first ? strdup(json_string_value(json_object_get(first, "id"))) : NULL;
+        json_decref(page);
+        if (id) return id;
+    }
+    ck_abort_msg("the waited job was never listed running");
+    return NULL;
+}
+
+START_TEST(test_a_waited_jobs_row_is_listed_running_while_it_runs)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    long_waited_t lw;
+    char *id = long_waited_start(&lw, d);
+    /* Read from the store as well: its output is not there yet. */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/outputs/out", id);
+    json_t *conflict = e2e_json_ok(d, "GET", path, NULL, 409);
+    json_decref(conflict);
+    pthread_join(lw.thread, NULL);
+    ck_assert_int_eq(lw.status, 201);
+    json_t *done = get_job(d, id);
+    ck_assert_str_eq(e2e_job_state(done), "succeeded");
+    json_decref(done);
+    free(id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* A kill -9 while a waited job runs loses none of the jobs acknowledged meanwhile, nor the
+ * waited job itself, whose row was written while it ran: it runs again after the restart. */
+START_TEST(test_a_kill9_while_a_waited_job_runs_loses_nothing_acknowledged)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    long_waited_t lw;
+    char *waited = long_waited_start(&lw, d);
+    char *acked[3];
+    for (int k = 0; k < 3; k++) {
+        char *text = add_job_text(k);
+        json_t *answer = e2e_json_ok(d, "POST", "/v1/jobs", text, 201);
+        free(text);
+        acked[k] = strdup(json_string_value(json_object_get(answer, "id")));
+        json_decref(answer);
+    }
+    e2e_daemon_kill(d);
+    pthread_join(lw.thread, NULL);
+    ck_assert(e2e_daemon_restart(d) == 0);
+    for (int k = 0; k < 3; k++) {
+        json_t *job = e2e_wait_final_ok(d, acked[k], 60);
+        char why[128];
+        ck_assert_msg(add_result_ok(job, k, why, sizeof why), "job %s: %s", acked[k], why);
+        json_decref(job);
+        free(acked[k]);
+    }
+    json_t *job = e2e_wait_final_ok(d, waited, 60);
+    ck_assert_str_eq(e2e_job_state(job), "succeeded");
+    json_decref(job);
+    free(waited);
     e2e_daemon_free(d);
 }
 END_TEST
@@ -241,6 +347,8 @@ int main(void)
     tcase_add_test(tc,
                    test_a_waited_job_whose_wait_runs_out_survives_a_kill9_right_after_its_answer);
     tcase_add_test(tc, test_a_kill9_among_waited_jobs_leaves_none_succeeded_without_outputs);
+    tcase_add_test(tc, test_a_waited_jobs_row_is_listed_running_while_it_runs);
+    tcase_add_test(tc, test_a_kill9_while_a_waited_job_runs_loses_nothing_acknowledged);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -240,6 +240,7 @@ typedef struct reply_box {
     job_state_t states[64];
     size_t n;
     bool replayed;
+    bool gated;           /* given while its job's end was being committed (end_gate) */
     int batches_started;  /* the fake executor's batches when the answer came */
     char cancel[16];      /* sched_result_t.cancel, "" when none */
     char reasons[64][16]; /* job_t.waiting_reason of each job answered */
@@ -253,6 +254,7 @@ static void on_reply(void *token, const sched_result_t *res)
     b->err = res->err;
     b->n = res->n_jobs;
     b->replayed = res->replayed;
+    b->gated = res->end_gate != NULL;
     snprintf(b->cancel, sizeof b->cancel, "%s", res->cancel ? res->cancel : "");
     pthread_mutex_lock(&fake->lock);
     b->batches_started = fake->n_got;
@@ -347,15 +349,21 @@ static void submit_many(reply_box_t *box, const char *owner, int n, int size)
     free(jobs);
 }
 
-/* The state of owner's job id once it has ended (waiting up to 5 s). */
-static job_state_t ended_state(const char *owner, const char *id)
+/* The state of owner's job id as a wait of timeout_ms answers it. */
+static job_state_t waited_state(const char *owner, const char *id, int timeout_ms)
 {
     reply_box_t w;
     box_init(&w);
-    sched_wait(sched, owner, id, 5000, on_reply, &w);
+    sched_wait(sched, owner, id, timeout_ms, on_reply, &w);
     box_wait(&w);
     ck_assert_int_eq(w.err, 0);
     return w.states[0];
+}
+
+/* The state of owner's job id once it has ended (waiting up to 5 s). */
+static job_state_t ended_state(const char *owner, const char *id)
+{
+    return waited_state(owner, id, 5000);
 }
 
 static job_state_t stored_state(const char *id)
@@ -1488,6 +1496,100 @@ START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
 }
 END_TEST
 
+/* Posts a waited submission of job (taken), answered in box (box_wait). */
+static void submit_waited_post(reply_box_t *box, job_t *job, int wait_ms)
+{
+    job_t **arr = calloc(1, sizeof *arr);
+    arr[0] = job;
+    box_init(box);
+    sched_submit_waited(sched, arr, 1, wait_ms, on_reply, box);
+}
+
+/* A wait of 0 ms on owner's job id: once answered, the loop has ended every wake before the
+ * one that took it. The state the loop answered with. */
+static job_state_t loop_round_trip(const char *owner, const char *id)
+{
+    return waited_state(owner, id, 0);
+}
+
+/* A waited job goes out before its row is written, in the same wake of the loop: once that
+ * wake is over, the store holds it, running, for whoever reads it while it runs. Its answer
+ * carries its success, handed over while its end was being committed (with the gate that
+ * holds it back until then); once that wake is over, the store says succeeded too, with the
+ * output. */
+START_TEST(test_a_waited_jobs_row_exists_while_it_runs_and_holds_its_end_after_the_answer)
+{
+    fake->slots = 1;
+    reply_box_t box;
+    submit_waited_post(&box, lone_job("alice", 10), 5000);
+    fake_wait_batches(fake, 1);
+    ck_assert_int_eq(fake->n_got, 1);
+    char id[ID_SIZE];
+    snprintf(id, sizeof id, "%s", fake->got[0]->jobs[0]->id);
+    ck_assert_int_eq(loop_round_trip("alice", id), JOB_RUNNING);
+    ck_assert_int_eq(stored_state(id), JOB_RUNNING);
+    pthread_mutex_lock(&box.lock);
+    ck_assert(!box.done);
+    pthread_mutex_unlock(&box.lock);
+
+    fake_complete(fake, 0);
+    box_wait(&box);
+    ck_assert_int_eq(box.err, 0);
+    ck_assert_str_eq(box.ids[0], id);
+    ck_assert_int_eq(box.states[0], JOB_SUCCEEDED);
+    ck_assert(box.gated);
+    ck_assert_int_eq(loop_round_trip("alice", id), JOB_SUCCEEDED);
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&cfg, &rd), 0);
+    job_t *job = NULL;
+    ck_assert_int_eq(store_job_get(rd, id, &job), 0);
+    ck_assert_int_eq(job->state, JOB_SUCCEEDED);
+    ck_assert_uint_eq(job->out[0].nbytes, 10 * sizeof(float));
+    void *bytes = NULL;
+    ck_assert_int_eq(store_blob_read(rd, job->out[0].blob, job->out[0].nbytes, &bytes), 0);
+    free(bytes);
+    job_free(job);
+    store_reader_close(rd);
+    sched_stats_t stats;
+    sched_get_stats(sched, &stats);
+    ck_assert_int_eq(stats.succeeded_total, 1); /* counted once, at its early answer */
+}
+END_TEST
+
+/* A waited job whose group commit fails after it went out is answered with the error, not
+ * its result; its result is thrown away when its launch returns and it leaves no row. */
+START_TEST(test_a_waited_job_whose_commit_fails_after_it_went_out_leaves_nothing)
+{
+    fake->slots = 2;
+    job_t *older = lone_job("alice", 10);
+    reply_box_t first;
+    submit(&first, &older, 1);
+    fake_wait_batches(fake, 1);
+    fake_complete(fake, 0);
+    ck_assert_int_eq(ended_state("alice", first.ids[0]), JOB_SUCCEEDED);
+
+    struct rlimit saved;
+    wal_limit("gpujobd.db-wal", &saved);
+    reply_box_t box;
+    submit_waited_post(&box, lone_job("bob", 10), 5000);
+    box_wait(&box);
+    wal_limit_lift(&saved);
+    ck_assert_int_eq(box.err, -EIO);
+    fake_wait_batches(fake, 2);
+    ck_assert_int_eq(fake->n_got, 2);
+    fake_complete(fake, 1);
+    sched_stats_t stats;
+    sched_get_stats(sched, &stats);
+    for (int i = 0; i < 100 && stats.running > 0; i++) {
+        usleep(10 * 1000);
+        sched_get_stats(sched, &stats);
+    }
+    ck_assert_int_eq(stats.running, 0);
+    ck_assert_int_eq(stats.succeeded_total, 1);
+    ck_assert_uint_eq(stored_jobs(), 1);
+}
+END_TEST
+
 /* The job of box b ends succeeded, and its row says so, with the one start it had. */
 static void assert_ended_once(const reply_box_t *b)
 {
@@ -1885,6 +1987,9 @@ int main(void)
     tcase_add_test(durable, test_submissions_after_stop_answer_shutdown);
     tcase_add_test(durable, test_a_batch_the_executor_turns_down_goes_back_to_its_queue);
     tcase_add_test(durable, test_cancel_queued_job_never_runs);
+    tcase_add_test(durable,
+                   test_a_waited_jobs_row_exists_while_it_runs_and_holds_its_end_after_the_answer);
+    tcase_add_test(durable, test_a_waited_job_whose_commit_fails_after_it_went_out_leaves_nothing);
     suite_add_tcase(s, durable);
     TCase *watchdog = tcase_create("watchdog");
     tcase_add_checked_fixture(watchdog, start_sched_watchdog, teardown);
