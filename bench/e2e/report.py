@@ -224,7 +224,8 @@ def server_section(rep, out):
 
 def gemm_section(rep, out):
     out.append("## Batched against unbatched: small GEMMs\n")
-    kinds = (("", "in the request"), ("-resident", "in resident buffers"))
+    kinds = (("", "in the request"), ("-resident", "in resident buffers"),
+             ("-waited", "in resident buffers, each job waited"))
     runs = {(suffix, label): read_json(os.path.join(rep.dir, f"gemm-{label}{suffix}.json"))
             for suffix, _ in kinds for label in ("batched", "unbatched")}
     if not any(runs.values()):
@@ -248,6 +249,8 @@ def gemm_section(rep, out):
                            f"| {num(r['batch_size_p50'])} / {num(r['batch_size_max'])} "
                            f"| {num(r['gpu_ms_total'], 2)} |")
         some = next(r for r in runs.values() if r)
+        waited_clients = next((r["clients"] for (suffix, _), r in runs.items()
+                               if suffix == "-waited" and r), "-")
         sent = "in base64" if some.get("encoding") == "b64" else "in the body's binary section"
         out.append(f"\nEach job: gemm f32 {some['size']}x{some['size']} @ "
                    f"{some['size']}x{some['size']}, sent as {some['arrays']} arrays at once after "
@@ -257,19 +260,29 @@ def gemm_section(rep, out):
                    "job's finished_at and includes the upload and parsing that batching cannot "
                    "change; \"from first start\" spans the daemon's execution (first started_at "
                    "to last finished_at), which cannot end before the last array is taken in. "
-                   "Client CPU far below the submit time means the client was not the limit.\n")
+                   "Client CPU far below the submit time means the client was not the limit. "
+                   "Each job waited: POSTed alone with ?wait= by one of "
+                   f"{waited_clients} client processes, one in flight each, its result in the "
+                   "answer; \"from first POST\" then ends at the last answer, and submit s is "
+                   "that same span.\n")
+    # The issue's measure is the waited run's, first POST to last answer; the arrays runs'
+    # execution spans are written beside it.
     ratios = []
     for suffix, inputs in kinds:
         b, u = runs[(suffix, "batched")], runs[(suffix, "unbatched")]
         execr = ratio(b and b["jobs_per_s_exec"], u and u["jobs_per_s_exec"])
         wall = ratio(b and b["jobs_per_s_wall"], u and u["jobs_per_s_wall"])
-        if execr is not None:
+        if suffix == "-waited" and wall is not None:
+            ratios.append((wall, f"{num(wall, 1)}x with inputs {inputs}, first POST to last "
+                                 "answer", True))
+        elif execr is not None:
             ratios.append((execr, f"{num(execr, 1)}x with inputs {inputs} (from first POST: "
-                                  f"{num(wall, 1)}x)"))
-    best = max(ratios) if ratios else (None, "")
+                                  f"{num(wall, 1)}x)", False))
+    waited = [r for r in ratios if r[2]]
+    value = waited[0][0] if waited else max(ratios)[0] if ratios else None
     n = next((r["jobs"] for r in runs.values() if r), rep.gemm_jobs)
-    rep.target(f"batched >= 10x unbatched, {n:,} GEMMs (execution span, the better inputs)",
-               best[0], 10, "; ".join(text for _, text in sorted(ratios, reverse=True)))
+    rep.target(f"batched >= 10x unbatched, {n:,} GEMMs (waited, first POST to last answer)",
+               value, 10, "; ".join(text for _, text, _ in sorted(ratios, reverse=True)))
 
 
 def large_section(rep, out):

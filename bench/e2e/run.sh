@@ -226,10 +226,12 @@ gemm_pair() {
   done
 }
 
-# With each job's inputs in its request, and with the jobs naming resident buffers.
+# With each job's inputs in its request, with the jobs naming resident buffers, and the
+# latter waited for one by one by 64 clients (POST ?wait=, the result in the answer).
 part_gemm() {
   gemm_pair ""
   gemm_pair -resident --inputs resident
+  gemm_pair -waited --inputs resident --mode waited --clients 64
 }
 
 part_large() {
