@@ -162,3 +162,10 @@ uint32_t e2e_rand(uint32_t *seed);
 double e2e_rand_uniform(uint32_t *seed, double lo, double hi);
 /* Monotonic time in seconds. */
 double e2e_now(void);
+/* A field of the daemon's /proc/PID/status in KiB ("VmHWM": its peak RSS, "VmRSS"). */
+long e2e_daemon_status_kib(e2e_daemon_t *d, const char *field);
+/* A TCP connection to the daemon's port for a request written by hand, with a receive
+ * timeout of 30 s; the caller closes it. */
+int e2e_raw_connect_ok(e2e_daemon_t *d);
+/* Writes all n bytes to fd. */
+void e2e_write_all_ok(int fd, const void *data, size_t n);
