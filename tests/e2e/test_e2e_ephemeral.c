@@ -309,15 +309,6 @@ START_TEST(test_a_256_mib_upload_streams_into_its_copy_without_holding_the_body)
 }
 END_TEST
 
-/* What comes back on fd until the daemon closes it or size - 1 bytes came. */
-static void read_reply(int fd, char *reply, size_t size)
-{
-    size_t got = 0;
-    for (ssize_t k; got < size - 1 && (k = read(fd, reply + got, size - 1 - got)) > 0;)
-        got += (size_t)k;
-    reply[got] = '\0';
-}
-
 START_TEST(test_a_body_of_another_length_is_refused_and_leaves_no_buffer)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("");
@@ -354,7 +345,7 @@ START_TEST(test_a_body_of_another_length_is_refused_and_leaves_no_buffer)
                                   "application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
                                   "8\r\n01234567\r\n0\r\n\r\n";
     e2e_write_all_ok(fd, chunked, sizeof chunked - 1);
-    read_reply(fd, reply, sizeof reply);
+    e2e_read_reply(fd, reply, sizeof reply);
     close(fd);
     ck_assert_msg(strncmp(reply, "HTTP/1.1 400", 12) == 0, "reply: %.300s", reply);
     ck_assert_msg(strstr(reply, "\"field\": \"body\"") || strstr(reply, "\"field\":\"body\""),
@@ -373,14 +364,10 @@ START_TEST(test_a_body_cut_short_leaves_no_buffer_and_gives_its_memory_back)
     e2e_daemon_t *d = e2e_daemon_start_ok(BIG_CONFIG);
     const size_t declared = (size_t)256 << 20, sent = (size_t)128 << 20;
     long rss = e2e_daemon_status_kib(d, "VmRSS"), hwm = e2e_daemon_status_kib(d, "VmHWM");
-    int fd = e2e_raw_connect_ok(d);
-    char head[512];
-    int n = snprintf(head, sizeof head,
-                     "POST /v1/buffers?dtype=u32&shape=%zu&resident=true&durable=false "
-                     "HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
-                     "Content-Length: %zu\r\n\r\n",
-                     declared / 4, declared);
-    e2e_write_all_ok(fd, head, (size_t)n);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/buffers?dtype=u32&shape=%zu&resident=true&durable=false",
+             declared / 4);
+    int fd = e2e_raw_post_start_ok(d, path, "application/octet-stream", declared);
     char *part = malloc(sent);
     memset(part, 0x5a, sent);
     e2e_write_all_ok(fd, part, sent);

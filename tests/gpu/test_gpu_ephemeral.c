@@ -118,14 +118,8 @@ START_TEST(test_a_large_upload_streams_to_the_device_without_holding_its_body)
 
     /* Half of a body, then the client goes away: its device memory, taken at the headers, is
      * given back, and no buffer exists. */
-    int fd = e2e_raw_connect_ok(d);
-    char head[512];
-    int len = snprintf(head, sizeof head,
-                       "POST /v1/buffers?dtype=f32&shape=%d&resident=true&durable=false "
-                       "HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
-                       "Content-Length: %zu\r\n\r\n",
-                       n, bytes);
-    e2e_write_all_ok(fd, head, (size_t)len);
+    snprintf(path, sizeof path, "/v1/buffers?dtype=f32&shape=%d&resident=true&durable=false", n);
+    int fd = e2e_raw_post_start_ok(d, path, "application/octet-stream", bytes);
     e2e_write_all_ok(fd, x, bytes / 2);
     gpu_daemon_wait_device(d, (int)device, "resident_bytes", (long)bytes, 10);
     close(fd);
