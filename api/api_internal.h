@@ -125,6 +125,12 @@ struct api_request {
      * the file holds the data; its first body_head_len bytes, up to the data, are in body. */
     store_blob_stream_t *body_file;
     size_t body_head_len;
+    /* An ephemeral buffer's upload (api_buffer_upload_begin): the body goes into the
+     * executor's resident copy as it arrives, never into body; the first error of a write
+     * (sched_upload_write) in upload_err, after which the rest is dropped. The connection's
+     * until the handler takes it. */
+    exec_upload_t *upload;
+    int upload_err;
     api_user_t user;
     const api_conn_ops_t *conn_ops;
     void *conn; /* the connection ops' own */
@@ -176,6 +182,8 @@ typedef enum api_body_sink {
     API_BODY_FILE,         /* into a store blob file */
     API_BODY_MEMORY_WHOLE, /* into memory allocated for its announced length at once: a body
                             * that is held whole anyway, which growing would copy */
+    API_BODY_UPLOAD,       /* into an ephemeral buffer's resident copy, opened by
+                            * api_buffer_upload_begin once the headers are in */
 } api_body_sink_t;
 
 /* Where a request's body of known length goes: asked once the headers are in, of the route's
@@ -358,6 +366,12 @@ int api_handle_job_output(api_request_t *req);
 /* handlers_buffers.c */
 int api_handle_buffer_put(api_request_t *req);
 /* A buffer upload, raw or .npy, too large for a row streams to a blob file. */
+/* An ephemeral buffer's upload whose body streams into its resident copy (API_BODY_UPLOAD):
+ * once the headers are in, before any byte of the body is taken, it is checked as
+ * api_handle_buffer_put would (the query, dtype and shape against length, the Content-Length,
+ * the resident quota) and its copy opened in req->upload; the handler then ends it. 0, or
+ * API_DONE after answering. */
+int api_buffer_upload_begin(api_request_t *req, uint64_t length);
 api_body_sink_t api_buffer_put_streams_body(const api_env_t *env, const char *content_type,
                                             uint64_t length, api_query_peek_fn peek, void *cls);
 int api_handle_buffer_get(api_request_t *req);

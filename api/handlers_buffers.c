@@ -11,9 +11,9 @@
 
 #include "tensor_codec.h"
 
-/* The descriptor of an application/octet-stream upload, from ?dtype= and ?shape=. 0, or
- * API_DONE after answering. */
-static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
+/* The descriptor of an application/octet-stream upload of a body of length bytes, from ?dtype=
+ * and ?shape=. 0, or API_DONE after answering. */
+static int raw_upload_desc(api_request_t *req, uint64_t length, tensor_desc_t *ret)
 {
     const config_t *cfg = req->cfg;
     const char *dtype = api_query(req, "dtype"), *shape = api_query(req, "shape");
@@ -45,9 +45,9 @@ static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
                           "shape's byte size overflows");
         return API_DONE;
     }
-    if (req->body_len != tensor_desc_bytes(&d)) {
+    if (length != tensor_desc_bytes(&d)) {
         api_respond_error(req, 400, "invalid_argument", "body",
-                          "body has %zu bytes but dtype and shape need %" PRIu64, req->body_len,
+                          "body has %" PRIu64 " bytes but dtype and shape need %" PRIu64, length,
                           tensor_desc_bytes(&d));
         return API_DONE;
     }
@@ -55,17 +55,21 @@ static int raw_upload_desc(api_request_t *req, tensor_desc_t *ret)
     return 0;
 }
 
-/* A large durable upload streams to a blob file. An ephemeral one (?durable=false) goes into
- * memory allocated whole at once (its bytes go to the executor's resident copy, never to
- * disk), so that a large one is not copied by growing: it is held in host memory once. */
+/* A large durable upload streams to a blob file. An ephemeral one (?durable=false) of raw
+ * bytes streams into the executor's resident copy (api_buffer_upload_begin), never held whole
+ * in host memory nor written to disk; any other ephemeral one (a .npy file) goes into memory
+ * allocated whole at once, so that a large one is not copied by growing. */
 api_body_sink_t api_buffer_put_streams_body(const api_env_t *env, const char *content_type,
                                             uint64_t length, api_query_peek_fn peek, void *cls)
 {
     const char *durable = peek(cls, "durable");
-    if (durable && strcmp(durable, "false") == 0) return API_BODY_MEMORY_WHOLE;
+    bool raw = content_type &&
+               api_media_is(content_type, strlen(content_type), "application/octet-stream");
+    if (durable && strcmp(durable, "false") == 0)
+        return raw && !peek(cls, "job") && !peek(cls, "output") ? API_BODY_UPLOAD
+                                                                : API_BODY_MEMORY_WHOLE;
     bool to_file = length > env->cfg->inline_blob_bytes && content_type &&
-                   (api_media_is(content_type, strlen(content_type), "application/octet-stream") ||
-                    api_media_is(content_type, strlen(content_type), "application/x-npy"));
+                   (raw || api_media_is(content_type, strlen(content_type), "application/x-npy"));
     return to_file ? API_BODY_FILE : API_BODY_MEMORY;
 }
 
@@ -193,7 +197,7 @@ static int upload_source(api_request_t *req, upload_t *ret)
         if (job_output_source(req, &u.job, &u.output)) return API_DONE;
         u.desc = u.output->desc;
     } else if (api_content_type_is(req, "application/octet-stream")) {
-        if (raw_upload_desc(req, &u.desc)) return API_DONE;
+        if (raw_upload_desc(req, req->body_len, &u.desc)) return API_DONE;
     } else if (api_content_type_is(req, "application/x-npy")) {
         if (npy_upload_desc(req, &u.desc, &u.offset)) return API_DONE;
     } else {
@@ -255,10 +259,72 @@ static int buffer_kind(api_request_t *req, bool *ret_resident, bool *ret_durable
     return 0;
 }
 
+/* Stores buf, made of desc, whose bytes are in buf (or, for a streamed ephemeral upload, all
+ * in up, taken). API_PENDING. */
+static int buffer_post(api_request_t *req, buffer_t *buf, exec_upload_t *up,
+                       const tensor_desc_t *desc, bool resident, bool durable)
+{
+    id_new('b', buf->id);
+    snprintf(buf->owner, sizeof buf->owner, "%s", req->user.name);
+    buf->desc = *desc;
+    buf->nbytes = tensor_desc_bytes(desc);
+    buf->resident = resident;
+    buf->durable = durable;
+    buf->created_us = now_us();
+    api_request_suspend(req);
+    sched_buffer_put_upload(req->env->sched, buf, up, buffer_put_reply, req);
+    return API_PENDING;
+}
+
+int api_buffer_upload_begin(api_request_t *req, uint64_t length)
+{
+    static const char *const allowed[] = {"dtype", "shape", "resident", "durable", NULL};
+    bool resident, durable;
+    tensor_desc_t d;
+    if (api_query_check(req, allowed) || buffer_kind(req, &resident, &durable) ||
+        raw_upload_desc(req, length, &d) ||
+        buffer_quota_refuses(req, tensor_desc_bytes(&d), resident, durable))
+        return API_DONE;
+    int r = sched_upload_open(req->env->sched, tensor_desc_bytes(&d), &req->upload);
+    if (r == -EBUSY)
+        api_respond_errno(req, -EAGAIN, "too many ephemeral uploads to the device at once");
+    else if (r == -ENOSPC)
+        api_respond_errno(req, r, "no device has room for the ephemeral buffer");
+    else if (r < 0)
+        api_respond_errno(req, r, "the backend could not take the ephemeral buffer");
+    return r < 0 ? API_DONE : 0;
+}
+
+/* The end of an upload that streamed into req->upload (api_buffer_upload_begin): the buffer,
+ * once every byte the open announced is in. API_DONE after answering, or API_PENDING. */
+static int buffer_put_streamed(api_request_t *req)
+{
+    exec_upload_t *up = req->upload;
+    req->upload = NULL;
+    buffer_t *buf = NULL;
+    if (req->upload_err)
+        api_respond_errno(req, req->upload_err, "copying the upload to the device failed");
+    else if (up->written != up->nbytes)
+        api_respond_error(req, 400, "invalid_argument", "body",
+                          "body has %" PRIu64 " bytes but dtype and shape need %" PRIu64,
+                          up->written, up->nbytes);
+    else if (!(buf = buffer_new()))
+        api_respond_error(req, 500, "internal", NULL, "out of memory");
+    if (!buf) {
+        sched_upload_abort(up);
+        return API_DONE;
+    }
+    tensor_desc_t d;
+    /* Checked by api_buffer_upload_begin, which answers otherwise. */
+    (void)raw_upload_desc(req, up->nbytes, &d);
+    return buffer_post(req, buf, up, &d, true, false);
+}
+
 int api_handle_buffer_put(api_request_t *req)
 {
     static const char *const allowed[] = {"dtype", "shape",  "resident", "durable",
                                           "job",   "output", NULL};
+    if (req->upload) return buffer_put_streamed(req);
     bool resident, durable;
     upload_t u;
     if (api_query_check(req, allowed) || buffer_kind(req, &resident, &durable) ||
@@ -281,16 +347,7 @@ int api_handle_buffer_put(api_request_t *req)
         return API_DONE;
     }
     req->body_len = 0;
-    id_new('b', buf->id);
-    snprintf(buf->owner, sizeof buf->owner, "%s", req->user.name);
-    buf->desc = u.desc;
-    buf->nbytes = nbytes;
-    buf->resident = resident;
-    buf->durable = durable;
-    buf->created_us = now_us();
-    api_request_suspend(req);
-    sched_buffer_put(req->env->sched, buf, buffer_put_reply, req);
-    return API_PENDING;
+    return buffer_post(req, buf, NULL, &u.desc, resident, durable);
 }
 
 /* The {id} path parameter, checked. 0, or API_DONE after answering 400. */

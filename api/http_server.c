@@ -96,6 +96,7 @@ typedef struct conn_ctx {
     bool too_large;  /* the body passed max_body_bytes: answered 413 once it has ended */
     int upload_err;  /* writing a streamed body failed: answered once it has ended */
     bool dispatched; /* the router has run */
+    bool read;       /* req's method, path, query and headers are filled (request_read) */
     bool responded;  /* a response is queued: later calls only drain the upload */
     atomic_bool reply_ready;
     size_t body_cap;
@@ -373,6 +374,15 @@ static void body_stream(conn_ctx_t *ctx, const char *data, size_t n)
     req->body_len += n;
 }
 
+/* Hands a chunk of an ephemeral buffer's body to its resident copy; after a failed write the
+ * rest is only counted, and the handler answers. */
+static void body_upload(conn_ctx_t *ctx, const char *data, size_t n)
+{
+    api_request_t *req = &ctx->req;
+    if (!req->upload_err) req->upload_err = sched_upload_write(req->upload, data, n);
+    req->body_len += n;
+}
+
 /* Keeps a chunk of the body in memory. */
 static void body_keep(conn_ctx_t *ctx, const char *data, size_t n)
 {
@@ -439,9 +449,13 @@ static void body_append(conn_ctx_t *ctx, const char *data, size_t n)
         req->body_len = 0;
         store_blob_stream_abort(req->body_file);
         req->body_file = NULL;
+        sched_upload_abort(req->upload);
+        req->upload = NULL;
         return;
     }
-    if (req->body_file && ctx->npy_head_pending)
+    if (req->upload)
+        body_upload(ctx, data, n);
+    else if (req->body_file && ctx->npy_head_pending)
         body_npy_head(ctx, data, n);
     else if (req->body_file)
         body_stream(ctx, data, n);
@@ -462,6 +476,23 @@ static void respond_upload_failed(conn_ctx_t *ctx)
     bool full = err == ENOSPC || err == EDQUOT;
     api_respond_error(&ctx->req, full ? 507 : 500, full ? "insufficient_storage" : "internal",
                       "body", "the upload could not be stored: %s", strerror(err));
+}
+
+/* Fills req's method, path, query and the headers handlers read, once. */
+static void request_read(conn_ctx_t *ctx, const char *method, const char *url)
+{
+    api_request_t *req = &ctx->req;
+    struct MHD_Connection *conn = ctx->conn;
+    if (ctx->read) return;
+    ctx->read = true;
+    req->method = method;
+    req->path = url;
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_query, req);
+    req->accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+    req->content_type =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    req->idempotency_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
+    req->json_length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Gpujob-Json-Length");
 }
 
 /* What the URI log callback gives a request whose target has control bytes (raw or
@@ -601,6 +632,14 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
             r = store_blob_stream_open(l->srv->env.cfg, &ctx->req.body_file);
             if (r < 0) ctx->upload_err = r;
             ctx->npy_head_pending = api_media_is(type, strlen(type), "application/x-npy");
+        } else if (sink == API_BODY_UPLOAD) {
+            /* Checked and its copy opened before any byte of the body is taken. */
+            request_read(ctx, method, url);
+            if (api_buffer_upload_begin(&ctx->req, n)) {
+                ctx->dispatched = true;
+                ctx->too_large = true; /* drain, do not keep, what body follows */
+                return send_response(ctx);
+            }
         } else if (known && n > 0) {
             /* Room for the announced body up front, but no more than a few MiB before bytes
              * actually arrive: a client's header alone must not reserve max_body_bytes. A body
@@ -647,14 +686,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return send_response(ctx);
     }
     api_request_t *req = &ctx->req;
-    req->method = method;
-    req->path = url;
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_query, req);
-    req->accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
-    req->content_type =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-    req->idempotency_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key");
-    req->json_length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Gpujob-Json-Length");
+    request_read(ctx, method, url);
     if (api_dispatch(req) == API_PENDING) {
         /* Posted: from now a close by the client is noticed (conn_watch_arm). */
         conn_watch_arm(ctx->srv->watch, ctx->watched, conn_client_gone, ctx);
@@ -677,6 +709,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     api_request_cleanup(&ctx->req);
     free(ctx->req.body);
     store_blob_stream_abort(ctx->req.body_file);
+    sched_upload_abort(ctx->req.upload);
     api_settings_unref(ctx->settings);
     free(ctx);
     *con_cls = NULL;

@@ -490,13 +490,14 @@ def uploads_section(rep, out):
         def query(row):
             return f" (`{row['query']}`)" if row.get("query") else ""
 
-        out.append("| upload | GB/s, best | each run | bound | of the bound |")
-        out.append("|---|---:|---:|---|---:|")
+        out.append("| upload | GB/s, best | each run | bound | of the bound "
+                   "| daemon peak RSS after, MiB |")
+        out.append("|---|---:|---:|---|---:|---:|")
         out.append(f"| ceiling: disk, dd bs=1M conv=fsync of {mib:,.0f} MiB | {num(disk, 2)} "
-                   f"| {runs(r.get('disk_gbps', []))} | | |")
+                   f"| {runs(r.get('disk_gbps', []))} | | | |")
         client = r.get("client", "curl -T")
         out.append(f"| ceiling: loopback HTTP, {client} to bench_http_sink | {num(loop, 2)} "
-                   f"| {runs(r.get('loopback_gbps', []))} | | |")
+                   f"| {runs(r.get('loopback_gbps', []))} | | | |")
         for name, label, bound, ceiling in (
                 ("durable", "durable buffer", "disk", disk),
                 ("resident", "durable resident buffer", "disk", disk),
@@ -504,12 +505,13 @@ def uploads_section(rep, out):
             row = rows.get(name, {})
             if row.get("skipped") or not row.get("gbps"):
                 out.append(f"| {label}{query(row)} | skipped: "
-                           f"{row.get('skipped', 'no result')} | | | |")
+                           f"{row.get('skipped', 'no result')} | | | | |")
                 continue
             best = max(row["gbps"])
             note = f" ({row['note']})" if row.get("note") else ""
             out.append(f"| {label}{query(row)}{note} | {best:.2f} | {runs(row['gbps'])} "
-                       f"| {bound} | {num(ratio(best, ceiling), 2)} |")
+                       f"| {bound} | {num(ratio(best, ceiling), 2)} "
+                       f"| {num(row.get('peak_rss_mib'), 0)} |")
         out.append(f"\nEvery upload is the same {client} of {mib:,.0f} MiB of zeros (Expect off, "
                    f"read from a file in {r.get('source_dir')}) to POST /v1/buffers?dtype=f32; "
                    f"the rate is its bytes over curl's time_total, the answer included. "
@@ -517,7 +519,9 @@ def uploads_section(rep, out):
                    f"server that reads each body into one buffer and drops it (bench/http_sink.c): "
                    f"what the kernel's loopback and this client give with no work behind them. "
                    f"The disk's rate is dd writing as much into the state directory's "
-                   f"filesystem and fsyncing it.\n")
+                   f"filesystem and fsyncing it. The daemon's peak RSS (VmHWM) is read after "
+                   f"each row's runs, the rows in the order shown; its RSS before the first: "
+                   f"{num(r.get('rss_start_mib'), 0)} MiB.\n")
 
     def frac(name, ceiling):
         rates = rows.get(name, {}).get("gbps")

@@ -21,7 +21,8 @@
 #            clients waited, 64 clients submit only (gpujobd), the binary section waited at 1
 #            and 64 clients (gpujobd, bench_loadgen), and each server's CPU per job;
 #   uploads  --large-bytes uploads (durable, resident, ephemeral resident) beside the disk's
-#            synced write rate and the loopback HTTP ceiling (uploads.py, bench_http_sink).
+#            synced write rate and the loopback HTTP ceiling, with the daemon's peak RSS after
+#            each kind (uploads.py, bench_http_sink).
 # A part that cannot run (no PyTorch or aiohttp, no GPU) is reported as skipped, one that fails
 # as failed, each with the reason, and the rest goes on; the exit status is 1 when a part
 # failed. Builds nothing: run scripts/build.sh first.
@@ -435,7 +436,7 @@ part_uploads() {
   fi
   start_daemon uploads --set limits.max_body_bytes=$((2 * large_bytes))
   "$py" $here/uploads.py "$url" --sink "$sink" --state-dir "$state_root/uploads-state" \
-    --bytes "$large_bytes" --json "$dir/uploads.json"
+    --bytes "$large_bytes" --json "$dir/uploads.json" --pid "$pid"
   stop
 }
 

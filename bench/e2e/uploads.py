@@ -118,7 +118,19 @@ def sink_rates(sink_bin, src, nbytes, runs):
         p.wait()
 
 
-def upload_rows(url, src, nbytes, runs):
+def status_mib(pid, field):
+    """A field of /proc/PID/status ("VmHWM": the peak RSS, "VmRSS") in MiB; None without one."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, TypeError, ValueError):
+        pass
+    return None
+
+
+def upload_rows(url, src, nbytes, runs, pid=None):
     rows = {}
     for name, query in ROWS:
         rates, row = [], {"query": query.lstrip("&")}
@@ -136,6 +148,8 @@ def upload_rows(url, src, nbytes, runs):
             rates.append(nbytes / seconds / 1e9)
             delete_buffer(url, text)
         row["gbps"] = rates
+        if pid:
+            row["peak_rss_mib"] = status_mib(pid, "VmHWM")
         rows[name] = row
     return rows
 
@@ -148,15 +162,19 @@ def main():
     parser.add_argument("--json", required=True)
     parser.add_argument("--bytes", type=int, default=1 << 30)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--pid", type=int, help="the daemon's, for its peak RSS after each row")
     args = parser.parse_args()
     result = {"bytes": args.bytes, "runs": args.runs}
+    if args.pid:
+        result["rss_start_mib"] = status_mib(args.pid, "VmRSS")
     src = source_file(args.bytes, args.state_dir)
     result["source_dir"] = os.path.dirname(src)
     result["client"] = "curl -T" if shutil.which("curl") else "Python with sendfile"
     steps = (("disk_gbps", lambda: [disk_rate(args.bytes, args.state_dir)
                                     for _ in range(args.runs)]),
              ("loopback_gbps", lambda: sink_rates(args.sink, src, args.bytes, args.runs)),
-             ("rows", lambda: upload_rows(args.url.rstrip("/"), src, args.bytes, args.runs)))
+             ("rows", lambda: upload_rows(args.url.rstrip("/"), src, args.bytes, args.runs,
+                                            args.pid)))
     try:
         for key, step in steps:
             try:

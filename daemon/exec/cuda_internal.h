@@ -5,7 +5,7 @@
  * cuda_worker.c    the device worker thread: what starts when, and the drain
  * cuda_slots.c     stream slots: a batch's launch, its waiter, its completion
  * cuda_resident.c  resident buffers: placement, loading, references, freeing
- * cuda_ephemeral.c ephemeral buffers: an upload copied through pinned staging to the device
+ * cuda_ephemeral.c ephemeral buffers: an upload streamed through pinned staging to the device
  * cuda_recovery.c  a lost context: the culprit, and every batch handed back
  *
  * One lock (cuda_exec_t.lock) guards every worker's queue, slots and flags, and one condition
@@ -216,7 +216,10 @@ int cuda_place_buffer(executor_t *base, uint64_t nbytes);
 void cuda_buffer_added(executor_t *base, const buffer_t *buf);
 void cuda_buffer_deleted(executor_t *base, const char *id);
 /* --- cuda_ephemeral.c */
-int cuda_buffer_keep(executor_t *base, buffer_t *buf);
+int cuda_upload_open(executor_t *base, int device, uint64_t nbytes, exec_upload_t **ret);
+int cuda_upload_write(exec_upload_t *up, const void *data, size_t n);
+int cuda_upload_keep(exec_upload_t *up, const char *id);
+void cuda_upload_abort(exec_upload_t *up);
 
 /* --- cuda_recovery.c */
 /* After a failed CUDA call: the sticky error that lost the context, or cudaSuccess. */

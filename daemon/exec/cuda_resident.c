@@ -288,7 +288,7 @@ int cuda_place_buffer(executor_t *base, uint64_t nbytes)
 void cuda_buffer_added(executor_t *base, const buffer_t *buf)
 {
     cuda_exec_t *ex = (cuda_exec_t *)base;
-    if (!buf->durable) return; /* kept already, by cuda_buffer_keep */
+    if (!buf->durable) return; /* kept already, by cuda_upload_keep */
     pthread_mutex_lock(&ex->lock);
     for (int d = 0; d < ex->n_devices; d++) {
         device_worker_t *dw = &ex->devices[d];

@@ -11,6 +11,7 @@
  * batch's other jobs, and is free for the next batch as soon as the batch is done. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -388,10 +389,49 @@ static void cpu_destroy(executor_t *base, int timeout_ms)
     free(ex);
 }
 
-/* An ephemeral buffer's resident copy is its upload's bytes, kept in host memory as they are. */
-static int cpu_buffer_keep(executor_t *base, buffer_t *buf)
+/* An ephemeral upload on the CPU backend: its bytes land in host memory allocated for all of
+ * them at the open (its pages touched only as they arrive), which becomes the resident copy
+ * without a copy. */
+typedef struct cpu_upload {
+    exec_upload_t base;
+    char *data;
+} cpu_upload_t;
+
+static int cpu_upload_open(executor_t *base, int device, uint64_t nbytes, exec_upload_t **ret)
 {
-    return ephemeral_table_add(&((cpu_exec_t *)base)->ephemeral, buf);
+    if (nbytes >= SIZE_MAX) return -ENOMEM;
+    cpu_upload_t *u = calloc(1, sizeof *u);
+    char *data = malloc(nbytes ? (size_t)nbytes : 1);
+    if (!u || !data) {
+        free(u);
+        free(data);
+        return -ENOMEM;
+    }
+    u->base = (exec_upload_t){.ex = base, .nbytes = nbytes, .device = device};
+    u->data = data;
+    *ret = &u->base;
+    return 0;
+}
+
+static int cpu_upload_write(exec_upload_t *up, const void *data, size_t n)
+{
+    memcpy(((cpu_upload_t *)up)->data + up->written, data, n);
+    return 0;
+}
+
+static int cpu_upload_keep(exec_upload_t *up, const char *id)
+{
+    cpu_upload_t *u = (cpu_upload_t *)up;
+    int r = ephemeral_table_add(&((cpu_exec_t *)up->ex)->ephemeral, id, u->data);
+    free(u);
+    return r;
+}
+
+static void cpu_upload_abort(exec_upload_t *up)
+{
+    if (!up) return;
+    free(((cpu_upload_t *)up)->data);
+    free(up);
 }
 
 static void cpu_buffer_deleted(executor_t *base, const char *id)
@@ -408,7 +448,10 @@ static const executor_ops_t cpu_ops = {
     .destroy = cpu_destroy,
     .abandon = cpu_abandon,
     .cancel = cpu_cancel,
-    .buffer_keep = cpu_buffer_keep,
+    .upload_open = cpu_upload_open,
+    .upload_write = cpu_upload_write,
+    .upload_keep = cpu_upload_keep,
+    .upload_abort = cpu_upload_abort,
     .buffer_deleted = cpu_buffer_deleted,
 };
 

@@ -30,16 +30,14 @@ void ephemeral_table_destroy(ephemeral_table_t *t)
     pthread_mutex_destroy(&t->lock);
 }
 
-int ephemeral_table_add(ephemeral_table_t *t, buffer_t *buf)
+int ephemeral_table_add(ephemeral_table_t *t, const char *id, void *data)
 {
     ephemeral_copy_t *c = calloc(1, sizeof *c);
-    void *data = buf->data;
-    buf->data = NULL;
     if (!c) {
         free(data);
         return -ENOMEM;
     }
-    memcpy(c->id, buf->id, ID_SIZE);
+    memcpy(c->id, id, ID_SIZE);
     c->data = data;
     pthread_mutex_lock(&t->lock);
     int r = vec_grow((void **)&t->copies, &t->cap, t->n + 1, sizeof *t->copies, 8);

@@ -1,7 +1,7 @@
 /* The host-memory copies of ephemeral buffers, for a backend that keeps them there (the CPU
- * backend): each copy is the upload's own bytes, taken without a copy, lent to the jobs that
- * read it and freed once it is deleted and no job reads it. Thread-safe. Private to
- * daemon/exec/. */
+ * backend): each copy is the memory its upload streamed into (exec_cpu.c), taken without a
+ * copy, lent to the jobs that read it and freed once it is deleted and no job reads it.
+ * Thread-safe. Private to daemon/exec/. */
 #pragma once
 
 #include <pthread.h>
@@ -20,9 +20,8 @@ typedef struct ephemeral_table {
 void ephemeral_table_init(ephemeral_table_t *t);
 /* Frees every copy, read or not: the backend's workers are gone. */
 void ephemeral_table_destroy(ephemeral_table_t *t);
-/* Takes buf->data (NULL on return, freed on failure) as the copy of buffer buf->id. 0, or
- * -ENOMEM. */
-int ephemeral_table_add(ephemeral_table_t *t, buffer_t *buf);
+/* Takes data (freed on failure) as the copy of buffer id. 0, or -ENOMEM. */
+int ephemeral_table_add(ephemeral_table_t *t, const char *id, void *data);
 /* The bytes of buffer id, lent until ephemeral_table_release(); NULL when there is no copy
  * (never was, or deleted). */
 const void *ephemeral_table_acquire(ephemeral_table_t *t, const char *id);

@@ -95,6 +95,15 @@ typedef void (*exec_done_fn)(exec_batch_t *batch, void *ud);
 
 typedef struct executor executor_t;
 
+/* An ephemeral buffer's bytes on their way into a backend's resident copy (upload_open): the
+ * part every backend shares, at the start of the backend's own state. */
+typedef struct exec_upload {
+    executor_t *ex;
+    uint64_t nbytes;  /* the buffer's, announced at the open */
+    uint64_t written; /* so far */
+    int device;       /* where the copy lives; -1 on a backend without devices */
+} exec_upload_t;
+
 typedef struct executor_ops {
     const char *name;     /* "cpu", "cuda" */
     op_backend_t backend; /* which implementation of each op it runs (kernels/op.h) */
@@ -111,7 +120,7 @@ typedef struct executor_ops {
     void (*destroy)(executor_t *ex, int timeout_ms);
 
     /* Resident buffers; NULL where the backend has no device memory (the CPU backend has
-     * only buffer_keep and buffer_deleted, for ephemeral buffers). */
+     * only the upload hooks and buffer_deleted, for ephemeral buffers). */
     /* The device a new resident buffer of nbytes should live on, or -1 for none. Any thread. */
     int (*place_buffer)(executor_t *ex, uint64_t nbytes);
     /* A resident buffer is stored (its row committed): the backend may load it onto its
@@ -119,13 +128,26 @@ typedef struct executor_ops {
     void (*buffer_added)(executor_t *ex, const buffer_t *buf);
     /* The buffer is gone from the store: free its device copy once no launch uses it. */
     void (*buffer_deleted)(executor_t *ex, const char *id);
-    /* Takes an ephemeral buffer's bytes (buf->data, owned from then on: NULL on return, freed
-     * by the backend whatever the outcome) into its resident copy: device memory on
-     * buf->device for the CUDA backend, host memory for the CPU one. Called on the uploading
-     * thread before the buffer's row is stored, so that a job that finds the row finds the
-     * copy; buffer_deleted() frees it. 0; -ENOSPC when the device has no room; -ENOMEM; -EIO
-     * after a device error. NULL where the backend keeps none. */
-    int (*buffer_keep)(executor_t *ex, buffer_t *buf);
+    /* Opens the resident copy of an ephemeral buffer of nbytes on device (place_buffer's
+     * choice, -1 where the backend has none) before any of its bytes arrives, so that an
+     * upload streams into it as the request brings them and is never held whole in host
+     * memory on the way: device memory on the CUDA backend, fed through pinned staging, host
+     * memory on the CPU one. Its memory is taken now. 0; -ENOSPC when the device has no room;
+     * -EBUSY when the device's upload staging is all in use; -ENOMEM; -EIO after a device
+     * error. Any thread; an upload's later calls come from one thread at a time. NULL where
+     * the backend keeps no resident copies. */
+    int (*upload_open)(executor_t *ex, int device, uint64_t nbytes, exec_upload_t **ret);
+    /* Appends n bytes to up at offset up->written, which the caller then advances (and keeps
+     * within up->nbytes). 0, or -EIO after a device error, after which up can only be
+     * aborted. */
+    int (*upload_write)(exec_upload_t *up, const void *data, size_t n);
+    /* All of up's bytes are written: the copy becomes buffer id's resident copy, lent to the
+     * jobs that read it from now on, before the buffer's row is stored (a job that finds the
+     * row finds the copy); buffer_deleted() frees it. Frees up whatever the outcome. 0,
+     * -ENOMEM, or -EIO after a device error. */
+    int (*upload_keep)(exec_upload_t *up, const char *id);
+    /* Frees up and its copy, whatever was written; accepts NULL. */
+    void (*upload_abort)(exec_upload_t *up);
     /* True when device is one this backend runs jobs on. Any thread. */
     bool (*serves_device)(executor_t *ex, int device);
 

@@ -153,17 +153,59 @@ void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn 
     if (m) msg_post(s, m);
 }
 
-void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token)
+int sched_upload_open(sched_t *s, uint64_t nbytes, exec_upload_t **ret)
+{
+    if (!atomic_load(&s->accepting)) return -ESHUTDOWN;
+    if (!s->ex || !s->ex->ops->upload_open) return -EOPNOTSUPP;
+    int device = s->ex->ops->place_buffer ? s->ex->ops->place_buffer(s->ex, nbytes) : -1;
+    return s->ex->ops->upload_open(s->ex, device, nbytes, ret);
+}
+
+int sched_upload_write(exec_upload_t *up, const void *data, size_t n)
+{
+    if (n > up->nbytes - up->written) return -EFBIG;
+    int r = up->ex->ops->upload_write(up, data, n);
+    if (r == 0) up->written += n;
+    return r;
+}
+
+void sched_upload_abort(exec_upload_t *up)
+{
+    if (up) up->ex->ops->upload_abort(up);
+}
+
+/* Gives an ephemeral buffer's bytes, streamed into up or held in buf->data (freed), to the
+ * executor's resident copy, before its row exists: a job that finds the row finds the copy.
+ * up is freed. 0, or a negative errno. */
+static int buffer_keep_ephemeral(sched_t *s, buffer_t *buf, exec_upload_t *up)
+{
+    int r = up ? 0 : sched_upload_open(s, buf->nbytes, &up);
+    if (r == 0 && buf->data) r = sched_upload_write(up, buf->data, buf->nbytes);
+    free(buf->data);
+    buf->data = NULL;
+    if (r == 0 && up->written != up->nbytes) r = -EINVAL;
+    if (r < 0) {
+        sched_upload_abort(up);
+        return r;
+    }
+    buf->device = up->device;
+    return up->ex->ops->upload_keep(up, buf->id);
+}
+
+void sched_buffer_put_upload(sched_t *s, buffer_t *buf, exec_upload_t *up, sched_reply_fn reply,
+                             void *token)
 {
     msg_t *m = msg_new(MSG_BUF_PUT, reply, token);
     if (!m) {
         store_blob_discard(s->st, buf->blob);
+        sched_upload_abort(up);
         buffer_free(buf);
         return;
     }
     m->buf = buf;
     if (!atomic_load(&s->accepting)) {
         store_blob_discard(s->st, buf->blob);
+        sched_upload_abort(up);
         reply_stopping(reply, token);
         msg_free(m);
         return;
@@ -171,16 +213,13 @@ void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *tok
     id_new('b', buf->id);
     buf->created_us = now_us();
     int r;
-    if (buf->resident && s->ex && s->ex->ops->place_buffer)
-        buf->device = s->ex->ops->place_buffer(s->ex, buf->nbytes);
     if (!buf->durable) {
-        /* Its bytes go to the executor's resident copy now, before its row exists: a job that
-         * finds the row finds the copy. */
-        r = s->ex && s->ex->ops->buffer_keep ? s->ex->ops->buffer_keep(s->ex, buf) : -EOPNOTSUPP;
+        r = buffer_keep_ephemeral(s, buf, up);
         if (r < 0) {
             reply_err(reply, token, r,
-                      r == -ENOSPC ? "no device has room for the ephemeral buffer"
-                                   : "the backend could not keep the ephemeral buffer");
+                      r == -ENOSPC  ? "no device has room for the ephemeral buffer"
+                      : r == -EBUSY ? "too many ephemeral uploads to the device at once"
+                                    : "the backend could not keep the ephemeral buffer");
             msg_free(m);
             return;
         }
@@ -190,7 +229,14 @@ void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *tok
         msg_free(m);
         return;
     }
+    if (buf->resident && buf->durable && s->ex && s->ex->ops->place_buffer)
+        buf->device = s->ex->ops->place_buffer(s->ex, buf->nbytes);
     msg_post(s, m);
+}
+
+void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token)
+{
+    sched_buffer_put_upload(s, buf, NULL, reply, token);
 }
 
 void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,

@@ -112,6 +112,22 @@ void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn 
  * gives its bytes to the executor's resident copy on the calling thread first (507 when no
  * device has room) and stores only its row. Replies when committed. */
 void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *token);
+/* An ephemeral buffer's upload streamed as it arrives, before the buffer exists: its resident
+ * copy of nbytes is opened on the device the executor places it on (its memory taken now), the
+ * request's bytes go into it in order (sched_upload_write, from one thread at a time), and
+ * sched_buffer_put_upload makes it the buffer's once all of them are in, or
+ * sched_upload_abort frees it. Any thread. 0; -ESHUTDOWN when draining; -EOPNOTSUPP where the
+ * backend keeps no resident copies; -ENOSPC when no device has room; -EBUSY when the device's
+ * upload staging is all in use; -ENOMEM; -EIO. */
+int sched_upload_open(sched_t *s, uint64_t nbytes, exec_upload_t **ret);
+/* 0; -EFBIG past the nbytes of the open (nothing written); -EIO after a device error. */
+int sched_upload_write(exec_upload_t *up, const void *data, size_t n);
+/* Accepts NULL. */
+void sched_upload_abort(exec_upload_t *up);
+/* sched_buffer_put of an ephemeral buffer (!buf->durable, resident, no bytes in buf->data)
+ * whose bytes are all in up (taken, freed whatever the outcome). */
+void sched_buffer_put_upload(sched_t *s, buffer_t *buf, exec_upload_t *up, sched_reply_fn reply,
+                             void *token);
 void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
                          void *token);
 

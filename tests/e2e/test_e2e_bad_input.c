@@ -305,28 +305,11 @@ static void expect_case(e2e_daemon_t *d, const bad_case_t *c, const char *job_id
  * Returns what came back before the daemon closed (maybe nothing). */
 static void send_truncated_body(e2e_daemon_t *d, char *reply, size_t size)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert(fd >= 0);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(e2e_daemon_port(d))};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert(connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0);
-    struct timeval tv = {.tv_sec = 10};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char req[512];
-    int n = snprintf(req, sizeof req,
-                     "POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
-                     "{\"op\":\"add\",\"inputs\":{\"x\":");
-    ck_assert(write(fd, req, (size_t)n) == n);
+    int fd = e2e_raw_post_start_ok(d, "/v1/jobs", "application/json", 1000);
+    static const char part[] = "{\"op\":\"add\",\"inputs\":{\"x\":";
+    e2e_write_all_ok(fd, part, sizeof part - 1);
     shutdown(fd, SHUT_WR);
-    size_t got = 0;
-    for (;;) {
-        ssize_t k = read(fd, reply + got, size - 1 - got);
-        if (k <= 0) break;
-        got += (size_t)k;
-        if (got == size - 1) break;
-    }
-    reply[got] = '\0';
+    e2e_read_reply(fd, reply, size);
     close(fd);
 }
 

@@ -6,7 +6,12 @@
  * - the owner's resident quota counts it, DELETE gives the quota back, and a job naming it
  *   after the DELETE is refused;
  * - a job queued behind a long one that names it fails with input_unavailable when the daemon
- *   restarts before it runs.
+ *   restarts before it runs;
+ * - a 256 MiB upload streams into its copy: the daemon's peak RSS grows by the copy's size
+ *   (host memory on the CPU backend), not by the body held besides it;
+ * - a Content-Length other than dtype and shape need is refused before the body, a chunked
+ *   body longer than they need is refused, and a body cut short by the client leaves no buffer
+ *   and gives its memory back.
  * The backend is the CPU one unless GPUJOB_E2E_BACKEND says otherwise. */
 #define _GNU_SOURCE /* memmem; nftw's FTW_PHYS */
 #include <check.h>
@@ -16,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "support/daemon_harness.h"
 
@@ -276,6 +282,119 @@ START_TEST(test_a_queued_job_naming_an_ephemeral_buffer_fails_cleanly_after_a_re
 }
 END_TEST
 
+/* Large uploads: bodies up to 512 MiB. */
+#define BIG_CONFIG "[limits]\nmax_body_bytes = 512MiB\n"
+
+START_TEST(test_a_256_mib_upload_streams_into_its_copy_without_holding_the_body)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(BIG_CONFIG);
+    const int n = 64 << 20; /* 256 MiB of f32 */
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *v = malloc(bytes);
+    ck_assert(v);
+    fill_pattern(v, n, 4099);
+    long before = e2e_daemon_status_kib(d, "VmHWM");
+    json_t *meta = upload_ephemeral(d, v, n, 201);
+    long grew = e2e_daemon_status_kib(d, "VmHWM") - before;
+    ck_assert_int_eq(json_integer_value(json_object_get(meta, "bytes")), (json_int_t)bytes);
+    ck_assert(json_is_false(json_object_get(meta, "durable")));
+    json_decref(meta);
+    ck_assert_double_eq(ephemeral_gauge(d), (double)bytes);
+    /* The CPU backend's copy is host memory of the buffer's size; the body held whole besides
+     * it (and copied at its end) would add as much again. */
+    printf("peak RSS grew by %ld KiB for a %zu KiB upload\n", grew, bytes >> 10);
+    ck_assert_msg(grew < (long)(bytes >> 10) + (64 << 10), "peak RSS grew by %ld KiB", grew);
+    free(v);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_a_body_of_another_length_is_refused_and_leaves_no_buffer)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    float v[101];
+    fill_pattern(v, 101, 7);
+    /* A Content-Length one float short of, or past, what dtype and shape need. */
+    static const char *const shapes[] = {"resident=true&durable=false&shape=102",
+                                         "resident=true&durable=false&shape=100"};
+    for (int k = 0; k < 2; k++) {
+        static const char *const headers[] = {"Content-Type: application/octet-stream", NULL};
+        char path[160];
+        snprintf(path, sizeof path, "/v1/buffers?dtype=f32&%s", shapes[k]);
+        e2e_response_t resp;
+        ck_assert(e2e_http_request(d, "POST", path, headers, v, sizeof v, &resp) == 0);
+        ck_assert_msg(resp.status == 400, "%s: status %ld", path, resp.status);
+        ck_assert_str_eq(e2e_error_field(resp.json), "body");
+        e2e_response_clear(&resp);
+    }
+    /* Refused once the headers are in, before any of the body is sent. */
+    int fd = e2e_raw_connect_ok(d);
+    static const char early[] = "POST /v1/buffers?dtype=f32&shape=1&resident=true&durable=false "
+                                "HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                                "application/octet-stream\r\nContent-Length: 1048576\r\n\r\n";
+    e2e_write_all_ok(fd, early, sizeof early - 1);
+    char reply[4096];
+    ssize_t got = read(fd, reply, sizeof reply - 1);
+    reply[got > 0 ? got : 0] = '\0';
+    close(fd);
+    ck_assert_msg(strncmp(reply, "HTTP/1.1 400", 12) == 0, "reply before the body: %.300s", reply);
+    /* A chunked body longer than they need. */
+    fd = e2e_raw_connect_ok(d);
+    static const char chunked[] = "POST /v1/buffers?dtype=f32&shape=1&resident=true&durable=false "
+                                  "HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                                  "application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                  "8\r\n01234567\r\n0\r\n\r\n";
+    e2e_write_all_ok(fd, chunked, sizeof chunked - 1);
+    e2e_read_reply(fd, reply, sizeof reply);
+    close(fd);
+    ck_assert_msg(strncmp(reply, "HTTP/1.1 400", 12) == 0, "reply: %.300s", reply);
+    ck_assert_msg(strstr(reply, "\"field\": \"body\"") || strstr(reply, "\"field\":\"body\""),
+                  "reply: %.600s", reply);
+    ck_assert_double_eq(ephemeral_gauge(d), 0);
+    json_t *usage = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(usage, "resident_bytes")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(usage, "buffers")), 0);
+    json_decref(usage);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+START_TEST(test_a_body_cut_short_leaves_no_buffer_and_gives_its_memory_back)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(BIG_CONFIG);
+    const size_t declared = (size_t)256 << 20, sent = (size_t)128 << 20;
+    long rss = e2e_daemon_status_kib(d, "VmRSS"), hwm = e2e_daemon_status_kib(d, "VmHWM");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/buffers?dtype=u32&shape=%zu&resident=true&durable=false",
+             declared / 4);
+    int fd = e2e_raw_post_start_ok(d, path, "application/octet-stream", declared);
+    char *part = malloc(sent);
+    memset(part, 0x5a, sent);
+    e2e_write_all_ok(fd, part, sent);
+    free(part);
+    /* Once the daemon holds most of what was sent, the client goes away. */
+    double deadline = e2e_now() + 30;
+    while (e2e_daemon_status_kib(d, "VmHWM") - hwm < (long)(sent >> 10) * 3 / 4 &&
+           e2e_now() < deadline)
+        usleep(10000);
+    ck_assert_msg(e2e_daemon_status_kib(d, "VmHWM") - hwm >= (long)(sent >> 10) * 3 / 4,
+                  "the daemon never held the bytes sent");
+    close(fd);
+    long now = e2e_daemon_status_kib(d, "VmRSS");
+    for (deadline = e2e_now() + 30; now - rss > (32 << 10) && e2e_now() < deadline;
+         now = e2e_daemon_status_kib(d, "VmRSS"))
+        usleep(10000);
+    ck_assert_msg(now - rss <= (32 << 10), "RSS stays %ld KiB above its start", now - rss);
+    ck_assert_double_eq(ephemeral_gauge(d), 0);
+    json_t *usage = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(usage, "buffers")), 0);
+    json_decref(usage);
+    float v[4] = {1, 2, 3, 4};
+    json_decref(upload_ephemeral(d, v, 4, 201));
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_ephemeral");
@@ -286,6 +405,9 @@ int main(void)
     tcase_add_test(tc, test_durable_false_needs_resident_true);
     tcase_add_test(tc, test_resident_quota_counts_ephemeral_buffers_and_delete_frees_them);
     tcase_add_test(tc, test_a_queued_job_naming_an_ephemeral_buffer_fails_cleanly_after_a_restart);
+    tcase_add_test(tc, test_a_256_mib_upload_streams_into_its_copy_without_holding_the_body);
+    tcase_add_test(tc, test_a_body_of_another_length_is_refused_and_leaves_no_buffer);
+    tcase_add_test(tc, test_a_body_cut_short_leaves_no_buffer_and_gives_its_memory_back);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -90,6 +90,8 @@ UNPROVOKABLE = {
     ("POST", "/v1/jobs", 507): "answered only when the daemon's disk is full (test_e2e_connections)",
     ("GET", "/v1/jobs/{id}/outputs/{name}", 410): STORE_PAST_BOUND,
     ("POST", "/v1/buffers", 410): STORE_PAST_BOUND,
+    ("POST", "/v1/buffers", 429): "answered only on the CUDA backend, to a fifth ephemeral upload "
+    "streaming to one device at once",
     ("POST", "/v1/jobs", 422): "every op of this build runs on both backends (test_api_routes "
     "provokes it with a backend that lacks one)",
     ("GET", "/v1/usage", 422): "answered only past 10000 rows of the usage rollup (users x days x "

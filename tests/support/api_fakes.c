@@ -318,6 +318,25 @@ void sched_buffer_put(sched_t *s, buffer_t *buf, sched_reply_fn reply, void *tok
     fake_sched.last_buffer = buf;
 }
 
+/* The fake keeps no resident copies, as a backend without upload hooks. */
+int sched_upload_open(sched_t *s, uint64_t nbytes, exec_upload_t **ret)
+{
+    return -EOPNOTSUPP;
+}
+
+int sched_upload_write(exec_upload_t *up, const void *data, size_t n)
+{
+    return -EIO;
+}
+
+void sched_upload_abort(exec_upload_t *up) {}
+
+void sched_buffer_put_upload(sched_t *s, buffer_t *buf, exec_upload_t *up, sched_reply_fn reply,
+                             void *token)
+{
+    sched_buffer_put(s, buf, reply, token);
+}
+
 void sched_buffer_delete(sched_t *s, const char *owner, const char *id, sched_reply_fn reply,
                          void *token)
 {

@@ -162,3 +162,17 @@ uint32_t e2e_rand(uint32_t *seed);
 double e2e_rand_uniform(uint32_t *seed, double lo, double hi);
 /* Monotonic time in seconds. */
 double e2e_now(void);
+/* A field of the daemon's /proc/PID/status in KiB ("VmHWM": its peak RSS, "VmRSS"). */
+long e2e_daemon_status_kib(e2e_daemon_t *d, const char *field);
+/* A TCP connection to the daemon's port for a request written by hand, with a receive
+ * timeout of 30 s; the caller closes it. */
+int e2e_raw_connect_ok(e2e_daemon_t *d);
+/* Writes all n bytes to fd. */
+void e2e_write_all_ok(int fd, const void *data, size_t n);
+/* A raw connection (e2e_raw_connect_ok) with the headers of a POST to path_query sent: a
+ * Content-Type and a Content-Length of content_length; the body is the caller's to send. */
+int e2e_raw_post_start_ok(e2e_daemon_t *d, const char *path_query, const char *content_type,
+                          size_t content_length);
+/* What comes back on fd, NUL-terminated, until the daemon closes it, the receive timeout, or
+ * size - 1 bytes. */
+void e2e_read_reply(int fd, char *reply, size_t size);
