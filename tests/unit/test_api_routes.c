@@ -798,14 +798,16 @@ START_TEST(test_metrics_show_per_user_gauges_with_escaped_names)
     fake_sched.users_with_jobs = 140;
     test_req_t *t = run_json("GET", "/metrics", NULL);
     ck_assert_int_eq(t->req.resp.status, 200);
-    const char *text = t->req.resp.body;
-    ck_assert_ptr_nonnull(strstr(text, "# TYPE gpujobd_user_jobs_queued gauge\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\ngpujobd_user_jobs_queued{user=\"alice\"} 5\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\ngpujobd_user_jobs_running{user=\"alice\"} 1\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\ngpujobd_user_jobs_queued{user=\"b\\\"o\\\\b\\nx\"} 2\n"));
-    ck_assert_ptr_nonnull(
-        strstr(text, "\ngpujobd_user_jobs_running{user=\"b\\\"o\\\\b\\nx\"} 0\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\ngpujobd_users_with_jobs 140\n"));
+    static const char *const want[] = {
+        "# TYPE gpujobd_user_jobs_queued gauge\n",
+        "\ngpujobd_user_jobs_queued{user=\"alice\"} 5\n",
+        "\ngpujobd_user_jobs_running{user=\"alice\"} 1\n",
+        "\ngpujobd_user_jobs_queued{user=\"b\\\"o\\\\b\\nx\"} 2\n",
+        "\ngpujobd_user_jobs_running{user=\"b\\\"o\\\\b\\nx\"} 0\n",
+        "\ngpujobd_users_with_jobs 140\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(t->req.resp.body, want[i]), "/metrics has no '%s'", want[i]);
     done(t);
 }
 END_TEST
