@@ -1,8 +1,8 @@
 /* The per-user gauges of /metrics (sched_get_user_gauges): every SCHED_USER_GAUGES_MS the loop
  * walks its users once (each user's queue length and running count are already kept for fair
- * share), keeps the SCHED_USER_GAUGES_MAX with the most jobs, and copies them under a lock that
- * a scrape holds only for a copy of them. A scrape thus does no work in the queue's length and
- * never waits for the loop, at the price of a reading up to a period old. */
+ * share), keeps the SCHED_USER_GAUGES_MAX with the most jobs queued, and copies them under a
+ * lock that a scrape holds only for a copy of them. A scrape thus does no work in the queue's
+ * length and never waits for the loop, at the price of a reading up to a period old. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,8 +41,8 @@ static int gauge_order(const void *a, const void *b)
     return strcmp(x->user, y->user);
 }
 
-/* Publishes the users' counts now. Out of memory, the last snapshot stays (and says so once
- * in the log): the gauges are a view, not worth failing anything for. */
+/* Publishes the users' counts now. Out of memory, the last snapshot stays, and the log says
+ * so: the gauges are a view, not worth failing anything for. */
 static void user_gauges_publish(sched_t *s)
 {
     gauge_rows_t rows = {0};
