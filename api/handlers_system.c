@@ -164,6 +164,54 @@ static void buffer_gauges_text(text_t *t, api_request_t *req)
            (long)u.ephemeral_bytes);
 }
 
+/* A label value as the Prometheus text format writes it: backslash, double quote and line
+ * feed escaped (\\, \", \n), every other byte as it is. */
+static void label_value_text(text_t *t, const char *v)
+{
+    for (const char *p = v;; p++) {
+        size_t plain = strcspn(p, "\\\"\n");
+        text_printf(t, "%.*s", (int)plain, p);
+        p += plain;
+        if (!*p) return;
+        text_printf(t, "\\%c", *p == '\n' ? 'n' : *p);
+    }
+}
+
+/* Jobs queued and running per user, from the scheduler's latest snapshot (scheduler.h says
+ * which users it holds), and how many users had jobs then. */
+static void user_gauges_text(text_t *t, sched_t *sched)
+{
+    static const struct {
+        const char *name, *help;
+        bool running;
+    } families[] = {
+        {"gpujobd_user_jobs_queued", "Jobs waiting to run, per user.", false},
+        {"gpujobd_user_jobs_running", "Jobs running now, per user.", true},
+    };
+    sched_user_gauge_t *rows = malloc(SCHED_USER_GAUGES_MAX * sizeof *rows);
+    if (!rows) {
+        t->failed = true;
+        return;
+    }
+    long users = 0;
+    int n = sched_get_user_gauges(sched, rows, SCHED_USER_GAUGES_MAX, &users);
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        text_printf(t, "# HELP %s %s\n# TYPE %s gauge\n", families[f].name, families[f].help,
+                    families[f].name);
+        for (int i = 0; i < n; i++) {
+            text_printf(t, "%s{user=\"", families[f].name);
+            label_value_text(t, rows[i].user);
+            text_printf(t, "\"} %ld\n", families[f].running ? rows[i].running : rows[i].queued);
+        }
+    }
+    free(rows);
+    text_printf(t,
+                "# HELP gpujobd_users_with_jobs Users with jobs queued or running; the per-user "
+                "gauges show the %d with the most queued.\n"
+                "# TYPE gpujobd_users_with_jobs gauge\ngpujobd_users_with_jobs %ld\n",
+                SCHED_USER_GAUGES_MAX, users);
+}
+
 /* One histogram family: cumulative buckets, +Inf, sum and count. */
 static void histogram_text(text_t *t, const char *name, const char *help,
                            const sched_histogram_t *h)
@@ -199,6 +247,7 @@ int api_handle_metrics(api_request_t *req)
     metric(&t, "gpujobd_jobs_cancelled_total", "counter", "Jobs cancelled.", s.cancelled_total);
     metric(&t, "gpujobd_jobs_queued", "gauge", "Jobs waiting to run.", s.queued);
     metric(&t, "gpujobd_jobs_running", "gauge", "Jobs running now.", s.running);
+    user_gauges_text(&t, req->env->sched);
     metric(&t, "gpujobd_batches_total", "counter", "Launches (batches) run.", s.batches_total);
     metric(&t, "gpujobd_batched_jobs_total", "counter", "Jobs run inside batches.",
            s.batched_jobs_total);

@@ -146,6 +146,13 @@ function report(e) {
 
 // --- now: devices, queue, recent throughput and latency ---
 
+// A device's memory, used / total, which may wrap after the slash (never inside a figure):
+// a GPU's figures with their units do not fit a narrow panel on one line beside the others.
+function memoryText(used, total) {
+  return el('span', {}, el('span', {text: bytes(used), cls: 'nowrap'}), ' / ',
+            el('span', {text: bytes(total), cls: 'nowrap'}));
+}
+
 async function refreshNow() {
   const s = await api('/v1/stats?minutes=' + WINDOW_MIN);
   const backend = info.backend ? info.backend.name : 'unknown';
@@ -154,7 +161,7 @@ async function refreshNow() {
   fillBody($('gpus'), s.gpus.map((g) => el('tr', {data: {gpu: g.index}},
     td(g.index), td(g.state),
     td(g.utilization_pct === null ? null : g.utilization_pct + ' %', {num: true, data: {value: g.utilization_pct}, cls: 'util'}),
-    td(g.memory_used_bytes === null ? null : bytes(g.memory_used_bytes) + ' / ' + bytes(g.memory_total_bytes),
+    td(g.memory_used_bytes === null ? null : memoryText(g.memory_used_bytes, g.memory_total_bytes),
        {num: true, data: {used: g.memory_used_bytes, total: g.memory_total_bytes}, cls: 'memory'}),
     td(g.temperature_c === null ? null : g.temperature_c + ' °C', {num: true, data: {value: g.temperature_c}, cls: 'temp'}))));
   $('queued').textContent = s.queue.queued;

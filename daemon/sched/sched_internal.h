@@ -205,6 +205,14 @@ struct sched {
     pthread_mutex_t policy_lock;
     policy_t *policy;
     atomic_uint policy_gen;
+
+    /* The per-user gauges of sched_get_user_gauges (sched_user_gauges.c): written by the loop
+     * on user_gauges_timer, read by any thread, under user_gauges_lock. */
+    uv_timer_t user_gauges_timer;
+    pthread_mutex_t user_gauges_lock;
+    sched_user_gauge_t user_gauges[SCHED_USER_GAUGES_MAX];
+    int n_user_gauges;
+    long users_with_jobs;
 };
 
 /* A batch as the scheduler hands it to the executor. */
@@ -343,3 +351,7 @@ void fair_state_save(sched_t *s);
 int fair_state_load(sched_t *s);
 void handle_stop(sched_t *s);
 void stop_if_drained(sched_t *s);
+
+/* sched_user_gauges.c: the per-user gauges' snapshot. user_gauges_start publishes one at once
+ * and then every SCHED_USER_GAUGES_MS on the loop. */
+void user_gauges_start(sched_t *s);

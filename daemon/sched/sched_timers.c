@@ -64,8 +64,8 @@ static void on_watchdog_timer(uv_timer_t *t)
     service_notify("WATCHDOG=1");
 }
 
-/* Starts the retention sweep, the checkpoint timer and, under systemd's watchdog, the
- * heartbeat. */
+/* Starts the retention sweep, the checkpoint timer, the per-user gauges and, under systemd's
+ * watchdog, the heartbeat. */
 void timers_start(sched_t *s)
 {
     uint64_t gc_ms = s->cfg->max_bytes > 0 ? 1000 : (uint64_t)s->cfg->gc_interval_s * 1000;
@@ -78,6 +78,7 @@ void timers_start(sched_t *s)
         uv_timer_start(&s->watchdog_timer, on_watchdog_timer, 0,
                        watchdog_ms / 2 > 0 ? watchdog_ms / 2 : 1);
     batch_watchdog_start(s);
+    user_gauges_start(s);
 }
 
 /* ---------------------------------------------------------------------------- drain */

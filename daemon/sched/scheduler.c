@@ -238,6 +238,8 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     init_timer(s, &s->drain_timer);
     init_timer(s, &s->watchdog_timer);
     init_timer(s, &s->batch_watchdog_timer);
+    init_timer(s, &s->user_gauges_timer);
+    pthread_mutex_init(&s->user_gauges_lock, NULL);
     *ret = s;
     return 0;
 }
@@ -362,6 +364,7 @@ void sched_free(sched_t *s)
     store_checkpointer_close(s->checkpointer);
     store_reader_close(s->rd);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->user_gauges_lock);
     sched_policy_free(s);
     free(s);
 }

@@ -163,6 +163,21 @@ typedef struct sched_stats {
 } sched_stats_t;
 void sched_get_stats(sched_t *s, sched_stats_t *ret);
 
+/* Jobs queued and running per user, for /metrics. The loop publishes a snapshot every
+ * SCHED_USER_GAUGES_MS, so that a reader neither walks the queues nor waits for the loop: it
+ * holds the SCHED_USER_GAUGES_MAX users with the most jobs queued (then running, then by name)
+ * among those with any, so that a scrape stays small however many users there are. */
+#define SCHED_USER_GAUGES_MAX 100
+#define SCHED_USER_GAUGES_MS 1000
+typedef struct sched_user_gauge {
+    char user[OWNER_SIZE];
+    long queued, running;
+} sched_user_gauge_t;
+/* Copies the latest snapshot's rows into ret[0..cap) and returns how many it copied;
+ * *ret_users is how many users had jobs queued or running then, which may pass the rows
+ * published. Any thread; empty until the loop's first publication. */
+int sched_get_user_gauges(sched_t *s, sched_user_gauge_t *ret, int cap, long *ret_users);
+
 /* Histograms for /metrics, Prometheus-style: le[i] counts the observations at most
  * bounds[i] (cumulative, i < n), count all of them (the +Inf bucket) and sum their total. The
  * latency is a job's time from its submission to its end, for jobs that ran to success or

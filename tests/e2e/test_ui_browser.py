@@ -8,6 +8,11 @@ Selenium (Debian's chromium, chromium-driver and python3-selenium, from scripts/
 
 - the page asks for a token, and with the admin's shows in its GPU and queue panels the numbers
   that GET /v1/stats gives the test for the same token;
+- with its fetch of GET /v1/stats answered by the capture of a daemon on an NVIDIA H200
+  (tests/fixtures/h200/stats.json, injected before the page loads with Chromium's
+  Page.addScriptToEvaluateOnNewDocument), the GPU panel shows that device's utilisation, memory
+  used and total, and temperature as the capture gives them, every column within the panel, at
+  1280 and at 375 px wide, with no console error;
 - the job list filtered by user shows that user's jobs, as GET /v1/jobs?user= lists them;
 - a finished job's page shows its timings as GET /v1/jobs/{id} gives them;
 - at 375 px wide no view overflows horizontally;
@@ -18,7 +23,8 @@ Selenium (Debian's chromium, chromium-driver and python3-selenium, from scripts/
 - with [auth] mode = none on loopback the page asks for no token;
 - the browser's console holds no error but the one 404 that bob's look at alice's job causes.
 
-Screenshots of the desktop and the phone views are saved under GPUJOB_ARTIFACT_DIR. It exits
+Screenshots of the desktop and the phone views (and of the H200's: ui-h200-*.png) are saved
+under GPUJOB_ARTIFACT_DIR. It exits
 77 (skipped), saying why, only when selenium or Chromium is not installed.
 """
 import json
@@ -247,6 +253,92 @@ def check_now_panel(c, page, d):
              "the latency chart draws the p50 line")
 
 
+# GET /v1/stats of a daemon on an NVIDIA H200 (tests/fixtures/h200/README.md says how).
+H200_STATS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "h200",
+                          "stats.json")
+# Run before the page's own scripts: its fetch of /v1/stats is answered with CAPTURED, every
+# other request goes to the daemon.
+FETCH_STATS_FROM = """
+(() => {
+  const captured = %s;
+  const daemonFetch = window.fetch;
+  window.fetch = function (input, init) {
+    const url = new URL(typeof input === 'string' ? input : input.url, location.href);
+    if (url.pathname === '/v1/stats')
+      return Promise.resolve(new Response(JSON.stringify(captured), {
+        status: 200, headers: {'Content-Type': 'application/json'}}));
+    return daemonFetch.apply(this, arguments);
+  };
+})();
+"""
+
+
+def gib_text(n):
+    """Bytes as the page writes them past a GiB: one decimal."""
+    return f"{n / 2**30:.1f} GiB"
+
+
+def check_h200_gpu_panel(c, page, artifacts):
+    """The GPU panel with a real H200's /v1/stats: the page runs against its daemon, but its
+    fetch of /v1/stats gets the captured answer, injected before the page loads. The panel shows
+    the device's utilisation, memory used and total, and temperature as the capture gives
+    them, at desktop and at phone width, with no console error and no cut-off column."""
+    with open(H200_STATS, encoding="utf-8") as f:
+        stats = json.load(f)
+    driver = page.driver
+    script = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                    {"source": FETCH_STATS_FROM % json.dumps(stats)})
+    try:
+        for width, name in ((1280, "desktop"), (375, "phone")):
+            driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+                "width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 500})
+            page.go("/now")
+            driver.refresh()  # a new document, which the script runs in
+            page.wait("the captured queue totals",
+                      lambda: page.text("#recent-jobs") == str(stats["recent"]["jobs"]))
+            rows = driver.find_elements(By.CSS_SELECTOR, "#gpus tbody tr")
+            c.expect(len(rows) == len(stats["gpus"]) == 1,
+                     f"{name}: the GPU panel has the H200's one row ({len(rows)})")
+            for g in stats["gpus"]:
+                tr = driver.find_element(By.CSS_SELECTOR,
+                                         f'#gpus tbody tr[data-gpu="{g["index"]}"]')
+                cell = {k: tr.find_element(By.CSS_SELECTOR, "." + k)
+                        for k in ("util", "memory", "temp")}
+                want = {"util": f"{g['utilization_pct']} %",
+                        "memory": f"{gib_text(g['memory_used_bytes'])} / "
+                                  f"{gib_text(g['memory_total_bytes'])}",
+                        "temp": f"{g['temperature_c']} °C"}
+                shown = {k: " ".join(v.text.split()) for k, v in cell.items()}
+                c.expect(shown == want, f"{name}: GPU {g['index']} reads {shown}; the H200 "
+                                        f"gave {want}")
+                data = (cell["util"].get_attribute("data-value"),
+                        cell["memory"].get_attribute("data-used"),
+                        cell["memory"].get_attribute("data-total"),
+                        cell["temp"].get_attribute("data-value"))
+                c.expect(data == tuple(str(g[k]) for k in (
+                    "utilization_pct", "memory_used_bytes", "memory_total_bytes", "temperature_c")),
+                    f"{name}: its cells carry the H200's numbers {data}")
+                c.expect(all(v.is_displayed() for v in cell.values()) and
+                         tr.find_elements(By.TAG_NAME, "td")[1].text == g["state"],
+                         f"{name}: its cells are shown, its state {g['state']}")
+            c.expect(page.text("#backend") == "", f"{name}: no 'No GPUs' note beside a GPU")
+            cut = driver.execute_script(
+                "const s = document.getElementById('gpus').parentElement;"
+                "return s.scrollWidth - s.clientWidth;")
+            c.expect(cut <= 0 and page.overflow() <= 0,
+                     f"{name}: the GPU table fits its panel ({cut} px over) and the page its "
+                     f"width ({page.overflow()} px over)")
+            driver.save_screenshot(os.path.join(artifacts, f"ui-h200-{name}.png"))
+            _, errors = page.console_errors()
+            c.expect(not errors, f"{name}: no console errors with the H200's stats: {errors}")
+    finally:
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
+                               {"identifier": script["identifier"]})
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        page.go("/now")
+        driver.refresh()
+
+
 def check_stats_scope(c, d):
     """A user's /v1/stats: everyone's totals, but only their own row."""
     _, admin = d.api("admin", "GET", "/v1/stats")
@@ -398,6 +490,7 @@ def main():
             check_now_panel(c, page, d)
             check_stats_scope(c, d)
             driver.save_screenshot(os.path.join(artifacts, "ui-now.png"))
+            check_h200_gpu_panel(c, page, artifacts)
             check_job_list(c, page, d)
             check_job_page(c, page, d, done["id"])
             driver.save_screenshot(os.path.join(artifacts, "ui-job.png"))

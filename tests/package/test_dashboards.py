@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 
 import yaml
@@ -35,7 +36,22 @@ ALERTS = os.path.join(SRC, "config", "prometheus-alerts.yml")
 # The writers of /metrics: where the GPU families' names are, for a daemon without GPUs.
 METRICS_SOURCES = [os.path.join(SRC, "api", "handlers_system.c"),
                    os.path.join(SRC, "daemon", "exec", "gpu_metrics.c")]
+# /metrics of a daemon on an NVIDIA H200 (tests/fixtures/h200/README says how it was made).
+H200_METRICS = os.path.join(SRC, "tests", "fixtures", "h200", "metrics.txt")
 PROMETHEUS_OWN = {"up"}
+WAIT_S = 20
+LONG_JOB_MS = 60000
+# Tokens for three users, admin the administrator; one CPU worker, which a long debug_sleep
+# holds while other jobs queue.
+USERS_CONFIG = """\
+[auth]
+mode = token
+admins = admin
+[scheduler]
+cpu_threads = 1
+[debug]
+test_ops = true
+"""
 PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
                    "group_left", "group_right", "inf", "nan"}
 # Grafana's variables, replaced by values that Prometheus accepts for promtool's check.
@@ -116,15 +132,28 @@ def check_with_promtool(rule_groups, label):
 
 
 class Daemon:
-    """gpujobd on a free loopback port (auth none: loopback clients are administrators)."""
+    """gpujobd on a free loopback port: with no config auth none (loopback clients are
+    administrators); with one, a token per user in tokens (`gpujobd token create`), the
+    requests made as admin."""
 
-    def __init__(self, backend):
+    def __init__(self, backend, config=None, users=()):
         self.state = tempfile.mkdtemp(dir=workdir)
         self.port = None
         self.ready = threading.Event()
         self.log = []
+        common = ["--state-dir", self.state]
+        if config:
+            path = os.path.join(self.state, "gpujobd.conf")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(config)
+            common += ["--config", path]
+        self.tokens = {}
+        for user in users:
+            out = subprocess.run([GPUJOBD, "token", "create", *common, "--user", user, "--name",
+                                  "dashboards"], check=True, capture_output=True, text=True)
+            self.tokens[user] = out.stdout.strip().splitlines()[-1]
         self.proc = subprocess.Popen(
-            [GPUJOBD, "--listen", "127.0.0.1:0", "--state-dir", self.state, "--backend", backend,
+            [GPUJOBD, *common, "--listen", "127.0.0.1:0", "--backend", backend,
              "--log-level", "info"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         threading.Thread(target=self.read_log, daemon=True).start()
         if not self.ready.wait(30) or self.port is None:
@@ -141,28 +170,24 @@ class Daemon:
                 self.ready.set()
         self.ready.set()
 
-    def get(self, path):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as r:
+    def request(self, path, user, **kw):
+        headers = {"Content-Type": "application/json"}
+        if user in self.tokens:
+            headers["Authorization"] = "Bearer " + self.tokens[user]
+        return urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", headers=headers,
+                                      **kw)
+
+    def get(self, path, user="admin"):
+        with urllib.request.urlopen(self.request(path, user), timeout=30) as r:
             return r.read().decode()
 
-    def post(self, path, body):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
-                                     data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    def post(self, path, body, user="admin"):
+        req = self.request(path, user, data=json.dumps(body).encode(), method="POST")
         with urllib.request.urlopen(req, timeout=60) as r:
             return json.loads(r.read())
 
     def exported(self):
-        """The sample names /metrics may carry, from its # TYPE lines."""
-        names = set()
-        for m in re.finditer(r"^# TYPE (\S+) (\S+)$", self.get("/metrics"), re.M):
-            name, kind = m.groups()
-            names.add(name)
-            if kind in ("histogram", "summary"):
-                names.update({name + "_sum", name + "_count"})
-            if kind == "histogram":
-                names.add(name + "_bucket")
-        return names
+        return exported_names(self.get("/metrics"))
 
     def stop(self):
         if self.proc.poll() is None:
@@ -172,6 +197,19 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def exported_names(text):
+    """The sample names a /metrics answer may carry, from its # TYPE lines."""
+    names = set()
+    for m in re.finditer(r"^# TYPE (\S+) (\S+)$", text, re.M):
+        name, kind = m.groups()
+        names.add(name)
+        if kind in ("histogram", "summary"):
+            names.update({name + "_sum", name + "_count"})
+        if kind == "histogram":
+            names.add(name + "_bucket")
+    return names
 
 
 def samples(text):
@@ -210,6 +248,74 @@ def check_histograms(d):
         fail(f"gpujobd_batch_jobs_sum is {m[('gpujobd_batch_jobs_sum', '')]}, {jobs} jobs ran")
     if not 0 < m[("gpujobd_job_latency_seconds_sum", "")] < 30 * jobs:
         fail(f"gpujobd_job_latency_seconds_sum is {m[('gpujobd_job_latency_seconds_sum', '')]}")
+
+
+def sleep_job(ms):
+    return {"op": "debug_sleep", "params": {"ms": ms},
+            "inputs": {"x": {"dtype": "f32", "shape": [2], "data": [1, 2]}}}
+
+
+def check_user_gauges(d):
+    """Queue depth per user: alice's long job holds the one CPU worker while alice queues 2
+    jobs behind it and bob 3; /metrics then shows each user's queued and running jobs (once
+    the loop has published them: it does so every second), labelled by user, summing to the
+    totals."""
+    long_id = d.post("/v1/jobs", sleep_job(LONG_JOB_MS), "alice")["id"]
+    wait_until("alice's long job to run", lambda: json.loads(
+        d.get("/v1/jobs/" + long_id, "alice"))["state"] == "running")
+    ids = [d.post("/v1/jobs", sleep_job(10), user)["id"]
+           for user in ("alice", "alice", "bob", "bob", "bob")]
+    want = {("gpujobd_user_jobs_queued", '{user="alice"}'): 2,
+            ("gpujobd_user_jobs_queued", '{user="bob"}'): 3,
+            ("gpujobd_user_jobs_running", '{user="alice"}'): 1,
+            ("gpujobd_user_jobs_running", '{user="bob"}'): 0,
+            ("gpujobd_users_with_jobs", ""): 2,
+            ("gpujobd_jobs_queued", ""): 5,
+            ("gpujobd_jobs_running", ""): 1}
+    seen = {}
+
+    def gauges_shown():
+        m = samples(d.get("/metrics"))
+        seen.clear()
+        seen.update({k: m.get(k) for k in want})
+        seen["series"] = sorted(k for k in m if k[0].startswith("gpujobd_user_jobs_"))
+        return all(m.get(k) == v for k, v in want.items())
+    try:
+        wait_until("the per-user gauges", gauges_shown)
+        print(f"per-user gauges for alice and bob: {sorted(want.items())}")
+    except RuntimeError:
+        fail(f"/metrics per user: {seen}, expected {want}")
+    if len(seen.get("series", [])) != 4:
+        fail(f"per-user series other than alice's and bob's: {seen.get('series')}")
+    # So that the daemon stops at once: the queued jobs first, which the long one keeps from
+    # starting, then the long one.
+    for job_id in ids + [long_id]:
+        req = d.request("/v1/jobs/" + job_id, "admin", method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()
+
+
+def wait_until(what, predicate, timeout=WAIT_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise RuntimeError("timed out waiting for " + what)
+
+
+def check_fixture_gpu_families(used):
+    """Every GPU family the dashboard or the rules name is in the /metrics of a real GPU
+    daemon, captured in the fixture (its README says how)."""
+    with open(H200_METRICS, encoding="utf-8") as f:
+        captured = exported_names(f.read())
+    gpu = sorted(n for n in used if n.startswith("gpujobd_gpu_"))
+    if not gpu:
+        fail("the dashboard names no GPU family")
+    for name in gpu:
+        if name not in captured:
+            fail(f"{used[name]} uses {name}, which the H200 daemon's /metrics "
+                 f"({os.path.relpath(H200_METRICS, SRC)}) does not carry")
+    print(f"{len(gpu)} GPU families found in the H200 capture: {', '.join(gpu)}")
 
 
 def has_gpu():
@@ -257,12 +363,17 @@ def main():
         if alert not in names:
             fail(f"no alert for a {what} ({alert})")
 
-    d = Daemon("cpu")
+    d = Daemon("cpu", USERS_CONFIG, ("admin", "alice", "bob"))
     try:
         exported = d.exported()
         check_histograms(d)
+        check_user_gauges(d)
+    except Exception:
+        print("daemon log:\n" + "\n".join(d.log[-40:]))
+        raise
     finally:
         d.stop()
+    check_fixture_gpu_families(used)
     source = "".join(open(p, encoding="utf-8").read() for p in METRICS_SOURCES)
     gpu_only = []
     for name, where in sorted(used.items()):

@@ -368,6 +368,14 @@ void sched_get_stats(sched_t *s, sched_stats_t *ret)
     *ret = fake_sched.stats;
 }
 
+int sched_get_user_gauges(sched_t *s, sched_user_gauge_t *ret, int cap, long *ret_users)
+{
+    int n = fake_sched.n_user_gauges < cap ? fake_sched.n_user_gauges : cap;
+    memcpy(ret, fake_sched.user_gauges, (size_t)n * sizeof *ret);
+    *ret_users = fake_sched.users_with_jobs;
+    return n;
+}
+
 /* Empty histograms: only their +Inf buckets, at 0. */
 void sched_get_histograms(sched_t *s, sched_histograms_t *ret)
 {

@@ -27,6 +27,9 @@ typedef struct fake_sched {
     int n_submitted;
     buffer_t *last_buffer; /* the last buffer put, owned */
     sched_stats_t stats;
+    sched_user_gauge_t user_gauges[4]; /* what sched_get_user_gauges answers */
+    int n_user_gauges;
+    long users_with_jobs;
     const char *backend_json;   /* what describe answers; NULL: {"name": "fake"} */
     const char *unsupported_op; /* an op the fake backend cannot run; NULL: none */
 } fake_sched_t;

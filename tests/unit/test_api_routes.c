@@ -789,6 +789,29 @@ static int fake_gpu_memory(int index, uint64_t *ret_free, uint64_t *ret_total, v
     return 0;
 }
 
+START_TEST(test_metrics_show_per_user_gauges_with_escaped_names)
+{
+    fake_sched.user_gauges[0] = (sched_user_gauge_t){.user = "alice", .queued = 5, .running = 1};
+    fake_sched.user_gauges[1] =
+        (sched_user_gauge_t){.user = "b\"o\\b\nx", .queued = 2, .running = 0};
+    fake_sched.n_user_gauges = 2;
+    fake_sched.users_with_jobs = 140;
+    test_req_t *t = run_json("GET", "/metrics", NULL);
+    ck_assert_int_eq(t->req.resp.status, 200);
+    static const char *const want[] = {
+        "# TYPE gpujobd_user_jobs_queued gauge\n",
+        "\ngpujobd_user_jobs_queued{user=\"alice\"} 5\n",
+        "\ngpujobd_user_jobs_running{user=\"alice\"} 1\n",
+        "\ngpujobd_user_jobs_queued{user=\"b\\\"o\\\\b\\nx\"} 2\n",
+        "\ngpujobd_user_jobs_running{user=\"b\\\"o\\\\b\\nx\"} 0\n",
+        "\ngpujobd_users_with_jobs 140\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(t->req.resp.body, want[i]), "/metrics has no '%s'", want[i]);
+    done(t);
+}
+END_TEST
+
 START_TEST(test_metrics_add_the_gpu_gauges_once_sampled)
 {
     const gpu_metrics_device_t devices[] = {{.index = 2, .uuid = "GPU-not-a-real-one"}};
@@ -824,6 +847,7 @@ static Suite *api_routes_suite(void)
     tcase_add_test(tc, test_route_table_and_openapi_document_agree);
     tcase_add_test(tc, test_health_ready_and_metrics);
     tcase_add_test(tc, test_metrics_add_the_gpu_gauges_once_sampled);
+    tcase_add_test(tc, test_metrics_show_per_user_gauges_with_escaped_names);
     tcase_add_test(tc, test_submit_commits_through_the_scheduler_and_answers_201);
     tcase_add_test(tc, test_submit_refuses_bad_bodies_before_the_scheduler);
     tcase_add_test(tc, test_submit_refuses_an_op_the_backend_cannot_run);

@@ -1897,6 +1897,50 @@ static void start_sched_limited(void)
     ck_assert_int_eq(sched_start(sched), 0);
 }
 
+/* The per-user gauges of /metrics: users with jobs, most queued first, then by name, at most
+ * SCHED_USER_GAUGES_MAX of them, while users_with_jobs counts them all, the one whose job
+ * runs included. */
+START_TEST(test_user_gauges_keep_the_users_with_most_queued_up_to_the_cap)
+{
+    cfg.max_batch = 1;
+    fake->slots = 1;
+    reply_box_t box;
+    submit_many(&box, "runner", 1, 10);
+    ck_assert_int_eq(fake_wait_jobs(fake, 1), 1);
+    submit_many(&box, "heavy", 5, 10);
+    submit_many(&box, "middle", 3, 10);
+    for (int i = 0; i < SCHED_USER_GAUGES_MAX; i++) {
+        char owner[16];
+        snprintf(owner, sizeof owner, "u%03d", i);
+        submit_many(&box, owner, 1, 10);
+    }
+    const long users = SCHED_USER_GAUGES_MAX + 3;
+    sched_user_gauge_t rows[SCHED_USER_GAUGES_MAX + 1];
+    long seen = 0;
+    int n = 0;
+    /* The loop publishes every SCHED_USER_GAUGES_MS: wait for a reading with every user. */
+    for (int i = 0; i < 500 && seen != users; i++) {
+        usleep(10 * 1000);
+        n = sched_get_user_gauges(sched, rows, SCHED_USER_GAUGES_MAX + 1, &seen);
+    }
+    ck_assert_int_eq(seen, users);
+    ck_assert_int_eq(n, SCHED_USER_GAUGES_MAX);
+    ck_assert_str_eq(rows[0].user, "heavy");
+    ck_assert_int_eq(rows[0].queued, 5);
+    ck_assert_int_eq(rows[0].running, 0);
+    ck_assert_str_eq(rows[1].user, "middle");
+    ck_assert_int_eq(rows[1].queued, 3);
+    ck_assert_str_eq(rows[2].user, "u000");
+    ck_assert_str_eq(rows[SCHED_USER_GAUGES_MAX - 1].user, "u097");
+    ck_assert_int_eq(rows[SCHED_USER_GAUGES_MAX - 1].queued, 1);
+    for (int i = 0; i < n; i++)
+        ck_assert_str_ne(rows[i].user, "runner"); /* running only: past the cap */
+    /* A caller's smaller array gets the first rows. */
+    ck_assert_int_eq(sched_get_user_gauges(sched, rows, 2, &seen), 2);
+    ck_assert_str_eq(rows[1].user, "middle");
+}
+END_TEST
+
 static void start_sched(void)
 {
     setup(false);
@@ -1974,6 +2018,7 @@ int main(void)
     tcase_add_test(tc, test_a_start_lost_with_a_completions_commit_is_recorded_at_its_end);
     tcase_add_test(tc, test_queued_jobs_go_out_after_a_completion_whose_outputs_cannot_be_placed);
     tcase_add_test(tc, test_a_success_the_store_refuses_ends_failed_without_its_outputs);
+    tcase_add_test(tc, test_user_gauges_keep_the_users_with_most_queued_up_to_the_cap);
     suite_add_tcase(s, tc);
     /* The daemon's default: answers wait for the commit syncer. */
     TCase *durable = tcase_create("durable");
