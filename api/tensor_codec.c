@@ -282,9 +282,36 @@ static void data_fail(data_reader_t *rd, int r, int dim)
     element_field(rd->err, rd->field, rd->idx, dim);
 }
 
+/* An f32 or f64 element written as a JSON number, the bulk of inline data, read straight
+ * into the typed block by one pass of the parser over its text (which is JSON, so the
+ * parser's end is the number's). False, with nothing done, for any other element or a value
+ * out of the dtype's range: the general path then reads it and says why. */
+static bool data_read_real(data_reader_t *rd)
+{
+    const char *p = rd->p, *q = NULL;
+    if (p >= rd->end || !(*p == '-' || (*p >= '0' && *p <= '9'))) return false;
+    if (rd->d->dtype == DTYPE_F32) {
+        float f;
+        q = float_parse_f32_prefix(p, rd->end, &f);
+        if (!q || isinf(f)) return false;
+        ((float *)rd->data)[rd->next] = f;
+    } else if (rd->d->dtype == DTYPE_F64) {
+        double x;
+        q = float_parse_f64_prefix(p, rd->end, &x);
+        if (!q || isinf(x)) return false;
+        ((double *)rd->data)[rd->next] = x;
+    } else {
+        return false;
+    }
+    rd->next++;
+    rd->p = q;
+    return true;
+}
+
 /* The element at the cursor, into flat index next. */
 static void data_read_element(data_reader_t *rd, int dim)
 {
+    if (rd->r == 0 && data_read_real(rd)) return;
     const char *p = rd->p, *q = NULL;
     bool is_int, plain;
     element_kind_t kind = ELEMENT_OTHER;
