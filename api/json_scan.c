@@ -58,6 +58,24 @@ void json_scan_position(const char *text, size_t offset, int *ret_line, int *ret
 
 /* --- lexers --- */
 
+/* The first byte at or after p that is not a digit (or end). Eight bytes at a time while eight
+ * remain, for the long runs of digits that tensor data is made of: a byte is a digit when its
+ * high nibble is 3 and adding 6 leaves it so (fast_float's test). */
+static const char *lex_digits(const char *p, const char *end)
+{
+    while (end - p >= 8) {
+        uint64_t v;
+        memcpy(&v, p, sizeof v);
+        if (((v & 0xF0F0F0F0F0F0F0F0u) |
+             (((v + 0x0606060606060606u) & 0xF0F0F0F0F0F0F0F0u) >> 4)) != 0x3333333333333333u)
+            break;
+        p += 8;
+    }
+    while (p < end && is_digit(*p))
+        p++;
+    return p;
+}
+
 const char *json_lex_ws(const char *p, const char *end)
 {
     while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
@@ -70,15 +88,10 @@ const char *json_lex_number(const char *p, const char *end, bool *ret_is_int)
     bool is_int = true;
     if (p < end && *p == '-') p++;
     if (p >= end || !is_digit(*p)) return NULL;
-    if (*p == '0')
-        p++;
-    else
-        while (p < end && is_digit(*p))
-            p++;
+    p = *p == '0' ? p + 1 : lex_digits(p, end);
     if (p < end && *p == '.') {
         if (++p >= end || !is_digit(*p)) return NULL;
-        while (p < end && is_digit(*p))
-            p++;
+        p = lex_digits(p, end);
         is_int = false;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
@@ -175,17 +188,12 @@ static const char *scan_check_number(scanner_t *s, const char *p)
     if (*q == '-') q++;
     const char *digits = q;
     if (q >= end || !is_digit(*q)) return scan_fail(s, p, "invalid token");
-    if (*q == '0')
-        q++;
-    else
-        while (q < end && is_digit(*q))
-            q++;
+    q = *q == '0' ? q + 1 : lex_digits(q, end);
     long int_digits = (long)(q - digits), exp10 = 0;
     bool is_int = true;
     if (q < end && *q == '.') {
         if (++q >= end || !is_digit(*q)) return scan_fail(s, p, "invalid token");
-        while (q < end && is_digit(*q))
-            q++;
+        q = lex_digits(q, end);
         is_int = false;
     }
     if (q < end && (*q == 'e' || *q == 'E')) {
