@@ -338,6 +338,27 @@ static void data_read_element(data_reader_t *rd, int dim)
     rd->p = q;
 }
 
+/* The leading run of a flat list's f32 or f64 numbers, at most limit of them, read in one
+ * tight loop (data_read_real each) with the cursor at the list's first value: how many. It
+ * stops, with nothing of the stopping element consumed, at the first element it does not
+ * take; *ret_more tells whether the cursor is then at an element (after a comma) or at what
+ * follows the last one (the closing bracket). */
+static size_t data_read_reals(data_reader_t *rd, int64_t limit, bool *ret_more)
+{
+    size_t count = 0;
+    *ret_more = true;
+    while ((int64_t)count < limit && data_read_real(rd)) {
+        count++;
+        if (data_peek(rd) != ',') {
+            *ret_more = false;
+            break;
+        }
+        rd->p++;
+        data_peek(rd);
+    }
+    return count;
+}
+
 /* Reads the list's values at the cursor with visit until its closing bracket: the number of
  * values. visit is skipped (the value only counted) from index limit on or after an error. */
 static size_t data_read_list(data_reader_t *rd, int64_t limit, int dim,
@@ -348,6 +369,14 @@ static size_t data_read_list(data_reader_t *rd, int64_t limit, int dim,
     if (data_peek(rd) == ']') {
         rd->p++;
         return 0;
+    }
+    if (visit == data_read_element && rd->r == 0) {
+        bool more;
+        count = data_read_reals(rd, limit, &more);
+        if (!more) {
+            if (rd->p < rd->end) rd->p++;
+            return count;
+        }
     }
     for (;;) {
         data_peek(rd);
