@@ -25,3 +25,23 @@ extern "C" int float_parse_f32(const char *text, size_t len, float *ret)
 {
     return float_parse(text, len, ret);
 }
+
+template <typename T>
+static const char *float_parse_prefix(const char *text, const char *end, T *ret)
+{
+    T value;
+    fast_float::from_chars_result res = fast_float::from_chars(text, end, value);
+    if (res.ec != std::errc()) return nullptr;
+    *ret = value;
+    return res.ptr;
+}
+
+extern "C" const char *float_parse_f64_prefix(const char *text, const char *end, double *ret)
+{
+    return float_parse_prefix(text, end, ret);
+}
+
+extern "C" const char *float_parse_f32_prefix(const char *text, const char *end, float *ret)
+{
+    return float_parse_prefix(text, end, ret);
+}

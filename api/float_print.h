@@ -1,5 +1,5 @@
 /* Binary floating point to the shortest decimal text that reads back to the same value, for
- * the JSON answers: a C face of Google's double-conversion library (float_print.cc).
+ * the JSON answers: a C face of the dragonbox and double-conversion libraries (float_print.cc).
  *
  * The text is JSON's number syntax in the form JavaScript and Python print: decimal from 1e-6
  * up to 1e21, an exponent outside ("1e-7", "1e+21"), and a ".0" after an integral value

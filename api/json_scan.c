@@ -58,6 +58,24 @@ void json_scan_position(const char *text, size_t offset, int *ret_line, int *ret
 
 /* --- lexers --- */
 
+/* The first byte at or after p that is not a digit (or end). Eight bytes at a time while eight
+ * remain, for the long runs of digits that tensor data is made of: a byte is a digit when its
+ * high nibble is 3 and adding 6 leaves it so (fast_float's test). */
+static const char *lex_digits(const char *p, const char *end)
+{
+    while (end - p >= 8) {
+        uint64_t v;
+        memcpy(&v, p, sizeof v);
+        if (((v & 0xF0F0F0F0F0F0F0F0u) |
+             (((v + 0x0606060606060606u) & 0xF0F0F0F0F0F0F0F0u) >> 4)) != 0x3333333333333333u)
+            break;
+        p += 8;
+    }
+    while (p < end && is_digit(*p))
+        p++;
+    return p;
+}
+
 const char *json_lex_ws(const char *p, const char *end)
 {
     while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
@@ -70,15 +88,10 @@ const char *json_lex_number(const char *p, const char *end, bool *ret_is_int)
     bool is_int = true;
     if (p < end && *p == '-') p++;
     if (p >= end || !is_digit(*p)) return NULL;
-    if (*p == '0')
-        p++;
-    else
-        while (p < end && is_digit(*p))
-            p++;
+    p = *p == '0' ? p + 1 : lex_digits(p, end);
     if (p < end && *p == '.') {
         if (++p >= end || !is_digit(*p)) return NULL;
-        while (p < end && is_digit(*p))
-            p++;
+        p = lex_digits(p, end);
         is_int = false;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
@@ -148,42 +161,51 @@ static const char *scan_check_with_jansson(scanner_t *s, const char *p, const ch
     return q;
 }
 
+/* The long integer text[p..q) (a JSON integer of 19 digits or more, sign apart): refused as
+ * jansson refuses one outside json_int_t (long long). */
+static const char *scan_check_long_integer(scanner_t *s, const char *p, const char *q)
+{
+    bool neg = *p == '-';
+    char buf[32];
+    if (q - p >= (ptrdiff_t)sizeof buf)
+        return scan_fail(s, p, neg ? "too big negative integer" : "too big integer");
+    memcpy(buf, p, (size_t)(q - p));
+    buf[q - p] = '\0';
+    errno = 0;
+    (void)strtoll(buf, NULL, 10);
+    if (errno == ERANGE)
+        return scan_fail(s, p, neg ? "too big negative integer" : "too big integer");
+    return q;
+}
+
 /* An integer jansson holds in a json_int_t (long long); a real that does not overflow a
- * double: jansson refuses the others as invalid JSON, and so does the scanner. */
+ * double: jansson refuses the others as invalid JSON, and so does the scanner. One pass over
+ * the text, which for tensor data is most of the document: the digits before the point and
+ * the exponent are counted as it goes, since only a value of at least 10^300 can overflow. */
 static const char *scan_check_number(scanner_t *s, const char *p)
 {
-    bool is_int;
-    const char *q = json_lex_number(p, s->end, &is_int);
-    if (!q) return scan_fail(s, p, "invalid token");
-    bool neg = *p == '-';
-    const char *digits = p + neg;
-    if (is_int) {
-        if (q - digits < 19) return q;
-        char buf[32];
-        if (q - p >= (ptrdiff_t)sizeof buf)
-            return scan_fail(s, p, neg ? "too big negative integer" : "too big integer");
-        memcpy(buf, p, (size_t)(q - p));
-        buf[q - p] = '\0';
-        errno = 0;
-        (void)strtoll(buf, NULL, 10);
-        if (errno == ERANGE)
-            return scan_fail(s, p, neg ? "too big negative integer" : "too big integer");
-        return q;
+    const char *q = p, *end = s->end;
+    if (*q == '-') q++;
+    const char *digits = q;
+    if (q >= end || !is_digit(*q)) return scan_fail(s, p, "invalid token");
+    q = *q == '0' ? q + 1 : lex_digits(q, end);
+    long int_digits = (long)(q - digits), exp10 = 0;
+    bool is_int = true;
+    if (q < end && *q == '.') {
+        if (++q >= end || !is_digit(*q)) return scan_fail(s, p, "invalid token");
+        q = lex_digits(q, end);
+        is_int = false;
     }
-    /* Only a value of at least 10^300 can overflow: parse those to be sure. */
-    const char *t = digits;
-    long int_digits = 0, exp10 = 0;
-    while (t < q && is_digit(*t))
-        t++, int_digits++;
-    while (t < q && *t != 'e' && *t != 'E')
-        t++;
-    if (t < q) {
-        bool exp_neg = *++t == '-';
-        if (*t == '+' || *t == '-') t++;
-        for (; t < q && exp10 < 100000; t++)
-            exp10 = exp10 * 10 + (*t - '0');
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        bool exp_neg = false;
+        if (++q < end && (*q == '+' || *q == '-')) exp_neg = *q++ == '-';
+        if (q >= end || !is_digit(*q)) return scan_fail(s, p, "invalid token");
+        for (; q < end && is_digit(*q); q++)
+            if (exp10 < 100000) exp10 = exp10 * 10 + (*q - '0');
         if (exp_neg) exp10 = -exp10;
+        is_int = false;
     }
+    if (is_int) return int_digits < 19 ? q : scan_check_long_integer(s, p, q);
     double x;
     if (int_digits + exp10 > 300 && (float_parse_f64(p, (size_t)(q - p), &x) < 0 || isinf(x)))
         return scan_fail(s, p, "real number overflow");
@@ -194,6 +216,7 @@ static const char *scan_check_scalar(scanner_t *s, const char *p)
 {
     static const char *const literals[] = {"true", "false", "null"};
     const char *end = s->end;
+    if (*p == '-' || is_digit(*p)) return scan_check_number(s, p);
     if (*p == '"') {
         bool plain;
         const char *q = json_lex_string(p, end, &plain);
@@ -205,7 +228,6 @@ static const char *scan_check_scalar(scanner_t *s, const char *p)
         if (!q) return scan_fail(s, p, "premature end of input");
         return scan_check_with_jansson(s, p, q);
     }
-    if (*p == '-' || is_digit(*p)) return scan_check_number(s, p);
     for (size_t i = 0; i < sizeof literals / sizeof *literals; i++) {
         size_t n = strlen(literals[i]);
         if ((size_t)(end - p) >= n && memcmp(p, literals[i], n) == 0) return p + n;

@@ -282,9 +282,36 @@ static void data_fail(data_reader_t *rd, int r, int dim)
     element_field(rd->err, rd->field, rd->idx, dim);
 }
 
+/* An f32 or f64 element written as a JSON number, the bulk of inline data, read straight
+ * into the typed block by one pass of the parser over its text (which is JSON, so the
+ * parser's end is the number's). False, with nothing done, for any other element or a value
+ * out of the dtype's range: the general path then reads it and says why. */
+static bool data_read_real(data_reader_t *rd)
+{
+    const char *p = rd->p, *q = NULL;
+    if (p >= rd->end || !(*p == '-' || (*p >= '0' && *p <= '9'))) return false;
+    if (rd->d->dtype == DTYPE_F32) {
+        float f;
+        q = float_parse_f32_prefix(p, rd->end, &f);
+        if (!q || isinf(f)) return false;
+        ((float *)rd->data)[rd->next] = f;
+    } else if (rd->d->dtype == DTYPE_F64) {
+        double x;
+        q = float_parse_f64_prefix(p, rd->end, &x);
+        if (!q || isinf(x)) return false;
+        ((double *)rd->data)[rd->next] = x;
+    } else {
+        return false;
+    }
+    rd->next++;
+    rd->p = q;
+    return true;
+}
+
 /* The element at the cursor, into flat index next. */
 static void data_read_element(data_reader_t *rd, int dim)
 {
+    if (rd->r == 0 && data_read_real(rd)) return;
     const char *p = rd->p, *q = NULL;
     bool is_int, plain;
     element_kind_t kind = ELEMENT_OTHER;
@@ -311,6 +338,27 @@ static void data_read_element(data_reader_t *rd, int dim)
     rd->p = q;
 }
 
+/* The leading run of a flat list's f32 or f64 numbers, at most limit of them, read in one
+ * tight loop (data_read_real each) with the cursor at the list's first value: how many. It
+ * stops, with nothing of the stopping element consumed, at the first element it does not
+ * take; *ret_more tells whether the cursor is then at an element (after a comma) or at what
+ * follows the last one (the closing bracket). */
+static size_t data_read_reals(data_reader_t *rd, int64_t limit, bool *ret_more)
+{
+    size_t count = 0;
+    *ret_more = true;
+    while ((int64_t)count < limit && data_read_real(rd)) {
+        count++;
+        if (data_peek(rd) != ',') {
+            *ret_more = false;
+            break;
+        }
+        rd->p++;
+        data_peek(rd);
+    }
+    return count;
+}
+
 /* Reads the list's values at the cursor with visit until its closing bracket: the number of
  * values. visit is skipped (the value only counted) from index limit on or after an error. */
 static size_t data_read_list(data_reader_t *rd, int64_t limit, int dim,
@@ -321,6 +369,14 @@ static size_t data_read_list(data_reader_t *rd, int64_t limit, int dim,
     if (data_peek(rd) == ']') {
         rd->p++;
         return 0;
+    }
+    if (visit == data_read_element && rd->r == 0) {
+        bool more;
+        count = data_read_reals(rd, limit, &more);
+        if (!more) {
+            if (rd->p < rd->end) rd->p++;
+            return count;
+        }
     }
     for (;;) {
         data_peek(rd);

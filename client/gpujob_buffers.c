@@ -171,7 +171,7 @@ int gpujob_info(gpujob_client_t *c, gpujob_info_t **ret)
         return gjc_fail(c, -EBADMSG, "GET /v1/info: the answer has no version");
     }
     gpujob_info_t *info = calloc(1, sizeof *info);
-    if (info) info->text = json_dumps(root, JSON_COMPACT);
+    if (info) info->text = gjc_json_dumps(root, JSON_COMPACT);
     if (!info || !info->text) {
         free(info);
         json_decref(root);

@@ -108,6 +108,10 @@ GJC_HIDDEN int gjc_tensor_bytes(gpujob_dtype_t dt, int ndim, const int64_t *shap
 GJC_HIDDEN int gjc_write_file(const char *path, const void *data, size_t len);
 /* Standard base64 (a new NUL-terminated string) or NULL. */
 GJC_HIDDEN char *gjc_base64(const void *data, size_t len);
+/* json_dumps(v, flags) with each real as its shortest text in the daemon's form ("0.2", "2.0",
+ * "1e-7"), so that numbers read from an answer print as the daemon sent them: a new malloc'd
+ * text, or NULL when memory ran out. */
+GJC_HIDDEN char *gjc_json_dumps(const json_t *v, size_t flags);
 /* Element conversions for inline JSON data of 16-bit float types. */
 GJC_HIDDEN uint16_t gjc_f32_to_f16(float f);
 GJC_HIDDEN uint16_t gjc_f32_to_bf16(float f);

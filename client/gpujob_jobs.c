@@ -225,7 +225,7 @@ static json_t *spec_object(const gpujob_spec_t *spec, size_t base, bool b64)
 char *gpujob_spec_json(const gpujob_spec_t *spec)
 {
     json_t *obj = spec_object(spec, 0, true);
-    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    char *text = obj ? gjc_json_dumps(obj, JSON_COMPACT) : NULL;
     json_decref(obj);
     return text;
 }
@@ -234,7 +234,7 @@ char *gpujob_spec_json(const gpujob_spec_t *spec)
 
 struct gpujob_job {
     json_t *root;
-    char *text;            /* json_dumps of root, made on first use */
+    char *text;            /* gjc_json_dumps of root, made on first use */
     gjc_section_t section; /* the answer's binary section: outputs' bytes */
 };
 
@@ -388,7 +388,7 @@ const char *gpujob_job_json(const gpujob_job_t *job)
     /* The text is a cache of an immutable object; making it on first use is not a change a
      * caller can observe. */
     gpujob_job_t *mutable_job = (gpujob_job_t *)job;
-    if (!mutable_job->text) mutable_job->text = json_dumps(job->root, JSON_COMPACT);
+    if (!mutable_job->text) mutable_job->text = gjc_json_dumps(job->root, JSON_COMPACT);
     return mutable_job->text ? mutable_job->text : "";
 }
 

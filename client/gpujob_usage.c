@@ -60,7 +60,7 @@ static int usage_report_fill(const json_t *root, gpujob_usage_report_t *report)
              json_string_value(json_object_get(root, "until")) ?: "");
     size_t n = json_array_size(days);
     report->rows = calloc(n ? n : 1, sizeof *report->rows);
-    report->json = json_dumps(root, JSON_COMPACT);
+    report->json = gjc_json_dumps(root, JSON_COMPACT);
     if (!report->rows || !report->json) return -ENOMEM;
     for (size_t i = 0; i < n; i++)
         if ((r = usage_row_from_json(json_array_get(days, i), &report->rows[i])) < 0) return r;

@@ -6,6 +6,7 @@ pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libuv1-d
       libsqlite3-dev check libsubunit-dev libinih-dev libcurl4-openssl-dev libjemalloc-dev
       libfast-float-dev libdouble-conversion-dev libsodium-dev libgnutls28-dev curl openssl python3 python3-yaml
       python3-jsonschema
+      libdragonbox-dev  # dragonbox, header-only: the answers' shortest floats (api/float_print.cc)
       python3-numpy python3-tqdm python3-pip python3-setuptools python3-wheel  # the Python client
       passwd  # useradd and userdel: the test of two users on the Unix socket (as root)
       chromium chromium-driver python3-selenium  # the status page's test in a real browser

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with an H200 (or another sm_90 GPU), the CUDA toolkit, the packages of
 # scripts/deps.sh (jemalloc and the header-only libfast-float-dev included: stage it with
-# `../shared/gpu/stage.sh libfast-float-dev` where the machine has no registry) and, for the
+# `../shared/gpu/stage.sh libfast-float-dev libdragonbox-dev` where the machine has no
+# registry) and, for the
 # peers, PyTorch and aiohttp on python3:
 # build with CUDA for sm_90 into /tmp/gpujobd-build (Release), then any of
 #   tests  the GPU-labelled tests

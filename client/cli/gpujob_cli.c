@@ -138,7 +138,7 @@ static int parse_seconds(const char *text, double *ret)
 void cli_print_json_text(const char *text)
 {
     json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-    char *pretty = v ? json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY) : NULL;
+    char *pretty = v ? gjc_json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY) : NULL;
     puts(pretty ? pretty : text);
     free(pretty);
     json_decref(v);
@@ -146,7 +146,7 @@ void cli_print_json_text(const char *text)
 
 void cli_print_json(json_t *v)
 {
-    char *text = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
+    char *text = gjc_json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
     if (text) puts(text);
     free(text);
     json_decref(v);

@@ -223,6 +223,50 @@ START_TEST(test_run_writes_outputs_byte_for_byte)
 }
 END_TEST
 
+static float tenth_value(int64_t i)
+{
+    (void)i;
+    return 0.1f;
+}
+
+/* An f32 output of 0.2 (0.1f + 0.1f, exact) and a param of 0.1 print as the daemon sent them,
+ * shortest: "0.2" and "0.1", not jansson's 17 digits (0.20000000298023224 for the float as a
+ * double, 0.10000000000000001 for the param), whether run prints the answer or status reads
+ * the job again. */
+START_TEST(test_json_prints_numbers_as_the_daemon_sent_them)
+{
+    char *x = write_f32_npy("tenth.npy", 1, 3, tenth_value);
+    char xarg[256], yarg[256];
+    snprintf(xarg, sizeof xarg, "x=%s", x);
+    snprintf(yarg, sizeof yarg, "y=%s", x);
+    run_result_t r = RUN("--json", "run", "add", "-i", xarg, "-i", yarg, "--wait");
+    ck_assert_exit(r, 0);
+    json_t *job = json_loads(r.out, 0, NULL);
+    ck_assert_ptr_nonnull(job);
+    char *id = strdup(json_string_value(json_object_get(job, "id")));
+    json_t *data = json_object_get(json_object_get(json_object_get(job, "outputs"), "out"), "data");
+    ck_assert_int_eq(json_array_size(data), 3);
+    ck_assert((float)json_real_value(json_array_get(data, 0)) == 0.2f);
+    json_decref(job);
+    /* JSON_INDENT(2): each element of the list on its own line. */
+    ck_assert_msg(strstr(r.out, " 0.2,\n") && strstr(r.out, " 0.2\n"), "%s", r.out);
+    ck_assert_msg(!strstr(r.out, "0.200"), "%s", r.out);
+    result_free(&r);
+
+    r = RUN("status", id, "--json");
+    ck_assert_exit(r, 0);
+    ck_assert_msg(strstr(r.out, " 0.2,\n") && !strstr(r.out, "0.200"), "%s", r.out);
+    result_free(&r);
+
+    r = RUN("--json", "run", "saxpy", "-p", "a=0.1", "-i", xarg, "-i", yarg, "--wait");
+    ck_assert_exit(r, 0);
+    ck_assert_msg(strstr(r.out, "\"a\": 0.1\n") && !strstr(r.out, "0.1000"), "%s", r.out);
+    result_free(&r);
+    free(id);
+    free(x);
+}
+END_TEST
+
 START_TEST(test_submit_then_status_wait_ls_and_cancel)
 {
     char *x = write_f32_npy("x2.npy", 2, 3, x_value);
@@ -609,6 +653,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_run_writes_outputs_byte_for_byte);
     tcase_add_test(tc, test_submit_then_status_wait_ls_and_cancel);
+    tcase_add_test(tc, test_json_prints_numbers_as_the_daemon_sent_them);
     tcase_add_test(tc, test_failed_cancelled_and_timed_out_jobs_exit_codes);
     tcase_add_test(tc, test_buffers_put_use_and_remove);
     tcase_add_test(tc, test_info_and_usage_human_and_json);

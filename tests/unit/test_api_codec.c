@@ -107,6 +107,38 @@ START_TEST(test_inline_integer_ranges_are_enforced)
 }
 END_TEST
 
+/* codec_data_from_text of text, which must be JSON, as the scanner hands data over. */
+static int text_parse(const char *text, tensor_desc_t d, void **ret, op_error_t *err)
+{
+    *ret = NULL;
+    return codec_data_from_text(text, strlen(text), &d, "inputs.x.data", ret, err);
+}
+
+/* f32 and f64 numbers are read in a run of their own until an element that is not one: the
+ * elements after it, and the errors, are the general reader's, with the same indices. */
+START_TEST(test_inline_float_runs_hand_over_at_any_element)
+{
+    void *data;
+    op_error_t err = {0};
+    ck_assert_int_eq(
+        text_parse("[0.5, \"inf\", -0.25 , 3]", desc2(DTYPE_F32, 1, 4, 0), &data, &err), 0);
+    const float *f = data;
+    ck_assert(f[0] == 0.5f && isinf(f[1]) && f[2] == -0.25f && f[3] == 3.0f);
+    free(data);
+    ck_assert_int_eq(text_parse("[-0, 0.1]", desc2(DTYPE_F64, 1, 2, 0), &data, &err), 0);
+    ck_assert(signbit(((double *)data)[0]) && ((double *)data)[1] == 0.1);
+    free(data);
+    ck_assert_int_eq(
+        text_parse("[0.5, \"inf\", -0.25, 1e39]", desc2(DTYPE_F32, 1, 4, 0), &data, &err), -EINVAL);
+    ck_assert_str_eq(err.field, "inputs.x.data[3]");
+    ck_assert_int_eq(text_parse("[0.5, 1.5, 2.5]", desc2(DTYPE_F32, 1, 2, 0), &data, &err),
+                     -EINVAL);
+    ck_assert_str_eq(err.field, "inputs.x.data");
+    ck_assert_int_eq(text_parse("[0.5, true]", desc2(DTYPE_F64, 1, 2, 0), &data, &err), -EINVAL);
+    ck_assert_str_eq(err.field, "inputs.x.data[1]");
+}
+END_TEST
+
 START_TEST(test_inline_i64_is_exact_and_floats_check_their_range)
 {
     void *data;
@@ -889,6 +921,7 @@ static Suite *api_codec_suite(void)
     TCase *tc = tcase_create("codec");
     tcase_add_test(tc, test_inline_flat_and_nested_agree_for_every_dtype);
     tcase_add_test(tc, test_inline_integer_ranges_are_enforced);
+    tcase_add_test(tc, test_inline_float_runs_hand_over_at_any_element);
     tcase_add_test(tc, test_inline_i64_is_exact_and_floats_check_their_range);
     tcase_add_test(tc, test_inline_counts_and_nesting_must_match_the_shape);
     tcase_add_test(tc, test_desc_from_json_checks_dtype_dims_and_limits);
