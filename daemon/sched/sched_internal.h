@@ -59,6 +59,9 @@ typedef struct user {
     unsigned limits_gen;
 } user_t;
 
+/* Room for a batch-key FIFO's key: "BATCH_KEY@DEVICE/PREFERRED_DEVICE". */
+#define KEYQ_KEY_SIZE (OP_BATCH_KEY_LEN + 32)
+
 /* The queued entries of one batch key, oldest first: the jobs a batch may take together. */
 typedef struct keyq {
     queue_t entries; /* of entry_t, through keyq_node */
@@ -174,6 +177,7 @@ struct sched {
     store_sync_t *syncer;
     store_checkpointer_t *checkpointer; /* run by the syncer; NULL without one */
     strmap_t *entries, *users, *keyqs;
+    keyq_t *keyq_last;      /* the FIFO last appended to, while it exists (keyq_append) */
     heap_t deadlines;       /* queued entries with a deadline, earliest first */
     queue_t in_flight;      /* of sched_batch_t, through flight: handed to the executor */
     queue_t submit_waiters; /* of waiter_t, through submit_node: waited submissions */

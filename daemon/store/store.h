@@ -52,6 +52,13 @@ void store_close(store_t *st);
  * the last commit failed for want of room and no space was freed since. When full, reason
  * (size bytes) says why. Any thread. */
 bool store_disk_full(store_t *st, char *reason, size_t size);
+/* Whether the store was found damaged (a database page SQLite cannot read, found by the
+ * integrity check that runs after an unclean stop once the daemon is ready, store_check.c):
+ * every write is refused from then on (-EUCLEAN). When damaged, reason (size bytes) names the
+ * file and the finding. Any thread. */
+bool store_damaged(store_t *st, char *reason, size_t size);
+/* Room for store_damaged's reason: the file and SQLite's first finding. */
+#define STORE_DAMAGE_SIZE 512
 
 /* How many shards the store has: a power of two, at most STORE_MAX_SHARDS. */
 int store_shards(const store_t *st);
@@ -213,8 +220,8 @@ int store_recover_queued(store_t *st, int max_attempts, int (*resolve)(job_t *jo
 /* Before store_recover_queued, after a crash: fails job id with code and message when it is
  * not final yet (its run took the process down: crash_guard.h), durably. Queued counts too: a
  * batch goes to the executor before the commit that records its start, so a job can crash the
- * process while its row still says queued. *ret_failed says whether it did; an unknown or final job is
- * left alone. */
+ * process while its row still says queued. *ret_failed says whether it did; an unknown or final job
+ * is left alone. */
 int store_recover_crashed(store_t *st, const char *id, const char *code, const char *message,
                           bool *ret_failed);
 
