@@ -51,6 +51,7 @@ static void free_user(const char *key, void *value, void *ud)
     (void)ud;
     user_t *u = value;
     heap_clear(&u->queue);
+    rank_free(u);
     free(u);
 }
 
@@ -215,6 +216,7 @@ static int deadline_push(sched_t *s, entry_t *e)
 /* Takes a queued entry out of every queue structure (not out of s->entries). */
 void entry_unqueue(sched_t *s, entry_t *e)
 {
+    if (e->queue_pos != HEAP_ABSENT) rank_remove(e->user, e);
     heap_remove(&e->user->queue, e);
     keyq_remove(s, e);
     heap_remove(&s->deadlines, e);
@@ -224,6 +226,7 @@ void entry_unqueue(sched_t *s, entry_t *e)
 static int entry_queue_keyed(sched_t *s, entry_t *e, const char *batch_key)
 {
     int r = heap_push(&e->user->queue, e);
+    if (r >= 0 && (r = rank_add(e->user, e)) < 0) heap_remove(&e->user->queue, e);
     if (r >= 0 && batch_key[0]) r = keyq_append(s, e, batch_key);
     if (r >= 0 && e->deadline_us) r = deadline_push(s, e);
     if (r < 0) entry_unqueue(s, e);

@@ -124,6 +124,20 @@ START_TEST(test_a_missing_database_with_blob_files_is_refused)
 }
 END_TEST
 
+/* Writes garbage over len bytes of the file at path from offset at. */
+static void garbage_over(const char *path, off_t at, off_t len)
+{
+    int fd = open(path, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    char garbage[4096];
+    memset(garbage, 0x5a, sizeof garbage);
+    for (off_t end = at + len; at < end; at += (off_t)sizeof garbage) {
+        size_t n = end - at < (off_t)sizeof garbage ? (size_t)(end - at) : sizeof garbage;
+        ck_assert_int_eq(pwrite(fd, garbage, n, at), (ssize_t)n);
+    }
+    close(fd);
+}
+
 /* Garbage over every page but the first (the header and the schema's root) of d's stopped
  * database file, which must be larger than two pages. */
 static void damage_database(e2e_daemon_t *d)
@@ -133,13 +147,7 @@ static void damage_database(e2e_daemon_t *d)
     struct stat sb;
     ck_assert_int_eq(stat(db, &sb), 0);
     ck_assert_int_gt(sb.st_size, 8192);
-    int fd = open(db, O_WRONLY);
-    ck_assert_int_ge(fd, 0);
-    char garbage[4096];
-    memset(garbage, 0x5a, sizeof garbage);
-    for (off_t at = 4096; at < sb.st_size; at += (off_t)sizeof garbage)
-        ck_assert_int_eq(pwrite(fd, garbage, sizeof garbage, at), (ssize_t)sizeof garbage);
-    close(fd);
+    garbage_over(db, 4096, sb.st_size - 4096);
 }
 
 START_TEST(test_a_database_failing_its_integrity_check_after_a_crash_is_refused)
@@ -260,13 +268,7 @@ static void damage_index(e2e_daemon_t *d, const char *name)
     sqlite3_finalize(stmt);
     ck_assert_int_eq(sqlite3_close(h), SQLITE_OK);
     ck_assert_int_gt(page, 1);
-    char garbage[65536];
-    ck_assert_int_le(size, (off_t)sizeof garbage);
-    memset(garbage, 0x5a, sizeof garbage);
-    int fd = open(db, O_WRONLY);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(pwrite(fd, garbage, (size_t)size, (page - 1) * size), (ssize_t)size);
-    close(fd);
+    garbage_over(db, (page - 1) * size, size);
 }
 
 /* A damage that recovery does not read lets the daemon start; the integrity check that runs
