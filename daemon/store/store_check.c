@@ -35,8 +35,7 @@
 #define WAL_HEADER 32
 #define WAL_FRAME_HEADER 24
 
-/* Whether blobs_dir holds any file in its fan-out directories. */
-static bool blobs_present(const char *blobs_dir)
+bool store_blobs_present(const char *blobs_dir)
 {
     DIR *dir = opendir(blobs_dir);
     if (!dir) return false;
@@ -218,7 +217,8 @@ int store_check_before_open(const char *db_path, const char *blobs_dir, bool mis
     bool missing = stat(db_path, &sb) < 0;
     if (missing && errno != ENOENT)
         return log_error_errno(-errno, "store: cannot read '%s': %s", db_path, strerror(errno));
-    if (((missing && !missing_ok) || (!missing && sb.st_size == 0)) && blobs_present(blobs_dir))
+    if (((missing && !missing_ok) || (!missing && sb.st_size == 0)) &&
+        store_blobs_present(blobs_dir))
         return log_error_errno(-EUCLEAN,
                                "store: '%s' is %s while '%s' holds blob files: the jobs that "
                                "named them are gone. Refusing to start, nothing was changed: "

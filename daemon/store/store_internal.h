@@ -246,6 +246,8 @@ int64_t store_blob_bytes_net(void);
 /* Before a shard's file is opened: refuses a database file that is empty, or (unless
  * missing_ok) missing, while blob files exist, and a WAL with commits past a damaged frame. */
 int store_check_before_open(const char *db_path, const char *blobs_dir, bool missing_ok);
+/* Whether blobs_dir holds any file in its fan-out directories. */
+bool store_blobs_present(const char *blobs_dir);
 /* PRAGMA quick_check of an open shard's schema, before anything reads it; refuses one that
  * cannot be read or fails it. */
 int store_check_schema(store_conn_t *conn);

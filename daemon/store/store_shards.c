@@ -146,13 +146,16 @@ int store_open(const config_t *cfg, store_t **ret)
     store_conn_t *conns[STORE_MAX_SHARDS];
     for (int k = 0; k < st->n_shards; k++)
         conns[k] = &st->shards[k].conn;
+    /* The sweep needs the newest row, a scan of every job: not when there is nothing to sweep
+     * (a store whose tensors all live in its rows, as a long queue of small jobs' do). */
+    bool sweep = r == 0 && store_blobs_present(st->blobs_dir);
     int64_t newest_us = 0;
-    for (int k = 0; k < st->n_shards && r == 0; k++) {
+    for (int k = 0; k < st->n_shards && sweep && r == 0; k++) {
         int64_t shard_newest = 0;
         r = store_newest_row_us(conns[k], &shard_newest);
         if (shard_newest > newest_us) newest_us = shard_newest;
     }
-    if (r == 0) r = store_blob_sweep_orphans(conns, st->n_shards, newest_us, &removed);
+    if (sweep && r == 0) r = store_blob_sweep_orphans(conns, st->n_shards, newest_us, &removed);
     if (r == 0 && st->n_shards > 1) r = start_shard_threads(st);
     if (r == 0) store_space_open(st);
     st->check_due = existed && !clean;
