@@ -8,8 +8,17 @@
 
 #include "kernels/op.h"
 
+/* Healthy unless the store was found damaged (the integrity check after an unclean stop):
+ * the daemon then refuses every write and wants its database restored, which a restart alone
+ * does not do. */
 int api_handle_healthz(api_request_t *req)
 {
+    char reason[STORE_DAMAGE_SIZE];
+    if (sched_store_damaged(req->env->sched, reason, sizeof reason)) {
+        api_respond_json(req, 503,
+                         json_pack("{s:s, s:s}", "status", "store_damaged", "reason", reason));
+        return API_DONE;
+    }
     api_respond_json(req, 200, json_pack("{s:s}", "status", "ok"));
     return API_DONE;
 }
@@ -23,10 +32,13 @@ int api_handle_readyz(api_request_t *req)
 {
     sched_stats_t stats;
     sched_get_stats(req->env->sched, &stats);
-    char reason[160];
-    bool full = !stats.store_failed && sched_disk_full(req->env->sched, reason, sizeof reason);
-    const char *status = stats.store_failed ? "store_failed"
-                         : full             ? "disk_full"
+    char reason[STORE_DAMAGE_SIZE];
+    bool damaged = sched_store_damaged(req->env->sched, reason, sizeof reason);
+    bool full =
+        !damaged && !stats.store_failed && sched_disk_full(req->env->sched, reason, sizeof reason);
+    const char *status = damaged              ? "store_damaged"
+                         : stats.store_failed ? "store_failed"
+                         : full               ? "disk_full"
                          : stats.accepting && !atomic_load(&req->env->intake_stopped) ? "ready"
                                                                                       : "draining";
     json_t *backend = sched_describe_backend(req->env->sched);
@@ -47,7 +59,7 @@ int api_handle_readyz(api_request_t *req)
     if (strcmp(status, "ready") == 0 && json_array_size(states) > 0 && !serving)
         status = "no_device";
     json_t *body = json_pack("{s:s}", "status", status);
-    if (full) json_object_set_new(body, "reason", json_string(reason));
+    if (full || damaged) json_object_set_new(body, "reason", json_string(reason));
     if (stats.stuck_batches > 0)
         json_object_set_new(body, "stuck_batches", json_integer(stats.stuck_batches));
     if (json_array_size(states) > 0)
@@ -257,6 +269,9 @@ int api_handle_metrics(api_request_t *req)
     metric(&t, "gpujobd_watchdog_stuck_batches", "gauge",
            "Batches given up on whose worker or device has not come back from them yet.",
            s.stuck_batches);
+    metric(&t, "gpujobd_store_damaged", "gauge",
+           "1 once the store's integrity check found damage: every write is refused.",
+           sched_store_damaged(req->env->sched, NULL, 0));
     metric(&t, "gpujobd_store_bytes", "gauge",
            "Bytes the store keeps (database pages in use and blob files), at the last measure.",
            s.store_bytes);

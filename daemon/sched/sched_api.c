@@ -288,3 +288,8 @@ bool sched_disk_full(sched_t *s, char *reason, size_t size)
 {
     return store_disk_full(s->st, reason, size);
 }
+
+bool sched_store_damaged(sched_t *s, char *reason, size_t size)
+{
+    return store_damaged(s->st, reason, size);
+}

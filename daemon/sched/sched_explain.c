@@ -2,26 +2,17 @@
  * when the scheduler answers for queued jobs (a wait, a read that asks the loop, a list, a
  * submission's answer), and written into the jobs' waiting_* fields for their JSON.
  *
- * The position counts the jobs of its own user's queue ahead of it exactly, and estimates
- * those of the other users that fair share will serve meanwhile: each other user with queued
- * jobs gets, per job of ours, its weight over ours in jobs, up to what it has queued. Jobs
- * already running are not counted. The estimate shrinks as the jobs ahead run. */
+ * The position counts the jobs of its own user's queue ahead of it exactly, in O(log n) of
+ * that queue (sched_rank.c), so that a read or a list costs the same with a long queue; and it
+ * estimates those of the other users that fair share will serve meanwhile: each other user
+ * with queued jobs gets, per job of ours, its weight over ours in jobs, up to what it has
+ * queued. Jobs already running are not counted. The estimate shrinks as the jobs ahead run. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sched_internal.h"
-
-/* How many entries of e's user's queue come before e (priority, then arrival). */
-static long own_ahead(const entry_t *e)
-{
-    const heap_t *h = &e->user->queue;
-    long n = 0;
-    for (size_t i = 0; i < h->len; i++)
-        n += entry_before(heap_at(h, i), e);
-    return n;
-}
 
 typedef struct others {
     sched_t *s;
@@ -72,60 +63,13 @@ static void explain_at(sched_t *s, const entry_t *e, long mine, job_t *job)
 
 void sched_explain(sched_t *s, entry_t *e, job_t *into)
 {
-    explain_at(s, e, own_ahead(e), into);
-}
-
-/* qsort's order of the entries explained together: by user, then as their queue serves them. */
-static int explained_cmp(const void *a, const void *b)
-{
-    const entry_t *x = ((const explained_t *)a)->e, *y = ((const explained_t *)b)->e;
-    if (x->user != y->user) return x->user < y->user ? -1 : 1;
-    return entry_before(x, y) ? -1 : entry_before(y, x) ? 1 : 0;
-}
-
-/* The index of the first of es[0..n) (one user's, in queue order) that entry q comes before,
- * by bisection: q is ahead of that one and of all after it. */
-static size_t first_after(const explained_t *es, size_t n, const entry_t *q)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (entry_before(q, es[mid].e))
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
-/* Explains es[0..n), one user's entries in queue order, with one pass over that user's queue:
- * each queued entry counts for those of es it comes before, found by bisection. ahead is
- * scratch of n + 1 counts. */
-static void explain_user_run(sched_t *s, const explained_t *es, size_t n, long *ahead)
-{
-    const heap_t *h = &es[0].e->user->queue;
-    memset(ahead, 0, (n + 1) * sizeof *ahead);
-    for (size_t i = 0; i < h->len; i++)
-        ahead[first_after(es, n, heap_at(h, i))]++;
-    long mine = 0;
-    for (size_t k = 0; k < n; k++) {
-        mine += ahead[k];
-        explain_at(s, es[k].e, mine, es[k].into);
-    }
+    explain_at(s, e, rank_ahead(e->user, e), into);
 }
 
 int sched_explain_entries(sched_t *s, explained_t *es, size_t n)
 {
-    if (n == 0) return 0;
-    long *ahead = malloc((n + 1) * sizeof *ahead);
-    if (!ahead) return -ENOMEM;
-    qsort(es, n, sizeof *es, explained_cmp);
-    for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && es[j].e->user == es[i].e->user;)
-            j++;
-        explain_user_run(s, es + i, j - i, ahead);
-    }
-    free(ahead);
+    for (size_t i = 0; i < n; i++)
+        sched_explain(s, es[i].e, es[i].into);
     return 0;
 }
 

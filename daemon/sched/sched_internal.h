@@ -45,10 +45,22 @@ typedef struct waiter {
     bool replayed;
 } waiter_t;
 
+/* The queued entries of one user at one priority, by arrival, for counting those before one
+ * (sched_rank.c): slots in seq order (NULL once the entry left) and a Fenwick tree over them. */
+typedef struct rank_level {
+    int priority;
+    entry_t **slots;
+    int32_t *bit;
+    size_t n, cap, live;
+    uint64_t max_seq; /* the highest seq appended since the last rebuild */
+} rank_level_t;
+
 /* A user (an owner of jobs) as fair share sees it. */
 typedef struct user {
     char owner[OWNER_SIZE];
-    heap_t queue; /* queued entries: highest priority, then oldest, first */
+    heap_t queue;         /* queued entries: highest priority, then oldest, first */
+    rank_level_t *levels; /* the same entries by priority, highest first (sched_rank.c) */
+    size_t n_levels;
     int running;
     long pending;    /* jobs submitted, waiting for the group commit */
     double usage_us; /* decayed device (or CPU) time, charged at dispatch, corrected at end */
@@ -58,6 +70,9 @@ typedef struct user {
     policy_limits_t limits; /* under the policy of generation limits_gen (user_limits) */
     unsigned limits_gen;
 } user_t;
+
+/* Room for a batch-key FIFO's key: "BATCH_KEY@DEVICE/PREFERRED_DEVICE". */
+#define KEYQ_KEY_SIZE (OP_BATCH_KEY_LEN + 32)
 
 /* The queued entries of one batch key, oldest first: the jobs a batch may take together. */
 typedef struct keyq {
@@ -86,6 +101,7 @@ struct entry {
     bool unstored;       /* went out in a group commit that failed: it has no row */
     bool start_lost;     /* cut in a group commit that failed: its row still says queued */
     bool answered;       /* its waiters had its end before the end was written */
+    uint32_t rank_slot;  /* in its user's level of its priority while queued (sched_rank.c) */
     size_t queue_pos;    /* in user->queue, HEAP_ABSENT when not queued */
     size_t deadline_pos; /* in s->deadlines, HEAP_ABSENT when none */
     keyq_t *keyq;        /* while queued with a batch key */
@@ -175,6 +191,7 @@ struct sched {
     store_sync_t *syncer;
     store_checkpointer_t *checkpointer; /* run by the syncer; NULL without one */
     strmap_t *entries, *users, *keyqs;
+    keyq_t *keyq_last;      /* the FIFO last appended to, while it exists (keyq_append) */
     heap_t deadlines;       /* queued entries with a deadline, earliest first */
     queue_t in_flight;      /* of sched_batch_t, through flight: handed to the executor */
     queue_t submit_waiters; /* of waiter_t, through submit_node: waited submissions */
@@ -270,9 +287,17 @@ const policy_limits_t *user_limits(sched_t *s, user_t *u);
 int user_max_running(sched_t *s, user_t *u);
 double user_share(sched_t *s, user_t *u);
 
+/* sched_rank.c: how many of a user's queued entries come before one, in O(log n). rank_add
+ * (0 or -ENOMEM) and rank_remove follow the user's queue; rank_ahead counts; rank_free frees
+ * the user's levels. */
+int rank_add(user_t *u, entry_t *e);
+void rank_remove(user_t *u, entry_t *e);
+long rank_ahead(const user_t *u, const entry_t *e);
+void rank_free(user_t *u);
+
 /* sched_explain.c: why a queued job waits. sched_explain explains one entry into into (its
- * job or a copy); sched_explain_entries explains es[0..n) (queued entries, each into its job,
- * reordered meanwhile) with one pass over each of their users' queues; sched_explain_copies
+ * job or a copy); sched_explain_entries explains es[0..n) (queued entries, each into its
+ * job), in O(log n) of its user's queue each; sched_explain_copies
  * writes into copies of jobs (NULL ones skipped) why the loop's queued jobs of the same ids
  * wait: 0 or -ENOMEM. handle_explain answers sched_explain_jobs. */
 typedef struct explained {

@@ -51,6 +51,7 @@ static void free_user(const char *key, void *value, void *ud)
     (void)ud;
     user_t *u = value;
     heap_clear(&u->queue);
+    rank_free(u);
     free(u);
 }
 
@@ -133,6 +134,22 @@ user_t *user_pick(sched_t *s)
 
 /* ------------------------------------------------------------------ batch-key FIFOs */
 
+/* Writes v in decimal at p (room for 12 bytes), unterminated; returns its length. */
+static size_t fmt_int(char *p, int v)
+{
+    char tmp[12];
+    unsigned u = v < 0 ? 0u - (unsigned)v : (unsigned)v;
+    size_t n = 0;
+    do
+        tmp[n++] = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    size_t len = 0;
+    if (v < 0) p[len++] = '-';
+    while (n)
+        p[len++] = tmp[--n];
+    return len;
+}
+
 static void keyq_remove(sched_t *s, entry_t *e)
 {
     keyq_t *q = e->keyq;
@@ -140,18 +157,35 @@ static void keyq_remove(sched_t *s, entry_t *e)
     queue_remove(&e->keyq_node);
     e->keyq = NULL;
     if (--q->len == 0) {
+        if (s->keyq_last == q) s->keyq_last = NULL;
         strmap_remove(s->keyqs, q->key);
         free(q);
     }
+}
+
+/* Writes "BATCH_KEY@DEVICE/PREFERRED" into key without snprintf, which recovery would call
+ * for every queued job. */
+static void keyq_key(char key[KEYQ_KEY_SIZE], const char *batch_key, int device, int preferred)
+{
+    size_t n = strnlen(batch_key, OP_BATCH_KEY_LEN);
+    memcpy(key, batch_key, n);
+    key[n++] = '@';
+    n += fmt_int(key + n, device);
+    key[n++] = '/';
+    n += fmt_int(key + n, preferred);
+    key[n] = '\0';
 }
 
 /* Jobs batch together when their ops say so (equal batch keys) and they may run on the same
  * device (equal pins). */
 static int keyq_append(sched_t *s, entry_t *e, const char *batch_key)
 {
-    char key[OP_BATCH_KEY_LEN + 16];
-    snprintf(key, sizeof key, "%s@%d/%d", batch_key, e->device, e->preferred_device);
-    keyq_t *q = strmap_get(s->keyqs, key);
+    char key[KEYQ_KEY_SIZE];
+    keyq_key(key, batch_key, e->device, e->preferred_device);
+    /* Jobs submitted or recovered together mostly share their key: the last FIFO appended to
+     * is tried before the map. */
+    keyq_t *q = s->keyq_last && strcmp(s->keyq_last->key, key) == 0 ? s->keyq_last
+                                                                    : strmap_get(s->keyqs, key);
     if (!q) {
         size_t len = strlen(key);
         q = calloc(1, sizeof *q + len + 1);
@@ -166,6 +200,7 @@ static int keyq_append(sched_t *s, entry_t *e, const char *batch_key)
     e->keyq = q;
     queue_insert_tail(&q->entries, &e->keyq_node);
     q->len++;
+    s->keyq_last = q;
     return 0;
 }
 
@@ -181,6 +216,7 @@ static int deadline_push(sched_t *s, entry_t *e)
 /* Takes a queued entry out of every queue structure (not out of s->entries). */
 void entry_unqueue(sched_t *s, entry_t *e)
 {
+    if (e->queue_pos != HEAP_ABSENT) rank_remove(e->user, e);
     heap_remove(&e->user->queue, e);
     keyq_remove(s, e);
     heap_remove(&s->deadlines, e);
@@ -190,6 +226,7 @@ void entry_unqueue(sched_t *s, entry_t *e)
 static int entry_queue_keyed(sched_t *s, entry_t *e, const char *batch_key)
 {
     int r = heap_push(&e->user->queue, e);
+    if (r >= 0 && (r = rank_add(e->user, e)) < 0) heap_remove(&e->user->queue, e);
     if (r >= 0 && batch_key[0]) r = keyq_append(s, e, batch_key);
     if (r >= 0 && e->deadline_us) r = deadline_push(s, e);
     if (r < 0) entry_unqueue(s, e);
@@ -219,7 +256,8 @@ static entry_t *entry_new(sched_t *s, const char *id, const char *owner, int pri
         free(e);
         return NULL;
     }
-    snprintf(e->id, sizeof e->id, "%s", id);
+    size_t id_len = strnlen(id, sizeof e->id - 1);
+    memcpy(e->id, id, id_len); /* calloc'd: terminated */
     e->user = u;
     e->seq = s->next_seq++;
     e->priority = priority;

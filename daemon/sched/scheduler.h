@@ -202,6 +202,9 @@ void sched_get_histograms(sched_t *s, sched_histograms_t *ret);
 /* Whether the store's disk is full (store_disk_full): reason (size bytes) then says why. Any
  * thread. */
 bool sched_disk_full(sched_t *s, char *reason, size_t size);
+/* Whether the store was found damaged (store_damaged): it refuses every write; reason (size
+ * bytes) then says what was found. Any thread. */
+bool sched_store_damaged(sched_t *s, char *reason, size_t size);
 /* The executor's description for /v1/info (a new reference). */
 json_t *sched_describe_backend(sched_t *s);
 /* Whether the backend can run op's jobs (op_supports for the executor's backend). */

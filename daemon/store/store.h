@@ -52,6 +52,13 @@ void store_close(store_t *st);
  * the last commit failed for want of room and no space was freed since. When full, reason
  * (size bytes) says why. Any thread. */
 bool store_disk_full(store_t *st, char *reason, size_t size);
+/* Whether the store was found damaged (a database page SQLite cannot read, found by the
+ * integrity check that runs after an unclean stop once the daemon is ready, store_check.c):
+ * every write is refused from then on (-EUCLEAN). When damaged, reason (size bytes) names the
+ * file and the finding. Any thread. */
+bool store_damaged(store_t *st, char *reason, size_t size);
+/* Room for store_damaged's reason: the file and SQLite's first finding. */
+#define STORE_DAMAGE_SIZE 512
 
 /* How many shards the store has: a power of two, at most STORE_MAX_SHARDS. */
 int store_shards(const store_t *st);

@@ -1,17 +1,30 @@
-/* The checks at open that keep a damaged state directory from losing data. A database file
- * emptied or deleted while blob files remain would be taken for a new store (and every blob
- * file swept as an orphan), and one that fails PRAGMA quick_check cannot be read as it was
- * written: both are refused, at error level, with what was found and what to do, and nothing is
- * changed. A WAL is read as SQLite's recovery reads it: a torn tail is normal after a power
- * loss; commits SQLite would drop silently are kept aside in quarantine/ (wal_check). */
+/* The checks that keep a damaged state directory from losing data. A database file emptied
+ * or deleted while blob files remain would be taken for a new store (and every blob file swept
+ * as an orphan): refused at open, at error level, with what was found and what to do, and
+ * nothing is changed. A WAL is read as SQLite's recovery reads it: a torn tail is normal after a
+ * power loss; commits SQLite would drop silently are kept aside in quarantine/ (wal_check).
+ *
+ * After an unclean stop the integrity of the database files is checked in two parts, so that a
+ * long queue does not wait for a pass over the whole database before the daemon is ready. A
+ * crash alone leaves SQLite's files consistent (the WAL's recovery sees to that): the check
+ * guards against damage by the disk or by hand. Before ready, the schema is checked
+ * (store_check_schema), and every page the start and recovery read is checked by SQLite as it
+ * reads it: SQLITE_CORRUPT there refuses the start, and what the failed statement began is
+ * rolled back (store_sql_error). After ready, PRAGMA quick_check reads the rest on a read-only
+ * connection of its own, on a thread at a low priority; a finding is logged at error level
+ * and marks the store damaged (store_damaged): every write is refused from then on, and
+ * /healthz, /readyz and /metrics say so, until the database is restored. */
 #include "store.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,8 +35,7 @@
 #define WAL_HEADER 32
 #define WAL_FRAME_HEADER 24
 
-/* Whether blobs_dir holds any file in its fan-out directories. */
-static bool blobs_present(const char *blobs_dir)
+bool store_blobs_present(const char *blobs_dir)
 {
     DIR *dir = opendir(blobs_dir);
     if (!dir) return false;
@@ -205,7 +217,8 @@ int store_check_before_open(const char *db_path, const char *blobs_dir, bool mis
     bool missing = stat(db_path, &sb) < 0;
     if (missing && errno != ENOENT)
         return log_error_errno(-errno, "store: cannot read '%s': %s", db_path, strerror(errno));
-    if (((missing && !missing_ok) || (!missing && sb.st_size == 0)) && blobs_present(blobs_dir))
+    if (((missing && !missing_ok) || (!missing && sb.st_size == 0)) &&
+        store_blobs_present(blobs_dir))
         return log_error_errno(-EUCLEAN,
                                "store: '%s' is %s while '%s' holds blob files: the jobs that "
                                "named them are gone. Refusing to start, nothing was changed: "
@@ -249,10 +262,11 @@ void store_clean_marker_write(const char *state_dir)
                  strerror(-r));
 }
 
-int store_check_quick(store_conn_t *conn)
+int store_check_schema(store_conn_t *conn)
 {
     sqlite3_stmt *stmt;
-    if (sqlite3_prepare_v2(conn->db, "PRAGMA quick_check(1)", -1, &stmt, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(conn->db, "PRAGMA quick_check(sqlite_schema)", -1, &stmt, NULL) !=
+        SQLITE_OK)
         return log_error_errno(-EUCLEAN,
                                "store: '%s' cannot be read (%s). Refusing to start, nothing was "
                                "changed: restore it from a backup",
@@ -267,6 +281,109 @@ int store_check_quick(store_conn_t *conn)
                             conn->db_path, verdict ? verdict : sqlite3_errmsg(conn->db));
     sqlite3_finalize(stmt);
     return r;
+}
+
+/* ---------------------------------------------- the whole check, after ready */
+
+void store_note_damage(store_t *st, const char *db_path, const char *found)
+{
+    pthread_mutex_lock(&st->check_lock);
+    bool first = !atomic_load(&st->damaged);
+    if (first) snprintf(st->damage, sizeof st->damage, "'%s': %s", db_path, found);
+    atomic_store(&st->damaged, true);
+    pthread_mutex_unlock(&st->check_lock);
+    if (first)
+        log_error("store: '%s' fails its integrity check (%s). The daemon refuses every write "
+                  "from now on, so that SQLite spreads no damage and nothing stored is lost; "
+                  "what is stored can still be read. Stop the daemon and restore the database "
+                  "from a backup",
+                  db_path, found);
+}
+
+bool store_damaged(store_t *st, char *reason, size_t size)
+{
+    if (!atomic_load(&st->damaged)) return false;
+    if (size) {
+        pthread_mutex_lock(&st->check_lock);
+        snprintf(reason, size, "%s", st->damage);
+        pthread_mutex_unlock(&st->check_lock);
+    }
+    return true;
+}
+
+/* Runs PRAGMA quick_check(1) over shard k's file on a read-only connection of its own, which
+ * store_check_stop interrupts. 1 when it passed, 0 when it was stopped or could not run
+ * (logged), or the store's damage noted. */
+static int check_shard(store_t *st, int k)
+{
+    store_conn_t conn;
+    if (store_conn_open(&conn, st->state_dir, k, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX) < 0)
+        return 0;
+    sqlite3_stmt *stmt = NULL;
+    int rc = sqlite3_prepare_v2(conn.db, "PRAGMA quick_check(1)", -1, &stmt, NULL);
+    pthread_mutex_lock(&st->check_lock);
+    bool stop = st->check_stop;
+    if (!stop) st->check_db = conn.db;
+    pthread_mutex_unlock(&st->check_lock);
+    if (!stop && rc == SQLITE_OK) rc = sqlite3_step(stmt);
+    pthread_mutex_lock(&st->check_lock);
+    st->check_db = NULL;
+    stop = st->check_stop;
+    pthread_mutex_unlock(&st->check_lock);
+    const char *verdict = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(stmt, 0) : NULL;
+    int code = sqlite3_extended_errcode(conn.db) & 0xff, passed = 0;
+    if (verdict && strcmp(verdict, "ok") == 0)
+        passed = 1;
+    else if (verdict || code == SQLITE_CORRUPT || code == SQLITE_NOTADB)
+        store_note_damage(st, conn.db_path, verdict ? verdict : sqlite3_errmsg(conn.db));
+    else if (!stop)
+        log_warn("store: the integrity check of '%s' could not run (%s): it runs again after "
+                 "the next unclean stop",
+                 conn.db_path, sqlite3_errmsg(conn.db));
+    sqlite3_finalize(stmt);
+    store_conn_close(&conn);
+    return passed;
+}
+
+static void *check_main(void *arg)
+{
+    store_t *st = arg;
+    prctl(PR_SET_NAME, "store-check");
+    /* Behind the loop and the workers: the check may take minutes on a large store. Linux
+     * keeps a nice value per thread, and 0 names the calling thread. */
+    if (setpriority(PRIO_PROCESS, 0, STORE_CHECK_NICE) < 0)
+        log_debug("store: cannot lower the integrity check's priority: %s", strerror(errno));
+    int64_t t0 = now_us();
+    int passed = 0;
+    for (int k = 0; k < st->n_shards && !atomic_load(&st->damaged); k++)
+        passed += check_shard(st, k);
+    if (passed == st->n_shards) {
+        atomic_store(&st->check_passed, true);
+        log_info("store: the integrity check (PRAGMA quick_check) passed, in %.1f s",
+                 (double)(now_us() - t0) / 1e6);
+    }
+    return NULL;
+}
+
+int store_check_start(store_t *st)
+{
+    if (!st->check_due || st->check_started) return 0;
+    int r = -pthread_create(&st->check_thread, NULL, check_main, st);
+    if (r < 0)
+        return log_error_errno(r, "store: cannot start the integrity check: %s", strerror(-r));
+    st->check_started = true;
+    return 0;
+}
+
+void store_check_stop(store_t *st)
+{
+    if (!st->check_started) return;
+    pthread_mutex_lock(&st->check_lock);
+    st->check_stop = true;
+    if (st->check_db) sqlite3_interrupt(st->check_db);
+    pthread_mutex_unlock(&st->check_lock);
+    pthread_join(st->check_thread, NULL);
+    st->check_started = false;
 }
 
 int store_newest_row_us(store_conn_t *conn, int64_t *ret)

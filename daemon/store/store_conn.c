@@ -133,6 +133,14 @@ int store_sql_error(store_conn_t *conn, const char *what)
         log_error("store: %s failed: %s", what, strerror(ENOSPC));
         return -ENOSPC;
     }
+    /* A page SQLite cannot read: what the statement began is undone by SQLite and the caller's
+     * rollback, and the caller refuses to go on (at the start: the daemon does not start). */
+    if ((code & 0xff) == SQLITE_CORRUPT || code == SQLITE_NOTADB)
+        return log_error_errno(-EUCLEAN,
+                               "store: '%s' fails its integrity check: SQLite found a damaged "
+                               "page while %s (%s). Nothing was changed by it: restore the "
+                               "database from a backup",
+                               conn->db_path, what, sqlite3_errmsg(conn->db));
     log_error("store: %s failed: %s (SQLite code %d)", what, sqlite3_errmsg(conn->db), code);
     return -EIO;
 }
@@ -331,8 +339,12 @@ int store_files_add(blob_files_t *l, const char *file)
 
 void store_column_copy(sqlite3_stmt *stmt, int col, char *dst, size_t size)
 {
+    /* No snprintf: recovery copies two columns of every queued job. */
     const unsigned char *s = sqlite3_column_text(stmt, col);
-    snprintf(dst, size, "%s", s ? (const char *)s : "");
+    size_t n = s ? (size_t)sqlite3_column_bytes(stmt, col) : 0;
+    if (n >= size) n = size - 1;
+    if (n) memcpy(dst, s, n);
+    dst[n] = '\0';
 }
 
 void store_shape_format(const tensor_desc_t *d, char *buf, size_t size)

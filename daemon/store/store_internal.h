@@ -246,8 +246,22 @@ int64_t store_blob_bytes_net(void);
 /* Before a shard's file is opened: refuses a database file that is empty, or (unless
  * missing_ok) missing, while blob files exist, and a WAL with commits past a damaged frame. */
 int store_check_before_open(const char *db_path, const char *blobs_dir, bool missing_ok);
-/* PRAGMA quick_check of an open shard; refuses one that cannot be read or fails it. */
-int store_check_quick(store_conn_t *conn);
+/* Whether blobs_dir holds any file in its fan-out directories. */
+bool store_blobs_present(const char *blobs_dir);
+/* PRAGMA quick_check of an open shard's schema, before anything reads it; refuses one that
+ * cannot be read or fails it. */
+int store_check_schema(store_conn_t *conn);
+/* Starts the whole check of every shard (PRAGMA quick_check) on a thread of its own, which
+ * notes a finding with store_note_damage, once recovery has read what it needs (the end of
+ * store_recover_queued); store_check_stop interrupts and joins it (accepts a check never
+ * started). */
+int store_check_start(store_t *st);
+void store_check_stop(store_t *st);
+/* Marks the store damaged, found in db_path, and logs that once at error level: every write is
+ * refused from then on. Any thread. */
+void store_note_damage(store_t *st, const char *db_path, const char *found);
+/* The integrity check's thread runs at this nice value, behind the loop and the workers. */
+#define STORE_CHECK_NICE 10
 /* Takes the clean-shutdown marker of state_dir: *ret_clean says whether the previous run
  * closed the store cleanly (store_close, also before an exec restart), and the marker is gone,
  * durably, when it returns 0, so that a crash of this run is never taken for a clean end. */
@@ -491,6 +505,18 @@ struct store {
     _Atomic uint64_t nospc_free;
     void (*checkpoint_due)(void *arg);
     void *checkpoint_arg;
+    /* The integrity check after an unclean stop (store_check.c): its thread, and check_lock
+     * guarding check_db (the connection it reads with, for an interrupt), check_stop and
+     * damage (what it found, once damaged is set). */
+    bool check_due; /* the previous run stopped uncleanly: recovery starts the check */
+    pthread_t check_thread;
+    bool check_started;
+    atomic_bool check_passed;
+    pthread_mutex_t check_lock;
+    sqlite3 *check_db;
+    bool check_stop;
+    atomic_bool damaged;
+    char damage[STORE_DAMAGE_SIZE];
     shard_t shards[STORE_MAX_SHARDS];
 };
 

@@ -181,5 +181,7 @@ int store_recover_queued(store_t *st, int max_attempts, int (*resolve)(job_t *jo
     for (int k = 0; k < st->n_shards; k++)
         sqlite3_finalize(cur[k].stmt);
     if (r == 0 && n > 0) log_info("store: recovery: %zu queued job(s) handed back", n);
+    /* What recovery reads was checked as it was read: the rest is checked while serving. */
+    if (r == 0) r = store_check_start(st);
     return r;
 }

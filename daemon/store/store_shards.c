@@ -68,7 +68,7 @@ static int shard_open(store_t *st, int k, const config_t *cfg, bool check, int *
                                "store: shard file '%s' is missing: the jobs stored in it cannot "
                                "be read; restore it from a backup",
                                sh->conn.db_path);
-    if (r == 0 && check) r = store_check_quick(&sh->conn);
+    if (r == 0 && check) r = store_check_schema(&sh->conn);
     if (r == 0) r = configure_writer(&sh->conn);
     if (r == 0) r = store_user_version(&sh->conn, ret_version_before);
     if (r == 0) r = store_migrate(&sh->conn);
@@ -126,6 +126,7 @@ int store_open(const config_t *cfg, store_t **ret)
         return log_error_errno(-ENAMETOOLONG, "store: state_dir '%s' is too long", cfg->state_dir);
     }
     snprintf(st->state_dir, sizeof st->state_dir, "%s", cfg->state_dir);
+    pthread_mutex_init(&st->check_lock, NULL);
     st->n_shards = 1;
     int version_before = 0, removed = 0;
     bool clean = false;
@@ -133,24 +134,31 @@ int store_open(const config_t *cfg, store_t **ret)
     if (r == 0) r = store_clean_marker_take(st->state_dir, &clean);
     char first_db[PATH_MAX + sizeof STORE_DB_NAME];
     snprintf(first_db, sizeof first_db, "%s/" STORE_DB_NAME, st->state_dir);
-    if (r == 0 && access(first_db, F_OK) == 0) /* a new store has no previous run to speak of */
+    bool existed = r == 0 && access(first_db, F_OK) == 0;
+    if (existed) /* a new store has no previous run to speak of */
         log_info(clean ? "store: the previous run closed the store cleanly: no integrity check"
                        : "store: the previous run did not close the store cleanly: checking "
-                         "its integrity (PRAGMA quick_check)");
+                         "its integrity (PRAGMA quick_check): its schema now, and every page "
+                         "recovery reads as it reads it, the whole of it in the background "
+                         "once the daemon serves");
     if (r == 0) r = shard_open(st, 0, cfg, !clean, &version_before);
     if (r == 0) r = open_shards(st, cfg, !clean, version_before);
     store_conn_t *conns[STORE_MAX_SHARDS];
     for (int k = 0; k < st->n_shards; k++)
         conns[k] = &st->shards[k].conn;
+    /* The sweep needs the newest row, a scan of every job: not when there is nothing to sweep
+     * (a store whose tensors all live in its rows, as a long queue of small jobs' do). */
+    bool sweep = r == 0 && store_blobs_present(st->blobs_dir);
     int64_t newest_us = 0;
-    for (int k = 0; k < st->n_shards && r == 0; k++) {
+    for (int k = 0; k < st->n_shards && sweep && r == 0; k++) {
         int64_t shard_newest = 0;
         r = store_newest_row_us(conns[k], &shard_newest);
         if (shard_newest > newest_us) newest_us = shard_newest;
     }
-    if (r == 0) r = store_blob_sweep_orphans(conns, st->n_shards, newest_us, &removed);
+    if (sweep && r == 0) r = store_blob_sweep_orphans(conns, st->n_shards, newest_us, &removed);
     if (r == 0 && st->n_shards > 1) r = start_shard_threads(st);
     if (r == 0) store_space_open(st);
+    st->check_due = existed && !clean;
     if (r < 0) {
         store_close(st);
         return r;
@@ -166,6 +174,7 @@ int store_open(const config_t *cfg, store_t **ret)
 void store_close(store_t *st)
 {
     if (!st) return;
+    store_check_stop(st);
     stop_shard_threads(st);
     bool clean = st->opened;
     if (st->in_txn) {
@@ -190,7 +199,11 @@ void store_close(store_t *st)
         free(sh->placed);
         free(sh->deferred.a);
     }
-    if (clean) store_clean_marker_write(st->state_dir);
+    /* A store whose check did not pass (found damage, was stopped, or never ran: the store was
+     * opened without recovery, by a command) is checked again at the next start. */
+    if (clean && (!st->check_due || atomic_load(&st->check_passed)))
+        store_clean_marker_write(st->state_dir);
+    pthread_mutex_destroy(&st->check_lock);
     free(st);
 }
 

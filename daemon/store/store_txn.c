@@ -33,6 +33,7 @@ static int begin(shard_t *sh, bool relaxed)
 {
     if (sh->in_txn)
         return log_error_errno(-EBUSY, "store: store_begin with a transaction already open");
+    if (atomic_load(&sh->st->damaged)) return -EUCLEAN; /* said once, when found */
     int r = relaxed ? 0 : store_raise_sync(sh);
     /* IMMEDIATE takes the write lock now, so that no write inside can fail on a lock upgrade. */
     if (r == 0) r = store_stmt_run(&sh->conn, STMT_BEGIN_IMMEDIATE, "BEGIN IMMEDIATE");
@@ -227,6 +228,7 @@ static void abort_txn(shard_t *sh)
 int store_write_begin(shard_t *sh, bool one_statement)
 {
     sh->write_savepoint = !sh->in_txn || !one_statement;
+    if (!sh->in_txn && atomic_load(&sh->st->damaged)) return -EUCLEAN; /* said once, when found */
     if (!sh->write_savepoint) return store_refs_reserve(&sh->txn_refs, sh->write_refs.n);
     int r = sh->in_txn ? 0 : store_raise_sync(sh);
     if (r == 0) r = store_stmt_run(&sh->conn, STMT_SAVEPOINT, "starting a write");

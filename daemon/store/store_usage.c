@@ -152,6 +152,9 @@ int store_usage_note_failing(shard_t *sh, const char *where, int64_t finished_us
 int store_fair_share_save(store_t *st, const store_fair_share_t *users, size_t n)
 {
     if (st->in_txn) return log_error_errno(-EBUSY, "store: fair share saved inside a transaction");
+    /* A store found damaged takes no more writes (said once, when found); the usage since the
+     * last save is what a stop would lose anyway. */
+    if (atomic_load(&st->damaged)) return 0;
     store_conn_t *conn = &st->shards[0].conn;
     sqlite3_stmt *stmt = NULL;
     int r = store_exec(conn, "BEGIN IMMEDIATE");

@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,20 @@ START_TEST(test_a_missing_database_with_blob_files_is_refused)
 }
 END_TEST
 
+/* Writes garbage over len bytes of the file at path from offset at. */
+static void garbage_over(const char *path, off_t at, off_t len)
+{
+    int fd = open(path, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    char garbage[4096];
+    memset(garbage, 0x5a, sizeof garbage);
+    for (off_t end = at + len; at < end; at += (off_t)sizeof garbage) {
+        size_t n = end - at < (off_t)sizeof garbage ? (size_t)(end - at) : sizeof garbage;
+        ck_assert_int_eq(pwrite(fd, garbage, n, at), (ssize_t)n);
+    }
+    close(fd);
+}
+
 /* Garbage over every page but the first (the header and the schema's root) of d's stopped
  * database file, which must be larger than two pages. */
 static void damage_database(e2e_daemon_t *d)
@@ -132,13 +147,7 @@ static void damage_database(e2e_daemon_t *d)
     struct stat sb;
     ck_assert_int_eq(stat(db, &sb), 0);
     ck_assert_int_gt(sb.st_size, 8192);
-    int fd = open(db, O_WRONLY);
-    ck_assert_int_ge(fd, 0);
-    char garbage[4096];
-    memset(garbage, 0x5a, sizeof garbage);
-    for (off_t at = 4096; at < sb.st_size; at += (off_t)sizeof garbage)
-        ck_assert_int_eq(pwrite(fd, garbage, sizeof garbage, at), (ssize_t)sizeof garbage);
-    close(fd);
+    garbage_over(db, 4096, sb.st_size - 4096);
 }
 
 START_TEST(test_a_database_failing_its_integrity_check_after_a_crash_is_refused)
@@ -239,6 +248,75 @@ static void wal_sum(const unsigned char *p, size_t n, bool big_endian, uint32_t 
     }
 }
 
+/* Garbage over the root page of index name of d's stopped database file: a page that neither
+ * the start nor recovery reads, which only the whole integrity check finds. */
+static void damage_index(e2e_daemon_t *d, const char *name)
+{
+    char db[PATH_MAX];
+    state_path(d, "gpujobd.db", db);
+    sqlite3 *h;
+    sqlite3_stmt *stmt;
+    ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(h,
+                                        "SELECT rootpage, (SELECT page_size FROM pragma_page_size)"
+                                        " FROM sqlite_schema WHERE name = ?1",
+                                        -1, &stmt, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_text(stmt, 1, name, -1, SQLITE_STATIC);
+    ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+    off_t page = sqlite3_column_int64(stmt, 0), size = sqlite3_column_int64(stmt, 1);
+    sqlite3_finalize(stmt);
+    ck_assert_int_eq(sqlite3_close(h), SQLITE_OK);
+    ck_assert_int_gt(page, 1);
+    garbage_over(db, (page - 1) * size, size);
+}
+
+/* A damage that recovery does not read lets the daemon start; the integrity check that runs
+ * once it serves finds it: an error line, /healthz, /readyz and /metrics say so, a new job is
+ * refused, and what is stored can still be read. */
+START_TEST(test_a_damage_found_after_ready_refuses_writes)
+{
+    e2e_daemon_t *d = daemon_with_jobs(5);
+    stop_ok(d); /* a clean stop checkpoints the WAL into the database file */
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    e2e_daemon_kill(d); /* a crash: the next start must check */
+    damage_index(d, "buffers_owner");
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    /* Healthy at first, until the check, on a thread of its own, comes to the page. */
+    e2e_response_t resp = {0};
+    for (double until = e2e_now() + 30; e2e_now() < until; usleep(20 * 1000)) {
+        e2e_response_clear(&resp);
+        ck_assert_int_eq(e2e_http_request(d, "GET", "/healthz", NULL, NULL, 0, &resp), 0);
+        if (resp.status != 200) break;
+    }
+    ck_assert_int_eq(resp.status, 503);
+    json_t *health = json_incref(resp.json);
+    e2e_response_clear(&resp);
+    ck_assert_str_eq(json_string_value(json_object_get(health, "status")), "store_damaged");
+    ck_assert_ptr_nonnull(
+        strstr(json_string_value(json_object_get(health, "reason")), "gpujobd.db"));
+    json_decref(health);
+    ck_assert_int_eq(e2e_daemon_log_count(d, "fails its integrity check"), 1);
+    json_t *ready = e2e_json_ok(d, "GET", "/readyz", NULL, 503);
+    ck_assert_str_eq(json_string_value(json_object_get(ready, "status")), "store_damaged");
+    json_decref(ready);
+    e2e_response_t metrics = {0};
+    ck_assert_int_eq(e2e_http_request(d, "GET", "/metrics", NULL, NULL, 0, &metrics), 0);
+    ck_assert_ptr_nonnull(strstr(metrics.body, "\ngpujobd_store_damaged 1\n"));
+    e2e_response_clear(&metrics);
+    e2e_response_t sub = {0};
+    static const char job[] = "{\"op\": \"add\", \"inputs\": {\"x\": {\"dtype\": \"i32\", "
+                              "\"shape\": [1], \"data\": [1]}, \"y\": {\"dtype\": \"i32\", "
+                              "\"shape\": [1], \"data\": [2]}}}";
+    static const char *const json_type[] = {"Content-Type: application/json", NULL};
+    ck_assert_int_eq(e2e_http_request(d, "POST", "/v1/jobs", json_type, job, strlen(job), &sub), 0);
+    ck_assert_int_ge(sub.status, 500);
+    e2e_response_clear(&sub);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=succeeded"), 5);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 START_TEST(test_garbage_in_the_middle_of_the_wal_is_kept_aside)
 {
     e2e_daemon_t *d = daemon_with_jobs(40);
@@ -331,6 +409,7 @@ int main(void)
     tcase_add_test(tc, test_a_missing_database_with_blob_files_is_refused);
     tcase_add_test(tc, test_a_database_failing_its_integrity_check_after_a_crash_is_refused);
     tcase_add_test(tc, test_the_integrity_check_runs_only_after_an_unclean_end);
+    tcase_add_test(tc, test_a_damage_found_after_ready_refuses_writes);
     tcase_add_test(tc, test_garbage_in_the_middle_of_the_wal_is_kept_aside);
     tcase_add_test(tc, test_a_torn_wal_tail_keeps_every_committed_job);
     suite_add_tcase(s, tc);

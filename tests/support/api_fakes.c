@@ -388,6 +388,14 @@ bool sched_disk_full(sched_t *s, char *reason, size_t size)
     return false;
 }
 
+bool sched_store_damaged(sched_t *s, char *reason, size_t size)
+{
+    (void)s;
+    (void)reason;
+    (void)size;
+    return false;
+}
+
 json_t *sched_describe_backend(sched_t *s)
 {
     return fake_sched.backend_json ? json_loads(fake_sched.backend_json, 0, NULL)
