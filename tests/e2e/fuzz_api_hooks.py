@@ -11,8 +11,8 @@ rather than run beside it, since it would count those relations as findings.
 consistent_jobs (before_call): a generated job is valid field by field, but its values rarely
 agree with each other (data of the shape's count, y of x's dtype and shape, gemm's inner dims),
 so that the daemon would refuse nearly all of them at the door and never run one. Before each
-positive POST /v1/jobs with a JSON body, every other job of it (by a hash of its text, so that
-the other half still probes the refusals) is made consistent: data and b64 of the shape's
+positive POST /v1/jobs with a JSON body, every other body (by a hash of its text, so that the
+other half still probes the refusals) has its jobs made consistent: data and b64 of the shape's
 count, the relations of its op (RELATED_INPUTS) applied. The Gpujob-Json-Length header, which
 the document gives to the application/octet-stream body only, is dropped from a JSON body, and
 an Idempotency-Key becomes one of the body's own.
@@ -68,15 +68,17 @@ def count_of(shape):
     return count
 
 
+def has_shape(tensor):
+    return isinstance(tensor, dict) and isinstance(tensor.get("shape"), list) and \
+        tensor.get("dtype") in DTYPE_SIZES
+
+
 def fit_tensor(tensor):
     """Data or b64 of the shape's count (small integers, valid in every dtype); a binary
     offset, which a JSON body has no section for, becomes data."""
-    if not isinstance(tensor, dict) or "buffer" in tensor or tensor.get("dtype") not in DTYPE_SIZES:
+    if not has_shape(tensor):
         return
-    shape = tensor.get("shape")
-    if not isinstance(shape, list) or count_of(shape) > 4096:
-        return
-    count = count_of(shape)
+    count = count_of(tensor["shape"])
     if "b64" in tensor:
         raw = bytes(count * DTYPE_SIZES[tensor["dtype"]])
         tensor["b64"] = base64.b64encode(raw).decode()
@@ -89,8 +91,7 @@ def fit_gemm(job, inputs):
     """b's inner dim to a's, b of a's dtype and batch dims; c and beta left out."""
     a, b = inputs.get("a"), inputs.get("b")
     params = job.get("params") or {}
-    if not all(isinstance(t, dict) and isinstance(t.get("shape"), list) and len(t["shape"]) >= 2
-               for t in (a, b)):
+    if not (has_shape(a) and has_shape(b) and len(a["shape"]) >= 2 and len(b["shape"]) >= 2):
         return
     k = a["shape"][-2] if params.get("trans_a") else a["shape"][-1]
     n = b["shape"][-2] if params.get("trans_b") else b["shape"][-1]
@@ -105,10 +106,31 @@ def fit_gemm(job, inputs):
             job["params"].pop("alpha", None)
 
 
+def fit_conv2d(job, inputs):
+    """Default params, no epilogue, w [K, C, R, S] of x's dtype fitting x [N, C, H, W]."""
+    x, w = inputs.get("x"), inputs.get("w")
+    if not (has_shape(x) and has_shape(w) and len(x["shape"]) == 4 and len(w["shape"]) == 4):
+        return
+    job["params"] = None
+    for name in [n for n in inputs if n not in ("x", "w")]:
+        del inputs[name]
+    n, c, h, wd = x["shape"]
+    x["shape"] = [n, c, max(h, 1), max(wd, 1)]
+    k, _, r, t = w["shape"]
+    w["shape"] = [k, c, min(max(r, 1), x["shape"][2]), min(max(t, 1), x["shape"][3])]
+    w["dtype"] = x["dtype"]
+
+
 def fit_job(job):
+    """Makes a generated job one the daemon runs: dims of at most 4 (a small job), then its
+    op's relations, then each tensor's bytes."""
     if not isinstance(job, dict) or not isinstance(job.get("inputs"), dict):
         return
     inputs, op = job["inputs"], job.get("op")
+    for tensor in inputs.values():
+        if has_shape(tensor):
+            tensor["shape"] = [min(dim, 4) if isinstance(dim, int) else dim
+                               for dim in tensor["shape"]]
     for follower, leader in RELATED_INPUTS.get(op, []):
         f, lead = inputs.get(follower), inputs.get(leader)
         if isinstance(f, dict) and isinstance(lead, dict) and "shape" in lead and "shape" in f:
@@ -119,6 +141,8 @@ def fit_job(job):
                 job["params"].pop("argsort", None)
     if op == "gemm":
         fit_gemm(job, inputs)
+    if op == "conv2d":
+        fit_conv2d(job, inputs)
     if op in ("quantize", "dequantize"):
         job["params"] = None
         if isinstance(inputs.get("scale"), dict) and "shape" in inputs["scale"]:
@@ -142,9 +166,10 @@ def before_call(context, case, kwargs):
     meta = case.meta
     if meta is None or not meta.generation.mode.is_positive:
         return
-    for job in case.body if isinstance(case.body, list) else [case.body]:
-        text = json.dumps(job, sort_keys=True, default=str).encode()
-        if hashlib.sha256(text).digest()[0] % 2 == 0:
+    # A list is all or nothing: its jobs are made consistent together or not at all.
+    text = json.dumps(case.body, sort_keys=True, default=str).encode()
+    if hashlib.sha256(text).digest()[0] % 2 == 0:
+        for job in case.body if isinstance(case.body, list) else [case.body]:
             fit_job(job)
 
 
