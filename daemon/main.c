@@ -222,12 +222,22 @@ static int run_daemon(const config_t *cfg, const auth_settings_t *auth, int argc
     return daemon_stop(&d, restart, lock_fd, argv);
 }
 
-/* gpujobd --print-ops: the names of the op table's ops, one a line, the test-only ones left
- * out; scripts/openapi_sync.py keeps api/openapi.yaml's OpName enum equal to them. */
+/* gpujobd --print-ops: the op table's ops, the test-only ones left out, one a line, each a JSON
+ * object with its inputs and params (op_sig_json); scripts/openapi_sync.py generates
+ * api/openapi.yaml's OpName enum and per-op job schemas from them. */
 static int print_ops(void)
 {
-    for (int i = 0; i < op_count(); i++)
-        printf("%s\n", op_at(i)->name);
+    for (int i = 0; i < op_count(); i++) {
+        json_t *sig = op_sig_json(op_at(i));
+        char *line = sig ? json_dumps(sig, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(sig);
+        if (!line) {
+            fprintf(stderr, "gpujobd: op '%s': no signature to print\n", op_at(i)->name);
+            return 1;
+        }
+        printf("%s\n", line);
+        free(line);
+    }
     return fflush(stdout) == 0 ? 0 : 1;
 }
 

@@ -19,7 +19,7 @@ static const char *const conv2d_param_names[] = {
 static const char *const conv2d_out_names[] = {"out"};
 
 /* Epilogue step names in their required order; index i is bit 1 << i. */
-static const char *const conv2d_epi_names[] = {"bias", "batchnorm", "relu"};
+static const char *const conv2d_epi_names[] = {"bias", "batchnorm", "relu", NULL};
 
 /* Largest stride, padding or dilation accepted; far beyond any real network, and small
  * enough that the index arithmetic below stays in 64-bit range. */
@@ -45,7 +45,7 @@ static int conv2d_parse_epilogue(const json_t *params, uint32_t *ret, op_error_t
     {
         const char *name = json_string_value(entry);
         int step = -1;
-        for (int s = 0; name && s < 3; s++)
+        for (int s = 0; name && conv2d_epi_names[s]; s++)
             if (strcmp(name, conv2d_epi_names[s]) == 0) step = s;
         if (step < 0)
             return op_error(err, -EINVAL, "params.epilogue",
@@ -89,9 +89,34 @@ static int conv2d_parse_params(const json_t *params, conv2d_params_t *ret, op_er
     return 0;
 }
 
+#define CONV2D_DTYPES (OP_DTYPE_BIT(DTYPE_F32) | OP_DTYPE_BIT(DTYPE_F16) | OP_DTYPE_BIT(DTYPE_BF16))
+
+static const op_input_sig_t conv2d_input_sigs[CONV2D_N_INPUTS] = {
+    {CONV2D_DTYPES, 4, 4}, {CONV2D_DTYPES, 4, 4}, {CONV2D_DTYPES, 1, 1}, {CONV2D_DTYPES, 1, 1},
+    {CONV2D_DTYPES, 1, 1}, {CONV2D_DTYPES, 1, 1}, {CONV2D_DTYPES, 1, 1},
+};
+static const op_param_sig_t conv2d_param_sigs[] = {
+    {"stride", OP_PARAM_INT_PAIR, 1, CONV2D_PARAM_MAX, "1", NULL, "An integer or [h, w]."},
+    {"padding", OP_PARAM_INT_PAIR, 0, CONV2D_PARAM_MAX, "0", NULL, "An integer or [h, w]."},
+    {"dilation", OP_PARAM_INT_PAIR, 1, CONV2D_PARAM_MAX, "1", NULL, "An integer or [h, w]."},
+    {"groups", OP_PARAM_INT, 1, INT32_MAX, "1", NULL, "Channel groups."},
+    {"epilogue", OP_PARAM_NAMES, -HUGE_VAL, HUGE_VAL, "null", conv2d_epi_names,
+     "Steps fused after the convolution, each at most once, in the order bias, batchnorm, "
+     "relu."},
+    {"eps", OP_PARAM_NUMBER, 0, HUGE_VAL, "1e-05", NULL, "batchnorm's epsilon."},
+};
+static const op_sig_t conv2d_sig = {
+    .inputs = conv2d_input_sigs,
+    .params = conv2d_param_sigs,
+    .rules = "x is [N, C, H, W] and w [K, C/groups, R, S] of x's dtype with R, S >= 1; groups "
+             "divides C and K; the dilated filter fits the padded input; bias is given exactly "
+             "when the epilogue has bias, and bn_scale, bn_shift, bn_mean, bn_var exactly when it "
+             "has batchnorm, each [K] of f32 or x's dtype.",
+};
+
 static bool conv2d_dtype_supported(dtype_t dt)
 {
-    return dt == DTYPE_F32 || dt == DTYPE_F16 || dt == DTYPE_BF16;
+    return CONV2D_DTYPES & OP_DTYPE_BIT(dt);
 }
 
 /* Checks one epilogue vector: present exactly when its step is in the epilogue, shape [K],
@@ -375,6 +400,7 @@ const op_def_t op_conv2d = {
     .input_names = conv2d_input_names,
     .required_inputs = (1u << CONV2D_IN_X) | (1u << CONV2D_IN_W),
     .param_names = conv2d_param_names,
+    .sig = &conv2d_sig,
     .validate = conv2d_validate,
     .run_cpu = conv2d_run_cpu,
     .run_cuda = OP_CUDA(op_conv2d_run_cuda),

@@ -13,10 +13,30 @@ static const char *const ew_no_params[] = {NULL};
 static const char *const ew_saxpy_params[] = {"a", NULL};
 static const char *const ew_out_names[] = {"out"};
 
+#define EW_DTYPES                                                                                  \
+    (OP_DTYPE_BIT(DTYPE_F32) | OP_DTYPE_BIT(DTYPE_F16) | OP_DTYPE_BIT(DTYPE_BF16) |                \
+     OP_DTYPE_BIT(DTYPE_F64) | OP_DTYPE_BIT(DTYPE_I32))
+
+static const op_input_sig_t ew_input_sigs[] = {
+    {EW_DTYPES, 0, TENSOR_MAX_DIMS},
+    {EW_DTYPES, 0, TENSOR_MAX_DIMS},
+};
+static const char ew_rules[] = "y has x's dtype, and x's shape or a single element.";
+static const op_sig_t ew_sig = {.inputs = ew_input_sigs, .rules = ew_rules};
+static const op_param_sig_t ew_saxpy_param_sigs[] = {
+    {"a", OP_PARAM_NUMBER, -HUGE_VAL, HUGE_VAL, NULL, NULL,
+     "The factor of x; an integer for i32 inputs, used modulo 2^32."},
+};
+static const op_sig_t ew_saxpy_sig = {
+    .inputs = ew_input_sigs,
+    .params = ew_saxpy_param_sigs,
+    .rules = "y has x's dtype, and x's shape or a single element; params.a is an integer for "
+             "i32 inputs.",
+};
+
 static bool ew_dtype_supported(dtype_t dt)
 {
-    return dt == DTYPE_F32 || dt == DTYPE_F16 || dt == DTYPE_BF16 || dt == DTYPE_F64 ||
-           dt == DTYPE_I32;
+    return EW_DTYPES & OP_DTYPE_BIT(dt);
 }
 
 /* saxpy's factor: required, finite; for i32 an integer, used modulo 2^32 like the arithmetic. */
@@ -171,6 +191,7 @@ const op_def_t op_add = {
     .input_names = ew_input_names,
     .required_inputs = 0x3,
     .param_names = ew_no_params,
+    .sig = &ew_sig,
     .validate = ew_add_validate,
     .run_cpu = ew_run_cpu,
     .run_cuda = OP_CUDA(op_add_run_cuda),
@@ -183,6 +204,7 @@ const op_def_t op_mul = {
     .input_names = ew_input_names,
     .required_inputs = 0x3,
     .param_names = ew_no_params,
+    .sig = &ew_sig,
     .validate = ew_mul_validate,
     .run_cpu = ew_run_cpu,
     .run_cuda = OP_CUDA(op_mul_run_cuda),
@@ -195,6 +217,7 @@ const op_def_t op_saxpy = {
     .input_names = ew_input_names,
     .required_inputs = 0x3,
     .param_names = ew_saxpy_params,
+    .sig = &ew_saxpy_sig,
     .validate = ew_saxpy_validate,
     .run_cpu = ew_run_cpu,
     .run_cuda = OP_CUDA(op_saxpy_run_cuda),

@@ -17,9 +17,39 @@ static const char *const gemm_param_names[] = {"trans_a", "trans_b", "alpha", "b
 /* cuBLAS takes int dimensions. */
 #define GEMM_MAX_DIM ((int64_t)INT32_MAX)
 
+#define GEMM_DTYPES                                                                                \
+    (OP_DTYPE_BIT(DTYPE_F32) | OP_DTYPE_BIT(DTYPE_F16) | OP_DTYPE_BIT(DTYPE_BF16) |                \
+     OP_DTYPE_BIT(DTYPE_I8))
+/* c has the output's dtype: a's, or i32 for i8. */
+#define GEMM_C_DTYPES                                                                              \
+    (OP_DTYPE_BIT(DTYPE_F32) | OP_DTYPE_BIT(DTYPE_F16) | OP_DTYPE_BIT(DTYPE_BF16) |                \
+     OP_DTYPE_BIT(DTYPE_I32))
+
+static const op_input_sig_t gemm_input_sigs[] = {
+    {GEMM_DTYPES, 2, TENSOR_MAX_DIMS},
+    {GEMM_DTYPES, 2, TENSOR_MAX_DIMS},
+    {GEMM_C_DTYPES, 2, TENSOR_MAX_DIMS},
+};
+static const op_param_sig_t gemm_param_sigs[] = {
+    {"trans_a", OP_PARAM_BOOL, -HUGE_VAL, HUGE_VAL, "false", NULL, "Use a transposed."},
+    {"trans_b", OP_PARAM_BOOL, -HUGE_VAL, HUGE_VAL, "false", NULL, "Use b transposed."},
+    {"alpha", OP_PARAM_NUMBER, -HUGE_VAL, HUGE_VAL, "1.0", NULL, "The factor of op(a)*op(b)."},
+    {"beta", OP_PARAM_NUMBER, -HUGE_VAL, HUGE_VAL, "0.0", NULL, "The factor of c."},
+    {"tf32", OP_PARAM_BOOL, -HUGE_VAL, HUGE_VAL, "false", NULL,
+     "Let the GPU multiply f32 inputs in TF32."},
+};
+static const op_sig_t gemm_sig = {
+    .inputs = gemm_input_sigs,
+    .params = gemm_param_sigs,
+    .rules = "b has a's dtype; the inner dims of op(a) and op(b) agree and their leading (batch) "
+             "dims are equal or absent; m, n and k are at most 2^31 - 1; c, when given, has the "
+             "output's dtype (a's, i32 for i8) and shape; a nonzero beta needs c; tf32 applies "
+             "to f32 only; for i8, alpha and beta are 32-bit integers.",
+};
+
 static bool gemm_dtype_ok(dtype_t dt)
 {
-    return dt == DTYPE_F32 || dt == DTYPE_F16 || dt == DTYPE_BF16 || dt == DTYPE_I8;
+    return GEMM_DTYPES & OP_DTYPE_BIT(dt);
 }
 
 /* An i8 gemm scales in int32: alpha and beta must be integers that fit. */
@@ -265,6 +295,7 @@ const op_def_t op_gemm = {
     .input_names = gemm_input_names,
     .required_inputs = (1u << 0) | (1u << 1),
     .param_names = gemm_param_names,
+    .sig = &gemm_sig,
     .validate = gemm_validate,
     .run_cpu = gemm_run_cpu,
     .run_cuda = OP_CUDA(op_gemm_run_cuda),

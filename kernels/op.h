@@ -95,6 +95,42 @@ typedef struct op_cuda_ctx {
     void *pool;
 } op_cuda_ctx_t;
 
+/* What the op table says of each input and param on its own: the dtypes and ranks an input may
+ * have, a param's type, bounds and default. `gpujobd --print-ops` prints it (op_sig_json) and
+ * api/openapi.yaml's per-op job schemas are generated from that. validate() checks all of it
+ * and, beyond it, the relations between values (shapes that must agree, a dtype that must be
+ * another input's, a param that depends on an input) that op_sig_t.rules states in words. */
+#define OP_DTYPE_BIT(dt) (1u << (dt))
+#define OP_DTYPES_ANY ((1u << DTYPE_COUNT) - 1)
+
+typedef struct op_input_sig {
+    uint32_t dtypes;        /* OP_DTYPE_BIT of every dtype the input may have */
+    int min_rank, max_rank; /* bounds of its number of dims */
+} op_input_sig_t;
+
+typedef enum op_param_kind {
+    OP_PARAM_BOOL,
+    OP_PARAM_NUMBER,   /* a finite number in [lo, hi] */
+    OP_PARAM_INT,      /* an integer in [lo, hi] */
+    OP_PARAM_INT_PAIR, /* an integer or [h, w], each in [lo, hi] (op_param_pair) */
+    OP_PARAM_NAMES,    /* a list of distinct names out of choices */
+} op_param_kind_t;
+
+typedef struct op_param_sig {
+    const char *name;
+    op_param_kind_t kind;
+    double lo, hi;              /* -HUGE_VAL / HUGE_VAL: unbounded */
+    const char *dflt;           /* the default as JSON text; NULL: the param is required */
+    const char *const *choices; /* OP_PARAM_NAMES: the names, NULL-terminated */
+    const char *doc;            /* one sentence */
+} op_param_sig_t;
+
+typedef struct op_sig {
+    const op_input_sig_t *inputs; /* n_inputs, in input_names' order */
+    const op_param_sig_t *params; /* one per param_names entry, in its order */
+    const char *rules;            /* the relations validate() checks beyond the above */
+} op_sig_t;
+
 typedef struct op_def {
     const char *name;
     const char *summary;            /* one line for /v1/info */
@@ -102,6 +138,7 @@ typedef struct op_def {
     const char *const *input_names; /* e.g. {"x", "y"} */
     uint32_t required_inputs;       /* bit j set: input j is required */
     const char *const *param_names; /* NULL-terminated; others are rejected */
+    const op_sig_t *sig;            /* NULL only for test-only and tests' own ops */
     /* A test-only op (kernels/debug.h): invisible to op_find/op_count/op_at unless
      * op_table_enable_test_ops(true) was called. */
     bool test_only;
@@ -152,6 +189,11 @@ typedef enum op_backend { OP_BACKEND_CPU, OP_BACKEND_CUDA } op_backend_t;
 bool op_supports(const op_def_t *op, op_backend_t backend);
 /* Index of an input name in op->input_names, or -1. */
 int op_input_index(const op_def_t *op, const char *name);
+
+/* The op's name, summary, rules, inputs (name, required, dtypes, ranks) and params (name, type,
+ * bounds, default, required) as a new JSON object; NULL when out of memory, when the op has no
+ * signature, or when its signature's params do not follow param_names. */
+json_t *op_sig_json(const op_def_t *op);
 
 /* Checks that params is NULL or an object whose keys are all in op->param_names. */
 int op_params_check_keys(const op_def_t *op, const json_t *params, op_error_t *err);

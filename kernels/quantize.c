@@ -15,6 +15,34 @@ static const char *const quant_params[] = {"axis", NULL};
 static const char *const quant_out_names[] = {"q", "scale"};
 static const char *const dequant_out_names[] = {"out"};
 
+#define QUANT_X_DTYPES                                                                             \
+    (OP_DTYPE_BIT(DTYPE_F32) | OP_DTYPE_BIT(DTYPE_F16) | OP_DTYPE_BIT(DTYPE_BF16))
+
+static const op_param_sig_t quant_param_sigs[] = {
+    {"axis", OP_PARAM_INT, -TENSOR_MAX_DIMS, TENSOR_MAX_DIMS - 1, "null", NULL,
+     "The channel dim of a per-channel scale, negative from the last; null: one scale."},
+};
+static const op_input_sig_t quant_input_sigs[] = {
+    {QUANT_X_DTYPES, 0, TENSOR_MAX_DIMS},
+    {OP_DTYPE_BIT(DTYPE_F32), 0, 1},
+};
+static const op_input_sig_t dequant_input_sigs[] = {
+    {OP_DTYPE_BIT(DTYPE_I8), 0, TENSOR_MAX_DIMS},
+    {OP_DTYPE_BIT(DTYPE_F32), 0, 1},
+};
+static const op_sig_t quant_sig = {
+    .inputs = quant_input_sigs,
+    .params = quant_param_sigs,
+    .rules = "axis is in [-ndim, ndim) of x and null for a scalar x; scale, when given, is [] "
+             "with axis null and [x.shape[axis]] with axis set.",
+};
+static const op_sig_t dequant_sig = {
+    .inputs = dequant_input_sigs,
+    .params = quant_param_sigs,
+    .rules = "axis is in [-ndim, ndim) of q and null for a scalar q; scale is [] with axis null "
+             "and [q.shape[axis]] with axis set.",
+};
+
 /* Reads params.axis against the quantized tensor t (named tname in messages): absent or null is
  * per tensor; otherwise an integer in [-ndim, ndim) naming the channel dim. */
 static int quant_parse_axis(const json_t *params, const tensor_desc_t *t, const char *tname,
@@ -73,7 +101,7 @@ static int quant_validate(const json_t *params, op_call_t *call, op_error_t *err
     int r = op_params_check_keys(call->op, params, err);
     if (r < 0) return r;
     const tensor_desc_t *x = &call->in[QUANT_IN_X];
-    if (x->dtype != DTYPE_F32 && x->dtype != DTYPE_F16 && x->dtype != DTYPE_BF16)
+    if (!(QUANT_X_DTYPES & OP_DTYPE_BIT(x->dtype)))
         return op_error(err, -EINVAL, "inputs.x.dtype",
                         "quantize does not take dtype %s (f32, f16 or bf16)", dtype_name(x->dtype));
     quant_params_t p = {.dtype = x->dtype, .has_scale = call->has_in[QUANT_IN_SCALE]};
@@ -208,6 +236,7 @@ const op_def_t op_quantize = {
     .input_names = quant_inputs,
     .required_inputs = 0x1,
     .param_names = quant_params,
+    .sig = &quant_sig,
     .validate = quant_validate,
     .run_cpu = quant_run_cpu,
     .run_cuda = OP_CUDA(op_quantize_run_cuda),
@@ -220,6 +249,7 @@ const op_def_t op_dequantize = {
     .input_names = dequant_inputs,
     .required_inputs = 0x3,
     .param_names = quant_params,
+    .sig = &dequant_sig,
     .validate = dequant_validate,
     .run_cpu = dequant_run_cpu,
     .run_cuda = OP_CUDA(op_dequantize_run_cuda),

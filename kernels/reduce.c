@@ -13,6 +13,19 @@ static const char *const red_dot_inputs[] = {"x", "y"};
 static const char *const red_no_params[] = {NULL};
 static const char *const red_out_names[] = {"out"};
 
+/* The dtypes red_out_dtype() takes. */
+#define RED_DTYPES                                                                                 \
+    (OP_DTYPE_BIT(DTYPE_F32) | OP_DTYPE_BIT(DTYPE_F16) | OP_DTYPE_BIT(DTYPE_BF16) |                \
+     OP_DTYPE_BIT(DTYPE_F64) | OP_DTYPE_BIT(DTYPE_I32))
+
+static const op_input_sig_t red_input_sigs[] = {
+    {RED_DTYPES, 0, TENSOR_MAX_DIMS},
+    {RED_DTYPES, 0, TENSOR_MAX_DIMS},
+};
+static const op_sig_t red_sum_sig = {.inputs = red_input_sigs, .rules = ""};
+static const op_sig_t red_dot_sig = {.inputs = red_input_sigs,
+                                     .rules = "y has x's dtype and shape."};
+
 /* The output (and accumulation) dtype of an input dtype, or -EINVAL for one we do not reduce. */
 static int red_out_dtype(dtype_t in, dtype_t *ret)
 {
@@ -159,6 +172,7 @@ const op_def_t op_sum = {
     .input_names = red_sum_inputs,
     .required_inputs = 0x1,
     .param_names = red_no_params,
+    .sig = &red_sum_sig,
     .validate = red_sum_validate,
     .run_cpu = red_run_cpu,
     .run_cuda = OP_CUDA(op_sum_run_cuda),
@@ -171,6 +185,7 @@ const op_def_t op_dot = {
     .input_names = red_dot_inputs,
     .required_inputs = 0x3,
     .param_names = red_no_params,
+    .sig = &red_dot_sig,
     .validate = red_dot_validate,
     .run_cpu = red_run_cpu,
     .run_cuda = OP_CUDA(op_dot_run_cuda),

@@ -6,6 +6,7 @@
 #include "sort.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,29 @@ static const char *const sort_param_names[] = {"descending", "argsort", NULL};
 /* Each call's keys must fit one CUB sort with 32-bit offsets and 32-bit row-local indices. */
 #define SORT_MAX_ELEMENTS ((int64_t)UINT32_MAX)
 
+#define SORT_KEY_DTYPES                                                                            \
+    (OP_DTYPE_BIT(DTYPE_U32) | OP_DTYPE_BIT(DTYPE_I32) | OP_DTYPE_BIT(DTYPE_F32) |                 \
+     OP_DTYPE_BIT(DTYPE_I64))
+
+static const op_input_sig_t sort_input_sigs[] = {
+    {SORT_KEY_DTYPES, 0, TENSOR_MAX_DIMS},
+    {OP_DTYPES_ANY, 0, TENSOR_MAX_DIMS},
+};
+static const op_param_sig_t sort_param_sigs[] = {
+    {"descending", OP_PARAM_BOOL, -HUGE_VAL, HUGE_VAL, "false", NULL,
+     "Largest key first (still stable)."},
+    {"argsort", OP_PARAM_BOOL, -HUGE_VAL, HUGE_VAL, "false", NULL,
+     "Output indices (i64) of the sorted order instead of values."},
+};
+static const op_sig_t sort_sig = {
+    .inputs = sort_input_sigs,
+    .params = sort_param_sigs,
+    .rules = "values has keys' shape; argsort is not given with values; at most 2^32 - 1 keys.",
+};
+
 static bool sort_key_dtype_ok(dtype_t dt)
 {
-    return dt == DTYPE_U32 || dt == DTYPE_I32 || dt == DTYPE_F32 || dt == DTYPE_I64;
+    return SORT_KEY_DTYPES & OP_DTYPE_BIT(dt);
 }
 
 static int sort_validate(const json_t *params, op_call_t *call, op_error_t *err)
@@ -152,6 +173,7 @@ const op_def_t op_sort = {
     .input_names = sort_input_names,
     .required_inputs = 1u << 0,
     .param_names = sort_param_names,
+    .sig = &sort_sig,
     .validate = sort_validate,
     .run_cpu = sort_run_cpu,
     .run_cuda = OP_CUDA(op_sort_run_cuda),

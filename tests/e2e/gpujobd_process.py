@@ -1,5 +1,6 @@
-"""gpujobd as a child process of the Python tests: started with its argv, its output kept for
-the failure report, its TCP port read from the line that says where it listens."""
+"""gpujobd as a child process of the Python tests (the e2e ones here and client/python's, whose
+CTest entry puts this folder on PYTHONPATH): started with its argv, its output kept for the
+failure report, its scheme and TCP port read from the line that says where it listens."""
 import re
 import signal
 import subprocess
@@ -19,16 +20,18 @@ def die_with_parent():
 
 class GpujobdProcess:
     """Starts gpujobd with argv (which should pass --listen HOST:0) and waits, up to
-    start_timeout_s, for "listening on http://HOST:PORT"; raises RuntimeError with the log
+    start_timeout_s, for "listening on http(s)://HOST:PORT"; raises RuntimeError with the log
     when it does not come."""
 
     def __init__(self, argv, start_timeout_s):
         self.log = []
         self.port = None
+        self.scheme = "http"
         self.listening = threading.Event()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      preexec_fn=die_with_parent)
-        threading.Thread(target=self._read_log, daemon=True).start()
+        self.reader = threading.Thread(target=self._read_log, daemon=True)
+        self.reader.start()
         if not self.listening.wait(start_timeout_s) or self.port is None:
             self.kill()
             raise RuntimeError(f"gpujobd did not report listening within {start_timeout_s} s:\n"
@@ -38,9 +41,9 @@ class GpujobdProcess:
         for raw in self.proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.log.append(line)
-            m = re.search(r"listening on https?://(\S+):(\d+)", line)
+            m = re.search(r"listening on (https?)://(\S+):(\d+)", line)
             if m and not self.listening.is_set():
-                self.port = int(m.group(2))
+                self.scheme, self.port = m.group(1), int(m.group(3))
                 self.listening.set()
         self.listening.set()  # EOF: wake the waiter, which then finds no port
 
@@ -61,3 +64,13 @@ class GpujobdProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def stop(self, timeout=30):
+        """SIGTERM (the daemon drains and exits), SIGKILL after timeout seconds; then the log
+        reader is done and every line is in self.log."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            if self.wait(timeout) is None:
+                self.kill()
+        self.reader.join(10)
+        self.proc.stdout.close()

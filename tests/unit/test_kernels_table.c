@@ -4,6 +4,7 @@
  * (op_call_t.cancel). */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,47 @@ START_TEST(test_every_listed_op_runs_on_the_cpu)
     for (int i = 0; i < op_count(); i++)
         ck_assert_msg(op_supports(op_at(i), OP_BACKEND_CPU), "%s", op_at(i)->name);
     op_table_enable_test_ops(false);
+}
+END_TEST
+
+/* Validates op's call with every required input of dtype dt and the first one's rank (dims of
+ * 1); *ret_field gets the error's field, "" on success. */
+static void validate_with_dtype(const op_def_t *op, dtype_t dt, char ret_field[128])
+{
+    int64_t ones[TENSOR_MAX_DIMS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    tensor_desc_t desc = op_test_desc(dt, op->sig->inputs[0].min_rank, ones);
+    const tensor_desc_t *in[OP_MAX_TENSORS] = {0};
+    for (int j = 0; j < op->n_inputs; j++)
+        if (op->required_inputs >> j & 1) in[j] = &desc;
+    op_call_t call;
+    op_error_t err = {0};
+    int r = op_test_validate(op->name, NULL, in, op->n_inputs, &call, &err);
+    snprintf(ret_field, 128, "%s", r < 0 ? err.field : "");
+}
+
+/* The signature that --print-ops prints, and api/openapi.yaml's job schemas with it, says
+ * what validate() does: every public op has one, printable, and its first input's dtypes are
+ * exactly those that validate() does not refuse on that input's dtype. */
+START_TEST(test_every_op_signature_says_which_dtypes_validate_takes)
+{
+    ck_assert_int_gt(op_count(), 0);
+    for (int i = 0; i < op_count(); i++) {
+        const op_def_t *op = op_at(i);
+        ck_assert_msg(op->sig != NULL, "%s has no signature", op->name);
+        json_t *sig = op_sig_json(op);
+        ck_assert_msg(sig != NULL, "%s's signature does not print", op->name);
+        json_decref(sig);
+        char dtype_field[128], field[128];
+        snprintf(dtype_field, sizeof dtype_field, "inputs.%s.dtype", op->input_names[0]);
+        for (int dt = 0; dt < DTYPE_COUNT; dt++) {
+            validate_with_dtype(op, (dtype_t)dt, field);
+            bool listed = op->sig->inputs[0].dtypes & OP_DTYPE_BIT(dt);
+            ck_assert_msg(listed == (strcmp(field, dtype_field) != 0),
+                          "%s, %s: signature %s it, validate() %s it (field '%s')", op->name,
+                          dtype_name((dtype_t)dt), listed ? "lists" : "leaves out",
+                          strcmp(field, dtype_field) ? "takes" : "refuses", field);
+        }
+    }
 }
 END_TEST
 
@@ -93,6 +135,7 @@ int main(void)
     TCase *tc = tcase_create("supports");
     tcase_add_test(tc, test_every_listed_op_runs_on_the_cpu);
     tcase_add_test(tc, test_cuda_support_follows_the_build);
+    tcase_add_test(tc, test_every_op_signature_says_which_dtypes_validate_takes);
     tcase_add_test(tc, test_an_op_without_an_implementation_is_unsupported_there);
     tcase_add_test(tc, test_long_cpu_ops_stop_once_cancelled);
     suite_add_tcase(s, tc);
