@@ -228,11 +228,11 @@ gemm_pair() {
 }
 
 # With each job's inputs in its request, with the jobs naming resident buffers, and the
-# latter waited for one by one by 64 clients (POST ?wait=, the result in the answer).
+# latter waited for one by one by 32 clients (POST ?wait=, the result in the answer).
 part_gemm() {
   gemm_pair ""
   gemm_pair -resident --inputs resident
-  gemm_pair -waited --inputs resident --mode waited --clients 64
+  gemm_pair -waited --inputs resident --mode waited --clients 32
 }
 
 part_large() {

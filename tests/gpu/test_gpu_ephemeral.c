@@ -114,6 +114,8 @@ START_TEST(test_a_large_upload_streams_to_the_device_without_holding_its_body)
         if (got[i] != 2 * x[i]) ck_abort_msg("[%d]: %g, expected %g", i, got[i], 2 * x[i]);
     snprintf(path, sizeof path, "/v1/buffers/%s", buf);
     json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
+    printf("deleted: its device memory goes back\n");
+    fflush(stdout);
     gpu_daemon_wait_device(d, (int)device, "resident_bytes", 0, 10);
 
     /* Half of a body, then the client goes away: its device memory, taken at the headers, is
@@ -123,6 +125,8 @@ START_TEST(test_a_large_upload_streams_to_the_device_without_holding_its_body)
     e2e_write_all_ok(fd, x, bytes / 2);
     gpu_daemon_wait_device(d, (int)device, "resident_bytes", (long)bytes, 10);
     close(fd);
+    printf("cut off: its device memory goes back\n");
+    fflush(stdout);
     gpu_daemon_wait_device(d, (int)device, "resident_bytes", 0, 10);
     ck_assert(e2e_metric_ok(d, "gpujobd_buffer_ephemeral_bytes") == 0);
 
