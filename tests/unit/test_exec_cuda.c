@@ -207,6 +207,17 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
     return r;
 }
 
+/* What a stream's waiter polls before it sleeps in cudaEventSynchronize (gpu.spin_us). */
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    pthread_mutex_lock(&rt.lock);
+    cudaError_t r = !e->pending                  ? cudaSuccess
+                    : rt.lost[e->stream->device] ? rt.lost[e->stream->device]
+                                                 : cudaErrorNotReady;
+    pthread_mutex_unlock(&rt.lock);
+    return r;
+}
+
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t stop)
 {
     (void)start, (void)stop;
