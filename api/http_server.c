@@ -35,9 +35,9 @@
 
 #include "api_internal.h"
 #include "conn_watch.h"
+#include "http_body.h"
 #include "http_tls.h"
 #include "json_write.h"
-#include "tensor_codec.h"
 #include "daemon/util/id.h"
 #include "daemon/util/log.h"
 
@@ -84,22 +84,16 @@ struct api_server {
     api_settings_t *settings;
 };
 
-/* A streamed .npy upload's start, up to its data, is gathered in memory: at most this much. */
-#define NPY_HEAD_MAX (64 * 1024)
-
 typedef struct conn_ctx {
     api_server_t *srv;
     api_settings_t *settings; /* the generation req.cfg and req.auth belong to; a reference */
     struct MHD_Connection *conn;
     conn_watch_entry_t *watched; /* the connection's entry in srv->watch; NULL if none */
-    bool npy_head_pending;       /* a streamed .npy upload whose data has not started yet */
-    bool too_large;  /* the body passed max_body_bytes: answered 413 once it has ended */
-    int upload_err;  /* writing a streamed body failed: answered once it has ended */
-    bool dispatched; /* the router has run */
-    bool read;       /* req's method, path, query and headers are filled (request_read) */
-    bool responded;  /* a response is queued: later calls only drain the upload */
+    http_body_t body;            /* how the request's body is being taken in */
+    bool dispatched;             /* the router has run */
+    bool read;      /* req's method, path, query and headers are filled (request_read) */
+    bool responded; /* a response is queued: later calls only drain the upload */
     atomic_bool reply_ready;
-    size_t body_cap;
     /* What the request's log line says besides its answer: when its headers were in, its
      * method and route pattern (libmicrohttpd's string and a static one; the route NULL for a
      * path no route matches), and the id its answer carries in X-Request-Id. */
@@ -362,107 +356,6 @@ static const char *query_peek(void *cls, const char *key)
     return MHD_lookup_connection_value(cls, MHD_GET_ARGUMENT_KIND, key);
 }
 
-static void body_stream(conn_ctx_t *ctx, const char *data, size_t n)
-{
-    api_request_t *req = &ctx->req;
-    int r = store_blob_stream_write(req->body_file, data, n);
-    if (r < 0) {
-        ctx->upload_err = r;
-        store_blob_stream_abort(req->body_file);
-        req->body_file = NULL;
-    }
-    req->body_len += n;
-}
-
-/* Hands a chunk of an ephemeral buffer's body to its resident copy; after a failed write the
- * rest is only counted, and the handler answers. */
-static void body_upload(conn_ctx_t *ctx, const char *data, size_t n)
-{
-    api_request_t *req = &ctx->req;
-    if (!req->upload_err) req->upload_err = sched_upload_write(req->upload, data, n);
-    req->body_len += n;
-}
-
-/* Keeps a chunk of the body in memory. */
-static void body_keep(conn_ctx_t *ctx, const char *data, size_t n)
-{
-    api_request_t *req = &ctx->req;
-    uint64_t max = ctx->req.cfg->max_body_bytes;
-    if (req->body_len + n + 1 > ctx->body_cap) {
-        size_t cap = ctx->body_cap ? ctx->body_cap : 4096;
-        while (cap < req->body_len + n + 1)
-            cap *= 2;
-        if (cap > max + 1) cap = max + 1;
-        char *grown = realloc(req->body, cap);
-        if (!grown) {
-            /* Out of memory is treated as over the limit: the client gets 413, not a crash. */
-            ctx->too_large = true;
-            free(req->body);
-            req->body = NULL;
-            req->body_len = 0;
-            return;
-        }
-        req->body = grown;
-        ctx->body_cap = cap;
-    }
-    memcpy(req->body + req->body_len, data, n);
-    req->body_len += n;
-    req->body[req->body_len] = '\0';
-}
-
-/* A streamed .npy upload: its bytes stay in memory until they reach the data, which goes to
- * the file from there on. A body that does not start as a .npy file, or whose header is
- * longer than NPY_HEAD_MAX, stays in memory whole, as a small upload does: the handler then
- * says what is wrong with it. */
-static void body_npy_head(conn_ctx_t *ctx, const char *data, size_t n)
-{
-    api_request_t *req = &ctx->req;
-    body_keep(ctx, data, n);
-    if (ctx->too_large) return;
-    req->body_head_len = req->body_len;
-    size_t offset;
-    int r = codec_npy_data_offset(req->body, req->body_len, &offset);
-    if (r == 0 && offset > NPY_HEAD_MAX) r = -E2BIG;
-    if (r == -EAGAIN || (r == 0 && req->body_len < offset)) return;
-    ctx->npy_head_pending = false;
-    if (r < 0) {
-        store_blob_stream_abort(req->body_file);
-        req->body_file = NULL;
-        return;
-    }
-    size_t data_len = req->body_len - offset;
-    req->body_head_len = req->body_len = offset;
-    body_stream(ctx, req->body + offset, data_len);
-}
-
-/* Appends an upload chunk, or drops it once the body has passed the limit or failed to be
- * written. */
-static void body_append(conn_ctx_t *ctx, const char *data, size_t n)
-{
-    api_request_t *req = &ctx->req;
-    uint64_t max = ctx->req.cfg->max_body_bytes;
-    if (ctx->too_large || ctx->upload_err) return;
-    if (req->body_len + n > max) {
-        ctx->too_large = true;
-        free(req->body);
-        req->body = NULL;
-        req->body_len = 0;
-        store_blob_stream_abort(req->body_file);
-        req->body_file = NULL;
-        sched_upload_abort(req->upload);
-        req->upload = NULL;
-        return;
-    }
-    if (req->upload)
-        body_upload(ctx, data, n);
-    else if (req->body_file && ctx->npy_head_pending)
-        body_npy_head(ctx, data, n);
-    else if (req->body_file)
-        body_stream(ctx, data, n);
-    else
-        body_keep(ctx, data, n);
-}
-
 static void respond_too_large(conn_ctx_t *ctx)
 {
     api_respond_error(&ctx->req, 413, "payload_too_large", "body",
@@ -472,7 +365,7 @@ static void respond_too_large(conn_ctx_t *ctx)
 
 static void respond_upload_failed(conn_ctx_t *ctx)
 {
-    int err = -ctx->upload_err;
+    int err = -ctx->body.upload_err;
     bool full = err == ENOSPC || err == EDQUOT;
     api_respond_error(&ctx->req, full ? 507 : 500, full ? "insufficient_storage" : "internal",
                       "body", "the upload could not be stored: %s", strerror(err));
@@ -564,7 +457,7 @@ static bool request_malformed(conn_ctx_t *ctx, const char *version, bool bad_uri
         return false;
     api_response_add_header(&req->resp, MHD_HTTP_HEADER_CONNECTION, "close");
     ctx->dispatched = true;
-    ctx->too_large = n.content_length > 0; /* drain, do not keep, what body follows */
+    ctx->body.too_large = n.content_length > 0; /* drain, do not keep, what body follows */
     return true;
 }
 
@@ -606,7 +499,7 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     /* Nobody identified: answered now, before any of the body is kept or written to disk. */
     if (!ctx->req.user.name[0] && !api_route_is_anonymous(method, url)) {
         ctx->dispatched = true;
-        ctx->too_large = true; /* drain, do not keep, what body follows */
+        ctx->body.too_large = true; /* drain, do not keep, what body follows */
         api_respond_unauthorized(&ctx->req);
         return send_response(ctx);
     }
@@ -619,7 +512,7 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
         bool known = errno == 0 && *end == '\0';
         if (known && n > ctx->req.cfg->max_body_bytes) {
             ctx->dispatched = true;
-            ctx->too_large = true;
+            ctx->body.too_large = true;
             respond_too_large(ctx);
             return send_response(ctx);
         }
@@ -630,14 +523,14 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
                   : API_BODY_MEMORY;
         if (sink == API_BODY_FILE) {
             r = store_blob_stream_open(l->srv->env.cfg, &ctx->req.body_file);
-            if (r < 0) ctx->upload_err = r;
-            ctx->npy_head_pending = api_media_is(type, strlen(type), "application/x-npy");
+            if (r < 0) ctx->body.upload_err = r;
+            ctx->body.npy_head_pending = api_media_is(type, strlen(type), "application/x-npy");
         } else if (sink == API_BODY_UPLOAD) {
             /* Checked and its copy opened before any byte of the body is taken. */
             request_read(ctx, method, url);
             if (api_buffer_upload_begin(&ctx->req, n)) {
                 ctx->dispatched = true;
-                ctx->too_large = true; /* drain, do not keep, what body follows */
+                ctx->body.too_large = true; /* drain, do not keep, what body follows */
                 return send_response(ctx);
             }
         } else if (known && n > 0) {
@@ -650,7 +543,7 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
                               ? (size_t)n + 1
                               : BODY_PREALLOC_MAX;
             ctx->req.body = malloc(want);
-            ctx->body_cap = ctx->req.body ? want : 0;
+            ctx->body.cap = ctx->req.body ? want : 0;
         }
     }
     return MHD_YES;
@@ -664,7 +557,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!ctx || *con_cls == &uri_has_control)
         return request_begin(cls, conn, method, url, version, con_cls);
     if (*upload_data_size) {
-        if (!ctx->responded) body_append(ctx, upload_data, *upload_data_size);
+        if (!ctx->responded)
+            http_body_append(&ctx->body, &ctx->req, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -678,8 +572,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return send_response(ctx);
     }
     ctx->dispatched = true;
-    if (ctx->too_large || ctx->upload_err) {
-        if (ctx->too_large)
+    if (ctx->body.too_large || ctx->body.upload_err) {
+        if (ctx->body.too_large)
             respond_too_large(ctx);
         else
             respond_upload_failed(ctx);
