@@ -22,7 +22,13 @@
 #define CONN_WATCH_TICK_MS 250
 #define CONN_WATCH_EVENTS 64
 
-typedef enum { ENTRY_ACTIVE, ENTRY_SUSPENDED, ENTRY_ARMED, ENTRY_GONE } entry_state_t;
+typedef enum {
+    ENTRY_ACTIVE,
+    ENTRY_BODY, /* its streamed body's socket polled for the peer's close */
+    ENTRY_SUSPENDED,
+    ENTRY_ARMED,
+    ENTRY_GONE
+} entry_state_t;
 
 struct conn_watch_entry {
     int fd;
@@ -82,15 +88,38 @@ static void watch_cut_expired(conn_watch_t *w)
     w->cut_held = 0;
 }
 
-/* An armed connection's peer has closed: calls its gone callback, once. Lock held. */
+/* Whether e's socket is in the watcher's epoll set. */
+static bool entry_polled(const conn_watch_entry_t *e)
+{
+    return e->state == ENTRY_ARMED || e->state == ENTRY_BODY;
+}
+
+/* A polled connection's peer has closed: an armed one's gone callback runs, once; a streamed
+ * body's socket stops reading, which wakes libmicrohttpd to read the rest and the end. Lock
+ * held. */
 static void watch_peer_closed(conn_watch_t *w, uint64_t key)
 {
     uint32_t slot = (uint32_t)(key >> 32), serial = (uint32_t)key;
     conn_watch_entry_t *e = slot < w->n_slots ? w->slots[slot] : NULL;
-    if (!e || e->state != ENTRY_ARMED || e->serial != serial) return;
-    e->state = ENTRY_GONE;
+    if (!e || e->serial != serial || !entry_polled(e)) return;
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+    if (e->state == ENTRY_BODY) {
+        e->state = ENTRY_ACTIVE;
+        shutdown(e->fd, SHUT_RD);
+        return;
+    }
+    e->state = ENTRY_GONE;
     e->gone(e->ud);
+}
+
+/* Polls e's socket for its peer's close only (EPOLLRDHUP: bytes that arrive are
+ * libmicrohttpd's to read), under a new serial; true when it is polled. Lock held. */
+static bool watch_poll_close(conn_watch_t *w, conn_watch_entry_t *e)
+{
+    e->serial = ++w->next_serial;
+    struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT,
+                             .data.u64 = (uint64_t)e->slot << 32 | e->serial};
+    return epoll_ctl(w->epfd, EPOLL_CTL_ADD, e->fd, &ev) == 0;
 }
 
 static void *watch_thread(void *arg)
@@ -192,7 +221,7 @@ void conn_watch_remove(conn_watch_t *w, conn_watch_entry_t *e)
 {
     if (!e) return;
     pthread_mutex_lock(&w->lock);
-    if (e->state == ENTRY_ARMED) epoll_ctl(w->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+    if (entry_polled(e)) epoll_ctl(w->epfd, EPOLL_CTL_DEL, e->fd, NULL);
     w->slots[e->slot] = NULL;
     w->free_slots[w->n_free++] = e->slot;
     pthread_mutex_unlock(&w->lock);
@@ -204,6 +233,25 @@ void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t dea
     if (!e) return;
     pthread_mutex_lock(&w->lock);
     e->deadline_us = deadline_us;
+    pthread_mutex_unlock(&w->lock);
+}
+
+void conn_watch_body_begin(conn_watch_t *w, conn_watch_entry_t *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&w->lock);
+    if (e->state == ENTRY_ACTIVE && watch_poll_close(w, e)) e->state = ENTRY_BODY;
+    pthread_mutex_unlock(&w->lock);
+}
+
+void conn_watch_body_end(conn_watch_t *w, conn_watch_entry_t *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&w->lock);
+    if (e->state == ENTRY_BODY) {
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+        e->state = ENTRY_ACTIVE;
+    }
     pthread_mutex_unlock(&w->lock);
 }
 
@@ -222,12 +270,9 @@ void conn_watch_arm(conn_watch_t *w, conn_watch_entry_t *e, conn_watch_gone_fn g
     if (e->state == ENTRY_SUSPENDED) {
         e->gone = gone;
         e->ud = ud;
-        e->serial = ++w->next_serial;
-        /* Only the peer's close wakes the watch: bytes a client sends ahead (a pipelined
-         * request) are libmicrohttpd's to read once the connection resumes. */
-        struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT,
-                                 .data.u64 = (uint64_t)e->slot << 32 | e->serial};
-        if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, e->fd, &ev) == 0) e->state = ENTRY_ARMED;
+        /* Bytes a client sends ahead (a pipelined request) are libmicrohttpd's to read once
+         * the connection resumes. */
+        if (watch_poll_close(w, e)) e->state = ENTRY_ARMED;
     }
     pthread_mutex_unlock(&w->lock);
 }

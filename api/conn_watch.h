@@ -10,6 +10,13 @@
  *    not notice that the client went away while its request waits for the scheduler. An armed
  *    connection is polled for the peer's close; when it comes, the `gone` callback runs once
  *    (on the watcher's thread, with the watcher's lock held: it must only post, never wait).
+ *  - Streamed bodies. libmicrohttpd polls its sockets edge-triggered and takes a short read as
+ *    "nothing more to read", so a client that sends its last bytes and closes at once can leave
+ *    the close unread: the edge that announced both was spent on the bytes. The connection then
+ *    waits for MHD's idle timeout, holding what its body streams into (device memory, a blob
+ *    file). While such a body streams, the watch polls the socket for the peer's close and,
+ *    when it comes, shuts down the socket's reading side: a fresh wake-up for libmicrohttpd,
+ *    which reads what is left (the rest of the body, if all of it came) and then the end.
  *
  * Locking: every function takes the watcher's lock. A connection's socket is touched only
  * while its entry is registered, and http_server.c removes the entry before libmicrohttpd
@@ -55,6 +62,12 @@ void conn_watch_remove(conn_watch_t *w, conn_watch_entry_t *e);
  * be made) and then do nothing. */
 /* Moves the connection's deadline (0: none). */
 void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us);
+
+/* The connection's body streams into what must not wait for MHD's idle timeout once the
+ * client has gone: from now until conn_watch_body_end, the peer's close wakes libmicrohttpd. */
+void conn_watch_body_begin(conn_watch_t *w, conn_watch_entry_t *e);
+/* The whole body is in (or the request ends): the poll of conn_watch_body_begin stops. */
+void conn_watch_body_end(conn_watch_t *w, conn_watch_entry_t *e);
 
 /* The connection is being suspended: from now until conn_watch_resume it may be armed. */
 void conn_watch_suspend(conn_watch_t *w, conn_watch_entry_t *e);

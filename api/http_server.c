@@ -521,6 +521,9 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
         api_body_sink_t sink =
             known ? api_body_sink(&l->srv->env, method, url, type, n, query_peek, conn)
                   : API_BODY_MEMORY;
+        /* A streamed body holds a blob file or device memory until its request ends. */
+        if (sink == API_BODY_FILE || sink == API_BODY_UPLOAD)
+            conn_watch_body_begin(l->srv->watch, ctx->watched);
         if (sink == API_BODY_FILE) {
             r = store_blob_stream_open(l->srv->env.cfg, &ctx->req.body_file);
             if (r < 0) ctx->body.upload_err = r;
@@ -564,6 +567,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     /* The whole request is in: no deadline while it is answered. */
     conn_watch_set_deadline(ctx->srv->watch, ctx->watched, 0);
+    conn_watch_body_end(ctx->srv->watch, ctx->watched);
     if (ctx->responded) return MHD_YES;
     if (ctx->dispatched) {
         /* Resumed after the scheduler's reply. */
@@ -600,6 +604,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     conn_watch_set_deadline(ctx->srv->watch, ctx->watched,
                             mono_us() +
                                 (int64_t)(cfg->idle_timeout_s + cfg->header_timeout_s) * 1000000);
+    conn_watch_body_end(ctx->srv->watch, ctx->watched);
     api_request_cleanup(&ctx->req);
     free(ctx->req.body);
     store_blob_stream_abort(ctx->req.body_file);

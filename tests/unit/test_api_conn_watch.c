@@ -1,0 +1,163 @@
+/* The watch over HTTP connections (api/conn_watch.c) on real loopback TCP sockets: a streamed
+ * body's peer close that an edge-triggered poller already spent is announced again; the
+ * suspended connection's gone callback; deadlines. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "api/conn_watch.h"
+#include "daemon/util/id.h"
+
+/* A connected loopback TCP pair: ret[0] the server's end, ret[1] the client's. */
+static void tcp_pair(int ret[2])
+{
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(lfd, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof addr;
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&addr, sizeof addr), 0);
+    ck_assert_int_eq(listen(lfd, 1), 0);
+    ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&addr, &len), 0);
+    ret[1] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_eq(connect(ret[1], (struct sockaddr *)&addr, sizeof addr), 0);
+    ret[0] = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    ck_assert_int_ge(ret[0], 0);
+    close(lfd);
+}
+
+/* The server's end after its client sent bytes and closed, as libmicrohttpd can leave it: the
+ * one edge that announced both spent, the bytes read with a short read, the end unread. Its
+ * edge-triggered epoll set in *ret_ep. */
+static int spent_close(int *ret_ep)
+{
+    int fds[2];
+    tcp_pair(fds);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLET};
+    ck_assert_int_eq(epoll_ctl(ep, EPOLL_CTL_ADD, fds[0], &ev), 0);
+    struct epoll_event got;
+    ck_assert_int_eq(epoll_wait(ep, &got, 1, 1000), 1); /* writable at once */
+    ck_assert_int_eq(write(fds[1], "body", 4), 4);
+    close(fds[1]);
+    usleep(50 * 1000); /* the bytes and the close both in */
+    ck_assert_int_eq(epoll_wait(ep, &got, 1, 1000), 1);
+    char buf[64];
+    ck_assert_int_eq(read(fds[0], buf, sizeof buf), 4);
+    /* Nothing announces the unread end any more. */
+    ck_assert_int_eq(epoll_wait(ep, &got, 1, 200), 0);
+    *ret_ep = ep;
+    return fds[0];
+}
+
+START_TEST(test_a_streamed_body_whose_client_left_wakes_the_poller_again)
+{
+    conn_watch_t *w;
+    ck_assert_int_eq(conn_watch_new("test", &w), 0);
+    int ep;
+    int fd = spent_close(&ep);
+    conn_watch_entry_t *e;
+    ck_assert_int_eq(conn_watch_add(w, fd, 0, &e), 0);
+    conn_watch_body_begin(w, e);
+    struct epoll_event got;
+    ck_assert_int_eq(epoll_wait(ep, &got, 1, 2000), 1);
+    char buf[8];
+    ck_assert_int_eq(read(fd, buf, sizeof buf), 0); /* the end, readable */
+    conn_watch_remove(w, e);
+    conn_watch_free(w);
+    close(ep);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_a_body_that_ended_is_no_longer_watched)
+{
+    conn_watch_t *w;
+    ck_assert_int_eq(conn_watch_new("test", &w), 0);
+    int ep;
+    int fd = spent_close(&ep);
+    conn_watch_entry_t *e;
+    ck_assert_int_eq(conn_watch_add(w, fd, 0, &e), 0);
+    conn_watch_body_begin(w, e);
+    conn_watch_body_end(w, e);
+    /* Had the watch still polled the socket, its level-triggered close would have woken it. */
+    struct epoll_event got;
+    ck_assert_int_eq(epoll_wait(ep, &got, 1, 500), 0);
+    conn_watch_remove(w, e);
+    conn_watch_free(w);
+    close(ep);
+    close(fd);
+}
+END_TEST
+
+static void count_gone(void *ud)
+{
+    atomic_fetch_add((atomic_int *)ud, 1);
+}
+
+START_TEST(test_a_suspended_connection_whose_client_left_is_gone_once)
+{
+    conn_watch_t *w;
+    ck_assert_int_eq(conn_watch_new("test", &w), 0);
+    int fds[2];
+    tcp_pair(fds);
+    conn_watch_entry_t *e;
+    ck_assert_int_eq(conn_watch_add(w, fds[0], 0, &e), 0);
+    atomic_int gone = 0;
+    conn_watch_suspend(w, e);
+    conn_watch_arm(w, e, count_gone, &gone);
+    ck_assert_int_eq(write(fds[1], "next", 4), 4); /* a pipelined request is not a close */
+    usleep(100 * 1000);
+    ck_assert_int_eq(atomic_load(&gone), 0);
+    close(fds[1]);
+    int64_t until = mono_us() + 2000000;
+    while (atomic_load(&gone) == 0 && mono_us() < until)
+        usleep(1000);
+    usleep(50 * 1000);
+    ck_assert_int_eq(atomic_load(&gone), 1);
+    conn_watch_resume(w, e);
+    conn_watch_remove(w, e);
+    conn_watch_free(w);
+    close(fds[0]);
+}
+END_TEST
+
+START_TEST(test_a_connection_past_its_deadline_is_shut_down)
+{
+    conn_watch_t *w;
+    ck_assert_int_eq(conn_watch_new("test", &w), 0);
+    int fds[2];
+    tcp_pair(fds);
+    conn_watch_entry_t *e;
+    ck_assert_int_eq(conn_watch_add(w, fds[0], mono_us() + 100000, &e), 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fds[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[8];
+    ck_assert_int_eq(read(fds[1], buf, sizeof buf), 0); /* the server's end shut down */
+    conn_watch_remove(w, e);
+    conn_watch_free(w);
+    close(fds[0]);
+    close(fds[1]);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("api_conn_watch");
+    TCase *tc = tcase_create("watch");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_a_streamed_body_whose_client_left_wakes_the_poller_again);
+    tcase_add_test(tc, test_a_body_that_ended_is_no_longer_watched);
+    tcase_add_test(tc, test_a_suspended_connection_whose_client_left_is_gone_once);
+    tcase_add_test(tc, test_a_connection_past_its_deadline_is_shut_down);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
