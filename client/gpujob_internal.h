@@ -98,6 +98,12 @@ GJC_HIDDEN int gjc_get_json_query(gpujob_client_t *c, const char *path, const ch
 /* Wraps a parsed job (steals the reference, and the section's body when section is not NULL).
  * NULL on allocation failure. */
 GJC_HIDDEN gpujob_job_t *gjc_job_new(json_t *root, gjc_section_t *section);
+/* "/v1/jobs/ID" + suffix with ID escaped (malloc'd); NULL with the error set. */
+GJC_HIDDEN char *gjc_job_path(gpujob_client_t *c, const char *id, const char *suffix);
+/* The body that submits specs (gpujob_spec.c): their JSON, then their inputs' bytes; NULL
+ * when out of memory. */
+GJC_HIDDEN char *gjc_submission_body(const gpujob_spec_t *const *specs, size_t n,
+                                     size_t *ret_json_len, size_t *ret_len, bool *ret_binary);
 /* Reads a tensor description {"dtype", "shape"} into *ret (no data). 0 or -EBADMSG. */
 GJC_HIDDEN int gjc_desc_from_json(const json_t *o, gpujob_tensor_t *ret);
 /* Sizes: numel and bytes with overflow checks. 0, -EINVAL or -EOVERFLOW. */

@@ -1,14 +1,15 @@
 /* The configuration: one table of keys (config_keys below) drives the defaults, the INI file,
  * the command-line flags, --check-config and the --help text, so that a key exists in all of
- * them or in none. */
+ * them or in none. This file holds the table, its values' parsers and checks, the INI file and
+ * what a reload keeps; the [user.NAME] and [group.NAME] sections are in config_policy.c, the
+ * command line and --help in config_cli.c (config_key.h is what the three share). */
 #include "config.h"
+#include "config_key.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <getopt.h>
 #include <ini.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -16,34 +17,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/un.h>
-
-typedef enum config_type {
-    CONFIG_STRING, /* char[]: length bounded by the field's size, optional check() */
-    CONFIG_ENUM,   /* char[]: one of choices, stored in its canonical spelling */
-    CONFIG_BOOL,   /* bool */
-    CONFIG_INT,    /* int in [min, max], or 0 when zero_is_off; durations are ints in the unit
-                      their name ends with */
-    CONFIG_SIZE,   /* uint64_t bytes in [umin, umax], with an optional K/M/G/T suffix */
-} config_type_t;
-
-/* Checks a string value; 0, or -EINVAL with the reason (no key name) in reason. */
-typedef int (*config_check_fn)(const char *value, char *reason, size_t reason_size);
-
-typedef struct config_key {
-    const char *section;
-    const char *name;
-    config_type_t type;
-    size_t offset; /* of the field in config_t */
-    size_t size;   /* of the field: a string's capacity including its NUL */
-    int64_t min, max;
-    bool zero_is_off;  /* CONFIG_INT: 0 is also allowed, and turns the feature off */
-    bool power_of_two; /* CONFIG_INT: only powers of two in [min, max] */
-    uint64_t umin, umax;
-    const char *const *choices; /* CONFIG_ENUM: NULL-terminated */
-    config_check_fn check;      /* CONFIG_STRING: NULL for any string that fits */
-    const char *def;            /* the default, parsed like a value from the file */
-    const char *help;
-} config_key_t;
 
 static int check_listen(const char *value, char *reason, size_t reason_size);
 static int check_unix_socket(const char *value, char *reason, size_t reason_size);
@@ -112,7 +85,7 @@ static const char *const auth_mode_choices[] = {"none", "token", "peercred", "to
 #define GIB (UINT64_C(1) << 30)
 #define TIB (UINT64_C(1) << 40)
 
-static const config_key_t config_keys[] = {
+const config_key_t config_keys[] = {
     KEY_STRING("server", listen, check_listen, "127.0.0.1:8080",
                "TCP address HOST:PORT (IPv6 as [::1]:8080); port 0 picks a free one"),
     KEY_STRING("server", unix_socket, check_unix_socket, "",
@@ -233,25 +206,12 @@ static const config_key_t config_keys[] = {
 
 #define CONFIG_KEY_COUNT (sizeof config_keys / sizeof config_keys[0])
 
+const size_t config_key_count = CONFIG_KEY_COUNT;
+
 static const char *const config_sections[] = {"server", "limits", "scheduler", "store",
                                               "gpu",    "auth",   "debug"};
 
-/* Longest part of a user-supplied value quoted back in a message. */
-#define QUOTE_MAX 128
-
-static void *field_of(config_t *cfg, const config_key_t *key)
-{
-    return (char *)cfg + key->offset;
-}
-
-static const void *const_field_of(const config_t *cfg, const config_key_t *key)
-{
-    return (const char *)cfg + key->offset;
-}
-
-/* snprintf into err, tolerating a NULL or empty buffer so that callers may pass none. */
-static void __attribute__((format(printf, 3, 4)))
-err_printf(char *err, size_t err_size, const char *fmt, ...)
+void config_err_printf(char *err, size_t err_size, const char *fmt, ...)
 {
     if (!err || err_size == 0) return;
     va_list ap;
@@ -260,7 +220,7 @@ err_printf(char *err, size_t err_size, const char *fmt, ...)
     va_end(ap);
 }
 
-static const config_key_t *key_find(const char *section, const char *name)
+const config_key_t *config_key_find(const char *section, const char *name)
 {
     for (size_t i = 0; i < CONFIG_KEY_COUNT; i++)
         if (strcmp(config_keys[i].section, section) == 0 && strcmp(config_keys[i].name, name) == 0)
@@ -280,22 +240,22 @@ static bool section_exists(const char *section)
 static const config_key_t *key_lookup(const char *section, const char *name, char *reason,
                                       size_t reason_size)
 {
-    const config_key_t *key = key_find(section, name);
+    const config_key_t *key = config_key_find(section, name);
     if (key) return key;
     if (!section_exists(section)) {
         snprintf(reason, reason_size,
                  "unknown section '%.*s' (sections: server, limits, scheduler, store, gpu, "
                  "auth, debug, user.NAME, group.NAME)",
-                 QUOTE_MAX, section);
+                 CONFIG_QUOTE_MAX, section);
         return NULL;
     }
     for (size_t i = 0; i < CONFIG_KEY_COUNT; i++)
         if (strcmp(config_keys[i].name, name) == 0) {
             snprintf(reason, reason_size, "unknown key '%.*s' in [%s] (it belongs in [%s])",
-                     QUOTE_MAX, name, section, config_keys[i].section);
+                     CONFIG_QUOTE_MAX, name, section, config_keys[i].section);
             return NULL;
         }
-    snprintf(reason, reason_size, "unknown key '%.*s' in [%s]", QUOTE_MAX, name, section);
+    snprintf(reason, reason_size, "unknown key '%.*s' in [%s]", CONFIG_QUOTE_MAX, name, section);
     return NULL;
 }
 
@@ -312,35 +272,32 @@ static void size_format(uint64_t n, char *buf, size_t buf_size)
     snprintf(buf, buf_size, "%" PRIu64, n);
 }
 
-/* 0, -EINVAL when value is not an integer, or -ERANGE when it is outside [min, max]. */
-static int parse_int(const char *value, int64_t min, int64_t max, int64_t *ret, char *reason,
+int config_parse_int(const char *value, int64_t min, int64_t max, int64_t *ret, char *reason,
                      size_t reason_size)
 {
     /* strtoll would skip leading blanks: a plain integer starts with a digit or a sign. */
     if (!isdigit((unsigned char)value[0]) &&
         !((value[0] == '-' || value[0] == '+') && isdigit((unsigned char)value[1]))) {
-        snprintf(reason, reason_size, "expected an integer, got '%.*s'", QUOTE_MAX, value);
+        snprintf(reason, reason_size, "expected an integer, got '%.*s'", CONFIG_QUOTE_MAX, value);
         return -EINVAL;
     }
     char *end = NULL;
     errno = 0;
     long long n = strtoll(value, &end, 10);
     if (*end != '\0') {
-        snprintf(reason, reason_size, "expected an integer, got '%.*s'", QUOTE_MAX, value);
+        snprintf(reason, reason_size, "expected an integer, got '%.*s'", CONFIG_QUOTE_MAX, value);
         return -EINVAL;
     }
     if (errno == ERANGE || n < min || n > max) {
-        snprintf(reason, reason_size, "%.*s is out of range (%" PRId64 "..%" PRId64 ")", QUOTE_MAX,
-                 value, min, max);
+        snprintf(reason, reason_size, "%.*s is out of range (%" PRId64 "..%" PRId64 ")",
+                 CONFIG_QUOTE_MAX, value, min, max);
         return -ERANGE;
     }
     *ret = n;
     return 0;
 }
 
-/* A whole number of bytes with an optional binary suffix: K and KiB are both 1024, M and MiB
- * 1024^2, and so on; a space may separate the number from its suffix. */
-static int parse_size(const char *value, uint64_t min, uint64_t max, uint64_t *ret, char *reason,
+int config_parse_size(const char *value, uint64_t min, uint64_t max, uint64_t *ret, char *reason,
                       size_t reason_size)
 {
     static const struct {
@@ -354,7 +311,7 @@ static int parse_size(const char *value, uint64_t min, uint64_t max, uint64_t *r
         snprintf(reason, reason_size,
                  "expected a size in bytes with an optional K, M, G, T, KiB, MiB, GiB or TiB "
                  "suffix, got '%.*s'",
-                 QUOTE_MAX, value);
+                 CONFIG_QUOTE_MAX, value);
         return -EINVAL;
     }
     char *end = NULL;
@@ -369,14 +326,15 @@ static int parse_size(const char *value, uint64_t min, uint64_t max, uint64_t *r
     if (scale == 0) {
         snprintf(reason, reason_size,
                  "bad size suffix '%.*s' in '%.*s' (expected K, M, G, T, KiB, MiB, GiB or TiB)",
-                 QUOTE_MAX, end, QUOTE_MAX, value);
+                 CONFIG_QUOTE_MAX, end, CONFIG_QUOTE_MAX, value);
         return -EINVAL;
     }
     char lo[32], hi[32];
     size_format(min, lo, sizeof lo);
     size_format(max, hi, sizeof hi);
     if (overflow || n > UINT64_MAX / scale || n * scale < min || n * scale > max) {
-        snprintf(reason, reason_size, "%.*s is out of range (%s..%s)", QUOTE_MAX, value, lo, hi);
+        snprintf(reason, reason_size, "%.*s is out of range (%s..%s)", CONFIG_QUOTE_MAX, value, lo,
+                 hi);
         return -EINVAL;
     }
     *ret = n * scale;
@@ -398,7 +356,7 @@ static int parse_bool(const char *value, bool *ret, char *reason, size_t reason_
         }
     }
     snprintf(reason, reason_size, "expected true/false, yes/no, on/off or 1/0, got '%.*s'",
-             QUOTE_MAX, value);
+             CONFIG_QUOTE_MAX, value);
     return -EINVAL;
 }
 
@@ -416,7 +374,7 @@ static int parse_enum(const char *value, const char *const *choices, bool ignore
         size_t used = strlen(list);
         snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", choices[i]);
     }
-    snprintf(reason, reason_size, "expected one of %s, got '%.*s'", list, QUOTE_MAX, value);
+    snprintf(reason, reason_size, "expected one of %s, got '%.*s'", list, CONFIG_QUOTE_MAX, value);
     return -EINVAL;
 }
 
@@ -437,26 +395,26 @@ static int listen_parse(const char *value, char *host, size_t host_size, int *re
         if (host_end && memchr(value, ':', (size_t)(host_end - value))) {
             snprintf(reason, reason_size,
                      "expected HOST:PORT, got '%.*s' (write IPv6 addresses as [::1]:8080)",
-                     QUOTE_MAX, value);
+                     CONFIG_QUOTE_MAX, value);
             return -EINVAL;
         }
     }
     if (!port || host_end == host_start) {
         snprintf(reason, reason_size, "expected HOST:PORT (IPv6 as [::1]:8080), got '%.*s'",
-                 QUOTE_MAX, value);
+                 CONFIG_QUOTE_MAX, value);
         return -EINVAL;
     }
     int64_t port_number = 0;
     if (port[0] == '+' || port[0] == '-' ||
-        parse_int(port, 0, 65535, &port_number, reason, reason_size) < 0) {
+        config_parse_int(port, 0, 65535, &port_number, reason, reason_size) < 0) {
         snprintf(reason, reason_size, "port '%.*s' in '%.*s' is not a number in 0..65535",
-                 QUOTE_MAX, port, QUOTE_MAX, value);
+                 CONFIG_QUOTE_MAX, port, CONFIG_QUOTE_MAX, value);
         return -EINVAL;
     }
     size_t host_len = (size_t)(host_end - host_start);
     if (host && host_len >= host_size) {
-        snprintf(reason, reason_size, "host in '%.*s' is longer than %zu bytes", QUOTE_MAX, value,
-                 host_size - 1);
+        snprintf(reason, reason_size, "host in '%.*s' is longer than %zu bytes", CONFIG_QUOTE_MAX,
+                 value, host_size - 1);
         return -EINVAL;
     }
     if (host) {
@@ -479,8 +437,8 @@ static int check_unix_socket(const char *value, char *reason, size_t reason_size
     size_t max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
     if (strlen(value) > max) {
         snprintf(reason, reason_size,
-                 "'%.*s...' is longer than %zu bytes, the limit of a Unix socket path", QUOTE_MAX,
-                 value, max);
+                 "'%.*s...' is longer than %zu bytes, the limit of a Unix socket path",
+                 CONFIG_QUOTE_MAX, value, max);
         return -EINVAL;
     }
     return 0;
@@ -509,13 +467,13 @@ static int check_devices(const char *value, char *reason, size_t reason_size)
             snprintf(reason, reason_size,
                      "expected 'all' or a comma-separated list of device indices or UUIDs "
                      "(GPU-..., MIG-...), got '%.*s'",
-                     QUOTE_MAX, value);
+                     CONFIG_QUOTE_MAX, value);
             return -EINVAL;
         }
         for (const char *q = value; q < p; q += strcspn(q, ",") + 1)
             if (strcspn(q, ",") == len && strncmp(q, p, len) == 0) {
                 snprintf(reason, reason_size, "device '%.*s' is listed twice in '%.*s'", (int)len,
-                         p, QUOTE_MAX, value);
+                         p, CONFIG_QUOTE_MAX, value);
                 return -EINVAL;
             }
         if (p[len] == '\0') return 0;
@@ -552,12 +510,12 @@ static int key_set(config_t *cfg, const config_key_t *key, const char *value, ch
         len -= 2;
     }
 
-    void *field = field_of(cfg, key);
+    void *field = config_key_field(cfg, key);
     switch (key->type) {
     case CONFIG_STRING:
         if (len >= key->size) {
-            snprintf(reason, reason_size, "'%.*s...' is longer than %zu bytes", QUOTE_MAX, value,
-                     key->size - 1);
+            snprintf(reason, reason_size, "'%.*s...' is longer than %zu bytes", CONFIG_QUOTE_MAX,
+                     value, key->size - 1);
             return -EINVAL;
         }
         if (key->check && key->check(value, reason, reason_size) < 0) return -EINVAL;
@@ -576,12 +534,13 @@ static int key_set(config_t *cfg, const config_key_t *key, const char *value, ch
         return parse_bool(value, (bool *)field, reason, reason_size);
     case CONFIG_INT: {
         int64_t n = 0;
-        int r =
-            parse_int(value, key->zero_is_off ? 0 : key->min, key->max, &n, reason, reason_size);
+        int r = config_parse_int(value, key->zero_is_off ? 0 : key->min, key->max, &n, reason,
+                                 reason_size);
         if (r == -ERANGE || (r == 0 && !int_key_allows(key, n))) {
             char range[64];
             int_key_range(key, range, sizeof range);
-            snprintf(reason, reason_size, "%.*s is out of range (%s)", QUOTE_MAX, value, range);
+            snprintf(reason, reason_size, "%.*s is out of range (%s)", CONFIG_QUOTE_MAX, value,
+                     range);
             return -EINVAL;
         }
         if (r < 0) return -EINVAL;
@@ -589,7 +548,8 @@ static int key_set(config_t *cfg, const config_key_t *key, const char *value, ch
         return 0;
     }
     case CONFIG_SIZE:
-        return parse_size(value, key->umin, key->umax, (uint64_t *)field, reason, reason_size);
+        return config_parse_size(value, key->umin, key->umax, (uint64_t *)field, reason,
+                                 reason_size);
     }
     snprintf(reason, reason_size, "internal error: unknown key type");
     return -EINVAL;
@@ -598,7 +558,7 @@ static int key_set(config_t *cfg, const config_key_t *key, const char *value, ch
 /* Checks the value a field holds now against its key, as key_set() would have. */
 static int key_check(const config_t *cfg, const config_key_t *key, char *reason, size_t reason_size)
 {
-    const void *field = const_field_of(cfg, key);
+    const void *field = config_key_field_const(cfg, key);
     switch (key->type) {
     case CONFIG_STRING:
     case CONFIG_ENUM: {
@@ -639,142 +599,6 @@ static int key_check(const config_t *cfg, const config_key_t *key, char *reason,
     return 0;
 }
 
-/* ------------------------------------------------------- [user.NAME], [group.NAME] */
-
-/* The keys of a policy section, in config_policy_key_t order, each with the table key that
- * holds its default and whose type and bounds it shares. */
-static const struct {
-    const char *name, *section, *default_name, *full;
-} policy_keys[CONFIG_POLICY_KEY_COUNT] = {
-    {"max_queued", "limits", "max_queued_per_user", "limits.max_queued_per_user"},
-    {"max_running", "limits", "max_running_per_user", "limits.max_running_per_user"},
-    {"max_resident_bytes", "limits", "max_resident_bytes_per_user",
-     "limits.max_resident_bytes_per_user"},
-    {"max_stored_bytes", "limits", "max_stored_bytes_per_user", "limits.max_stored_bytes_per_user"},
-    {"rate", "limits", "requests_per_s_per_user", "limits.requests_per_s_per_user"},
-    {"burst", "limits", "request_burst_per_user", "limits.request_burst_per_user"},
-    {"max_job_cost_ms", "limits", "max_job_cost_ms", "limits.max_job_cost_ms"},
-    {"weight", "scheduler", "weight", "scheduler.weight"},
-};
-
-const char *config_policy_key_name(config_policy_key_t key)
-{
-    return key < CONFIG_POLICY_KEY_COUNT ? policy_keys[key].name : NULL;
-}
-
-const char *config_policy_key_default(config_policy_key_t key)
-{
-    return key < CONFIG_POLICY_KEY_COUNT ? policy_keys[key].full : NULL;
-}
-
-static const config_key_t *policy_default_key(config_policy_key_t key)
-{
-    return key_find(policy_keys[key].section, policy_keys[key].default_name);
-}
-
-uint64_t config_policy_default(const config_t *cfg, config_policy_key_t key)
-{
-    if (!cfg || key >= CONFIG_POLICY_KEY_COUNT) return 0;
-    const config_key_t *k = policy_default_key(key);
-    const void *field = const_field_of(cfg, k);
-    return k->type == CONFIG_SIZE ? *(const uint64_t *)field : (uint64_t) * (const int *)field;
-}
-
-/* Whether section names a policy section: "user.NAME" or "group.NAME"; *ret_name is then NAME. */
-static bool policy_section_parse(const char *section, bool *ret_group, const char **ret_name)
-{
-    if (strncmp(section, "user.", 5) == 0) {
-        *ret_group = false;
-        *ret_name = section + 5;
-        return true;
-    }
-    if (strncmp(section, "group.", 6) == 0) {
-        *ret_group = true;
-        *ret_name = section + 6;
-        return true;
-    }
-    return false;
-}
-
-/* The section of cfg for [user.NAME] or [group.NAME], added (at line) when new: sections keep
- * the order of their first appearance, which decides between groups (policy.h). */
-static int policy_section_get(config_t *cfg, bool is_group, const char *name, int line,
-                              config_policy_section_t **ret, char *reason, size_t reason_size)
-{
-    size_t len = strlen(name);
-    if (len == 0 || len >= CONFIG_POLICY_NAME_SIZE || strpbrk(name, " \t")) {
-        snprintf(reason, reason_size, "expected a %s name of 1 to %d characters without blanks",
-                 is_group ? "group" : "user", CONFIG_POLICY_NAME_SIZE - 1);
-        return -EINVAL;
-    }
-    for (int i = 0; i < cfg->n_policy_sections; i++) {
-        config_policy_section_t *ps = &cfg->policy_sections[i];
-        if (ps->is_group == is_group && strcmp(ps->name, name) == 0) {
-            *ret = ps;
-            return 0;
-        }
-    }
-    if (cfg->n_policy_sections == CONFIG_MAX_POLICY_SECTIONS) {
-        snprintf(reason, reason_size, "more than %d [user.NAME] and [group.NAME] sections",
-                 CONFIG_MAX_POLICY_SECTIONS);
-        return -EINVAL;
-    }
-    config_policy_section_t *ps = &cfg->policy_sections[cfg->n_policy_sections++];
-    memset(ps, 0, sizeof *ps);
-    ps->is_group = is_group;
-    memcpy(ps->name, name, len + 1);
-    ps->line = line;
-    *ret = ps;
-    return 0;
-}
-
-/* Parses value for a policy key with the type and bounds of its default's key. */
-static int policy_value_parse(config_policy_key_t key, const char *value, uint64_t *ret,
-                              char *reason, size_t reason_size)
-{
-    const config_key_t *k = policy_default_key(key);
-    if (k->type == CONFIG_SIZE)
-        return parse_size(value, k->umin, k->umax, ret, reason, reason_size);
-    int64_t n = 0;
-    int r = parse_int(value, k->min, k->max, &n, reason, reason_size);
-    if (r < 0) return r;
-    *ret = (uint64_t)n;
-    return 0;
-}
-
-/* Sets key name of a [user.NAME] or [group.NAME] section in cfg. -ENOENT when section is not
- * one (the key table then decides), -EINVAL with the reason otherwise; refuse_twice refuses a
- * key the section already set, as a file may set each key once. */
-static int policy_set(config_t *cfg, const char *section, const char *name, const char *value,
-                      int line, bool refuse_twice, char *reason, size_t reason_size)
-{
-    bool is_group = false;
-    const char *who = NULL;
-    if (!policy_section_parse(section, &is_group, &who)) return -ENOENT;
-    config_policy_key_t key = 0;
-    while (key < CONFIG_POLICY_KEY_COUNT && strcmp(policy_keys[key].name, name) != 0)
-        key++;
-    if (key == CONFIG_POLICY_KEY_COUNT) {
-        snprintf(reason, reason_size,
-                 "unknown key '%.*s' (a user or group section takes max_queued, max_running, "
-                 "max_resident_bytes, max_stored_bytes, rate, burst, max_job_cost_ms, weight)",
-                 QUOTE_MAX, name);
-        return -EINVAL;
-    }
-    uint64_t n = 0;
-    int r = policy_value_parse(key, value, &n, reason, reason_size);
-    config_policy_section_t *ps = NULL;
-    if (r >= 0) r = policy_section_get(cfg, is_group, who, line, &ps, reason, reason_size);
-    if (r < 0) return r;
-    if (refuse_twice && (ps->set & (1u << key))) {
-        snprintf(reason, reason_size, "set twice in [%.*s]", QUOTE_MAX, section);
-        return -EINVAL;
-    }
-    ps->set |= 1u << key;
-    ps->value[key] = n;
-    return 0;
-}
-
 void config_defaults(config_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -789,15 +613,16 @@ int config_set(config_t *cfg, const char *section, const char *key, const char *
                size_t err_size)
 {
     if (!cfg || !section || !key || !value) {
-        err_printf(err, err_size, "config_set: missing section, key or value");
+        config_err_printf(err, err_size, "config_set: missing section, key or value");
         return -EINVAL;
     }
     char reason[512];
-    int r = policy_set(cfg, section, key, value, 0, false, reason, sizeof reason);
+    int r = config_policy_set(cfg, section, key, value, 0, false, reason, sizeof reason);
     if (r == 0) return 0;
     const config_key_t *k = r == -ENOENT ? key_lookup(section, key, reason, sizeof reason) : NULL;
     if (!k || key_set(cfg, k, value, reason, sizeof reason) < 0) {
-        err_printf(err, err_size, "%.*s.%.*s: %s", QUOTE_MAX, section, QUOTE_MAX, key, reason);
+        config_err_printf(err, err_size, "%.*s.%.*s: %s", CONFIG_QUOTE_MAX, section,
+                          CONFIG_QUOTE_MAX, key, reason);
         return -EINVAL;
     }
     return 0;
@@ -846,11 +671,12 @@ static int ini_handle(void *user, const char *section, const char *name, const c
         snprintf(load->err, sizeof load->err,
                  "%s:%d: %.*s: key outside any section (sections: server, limits, scheduler, "
                  "store, gpu, auth, debug, user.NAME, group.NAME)",
-                 load->path, load->line, QUOTE_MAX, name);
+                 load->path, load->line, CONFIG_QUOTE_MAX, name);
         load->err_line = load->line;
         return 0;
     }
-    int r = policy_set(&load->cfg, section, name, value, load->line, true, reason, sizeof reason);
+    int r = config_policy_set(&load->cfg, section, name, value, load->line, true, reason,
+                              sizeof reason);
     if (r == 0) return 1;
     if (r == -ENOENT) key = key_lookup(section, name, reason, sizeof reason);
     if (key) {
@@ -866,7 +692,7 @@ static int ini_handle(void *user, const char *section, const char *name, const c
     }
     if (!key) {
         snprintf(load->err, sizeof load->err, "%s:%d: [%.*s] %.*s: %s", load->path, load->line,
-                 QUOTE_MAX, section, QUOTE_MAX, name, reason);
+                 CONFIG_QUOTE_MAX, section, CONFIG_QUOTE_MAX, name, reason);
         load->err_line = load->line;
         return 0;
     }
@@ -876,12 +702,12 @@ static int ini_handle(void *user, const char *section, const char *name, const c
 int config_load_file(config_t *cfg, const char *path, char *err, size_t err_size)
 {
     if (!cfg || !path) {
-        err_printf(err, err_size, "config_load_file: missing configuration or path");
+        config_err_printf(err, err_size, "config_load_file: missing configuration or path");
         return -EINVAL;
     }
     ini_load_t *load = calloc(1, sizeof *load);
     if (!load) {
-        err_printf(err, err_size, "%s: out of memory", path);
+        config_err_printf(err, err_size, "%s: out of memory", path);
         return -ENOMEM;
     }
     load->cfg = *cfg;
@@ -889,7 +715,7 @@ int config_load_file(config_t *cfg, const char *path, char *err, size_t err_size
     load->file = fopen(path, "re");
     if (!load->file) {
         int r = -errno;
-        err_printf(err, err_size, "cannot read '%s': %s", path, strerror(-r));
+        config_err_printf(err, err_size, "cannot read '%s': %s", path, strerror(-r));
         free(load);
         return r;
     }
@@ -898,18 +724,18 @@ int config_load_file(config_t *cfg, const char *path, char *err, size_t err_size
 
     int r = 0;
     if (line > 0 && (load->err_line == 0 || line < load->err_line)) {
-        err_printf(err, err_size, "%s:%d: syntax error: expected '[section]' or 'key = value'",
-                   path, line);
+        config_err_printf(err, err_size,
+                          "%s:%d: syntax error: expected '[section]' or 'key = value'", path, line);
         r = -EINVAL;
     } else if (load->err_line) {
-        err_printf(err, err_size, "%s", load->err);
+        config_err_printf(err, err_size, "%s", load->err);
         r = -EINVAL;
     } else if (load->err_errno) {
         r = -load->err_errno;
-        err_printf(err, err_size, "cannot read '%s': %s", path, strerror(-r));
+        config_err_printf(err, err_size, "cannot read '%s': %s", path, strerror(-r));
     } else if (line < 0) {
         r = -ENOMEM;
-        err_printf(err, err_size, "%s: out of memory", path);
+        config_err_printf(err, err_size, "%s: out of memory", path);
     } else {
         *cfg = load->cfg;
     }
@@ -927,21 +753,21 @@ int config_listen_addr(const config_t *cfg, char *host, size_t host_size, int *p
 int config_validate(const config_t *cfg, char *err, size_t err_size)
 {
     if (!cfg) {
-        err_printf(err, err_size, "config_validate: no configuration");
+        config_err_printf(err, err_size, "config_validate: no configuration");
         return -EINVAL;
     }
     for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
         char reason[512];
         if (key_check(cfg, &config_keys[i], reason, sizeof reason) < 0) {
-            err_printf(err, err_size, "%s.%s: %s", config_keys[i].section, config_keys[i].name,
-                       reason);
+            config_err_printf(err, err_size, "%s.%s: %s", config_keys[i].section,
+                              config_keys[i].name, reason);
             return -EINVAL;
         }
     }
     if (!cfg->tls_cert[0] != !cfg->tls_key[0]) {
-        err_printf(err, err_size, "server.%s: must be set with server.%s (both or neither)",
-                   cfg->tls_cert[0] ? "tls_key" : "tls_cert",
-                   cfg->tls_cert[0] ? "tls_cert" : "tls_key");
+        config_err_printf(err, err_size, "server.%s: must be set with server.%s (both or neither)",
+                          cfg->tls_cert[0] ? "tls_key" : "tls_cert",
+                          cfg->tls_cert[0] ? "tls_cert" : "tls_key");
         return -EINVAL;
     }
     return 0;
@@ -966,8 +792,8 @@ int config_keep_restart_only(config_t *next, const config_t *running, config_kep
         const config_key_t *key = &config_keys[i];
         if (key_reloads(key)) continue;
         /* Strings are zero-padded (key_set), so equal values compare equal byte for byte. */
-        void *field = field_of(next, key);
-        const void *was = const_field_of(running, key);
+        void *field = config_key_field(next, key);
+        const void *was = config_key_field_const(running, key);
         if (memcmp(field, was, key->size) == 0) continue;
         memcpy(field, was, key->size);
         if (kept) kept(key->section, key->name, userdata);
@@ -979,279 +805,4 @@ int config_keep_restart_only(config_t *next, const config_t *running, config_kep
 bool config_tls_enabled(const config_t *cfg)
 {
     return cfg->tls_cert[0] && cfg->tls_key[0];
-}
-
-/* Flags that are not also single letters get values above any character. */
-enum {
-    OPT_LISTEN = 256,
-    OPT_UNIX_SOCKET,
-    OPT_STATE_DIR,
-    OPT_BACKEND,
-    OPT_LOG_LEVEL,
-    OPT_SET,
-    OPT_CHECK_CONFIG,
-};
-
-static const struct option config_options[] = {
-    {"config", required_argument, NULL, 'c'},
-    {"listen", required_argument, NULL, OPT_LISTEN},
-    {"unix-socket", required_argument, NULL, OPT_UNIX_SOCKET},
-    {"state-dir", required_argument, NULL, OPT_STATE_DIR},
-    {"backend", required_argument, NULL, OPT_BACKEND},
-    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-    {"set", required_argument, NULL, OPT_SET},
-    {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
-    {"version", no_argument, NULL, 'V'},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
-};
-
-/* The leading ':' makes getopt report a missing argument as ':' rather than '?'. */
-static const char config_short_options[] = ":c:Vh";
-
-/* The flags that are shorthands for one key. */
-static const struct {
-    int opt;
-    const char *flag, *section, *key;
-} config_flag_keys[] = {
-    {OPT_LISTEN, "--listen", "server", "listen"},
-    {OPT_UNIX_SOCKET, "--unix-socket", "server", "unix_socket"},
-    {OPT_STATE_DIR, "--state-dir", "server", "state_dir"},
-    {OPT_BACKEND, "--backend", "server", "backend"},
-    {OPT_LOG_LEVEL, "--log-level", "server", "log_level"},
-};
-
-/* getopt_long accepts unambiguous abbreviations such as --list for --listen. */
-static int count_long_options_with_prefix(const char *prefix, int prefix_len)
-{
-    int count = 0;
-    for (const struct option *o = config_options; o->name; o++)
-        if (strncmp(o->name, prefix, (size_t)prefix_len) == 0) count++;
-    return count;
-}
-
-/* Names the option getopt just refused: argv[optind - 1] is the word that held it. */
-static void report_bad_option(int c, int argc, char **argv, char *err, size_t err_size)
-{
-    const char *word = optind >= 1 && optind - 1 < argc ? argv[optind - 1] : "";
-    int name_len = (int)strcspn(word, "=");
-    bool is_long = strncmp(word, "--", 2) == 0;
-    if (c == ':' && is_long)
-        err_printf(err, err_size, "option '%.*s' requires an argument", name_len, word);
-    else if (c == ':')
-        err_printf(err, err_size, "option '-%c' requires an argument", optopt);
-    else if (is_long && optopt != 0)
-        err_printf(err, err_size, "option '%.*s' does not take an argument", name_len, word);
-    else if (is_long && count_long_options_with_prefix(word + 2, name_len - 2) > 1)
-        err_printf(err, err_size, "ambiguous option '%.*s' (see --help)", name_len, word);
-    else if (is_long)
-        err_printf(err, err_size, "unknown option '%.*s' (see --help)", name_len, word);
-    else
-        err_printf(err, err_size, "unknown option '-%c' (see --help)", optopt);
-}
-
-/* Applies one "section.key=value" from --set. */
-static int apply_set_flag(config_t *cfg, const char *arg, char *err, size_t err_size)
-{
-    /* The key follows the last dot before '=': a section may hold dots (user.alice). */
-    const char *eq = strchr(arg, '=');
-    const char *dot = NULL;
-    for (const char *p = arg; eq && p < eq; p++)
-        if (*p == '.') dot = p;
-    if (!dot || !eq || dot == arg || eq == dot + 1) {
-        err_printf(err, err_size, "--set: expected SECTION.KEY=VALUE, got '%.*s'", QUOTE_MAX, arg);
-        return -EINVAL;
-    }
-    char section[64], key[64];
-    size_t section_len = (size_t)(dot - arg), key_len = (size_t)(eq - dot - 1);
-    if (section_len >= sizeof section || key_len >= sizeof key) {
-        err_printf(err, err_size, "--set: unknown key '%.*s'", (int)(eq - arg), arg);
-        return -EINVAL;
-    }
-    memcpy(section, arg, section_len);
-    section[section_len] = '\0';
-    memcpy(key, dot + 1, key_len);
-    key[key_len] = '\0';
-    char reason[768];
-    if (config_set(cfg, section, key, eq + 1, reason, sizeof reason) < 0) {
-        err_printf(err, err_size, "--set: %s", reason);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-/* getopt keeps its position in globals: optind = 0 makes glibc start over, so that this may be
- * called more than once (tests do). Not thread-safe, like getopt itself. */
-static void getopt_restart(void)
-{
-    optind = 0;
-    opterr = 0;
-}
-
-/* What the first pass over the command line finds. */
-typedef struct config_args_scan {
-    config_action_t action;
-    bool help, version;
-    const char *config_path; /* borrowed from argv; NULL without --config */
-} config_args_scan_t;
-
-/* The first pass: finds the errors in the command line, the action and the --config file, which
- * is read before any other flag whatever its position. The key flags are left to
- * config_apply_flags(). 0 and *ret_scan, or -EINVAL with the error in err. */
-static int config_scan_args(int argc, char **argv, config_args_scan_t *ret_scan, char *err,
-                            size_t err_size)
-{
-    config_args_scan_t scan = {.action = CONFIG_ACTION_RUN};
-    int c;
-    getopt_restart();
-    while (argc > 0 &&
-           (c = getopt_long(argc, argv, config_short_options, config_options, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            if (scan.config_path) {
-                err_printf(err, err_size, "--config given twice ('%.*s' and '%.*s')", QUOTE_MAX,
-                           scan.config_path, QUOTE_MAX, optarg);
-                return -EINVAL;
-            }
-            scan.config_path = optarg;
-            break;
-        case 'h':
-            scan.help = true;
-            break;
-        case 'V':
-            scan.version = true;
-            break;
-        case OPT_CHECK_CONFIG:
-            scan.action = CONFIG_ACTION_CHECK;
-            break;
-        case ':':
-        case '?':
-            report_bad_option(c, argc, argv, err, err_size);
-            return -EINVAL;
-        default:
-            break; /* key flags: applied in the second pass */
-        }
-    }
-    if (argc > 0 && optind < argc) {
-        err_printf(err, err_size, "unexpected argument '%.*s' (see --help)", QUOTE_MAX,
-                   argv[optind]);
-        return -EINVAL;
-    }
-    *ret_scan = scan;
-    return 0;
-}
-
-/* The second pass: applies the key flags to cfg in command-line order, over the file. 0, or a
- * negative errno with the error in err. */
-static int config_apply_flags(config_t *cfg, int argc, char **argv, char *err, size_t err_size)
-{
-    int r = 0, c;
-    getopt_restart();
-    while (r >= 0 && argc > 0 &&
-           (c = getopt_long(argc, argv, config_short_options, config_options, NULL)) != -1) {
-        if (c == OPT_SET) {
-            r = apply_set_flag(cfg, optarg, err, err_size);
-            continue;
-        }
-        for (size_t i = 0; i < sizeof config_flag_keys / sizeof config_flag_keys[0]; i++) {
-            if (config_flag_keys[i].opt != c) continue;
-            char reason[768];
-            r = config_set(cfg, config_flag_keys[i].section, config_flag_keys[i].key, optarg,
-                           reason, sizeof reason);
-            if (r < 0) err_printf(err, err_size, "%s: %s", config_flag_keys[i].flag, reason);
-        }
-    }
-    return r;
-}
-
-int config_from_args(config_t *cfg, int argc, char **argv, config_action_t *ret_action, char *err,
-                     size_t err_size)
-{
-    if (!cfg || !ret_action || argc < 0 || (argc > 0 && !argv)) {
-        err_printf(err, err_size, "config_from_args: missing argument");
-        return -EINVAL;
-    }
-    config_args_scan_t scan;
-    int r = config_scan_args(argc, argv, &scan, err, err_size);
-    if (r < 0) return r;
-
-    config_t *next = malloc(sizeof *next);
-    if (!next) {
-        err_printf(err, err_size, "out of memory");
-        return -ENOMEM;
-    }
-    config_defaults(next);
-    /* --help and --version answer without reading anything, so that they work whatever state
-     * the configuration is in. */
-    if (scan.help || scan.version) {
-        *cfg = *next;
-        free(next);
-        *ret_action = scan.help ? CONFIG_ACTION_HELP : CONFIG_ACTION_VERSION;
-        return 0;
-    }
-
-    if (scan.config_path) r = config_load_file(next, scan.config_path, err, err_size);
-    if (r >= 0) r = config_apply_flags(next, argc, argv, err, err_size);
-    if (r >= 0) r = config_validate(next, err, err_size);
-    if (r >= 0) {
-        *cfg = *next;
-        *ret_action = scan.action;
-    }
-    free(next);
-    return r;
-}
-
-static const char config_usage_head[] =
-    "Usage: gpujobd [OPTION]...\n"
-    "Runs the GPU job daemon. Its settings are the defaults, then the --config file, then the\n"
-    "other options below over it, whatever their order on the command line.\n"
-    "\n"
-    "Options:\n"
-    "  -c, --config FILE            read settings from an INI file (see gpujobd.conf)\n"
-    "      --listen HOST:PORT       TCP address to serve on (server.listen); port 0 picks a\n"
-    "                               free one; IPv6 as [::1]:8080\n"
-    "      --unix-socket PATH       also serve on a Unix socket, whose peer uid is the user\n"
-    "                               (server.unix_socket)\n"
-    "      --state-dir DIR          job database and blobs (server.state_dir)\n"
-    "      --backend auto|cuda|cpu  where jobs run (server.backend)\n"
-    "      --log-level error|warn|info|debug\n"
-    "                               (server.log_level)\n"
-    "      --set SECTION.KEY=VALUE  set any key below, e.g. --set scheduler.max_batch=64\n"
-    "      --check-config           check the configuration, print 'configuration OK' and\n"
-    "                               exit 0, or print the error and exit 2\n"
-    "      --print-ops              print the ops, one a line, each a JSON object with its\n"
-    "                               inputs and params, and exit (given alone)\n"
-    "  -V, --version                print the version and exit\n"
-    "  -h, --help                   print this help and exit\n"
-    "\n"
-    "Keys, as [SECTION] KEY in the file or SECTION.KEY for --set, with their defaults.\n"
-    "Sizes take K, M, G, T, KiB, MiB, GiB or TiB (all powers of 1024); booleans are\n"
-    "true/false, yes/no, on/off or 1/0:\n";
-
-static char *config_usage_text;
-
-static void config_usage_build(void)
-{
-    size_t size = sizeof config_usage_head;
-    for (size_t i = 0; i < CONFIG_KEY_COUNT; i++)
-        size += strlen(config_keys[i].section) + strlen(config_keys[i].name) +
-                strlen(config_keys[i].def) + strlen(config_keys[i].help) + 16;
-    char *text = malloc(size);
-    if (!text) return;
-    size_t used = (size_t)snprintf(text, size, "%s", config_usage_head);
-    for (size_t i = 0; i < CONFIG_KEY_COUNT && used < size; i++) {
-        const config_key_t *key = &config_keys[i];
-        used +=
-            (size_t)snprintf(text + used, size - used, "  %s.%s = %s%s\n      %s\n", key->section,
-                             key->name, key->def, key->def[0] ? "" : "\"\"", key->help);
-    }
-    config_usage_text = text;
-}
-
-const char *config_usage(void)
-{
-    /* Built once from the table, so the help lists exactly the keys there are. */
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, config_usage_build);
-    return config_usage_text ? config_usage_text : config_usage_head;
 }
