@@ -114,7 +114,8 @@ static void submit_waited_reply(void *token, const sched_result_t *res)
     }
     size_t n = res->n_jobs, i = 0;
     job_t **later = calloc(n, sizeof *later);
-    while (later && i < n && (later[i] = job_copy_answer(res->jobs[i])))
+    while (later && i < n &&
+           (later[i] = job_copy_answer(res->jobs[i], req->cfg->max_inline_output_bytes)))
         i++;
     if (later && i == n) {
         api_respond_jobs_later(req, status, later, n, req->submit_is_list);

@@ -67,6 +67,12 @@ static sched_t *group_loop(const wait_group_t *g)
     return (sched_t *)((char *)g->timer.loop - offsetof(sched_t, loop));
 }
 
+/* The most bytes of an output that g's answer inlines: a kept end keeps no more of one. */
+static uint64_t inline_max(const wait_group_t *g)
+{
+    return group_loop(g)->cfg->max_inline_output_bytes;
+}
+
 static void group_closed(uv_handle_t *h)
 {
     wait_group_t *g = h->data;
@@ -258,7 +264,7 @@ void waiters_reply_gated(entry_t *e, const job_t *job, sched_gate_t *end_gate)
         w->entry = NULL;
         if (--g->left == 0)
             group_answer_ends(g, i, job, end_gate);
-        else if (!(g->ends[i] = job_copy_answer(job)))
+        else if (!(g->ends[i] = job_copy_answer(job, inline_max(g))))
             g->short_of_memory = true;
     }
 }

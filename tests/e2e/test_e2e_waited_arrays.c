@@ -154,6 +154,36 @@ START_TEST(test_a_waited_list_whose_wait_runs_out_says_which_jobs_are_not_final)
 }
 END_TEST
 
+/* A waited list longer than the jobs the daemon keeps whole in memory while queued, behind a
+ * long job: the wait runs out with all of them queued, and each is answered as it stands, read
+ * back from the store where the queue keeps only its entry; all of them run afterwards. */
+START_TEST(test_a_long_waited_list_behind_a_long_job_is_answered_as_it_stands)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    json_t *slow = e2e_long_job_new(3000);
+    free(e2e_submit_ok(d, slow));
+    json_decref(slow);
+    enum { N = 1500 };
+    char *text = add_list_text(N);
+    json_t *answer = e2e_json_ok(d, "POST", "/v1/jobs?wait=0.5", text, 201);
+    free(text);
+    ck_assert_uint_eq(json_array_size(answer), N);
+    for (size_t i = 0; i < N; i++) {
+        json_t *job = json_array_get(answer, i);
+        ck_assert_msg(strcmp(e2e_job_state(job), "queued") == 0, "job %zu is %s", i,
+                      e2e_job_state(job));
+        ck_assert_msg(json_is_object(json_object_get(job, "waiting")), "job %zu: no waiting", i);
+    }
+    for (size_t i = 0; i < N; i += N - 1) {
+        json_t *done = e2e_wait_final_ok(d, job_id(answer, i), 60);
+        assert_add_done(done, (int)i);
+        json_decref(done);
+    }
+    json_decref(answer);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* A waited list retried with its Idempotency-Key is answered with the first jobs (200): after
  * the first answer, as they ended; while the first try still runs, once they have ended. */
 START_TEST(test_a_waited_list_retried_with_its_key_waits_for_the_first_jobs)
@@ -275,6 +305,7 @@ int main(void)
     tcase_add_test(tc, test_a_waited_list_is_answered_once_every_job_ended);
     tcase_add_test(tc, test_a_waited_list_in_binary_has_every_output_in_one_section);
     tcase_add_test(tc, test_a_waited_list_whose_wait_runs_out_says_which_jobs_are_not_final);
+    tcase_add_test(tc, test_a_long_waited_list_behind_a_long_job_is_answered_as_it_stands);
     tcase_add_test(tc, test_a_waited_list_retried_with_its_key_waits_for_the_first_jobs);
     tcase_add_test(tc, test_a_waited_list_whose_client_goes_away_still_runs_its_jobs);
     tcase_add_test(tc, test_a_waited_list_with_a_bad_job_is_refused_whole);
