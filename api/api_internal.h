@@ -88,7 +88,7 @@ typedef struct api_response {
     job_t **jobs;
     size_t n_jobs;
     bool jobs_list;
-    bool jobs_whole; /* the one job with its outputs inlined, as api_respond_job answers */
+    bool jobs_whole; /* outputs inlined, as api_respond_jobs_whole answers */
     void *body;      /* owned raw body when json is NULL */
     size_t body_len;
     const char *content_type; /* static string; "application/json" for json */
@@ -155,7 +155,7 @@ struct api_request {
 
     /* A pending submission answers a list with a list. */
     bool submit_is_list;
-    /* ?wait=: the answer to a single job waits up to submit_wait_ms for its end. */
+    /* ?wait=: the answer waits up to submit_wait_ms for the ends of all its jobs. */
     bool submit_waits;
     int submit_wait_ms;
 
@@ -331,6 +331,10 @@ void api_response_build(api_request_t *req);
  * binary section after the JSON when the request's Accept header puts
  * application/octet-stream before application/json. */
 void api_respond_job(api_request_t *req, int status, const job_t *job);
+/* api_respond_job for n jobs (borrowed): a list of them when list, else the first alone; in
+ * binary, one section after the JSON holds the inline outputs of all of them. */
+void api_respond_jobs_whole(api_request_t *req, int status, job_t *const *jobs, size_t n,
+                            bool list);
 
 /* --- job_lookup.c: a job the user may see, and its outputs --- */
 

@@ -96,43 +96,33 @@ static void submit_reply(void *token, const sched_result_t *res)
     api_request_resume(req);
 }
 
-/* A copy of job with its outputs' bytes (in memory) and locators, for an answer built later;
- * NULL when out of memory. */
-static job_t *job_copy_answer(const job_t *job)
-{
-    job_t *copy = job_copy_shown(job);
-    bool ok = copy != NULL;
-    for (int j = 0; ok && j < OP_MAX_TENSORS; j++) {
-        const job_tensor_t *t = &job->out[j];
-        job_tensor_t *c = &copy->out[j];
-        if (t->blob) ok = (c->blob = strdup(t->blob)) != NULL;
-        if (ok && t->data) ok = (c->data = malloc(t->nbytes ? t->nbytes : 1)) != NULL;
-        if (ok && t->data) memcpy(c->data, t->data, t->nbytes);
-    }
-    if (ok) return copy;
-    job_free(copy);
-    return NULL;
-}
-
-/* Answers a submission with ?wait= (sched_submit_waited): its job as it ended, or as it stood
- * when the wait ran out, outputs inlined, as a wait answers it; still 201 (200 for a retry):
- * the job is accepted whether or not it ended within the wait. The reply runs on the
- * scheduler's loop: the answer's text is made by the HTTP thread that sends it, from a copy,
- * while the loop commits the job's end; it is sent once that is over (res->end_gate). */
+/* Answers a submission with ?wait= (sched_submit_waited): its jobs as they ended, or as they
+ * stood when the wait ran out, outputs inlined, as a wait answers a job; a list for a list.
+ * Still 201 (200 for a retry): the jobs are accepted whether or not they ended within the
+ * wait. The reply runs on the scheduler's loop: the answer's text is made by the HTTP thread
+ * that sends it, from copies, while the loop commits the last job's end; it is sent once that
+ * is over (res->end_gate). */
 static void submit_waited_reply(void *token, const sched_result_t *res)
 {
     STAMP(REPLY);
     api_request_t *req = token;
     if (res->end_gate) req->answer_gate = sched_gate_hold(res->end_gate);
     int status = res->replayed ? 200 : 201;
-    job_t **later = NULL;
-    if (!submit_refused(req, res) && (later = malloc(sizeof *later)) &&
-        (later[0] = job_copy_answer(res->jobs[0]))) {
-        api_respond_jobs_later(req, status, later, 1, false);
+    if (submit_refused(req, res)) {
+        api_request_resume(req);
+        return;
+    }
+    size_t n = res->n_jobs, i = 0;
+    job_t **later = calloc(n, sizeof *later);
+    while (later && i < n &&
+           (later[i] = job_copy_answer(res->jobs[i], req->cfg->max_inline_output_bytes)))
+        i++;
+    if (later && i == n) {
+        api_respond_jobs_later(req, status, later, n, req->submit_is_list);
         req->resp.jobs_whole = true;
-    } else if (!res->err && res->n_jobs > 0) {
-        free(later);
-        api_respond_job(req, status, res->jobs[0]); /* out of memory for the copy */
+    } else {
+        job_json_free_jobs(later, later ? i : 0); /* out of memory for the copies */
+        api_respond_jobs_whole(req, status, res->jobs, n, req->submit_is_list);
     }
     api_request_resume(req);
 }
@@ -329,13 +319,6 @@ int api_handle_jobs_submit(api_request_t *req)
         job_json_free_jobs(jobs, n);
         return API_DONE;
     }
-    if (req->submit_waits && is_list) {
-        job_json_free_jobs(jobs, n);
-        api_respond_error(req, 400, "invalid_argument", "query.wait",
-                          "wait is for a single job; wait for each job of a list with GET "
-                          "/v1/jobs/{id}/wait");
-        return API_DONE;
-    }
     /* With sync_full the rows read here may not be on disk yet (their commit's 201 may still be
      * waiting for its sync): the scheduler then answers the retry, after a sync. A retry that
      * waits goes to the scheduler too. */
@@ -349,9 +332,9 @@ int api_handle_jobs_submit(api_request_t *req)
     api_request_suspend(req);
     /* The scheduler takes the jobs and the array, also on error. */
     if (req->submit_waits) {
-        /* Its wait has no job id to name until the commit: a client that goes away cancels
-         * it by the request alone (waits_for ""). Armed only after the post: no lock needed
-         * before. */
+        /* Its wait (for every job of a list at once) has no job id to name until the commit:
+         * a client that goes away cancels it by the request alone (waits_for ""). Armed only
+         * after the post: no lock needed before. */
         req->waits_for[0] = '\0';
         req->wait_posted = true;
         sched_submit_waited(req->env->sched, jobs, n, req->submit_wait_ms, submit_waited_reply,

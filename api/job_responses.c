@@ -1,6 +1,6 @@
 /* Answers that carry jobs: the JSON of lists and submissions (outputs described, without
- * their data), and the JSON of a single job with its outputs inlined, as JSON numbers or in a
- * binary section after the JSON. */
+ * their data), and the JSON of a job or a list of them with their outputs inlined, as JSON
+ * numbers or in a binary section after the JSON. */
 #include "api_internal.h"
 
 #include <errno.h>
@@ -35,10 +35,12 @@ void api_response_build(api_request_t *req)
     if (!resp->jobs) return;
     if (resp->jobs_whole) {
         job_t **jobs = resp->jobs;
+        size_t n = resp->n_jobs;
         resp->jobs = NULL;
         resp->n_jobs = 0;
-        api_respond_job(req, resp->status, jobs[0]);
-        job_free(jobs[0]);
+        api_respond_jobs_whole(req, resp->status, jobs, n, resp->jobs_list);
+        for (size_t i = 0; i < n; i++)
+            job_free(jobs[i]);
         free(jobs);
         return;
     }
@@ -53,17 +55,33 @@ static bool accepts_binary(const api_request_t *req)
     return api_accept_pick(req, media, 2) == 1;
 }
 
-void api_respond_job(api_request_t *req, int status, const job_t *job)
+void api_respond_jobs_whole(api_request_t *req, int status, job_t *const *jobs, size_t n, bool list)
 {
     job_json_section_t section = {0};
-    bool binary = accepts_binary(req);
-    json_t *o = job_json_from_job(job, req->cfg->max_inline_output_bytes, load_tensor, req->env,
-                                  binary ? &section : NULL);
-    api_respond_json(req, status, o);
-    if (o && binary) {
+    job_json_section_t *into = accepts_binary(req) ? &section : NULL;
+    json_t *body = list ? json_array() : NULL;
+    for (size_t i = 0; i < (list ? n : 1); i++) {
+        /* One section for all of them: each output's binary_offset counts from its start. */
+        json_t *o = job_json_from_job(jobs[i], req->cfg->max_inline_output_bytes, load_tensor,
+                                      req->env, into);
+        if (!list) {
+            body = o;
+        } else if (json_array_append_new(body, o) < 0) {
+            json_decref(body);
+            body = NULL;
+            break;
+        }
+    }
+    api_respond_json(req, status, body);
+    if (body && into) {
         req->resp.framed = true;
         req->resp.section = section;
     } else {
         free(section.bytes);
     }
+}
+
+void api_respond_job(api_request_t *req, int status, const job_t *job)
+{
+    api_respond_jobs_whole(req, status, (job_t *const *)&job, 1, false);
 }

@@ -24,7 +24,9 @@ class Client:
     def request(self, method, path, body=None, content_type="application/json", headers=None):
         """Sends one request and returns the decoded JSON answer; raises RuntimeError on any
         status other than 200 or 201, with the daemon's error text. The body (bytes) goes out
-        in its own send, so that a large one is not copied behind the headers."""
+        in its own send, so that a large one is not copied behind the headers. Of an answer
+        framed with a binary section (Gpujob-Json-Length, asked for with an Accept header) the
+        JSON is returned: the section's bytes are read and dropped."""
         self.conn.putrequest(method, path)
         for name, value in (headers or {}).items():
             self.conn.putheader(name, value)
@@ -39,7 +41,8 @@ class Client:
         if resp.status not in (200, 201):
             why = data[:300].decode(errors="replace")
             raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {why}")
-        return json.loads(data)
+        framed = resp.getheader("Gpujob-Json-Length")
+        return json.loads(data[:int(framed)] if framed else data)
 
     def submit(self, job_json):
         """POSTs one job or an array of jobs, given as JSON text; returns the 201's JSON."""

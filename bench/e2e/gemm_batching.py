@@ -5,7 +5,8 @@ two results give what batching buys.
 
     gemm_batching.py URL [--jobs 4096] [--arrays 4] [--size 64] [--warmup 256]
                      [--encoding binary|b64] [--inputs request|resident]
-                     [--mode arrays|waited] [--clients 64] [--label NAME] [--json FILE]
+                     [--mode arrays|waited|waited-arrays] [--clients 64]
+                     [--answers json|binary] [--label NAME] [--json FILE]
 
 Each job is gemm on f32 a[size,size] x b[size,size] (16 distinct pairs, reused), its inputs in
 the body's binary section (Gpujob-Json-Length), each job's own bytes, or with --encoding b64 in
@@ -22,9 +23,15 @@ limit.
 
 With --mode waited the jobs go out one per request instead, each POSTed with ?wait= so that
 its answer carries its result, from --clients client processes at once, each with one job in
-flight (arrays cannot be waited for in one request): the span is then the client's, from the
+flight: the span is then the client's, from the
 first POST to the last answer, as the issue's batching target counts it. Batches are then at
-most --clients jobs; the client processes' CPU time is reported beside it."""
+most --clients jobs; the client processes' CPU time is reported beside it.
+
+With --mode waited-arrays the --jobs jobs go out as --arrays arrays, each POSTed with ?wait= so
+that one answer carries the results of all of its jobs, from --clients client processes (at
+most one per array), each with one array in flight: one round trip per array. The span is the
+client's, first POST to last answer, as in waited mode. --answers binary asks the waited modes'
+answers for a binary section (the outputs' bytes after the JSON) instead of JSON numbers."""
 import argparse
 import base64
 import multiprocessing
@@ -107,32 +114,42 @@ def post_array(url, request, ids, index):
                                                        headers)]
 
 
-def waited_client(url, requests, start, results):
-    """One client process: POSTs its requests (single-job array_request triples) one after
-    the other with ?wait=, from the moment start is set, and puts (first POST, last answer,
-    CPU seconds, failures) on results; times in µs of the realtime clock."""
+def waited_client(url, requests, single, accept, start, results):
+    """One client process: POSTs its requests (array_request triples; single: each an array of
+    one, sent as the single job) one after the other with ?wait=, from the moment start is set,
+    and puts (first POST, last answer, CPU seconds, jobs not succeeded) on results; times in µs
+    of the realtime clock."""
     client = Client(url)
     start.wait()
     t0_us, cpu0, failed = int(time.time() * 1e6), time.process_time(), 0
     for body, content_type, headers in requests:
-        # The array of one that array_request makes, as a single job.
-        job = client.request("POST", "/v1/jobs?wait=30", body[1:-1], content_type, headers)
-        failed += job["state"] != "succeeded"
+        if single:
+            body = body[1:-1]
+        answer = client.request("POST", "/v1/jobs?wait=300", body, content_type,
+                                {**(headers or {}), "Accept": accept})
+        failed += sum(j["state"] != "succeeded" for j in (answer if not single else [answer]))
     results.put((t0_us, int(time.time() * 1e6), time.process_time() - cpu0, failed))
 
 
-def run_waited(url, pairs, size, jobs, clients, inputs):
-    """--mode waited: jobs single waited POSTs from clients processes; returns the span from
-    the first POST to the last answer, the client's CPU time and how many did not succeed."""
-    if inputs != "resident":
+def run_waited(url, pairs, size, jobs, clients, inputs, arrays, encoding, accept):
+    """The waited modes: jobs single waited POSTs (arrays 0) or arrays waited POSTs of them
+    from clients processes; returns the first POST's time, the span from it to the last answer,
+    the clients' CPU time and how many jobs did not succeed."""
+    if not arrays and inputs != "resident":
         raise SystemExit("--mode waited takes --inputs resident")
+    if arrays:
+        per_array = [jobs // arrays + (i < jobs % arrays) for i in range(arrays)]
+        firsts = [sum(per_array[:i]) for i in range(arrays)]
+        requests = [array_request(pairs, size, encoding, inputs, f, n)
+                    for f, n in zip(firsts, per_array)]
+    else:
+        requests = [array_request(pairs, size, "binary", inputs, i, 1) for i in range(jobs)]
+    clients = min(clients, len(requests))
     ctx = multiprocessing.get_context("fork")
     start, results = ctx.Event(), ctx.Queue()
-    procs = []
-    for c in range(clients):
-        mine = [array_request(pairs, size, "binary", inputs, i, 1)
-                for i in range(c, jobs, clients)]
-        procs.append(ctx.Process(target=waited_client, args=(url, mine, start, results)))
+    procs = [ctx.Process(target=waited_client,
+                         args=(url, requests[c::clients], not arrays, accept, start, results))
+             for c in range(clients)]
     for p in procs:
         p.start()
     time.sleep(0.5)  # every client connected and waiting
@@ -145,7 +162,8 @@ def run_waited(url, pairs, size, jobs, clients, inputs):
         sum(g[3] for g in got)
 
 
-def run(url, jobs, arrays, size, warmup, encoding, inputs, mode="arrays", clients=64):
+def run(url, jobs, arrays, size, warmup, encoding, inputs, mode="arrays", clients=64,
+        answers="json"):
     client = Client(url)
     pairs = gemm_pairs(size)
     if inputs == "resident":
@@ -156,13 +174,16 @@ def run(url, jobs, arrays, size, warmup, encoding, inputs, mode="arrays", client
         ids = [j["id"] for j in client.request("POST", "/v1/jobs", body, content_type, headers)]
         wait_all(client, after, [ids[-1]], warmup)
 
-    if mode == "waited":
+    if mode != "arrays":
         after = mark(client)
+        waited_arrays = arrays if mode == "waited-arrays" else 0
+        accept = "application/octet-stream" if answers == "binary" else "application/json"
         t0_us, span_s, client_cpu_s, failed = run_waited(url, pairs, size, jobs, clients,
-                                                         inputs)
+                                                         inputs, waited_arrays, encoding, accept)
         rows = client.list_jobs(after, op="gemm")
-        return summary(rows, t0_us, span_s, client_cpu_s, arrays=0, size=size,
-                       encoding=encoding, inputs=inputs, mode=mode, clients=clients,
+        return summary(rows, t0_us, span_s, client_cpu_s, arrays=waited_arrays, size=size,
+                       encoding=encoding, inputs=inputs, mode=mode,
+                       clients=min(clients, waited_arrays or jobs), answers=answers,
                        failed=failed)
 
     per_array = [jobs // arrays + (i < jobs % arrays) for i in range(arrays)]
@@ -193,7 +214,7 @@ def summary(rows, t0_us, submit_s, client_cpu_s, **fields):
     last_us = max(time_us(j["finished_at"]) for j in rows)
     first_start_us = min(time_us(j["started_at"]) for j in rows if j["started_at"])
     wall_s = (last_us - t0_us) / 1e6
-    if fields.get("mode") == "waited":
+    if fields.get("mode") in ("waited", "waited-arrays"):
         wall_s = submit_s
     exec_s = (last_us - first_start_us) / 1e6
     return {
@@ -221,13 +242,15 @@ def main():
     parser.add_argument("--warmup", type=int, default=256)
     parser.add_argument("--encoding", choices=("binary", "b64"), default="binary")
     parser.add_argument("--inputs", choices=("request", "resident"), default="request")
-    parser.add_argument("--mode", choices=("arrays", "waited"), default="arrays")
+    parser.add_argument("--mode", choices=("arrays", "waited", "waited-arrays"),
+                        default="arrays")
     parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--answers", choices=("json", "binary"), default="json")
     parser.add_argument("--label", default="")
     parser.add_argument("--json")
     args = parser.parse_args()
     r = run(args.url, args.jobs, args.arrays, args.size, args.warmup, args.encoding, args.inputs,
-            args.mode, args.clients)
+            args.mode, args.clients, args.answers)
     r["label"] = args.label
     write_json(args.json, r)
     print(f"gemm {args.label}: {r['succeeded']} of {r['jobs']} succeeded, "

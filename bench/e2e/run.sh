@@ -10,7 +10,7 @@
 #   peer     the same load against bench/peer/aiohttp_torch_server.py (aiohttp + PyTorch);
 #   gemm     4,096 gemm 64^3 jobs on a default daemon and on one with batching off
 #            (scheduler.max_batch=1), their inputs in the requests, then named as resident
-#            buffers (gemm_batching.py);
+#            buffers, then waited for one by one and as waited arrays (gemm_batching.py);
 #   large    two resident uploads of --large-bytes and dot jobs on them (large_job.py);
 #   pcie     the pinned host-to-device ceiling, with PyTorch (pcie_ceiling.py);
 #   memory   the arrays on four shards and the GEMMs again, with the state on tmpfs: the
@@ -47,6 +47,7 @@ backend=cuda
 duration=3
 gemm_jobs=4096
 gemm_arrays=4
+gemm_waited_arrays=64
 gemm_warmup=256
 large_bytes=$((1 << 30))
 large_jobs=20
@@ -62,7 +63,7 @@ parts="tiny peer gemm large pcie memory"
 while [ $# -gt 0 ]; do
   case $1 in
     --backend) backend=$2; shift 2 ;;
-    --quick) quick=1 duration=1 gemm_jobs=256 gemm_arrays=2 gemm_warmup=32
+    --quick) quick=1 duration=1 gemm_jobs=256 gemm_arrays=2 gemm_warmup=32 gemm_waited_arrays=8
       large_bytes=$((64 << 20)) large_jobs=5 sample=2000 paths_clients=1,64,256; shift ;;
     --duration) duration=$2; shift 2 ;;
     --gemm-jobs) gemm_jobs=$2; shift 2 ;;
@@ -227,12 +228,16 @@ gemm_pair() {
   done
 }
 
-# With each job's inputs in its request, with the jobs naming resident buffers, and the
-# latter waited for one by one by 32 clients (POST ?wait=, the result in the answer).
+# With each job's inputs in its request, with the jobs naming resident buffers, the latter
+# waited for one by one by 32 clients (POST ?wait=, the result in the answer), and waited for
+# as 64 arrays of 64 by 8 clients (one POST ?wait= per array, the results in its answer, as
+# bytes after the JSON).
 part_gemm() {
   gemm_pair ""
   gemm_pair -resident --inputs resident
   gemm_pair -waited --inputs resident --mode waited --clients 32
+  gemm_pair -waited-arrays --inputs resident --mode waited-arrays --arrays "$gemm_waited_arrays" \
+    --clients 8 --answers binary
 }
 
 part_large() {

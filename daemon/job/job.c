@@ -84,6 +84,23 @@ job_t *job_copy_shown(const job_t *job)
     return copy;
 }
 
+job_t *job_copy_answer(const job_t *job, uint64_t max_data_bytes)
+{
+    job_t *copy = job_copy_shown(job);
+    bool ok = copy != NULL;
+    for (int j = 0; ok && j < OP_MAX_TENSORS; j++) {
+        const job_tensor_t *t = &job->out[j];
+        job_tensor_t *c = &copy->out[j];
+        bool data = t->data && t->nbytes <= max_data_bytes;
+        if (t->blob) ok = (c->blob = strdup(t->blob)) != NULL;
+        if (ok && data) ok = (c->data = malloc(t->nbytes ? t->nbytes : 1)) != NULL;
+        if (ok && data) memcpy(c->data, t->data, t->nbytes);
+    }
+    if (ok) return copy;
+    job_free(copy);
+    return NULL;
+}
+
 void job_set_error(job_t *job, const char *code, const char *fmt, ...)
 {
     snprintf(job->error_code, sizeof job->error_code, "%s", code);

@@ -104,6 +104,10 @@ void job_free(job_t *job);
 /* A copy of the job without its tensors' bytes or blob locators: the job as it stands, for an
  * answer given later, when the job itself may have moved on. NULL on allocation failure. */
 job_t *job_copy_shown(const job_t *job);
+/* job_copy_shown with its outputs' blob locators and the bytes of those in memory of at most
+ * max_data_bytes each: the job as it ended, for an answer that inlines its outputs (up to
+ * that size) later. NULL on allocation failure. */
+job_t *job_copy_answer(const job_t *job, uint64_t max_data_bytes);
 /* Describes each output (name, descriptor, bytes) from the validated call. */
 void job_describe_outputs(job_t *job);
 /* The name of the job's op: its call's, else the stored name; NULL when it has neither. */

@@ -30,20 +30,35 @@
 
 typedef struct entry entry_t;
 
-/* A wait for a job's end, answered by the end or by its timer. */
+typedef struct wait_group wait_group_t;
+
+/* One job's place in a wait (wait_group_t): in its entry's waiters until the job ends or the
+ * wait is answered. */
 typedef struct waiter {
-    queue_t node; /* in entry->waiters */
-    entry_t *entry;
+    queue_t node;   /* in entry->waiters; empty once out of them */
+    entry_t *entry; /* NULL once its job's end came */
+    wait_group_t *group;
+} waiter_t;
+
+/* A wait for the ends of jobs, answered once all of them have ended, or by its one timer with
+ * the jobs as they stand: the wait of GET /v1/jobs/{id}/wait (one job), or a waited
+ * submission's (sched_submit_waited: every job of it). The ends that come before the last are
+ * kept, outputs in memory, until the answer. */
+struct wait_group {
     sched_reply_fn reply;
     void *token;
     uv_timer_t timer;
-    /* The wait of a submission (sched_submit_waited): in s->submit_waiters, found there by
-     * token. An answer without the job's end goes once the commit is durable (durable_first);
-     * replayed: the submission was an idempotent retry. */
+    /* A submission's: in s->submit_waiters, found there by token. An answer with a job not
+     * final goes once the commit is durable (durable_first); replayed: the submission was an
+     * idempotent retry. */
     queue_t submit_node;
     bool durable_first;
     bool replayed;
-} waiter_t;
+    bool short_of_memory; /* an end could not be kept: the answer is -ENOMEM */
+    size_t n, left;       /* its jobs, and those whose ends it still waits for */
+    job_t **ends;         /* per job: its end (owned) once it came, else NULL */
+    waiter_t members[];   /* per job */
+};
 
 /* The queued entries of one user at one priority, by arrival, for counting those before one
  * (sched_rank.c): slots in seq order (NULL once the entry left) and a Fenwick tree over them. */
@@ -194,7 +209,7 @@ struct sched {
     keyq_t *keyq_last;      /* the FIFO last appended to, while it exists (keyq_append) */
     heap_t deadlines;       /* queued entries with a deadline, earliest first */
     queue_t in_flight;      /* of sched_batch_t, through flight: handed to the executor */
-    queue_t submit_waiters; /* of waiter_t, through submit_node: waited submissions */
+    queue_t submit_waiters; /* of wait_group_t, through submit_node: waited submissions */
     uint64_t next_seq;
     int batches_in_flight;
     unsigned round;

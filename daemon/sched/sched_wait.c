@@ -60,21 +60,81 @@ static void reply_current(sched_t *s, sched_reply_fn reply, void *token, entry_t
 
 /* ------------------------------------------------------------------------- waiters */
 
-static void waiter_closed(uv_handle_t *h)
+static void on_wait_timeout(uv_timer_t *t);
+
+static sched_t *group_loop(const wait_group_t *g)
 {
-    free(h->data);
+    return (sched_t *)((char *)g->timer.loop - offsetof(sched_t, loop));
 }
 
-/* An answer held back until the commit syncer has made its job's acceptance durable. */
+/* The most bytes of an output that g's answer inlines: a kept end keeps no more of one. */
+static uint64_t inline_max(const wait_group_t *g)
+{
+    return group_loop(g)->cfg->max_inline_output_bytes;
+}
+
+static void group_closed(uv_handle_t *h)
+{
+    wait_group_t *g = h->data;
+    for (size_t i = 0; i < g->n; i++)
+        job_free(g->ends[i]);
+    free(g->ends);
+    free(g);
+}
+
+/* A wait for n jobs, for reply and token, answered by their ends or after timeout_ms; its
+ * members join their jobs' entries with group_join. NULL when out of memory. */
+static wait_group_t *group_new(sched_t *s, size_t n, sched_reply_fn reply, void *token,
+                               int timeout_ms)
+{
+    wait_group_t *g = calloc(1, sizeof *g + n * sizeof g->members[0]);
+    job_t **ends = g ? calloc(n ? n : 1, sizeof *ends) : NULL;
+    if (!ends) {
+        free(g);
+        return NULL;
+    }
+    *g = (wait_group_t){.reply = reply, .token = token, .n = n, .ends = ends};
+    queue_init(&g->submit_node);
+    for (size_t i = 0; i < n; i++)
+        queue_init(&g->members[i].node);
+    uv_timer_init(&s->loop, &g->timer);
+    g->timer.data = g;
+    uv_timer_start(&g->timer, on_wait_timeout, (uint64_t)timeout_ms, 0);
+    return g;
+}
+
+/* Job i of g waits for the end of e's job. */
+static void group_join(wait_group_t *g, size_t i, entry_t *e)
+{
+    waiter_t *w = &g->members[i];
+    w->entry = e;
+    w->group = g;
+    queue_insert_tail(&e->waiters, &w->node);
+    g->left++;
+}
+
+/* Takes g, answered, out of every list it is in, and frees it once its timer is closed. */
+static void group_close(wait_group_t *g)
+{
+    uv_timer_stop(&g->timer);
+    for (size_t i = 0; i < g->n; i++)
+        queue_remove(&g->members[i].node);
+    queue_remove(&g->submit_node);
+    uv_close((uv_handle_t *)&g->timer, group_closed);
+}
+
+/* An answer held back until the commit syncer has made its jobs' acceptance durable. */
 typedef struct durable_answer {
     store_sync_item_t item;
     sched_reply_fn reply;
     void *token;
-    job_t *job; /* owned */
+    job_t **jobs; /* owned, n of them */
+    size_t n;
     bool replayed;
 } durable_answer_t;
 
-/* Sync thread: gives the held answer, or the sync's failure. */
+/* Sync thread (or the loop, when nothing is to be synced): gives the held answer, or the
+ * sync's failure. */
 static void durable_answer_give(store_sync_item_t *item, int err)
 {
     durable_answer_t *a =
@@ -86,68 +146,103 @@ static void durable_answer_give(store_sync_item_t *item, int err)
                  strerror(-err));
         reply_err(a->reply, a->token, err == -ENOSPC ? err : -EIO, why);
     } else {
-        sched_result_t res = {.jobs = &a->job, .n_jobs = 1, .replayed = a->replayed};
+        sched_result_t res = {.jobs = a->jobs, .n_jobs = a->n, .replayed = a->replayed};
         a->reply(a->token, &res);
     }
-    job_free(a->job);
+    for (size_t i = 0; i < a->n; i++)
+        job_free(a->jobs[i]);
+    free(a->jobs);
     free(a);
 }
 
-/* Answers the waiter of a submission (sched_submit_waited) with its job as it stands, not
- * final: once the job's acceptance is durable when it must be, through the commit syncer,
- * which syncs everything committed before (its commit among them). s explains a queued job
- * when given. */
-static void waiter_answer_current(sched_t *s, waiter_t *w)
+/* Job i of g as it stands, into *ret (owned): its end when that came (moved out of g), else a
+ * copy of its entry's job, read back first when stowed; s explains a queued one when given.
+ * 0, -ENOMEM, or the store's error. */
+static int group_current(sched_t *s, wait_group_t *g, size_t i, job_t **ret)
 {
-    entry_t *e = w->entry;
-    sched_t *loop = (sched_t *)((char *)w->timer.loop - offsetof(sched_t, loop));
-    int r = e->job ? 0 : entry_load(loop, e);
-    if (r < 0) {
-        reply_err(w->reply, w->token, r, "reading the queued job back from the store failed");
+    entry_t *e = g->members[i].entry;
+    int r = g->ends[i] ? 0 : !e ? -ENOMEM : entry_load(group_loop(g), e);
+    if (r < 0) return r;
+    job_t *job = g->ends[i];
+    g->ends[i] = NULL;
+    if (!job && e->job->state == JOB_QUEUED) {
+        job = job_copy_shown(e->job);
+        if (job && s) sched_explain(s, e, job);
+    } else if (!job) {
+        job = job_snapshot(e->job);
+    }
+    if (!job) return -ENOMEM;
+    *ret = job;
+    return 0;
+}
+
+/* The answer of g with its jobs as they stand (group_current); NULL after answering its error
+ * when one of them cannot be shown. */
+static durable_answer_t *group_answer_new(sched_t *s, wait_group_t *g)
+{
+    durable_answer_t *a = calloc(1, sizeof *a);
+    job_t **jobs = a ? calloc(g->n ? g->n : 1, sizeof *jobs) : NULL;
+    int r = jobs ? 0 : -ENOMEM;
+    for (size_t i = 0; r == 0 && i < g->n; i++)
+        r = group_current(s, g, i, &jobs[i]);
+    if (r == 0) {
+        *a = (durable_answer_t){
+            .reply = g->reply, .token = g->token, .jobs = jobs, .n = g->n, .replayed = g->replayed};
+        a->item.done = durable_answer_give;
+        return a;
+    }
+    for (size_t i = 0; jobs && i < g->n; i++)
+        job_free(jobs[i]);
+    free(jobs);
+    free(a);
+    reply_err(g->reply, g->token, r,
+              r == -ENOMEM ? NULL : "reading a queued job back from the store failed");
+    return NULL;
+}
+
+/* Answers g with its jobs as they stand, not all final, and closes it: a submission's once its
+ * jobs' acceptance is durable when it must be, through the commit syncer, which syncs
+ * everything committed before (its commit among them); a GET's wait (one job) at once, with the
+ * job itself. s explains queued jobs when given. */
+static void group_answer_current(sched_t *s, wait_group_t *g)
+{
+    if (queue_empty(&g->submit_node)) {
+        reply_current(s, g->reply, g->token, g->members[0].entry);
+        group_close(g);
         return;
     }
-    job_t *copy = NULL;
-    if (e->job->state == JOB_QUEUED) {
-        copy = job_copy_shown(e->job);
-        if (copy && s) sched_explain(s, e, copy);
-    } else {
-        copy = job_snapshot(e->job);
-    }
-    durable_answer_t *a = copy ? calloc(1, sizeof *a) : NULL;
-    if (!a) {
-        job_free(copy);
-        reply_err(w->reply, w->token, -ENOMEM, NULL);
-        return;
-    }
-    *a = (durable_answer_t){
-        .reply = w->reply, .token = w->token, .job = copy, .replayed = w->replayed};
-    a->item.done = durable_answer_give;
-    if (w->durable_first && loop->syncer) {
+    durable_answer_t *a = group_answer_new(s, g);
+    sched_t *loop = group_loop(g);
+    bool durable_first = g->durable_first;
+    group_close(g);
+    if (a && durable_first && loop->syncer)
         store_sync_request(loop->syncer, &a->item);
-        return;
+    else if (a)
+        durable_answer_give(&a->item, 0);
+}
+
+/* Answers g with the ends of all its jobs and closes it: that of job last, when job is given
+ * (borrowed), and those kept before. */
+static void group_answer_ends(wait_group_t *g, size_t last, const job_t *job,
+                              sched_gate_t *end_gate)
+{
+    if (g->short_of_memory) {
+        reply_err(g->reply, g->token, -ENOMEM, NULL);
+    } else {
+        if (job) g->ends[last] = (job_t *)job;
+        sched_result_t res = {
+            .jobs = g->ends, .n_jobs = g->n, .replayed = g->replayed, .end_gate = end_gate};
+        STAMP(REPLY);
+        g->reply(g->token, &res);
+        if (job) g->ends[last] = NULL;
     }
-    durable_answer_give(&a->item, 0);
+    group_close(g);
 }
 
-/* Drops a waiter that was answered (its timer stopped). */
-static void waiter_drop(waiter_t *w)
-{
-    queue_remove(&w->submit_node);
-    uv_close((uv_handle_t *)&w->timer, waiter_closed);
-}
-
-/* Answers the waiter w of e with the job as it stands; s explains a queued job when given. */
-static void waiter_reply_current(sched_t *s, waiter_t *w)
-{
-    if (queue_empty(&w->submit_node))
-        reply_current(s, w->reply, w->token, w->entry);
-    else
-        waiter_answer_current(s, w);
-}
-
-/* Answers every waiter of e and drops them: with job (its final state, or a record of it), or
- * with the job as it stands when job is NULL. An answer with the job's end goes at once,
- * whatever its commit's sync: it carries the result. */
+/* Answers every waiter of e, or keeps the end it brings until its wait's last: with job (its
+ * final state, or a record of it), or with the jobs as they stand when job is NULL. An answer
+ * with the jobs' ends goes at once, whatever the sync of their commit: it carries the
+ * results. */
 void waiters_reply(entry_t *e, const job_t *job)
 {
     waiters_reply_gated(e, job, NULL);
@@ -157,20 +252,20 @@ void waiters_reply(entry_t *e, const job_t *job)
  * (sched_gate_t). */
 void waiters_reply_gated(entry_t *e, const job_t *job, sched_gate_t *end_gate)
 {
-    for (queue_t *q; (q = queue_pop(&e->waiters));) {
+    for (queue_t *q; (q = queue_head(&e->waiters));) {
         waiter_t *w = queue_data(q, waiter_t, node);
-        uv_timer_stop(&w->timer);
-        if (job) {
-            sched_result_t res = {.jobs = (job_t *const *)&job,
-                                  .n_jobs = 1,
-                                  .replayed = w->replayed,
-                                  .end_gate = end_gate};
-            STAMP(REPLY);
-            w->reply(w->token, &res);
-        } else {
-            waiter_reply_current(NULL, w);
+        wait_group_t *g = w->group;
+        if (!job) {
+            group_answer_current(NULL, g); /* takes w out of e's waiters */
+            continue;
         }
-        waiter_drop(w);
+        size_t i = (size_t)(w - g->members);
+        queue_remove(&w->node);
+        w->entry = NULL;
+        if (--g->left == 0)
+            group_answer_ends(g, i, job, end_gate);
+        else if (!(g->ends[i] = job_copy_answer(job, inline_max(g))))
+            g->short_of_memory = true;
     }
 }
 
@@ -181,7 +276,7 @@ bool waiters_include_submission(const entry_t *e)
     queue_foreach(q, &e->waiters)
     {
         const waiter_t *w = queue_data(q, waiter_t, node);
-        if (!queue_empty(&w->submit_node)) return true;
+        if (!queue_empty(&w->group->submit_node)) return true;
     }
     return false;
 }
@@ -203,11 +298,8 @@ void waiters_answer_all(sched_t *s)
 
 static void on_wait_timeout(uv_timer_t *t)
 {
-    waiter_t *w = t->data;
-    sched_t *s = (sched_t *)((char *)t->loop - offsetof(sched_t, loop));
-    queue_remove(&w->node);
-    waiter_reply_current(s, w);
-    waiter_drop(w);
+    wait_group_t *g = t->data;
+    group_answer_current(group_loop(g), g);
 }
 
 /* -------------------------------------------------------------- finding the job */
@@ -236,22 +328,6 @@ static job_t *stored_job(sched_t *s, const msg_t *m)
 
 /* --------------------------------------------------------------------------- waits */
 
-/* A waiter on e for m (its reply and token, for m->timeout_ms); NULL when out of memory. */
-static waiter_t *waiter_add(sched_t *s, entry_t *e, const msg_t *m)
-{
-    waiter_t *w = calloc(1, sizeof *w);
-    if (!w) return NULL;
-    w->entry = e;
-    w->reply = m->reply;
-    w->token = m->token;
-    queue_init(&w->submit_node);
-    uv_timer_init(&s->loop, &w->timer);
-    w->timer.data = w;
-    uv_timer_start(&w->timer, on_wait_timeout, (uint64_t)m->timeout_ms, 0);
-    queue_insert_tail(&e->waiters, &w->node);
-    return w;
-}
-
 void handle_wait(sched_t *s, msg_t *m)
 {
     entry_t *e = entry_find(s, m);
@@ -269,37 +345,64 @@ void handle_wait(sched_t *s, msg_t *m)
         reply_current(s->stopping ? NULL : s, m->reply, m->token, e);
         return;
     }
-    if (!waiter_add(s, e, m)) reply_err(m->reply, m->token, -ENOMEM, NULL);
+    wait_group_t *g = group_new(s, 1, m->reply, m->token, m->timeout_ms);
+    if (g)
+        group_join(g, 0, e);
+    else
+        reply_err(m->reply, m->token, -ENOMEM, NULL);
 }
 
-/* A waited submission, committed (sched_submit_waited): a waiter on its job, which answers it
- * with the job's end, or with the job as it stands once durable when the wait runs out. A
- * replayed one waits for the first job, or, that job ended already, is answered with it now.
- * m->reply is then NULL: the answer is the waiter's. False when it cannot wait (out of memory,
- * its job was not queued, the daemon stops): m is then answered as any submission. */
+/* The entry whose end job (a committed submission's, as shown) waits for: NULL when none is
+ * waiting to end (the job ended, or it was cancelled while running). */
+static entry_t *submitted_entry(sched_t *s, const job_t *job)
+{
+    entry_t *e = strmap_get(s->entries, job->id);
+    if (!e || e->discard_result || (e->job && job_state_is_final(e->job->state))) return NULL;
+    return e;
+}
+
+/* Whether each job of m can be waited for: to end, or (a replayed one) ended already. */
+static bool submission_waitable(sched_t *s, const msg_t *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (!m->shown[i] ||
+            (!submitted_entry(s, m->shown[i]) &&
+             (m->fate[i] != FATE_REPLAYED || !job_state_is_final(m->shown[i]->state))))
+            return false;
+    return true;
+}
+
+/* A waited submission, committed (sched_submit_waited): a wait for all of its jobs, which
+ * answers it with their ends, or with the jobs as they stand once durable when the wait runs
+ * out. A replayed job waits for the first one of its key, or, that one ended already, is
+ * answered with it. m->reply is then NULL: the answer is the wait's. False when it cannot wait
+ * (out of memory, a job that will not end here, the daemon stops): m is then answered as any
+ * submission. */
 bool submission_wait(sched_t *s, msg_t *m)
 {
-    if (m->n != 1 || !m->shown[0] || s->stopping) return false;
-    entry_t *e = strmap_get(s->entries, m->shown[0]->id);
-    if (e && !e->discard_result && !job_state_is_final(e->job->state)) {
-        waiter_t *w = waiter_add(s, e, m);
-        if (!w) return false;
-        w->durable_first = s->syncer != NULL;
-        w->replayed = m->all_replayed;
-        queue_insert_tail(&s->submit_waiters, &w->submit_node);
-    } else if (m->all_replayed && job_state_is_final(m->shown[0]->state)) {
-        sched_result_t res = {.jobs = m->shown, .n_jobs = 1, .replayed = true};
-        m->reply(m->token, &res);
-    } else {
-        return false;
+    if (m->n == 0 || s->stopping || !submission_waitable(s, m)) return false;
+    wait_group_t *g = group_new(s, m->n, m->reply, m->token, m->timeout_ms);
+    if (!g) return false;
+    g->durable_first = s->syncer != NULL;
+    g->replayed = m->all_replayed;
+    queue_insert_tail(&s->submit_waiters, &g->submit_node);
+    for (size_t i = 0; i < m->n; i++) {
+        entry_t *e = submitted_entry(s, m->shown[i]);
+        if (e) {
+            group_join(g, i, e);
+        } else {
+            g->ends[i] = m->shown[i];
+            m->shown[i] = NULL;
+        }
     }
     m->reply = NULL;
+    if (g->left == 0) group_answer_ends(g, 0, NULL, NULL);
     return true;
 }
 
 /* The client of a waited submission (id "") went away: a submission still in its group
- * commit's window is answered as any once committed, without waiting for its job; a committed
- * one's waiter, found by token, is answered now. */
+ * commit's window is answered as any once committed, without waiting for its jobs; a committed
+ * one's wait, found by token, is answered now with its jobs as they stand. */
 static void submission_wait_cancel(sched_t *s, const msg_t *m)
 {
     queue_t *q;
@@ -310,12 +413,9 @@ static void submission_wait_cancel(sched_t *s, const msg_t *m)
     }
     queue_foreach(q, &s->submit_waiters)
     {
-        waiter_t *w = queue_data(q, waiter_t, submit_node);
-        if (w->token != m->token) continue;
-        uv_timer_stop(&w->timer);
-        queue_remove(&w->node);
-        waiter_reply_current(s, w);
-        waiter_drop(w);
+        wait_group_t *g = queue_data(q, wait_group_t, submit_node);
+        if (g->token != m->token) continue;
+        group_answer_current(s, g);
         return;
     }
 }
@@ -332,12 +432,9 @@ void handle_wait_cancel(sched_t *s, msg_t *m)
     queue_t *q;
     queue_foreach(q, &e->waiters)
     {
-        waiter_t *w = queue_data(q, waiter_t, node);
-        if (w->token != m->token) continue;
-        uv_timer_stop(&w->timer);
-        queue_remove(&w->node);
-        reply_current(s, w->reply, w->token, e);
-        waiter_drop(w);
+        wait_group_t *g = queue_data(q, waiter_t, node)->group;
+        if (g->token != m->token) continue;
+        group_answer_current(s, g);
         return;
     }
 }

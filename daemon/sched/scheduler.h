@@ -54,7 +54,7 @@ typedef struct sched_result {
     /* -EAGAIN, -EDQUOT from the per-user policy: the key that refused ("user.alice.max_queued",
      * "limits.max_queued_per_user"), for the answer's error field. */
     const char *limit;
-    /* wait of a submission: not NULL while the job's end is being committed; borrowed (see
+    /* wait of a submission: not NULL while its last job's end is being committed; borrowed (see
      * sched_gate_t: a callee that answers later holds it and passes it before the answer). */
     sched_gate_t *end_gate;
 } sched_result_t;
@@ -77,14 +77,16 @@ void sched_free(sched_t *s);
  * all are committed, with the jobs as stored; an idempotent retry replies with the first job.
  * Array submissions are all-or-nothing. */
 void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token);
-/* Submits one validated job as sched_submit does and replies once it has ended, with the job
- * as it ended (outputs in memory), or after wait_ms with the job as it stands. The answer that
- * carries the job's end is given as soon as the end is committed, without waiting for the
- * sync of the submission's commit, which follows in the background: the client then holds
- * the result, and should the connection fail, a retry with the same Idempotency-Key finds the
- * job. An answer that carries a job not yet final (the wait ran out, the daemon stops) is
- * given once the job's acceptance is durable, as sched_submit's. An idempotent retry waits
- * for the first job (replayed set). Errors as sched_submit's. */
+/* Submits validated jobs as sched_submit does and replies once all of them have ended, with
+ * the jobs as they ended (outputs in memory), or after wait_ms with the jobs as they stand
+ * (those that ended, as they ended): one timer and one answer for the whole array, however
+ * long. The answer that carries the jobs' ends is given as soon as the last end is committed,
+ * without waiting for the sync of the submission's commit, which follows in the background:
+ * the client then holds the results, and should the connection fail, a retry with the same
+ * Idempotency-Key finds the jobs. An answer that carries a job not yet final (the wait ran
+ * out, the daemon stops) is given once the jobs' acceptance is durable, as sched_submit's. An
+ * idempotent retry waits for the first jobs of its keys (replayed set). Errors as
+ * sched_submit's. */
 void sched_submit_waited(sched_t *s, job_t **jobs, size_t n, int wait_ms, sched_reply_fn reply,
                          void *token);
 /* Replies when job id (owned by owner, or any owner if owner is NULL) is final, or after

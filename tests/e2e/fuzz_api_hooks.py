@@ -39,8 +39,8 @@ NPY_SIZES = {"<f4": 4, "<f2": 2, "<f8": 8, "|i1": 1, "<i4": 4, "<u4": 4, "<i8": 
 RELATIONS = {
     # Input names, dtypes and shapes per op, data against shape, params per op, and a device
     # index that this host may not have; the Gpujob-Json-Length header belongs to the
-    # application/octet-stream body only and must equal its JSON's length; ?wait= takes one
-    # job, not a list; a framed body's JSON must parse.
+    # application/octet-stream body only and must equal its JSON's length; ?wait= takes a
+    # number of seconds; a framed body's JSON must parse.
     ("POST", "/v1/jobs"): re.compile(
         r"^((\[\d+\]\.?)?(inputs|outputs|params|device)(\..*)?|header\.(Content-Type|"
         r"Gpujob-Json-Length)|query\.wait|body|)$"),

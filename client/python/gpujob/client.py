@@ -204,13 +204,15 @@ class Client:
         answer = self._post_jobs(doc, section, idempotency_key, wait)
         return Job(self, answer.json(), answer.section())
 
-    def submit_many(self, jobs, *, idempotency_key=None):
+    def submit_many(self, jobs, *, idempotency_key=None, wait=None):
         """Submits a list of jobs at once, all or none; a list of Job in order. Each job is a
-        dict of submit()'s arguments: {"op", "inputs", "params", "priority", ...}."""
+        dict of submit()'s arguments: {"op", "inputs", "params", "priority", ...}. wait:
+        seconds to wait within the same request for all of them to end (the outputs of those
+        that did then come back)."""
         section = Section()
         doc = [self._job_object(section, **job) for job in jobs]
-        answer = self._post_jobs(doc, section, idempotency_key, None)
-        return [Job(self, desc) for desc in answer.json()]
+        answer = self._post_jobs(doc, section, idempotency_key, wait)
+        return [Job(self, desc, answer.section()) for desc in answer.json()]
 
     def run(self, op, inputs, params=None, **kwargs):
         """Submits a job, waits for it and returns its outputs {name: array}; JobFailed when it

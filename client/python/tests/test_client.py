@@ -158,6 +158,14 @@ class TestJobs(CommonDaemon):
         for x, job in zip(xs, done):
             np.testing.assert_array_equal(job.outputs()["out"], x * x)
 
+    def test_submit_many_with_wait_answers_every_job_ended(self):
+        xs = [rng.standard_normal(10, dtype=np.float32) for _ in range(5)]
+        jobs = self.c.submit_many([{"op": "mul", "inputs": {"x": x, "y": x}} for x in xs],
+                                  wait=30)
+        self.assertEqual([j.state for j in jobs], ["succeeded"] * 5)
+        for x, job in zip(xs, jobs):
+            np.testing.assert_array_equal(job.output("out"), x * x)
+
     def test_list_filters_by_op_and_state_across_pages(self):
         ids = {j.id for j in self.c.submit_many(
             [{"op": "dot", "inputs": {"x": np.ones(3), "y": np.ones(3)}} for _ in range(3)])}
