@@ -1,11 +1,13 @@
 """What the bench/e2e clients share (standard library only): JSON over one keep-alive HTTP
 connection to gpujobd, paging through GET /v1/jobs, the daemon's timestamps in microseconds,
-and nearest-rank percentiles like bench_loadgen's."""
+nearest-rank percentiles like bench_loadgen's, and bench_http_sink started for a run."""
 import base64
+import contextlib
 import datetime
 import http.client
 import json
 import struct
+import subprocess
 import urllib.parse
 
 EPOCH = datetime.datetime(1970, 1, 1)
@@ -117,3 +119,18 @@ def mark(client):
     job = client.submit(tiny_job())
     client.wait(job["id"])
     return job["id"]
+
+
+@contextlib.contextmanager
+def http_sink(sink_bin):
+    """Runs bench_http_sink (the path sink_bin) on a free port for the with block; yields its URL
+    and process id. Raises RuntimeError when it does not start."""
+    p = subprocess.Popen([sink_bin], stdout=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"bench_http_sink did not start: {line!r}")
+        yield line[len("listening on "):], p.pid
+    finally:
+        p.kill()
+        p.wait()

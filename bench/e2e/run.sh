@@ -19,7 +19,11 @@
 #            sent by wrk to gpujobd, to the aiohttp + PyTorch peer and to the LitServe peer
 #            (bench/peer/litserve_server.py): one client waited (p50, p99), 16 / 64 / 256
 #            clients waited, 64 clients submit only (gpujobd), the binary section waited at 1
-#            and 64 clients (gpujobd, bench_loadgen), and each server's CPU per job;
+#            and 64 clients (gpujobd, bench_loadgen), and each server's CPU per job; beside
+#            gpujobd's one-client rows, their floors: the same bodies by wrk at one client to
+#            bench_http_sink, answered with as many bytes as gpujobd's answers (the loopback
+#            HTTP round trip), and the wake-ups of idle threads that a waited job crosses
+#            (bench_wakeup, beside the server-side time);
 #   uploads  --large-bytes uploads (durable, resident, ephemeral resident) beside the disk's
 #            synced write rate and the loopback HTTP ceiling, with the daemon's peak RSS after
 #            each kind (uploads.py, bench_http_sink).
@@ -32,13 +36,14 @@
 #
 # --quick is a smoke test (1 s rows, 256 GEMMs, 64 MiB "large" buffers); with --backend cpu
 # it runs on a machine without a GPU. GPUJOBD_BIN and LOADGEN_BIN override the binaries'
-# paths, SINK_BIN bench_http_sink's, PYTHON the clients' interpreter (python3) and PEER_PYTHON
-# the peers'. WRK names wrk (default: wrk on PATH, else /tmp/gpudeps/usr/bin/wrk, where
-# .gpu/env.sh unpacks it). The LitServe peer's packages come from .gpu-wheels/
-# (bench/peer/fetch_wheels.sh) when PEER_PYTHON cannot import litserve: installed into
-# /tmp/site at run time, on PYTHONPATH for that peer only. --parts runs only the parts named
-# (comma-separated, from the list above; without it, all but paths and uploads); the report
-# marks the others as not run. Comparing two builds: run it twice with GPUJOBD_BIN naming each.
+# paths, SINK_BIN bench_http_sink's, WAKEUP_BIN bench_wakeup's, PYTHON the clients'
+# interpreter (python3) and PEER_PYTHON the peers'. WRK names wrk (default: wrk on PATH, else
+# /tmp/gpudeps/usr/bin/wrk, where .gpu/env.sh unpacks it). The LitServe peer's packages come
+# from .gpu-wheels/ (bench/peer/fetch_wheels.sh) when PEER_PYTHON cannot import litserve:
+# installed into /tmp/site at run time, on PYTHONPATH for that peer only. --parts runs only
+# the parts named (comma-separated, from the list above; without it, all but paths and
+# uploads); the report marks the others as not run. Comparing two builds: run it twice with
+# GPUJOBD_BIN naming each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=bench/e2e
@@ -57,6 +62,7 @@ peer_device_set=0
 quick=0
 all_parts="tiny peer gemm large pcie memory paths uploads"
 paths_clients=1,16,64,256
+wakeup_rounds=20000
 # paths and uploads (about 3 minutes more) run when named, which keeps the default run within
 # the GPU machine's 10 minutes per command.
 parts="tiny peer gemm large pcie memory"
@@ -64,7 +70,8 @@ while [ $# -gt 0 ]; do
   case $1 in
     --backend) backend=$2; shift 2 ;;
     --quick) quick=1 duration=1 gemm_jobs=256 gemm_arrays=2 gemm_warmup=32 gemm_waited_arrays=8
-      large_bytes=$((64 << 20)) large_jobs=5 sample=2000 paths_clients=1,64,256; shift ;;
+      large_bytes=$((64 << 20)) large_jobs=5 sample=2000 paths_clients=1,64,256
+      wakeup_rounds=2000; shift ;;
     --duration) duration=$2; shift 2 ;;
     --gemm-jobs) gemm_jobs=$2; shift 2 ;;
     --large-bytes) large_bytes=$2; shift 2 ;;
@@ -81,6 +88,7 @@ done
 gpujobd=${GPUJOBD_BIN:-build/daemon/gpujobd}
 loadgen=${LOADGEN_BIN:-build/bench/bench_loadgen}
 sink=${SINK_BIN:-$(dirname "$loadgen")/bench_http_sink}
+wakeup=${WAKEUP_BIN:-$(dirname "$loadgen")/bench_wakeup}
 py=${PYTHON:-python3}
 peer_py=${PEER_PYTHON:-$py}
 for bin in "$gpujobd" "$loadgen"; do
@@ -392,6 +400,20 @@ json.dump({"server": sys.argv[1], "skipped": sys.argv[2], "rows": {}}, open(sys.
     "$name" "$why" "$dir/paths-$name.json"
 }
 
+# The wake-ups of idle threads that a waited job crosses on this backend (bench_wakeup), with
+# no server running: the floor of its server-side time. Missing or failing, wakeup.skipped
+# says why.
+paths_wakeups() {
+  if [ ! -x "$wakeup" ]; then
+    echo "skipped: $wakeup is missing: build first (scripts/build.sh)" >"$dir/wakeup.skipped"
+    return 0
+  fi
+  echo "paths: wake-up floor: bench_wakeup --chain $backend, $wakeup_rounds rounds" >&2
+  "$wakeup" --chain "$backend" --rounds "$wakeup_rounds" --json "$dir/wakeup.json" \
+    >"$dir/wakeup.md" 2>&1 || echo "failed: $(tail -n 1 "$dir/wakeup.md")" >"$dir/wakeup.skipped"
+  cat "$dir/wakeup.md" >&2
+}
+
 # The issue's table: gpujobd, then each peer, one at a time on the same machine. 256 clients
 # come from one address, past server.max_connections_per_ip (64), hence 0 (no limit) here.
 part_paths() {
@@ -407,10 +429,16 @@ part_paths() {
   peer_libs=$(tr ':' '\n' <<<"${LD_LIBRARY_PATH:-}" | grep -v "^${GPUDEPS:-/nonexistent}" |
     paste -sd: -) || true
   if [ "$backend" = cpu ] && [ $peer_device_set = 0 ]; then paths_device=cpu; fi
+  local rows=json,binary,submit
+  if [ -x "$sink" ]; then
+    rows=json,binary,floor,submit
+  else
+    echo "paths: $sink is missing: no loopback floor" >&2
+  fi
   if start_daemon paths --set server.max_connections_per_ip=0; then
     "$py" $here/paths.py "$url" --server gpujobd --pid "$pid" --json "$dir/paths-gpujobd.json" \
-      --rows json,binary,submit --duration "$duration" --clients "$paths_clients" \
-      --wrk "$wrk" --loadgen "$loadgen" --dir "$dir" --compute "gpujobd, $backend backend"
+      --rows "$rows" --duration "$duration" --clients "$paths_clients" --wrk "$wrk" \
+      --loadgen "$loadgen" --sink "$sink" --dir "$dir" --compute "gpujobd, $backend backend"
     # One client waited, as JSON numbers and as binary sections: the daemon's own time per job
     # (created_at to finished_at of its rows), beside the client's p50 of the rows above.
     local mark
@@ -428,6 +456,7 @@ part_paths() {
   else
     echo "paths: gpujobd did not start: $(tail -n 1 "$dir/paths.log")" >&2
   fi
+  paths_wakeups
   paths_peer aiohttp "" bench/peer/aiohttp_torch_server.py --port 0 --device "$paths_device"
   paths_peer litserve "$(litserve_site)" bench/peer/litserve_server.py --port 0 \
     --device "$paths_device"

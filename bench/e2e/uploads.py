@@ -30,6 +30,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from common import http_sink
+
 ROWS = (("durable", ""), ("resident", "&resident=true"),
         ("ephemeral", "&resident=true&durable=false"))
 
@@ -100,12 +102,7 @@ def delete_buffer(url, answer):
 
 
 def sink_rates(sink_bin, src, nbytes, runs):
-    p = subprocess.Popen([sink_bin], stdout=subprocess.PIPE, text=True)
-    try:
-        line = p.stdout.readline().strip()
-        if not line.startswith("listening on "):
-            raise RuntimeError(f"bench_http_sink did not start: {line!r}")
-        sink = line[len("listening on "):]
+    with http_sink(sink_bin) as (sink, _):
         rates = []
         for _ in range(runs):
             status, seconds, text = curl_upload(sink + "/sink", src)
@@ -113,9 +110,6 @@ def sink_rates(sink_bin, src, nbytes, runs):
                 raise RuntimeError(f"bench_http_sink answered {status}: {text[:200]}")
             rates.append(nbytes / seconds / 1e9)
         return rates
-    finally:
-        p.kill()
-        p.wait()
 
 
 def status_mib(pid, field):
