@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/run_suite.h"
+
 tensor_desc_t op_test_desc(dtype_t dt, int ndim, const int64_t *shape)
 {
     ck_assert_msg(ndim >= 0 && ndim <= TENSOR_MAX_DIMS, "test descriptor with %d dims", ndim);
@@ -105,9 +107,5 @@ void op_test_run(const char *op_name, const char *params_json, const tensor_desc
 
 int op_test_run_suite(Suite *s)
 {
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(s);
 }

@@ -1,0 +1,17 @@
+/* The end of a Check test program's main(), for the programs that share a fixture of
+ * tests/support/ (op_test.h, store_test.h and the like). */
+#pragma once
+
+#include <check.h>
+#include <stdlib.h>
+
+/* Runs every test of suite s (which it frees) and returns the exit status of the test program:
+ * EXIT_SUCCESS when none failed. */
+static inline int run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
