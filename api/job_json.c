@@ -137,6 +137,20 @@ static int span_lost(api_error_t *err, const char *field)
                          "the tensor's data was lost between scanning and parsing the body");
 }
 
+/* The tensor's data from the span that a scanned document's data names: the values the
+ * scanner read as it checked them when they fit the tensor (its dtype, its element count),
+ * else those of the span's text, read now, which also finds what does not fit. */
+static int tensor_from_span(json_scan_t *scan, const json_span_t *span, const char *field,
+                            job_tensor_t *t, op_error_t *cerr)
+{
+    if (span->values && span->values_dtype == t->desc.dtype &&
+        (int64_t)span->n_values == tensor_desc_numel(&t->desc)) {
+        t->data = json_scan_take_values(scan, (size_t)(span - scan->spans));
+        return 0;
+    }
+    return codec_data_from_text(scan->text + span->off, span->len, &t->desc, field, &t->data, cerr);
+}
+
 /* The tensor's bytes from base64 text: the b64 value of the spec, or of the span that a
  * scanned document's tree names in its place (its characters, or the JSON of a value that
  * was not a plain string). */
@@ -241,8 +255,7 @@ static int parse_tensor(const json_t *spec, const job_json_env_t *env, const cha
         field_path(field, sizeof field, path, "data");
         const json_span_t *span = env->scan ? scan_span(env->scan, data) : NULL;
         if (env->scan && !span) return span_lost(err, field);
-        r = span ? codec_data_from_text(env->scan->text + span->off, span->len, &t->desc, field,
-                                        &t->data, &cerr)
+        r = span ? tensor_from_span(env->scan, span, field, t, &cerr)
                  : codec_data_from_json(data, &t->desc, field, &t->data, &cerr);
         return r < 0 ? codec_failure(err, r, &cerr) : 0;
     }
@@ -487,7 +500,7 @@ static int invalid_json(api_error_t *err, const char *text, size_t offset, const
 }
 
 /* Parses the scanned document's skeleton with jansson within the tree budget, then its jobs. */
-static int parse_skeleton(const json_scan_t *scan, const job_json_env_t *env, const char *idem_key,
+static int parse_skeleton(json_scan_t *scan, const job_json_env_t *env, const char *idem_key,
                           job_t ***ret_jobs, size_t *ret_n, bool *ret_is_list, api_error_t *err)
 {
     json_error_t jerr;
@@ -522,7 +535,8 @@ int job_json_parse_body(const char *text, size_t len, const job_json_env_t *env,
     parse_budget = (parse_budget_t){.active = true, .left = env->cfg->max_json_tree_bytes};
     json_scan_t scan;
     json_scan_error_t serr;
-    int r = json_scan(text, len, (size_t)env->cfg->max_jobs_per_request, &scan, &serr);
+    int r = json_scan(text, len, (size_t)env->cfg->max_jobs_per_request, env->cfg->max_tensor_bytes,
+                      &scan, &serr);
     if (parse_budget.exceeded) {
         parse_budget.active = false;
         if (r == 0) json_scan_done(&scan);

@@ -39,8 +39,9 @@ typedef struct job_json_env {
     const unsigned char *binary;
     size_t binary_len;
     /* Set by job_json_parse_body() alone, for its own parse: the tensor data cut out of the
-     * document, which its tree then names by index. Callers leave it NULL. */
-    const struct json_scan *scan;
+     * document, which its tree then names by index (the values the scanner read are taken
+     * from it). Callers leave it NULL. */
+    struct json_scan *scan;
 } job_json_env_t;
 
 /* Parses a POST /v1/jobs body: one job object or a list of 1..cfg->max_jobs_per_request of

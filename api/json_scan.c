@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/util/vec.h"
 #include "float_parse.h"
 
 /* Where a value sits in a job document, which decides what the scanner does with it: a job,
@@ -16,7 +17,14 @@
 typedef enum scan_role { ROLE_OTHER, ROLE_JOB, ROLE_INPUTS, ROLE_TENSOR } scan_role_t;
 
 /* What a key of an object with a given role leads to; CUT_* values are cut out. */
-typedef enum scan_key { KEY_OTHER, KEY_INPUTS, KEY_TENSOR, KEY_CUT_DATA, KEY_CUT_B64 } scan_key_t;
+typedef enum scan_key {
+    KEY_OTHER,
+    KEY_INPUTS,
+    KEY_TENSOR,
+    KEY_DTYPE,
+    KEY_CUT_DATA,
+    KEY_CUT_B64
+} scan_key_t;
 
 typedef struct scanner {
     const char *text, *end;
@@ -24,7 +32,8 @@ typedef struct scanner {
     json_scan_error_t *err;
     const char *copied; /* the text before this is in the skeleton, or cut */
     size_t cap;         /* of out->skeleton */
-    bool counting;      /* past max_jobs: only the list's length is wanted */
+    uint64_t max_values_bytes;
+    bool counting; /* past max_jobs: only the list's length is wanted */
     bool oom;
 } scanner_t;
 
@@ -312,10 +321,88 @@ static bool scan_cut_span(scanner_t *s, const char *p, const char *q, json_span_
     return true;
 }
 
+/* --- a data list read as it is checked --- */
+
+/* The number at p, read into *out as dtype (f32 or f64) by one pass of the parser over its
+ * text: its end, or NULL when p does not start a number that JSON and jansson take and that
+ * is finite in dtype. fast_float's syntax is wider than JSON's, so what it takes that JSON
+ * refuses is looked for in the text it took: a leading zero ("01"), a point without a digit
+ * after it ("1.", "1.e5"), and what jansson refuses besides, an integer of 19 digits or more,
+ * which may not fit its long long. Texts such as "1e" or "1.5.2" make it stop where JSON's
+ * number would not end, which the list around it finds. */
+static const char *scan_real(const char *p, const char *end, dtype_t dtype, void *out)
+{
+    const char *s = p < end && *p == '-' ? p + 1 : p;
+    if (s >= end || !is_digit(*s)) return NULL;
+    const char *q;
+    if (dtype == DTYPE_F32) {
+        float f;
+        q = float_parse_f32_prefix(p, end, &f);
+        if (!q || isinf(f)) return NULL;
+        memcpy(out, &f, sizeof f);
+    } else {
+        double x;
+        q = float_parse_f64_prefix(p, end, &x);
+        if (!q || isinf(x)) return NULL;
+        memcpy(out, &x, sizeof x);
+    }
+    /* r: the end of the integer part, which a leading zero ends at once. */
+    const char *r = s + 1;
+    if (*s != '0')
+        while (r < q && is_digit(*r))
+            r++;
+    if (r == q) return q - s < 19 ? q : NULL;
+    if (is_digit(*r) || (*r == '.' && (r + 1 == q || !is_digit(r[1])))) return NULL;
+    return q;
+}
+
+/* The data value at p when it is a flat list of numbers and dtype f32 or f64: read into a
+ * typed block (span->values) while it is checked, the parse of each number being its lexer,
+ * so that its text is read once. Its end; NULL, with nothing kept, at anything else (nested
+ * lists, strings, a number out of the dtype's range or whose text JSON may refuse, a block
+ * over max_values_bytes): the caller then checks the value the general way, which finds what
+ * jansson would say, and the codec reads it and says what does not fit the tensor. */
+static const char *scan_read_reals(scanner_t *s, const char *p, dtype_t dtype, json_span_t *span)
+{
+    const char *end = s->end;
+    size_t size = dtype == DTYPE_F32 ? sizeof(float) : sizeof(double);
+    if ((dtype != DTYPE_F32 && dtype != DTYPE_F64) || p >= end || *p != '[') return NULL;
+    p = json_lex_ws(p + 1, end);
+    char *values = NULL;
+    size_t n = 0, cap = 0;
+    while (p < end && *p != ']') {
+        if ((uint64_t)(n + 1) * size > s->max_values_bytes ||
+            vec_grow((void **)&values, &cap, n + 1, size, 64) < 0)
+            break;
+        const char *q = scan_real(p, end, dtype, values + n * size);
+        if (!q) break;
+        n++;
+        p = json_lex_ws(q, end);
+        if (p < end && *p == ']') {
+            /* The block as long as the list (it grew by doubling): shrinking keeps it. */
+            void *fitted = n < cap ? realloc(values, n * size) : NULL;
+            if (fitted) values = fitted;
+            *span = (json_span_t){.off = span->off,
+                                  .kind = JSON_SPAN_VALUE,
+                                  .values = values,
+                                  .n_values = n,
+                                  .values_dtype = dtype};
+            return p + 1;
+        }
+        if (p >= end || *p != ',') break;
+        p = json_lex_ws(p + 1, end);
+    }
+    free(values);
+    return NULL;
+}
+
+/* --- cutting --- */
+
 /* Cuts the value at p (of a data key, or of a b64 key when b64): a string without escapes
  * under b64 becomes a JSON_SPAN_B64 span of its characters, anything else a checked
- * JSON_SPAN_VALUE span. */
-static const char *scan_cut(scanner_t *s, const char *p, bool b64)
+ * JSON_SPAN_VALUE span, which holds the values of a flat list of numbers already read when
+ * dtype (the tensor's, DTYPE_COUNT when not known yet) is f32 or f64. */
+static const char *scan_cut(scanner_t *s, const char *p, bool b64, dtype_t dtype)
 {
     json_span_t span = {.off = (size_t)(p - s->text), .kind = JSON_SPAN_VALUE};
     const char *q = NULL;
@@ -325,12 +412,30 @@ static const char *scan_cut(scanner_t *s, const char *p, bool b64)
         span =
             (json_span_t){.off = span.off + 1, .len = (size_t)(q - p) - 2, .kind = JSON_SPAN_B64};
     } else {
-        q = scan_check_value(s, p);
+        if (!b64 && !s->counting) q = scan_read_reals(s, p, dtype, &span);
+        if (!q) q = scan_check_value(s, p);
         if (!q) return NULL;
         span.len = (size_t)(q - p);
     }
     if (s->counting) return q;
-    return scan_cut_span(s, p, q, span) ? q : NULL;
+    if (scan_cut_span(s, p, q, span)) return q;
+    free(span.values);
+    return NULL;
+}
+
+/* The dtype that the value at p of a tensor's "dtype" key names, when it is a plain string
+ * naming one; DTYPE_COUNT otherwise (jansson and the codec judge the value later). */
+static dtype_t scan_dtype(const scanner_t *s, const char *p)
+{
+    char name[8];
+    bool plain = false;
+    const char *q = p < s->end && *p == '"' ? json_lex_string(p, s->end, &plain) : NULL;
+    size_t n = q ? (size_t)(q - p) - 2 : sizeof name;
+    dtype_t dt;
+    if (!plain || n >= sizeof name) return DTYPE_COUNT;
+    memcpy(name, p + 1, n);
+    name[n] = '\0';
+    return dtype_parse(name, &dt) == 0 ? dt : DTYPE_COUNT;
 }
 
 /* What the key text[k..q) (quotes included) of an object with role leads to. */
@@ -353,6 +458,7 @@ static scan_key_t scan_key(const char *k, const char *q, bool plain, scan_role_t
     }
     if (role == ROLE_JOB) return strcmp(name, "inputs") == 0 ? KEY_INPUTS : KEY_OTHER;
     if (strcmp(name, "data") == 0) return KEY_CUT_DATA;
+    if (strcmp(name, "dtype") == 0) return KEY_DTYPE;
     return strcmp(name, "b64") == 0 ? KEY_CUT_B64 : KEY_OTHER;
 }
 
@@ -362,6 +468,7 @@ static const char *scan_value(scanner_t *s, const char *p, scan_role_t role);
 static const char *scan_object(scanner_t *s, const char *p, scan_role_t role)
 {
     const char *end = s->end;
+    dtype_t dtype = DTYPE_COUNT; /* a tensor's, once its dtype key is passed */
     p = json_lex_ws(p + 1, end);
     if (p < end && *p == '}') return p + 1;
     for (;;) {
@@ -374,8 +481,9 @@ static const char *scan_object(scanner_t *s, const char *p, scan_role_t role)
         p = json_lex_ws(q, end);
         if (p >= end || *p != ':') return scan_fail(s, p, "':' expected");
         p = json_lex_ws(p + 1, end);
+        if (key == KEY_DTYPE) dtype = scan_dtype(s, p);
         if (key == KEY_CUT_DATA || key == KEY_CUT_B64)
-            p = scan_cut(s, p, key == KEY_CUT_B64);
+            p = scan_cut(s, p, key == KEY_CUT_B64, dtype);
         else
             p = scan_value(s, p,
                            key == KEY_INPUTS   ? ROLE_INPUTS
@@ -424,11 +532,16 @@ static const char *scan_list(scanner_t *s, const char *p, size_t max_jobs)
     }
 }
 
-int json_scan(const char *text, size_t len, size_t max_jobs, json_scan_t *ret,
-              json_scan_error_t *err)
+int json_scan(const char *text, size_t len, size_t max_jobs, uint64_t max_values_bytes,
+              json_scan_t *ret, json_scan_error_t *err)
 {
     json_scan_t out = {.text = text, .n_jobs = 1};
-    scanner_t s = {.text = text, .end = text + len, .out = &out, .err = err, .copied = text};
+    scanner_t s = {.text = text,
+                   .end = text + len,
+                   .out = &out,
+                   .err = err,
+                   .copied = text,
+                   .max_values_bytes = max_values_bytes};
     const char *p = json_lex_ws(text, s.end);
     if (p < s.end && *p == '[')
         p = scan_list(&s, p, max_jobs);
@@ -457,9 +570,19 @@ size_t json_scan_text_offset(const json_scan_t *s, size_t skel_offset)
     return skel_offset - shift_from + shift_to;
 }
 
+void *json_scan_take_values(json_scan_t *s, size_t i)
+{
+    if (i >= s->n_spans) return NULL;
+    void *values = s->spans[i].values;
+    s->spans[i].values = NULL;
+    return values;
+}
+
 void json_scan_done(json_scan_t *s)
 {
     if (!s) return;
+    for (size_t i = 0; i < s->n_spans; i++)
+        free(s->spans[i].values);
     free(s->skeleton);
     free(s->spans);
     s->skeleton = NULL;

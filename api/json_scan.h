@@ -14,6 +14,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/tensor.h"
 
 /* The most nested lists and objects jansson accepts in a document. */
 #define JSON_SCAN_MAX_DEPTH 2048
@@ -29,6 +32,12 @@ typedef struct json_span {
     /* Where its index is in the skeleton, and where the cut text ends (quotes included):
      * to tell positions in the text from positions in the skeleton. */
     size_t skel_off, skel_len, cut_end;
+    /* A flat list of numbers whose tensor named its dtype, f32 or f64, before its data: read
+     * by the scanner into a typed block as it checked the text, n_values of values_dtype.
+     * Owned by the scan until json_scan_take_values(); NULL for any other value. */
+    void *values;
+    size_t n_values;
+    dtype_t values_dtype;
 } json_span_t;
 
 typedef struct json_scan {
@@ -49,10 +58,15 @@ typedef struct json_scan_error {
 
 /* Scans text[0..len). When the document is a list of more than max_jobs elements, only n_jobs
  * is meaningful (the skeleton is then empty), so that the caller can refuse it without having
- * copied or parsed it. 0; -EINVAL with *err when the document's structure or a cut value is
- * not JSON (the rest of the skeleton is jansson's to check); -ENOMEM. */
-int json_scan(const char *text, size_t len, size_t max_jobs, json_scan_t *ret,
-              json_scan_error_t *err);
+ * copied or parsed it. A data list read into a typed block (json_span_t.values) takes at most
+ * max_values_bytes; a longer one is only checked. 0; -EINVAL with *err when the document's
+ * structure or a cut value is not JSON (the rest of the skeleton is jansson's to check);
+ * -ENOMEM. */
+int json_scan(const char *text, size_t len, size_t max_jobs, uint64_t max_values_bytes,
+              json_scan_t *ret, json_scan_error_t *err);
+/* The typed block of span i (json_span_t.values), which the caller then owns and frees, or
+ * NULL when it has none. */
+void *json_scan_take_values(json_scan_t *s, size_t i);
 /* Frees what a successful json_scan() allocated. */
 void json_scan_done(json_scan_t *s);
 

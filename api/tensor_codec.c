@@ -488,6 +488,9 @@ static double narrow_bf16(double x)
  * their dtype; the non-finite ones, which JSON lacks, are the strings "nan", "inf", "-inf". */
 static size_t element_text(dtype_t dt, const void *data, int64_t i, char *buf)
 {
+    /* A finite f32, most answers' data, straight to its printer. */
+    if (dt == DTYPE_F32 && isfinite(((const float *)data)[i]))
+        return float_print_f32(((const float *)data)[i], buf);
     double x;
     switch (dt) {
     case DTYPE_I8:

@@ -81,6 +81,56 @@ START_TEST(test_printed_forms_are_shortest_and_readable)
 }
 END_TEST
 
+/* The text JavaScript gives the value 0.DIGITS * 10^point (digits without a trailing zero),
+ * built with string operations alone: decimal when point - 1 is within [-6, 21), ".0" after
+ * an integral value, else d.ddde+N. */
+static void js_form(const char *digits, int point, bool negative, char *buf, size_t size)
+{
+    int len = (int)strlen(digits);
+    char *p = buf;
+    if (negative) *p++ = '-';
+    if (point - 1 >= -6 && point - 1 < 21) {
+        if (point <= 0)
+            p += sprintf(p, "0.%.*s%s", -point, "000000", digits);
+        else if (point >= len)
+            p += sprintf(p, "%s%.*s.0", digits, point - len, "000000000000000000000");
+        else
+            p += sprintf(p, "%.*s.%s", point, digits, digits + point);
+    } else {
+        p += sprintf(p, "%c%s%s", digits[0], len > 1 ? "." : "", digits + 1);
+        sprintf(p, "e%c%d", point - 1 < 0 ? '-' : '+', abs(point - 1));
+    }
+    ck_assert_uint_lt(strlen(buf), size);
+}
+
+/* Every count of significant digits (1 to 15, DBL_DIG: the nine-digit form and the longer
+ * one; a decimal of at most DBL_DIG digits is the only one of as few that reads back to its
+ * double, so it is the shortest) at every place of the point, each form, both signs: the
+ * exact text. */
+START_TEST(test_every_digit_count_in_every_form)
+{
+    static const char all[] = "123456789123456";
+    for (int len = 1; len <= DBL_DIG; len++)
+        for (int point = -9; point <= 24; point++)
+            for (int negative = 0; negative < 2; negative++) {
+                char digits[24], decimal[64], want[64];
+                snprintf(digits, sizeof digits, "%.*s", len, all);
+                snprintf(decimal, sizeof decimal, "%s0.%se%d", negative ? "-" : "", digits, point);
+                double x = strtod(decimal, NULL);
+                js_form(digits, point, negative, want, sizeof want);
+                ck_assert_msg(strcmp(p64(x), want) == 0, "%s printed %s, not %s", decimal, p64(x),
+                              want);
+                if (len <= FLT_DIG) {
+                    /* As a float: a decimal of at most six digits is the only one of as few
+                     * that reads back to its float, so it is the shortest. */
+                    float f = strtof(decimal, NULL);
+                    ck_assert_msg(strcmp(p32(f), want) == 0, "f32 %s printed %s, not %s", decimal,
+                                  p32(f), want);
+                }
+            }
+}
+END_TEST
+
 /* 10^6 random bit patterns of each width read back exactly (an f32 also through a double,
  * as most clients read it); a sample of them is also checked against libc for length: no
  * text with fewer digits reads back. */
@@ -409,6 +459,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_printed_forms_are_shortest_and_readable);
+    tcase_add_test(tc, test_every_digit_count_in_every_form);
     tcase_add_test(tc, test_random_f32_and_f64_round_trip_exactly);
     tcase_add_test(tc, test_every_f16_and_bf16_round_trips_shortest);
     tcase_add_test(tc, test_tensor_text_of_each_dtype);
