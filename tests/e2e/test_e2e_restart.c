@@ -26,8 +26,8 @@
 #include "support/daemon_harness.h"
 #include "support/kill9_stream.h"
 
-/* The kill -9 test needs its long job to outlast one second of competing submissions, with
- * room to spare. */
+/* The kill -9 test needs its long job to outlast the stream of competing submissions before
+ * the kill (a second, and 20 acknowledged), with room to spare. */
 #define KILL_JOB_MS 3000
 
 /* Asserts that job succeeded with the output of the add job for k (e2e_add_job_new). */
@@ -94,8 +94,8 @@ START_TEST(test_kill9_under_submissions_loses_no_acknowledged_job)
     e2e_wait_state_ok(d, long_id, "running", 10);
 
     e2e_kill9_stream_t st;
-    e2e_kill9_stream_start_ok(&st, d, "/v1/jobs", 2.0, 200000);
-    usleep(1000 * 1000);
+    e2e_kill9_stream_start_ok(&st, d, "/v1/jobs", 60, 200000);
+    e2e_kill9_stream_wait_ok(&st, 1.0, 20);
     json_t *before = e2e_get_job_ok(d, long_id);
     ck_assert_msg(strcmp(e2e_job_state(before), "running") == 0,
                   "the long job should still run at the kill, it is %s (make it longer)",

@@ -228,7 +228,7 @@ START_TEST(test_a_kill9_among_waited_jobs_leaves_none_succeeded_without_outputs)
     e2e_daemon_t *d = e2e_daemon_start_ok("");
     e2e_kill9_stream_t st;
     e2e_kill9_stream_start_ok(&st, d, "/v1/jobs?wait=30", 60, 100000);
-    usleep(1000 * 1000);
+    e2e_kill9_stream_wait_ok(&st, 1.0, 20);
     e2e_kill9_stream_kill_ok(&st);
 
     ck_assert(e2e_daemon_restart(d) == 0);

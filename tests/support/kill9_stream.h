@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -27,7 +28,7 @@ bool e2e_add_result_ok(const json_t *job, int k, char *why, size_t size);
  * time). refused counts the connections refused, the first of which ends the stream. The
  * other fields belong to the stream. */
 typedef struct e2e_kill9_stream {
-    int n;
+    atomic_int n;
     char **ids;
     int *ks;
     bool *ended;
@@ -35,7 +36,7 @@ typedef struct e2e_kill9_stream {
 
     e2e_daemon_t *d;
     const char *path;
-    double until;
+    double started, until;
     int cap;
     pthread_t thread;
 } e2e_kill9_stream_t;
@@ -45,6 +46,10 @@ typedef struct e2e_kill9_stream {
  * refused (the daemon was killed), `seconds` have passed, or it recorded cap submissions. */
 void e2e_kill9_stream_start_ok(e2e_kill9_stream_t *st, e2e_daemon_t *d, const char *path,
                                double seconds, int cap);
+/* Waits until the stream has run for min_s seconds and has min_acked submissions
+ * acknowledged: how long that takes depends on the machine's load, which a fixed time would
+ * leave to chance. Fails the test after 60 s. */
+void e2e_kill9_stream_wait_ok(e2e_kill9_stream_t *st, double min_s, int min_acked);
 /* Kills the daemon with -9 and waits for the stream's thread to end; prints how many
  * submissions were acknowledged, and fails the test when fewer than 20 were. */
 void e2e_kill9_stream_kill_ok(e2e_kill9_stream_t *st);
