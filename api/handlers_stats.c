@@ -2,15 +2,18 @@
  * browser parses the Prometheus text of /metrics (which is for admins only anyway).
  *
  *   gpus    each device's state and latest sample: utilisation, memory, temperature
- *   queue   jobs queued and running, in all (the scheduler's counters) and per user (the
- *           store's live jobs, read a page at a time up to STATS_SCAN_MAX per state)
+ *   queue   jobs queued and running, in all (the scheduler's counters) and per user (as the
+ *           scheduler's loop counts them now: sched_user_counts, every user, uncapped)
  *   recent  jobs that succeeded in the last ?minutes= (1..60, default 15), per minute: how
  *           many, and the p50 and p99 of their latency, from submission to end
  *
  * A non-admin sees the devices and the totals, which name nobody, and of the per-user rows and
  * the recent jobs only their own. The recent jobs are those submitted in the window (their ids
  * sort by creation time, so the store reads them by its primary key): a job that waited longer
- * than the window before it ended is not counted. */
+ * than the window before it ended is not counted.
+ *
+ * The devices and the recent jobs are read on the HTTP thread; the answer then waits for the
+ * loop's per-user counts and leaves from their reply, with the totals read at that moment. */
 #include "api_internal.h"
 
 #include <errno.h>
@@ -21,8 +24,8 @@
 
 #include "daemon/util/id.h"
 
-/* Jobs one answer reads from the store at most, per query: past it "complete" is false and
- * the per-user counts and the recent series are those of the jobs read. */
+/* Jobs one answer reads from the store at most for the recent series: past it its "complete"
+ * is false and the series is that of the jobs read. */
 #define STATS_SCAN_MAX 20000
 #define STATS_PAGE 1000
 #define STATS_BUCKET_S 60
@@ -90,61 +93,19 @@ static int stats_scan(store_reader_t *rd, store_list_query_t q,
     return 1;
 }
 
-/* Counts a live job in its owner's row of an object {owner: {"queued", "running"}}. */
-static void count_live(const job_t *job, void *ud)
-{
-    json_t *users = ud, *row = json_object_get(users, job->owner);
-    if (!row) {
-        row = json_pack("{s:i, s:i}", "queued", 0, "running", 0);
-        json_object_set_new(users, job->owner, row);
-    }
-    const char *key = job->state == JOB_RUNNING ? "running" : "queued";
-    json_object_set_new(row, key, json_integer(json_integer_value(json_object_get(row, key)) + 1));
-}
-
-static int user_row_order(const void *a, const void *b)
-{
-    const char *x = json_string_value(json_object_get(*(json_t *const *)a, "user"));
-    const char *y = json_string_value(json_object_get(*(json_t *const *)b, "user"));
-    return strcmp(x, y);
-}
-
-/* The queue: totals from the scheduler, rows per user (their own for non-admins), by name. */
-static int stats_queue(api_request_t *req, store_reader_t *rd, json_t **ret)
+/* The queue: totals from the scheduler's counters, and the loop's rows per user (their own for
+ * non-admins), by name; every live job is counted, so the rows are complete. */
+static json_t *stats_queue(sched_t *sched, const sched_user_gauge_t *users, size_t n)
 {
     sched_stats_t s;
-    sched_get_stats(req->env->sched, &s);
-    json_t *by_owner = json_object();
-    bool complete = true;
-    const job_state_t states[] = {JOB_QUEUED, JOB_RUNNING};
-    for (int k = 0; k < 2; k++) {
-        store_list_query_t q = {.owner = api_request_owner_filter(req), .state = (int)states[k]};
-        int r = stats_scan(rd, q, count_live, by_owner);
-        if (r < 0) {
-            json_decref(by_owner);
-            return r;
-        }
-        complete &= r == 0;
-    }
-    size_t n = json_object_size(by_owner), i = 0;
-    json_t **rows = calloc(n ? n : 1, sizeof *rows);
-    const char *owner;
-    json_t *row;
-    json_object_foreach(by_owner, owner, row)
-    {
-        json_object_set_new(row, "user", json_string(owner));
-        if (rows) rows[i++] = json_incref(row);
-    }
-    json_decref(by_owner);
-    if (!rows) return -ENOMEM;
-    qsort(rows, n, sizeof *rows, user_row_order);
-    json_t *users = json_array();
-    for (i = 0; i < n; i++)
-        json_array_append_new(users, rows[i]);
-    free(rows);
-    *ret = json_pack("{s:I, s:I, s:o, s:b}", "queued", (json_int_t)s.queued, "running",
-                     (json_int_t)s.running, "users", users, "complete", complete);
-    return 0;
+    sched_get_stats(sched, &s);
+    json_t *rows = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(rows, json_pack("{s:I, s:I, s:s}", "queued",
+                                              (json_int_t)users[i].queued, "running",
+                                              (json_int_t)users[i].running, "user", users[i].user));
+    return json_pack("{s:I, s:I, s:o, s:b}", "queued", (json_int_t)s.queued, "running",
+                     (json_int_t)s.running, "users", rows, "complete", true);
 }
 
 /* The recent jobs' (minute, latency) pairs, gathered by the scan. */
@@ -249,6 +210,31 @@ static int stats_recent(api_request_t *req, store_reader_t *rd, int minutes, jso
     return 0;
 }
 
+/* What an answer holds while the loop counts the users' jobs: the parts read before. */
+typedef struct stats_pending {
+    api_request_t *req;
+    json_t *gpus, *recent;
+} stats_pending_t;
+
+/* The loop's per-user counts: the answer, whole, on the loop thread. */
+static void stats_counted(void *token, const sched_result_t *res)
+{
+    stats_pending_t *p = token;
+    api_request_t *req = p->req;
+    if (res->err)
+        api_respond_errno(req, res->err, res->message);
+    else
+        api_respond_json(req, 200,
+                         json_pack("{s:o, s:O, s:o, s:O}", "at", job_json_time(now_us()), "gpus",
+                                   p->gpus, "queue",
+                                   stats_queue(req->env->sched, res->users, res->n_users), "recent",
+                                   p->recent));
+    json_decref(p->gpus);
+    json_decref(p->recent);
+    free(p);
+    api_request_resume(req);
+}
+
 int api_handle_stats(api_request_t *req)
 {
     static const char *const allowed[] = {"minutes", NULL};
@@ -257,17 +243,21 @@ int api_handle_stats(api_request_t *req)
         return API_DONE;
     store_reader_t *rd = api_request_reader(req);
     if (!rd) return API_DONE;
-    json_t *queue = NULL, *recent = NULL;
-    int r = stats_queue(req, rd, &queue);
-    if (r >= 0) r = stats_recent(req, rd, (int)minutes, &recent);
+    json_t *recent = NULL;
+    int r = stats_recent(req, rd, (int)minutes, &recent);
     if (r < 0) {
-        json_decref(queue);
         api_respond_error(req, r == -ENOMEM ? 500 : 503, r == -ENOMEM ? "internal" : "unavailable",
                           NULL, "the store could not be read: %s", strerror(-r));
         return API_DONE;
     }
-    api_respond_json(req, 200,
-                     json_pack("{s:o, s:o, s:o, s:o}", "at", job_json_time(now_us()), "gpus",
-                               stats_gpus(req), "queue", queue, "recent", recent));
-    return API_DONE;
+    stats_pending_t *p = malloc(sizeof *p);
+    if (!p) {
+        json_decref(recent);
+        api_respond_errno(req, -ENOMEM, NULL);
+        return API_DONE;
+    }
+    *p = (stats_pending_t){.req = req, .gpus = stats_gpus(req), .recent = recent};
+    api_request_suspend(req);
+    sched_user_counts(req->env->sched, api_request_owner_filter(req), stats_counted, p);
+    return API_PENDING;
 }

@@ -38,7 +38,10 @@ Criteria (the exit status is 1 when one fails, 2 when the soak could not run at 
   of the late half's scenario p99s is at most --p99-ratio (default 2) times the median of the
   early half's, plus --slack-ms (default 20 ms, below which a 2-core machine's scheduling
   noise dominates); the same for p50. This catches a queue or a cost that grows with time, not
-  a slow machine: the absolute figures are only reported.
+  a slow machine: the absolute figures are only reported. With --latency report, the two
+  latency criteria are reported and not asserted: for a test on a machine that other work
+  shares (CI's short form), where the windows' latencies measure the neighbours as much as
+  the daemon, and where performance is not what a test asserts.
 
 Output: a Markdown report on stdout and, with --json PATH, the same as JSON. Python 3
 standard library only.
@@ -644,6 +647,9 @@ def report(args, measured, rate, stats, rss, lag, elapsed, extra_errors, exit_rc
                        "max": args.rss_growth},
         "p99_stable": s99, "p50_stable": s50,
     }
+    reported = {}
+    if args.latency == "report":
+        reported = {k: criteria.pop(k) for k in ("p99_stable", "p50_stable")}
     if not args.pid_known:
         criteria["rss_growth"] = {"ok": True, "skipped": "no daemon pid to sample"}
     summary = {
@@ -658,7 +664,7 @@ def report(args, measured, rate, stats, rss, lag, elapsed, extra_errors, exit_rc
         "arrivals_behind": lag["behind"], "daemon_exit": exit_rc,
         "routes": route_table(stats, rows),
         "rss_kib": [kb for _, kb in rss], "rss_parts_kib": lag.get("rss_parts", []),
-        "windows": rows, "criteria": criteria,
+        "windows": rows, "criteria": criteria, "reported": reported,
         "ok": all(c["ok"] for c in criteria.values()),
     }
     md = []
@@ -681,6 +687,9 @@ def report(args, measured, rate, stats, rss, lag, elapsed, extra_errors, exit_rc
     for name, c in criteria.items():
         figs = ", ".join(f"{k} {v}" for k, v in c.items() if k != "ok")
         md.append(f"| {name} | {'pass' if c['ok'] else 'FAIL'} | {figs} |")
+    for name, c in reported.items():
+        figs = ", ".join(f"{k} {v}" for k, v in c.items() if k != "ok")
+        md.append(f"| {name} | reported ({'within' if c['ok'] else 'over'} its bound) | {figs} |")
     md.append("")
     md.append("scenarios: " + ", ".join(f"{k} {v}" for k, v in summary["scenarios"].items()) +
               "; cancels: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["cancels"].items())))
@@ -717,6 +726,8 @@ def main():
     ap.add_argument("--rss-growth", type=float, default=0.05)
     ap.add_argument("--p99-ratio", type=float, default=2.0)
     ap.add_argument("--slack-ms", type=float, default=20.0)
+    ap.add_argument("--latency", choices=("assert", "report"), default="assert",
+                    help="whether latency stability is a criterion (default) or only reported")
     ap.add_argument("--cancel-ms", type=int, default=60, help="debug_sleep length to cancel")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write the summary here")

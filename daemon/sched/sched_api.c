@@ -147,6 +147,12 @@ void sched_explain_jobs(sched_t *s, job_t *const *jobs, size_t n, sched_reply_fn
     msg_post(s, m);
 }
 
+void sched_user_counts(sched_t *s, const char *owner, sched_reply_fn reply, void *token)
+{
+    msg_t *m = msg_new_target(MSG_USER_COUNTS, owner, "", reply, token);
+    if (m) msg_post(s, m);
+}
+
 void sched_cancel(sched_t *s, const char *owner, const char *id, sched_reply_fn reply, void *token)
 {
     msg_t *m = msg_new_target(MSG_CANCEL, owner, id, reply, token);

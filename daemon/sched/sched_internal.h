@@ -136,6 +136,7 @@ typedef enum msg_kind {
     MSG_WAIT_CANCEL,
     MSG_CANCEL,
     MSG_EXPLAIN,
+    MSG_USER_COUNTS,
     MSG_BUF_PUT,
     MSG_BUF_DELETE,
     MSG_DONE,
@@ -392,6 +393,8 @@ int fair_state_load(sched_t *s);
 void handle_stop(sched_t *s);
 void stop_if_drained(sched_t *s);
 
-/* sched_user_gauges.c: the per-user gauges' snapshot. user_gauges_start publishes one at once
- * and then every SCHED_USER_GAUGES_MS on the loop. */
+/* sched_user_gauges.c: the per-user counts. user_gauges_start publishes the snapshot of
+ * /metrics at once and then every SCHED_USER_GAUGES_MS on the loop; handle_user_counts answers
+ * sched_user_counts. */
 void user_gauges_start(sched_t *s);
+void handle_user_counts(sched_t *s, msg_t *m);

@@ -122,6 +122,9 @@ static void handle_msg(sched_t *s, msg_t *m)
     case MSG_EXPLAIN:
         handle_explain(s, m);
         break;
+    case MSG_USER_COUNTS:
+        handle_user_counts(s, m);
+        break;
     case MSG_BUF_DELETE:
         handle_buffer_delete(s, m);
         break;

@@ -57,6 +57,9 @@ typedef struct sched_result {
     /* wait of a submission: not NULL while its last job's end is being committed; borrowed (see
      * sched_gate_t: a callee that answers later holds it and passes it before the answer). */
     sched_gate_t *end_gate;
+    /* sched_user_counts: the rows, borrowed during the callback. */
+    const struct sched_user_gauge *users;
+    size_t n_users;
 } sched_result_t;
 
 typedef void (*sched_reply_fn)(void *token, const sched_result_t *res);
@@ -179,6 +182,11 @@ typedef struct sched_user_gauge {
  * *ret_users is how many users had jobs queued or running then, which may pass the rows
  * published. Any thread; empty until the loop's first publication. */
 int sched_get_user_gauges(sched_t *s, sched_user_gauge_t *ret, int cap, long *ret_users);
+/* The same counts as they stand now, for /v1/stats: the loop replies with a row for every user
+ * with jobs queued or running (only owner's, when owner is not NULL), by name, uncapped, in
+ * res->users[0..n_users). The rows come from the routine the snapshot uses, on the loop, after
+ * the batches that ended before the message: exact, at the cost of a walk of the users. */
+void sched_user_counts(sched_t *s, const char *owner, sched_reply_fn reply, void *token);
 
 /* Histograms for /metrics, Prometheus-style: le[i] counts the observations at most
  * bounds[i] (cumulative, i < n), count all of them (the +Inf bucket) and sum their total. The

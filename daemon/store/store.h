@@ -242,7 +242,8 @@ typedef struct store_trim_stats {
     bool more; /* the pass stopped at its budget while the store is still over: call again */
 } store_trim_stats_t;
 /* Jobs one pass of store_trim goes through at most, as the scheduler calls it; a pass also
- * stops after STORE_TRIM_PASS_US of work, so that the loop thread is never held long. */
+ * stops after STORE_TRIM_PASS_US of work, so that the loop thread is never held long, but not
+ * before it has gone through one batch of jobs, so that every pass makes progress. */
 #define STORE_TRIM_PASS_JOBS 1024
 #define STORE_TRIM_PASS_US 20000
 /* The bytes counted against the bound: the database files' pages in use (three pragmas per

@@ -294,15 +294,19 @@ static int oldest_shard(store_t *st, trim_phase_t phase, shard_t **ret)
     return 0;
 }
 
-/* What one pass of store_trim may still do: jobs, and until when (monotonic). */
+/* What one pass of store_trim may still do: jobs, and until when (monotonic). The time counts
+ * only once the pass has gone through a job: a pass that measures the store for longer than
+ * its time (a slow disk, a loaded machine) still trims a batch, so that passes always make
+ * progress. */
 typedef struct trim_budget {
     int64_t jobs;
     int64_t until_us;
+    bool worked;
 } trim_budget_t;
 
 static bool budget_spent(const trim_budget_t *b)
 {
-    return b->jobs <= 0 || monotonic_us() >= b->until_us;
+    return b->jobs <= 0 || (b->worked && monotonic_us() >= b->until_us);
 }
 
 /* Runs a phase until it has dropped want bytes by its estimate, has nothing left to drop, or
@@ -330,6 +334,7 @@ static int phase_run(store_t *st, trim_phase_t phase, uint64_t want, trim_budget
             stats->expired_bytes - start + (db_start > db_now ? db_start - db_now : 0);
         if (r == 0 && sh) r = batch_commit(sh, phase, want - dropped, max, stats, &n);
         budget->jobs -= n;
+        budget->worked |= n > 0;
         if (r == 0) r = db_bytes(st, &db_now);
         if (r < 0) break;
         if (!sh || n == 0) {
@@ -349,7 +354,7 @@ int store_trim(store_t *st, uint64_t max_bytes, int64_t max_jobs, store_trim_sta
 {
     if (st->in_txn) return log_error_errno(-EBUSY, "store: store_trim inside a transaction");
     store_trim_stats_t stats = {0};
-    trim_budget_t budget = {max_jobs, monotonic_us() + STORE_TRIM_PASS_US};
+    trim_budget_t budget = {max_jobs, monotonic_us() + STORE_TRIM_PASS_US, false};
     int r = store_bytes(st, &stats.bytes);
     uint64_t target = max_bytes - max_bytes / 16;
     trim_phase_t phase = TRIM_EXPIRE;

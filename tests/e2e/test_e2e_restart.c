@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,35 +24,18 @@
 #include <unistd.h>
 
 #include "support/daemon_harness.h"
+#include "support/kill9_stream.h"
 
-/* The kill -9 test needs its long job to outlast one second of competing submissions, with
- * room to spare. */
+/* The kill -9 test needs its long job to outlast the stream of competing submissions before
+ * the kill (a second, and 20 acknowledged), with room to spare. */
 #define KILL_JOB_MS 3000
 
-/* add on i32: x = [k, k+1], y = [1, 1], so out = [k+1, k+2] identifies the job. */
-static json_t *add_job(int k)
-{
-    return json_pack("{s:s, s:{s:{s:s, s:[i], s:[i,i]}, s:{s:s, s:[i], s:[i,i]}}}", "op", "add",
-                     "inputs", "x", "dtype", "i32", "shape", 2, "data", k, k + 1, "y", "dtype",
-                     "i32", "shape", 2, "data", 1, 1);
-}
-
+/* Asserts that job succeeded with the output of the add job for k (e2e_add_job_new). */
 static void assert_add_result(const json_t *job, int k)
 {
-    ck_assert_msg(strcmp(e2e_job_state(job), "succeeded") == 0, "job %s is %s",
-                  json_string_value(json_object_get(job, "id")), e2e_job_state(job));
-    double out[2];
-    json_t *data = json_object_get(json_object_get(json_object_get(job, "outputs"), "out"), "data");
-    ck_assert_int_eq(e2e_json_flatten(data, out, 2), 2);
-    ck_assert_msg(out[0] == k + 1 && out[1] == k + 2, "job for k=%d gave [%g, %g]", k, out[0],
-                  out[1]);
-}
-
-static json_t *get_job(e2e_daemon_t *d, const char *id)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s", id);
-    return e2e_json_ok(d, "GET", path, NULL, 200);
+    char why[128];
+    ck_assert_msg(e2e_add_result_ok(job, k, why, sizeof why), "job %s: %s",
+                  json_string_value(json_object_get(job, "id")), why);
 }
 
 START_TEST(test_sigterm_keeps_queued_jobs_for_next_start)
@@ -65,10 +47,10 @@ START_TEST(test_sigterm_keeps_queued_jobs_for_next_start)
     enum { QUEUED = 5 };
     char *ids[QUEUED];
     for (int i = 0; i < QUEUED; i++) {
-        json_t *job = add_job(100 * i);
+        json_t *job = e2e_add_job_new(100 * i);
         ids[i] = e2e_submit_ok(d, job);
         json_decref(job);
-        json_t *now = get_job(d, ids[i]);
+        json_t *now = e2e_get_job_ok(d, ids[i]);
         ck_assert_str_eq(e2e_job_state(now), "queued");
         json_decref(now);
     }
@@ -95,42 +77,13 @@ START_TEST(test_sigterm_keeps_queued_jobs_for_next_start)
 }
 END_TEST
 
-/* What the submitting thread records: each id that got a 201, and its job's k. */
-typedef struct stream {
-    e2e_daemon_t *d;
-    double until;
-    int n, cap;
-    char **ids;
-    int *ks;
-    int refused;
-} stream_t;
-
-static void *stream_main(void *arg)
+/* Asserts that a job acknowledged before a kill -9 counts at least one attempt. */
+static void assert_attempted(const json_t *job, void *arg)
 {
-    stream_t *st = arg;
-    static const char *const hdrs[] = {"Content-Type: application/json", NULL};
-    for (int k = 0; e2e_now() < st->until && st->n < st->cap; k++) {
-        json_t *job = add_job(k);
-        char *text = json_dumps(job, JSON_COMPACT);
-        json_decref(job);
-        e2e_response_t resp;
-        int r = e2e_http_request(st->d, "POST", "/v1/jobs", hdrs, text, strlen(text), &resp);
-        free(text);
-        if (r < 0) {
-            /* The daemon is gone; don't spin on connection refusals. */
-            st->refused++;
-            usleep(50 * 1000);
-            continue;
-        }
-        if (resp.status == 201) {
-            st->ids[st->n] = strdup(json_string_value(json_object_get(resp.json, "id")));
-            st->ks[st->n] = k;
-            st->n++;
-        }
-        e2e_response_clear(&resp);
-    }
-    e2e_http_thread_done();
-    return NULL;
+    (void)arg;
+    ck_assert_msg(json_integer_value(json_object_get(job, "attempts")) >= 1,
+                  "job %s: attempts %lld", json_string_value(json_object_get(job, "id")),
+                  (long long)json_integer_value(json_object_get(job, "attempts")));
 }
 
 START_TEST(test_kill9_under_submissions_loses_no_acknowledged_job)
@@ -140,43 +93,26 @@ START_TEST(test_kill9_under_submissions_loses_no_acknowledged_job)
     char *long_id = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, long_id, "running", 10);
 
-    stream_t st = {.d = d, .until = e2e_now() + 2.0, .cap = 200000};
-    st.ids = calloc((size_t)st.cap, sizeof *st.ids);
-    st.ks = calloc((size_t)st.cap, sizeof *st.ks);
-    ck_assert(st.ids && st.ks);
-    pthread_t thread;
-    ck_assert(pthread_create(&thread, NULL, stream_main, &st) == 0);
-    usleep(1000 * 1000);
-    json_t *before = get_job(d, long_id);
+    e2e_kill9_stream_t st;
+    e2e_kill9_stream_start_ok(&st, d, "/v1/jobs", 60, 200000);
+    e2e_kill9_stream_wait_ok(&st, 1.0, 20);
+    json_t *before = e2e_get_job_ok(d, long_id);
     ck_assert_msg(strcmp(e2e_job_state(before), "running") == 0,
                   "the long job should still run at the kill, it is %s (make it longer)",
                   e2e_job_state(before));
     json_decref(before);
-    e2e_daemon_kill(d);
-    pthread_join(thread, NULL);
-    fprintf(stderr, "kill -9: %d submissions acknowledged, %d refused after the kill\n", st.n,
-            st.refused);
-    ck_assert_msg(st.n >= 20, "only %d submissions acknowledged in a second", st.n);
+    e2e_kill9_stream_kill_ok(&st);
     ck_assert_msg(st.refused > 0, "no submission was refused: was the daemon killed?");
 
     ck_assert(e2e_daemon_restart(d) == 0);
-    for (int i = 0; i < st.n; i++) {
-        json_t *done = e2e_wait_final_ok(d, st.ids[i], 60);
-        assert_add_result(done, st.ks[i]);
-        ck_assert_msg(json_integer_value(json_object_get(done, "attempts")) >= 1,
-                      "job %s: attempts %lld", st.ids[i],
-                      (long long)json_integer_value(json_object_get(done, "attempts")));
-        json_decref(done);
-        free(st.ids[i]);
-    }
+    e2e_kill9_stream_verify_ok(&st, assert_attempted, NULL);
     json_t *long_done = e2e_wait_final_ok(d, long_id, 90);
     ck_assert_str_eq(e2e_job_state(long_done), "succeeded");
     ck_assert_msg(json_integer_value(json_object_get(long_done, "attempts")) >= 2,
                   "the job running at the kill has attempts %lld, expected >= 2",
                   (long long)json_integer_value(json_object_get(long_done, "attempts")));
     json_decref(long_done);
-    free(st.ids);
-    free(st.ks);
+    e2e_kill9_stream_clear(&st);
     free(long_id);
     json_decref(long_job);
     e2e_daemon_free(d);
@@ -217,7 +153,7 @@ START_TEST(test_a_job_that_crashes_a_worker_fails_and_crashes_no_second_start)
     e2e_wait_state_ok(d, short_id, "running", 10);
     json_t *crash = crash_job_new();
     char *crash_id = e2e_submit_ok(d, crash);
-    json_t *add = add_job(7);
+    json_t *add = e2e_add_job_new(7);
     char *add_id = e2e_submit_ok(d, add);
     ck_assert_msg(wait_daemon_gone(d, 20), "the crashing job did not crash the daemon");
 
@@ -236,7 +172,7 @@ START_TEST(test_a_job_that_crashes_a_worker_fails_and_crashes_no_second_start)
     json_t *add_done = e2e_wait_final_ok(d, add_id, 30);
     assert_add_result(add_done, 7);
     ck_assert(e2e_daemon_alive(d));
-    json_t *after = add_job(8);
+    json_t *after = e2e_add_job_new(8);
     char *after_id = e2e_submit_ok(d, after);
     json_t *after_done = e2e_wait_final_ok(d, after_id, 30);
     assert_add_result(after_done, 8);
@@ -296,7 +232,7 @@ START_TEST(test_a_restart_in_place_keeps_the_pid_the_port_and_the_jobs)
     enum { QUEUED = 3 };
     char *ids[QUEUED];
     for (int i = 0; i < QUEUED; i++) {
-        json_t *job = add_job(10 * i);
+        json_t *job = e2e_add_job_new(10 * i);
         ids[i] = e2e_submit_ok(d, job);
         json_decref(job);
     }
@@ -337,7 +273,7 @@ START_TEST(test_a_restart_in_place_keeps_the_pid_the_port_and_the_jobs)
         json_decref(done);
         free(ids[i]);
     }
-    json_t *job = add_job(1000);
+    json_t *job = e2e_add_job_new(1000);
     char *after = e2e_submit_ok(d, job);
     done = e2e_wait_final_ok(d, after, 30);
     assert_add_result(done, 1000);
@@ -373,7 +309,7 @@ START_TEST(test_a_second_daemon_on_the_same_state_dir_is_refused)
     json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_MS);
     char *long_id = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, long_id, "running", 10);
-    json_t *job = add_job(7);
+    json_t *job = e2e_add_job_new(7);
     char *queued_id = e2e_submit_ok(d, job);
 
     assert_second_daemon_refused(d);

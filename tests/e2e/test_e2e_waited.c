@@ -15,40 +15,15 @@
 #include <unistd.h>
 
 #include "support/daemon_harness.h"
+#include "support/kill9_stream.h"
 
-/* add on i32: x = [k, k+1], y = [1, 1], so out = [k+1, k+2] identifies the job. */
+/* The add job for k as JSON text (malloc'd). */
 static char *add_job_text(int k)
 {
-    json_t *job = json_pack("{s:s, s:{s:{s:s, s:[i], s:[i,i]}, s:{s:s, s:[i], s:[i,i]}}}", "op",
-                            "add", "inputs", "x", "dtype", "i32", "shape", 2, "data", k, k + 1, "y",
-                            "dtype", "i32", "shape", 2, "data", 1, 1);
+    json_t *job = e2e_add_job_new(k);
     char *text = json_dumps(job, JSON_COMPACT);
     json_decref(job);
     return text;
-}
-
-/* Whether job (as JSON) succeeded with out = [k+1, k+2]; why not in why. */
-static bool add_result_ok(const json_t *job, int k, char *why, size_t size)
-{
-    const char *state = e2e_job_state(job);
-    double out[2];
-    json_t *data = json_object_get(json_object_get(json_object_get(job, "outputs"), "out"), "data");
-    if (strcmp(state, "succeeded") != 0)
-        snprintf(why, size, "state %s", state);
-    else if (e2e_json_flatten(data, out, 2) != 2)
-        snprintf(why, size, "succeeded without its output");
-    else if (out[0] != k + 1 || out[1] != k + 2)
-        snprintf(why, size, "out [%g, %g] for k=%d", out[0], out[1], k);
-    else
-        return true;
-    return false;
-}
-
-static json_t *get_job(e2e_daemon_t *d, const char *id)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s", id);
-    return e2e_json_ok(d, "GET", path, NULL, 200);
 }
 
 /* The answer is handed to the HTTP thread before its job's end is committed, in the same
@@ -62,8 +37,8 @@ START_TEST(test_a_waited_answer_is_the_job_the_store_holds_afterwards)
         json_t *answer = e2e_json_ok(d, "POST", "/v1/jobs?wait=30", text, 201);
         free(text);
         char why[128];
-        ck_assert_msg(add_result_ok(answer, k, why, sizeof why), "answer %d: %s", k, why);
-        json_t *stored = get_job(d, json_string_value(json_object_get(answer, "id")));
+        ck_assert_msg(e2e_add_result_ok(answer, k, why, sizeof why), "answer %d: %s", k, why);
+        json_t *stored = e2e_get_job_ok(d, json_string_value(json_object_get(answer, "id")));
         char *a = json_dumps(answer, JSON_SORT_KEYS | JSON_COMPACT);
         char *b = json_dumps(stored, JSON_SORT_KEYS | JSON_COMPACT);
         ck_assert_msg(json_equal(answer, stored), "answer %s\nstored %s", a, b);
@@ -101,7 +76,7 @@ START_TEST(test_a_waited_retry_with_its_key_is_answered_with_the_first_job)
     ck_assert_int_eq(again.status, 200);
     ck_assert_msg(json_equal(first.json, again.json), "%s\n%s", first.body, again.body);
     char why[128];
-    ck_assert_msg(add_result_ok(again.json, 7, why, sizeof why), "%s", why);
+    ck_assert_msg(e2e_add_result_ok(again.json, 7, why, sizeof why), "%s", why);
     e2e_response_clear(&first);
     e2e_response_clear(&again);
     free(text);
@@ -205,7 +180,7 @@ START_TEST(test_a_waited_jobs_row_is_listed_running_while_it_runs)
     json_decref(conflict);
     pthread_join(lw.thread, NULL);
     ck_assert_int_eq(lw.status, 201);
-    json_t *done = get_job(d, id);
+    json_t *done = e2e_get_job_ok(d, id);
     ck_assert_str_eq(e2e_job_state(done), "succeeded");
     json_decref(done);
     free(id);
@@ -234,7 +209,7 @@ START_TEST(test_a_kill9_while_a_waited_job_runs_loses_nothing_acknowledged)
     for (int k = 0; k < 3; k++) {
         json_t *job = e2e_wait_final_ok(d, acked[k], 60);
         char why[128];
-        ck_assert_msg(add_result_ok(job, k, why, sizeof why), "job %s: %s", acked[k], why);
+        ck_assert_msg(e2e_add_result_ok(job, k, why, sizeof why), "job %s: %s", acked[k], why);
         json_decref(job);
         free(acked[k]);
     }
@@ -246,72 +221,18 @@ START_TEST(test_a_kill9_while_a_waited_job_runs_loses_nothing_acknowledged)
 }
 END_TEST
 
-/* What the submitting thread records: each waited answer's id, its k, and whether it carried
- * the job's success. */
-typedef struct stream {
-    e2e_daemon_t *d;
-    int n, cap;
-    char **ids;
-    int *ks;
-    bool *ended;
-    int refused;
-} stream_t;
-
-static void *stream_main(void *arg)
-{
-    stream_t *st = arg;
-    static const char *const hdrs[] = {"Content-Type: application/json", NULL};
-    for (int k = 0; st->refused == 0 && st->n < st->cap; k++) {
-        char *text = add_job_text(k);
-        e2e_response_t resp;
-        int r =
-            e2e_http_request(st->d, "POST", "/v1/jobs?wait=30", hdrs, text, strlen(text), &resp);
-        free(text);
-        if (r < 0) {
-            st->refused++;
-            continue;
-        }
-        if (resp.status == 201) {
-            char why[128];
-            st->ids[st->n] = strdup(json_string_value(json_object_get(resp.json, "id")));
-            st->ks[st->n] = k;
-            st->ended[st->n] = add_result_ok(resp.json, k, why, sizeof why);
-            st->n++;
-        }
-        e2e_response_clear(&resp);
-    }
-    e2e_http_thread_done();
-    return NULL;
-}
-
 /* Every job in the store that says succeeded has its output, and every waited answer that
  * carried a success is found succeeded, the same, after the restart. */
 START_TEST(test_a_kill9_among_waited_jobs_leaves_none_succeeded_without_outputs)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("");
-    stream_t st = {.d = d, .cap = 100000};
-    st.ids = calloc((size_t)st.cap, sizeof *st.ids);
-    st.ks = calloc((size_t)st.cap, sizeof *st.ks);
-    st.ended = calloc((size_t)st.cap, sizeof *st.ended);
-    ck_assert(st.ids && st.ks && st.ended);
-    pthread_t thread;
-    ck_assert(pthread_create(&thread, NULL, stream_main, &st) == 0);
-    usleep(1000 * 1000);
-    e2e_daemon_kill(d);
-    pthread_join(thread, NULL);
-    fprintf(stderr, "kill -9: %d waited submissions answered\n", st.n);
-    ck_assert_msg(st.n >= 20, "only %d waited submissions answered in a second", st.n);
+    e2e_kill9_stream_t st;
+    e2e_kill9_stream_start_ok(&st, d, "/v1/jobs?wait=30", 60, 100000);
+    e2e_kill9_stream_wait_ok(&st, 1.0, 20);
+    e2e_kill9_stream_kill_ok(&st);
 
     ck_assert(e2e_daemon_restart(d) == 0);
-    int ended = 0;
-    for (int i = 0; i < st.n; i++) {
-        json_t *job = e2e_wait_final_ok(d, st.ids[i], 60);
-        char why[128];
-        ck_assert_msg(add_result_ok(job, st.ks[i], why, sizeof why), "job %s: %s", st.ids[i], why);
-        ended += st.ended[i];
-        json_decref(job);
-        free(st.ids[i]);
-    }
+    int ended = e2e_kill9_stream_verify_ok(&st, NULL, NULL);
     ck_assert_msg(ended > 0, "no waited answer carried its job's end");
     /* The jobs nobody was answered for (the one in flight at the kill): succeeded ones have
      * their outputs too. */
@@ -320,7 +241,7 @@ START_TEST(test_a_kill9_among_waited_jobs_leaves_none_succeeded_without_outputs)
     json_t *listed;
     json_array_foreach(json_object_get(page, "jobs"), k, listed)
     {
-        json_t *job = get_job(d, json_string_value(json_object_get(listed, "id")));
+        json_t *job = e2e_get_job_ok(d, json_string_value(json_object_get(listed, "id")));
         json_t *data =
             json_object_get(json_object_get(json_object_get(job, "outputs"), "out"), "data");
         double out[2];
@@ -330,9 +251,7 @@ START_TEST(test_a_kill9_among_waited_jobs_leaves_none_succeeded_without_outputs)
         json_decref(job);
     }
     json_decref(page);
-    free(st.ids);
-    free(st.ks);
-    free(st.ended);
+    e2e_kill9_stream_clear(&st);
     e2e_daemon_free(d);
 }
 END_TEST

@@ -630,6 +630,13 @@ char *e2e_submit_ok(e2e_daemon_t *d, const json_t *job)
     return copy;
 }
 
+json_t *e2e_get_job_ok(e2e_daemon_t *d, const char *id)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    return e2e_json_ok(d, "GET", path, NULL, 200);
+}
+
 const char *e2e_job_state(const json_t *job)
 {
     const char *s = json_string_value(json_object_get(job, "state"));

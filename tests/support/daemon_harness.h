@@ -86,6 +86,8 @@ void e2e_output_raw_ok(e2e_daemon_t *d, const char *job_id, const char *name, vo
                        size_t nbytes);
 /* Submits one job (a borrowed JSON object), asserts 201 and returns its id (malloc'd). */
 char *e2e_submit_ok(e2e_daemon_t *d, const json_t *job);
+/* GET /v1/jobs/{id}: asserts 200 and returns the job's JSON (a new reference). */
+json_t *e2e_get_job_ok(e2e_daemon_t *d, const char *id);
 /* Waits through GET /v1/jobs/{id}/wait until the job is final, across daemon restarts; fails
  * the test after timeout_s. Returns the job's JSON (a new reference). */
 json_t *e2e_wait_final_ok(e2e_daemon_t *d, const char *id, double timeout_s);
