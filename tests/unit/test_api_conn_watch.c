@@ -1,6 +1,6 @@
 /* The watch over HTTP connections (api/conn_watch.c) on real loopback TCP sockets: a streamed
  * body's peer close that an edge-triggered poller already spent is announced again; the
- * suspended connection's gone callback; deadlines. */
+ * suspended connection's gone callback, also after a watched body; deadlines. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
@@ -74,26 +74,6 @@ START_TEST(test_a_streamed_body_whose_client_left_wakes_the_poller_again)
 }
 END_TEST
 
-START_TEST(test_a_body_that_ended_is_no_longer_watched)
-{
-    conn_watch_t *w;
-    ck_assert_int_eq(conn_watch_new("test", &w), 0);
-    int ep;
-    int fd = spent_close(&ep);
-    conn_watch_entry_t *e;
-    ck_assert_int_eq(conn_watch_add(w, fd, 0, &e), 0);
-    conn_watch_body_begin(w, e);
-    conn_watch_body_end(w, e);
-    /* Had the watch still polled the socket, its level-triggered close would have woken it. */
-    struct epoll_event got;
-    ck_assert_int_eq(epoll_wait(ep, &got, 1, 500), 0);
-    conn_watch_remove(w, e);
-    conn_watch_free(w);
-    close(ep);
-    close(fd);
-}
-END_TEST
-
 static void count_gone(void *ud)
 {
     atomic_fetch_add((atomic_int *)ud, 1);
@@ -118,6 +98,33 @@ START_TEST(test_a_suspended_connection_whose_client_left_is_gone_once)
     while (atomic_load(&gone) == 0 && mono_us() < until)
         usleep(1000);
     usleep(50 * 1000);
+    ck_assert_int_eq(atomic_load(&gone), 1);
+    conn_watch_resume(w, e);
+    conn_watch_remove(w, e);
+    conn_watch_free(w);
+    close(fds[0]);
+}
+END_TEST
+
+/* A connection whose body ended is polled no more for it: its socket can be armed for the
+ * close of a suspended request (which needs the socket out of the watcher's set first). */
+START_TEST(test_a_connection_whose_body_ended_can_be_armed_for_its_wait)
+{
+    conn_watch_t *w;
+    ck_assert_int_eq(conn_watch_new("test", &w), 0);
+    int fds[2];
+    tcp_pair(fds);
+    conn_watch_entry_t *e;
+    ck_assert_int_eq(conn_watch_add(w, fds[0], 0, &e), 0);
+    conn_watch_body_begin(w, e);
+    conn_watch_body_end(w, e);
+    atomic_int gone = 0;
+    conn_watch_suspend(w, e);
+    conn_watch_arm(w, e, count_gone, &gone);
+    close(fds[1]);
+    int64_t until = mono_us() + 2000000;
+    while (atomic_load(&gone) == 0 && mono_us() < until)
+        usleep(1000);
     ck_assert_int_eq(atomic_load(&gone), 1);
     conn_watch_resume(w, e);
     conn_watch_remove(w, e);
@@ -151,8 +158,8 @@ int main(void)
     TCase *tc = tcase_create("watch");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_a_streamed_body_whose_client_left_wakes_the_poller_again);
-    tcase_add_test(tc, test_a_body_that_ended_is_no_longer_watched);
     tcase_add_test(tc, test_a_suspended_connection_whose_client_left_is_gone_once);
+    tcase_add_test(tc, test_a_connection_whose_body_ended_can_be_armed_for_its_wait);
     tcase_add_test(tc, test_a_connection_past_its_deadline_is_shut_down);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
