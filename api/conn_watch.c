@@ -24,7 +24,8 @@
 
 typedef enum {
     ENTRY_ACTIVE,
-    ENTRY_BODY, /* its streamed body's socket polled for the peer's close */
+    ENTRY_BODY,      /* its streamed body's socket polled for the peer's close */
+    ENTRY_BODY_GONE, /* that close came: its reading side is shut down again each tick */
     ENTRY_SUSPENDED,
     ENTRY_ARMED,
     ENTRY_GONE
@@ -104,7 +105,7 @@ static void watch_peer_closed(conn_watch_t *w, uint64_t key)
     if (!e || e->serial != serial || !entry_polled(e)) return;
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, e->fd, NULL);
     if (e->state == ENTRY_BODY) {
-        e->state = ENTRY_ACTIVE;
+        e->state = ENTRY_BODY_GONE;
         shutdown(e->fd, SHUT_RD);
         return;
     }
@@ -122,6 +123,17 @@ static bool watch_poll_close(conn_watch_t *w, conn_watch_entry_t *e)
     return epoll_ctl(w->epfd, EPOLL_CTL_ADD, e->fd, &ev) == 0;
 }
 
+/* Wakes libmicrohttpd again for each streamed body whose client has gone, until it closes the
+ * connection (which removes the entry). A shutdown wakes every poller of the socket, but one
+ * made before libmicrohttpd collected the wake-up of the bytes and the close is merged into
+ * that one, which its short read then spends as before. Lock held. */
+static void watch_kick_gone_bodies(conn_watch_t *w)
+{
+    for (uint32_t i = 0; i < w->n_slots; i++)
+        if (w->slots[i] && w->slots[i]->state == ENTRY_BODY_GONE)
+            shutdown(w->slots[i]->fd, SHUT_RD);
+}
+
 static void *watch_thread(void *arg)
 {
     conn_watch_t *w = arg;
@@ -137,6 +149,7 @@ static void *watch_thread(void *arg)
                 watch_peer_closed(w, events[i].data.u64);
         }
         watch_cut_expired(w);
+        watch_kick_gone_bodies(w);
         pthread_mutex_unlock(&w->lock);
         if (stop) return NULL;
     }
@@ -248,10 +261,8 @@ void conn_watch_body_end(conn_watch_t *w, conn_watch_entry_t *e)
 {
     if (!e) return;
     pthread_mutex_lock(&w->lock);
-    if (e->state == ENTRY_BODY) {
-        epoll_ctl(w->epfd, EPOLL_CTL_DEL, e->fd, NULL);
-        e->state = ENTRY_ACTIVE;
-    }
+    if (e->state == ENTRY_BODY) epoll_ctl(w->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+    if (e->state == ENTRY_BODY || e->state == ENTRY_BODY_GONE) e->state = ENTRY_ACTIVE;
     pthread_mutex_unlock(&w->lock);
 }
 

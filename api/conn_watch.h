@@ -17,6 +17,8 @@
  *    file). While such a body streams, the watch polls the socket for the peer's close and,
  *    when it comes, shuts down the socket's reading side: a fresh wake-up for libmicrohttpd,
  *    which reads what is left (the rest of the body, if all of it came) and then the end.
+ *    Since a wake-up libmicrohttpd has not collected yet absorbs it, the shutdown is repeated
+ *    every tick until libmicrohttpd closes the connection or the body ends.
  *
  * Locking: every function takes the watcher's lock. A connection's socket is touched only
  * while its entry is registered, and http_server.c removes the entry before libmicrohttpd

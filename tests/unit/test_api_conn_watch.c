@@ -74,6 +74,38 @@ START_TEST(test_a_streamed_body_whose_client_left_wakes_the_poller_again)
 }
 END_TEST
 
+/* The watch shuts the socket down as soon as the client closes, which can be before the
+ * poller collected the wake-up of the last bytes and the close: the shutdown's wake-up merges
+ * into that one, which a short read spends. The watch's next ticks announce the end again. */
+START_TEST(test_a_close_announced_before_the_poller_woke_is_announced_again)
+{
+    conn_watch_t *w;
+    ck_assert_int_eq(conn_watch_new("test", &w), 0);
+    int fds[2];
+    tcp_pair(fds);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLET};
+    ck_assert_int_eq(epoll_ctl(ep, EPOLL_CTL_ADD, fds[0], &ev), 0);
+    struct epoll_event got;
+    ck_assert_int_eq(epoll_wait(ep, &got, 1, 1000), 1); /* writable at once */
+    conn_watch_entry_t *e;
+    ck_assert_int_eq(conn_watch_add(w, fds[0], 0, &e), 0);
+    conn_watch_body_begin(w, e);
+    ck_assert_int_eq(write(fds[1], "body", 4), 4);
+    close(fds[1]);
+    usleep(50 * 1000); /* the watch has shut the socket down by now */
+    ck_assert_int_eq(epoll_wait(ep, &got, 1, 1000), 1);
+    char buf[64];
+    ck_assert_int_eq(read(fds[0], buf, sizeof buf), 4);
+    ck_assert_int_eq(epoll_wait(ep, &got, 1, 2000), 1);
+    ck_assert_int_eq(read(fds[0], buf, sizeof buf), 0);
+    conn_watch_remove(w, e);
+    conn_watch_free(w);
+    close(ep);
+    close(fds[0]);
+}
+END_TEST
+
 static void count_gone(void *ud)
 {
     atomic_fetch_add((atomic_int *)ud, 1);
@@ -158,6 +190,7 @@ int main(void)
     TCase *tc = tcase_create("watch");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_a_streamed_body_whose_client_left_wakes_the_poller_again);
+    tcase_add_test(tc, test_a_close_announced_before_the_poller_woke_is_announced_again);
     tcase_add_test(tc, test_a_suspended_connection_whose_client_left_is_gone_once);
     tcase_add_test(tc, test_a_connection_whose_body_ended_can_be_armed_for_its_wait);
     tcase_add_test(tc, test_a_connection_past_its_deadline_is_shut_down);
