@@ -256,6 +256,52 @@ START_TEST(test_a_kill9_among_waited_jobs_leaves_none_succeeded_without_outputs)
 }
 END_TEST
 
+/* A waited job submitted while more than QUEUED_IN_MEMORY (1,024) jobs are queued has its job
+ * stowed at its commit, before its wait begins: the queue keeps only its entry, the job is in
+ * the store alone. Its wait holds the entry; when the wait runs out the answer is the job read
+ * back from the store, queued, and a second waited job behind the same queue is answered with
+ * its end. The daemon serves on throughout. */
+START_TEST(test_a_waited_job_behind_more_than_1024_queued_jobs_waits_on_its_stowed_entry)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    json_t *slow = e2e_long_job_new(4000);
+    free(e2e_submit_ok(d, slow));
+    json_decref(slow);
+    enum { N = 1100 };
+    json_t *list = json_array();
+    for (int k = 0; k < N; k++)
+        json_array_append_new(list, e2e_add_job_new(k));
+    char *text = json_dumps(list, JSON_COMPACT);
+    json_decref(list);
+    json_t *queued = e2e_json_ok(d, "POST", "/v1/jobs", text, 201);
+    free(text);
+    ck_assert_uint_eq(json_array_size(queued), N);
+    json_decref(queued);
+
+    text = add_job_text(N);
+    json_t *early = e2e_json_ok(d, "POST", "/v1/jobs?wait=0.5", text, 201);
+    free(text);
+    ck_assert_msg(strcmp(e2e_job_state(early), "queued") == 0, "state %s", e2e_job_state(early));
+    ck_assert_msg(json_is_object(json_object_get(early, "waiting")), "no waiting");
+    char *id = strdup(json_string_value(json_object_get(early, "id")));
+    json_decref(early);
+
+    text = add_job_text(N + 1);
+    json_t *ended = e2e_json_ok(d, "POST", "/v1/jobs?wait=60", text, 201);
+    free(text);
+    char why[128];
+    ck_assert_msg(e2e_add_result_ok(ended, N + 1, why, sizeof why), "%s", why);
+    json_decref(ended);
+
+    json_t *done = e2e_wait_final_ok(d, id, 60);
+    ck_assert_msg(e2e_add_result_ok(done, N, why, sizeof why), "%s", why);
+    json_decref(done);
+    free(id);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=succeeded"), N + 3);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_waited");
@@ -268,6 +314,8 @@ int main(void)
     tcase_add_test(tc, test_a_kill9_among_waited_jobs_leaves_none_succeeded_without_outputs);
     tcase_add_test(tc, test_a_waited_jobs_row_is_listed_running_while_it_runs);
     tcase_add_test(tc, test_a_kill9_while_a_waited_job_runs_loses_nothing_acknowledged);
+    tcase_add_test(tc,
+                   test_a_waited_job_behind_more_than_1024_queued_jobs_waits_on_its_stowed_entry);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
