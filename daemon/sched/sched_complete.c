@@ -128,7 +128,8 @@ static bool result_in_answer(const sched_t *s, const job_t *job)
  * only once the end is committed, later in this same wake of the loop: the gate returned (NULL
  * when none was answered) opens then (sched_gate_t), and whatever the client does next (a
  * GET, a download of an output) finds the end in the store. A job whose outputs are too large
- * for the answer is answered after the commit, as a wait's answer is. */
+ * for the answer is answered after the commit, as a wait's answer is, and so are the other
+ * waiters of every job (waiters_reply_gated). */
 static sched_gate_t *answer_waited_ends(sched_t *s, queue_t *ended, int64_t now)
 {
     sched_gate_t *gate = NULL;
@@ -180,8 +181,9 @@ static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
     batch_out_of_flight(s, sb);
 }
 
-/* Once a batch's ends are in the store: its jobs are counted, their waiters answered (but
- * those answer_waited_ends answered already), and they leave memory. */
+/* Once a batch's ends are in the store: its jobs are counted (but those answer_waited_ends
+ * counted already), their waiters answered (but the waited submissions answer_waited_ends
+ * answered already), and they leave memory. */
 static void release_ended(sched_t *s, sched_batch_t *sb)
 {
     exec_batch_t *batch = &sb->batch;
@@ -191,8 +193,8 @@ static void release_ended(sched_t *s, sched_batch_t *sb)
         if (!e->discard_result && !e->answered) {
             count_final(s, job->state);
             sched_observe_job_end(s, job);
-            waiters_reply(e, job);
         }
+        if (!e->discard_result) waiters_reply(e, job);
         entry_forget(s, e);
         job_free(job);
     }

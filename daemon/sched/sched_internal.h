@@ -115,7 +115,7 @@ struct entry {
     bool discard_result;
     bool unstored;       /* went out in a group commit that failed: it has no row */
     bool start_lost;     /* cut in a group commit that failed: its row still says queued */
-    bool answered;       /* its waiters had its end before the end was written */
+    bool answered;       /* its submissions' waiters had its end before it was written */
     uint32_t rank_slot;  /* in its user's level of its priority while queued (sched_rank.c) */
     size_t queue_pos;    /* in user->queue, HEAP_ABSENT when not queued */
     size_t deadline_pos; /* in s->deadlines, HEAP_ABSENT when none */

@@ -239,46 +239,61 @@ static void group_answer_ends(wait_group_t *g, size_t last, const job_t *job,
     group_close(g);
 }
 
+/* Member w of its wait takes its job's end (borrowed): the wait's answer when it was the last
+ * end it waited for, with end_gate, else kept until then. */
+static void waiter_take_end(waiter_t *w, const job_t *job, sched_gate_t *end_gate)
+{
+    wait_group_t *g = w->group;
+    size_t i = (size_t)(w - g->members);
+    queue_remove(&w->node);
+    w->entry = NULL;
+    if (--g->left == 0)
+        group_answer_ends(g, i, job, end_gate);
+    else if (!(g->ends[i] = job_copy_answer(job, inline_max(g))))
+        g->short_of_memory = true;
+}
+
 /* Answers every waiter of e, or keeps the end it brings until its wait's last: with job (its
  * final state, or a record of it), or with the jobs as they stand when job is NULL. An answer
  * with the jobs' ends goes at once, whatever the sync of their commit: it carries the
  * results. */
 void waiters_reply(entry_t *e, const job_t *job)
 {
-    waiters_reply_gated(e, job, NULL);
+    for (queue_t *q; (q = queue_head(&e->waiters));) {
+        waiter_t *w = queue_data(q, waiter_t, node);
+        if (job)
+            waiter_take_end(w, job, NULL);
+        else
+            group_answer_current(NULL, w->group); /* takes w out of e's waiters */
+    }
+}
+
+/* The first of e's waiters that belongs to a waited submission's wait, or NULL. */
+static waiter_t *submission_waiter(const entry_t *e)
+{
+    queue_t *q;
+    queue_foreach(q, &e->waiters)
+    {
+        waiter_t *w = queue_data(q, waiter_t, node);
+        if (!queue_empty(&w->group->submit_node)) return w;
+    }
+    return NULL;
 }
 
 /* waiters_reply with the job's end while it is being committed, end_gate opening once it is
- * (sched_gate_t). */
+ * (sched_gate_t), for the waits of submissions alone: their replies hold the gate. The other
+ * waiters (GET /v1/jobs/{id}/wait) stay, for waiters_reply once the end is committed, so that
+ * whatever their clients do next finds it in the store. */
 void waiters_reply_gated(entry_t *e, const job_t *job, sched_gate_t *end_gate)
 {
-    for (queue_t *q; (q = queue_head(&e->waiters));) {
-        waiter_t *w = queue_data(q, waiter_t, node);
-        wait_group_t *g = w->group;
-        if (!job) {
-            group_answer_current(NULL, g); /* takes w out of e's waiters */
-            continue;
-        }
-        size_t i = (size_t)(w - g->members);
-        queue_remove(&w->node);
-        w->entry = NULL;
-        if (--g->left == 0)
-            group_answer_ends(g, i, job, end_gate);
-        else if (!(g->ends[i] = job_copy_answer(job, inline_max(g))))
-            g->short_of_memory = true;
-    }
+    for (waiter_t *w; (w = submission_waiter(e));)
+        waiter_take_end(w, job, end_gate);
 }
 
 /* Whether one of e's waiters is a waited submission's (sched_submit_waited). */
 bool waiters_include_submission(const entry_t *e)
 {
-    queue_t *q;
-    queue_foreach(q, &e->waiters)
-    {
-        const waiter_t *w = queue_data(q, waiter_t, node);
-        if (!queue_empty(&w->group->submit_node)) return true;
-    }
-    return false;
+    return submission_waiter(e) != NULL;
 }
 
 static void waiters_answer_visit(const char *key, void *value, void *ud)

@@ -331,6 +331,59 @@ START_TEST(test_a_waited_jobs_row_exists_while_it_runs_and_holds_its_end_after_t
 }
 END_TEST
 
+/* An answer to a wait for one job, with the state the store held for that job when it came:
+ * read through a reader of its own, -1 when it could not be read. */
+typedef struct stored_at_answer {
+    sched_test_box_t box;
+    int stored;
+} stored_at_answer_t;
+
+static void on_reply_read_store(void *token, const sched_result_t *res)
+{
+    stored_at_answer_t *a = token;
+    a->stored = -1;
+    store_reader_t *rd;
+    if (res->n_jobs == 1 && store_reader_open(&sched_test_cfg, &rd) == 0) {
+        job_t *job = NULL;
+        if (store_job_get(rd, res->jobs[0]->id, &job) == 0) a->stored = (int)job->state;
+        job_free(job);
+        store_reader_close(rd);
+    }
+    sched_test_on_reply(&a->box, res);
+}
+
+/* A wait for a job (GET /v1/jobs/{id}/wait) beside a waited submission of the same job is
+ * answered once the job's end is committed: the early answer, handed over while the end is
+ * being committed, is the submission's alone (its reply holds the gate; a wait's does not).
+ * Whoever the wait answers finds the end in the store. */
+START_TEST(test_a_jobs_wait_beside_a_waited_submission_is_answered_once_its_end_is_stored)
+{
+    sched_test_fake->slots = 1;
+    sched_test_box_t box;
+    submit_waited_post(&box, sched_test_lone_job("alice", 10), 5000);
+    fake_exec_wait_batches(sched_test_fake, 1);
+    char id[ID_SIZE];
+    snprintf(id, sizeof id, "%s", sched_test_fake->got[0]->jobs[0]->id);
+    stored_at_answer_t waited;
+    sched_test_box_init(&waited.box);
+    sched_wait(sched_test_sched, "alice", id, 5000, on_reply_read_store, &waited);
+    ck_assert_int_eq(loop_round_trip("alice", id), JOB_RUNNING); /* the wait is in */
+
+    fake_exec_complete(sched_test_fake, 0);
+    sched_test_box_wait(&box);
+    ck_assert_int_eq(box.states[0], JOB_SUCCEEDED);
+    ck_assert(box.gated);
+    sched_test_box_wait(&waited.box);
+    ck_assert_int_eq(waited.box.err, 0);
+    ck_assert_int_eq(waited.box.states[0], JOB_SUCCEEDED);
+    ck_assert_int_eq(waited.stored, JOB_SUCCEEDED);
+    ck_assert(!waited.box.gated);
+    sched_stats_t stats;
+    sched_get_stats(sched_test_sched, &stats);
+    ck_assert_int_eq(stats.succeeded_total, 1);
+}
+END_TEST
+
 /* A waited job whose group commit fails after it went out is answered with the error, not
  * its result; its result is thrown away when its launch returns and it leaves no row. */
 START_TEST(test_a_waited_job_whose_commit_fails_after_it_went_out_leaves_nothing)
@@ -456,6 +509,8 @@ int main(void)
     tcase_add_test(tc, test_without_sync_full_a_submission_starts_before_its_commit_is_answered);
     tcase_add_test(tc, test_keyed_and_plain_jobs_started_in_their_round_are_stored_running);
     tcase_add_test(tc, test_a_failed_commit_takes_back_the_jobs_it_started);
+    tcase_add_test(tc,
+                   test_a_jobs_wait_beside_a_waited_submission_is_answered_once_its_end_is_stored);
     tcase_add_test(tc, test_a_start_lost_with_a_completions_commit_is_recorded_at_its_end);
     tcase_add_test(tc, test_queued_jobs_go_out_after_a_completion_whose_outputs_cannot_be_placed);
     suite_add_tcase(s, tc);
