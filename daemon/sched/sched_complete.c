@@ -355,6 +355,7 @@ static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran)
         if (entry_queue(s, e) < 0) {
             log_error("job %s could not be re-queued (out of memory): it runs after a restart",
                       job->id);
+            waiters_reply(e, NULL); /* their waits must not outlive the entry */
             entry_forget(s, e);
             job_free(job);
             continue;
