@@ -111,6 +111,16 @@ static void count_gone(void *ud)
     atomic_fetch_add((atomic_int *)ud, 1);
 }
 
+/* Waits up to 2 s for the gone callback, then a little more: it must have run exactly once. */
+static void expect_gone_once(atomic_int *gone)
+{
+    int64_t until = mono_us() + 2000000;
+    while (atomic_load(gone) == 0 && mono_us() < until)
+        usleep(1000);
+    usleep(50 * 1000);
+    ck_assert_int_eq(atomic_load(gone), 1);
+}
+
 START_TEST(test_a_suspended_connection_whose_client_left_is_gone_once)
 {
     conn_watch_t *w;
@@ -126,11 +136,7 @@ START_TEST(test_a_suspended_connection_whose_client_left_is_gone_once)
     usleep(100 * 1000);
     ck_assert_int_eq(atomic_load(&gone), 0);
     close(fds[1]);
-    int64_t until = mono_us() + 2000000;
-    while (atomic_load(&gone) == 0 && mono_us() < until)
-        usleep(1000);
-    usleep(50 * 1000);
-    ck_assert_int_eq(atomic_load(&gone), 1);
+    expect_gone_once(&gone);
     conn_watch_resume(w, e);
     conn_watch_remove(w, e);
     conn_watch_free(w);
@@ -154,10 +160,7 @@ START_TEST(test_a_connection_whose_body_ended_can_be_armed_for_its_wait)
     conn_watch_suspend(w, e);
     conn_watch_arm(w, e, count_gone, &gone);
     close(fds[1]);
-    int64_t until = mono_us() + 2000000;
-    while (atomic_load(&gone) == 0 && mono_us() < until)
-        usleep(1000);
-    ck_assert_int_eq(atomic_load(&gone), 1);
+    expect_gone_once(&gone);
     conn_watch_resume(w, e);
     conn_watch_remove(w, e);
     conn_watch_free(w);
