@@ -337,8 +337,8 @@ int api_handle_jobs_submit(api_request_t *req)
          * after the post: no lock needed before. */
         req->waits_for[0] = '\0';
         req->wait_posted = true;
-        sched_submit_waited(req->env->sched, jobs, n, req->submit_wait_ms, submit_waited_reply,
-                            req);
+        sched_submit_waited(req->env->sched, jobs, n, req->submit_wait_ms,
+                            req->cfg->max_inline_output_bytes, submit_waited_reply, req);
     } else {
         sched_submit(req->env->sched, jobs, n, submit_reply, req);
     }

@@ -67,9 +67,9 @@ static int submission_prepare(sched_t *s, msg_t *m)
     return r;
 }
 
-/* Posts a submission (waited: sched_submit_waited's, for wait_ms). */
+/* Posts a submission (waited: sched_submit_waited's, for wait_ms, inlining up to inline_max). */
 static void submit_post(sched_t *s, job_t **jobs, size_t n, bool waited, int wait_ms,
-                        sched_reply_fn reply, void *token)
+                        uint64_t inline_max, sched_reply_fn reply, void *token)
 {
     msg_t *m = msg_new(MSG_SUBMIT, reply, token);
     if (!m) {
@@ -82,6 +82,7 @@ static void submit_post(sched_t *s, job_t **jobs, size_t n, bool waited, int wai
     m->n = n;
     m->waited = waited;
     m->timeout_ms = wait_ms;
+    m->inline_max = inline_max;
     m->fate = calloc(n ? n : 1, sizeof *m->fate);
     m->shown = calloc(n ? n : 1, sizeof *m->shown);
     if (!m->fate || !m->shown) {
@@ -107,13 +108,13 @@ static void submit_post(sched_t *s, job_t **jobs, size_t n, bool waited, int wai
 
 void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void *token)
 {
-    submit_post(s, jobs, n, false, 0, reply, token);
+    submit_post(s, jobs, n, false, 0, 0, reply, token);
 }
 
-void sched_submit_waited(sched_t *s, job_t **jobs, size_t n, int wait_ms, sched_reply_fn reply,
-                         void *token)
+void sched_submit_waited(sched_t *s, job_t **jobs, size_t n, int wait_ms, uint64_t inline_max,
+                         sched_reply_fn reply, void *token)
 {
-    submit_post(s, jobs, n, true, wait_ms, reply, token);
+    submit_post(s, jobs, n, true, wait_ms, inline_max, reply, token);
 }
 
 void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, sched_reply_fn reply,

@@ -111,15 +111,6 @@ static void end_state(job_t *job, int64_t now)
     job->state = job->error_code[0] ? JOB_FAILED : JOB_SUCCEEDED;
 }
 
-/* Whether the answer of a job's end carries its whole result: every output is inlined in it
- * (api_respond_job inlines up to max_inline_output_bytes); a failed job has none. */
-static bool result_in_answer(const sched_t *s, const job_t *job)
-{
-    for (int j = 0; job->state == JOB_SUCCEEDED && j < job->call.n_out; j++)
-        if (job->out[j].nbytes > s->cfg->max_inline_output_bytes) return false;
-    return true;
-}
-
 /* The ended jobs of waited submissions whose answers carry their results are answered before
  * their ends are written and committed, so that the HTTP thread makes the answer's text while
  * the loop writes: no fsync is waited for (the client holds the result, and retries with its
@@ -140,9 +131,9 @@ static sched_gate_t *answer_waited_ends(sched_t *s, queue_t *ended, int64_t now)
         for (int i = 0; i < batch->n; i++) {
             job_t *job = batch->jobs[i];
             entry_t *e = entry_of(s, job);
-            if (e->discard_result || !waiters_include_submission(e)) continue;
+            if (e->discard_result) continue;
             end_state(job, now);
-            if (!result_in_answer(s, job) || (!gate && !(gate = sched_gate_new()))) continue;
+            if (!waiters_carry_result(e, job) || (!gate && !(gate = sched_gate_new()))) continue;
             count_final(s, job->state);
             sched_observe_job_end(s, job);
             waiters_reply_gated(e, job, gate);

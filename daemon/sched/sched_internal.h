@@ -55,9 +55,14 @@ struct wait_group {
     bool durable_first;
     bool replayed;
     bool short_of_memory; /* an end could not be kept: the answer is -ENOMEM */
-    size_t n, left;       /* its jobs, and those whose ends it still waits for */
-    job_t **ends;         /* per job: its end (owned) once it came, else NULL */
-    waiter_t members[];   /* per job */
+    /* A submission's: the most bytes of an output its answer inlines (the request's
+     * limits.max_inline_output_bytes). An end kept until the last keeps no more of one, and
+     * a job's end is answered before its commit only when every output fits
+     * (waiters_carry_result). A wait for one job keeps no end and leaves it 0. */
+    uint64_t inline_max;
+    size_t n, left;     /* its jobs, and those whose ends it still waits for */
+    job_t **ends;       /* per job: its end (owned) once it came, else NULL */
+    waiter_t members[]; /* per job */
 };
 
 /* The queued entries of one user at one priority, by arrival, for counting those before one
@@ -158,8 +163,9 @@ typedef struct msg {
     void *token;
     job_t **jobs;
     size_t n;
-    job_fate_t *fate; /* submit: per job */
-    bool waited;      /* submit: sched_submit_waited's, for timeout_ms */
+    job_fate_t *fate;    /* submit: per job */
+    bool waited;         /* submit: sched_submit_waited's, for timeout_ms */
+    uint64_t inline_max; /* waited submit: sched_submit_waited's inline_max */
     bool any_owner;
     char owner[OWNER_SIZE];
     char id[ID_SIZE];
@@ -362,7 +368,9 @@ void handle_wait_cancel(sched_t *s, msg_t *m);
 void handle_cancel(sched_t *s, msg_t *m);
 void waiters_reply(entry_t *e, const job_t *job);
 void waiters_reply_gated(entry_t *e, const job_t *job, sched_gate_t *end_gate);
-bool waiters_include_submission(const entry_t *e);
+/* Whether a waited submission waits for e's job, and every such submission's answer carries
+ * the job's whole result (job, in its end state): each output inlined; a failed job has none. */
+bool waiters_carry_result(const entry_t *e, const job_t *job);
 void waiters_answer_all(sched_t *s);
 void deadline_arm(sched_t *s);
 int running_end(sched_t *s, entry_t *e, job_state_t state, const char *code, const char *message,

@@ -67,12 +67,6 @@ static sched_t *group_loop(const wait_group_t *g)
     return (sched_t *)((char *)g->timer.loop - offsetof(sched_t, loop));
 }
 
-/* The most bytes of an output that g's answer inlines: a kept end keeps no more of one. */
-static uint64_t inline_max(const wait_group_t *g)
-{
-    return group_loop(g)->cfg->max_inline_output_bytes;
-}
-
 static void group_closed(uv_handle_t *h)
 {
     wait_group_t *g = h->data;
@@ -249,7 +243,7 @@ static void waiter_take_end(waiter_t *w, const job_t *job, sched_gate_t *end_gat
     w->entry = NULL;
     if (--g->left == 0)
         group_answer_ends(g, i, job, end_gate);
-    else if (!(g->ends[i] = job_copy_answer(job, inline_max(g))))
+    else if (!(g->ends[i] = job_copy_answer(job, g->inline_max)))
         g->short_of_memory = true;
 }
 
@@ -290,10 +284,19 @@ void waiters_reply_gated(entry_t *e, const job_t *job, sched_gate_t *end_gate)
         waiter_take_end(w, job, end_gate);
 }
 
-/* Whether one of e's waiters is a waited submission's (sched_submit_waited). */
-bool waiters_include_submission(const entry_t *e)
+bool waiters_carry_result(const entry_t *e, const job_t *job)
 {
-    return submission_waiter(e) != NULL;
+    bool any = false;
+    queue_t *q;
+    queue_foreach(q, &e->waiters)
+    {
+        const wait_group_t *g = queue_data(q, waiter_t, node)->group;
+        if (queue_empty(&g->submit_node)) continue;
+        any = true;
+        for (int j = 0; job->state == JOB_SUCCEEDED && j < job->call.n_out; j++)
+            if (job->out[j].nbytes > g->inline_max) return false;
+    }
+    return any;
 }
 
 static void waiters_answer_visit(const char *key, void *value, void *ud)
@@ -400,6 +403,7 @@ bool submission_wait(sched_t *s, msg_t *m)
     if (!g) return false;
     g->durable_first = s->syncer != NULL;
     g->replayed = m->all_replayed;
+    g->inline_max = m->inline_max;
     queue_insert_tail(&s->submit_waiters, &g->submit_node);
     for (size_t i = 0; i < m->n; i++) {
         entry_t *e = submitted_entry(s, m->shown[i]);

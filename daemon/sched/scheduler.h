@@ -88,10 +88,13 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
  * the client then holds the results, and should the connection fail, a retry with the same
  * Idempotency-Key finds the jobs. An answer that carries a job not yet final (the wait ran
  * out, the daemon stops) is given once the jobs' acceptance is durable, as sched_submit's. An
- * idempotent retry waits for the first jobs of its keys (replayed set). Errors as
- * sched_submit's. */
-void sched_submit_waited(sched_t *s, job_t **jobs, size_t n, int wait_ms, sched_reply_fn reply,
-                         void *token);
+ * idempotent retry waits for the first jobs of its keys (replayed set). inline_max: the most
+ * bytes of an output that the caller's answer inlines (the request's
+ * limits.max_inline_output_bytes): a job whose outputs do not all fit is answered only once its
+ * end is committed, and a job that ends before the last keeps no more of an output than that.
+ * Errors as sched_submit's. */
+void sched_submit_waited(sched_t *s, job_t **jobs, size_t n, int wait_ms, uint64_t inline_max,
+                         sched_reply_fn reply, void *token);
 /* Replies when job id (owned by owner, or any owner if owner is NULL) is final, or after
  * timeout_ms with its current state. */
 void sched_wait(sched_t *s, const char *owner, const char *id, int timeout_ms, sched_reply_fn reply,

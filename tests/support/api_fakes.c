@@ -265,9 +265,10 @@ void sched_submit(sched_t *s, job_t **jobs, size_t n, sched_reply_fn reply, void
 }
 
 /* A waited submission answers as a submission does here, its wait recorded as a wait's. */
-void sched_submit_waited(sched_t *s, job_t **jobs, size_t n, int wait_ms, sched_reply_fn reply,
-                         void *token)
+void sched_submit_waited(sched_t *s, job_t **jobs, size_t n, int wait_ms, uint64_t inline_max,
+                         sched_reply_fn reply, void *token)
 {
+    (void)inline_max;
     fake_sched.last_timeout_ms = wait_ms;
     sched_submit(s, jobs, n, reply, token);
 }

@@ -271,13 +271,23 @@ START_TEST(test_a_failed_commit_takes_back_the_jobs_it_started)
 }
 END_TEST
 
-/* Posts a waited submission of job (taken), answered in box (sched_test_box_wait). */
-static void submit_waited_post(sched_test_box_t *box, job_t *job, int wait_ms)
+/* Posts a waited submission of job (taken), answered in box (sched_test_box_wait) with
+ * token box and reply, its answer inlining outputs up to inline_max bytes. */
+static void submit_waited_post_inline(sched_test_box_t *box, job_t *job, int wait_ms,
+                                      uint64_t inline_max, sched_reply_fn reply)
 {
     job_t **arr = calloc(1, sizeof *arr);
     arr[0] = job;
     sched_test_box_init(box);
-    sched_submit_waited(sched_test_sched, arr, 1, wait_ms, sched_test_on_reply, box);
+    sched_submit_waited(sched_test_sched, arr, 1, wait_ms, inline_max, reply, box);
+}
+
+/* Posts a waited submission of job (taken), answered in box, its outputs inlined as the
+ * configuration says. */
+static void submit_waited_post(sched_test_box_t *box, job_t *job, int wait_ms)
+{
+    submit_waited_post_inline(box, job, wait_ms, sched_test_cfg.max_inline_output_bytes,
+                              sched_test_on_reply);
 }
 
 /* A wait of 0 ms on owner's job id: once answered, the loop has ended every wake before the
@@ -381,6 +391,38 @@ START_TEST(test_a_jobs_wait_beside_a_waited_submission_is_answered_once_its_end_
     sched_stats_t stats;
     sched_get_stats(sched_test_sched, &stats);
     ck_assert_int_eq(stats.succeeded_total, 1);
+}
+END_TEST
+
+/* A waited job whose output its answer does not inline (past the limit its request gave,
+ * whatever the configuration at start says: a reload may have changed it) is answered once its
+ * end is committed, not while it is being committed: its client will not hold the result, and
+ * whoever it asks for it finds the end in the store. */
+START_TEST(test_a_waited_job_whose_output_its_answer_leaves_out_is_answered_after_its_commit)
+{
+    sched_test_fake->slots = 1;
+    const uint64_t out_bytes = 10 * sizeof(float);
+    ck_assert_uint_ge(sched_test_cfg.max_inline_output_bytes, out_bytes);
+    stored_at_answer_t waited;
+    submit_waited_post_inline(&waited.box, sched_test_lone_job("alice", 10), 5000, out_bytes - 1,
+                              on_reply_read_store);
+    fake_exec_wait_batches(sched_test_fake, 1);
+    fake_exec_complete(sched_test_fake, 0);
+    sched_test_box_wait(&waited.box);
+    ck_assert_int_eq(waited.box.err, 0);
+    ck_assert_int_eq(waited.box.states[0], JOB_SUCCEEDED);
+    ck_assert(!waited.box.gated);
+    ck_assert_int_eq(waited.stored, JOB_SUCCEEDED);
+
+    /* With room for the output, the same job is answered early, through the gate. */
+    sched_test_box_t box;
+    submit_waited_post_inline(&box, sched_test_lone_job("alice", 10), 5000, out_bytes,
+                              sched_test_on_reply);
+    fake_exec_wait_batches(sched_test_fake, 2);
+    fake_exec_complete(sched_test_fake, 1);
+    sched_test_box_wait(&box);
+    ck_assert_int_eq(box.states[0], JOB_SUCCEEDED);
+    ck_assert(box.gated);
 }
 END_TEST
 
@@ -512,6 +554,8 @@ int main(void)
     tcase_add_test(tc,
                    test_a_jobs_wait_beside_a_waited_submission_is_answered_once_its_end_is_stored);
     tcase_add_test(tc, test_a_start_lost_with_a_completions_commit_is_recorded_at_its_end);
+    tcase_add_test(
+        tc, test_a_waited_job_whose_output_its_answer_leaves_out_is_answered_after_its_commit);
     tcase_add_test(tc, test_queued_jobs_go_out_after_a_completion_whose_outputs_cannot_be_placed);
     suite_add_tcase(s, tc);
     TCase *durable = sched_test_tcase("durable", sched_test_start_durable);
@@ -521,6 +565,8 @@ int main(void)
     tcase_add_test(durable,
                    test_a_waited_jobs_row_exists_while_it_runs_and_holds_its_end_after_the_answer);
     tcase_add_test(durable, test_a_waited_job_whose_commit_fails_after_it_went_out_leaves_nothing);
+    tcase_add_test(
+        durable, test_a_waited_job_whose_output_its_answer_leaves_out_is_answered_after_its_commit);
     suite_add_tcase(s, durable);
     return run_suite(s);
 }
