@@ -1,7 +1,7 @@
 /* libgpujob's submissions to the real daemon: lists all or nothing, idempotency keys, one job
- * after a retry of a lost answer (through a proxy that drops it), the error answers mapped to
- * error values with the daemon's codes, fields and messages, lists of jobs paged through
- * cursors, and the caller's usage.
+ * (or one waited list's jobs) after a retry of a lost answer (through a proxy that drops it), the
+ * error answers mapped to error values with the daemon's codes, fields and messages, lists of jobs
+ * paged through cursors, and the caller's usage.
  *
  * One daemon serves the suite (support/client_test.h); tests count only jobs they made. With
  * GJC_TEST_QUICK set (the valgrind run) the heaviest loops are shorter. */
@@ -187,13 +187,40 @@ static void *proxy_main(void *arg)
     }
 }
 
+/* Starts a proxy to the suite's daemon; url receives its address. */
+static void proxy_start(proxy_t *p, char url[64])
+{
+    *p = (proxy_t){.daemon_port = e2e_daemon_port(client_test_daemon)};
+    p->listen_fd = client_test_silent_listener(&p->port);
+    ck_assert_int_eq(pthread_create(&p->thread, NULL, proxy_main, p), 0);
+    snprintf(url, 64, "http://127.0.0.1:%d", p->port);
+}
+
+static void proxy_stop(proxy_t *p)
+{
+    shutdown(p->listen_fd, SHUT_RDWR);
+    pthread_join(p->thread, NULL);
+    close(p->listen_fd);
+}
+
+/* Asserts that submission r through the proxy succeeded after the proxy dropped its first
+ * answer, that the retry's key was one the daemon knew (200), and that the caller then has
+ * want_jobs jobs. */
+static void assert_retried_once(const proxy_t *p, int r, gpujob_client_t *via_proxy,
+                                gpujob_client_t *direct, long want_jobs)
+{
+    ck_assert_msg(r == 0, "submit through the proxy: %s", gpujob_errmsg(via_proxy));
+    ck_assert(p->dropped);
+    ck_assert_int_ge(p->connections, 2);
+    ck_assert_int_eq(gpujob_http_status(via_proxy), 200); /* the daemon recognised the key */
+    ck_assert_int_eq(client_test_count_jobs(direct, NULL), want_jobs);
+}
+
 START_TEST(test_retried_submit_after_a_lost_answer_creates_one_job)
 {
-    proxy_t p = {.daemon_port = e2e_daemon_port(client_test_daemon)};
-    p.listen_fd = client_test_silent_listener(&p.port);
-    ck_assert_int_eq(pthread_create(&p.thread, NULL, proxy_main, &p), 0);
+    proxy_t p;
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", p.port);
+    proxy_start(&p, url);
     gpujob_client_t *via_proxy = client_test_at(url), *direct = client_test_tcp();
     long before = client_test_count_jobs(direct, NULL);
 
@@ -201,11 +228,7 @@ START_TEST(test_retried_submit_after_a_lost_answer_creates_one_job)
     gpujob_spec_t *spec = client_test_saxpy(3, x, y, 2);
     gpujob_job_t *job = NULL;
     int r = gpujob_submit(via_proxy, spec, &job);
-    ck_assert_msg(r == 0, "submit through the proxy: %s", gpujob_errmsg(via_proxy));
-    ck_assert(p.dropped);
-    ck_assert_int_ge(p.connections, 2);
-    ck_assert_int_eq(gpujob_http_status(via_proxy), 200); /* the daemon recognised the key */
-    ck_assert_int_eq(client_test_count_jobs(direct, NULL), before + 1);
+    assert_retried_once(&p, r, via_proxy, direct, before + 1);
 
     /* With retries off, the same loss is reported as a lost connection. */
     p.connections = 0;
@@ -217,11 +240,40 @@ START_TEST(test_retried_submit_after_a_lost_answer_creates_one_job)
     ck_assert_int_eq(gpujob_submit(via_proxy, spec, &lost), -ECONNRESET);
     ck_assert_ptr_null(lost);
 
-    shutdown(p.listen_fd, SHUT_RDWR);
-    pthread_join(p.thread, NULL);
-    close(p.listen_fd);
+    proxy_stop(&p);
     gpujob_job_free(job);
     gpujob_spec_free(spec);
+    gpujob_client_free(via_proxy);
+    gpujob_client_free(direct);
+}
+END_TEST
+
+/* A waited list whose answer is lost is sent again with the same Idempotency-Key: the retry
+ * waits for the jobs the first try created and answers them (200), ended, with their outputs;
+ * no job is created twice. */
+START_TEST(test_retried_waited_list_after_a_lost_answer_creates_its_jobs_once)
+{
+    float x[3][4], y[4] = {1, 2, 3, 4};
+    const gpujob_spec_t *specs[3];
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 4; i++)
+            x[k][i] = (float)(10 * k + i);
+        specs[k] = client_test_saxpy(k + 1, x[k], y, 4);
+    }
+    proxy_t p;
+    char url[64];
+    proxy_start(&p, url);
+    gpujob_client_t *via_proxy = client_test_at(url), *direct = client_test_tcp();
+    long before = client_test_count_jobs(direct, NULL);
+    gpujob_job_t *jobs[3] = {NULL};
+    int r = gpujob_submit_many_wait(via_proxy, specs, 3, NULL, 60, jobs);
+    assert_retried_once(&p, r, via_proxy, direct, before + 3);
+    for (int k = 0; k < 3; k++) {
+        client_test_assert_saxpy_out(jobs[k], k + 1, x[k], y, 4);
+        gpujob_job_free(jobs[k]);
+        gpujob_spec_free((gpujob_spec_t *)specs[k]);
+    }
+    proxy_stop(&p);
     gpujob_client_free(via_proxy);
     gpujob_client_free(direct);
 }
@@ -410,6 +462,7 @@ int main(void)
     tcase_add_test(tc, test_submit_many_is_all_or_nothing);
     tcase_add_test(tc, test_same_idempotency_key_returns_the_first_job);
     tcase_add_test(tc, test_retried_submit_after_a_lost_answer_creates_one_job);
+    tcase_add_test(tc, test_retried_waited_list_after_a_lost_answer_creates_its_jobs_once);
     tcase_add_test(tc, test_error_answers_map_to_codes_fields_and_messages);
     tcase_add_test(tc, test_list_filters_and_pages_through_cursors);
     tcase_add_test(tc, test_usage_counts_the_callers_jobs);

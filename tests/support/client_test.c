@@ -3,6 +3,7 @@
 #include "support/client_test.h"
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,24 @@ gpujob_spec_t *client_test_saxpy(double a, const float *x, const float *y, int64
     ck_assert_int_eq(gpujob_spec_input(spec, "y", &ty), 0);
     ck_assert_int_eq(gpujob_spec_param_double(spec, "a", a), 0);
     return spec;
+}
+
+void client_test_assert_saxpy_out(const gpujob_job_t *job, double a, const float *x, const float *y,
+                                  int64_t n)
+{
+    ck_assert_msg(gpujob_job_state(job) == GPUJOB_SUCCEEDED, "%s", gpujob_job_json(job));
+    gpujob_tensor_t out;
+    ck_assert_int_eq(gpujob_job_output(job, "out", &out), 0);
+    ck_assert_int_eq(out.dtype, GPUJOB_F32);
+    ck_assert_int_eq(out.ndim, 1);
+    ck_assert_int_eq(out.shape[0], n);
+    ck_assert_msg(out.data, "%s: no output inline", gpujob_job_id(job));
+    for (int64_t i = 0; i < n; i++) {
+        float want = (float)a * x[i] + y[i], got = ((float *)out.data)[i];
+        ck_assert_msg(fabsf(got - want) <= 1e-5f * (fabsf(want) + 1), "%s: out[%ld] %g, want %g",
+                      gpujob_job_id(job), (long)i, got, want);
+    }
+    gpujob_tensor_clear(&out);
 }
 
 gpujob_spec_t *client_test_long_spec(gpujob_client_t *c, int channels,

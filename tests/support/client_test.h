@@ -35,6 +35,11 @@ float *client_test_random_floats(size_t n, uint32_t seed, double lo, double hi);
 /* A saxpy spec (out = a * x + y) on n floats; x and y are copied into the spec. */
 gpujob_spec_t *client_test_saxpy(double a, const float *x, const float *y, int64_t n);
 
+/* Asserts that job succeeded with its output "out" inline, holding a * x + y (n floats) as the
+ * daemon's f32 saxpy computes it. */
+void client_test_assert_saxpy_out(const gpujob_job_t *job, double a, const float *x, const float *y,
+                                  int64_t n);
+
 /* A job that keeps the one CPU worker busy for a second or so (C = 128): conv2d f32,
  * x [1, C, 64, 64], w [C, C, 3, 3], padding 1. Its tensors are uploaded once as buffers (ids in
  * ret_buffers, for the caller to delete), so that submitting it is quick even under valgrind. */
