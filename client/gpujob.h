@@ -238,6 +238,17 @@ GPUJOB_API int gpujob_submit_wait(gpujob_client_t *c, const gpujob_spec_t *spec,
  * characters; to retry a submission across process restarts), or NULL to generate one. */
 GPUJOB_API int gpujob_submit_many(gpujob_client_t *c, const gpujob_spec_t *const *specs, size_t n,
                                   const char *idempotency_key, gpujob_job_t **ret_jobs);
+/* gpujob_submit_many, waiting in the same request up to wait_s seconds (cut to the daemon's
+ * limits.max_wait_ms) for all n jobs to end: ret_jobs receives them in order as they stand
+ * then, final or not (a job not final is one the wait did not see end; a wait that runs out is
+ * no error), each with its small outputs inline for gpujob_job_output as gpujob_submit_wait
+ * gives one job's. The jobs of one answer share its binary section (see
+ * gpujob_client_set_binary_outputs): each may be freed on its own. Retries reuse the
+ * idempotency key, so that a lost answer is waited for again without creating new jobs. A
+ * negative wait_s does not wait (gpujob_submit_many); -EINVAL when it is not a number. */
+GPUJOB_API int gpujob_submit_many_wait(gpujob_client_t *c, const gpujob_spec_t *const *specs,
+                                       size_t n, const char *idempotency_key, double wait_s,
+                                       gpujob_job_t **ret_jobs);
 /* GET /v1/jobs/{id}. */
 GPUJOB_API int gpujob_get(gpujob_client_t *c, const char *id, gpujob_job_t **ret);
 /* Waits until job id is final, with long polls (no busy loop), and returns it. timeout_s < 0

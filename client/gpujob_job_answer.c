@@ -1,5 +1,6 @@
 /* A job as the daemon answers it (gpujob_job_t): its state and the states' names, its fields,
- * and its inline outputs decoded into tensors. */
+ * and its inline outputs decoded into tensors, from JSON numbers or from the answer's binary
+ * section, which the jobs of one answer share. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -33,23 +34,97 @@ bool gpujob_state_is_final(gpujob_state_t s)
 
 /* ---- Jobs -------------------------------------------------------------------------------- */
 
+/* An answer's binary section, held by every job of that answer (the jobs of a waited list all
+ * read their inline outputs from the one section) and freed with the last of them: sharing it
+ * costs a pointer and a count per job where copying would cost each job the bytes of all. The
+ * count is atomic because the jobs are separate objects to the caller, who may free them on
+ * different threads. */
+typedef struct job_section {
+    unsigned long refs;
+    gjc_section_t bytes;
+} job_section_t;
+
 struct gpujob_job {
     json_t *root;
-    char *text;            /* gjc_json_dumps of root, made on first use */
-    gjc_section_t section; /* the answer's binary section: outputs' bytes */
+    char *text;             /* gjc_json_dumps of root, made on first use */
+    job_section_t *section; /* the answer's binary section (outputs' bytes), or NULL */
 };
 
-gpujob_job_t *gjc_job_new(json_t *root, gjc_section_t *section)
+/* Takes section's body (when it has one) into a new shared section with one reference: 0 with
+ * *ret NULL when there is no body, -ENOMEM with the body freed. */
+static int section_share(gjc_section_t *section, job_section_t **ret)
+{
+    *ret = NULL;
+    if (!section || !section->body) return 0;
+    job_section_t *s = malloc(sizeof *s);
+    if (!s) {
+        free(section->body);
+        return -ENOMEM;
+    }
+    *s = (job_section_t){.refs = 1, .bytes = *section};
+    *ret = s;
+    return 0;
+}
+
+static job_section_t *section_ref(job_section_t *s)
+{
+    if (s) __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+    return s;
+}
+
+static void section_unref(job_section_t *s)
+{
+    if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+    free(s->bytes.body);
+    free(s);
+}
+
+/* A job of root and section (both references taken); NULL, both released, when out of
+ * memory. */
+static gpujob_job_t *job_wrap(json_t *root, job_section_t *section)
 {
     gpujob_job_t *job = calloc(1, sizeof *job);
     if (!job) {
         json_decref(root);
-        if (section) free(section->body);
+        section_unref(section);
         return NULL;
     }
     job->root = root;
-    if (section) job->section = *section;
+    job->section = section;
     return job;
+}
+
+gpujob_job_t *gjc_job_new(json_t *root, gjc_section_t *section)
+{
+    job_section_t *shared;
+    if (section_share(section, &shared) < 0) {
+        json_decref(root);
+        return NULL;
+    }
+    return job_wrap(root, shared);
+}
+
+int gjc_jobs_new(json_t *root, size_t n, gjc_section_t *section, gpujob_job_t **ret_jobs)
+{
+    job_section_t *shared = NULL;
+    gpujob_job_t **jobs = calloc(n, sizeof *jobs);
+    int r = jobs ? section_share(section, &shared) : -ENOMEM;
+    if (!jobs && section) free(section->body);
+    size_t made = 0;
+    for (; r >= 0 && made < n; made++) {
+        json_t *item = json_is_array(root) ? json_array_get(root, made) : root;
+        if (!json_is_string(json_object_get(item, "id")))
+            r = -EBADMSG;
+        else if (!(jobs[made] = job_wrap(json_incref(item), section_ref(shared))))
+            r = -ENOMEM;
+    }
+    if (r >= 0) memcpy(ret_jobs, jobs, n * sizeof *jobs);
+    for (size_t i = 0; r < 0 && i < made; i++)
+        gpujob_job_free(jobs[i]);
+    section_unref(shared);
+    free(jobs);
+    json_decref(root);
+    return r;
 }
 
 void gpujob_job_free(gpujob_job_t *job)
@@ -57,7 +132,7 @@ void gpujob_job_free(gpujob_job_t *job)
     if (!job) return;
     json_decref(job->root);
     free(job->text);
-    free(job->section.body);
+    section_unref(job->section);
     free(job);
 }
 
@@ -294,13 +369,15 @@ int gpujob_job_output(const gpujob_job_t *job, const char *name, gpujob_tensor_t
     const json_t *data = json_object_get(o, "data");
     const json_t *offset = json_object_get(o, "binary_offset");
     if (offset) {
+        /* binary_offset counts from the start of the answer's section, shared by its jobs. */
+        gjc_section_t none = {0}, *s = job->section ? &job->section->bytes : &none;
         json_int_t at = json_integer_value(offset);
-        if (!json_is_integer(offset) || at < 0 || (size_t)at > job->section.len ||
-            t.nbytes > job->section.len - (size_t)at)
+        if (!json_is_integer(offset) || at < 0 || (size_t)at > s->len ||
+            t.nbytes > s->len - (size_t)at)
             return -EBADMSG;
         t.data = malloc(t.nbytes ? t.nbytes : 1);
         if (!t.data) return -ENOMEM;
-        memcpy(t.data, job->section.body + job->section.offset + at, t.nbytes);
+        if (t.nbytes) memcpy(t.data, s->body + s->offset + at, t.nbytes);
     } else if (data) {
         int64_t numel = gpujob_tensor_numel(&t), count = 0;
         t.data = malloc(t.nbytes ? t.nbytes : 1);

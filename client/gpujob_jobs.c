@@ -1,5 +1,6 @@
-/* The calls on /v1/jobs: submitting specs with idempotency keys and retries, reading jobs back
- * (get, list, long-poll wait) and cancelling them. Specs are built in gpujob_spec.c, the jobs
+/* The calls on /v1/jobs: submitting specs with idempotency keys and retries (waiting in the
+ * same request, when asked, for the job or the whole list to end), reading jobs back (get,
+ * list, long-poll wait) and cancelling them. Specs are built in gpujob_spec.c, the jobs
  * answered read in gpujob_job_answer.c, outputs downloaded in gpujob_outputs.c. */
 #include <errno.h>
 #include <math.h>
@@ -89,12 +90,14 @@ static int submit_body(gpujob_client_t *c, const char *body, size_t len, size_t 
     }
 }
 
-/* gpujob_submit_many, waiting up to wait_s for a single job to end when wait_s >= 0. */
+/* gpujob_submit_many_wait without its check of wait_s: a negative one does not wait. */
 static int submit_specs(gpujob_client_t *c, const gpujob_spec_t *const *specs, size_t n,
                         const char *idempotency_key, double wait_s, gpujob_job_t **ret_jobs)
 {
     gjc_clear_error(c);
     if (!specs || n == 0 || !ret_jobs) return gjc_fail(c, -EINVAL, "no jobs to submit");
+    for (size_t i = 0; i < n; i++)
+        if (!specs[i]) return gjc_fail(c, -EINVAL, "no job to submit at %zu", i);
     char key[48];
     if (idempotency_key) {
         if (!idempotency_key[0] || strlen(idempotency_key) > 127 ||
@@ -124,24 +127,10 @@ static int submit_specs(gpujob_client_t *c, const gpujob_spec_t *const *specs, s
         return gjc_fail(c, -EBADMSG, "the daemon answered a submission of %zu jobs with %s", n,
                         json_is_array(root) ? "a list of another length" : "no job list");
     }
-    gpujob_job_t *jobs[n];
-    size_t made = 0;
-    for (; made < n; made++) {
-        json_t *item = json_is_array(root) ? json_array_get(root, made) : root;
-        if (!json_is_string(json_object_get(item, "id"))) break;
-        /* Only an answer of one job, which may have waited for its end, has outputs. */
-        jobs[made] = gjc_job_new(json_incref(item), n == 1 ? &section : NULL);
-        if (n == 1) section = (gjc_section_t){0}; /* the job's now, or freed */
-        if (!jobs[made]) break;
-    }
-    free(section.body);
-    json_decref(root);
-    if (made < n) {
-        for (size_t i = 0; i < made; i++)
-            gpujob_job_free(jobs[i]);
-        return gjc_fail(c, -EBADMSG, "job %zu of the answer has no id", made);
-    }
-    memcpy(ret_jobs, jobs, n * sizeof jobs[0]);
+    /* Every job of a waited answer may have outputs in its binary section. */
+    r = gjc_jobs_new(root, n, &section, ret_jobs);
+    if (r == -EBADMSG) return gjc_fail(c, r, "a job of the answer has no id");
+    if (r < 0) return gjc_fail(c, r, "out of memory");
     return 0;
 }
 
@@ -149,6 +138,16 @@ int gpujob_submit_many(gpujob_client_t *c, const gpujob_spec_t *const *specs, si
                        const char *idempotency_key, gpujob_job_t **ret_jobs)
 {
     return submit_specs(c, specs, n, idempotency_key, -1, ret_jobs);
+}
+
+int gpujob_submit_many_wait(gpujob_client_t *c, const gpujob_spec_t *const *specs, size_t n,
+                            const char *idempotency_key, double wait_s, gpujob_job_t **ret_jobs)
+{
+    if (!isfinite(wait_s)) {
+        gjc_clear_error(c);
+        return gjc_fail(c, -EINVAL, "the wait must be a number of seconds");
+    }
+    return submit_specs(c, specs, n, idempotency_key, wait_s, ret_jobs);
 }
 
 int gpujob_submit(gpujob_client_t *c, const gpujob_spec_t *spec, gpujob_job_t **ret)
@@ -160,12 +159,7 @@ int gpujob_submit_wait(gpujob_client_t *c, const gpujob_spec_t *spec, double wai
                        gpujob_job_t **ret)
 {
     const gpujob_spec_t *specs[1] = {spec};
-    if (!spec || !isfinite(wait_s)) {
-        gjc_clear_error(c);
-        return gjc_fail(c, -EINVAL,
-                        spec ? "the wait must be a number of seconds" : "no job to submit");
-    }
-    return submit_specs(c, specs, 1, NULL, wait_s, ret);
+    return gpujob_submit_many_wait(c, specs, 1, NULL, wait_s, ret);
 }
 
 /* ---- Reading jobs ------------------------------------------------------------------------ */
