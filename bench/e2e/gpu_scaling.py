@@ -58,6 +58,7 @@ TINY_ARRAY = 1000
 READY_POLL_S = 0.02
 RETRY_S = 0.02
 RETRY_FOR_S = 120
+SETTLE_S = 15  # how long past a fault scenario's budget /readyz may take to stay 200
 
 
 def log(text):
@@ -221,10 +222,24 @@ def tiny_arrays(url, clients, arrays):
     return r
 
 
+def failed(what, e):
+    """A measure that raised, as its result: the run goes on and writes what it has."""
+    log(f"{what} failed: {type(e).__name__}: {e}")
+    return {"error": f"{type(e).__name__}: {e}"[:300]}
+
+
 def measure_load(url, args, devices):
-    return {"gemm": gemm_stream(url, devices, args.gemm_m, args.gemm_k, args.gemm_jobs,
-                                args.gemm_clients),
-            "tiny": tiny_arrays(url, args.tiny_clients, args.tiny_arrays)}
+    r = {}
+    try:
+        r["gemm"] = gemm_stream(url, devices, args.gemm_m, args.gemm_k, args.gemm_jobs,
+                                args.gemm_clients)
+    except Exception as e:  # noqa: BLE001 (any failure is written down, the rest goes on)
+        r["gemm"] = failed("gemm", e)
+    try:
+        r["tiny"] = tiny_arrays(url, args.tiny_clients, args.tiny_arrays)
+    except Exception as e:  # noqa: BLE001
+        r["tiny"] = failed("tiny", e)
+    return r
 
 
 class ReadyWatch:
@@ -275,26 +290,33 @@ class ReadyWatch:
 
 def submit_retrying(url, text, deadline):
     """POSTs text (one job or an array) on a fresh connection, again until deadline while the
-    daemon does not answer (it may be restarting); returns the 201's JSON."""
+    daemon does not answer or answers 503 (it may be restarting); returns the 201's JSON."""
     while True:
         try:
             return Client(url, timeout=30).submit(text)
         except (OSError, http.client.HTTPException, RuntimeError) as e:
-            if time.time() > deadline:
-                raise RuntimeError(f"POST /v1/jobs: no answer until the deadline: {e}")
+            if isinstance(e, RuntimeError) and "HTTP 503" not in str(e) or time.time() > deadline:
+                raise RuntimeError(f"POST /v1/jobs, not sent again: {e}")
             time.sleep(0.1)
 
 
 def final_job(url, job_id, deadline):
     """The job once final, long-polling on fresh connections until deadline: a restart in
-    place ends connections and a draining daemon may answer 503, so both are tried again."""
+    place ends connections and a draining daemon may answer 503, so both are tried again.
+    Past the deadline, what the daemon last said of it (state "not final by the deadline"
+    when it said nothing), so that the run still writes what it saw."""
+    last = {"id": job_id, "state": "not final by the deadline", "finished_at": None}
     while True:
         left = int(deadline - time.time())
-        if left <= 0:
-            raise RuntimeError(f"job {job_id} not final by the deadline")
         try:
-            return Client(url, timeout=left + 10).wait(job_id, min(left, 10))
+            client = Client(url, timeout=max(left, 0) + 10)
+            last = client.request("GET", f"/v1/jobs/{job_id}")
+            if last["state"] not in ("queued", "running") or left <= 0:
+                return last
+            return client.wait(job_id, min(left, 10))
         except (OSError, http.client.HTTPException, RuntimeError):
+            if left <= 0:
+                return last
             time.sleep(0.1)
 
 
@@ -305,15 +327,34 @@ def job_end(job):
             "message": (job.get("error") or {}).get("message")}
 
 
+def settle(watch, t_final, deadline):
+    """After a fault, waits until /readyz has answered 200 for a second, and at least 3 s after
+    the last job ended (the daemon may restart once more), or until deadline."""
+    while time.time() < deadline:
+        changes = list(watch.changes)
+        steady = changes and changes[-1][1] == 200 and \
+            time.time() - (watch.t0 + changes[-1][0]) >= 1
+        if steady and time.time() >= t_final + 3:
+            return
+        time.sleep(0.1)
+
+
 def fault_scenario(url, d0, d1, sleepers, sleep_ms, queued, fault, budget_s):
     """d0 busy with sleepers and queued jobs behind them; with fault, a debug_fault job on d1.
     Returns what became of each job, and /readyz meanwhile."""
+    watch = ReadyWatch(url)
+    try:
+        return fault_run(url, watch, d0, d1, sleepers, sleep_ms, queued, fault, budget_s)
+    finally:
+        watch.stop.set()
+
+
+def fault_run(url, watch, d0, d1, sleepers, sleep_ms, queued, fault, budget_s):
     deadline = time.time() + budget_s
     sleep = json.dumps({"op": "debug_sleep", "device": d0, "params": {"ms": sleep_ms},
                         "inputs": {"x": {"dtype": "f32", "shape": [4], "data": [1, 2, 3, 4]}}})
     saxpy = json.loads(tiny_job())
     saxpy["device"] = d0
-    watch = ReadyWatch(url)
     sleeper_ids = [j["id"] for j in submit_retrying(url, "[" + ",".join([sleep] * sleepers)
                                                     + "]", deadline)]
     client = Client(url)
@@ -335,10 +376,8 @@ def fault_scenario(url, d0, d1, sleepers, sleep_ms, queued, fault, budget_s):
     ends = {i: final_job(url, i, deadline) for i in sleeper_ids + queued_ids
             + ([fault_id] if fault_id else [])}
     t_final = time.time()
-    # /readyz a little longer after a fault: the daemon may restart once more after the last
-    # job ended.
-    while fault and time.time() < min(t_final + 3, deadline):
-        time.sleep(0.1)
+    if fault:
+        settle(watch, t_final, deadline + SETTLE_S)
     changes, back_s = watch.finish(t_fault or t_queued)
     qrows = [ends[i] for i in queued_ids]
     q_end = [time_us(j["finished_at"]) for j in qrows if j["finished_at"]]
@@ -378,8 +417,12 @@ def measure_fault(url, args, devices):
     for name, fault in (("baseline", False), ("fault", True)):
         log(f"fault: {name}: {sleepers} debug_sleep of {args.sleep_ms} ms and {args.queued} "
             f"saxpy pinned to device {d0}" + (f", debug_fault on device {d1}" if fault else ""))
-        r[name] = s = fault_scenario(url, d0, d1, sleepers, args.sleep_ms, args.queued, fault,
-                                     budget)
+        try:
+            r[name] = s = fault_scenario(url, d0, d1, sleepers, args.sleep_ms, args.queued,
+                                         fault, budget)
+        except Exception as e:  # noqa: BLE001 (written down; the run goes on)
+            r[name] = failed(f"fault: {name}", e)
+            continue
         log(f"fault: {name}: queued jobs ended in {s['queued_end_s'] or 0:.2f} s; sleepers "
             f"{[(j['state'], j['attempts'], j['run_device']) for j in s['sleepers']]}; "
             f"/readyz {s['readyz_changes']}; devices after {s['devices_after']}")
@@ -424,7 +467,10 @@ def main():
     else:
         r.update(measure_fault(args.url, args, devices))
     write_json(args.json, r)
-    return 0
+    errors = [k for k, v in r.items() if isinstance(v, dict) and "error" in v]
+    if errors:
+        log(f"failed: {', '.join(errors)} (the JSON says why)")
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

@@ -610,11 +610,11 @@ def by_device(r):
     return ", ".join(f"{d}: {v['jobs']:,}" for d, v in sorted(r.get("per_device", {}).items()))
 
 
-def scaling_table(out, title, one, every, lines, missing):
-    """One table of a gpu_scaling.py load measure: the one-GPU run, the all-GPU run and their
-    ratio. lines: (label, function of a measure's result giving the cell, number digits or None
-    for text). A run that was not measured fills its column with the reason (missing when it
-    left no result)."""
+def scaling_table(out, title, one, every, key, lines, missing):
+    """One table of a gpu_scaling.py load measure (key: gemm or tiny): the one-GPU run, the
+    all-GPU run and their ratio. lines: (label, function of the measure's result giving the
+    cell, number digits or None for text). A run that was not measured fills its column with
+    the reason (missing when it left no result), one whose measure failed with the error."""
     names = [", ".join(map(str, r.get("devices", []))) or "-" if r and not r.get("skipped")
              else "-" for r in (one, every)]
     out.append(f"| {title} | one GPU (device {names[0]}) | all GPUs ({names[1]}) | all / one |")
@@ -622,11 +622,13 @@ def scaling_table(out, title, one, every, lines, missing):
     for label, cell, digits in lines:
         vals, texts = [], []
         for r in (one, every):
-            if not r or r.get("skipped"):
+            m = (r or {}).get(key) or {"error": missing}
+            if not r or r.get("skipped") or m.get("error"):
                 vals.append(None)
-                texts.append(r["skipped"] if r else missing)
+                texts.append(r["skipped"] if r and r.get("skipped") else
+                             f"failed: {m['error']}" if r else missing)
                 continue
-            v = cell(r)
+            v = cell(m)
             vals.append(v if digits is not None else None)
             texts.append(num(v, digits) if digits is not None else str(v))
         rate = ratio(vals[1], vals[0]) if digits is not None else None
@@ -686,7 +688,7 @@ def fault_table(rep, out, f):
     out.append("| measure | without a fault | with the fault | with / without |")
     out.append("|---|---|---|---:|")
     for label, cell, digits in lines:
-        a, b = cell(base), cell(hit)
+        a, b = (f"failed: {r['error']}" if "error" in r else cell(r) for r in (base, hit))
         numbers = digits is not None and not isinstance(a, str) and not isinstance(b, str)
         rate = ratio(b, a) if numbers else None
         fmt = (lambda v: v if isinstance(v, str) else num(v, digits)) if digits is not None \
@@ -715,18 +717,18 @@ def gpus_section(rep, out):
         out.append(f"Each daemon's state directory on {state_on}"
                    + (" (/dev/shm): the disk does not bound these rows.\n" if state_on == "tmpfs"
                       else ": each GEMM's output, and each tiny job, is written to it.\n"))
-    gemm = next((r["gemm"] for r in (one, every) if r and r.get("gemm")), None)
-    scaling_table(out, "large GEMM stream", one, every, [
-        ("jobs succeeded", lambda r: f"{r['gemm']['succeeded']} of {r['gemm']['jobs']}", None),
-        ("jobs/s (first POST to last end)", lambda r: r["gemm"]["jobs_per_s"], 2),
-        ("TFLOP/s (first POST to last end)", lambda r: r["gemm"]["tflops_wall"], 1),
-        ("TFLOP/s (first start to last end)", lambda r: r["gemm"]["tflops_exec"], 1),
-        ("jobs by device (run_device)", lambda r: by_device(r["gemm"]), None),
+    gemm = next((r["gemm"] for r in (one, every) if r and "m" in r.get("gemm", {})), None)
+    scaling_table(out, "large GEMM stream", one, every, "gemm", [
+        ("jobs succeeded", lambda r: f"{r['succeeded']} of {r['jobs']}", None),
+        ("jobs/s (first POST to last end)", lambda r: r["jobs_per_s"], 2),
+        ("TFLOP/s (first POST to last end)", lambda r: r["tflops_wall"], 1),
+        ("TFLOP/s (first start to last end)", lambda r: r["tflops_exec"], 1),
+        ("jobs by device (run_device)", lambda r: by_device(r), None),
         ("resident buffers by device", lambda r: ", ".join(
-            str(u["device"]) for u in r["gemm"]["uploads"]), None),
-        ("outputs stored, GB/s", lambda r: r["gemm"]["out_gbps"], 2),
-        ("batch size p50 / max", lambda r: f"{r['gemm']['batch_size_p50']} / "
-         f"{r['gemm']['batch_size_max']}", None)], rep.why_missing("gpus"))
+            str(u["device"]) for u in r["uploads"]), None),
+        ("outputs stored, GB/s", lambda r: r["out_gbps"], 2),
+        ("batch size p50 / max", lambda r: f"{r['batch_size_p50']} / {r['batch_size_max']}",
+         None)], rep.why_missing("gpus"))
     if gemm:
         out.append(f"Each job: gemm f32 a * a^T, a a resident [{gemm['m']:,}, {gemm['k']:,}] "
                    f"buffer ({gemm['buffer_bytes'] / 2**30:.2f} GiB, one per device, placed by "
@@ -734,16 +736,14 @@ def gpus_section(rep, out):
                    f"{gemm['out_bytes_per_job'] / 2**20:.0f} MiB output; {gemm['jobs']} jobs "
                    f"as {gemm['clients']} arrays POSTed at once after a warm-up job per buffer. "
                    "A job naming a resident buffer runs on its device.\n")
-    tiny = next((r["tiny"] for r in (one, every) if r and r.get("tiny")), None)
-    scaling_table(out, "tiny-job arrays", one, every, [
-        ("jobs succeeded", lambda r: f"{r['tiny']['succeeded']:,} of {r['tiny']['jobs']:,}",
-         None),
-        ("jobs/s (first POST to last end)", lambda r: r["tiny"]["jobs_per_s"], 0),
-        ("jobs/s taken in (first POST to last 201)", lambda r: r["tiny"]["submit_jobs_per_s"],
-         0),
-        ("jobs by device (run_device)", lambda r: by_device(r["tiny"]), None),
-        ("POSTs sent again after a 503", lambda r: r["tiny"]["retried_posts"], 0),
-        ("batch size p50", lambda r: r["tiny"]["batch_size_p50"], 0)], rep.why_missing("gpus"))
+    tiny = next((r["tiny"] for r in (one, every) if r and "array" in r.get("tiny", {})), None)
+    scaling_table(out, "tiny-job arrays", one, every, "tiny", [
+        ("jobs succeeded", lambda r: f"{r['succeeded']:,} of {r['jobs']:,}", None),
+        ("jobs/s (first POST to last end)", lambda r: r["jobs_per_s"], 0),
+        ("jobs/s taken in (first POST to last 201)", lambda r: r["submit_jobs_per_s"], 0),
+        ("jobs by device (run_device)", lambda r: by_device(r), None),
+        ("POSTs sent again after a 503", lambda r: num(r["retried_posts"]), None),
+        ("batch size p50", lambda r: num(r["batch_size_p50"]), None)], rep.why_missing("gpus"))
     if tiny:
         out.append(f"Arrays of {tiny['array']:,} saxpy jobs on 1,024 f32 in base64 "
                    f"(bench_loadgen's job), {tiny['arrays_per_client']} one after the other "

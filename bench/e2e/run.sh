@@ -481,7 +481,8 @@ part_uploads() {
 
 # One GPU (gpu.devices=0) against every GPU of the host, then a fault on one of two GPUs, each
 # on a fresh daemon (gpu_scaling.py); the "all" and fault runs write why they did not measure
-# on a host with fewer GPUs. The GEMM stream uploads a 2 GiB buffer per device (64 MiB with
+# on a host with fewer GPUs. A measure that fails is written down in its JSON and the others
+# still run; the part then fails. The GEMM stream uploads a 2 GiB buffer per device (64 MiB with
 # --quick) and stores 16 MiB per job: the state dirs go on tmpfs where /dev/shm has room, so
 # that the disk does not bound what the GPUs are measured on, and each is removed after its
 # daemon.
@@ -490,7 +491,7 @@ part_gpus() {
     echo "skipped: needs the CUDA backend (this run: --backend $backend)" >"$dir/gpus.skipped"
     return 0
   fi
-  local q=() label args free state_on=disk need=$((quick ? 8 : 16))
+  local q=() label args free state_on=disk need=$((quick ? 8 : 16)) rc=0
   [ $quick = 0 ] || q=(--quick)
   free=$(df --output=avail -k /dev/shm 2>/dev/null | tail -n 1) || free=0
   if [ "${free:-0}" -ge $((need << 20)) ]; then
@@ -504,15 +505,16 @@ part_gpus() {
     start_daemon "gpus-$label" "${args[@]}"
     "$py" $here/gpu_scaling.py "$url" --measure load --label $label \
       --min-devices $([ $label = one ] && echo 1 || echo 2) --state-on $state_on \
-      ${q[@]+"${q[@]}"} --json "$dir/gpus-$label.json"
-    stop
+      ${q[@]+"${q[@]}"} --json "$dir/gpus-$label.json" || rc=1
+    stop || true
     rm -rf "$state_root/gpus-$label-state"
   done
   start_daemon gpus-fault --set debug.test_ops=true
   "$py" $here/gpu_scaling.py "$url" --measure fault --min-devices 2 --state-on $state_on \
-    ${q[@]+"${q[@]}"} --json "$dir/gpus-fault.json"
-  stop
+    ${q[@]+"${q[@]}"} --json "$dir/gpus-fault.json" || rc=1
+  stop || true
   rm -rf "$state_root/gpus-fault-state"
+  return $rc
 }
 
 # Runs part NAME in a subshell that stops at its first error (set -e holds there, unlike in a
