@@ -724,6 +724,9 @@ def gpus_section(rep, out):
         ("TFLOP/s (first POST to last end)", lambda r: r["tflops_wall"], 1),
         ("TFLOP/s (first start to last end)", lambda r: r["tflops_exec"], 1),
         ("jobs by device (run_device)", lambda r: by_device(r), None),
+        ("device time by device, s (gpu_ms summed)", lambda r: ", ".join(
+            f"{d}: {v['gpu_ms'] / 1e3:.2f}" for d, v in sorted(r["per_device"].items())), None),
+        ("jobs not succeeded: error codes", lambda r: ", ".join(r["errors"]) or "none", None),
         ("resident buffers by device", lambda r: ", ".join(
             str(u["device"]) for u in r["uploads"]), None),
         ("outputs stored, GB/s", lambda r: r["out_gbps"], 2),
