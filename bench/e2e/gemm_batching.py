@@ -91,21 +91,21 @@ def array_request(pairs, size, encoding, inputs, first, count):
             {"Gpujob-Json-Length": str(len(text))})
 
 
-def wait_all(client, after, last_ids, expected):
-    """Waits until the `expected` gemm jobs submitted after job `after` are final and returns
+def wait_all(client, after, last_ids, expected, op="gemm"):
+    """Waits until the `expected` jobs of op submitted after job `after` are final and returns
     their rows: first a long-poll on the last job of each array, then the listing, then a
     long-poll on each job the listing still shows unfinished."""
     for job_id in last_ids:
         client.wait(job_id)
     while True:
-        rows = client.list_jobs(after, op="gemm")
+        rows = client.list_jobs(after, op=op)
         pending = [j["id"] for j in rows if j["state"] in ("queued", "running")]
         if len(rows) >= expected and not pending:
             return rows
         for job_id in pending:
             client.wait(job_id)
         if not pending:
-            raise RuntimeError(f"listed {len(rows)} gemm jobs, expected {expected}")
+            raise RuntimeError(f"listed {len(rows)} {op} jobs, expected {expected}")
 
 
 def post_array(url, request, ids, index):

@@ -12,7 +12,8 @@ wrote during their arrays rows), server-c*.json and server-binary-c*.json (the t
 server-waited-json.json and server-waited-binary.json (the paths part), gemm-batched.json,
 gemm-unbatched.json and their -resident, -waited, -waited-arrays and -memory twins, large.json,
 pcie.json, paths-gpujobd.json, paths-aiohttp.json and paths-litserve.json (paths.py), wakeup.json
-(bench_wakeup: the wake-up floor of a waited job, the paths part), uploads.json, and
+(bench_wakeup: the wake-up floor of a waited job, the paths part), uploads.json, gpus-one.json,
+gpus-all.json and gpus-fault.json (gpu_scaling.py), and
 PART.skipped (one line: why the part did not run or failed) for each part that has no figures."""
 import argparse
 import json
@@ -604,6 +605,157 @@ def uploads_section(rep, out):
     rep.target("durable upload >= 0.8 of the disk's synced write rate", v, 0.8, f"{num(v, 2)}")
 
 
+def by_device(r):
+    """A run's jobs by run_device, as "0: 96, 1: 96"."""
+    return ", ".join(f"{d}: {v['jobs']:,}" for d, v in sorted(r.get("per_device", {}).items()))
+
+
+def scaling_table(out, title, one, every, key, lines, missing):
+    """One table of a gpu_scaling.py load measure (key: gemm or tiny): the one-GPU run, the
+    all-GPU run and their ratio. lines: (label, function of the measure's result giving the
+    cell, number digits or None for text). A run that was not measured fills its column with
+    the reason (missing when it left no result), one whose measure failed with the error."""
+    names = [", ".join(map(str, r.get("devices", []))) or "-" if r and not r.get("skipped")
+             else "-" for r in (one, every)]
+    out.append(f"| {title} | one GPU (device {names[0]}) | all GPUs ({names[1]}) | all / one |")
+    out.append("|---|---:|---:|---:|")
+    for label, cell, digits in lines:
+        vals, texts = [], []
+        for r in (one, every):
+            m = (r or {}).get(key) or {"error": missing}
+            if not r or r.get("skipped") or m.get("error"):
+                vals.append(None)
+                texts.append(r["skipped"] if r and r.get("skipped") else
+                             f"failed: {m['error']}" if r else missing)
+                continue
+            v = cell(m)
+            vals.append(v if digits is not None else None)
+            texts.append(num(v, digits) if digits is not None else str(v))
+        rate = ratio(vals[1], vals[0]) if digits is not None else None
+        out.append(f"| {label} | {texts[0]} | {texts[1]} | "
+                   f"{'-' if rate is None else f'{rate:.2f}x'} |")
+    out.append("")
+
+
+def fault_summary(jobs):
+    """Sleepers' ends grouped: "4 succeeded (attempts 2, device 0)"."""
+    groups = {}
+    for j in jobs:
+        key = (j["state"], j.get("attempts"), j.get("run_device"), j.get("error"))
+        groups[key] = groups.get(key, 0) + 1
+    return "; ".join(f"{n} {state} (attempts {att}, device {dev}{', ' + err if err else ''})"
+                     for (state, att, dev, err), n in sorted(groups.items(), key=str))
+
+
+def fault_table(rep, out, f):
+    """Without and with a debug_fault on the second device, beside long jobs on the first."""
+    out.append(f"### A fault on device {f.get('d1', 1)} beside work on device {f.get('d0', 0)}\n")
+    if not f or f.get("skipped") or not f.get("fault"):
+        why = f.get("skipped") if f else None
+        out.append(f"{why or rep.why_missing('gpus')}\n")
+        return
+    base, hit = f["baseline"], f["fault"]
+
+    def readyz(r):
+        return ", ".join(f"{t:+.2f} s: {s}" for t, s in r["readyz_changes"])
+
+    def devices(r):
+        return ", ".join(f"{d['index']}: {d['state']}, resets {d['resets']}"
+                         for d in r["devices_after"])
+
+    def ends(r):
+        return fault_summary(r["sleepers"])
+
+    def queued(r):
+        return ", ".join(f"{n} {s}" for s, n in r["queued_states"].items())
+
+    lines = [(f"sleepers on device {f['d0']} running when the queued jobs were sent",
+              lambda r: f"{r['sleepers_running_at_start']} of {len(r['sleepers'])}", None),
+             ("sleepers' ends (state, attempts, run_device)", ends, None),
+             (f"queued jobs on device {f['d0']}: states", queued, None),
+             ("queued jobs: their POST to the last one's end, s", lambda r: r["queued_end_s"],
+              2),
+             ("queued jobs: their POST to the median end, s",
+              lambda r: r["queued_end_p50_s"], 2),
+             ("the faulting job's end", lambda r: fault_summary([r["fault_job"]])
+              if r["fault_job"] else "-", None),
+             ("/readyz 200 again after the fault, s", lambda r: "never left 200"
+              if all(st == 200 for _, st in r["readyz_changes"]) else r["readyz_back_s"], 2),
+             ("/readyz changes (s from the fault, or from the queued POST)", readyz, None),
+             ("every job final, s after the fault (or the queued POST)",
+              lambda r: r["all_final_s"], 2),
+             ("devices after (/v1/info: state, resets)", devices, None)]
+    out.append("| measure | without a fault | with the fault | with / without |")
+    out.append("|---|---|---|---:|")
+    for label, cell, digits in lines:
+        a, b = (f"failed: {r['error']}" if "error" in r else cell(r) for r in (base, hit))
+        numbers = digits is not None and not isinstance(a, str) and not isinstance(b, str)
+        rate = ratio(b, a) if numbers else None
+        fmt = (lambda v: v if isinstance(v, str) else num(v, digits)) if digits is not None \
+            else str
+        out.append(f"| {label} | {fmt(a)} | {fmt(b)} | "
+                   f"{'-' if rate is None else f'{rate:.2f}x'} |")
+    out.append(f"\n{f['sleepers']} debug_sleep jobs of {f['sleep_ms']:,} ms (as many as device "
+               f"{f['d0']} has streams) pinned to device {f['d0']}, then, once the first runs, "
+               f"{f['queued']} saxpy jobs pinned there behind them; with the fault, a debug_fault "
+               f"job (an illegal address in a kernel: a sticky error, the context lost) pinned "
+               f"to device {f['d1']} right after. /readyz polled every 20 ms on fresh "
+               f"connections; \"200 again\" is its last change back to 200.\n")
+
+
+def gpus_section(rep, out):
+    """gpu_scaling.py: one GPU against all of them, and a fault on one of two."""
+    out.append("## One GPU against every GPU of the host (gpu_scaling.py)\n")
+    one = read_json(os.path.join(rep.dir, "gpus-one.json"))
+    every = read_json(os.path.join(rep.dir, "gpus-all.json"))
+    fault = read_json(os.path.join(rep.dir, "gpus-fault.json"))
+    if not one and not every:
+        out.append(f"{rep.why_missing('gpus')}\n")
+        return
+    state_on = next((r.get("state_on") for r in (one, every) if r and r.get("state_on")), None)
+    if state_on:
+        out.append(f"Each daemon's state directory on {state_on}"
+                   + (" (/dev/shm): the disk does not bound these rows.\n" if state_on == "tmpfs"
+                      else ": each GEMM's output, and each tiny job, is written to it.\n"))
+    gemm = next((r["gemm"] for r in (one, every) if r and "m" in r.get("gemm", {})), None)
+    scaling_table(out, "large GEMM stream", one, every, "gemm", [
+        ("jobs succeeded", lambda r: f"{r['succeeded']} of {r['jobs']}", None),
+        ("jobs/s (first POST to last end)", lambda r: r["jobs_per_s"], 2),
+        ("TFLOP/s (first POST to last end)", lambda r: r["tflops_wall"], 1),
+        ("TFLOP/s (first start to last end)", lambda r: r["tflops_exec"], 1),
+        ("jobs by device (run_device)", lambda r: by_device(r), None),
+        ("device time by device, s (gpu_ms summed)", lambda r: ", ".join(
+            f"{d}: {v['gpu_ms'] / 1e3:.2f}" for d, v in sorted(r["per_device"].items())), None),
+        ("jobs not succeeded: error codes", lambda r: ", ".join(r["errors"]) or "none", None),
+        ("resident buffers by device", lambda r: ", ".join(
+            str(u["device"]) for u in r["uploads"]), None),
+        ("outputs stored, GB/s", lambda r: r["out_gbps"], 2),
+        ("batch size p50 / max", lambda r: f"{r['batch_size_p50']} / {r['batch_size_max']}",
+         None)], rep.why_missing("gpus"))
+    if gemm:
+        out.append(f"Each job: gemm f32 a * a^T, a a resident [{gemm['m']:,}, {gemm['k']:,}] "
+                   f"buffer ({gemm['buffer_bytes'] / 2**30:.2f} GiB, one per device, placed by "
+                   f"the daemon), {gemm['flops_per_job'] / 1e12:.2f} TFLOP for a "
+                   f"{gemm['out_bytes_per_job'] / 2**20:.0f} MiB output; {gemm['jobs']} jobs "
+                   f"as {gemm['clients']} arrays POSTed at once after a warm-up job per buffer. "
+                   "A job naming a resident buffer runs on its device.\n")
+    tiny = next((r["tiny"] for r in (one, every) if r and "array" in r.get("tiny", {})), None)
+    scaling_table(out, "tiny-job arrays", one, every, "tiny", [
+        ("jobs succeeded", lambda r: f"{r['succeeded']:,} of {r['jobs']:,}", None),
+        ("jobs/s (first POST to last end)", lambda r: r["jobs_per_s"], 0),
+        ("jobs/s taken in (first POST to last 201)", lambda r: r["submit_jobs_per_s"], 0),
+        ("jobs by device (run_device)", lambda r: by_device(r), None),
+        ("POSTs sent again after a 503", lambda r: num(r["retried_posts"]), None),
+        ("batch size p50", lambda r: num(r["batch_size_p50"]), None)], rep.why_missing("gpus"))
+    if tiny:
+        out.append(f"Arrays of {tiny['array']:,} saxpy jobs on 1,024 f32 in base64 "
+                   f"(bench_loadgen's job), {tiny['arrays_per_client']} one after the other "
+                   f"from each of {tiny['clients']} clients at once, after a warm-up array. The "
+                   "daemon parses two large bodies at once (limits.max_large_parses) and asks "
+                   "for the others again (503), sent again 20 ms later.\n")
+    fault_table(rep, out, fault or {})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir")
@@ -623,6 +775,7 @@ def main():
     memory_section(rep, body)
     paths_section(rep, body)
     uploads_section(rep, body)
+    gpus_section(rep, body)
 
     out = ["# gpujobd end to end (bench/e2e/run.sh)\n",
            f"gpujobd on its {args.backend} backend; GPU: {args.gpu}; {args.cores} cores; "

@@ -26,7 +26,12 @@
 #            (bench_wakeup, beside the server-side time);
 #   uploads  --large-bytes uploads (durable, resident, ephemeral resident) beside the disk's
 #            synced write rate and the loopback HTTP ceiling, with the daemon's peak RSS after
-#            each kind (uploads.py, bench_http_sink).
+#            each kind (uploads.py, bench_http_sink);
+#   gpus     one GPU against all of the host's (gpu_scaling.py), each on a fresh daemon: a
+#            stream of large GEMMs on resident buffers and arrays of 1,000 tiny jobs, with
+#            gpu.devices=0 and with every GPU (rows marked "needs 2 GPUs" on a host with one);
+#            then, on two GPUs or more, a debug_fault job on the second beside long jobs and
+#            queued ones on the first, without and with the fault. The CUDA backend only.
 # A part that cannot run (no PyTorch or aiohttp, no GPU) is reported as skipped, one that fails
 # as failed, each with the reason, and the rest goes on; the exit status is 1 when a part
 # failed. Builds nothing: run scripts/build.sh first.
@@ -41,8 +46,8 @@
 # /tmp/gpudeps/usr/bin/wrk, where .gpu/env.sh unpacks it). The LitServe peer's packages come
 # from .gpu-wheels/ (bench/peer/fetch_wheels.sh) when PEER_PYTHON cannot import litserve:
 # installed into /tmp/site at run time, on PYTHONPATH for that peer only. --parts runs only
-# the parts named (comma-separated, from the list above; without it, all but paths and
-# uploads); the report marks the others as not run. Comparing two builds: run it twice with
+# the parts named (comma-separated, from the list above; without it, all but paths, uploads
+# and gpus); the report marks the others as not run. Comparing two builds: run it twice with
 # GPUJOBD_BIN naming each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -60,11 +65,11 @@ sample=5000
 peer_device=cuda:0
 peer_device_set=0
 quick=0
-all_parts="tiny peer gemm large pcie memory paths uploads"
+all_parts="tiny peer gemm large pcie memory paths uploads gpus"
 paths_clients=1,16,64,256
 wakeup_rounds=20000
-# paths and uploads (about 3 minutes more) run when named, which keeps the default run within
-# the GPU machine's 10 minutes per command.
+# paths and uploads (about 3 minutes more) and gpus (1 to 2 minutes) run when named, which keeps
+# the default run within the GPU machine's 10 minutes per command.
 parts="tiny peer gemm large pcie memory"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -472,6 +477,44 @@ part_uploads() {
   "$py" $here/uploads.py "$url" --sink "$sink" --state-dir "$state_root/uploads-state" \
     --bytes "$large_bytes" --json "$dir/uploads.json" --pid "$pid"
   stop
+}
+
+# One GPU (gpu.devices=0) against every GPU of the host, then a fault on one of two GPUs, each
+# on a fresh daemon (gpu_scaling.py); the "all" and fault runs write why they did not measure
+# on a host with fewer GPUs. A measure that fails is written down in its JSON and the others
+# still run; the part then fails. The GEMM stream uploads a 2 GiB buffer per device (64 MiB with
+# --quick) and stores 16 MiB per job: the state dirs go on tmpfs where /dev/shm has room, so
+# that the disk does not bound what the GPUs are measured on, and each is removed after its
+# daemon.
+part_gpus() {
+  if [ "$backend" != cuda ]; then
+    echo "skipped: needs the CUDA backend (this run: --backend $backend)" >"$dir/gpus.skipped"
+    return 0
+  fi
+  local q=() label args free state_on=disk need=$((quick ? 8 : 16)) rc=0
+  [ $quick = 0 ] || q=(--quick)
+  free=$(df --output=avail -k /dev/shm 2>/dev/null | tail -n 1) || free=0
+  if [ "${free:-0}" -ge $((need << 20)) ]; then
+    mkdir -p "$shm_dir"
+    state_root=$shm_dir state_on=tmpfs
+  fi
+  echo "gpus: state dirs on $state_on" >&2
+  for label in one all; do
+    args=(--set limits.max_body_bytes=$((3 << 30)))
+    [ $label = all ] || args+=(--set gpu.devices=0)
+    start_daemon "gpus-$label" "${args[@]}"
+    "$py" $here/gpu_scaling.py "$url" --measure load --label $label \
+      --min-devices $([ $label = one ] && echo 1 || echo 2) --state-on $state_on \
+      ${q[@]+"${q[@]}"} --json "$dir/gpus-$label.json" || rc=1
+    stop || true
+    rm -rf "$state_root/gpus-$label-state"
+  done
+  start_daemon gpus-fault --set debug.test_ops=true
+  "$py" $here/gpu_scaling.py "$url" --measure fault --min-devices 2 --state-on $state_on \
+    ${q[@]+"${q[@]}"} --json "$dir/gpus-fault.json" || rc=1
+  stop || true
+  rm -rf "$state_root/gpus-fault-state"
+  return $rc
 }
 
 # Runs part NAME in a subshell that stops at its first error (set -e holds there, unlike in a
