@@ -171,6 +171,7 @@ START_TEST(test_a_fault_on_one_gpu_fails_only_its_job)
     json_decref(dev);
     dev = gpu_daemon_device(d, 0);
     ck_assert_str_eq(json_string_value(json_object_get(dev, "state")), "ready");
+    ck_assert_int_ge(json_integer_value(json_object_get(dev, "resets")), 1);
     json_decref(dev);
     gpu_daemon_check_saxpy(d, &seed, 0);
     gpu_daemon_check_saxpy(d, &seed, 1);
