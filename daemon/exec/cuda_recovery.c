@@ -89,9 +89,8 @@ static exec_batch_t *take_back_locked(device_worker_t *dw, int k, bool ran, cons
  * only launch in flight (else no launch can be told apart, and each runs again while attempts
  * remain, alone in the process: cuda_is_rerun); batches not yet launched run again. The
  * device takes no more work, /readyz and /v1/info show it resetting, and the daemon is asked to
- * drain and restart, which gets the device back. Another device's worker that finds its
- * context lost as well hands its batches back the same way; one whose context still works
- * finishes what it runs while the daemon drains. */
+ * drain and restart, which gets the device back. The other devices' workers find their
+ * contexts lost too, and hand their batches back the same way. */
 void cuda_recover(device_worker_t *dw, cudaError_t why)
 {
     cuda_exec_t *ex = dw->ex;
