@@ -245,7 +245,8 @@ GPUJOB_API int gpujob_submit_many(gpujob_client_t *c, const gpujob_spec_t *const
  * gives one job's. The jobs of one answer share its binary section (see
  * gpujob_client_set_binary_outputs): each may be freed on its own. Retries reuse the
  * idempotency key, so that a lost answer is waited for again without creating new jobs. A
- * negative wait_s does not wait (gpujob_submit_many); -EINVAL when it is not a number. */
+ * negative wait_s does not wait (gpujob_submit_many); one past a day waits a day; -EINVAL when
+ * it is not a number. */
 GPUJOB_API int gpujob_submit_many_wait(gpujob_client_t *c, const gpujob_spec_t *const *specs,
                                        size_t n, const char *idempotency_key, double wait_s,
                                        gpujob_job_t **ret_jobs);

@@ -98,10 +98,10 @@ GJC_HIDDEN int gjc_get_json_query(gpujob_client_t *c, const char *path, const ch
 /* Wraps a parsed job (steals the reference, and the section's body when section is not NULL).
  * NULL on allocation failure. */
 GJC_HIDDEN gpujob_job_t *gjc_job_new(json_t *root, gjc_section_t *section);
-/* Wraps the n jobs of an answer, root one job (n == 1) or a list of n, into ret_jobs (an array
- * of n the caller provides, written only on success): every job holds the answer's binary
- * section, shared, not copied. Steals root and the section's body (section may be NULL). 0,
- * -EBADMSG (a job without an id) or -ENOMEM. */
+/* Wraps the n jobs of an answer, root one job (n == 1) or a list of n, each with an id, into
+ * ret_jobs (an array of n the caller provides, written only on success): every job holds the
+ * answer's binary section, shared, not copied. Steals root and the section's body (section may
+ * be NULL). 0 or -ENOMEM. */
 GJC_HIDDEN int gjc_jobs_new(json_t *root, size_t n, gjc_section_t *section,
                             gpujob_job_t **ret_jobs);
 /* "/v1/jobs/ID" + suffix with ID escaped (malloc'd); NULL with the error set. */

@@ -111,12 +111,12 @@ int gjc_jobs_new(json_t *root, size_t n, gjc_section_t *section, gpujob_job_t **
     int r = jobs ? section_share(section, &shared) : -ENOMEM;
     if (!jobs && section) free(section->body);
     size_t made = 0;
-    for (; r >= 0 && made < n; made++) {
+    while (r >= 0 && made < n) {
         json_t *item = json_is_array(root) ? json_array_get(root, made) : root;
-        if (!json_is_string(json_object_get(item, "id")))
-            r = -EBADMSG;
-        else if (!(jobs[made] = job_wrap(json_incref(item), section_ref(shared))))
+        if (!(jobs[made] = job_wrap(json_incref(item), section_ref(shared))))
             r = -ENOMEM;
+        else
+            made++;
     }
     if (r >= 0) memcpy(ret_jobs, jobs, n * sizeof *jobs);
     for (size_t i = 0; r < 0 && i < made; i++)

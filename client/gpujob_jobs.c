@@ -12,6 +12,10 @@
 
 #include "gpujob_internal.h"
 
+/* The longest wait a submission asks for: the bound of the daemon's limits.max_wait_ms, which
+ * cuts it further; a longer one is sent as this. */
+#define MAX_WAIT_S 86400.0
+
 /* ---- Submitting -------------------------------------------------------------------------- */
 
 /* 32 random hex digits: unique enough that two submissions never share a key. */
@@ -121,17 +125,22 @@ static int submit_specs(gpujob_client_t *c, const gpujob_spec_t *const *specs, s
     bool shape_ok =
         n == 1 ? json_is_object(root) || (json_is_array(root) && json_array_size(root) == 1)
                : json_is_array(root) && json_array_size(root) == n;
-    if (!shape_ok) {
+    size_t no_id = n;
+    for (size_t i = 0; shape_ok && i < n && no_id == n; i++)
+        if (!json_is_string(
+                json_object_get(json_is_array(root) ? json_array_get(root, i) : root, "id")))
+            no_id = i;
+    if (!shape_ok || no_id < n) {
+        bool list = json_is_array(root);
         json_decref(root);
         free(section.body);
+        if (no_id < n) return gjc_fail(c, -EBADMSG, "job %zu of the answer has no id", no_id);
         return gjc_fail(c, -EBADMSG, "the daemon answered a submission of %zu jobs with %s", n,
-                        json_is_array(root) ? "a list of another length" : "no job list");
+                        list ? "a list of another length" : "no job list");
     }
     /* Every job of a waited answer may have outputs in its binary section. */
     r = gjc_jobs_new(root, n, &section, ret_jobs);
-    if (r == -EBADMSG) return gjc_fail(c, r, "a job of the answer has no id");
-    if (r < 0) return gjc_fail(c, r, "out of memory");
-    return 0;
+    return r < 0 ? gjc_fail(c, r, "out of memory") : 0;
 }
 
 int gpujob_submit_many(gpujob_client_t *c, const gpujob_spec_t *const *specs, size_t n,
@@ -147,6 +156,7 @@ int gpujob_submit_many_wait(gpujob_client_t *c, const gpujob_spec_t *const *spec
         gjc_clear_error(c);
         return gjc_fail(c, -EINVAL, "the wait must be a number of seconds");
     }
+    if (wait_s > MAX_WAIT_S) wait_s = MAX_WAIT_S;
     return submit_specs(c, specs, n, idempotency_key, wait_s, ret_jobs);
 }
 

@@ -158,7 +158,7 @@ def gemm_stream(url, devices, m, k, jobs, clients):
         "errors": sorted({(j.get("error") or {}).get("code", "?") for j in rows
                           if j["state"] != "succeeded"}),
     }
-    for b in bufs:
+    for b, _, _ in uploads:  # every upload, also one to a device that held one already
         client.request("DELETE", f"/v1/buffers/{b}")
     log(f"gemm: {r['succeeded']} of {r['jobs']} succeeded, {r['jobs_per_s'] or 0:.1f} jobs/s, "
         f"{r['tflops_wall'] or 0:.1f} TFLOP/s from the first POST; by device "
@@ -387,7 +387,7 @@ def fault_run(url, watch, d0, d1, sleepers, sleep_ms, queued, fault, budget_s):
         "queued": len(queued_ids),
         "queued_states": {s: sum(j["state"] == s for j in qrows)
                           for s in sorted({j["state"] for j in qrows})},
-        "queued_attempts_max": max((j.get("attempts") or 0) for j in qrows),
+        "queued_attempts_max": max(((j.get("attempts") or 0) for j in qrows), default=0),
         "queued_end_s": (max(q_end) / 1e6 - t_queued) if q_end else None,
         "queued_end_p50_s": (percentile(q_end, 0.5) / 1e6 - t_queued) if q_end else None,
         "all_final_s": t_final - (t_fault or t_queued),
