@@ -111,6 +111,18 @@ def spans(rows, t0_us):
     return (last - t0_us) / 1e6, (last - first) / 1e6
 
 
+def run_together(threads):
+    """Starts the clients' threads at once and joins them: the realtime clock at the start (µs,
+    the first POST's time, as the job rows' times count) and the seconds until the last one
+    returned."""
+    t0_us = int(time.time() * 1e6)
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return t0_us, time.time() - t0_us / 1e6
+
+
 def gemm_stream(url, devices, m, k, jobs, clients):
     client = Client(url)
     t = time.perf_counter()
@@ -128,14 +140,8 @@ def gemm_stream(url, devices, m, k, jobs, clients):
                  "application/json", None) for n in shares if n]
     after = mark(client)
     ids = [None] * len(requests)
-    threads = [threading.Thread(target=post_array, args=(url, r, ids, i))
-               for i, r in enumerate(requests)]
-    t0_us = int(time.time() * 1e6)
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    submit_s = time.time() - t0_us / 1e6
+    t0_us, submit_s = run_together([threading.Thread(target=post_array, args=(url, r, ids, i))
+                                     for i, r in enumerate(requests)])
     if any(i is None for i in ids):
         raise RuntimeError("a gemm array POST failed (see above)")
     rows = wait_all(client, after, [i[-1] for i in ids], jobs)
@@ -193,14 +199,9 @@ def tiny_arrays(url, clients, arrays):
     client.wait(warm[0][-1])
     after = mark(client)
     last, retries = [None] * clients, [0] * clients
-    threads = [threading.Thread(target=post_arrays, args=(url, body, arrays, last, retries, c))
-               for c in range(clients)]
-    t0_us = int(time.time() * 1e6)
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    submit_s = time.time() - t0_us / 1e6
+    t0_us, submit_s = run_together([
+        threading.Thread(target=post_arrays, args=(url, body, arrays, last, retries, c))
+        for c in range(clients)])
     if any(x is None for x in last):
         raise RuntimeError("a tiny array POST failed (see above)")
     expected = clients * arrays * TINY_ARRAY

@@ -11,6 +11,7 @@
 
 #include "support/daemon_harness.h"
 #include "support/kill9_stream.h"
+#include "support/run_suite.h"
 
 /* A request as the holder of token, with a JSON body or none; asserts expect and returns the
  * answer's JSON (a new reference). */
@@ -122,9 +123,5 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_stats_count_each_users_jobs_as_they_stand);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

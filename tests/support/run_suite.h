@@ -1,5 +1,4 @@
-/* The end of a Check test program's main(), for the programs that share a fixture of
- * tests/support/ (op_test.h, store_test.h and the like). */
+/* The end of a Check test program's main(). */
 #pragma once
 
 #include <check.h>

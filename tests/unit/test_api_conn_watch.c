@@ -12,6 +12,7 @@
 
 #include "api/conn_watch.h"
 #include "daemon/util/id.h"
+#include "support/run_suite.h"
 
 /* A connected loopback TCP pair: ret[0] the server's end, ret[1] the client's. */
 static void tcp_pair(int ret[2])
@@ -30,6 +31,35 @@ static void tcp_pair(int ret[2])
     close(lfd);
 }
 
+/* An edge-triggered epoll set polling fd as libmicrohttpd polls a connection, its first edge
+ * (writable at once) collected. */
+static int edge_poller(int fd)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLET};
+    ck_assert_int_eq(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
+    struct epoll_event got;
+    ck_assert_int_eq(epoll_wait(ep, &got, 1, 1000), 1);
+    return ep;
+}
+
+/* A new watch with fd in it, with deadline_us as conn_watch_add takes it; fd's entry in *ret_e. */
+static conn_watch_t *watch_fd(int fd, int64_t deadline_us, conn_watch_entry_t **ret_e)
+{
+    conn_watch_t *w;
+    ck_assert_int_eq(conn_watch_new("test", &w), 0);
+    ck_assert_int_eq(conn_watch_add(w, fd, deadline_us, ret_e), 0);
+    return w;
+}
+
+/* Takes e out of w, frees w and closes e's fd. */
+static void unwatch(conn_watch_t *w, conn_watch_entry_t *e, int fd)
+{
+    conn_watch_remove(w, e);
+    conn_watch_free(w);
+    close(fd);
+}
+
 /* The server's end after its client sent bytes and closed, as libmicrohttpd can leave it: the
  * one edge that announced both spent, the bytes read with a short read, the end unread. Its
  * edge-triggered epoll set in *ret_ep. */
@@ -37,11 +67,8 @@ static int spent_close(int *ret_ep)
 {
     int fds[2];
     tcp_pair(fds);
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLET};
-    ck_assert_int_eq(epoll_ctl(ep, EPOLL_CTL_ADD, fds[0], &ev), 0);
+    int ep = edge_poller(fds[0]);
     struct epoll_event got;
-    ck_assert_int_eq(epoll_wait(ep, &got, 1, 1000), 1); /* writable at once */
     ck_assert_int_eq(write(fds[1], "body", 4), 4);
     close(fds[1]);
     usleep(50 * 1000); /* the bytes and the close both in */
@@ -56,21 +83,17 @@ static int spent_close(int *ret_ep)
 
 START_TEST(test_a_streamed_body_whose_client_left_wakes_the_poller_again)
 {
-    conn_watch_t *w;
-    ck_assert_int_eq(conn_watch_new("test", &w), 0);
     int ep;
     int fd = spent_close(&ep);
     conn_watch_entry_t *e;
-    ck_assert_int_eq(conn_watch_add(w, fd, 0, &e), 0);
+    conn_watch_t *w = watch_fd(fd, 0, &e);
     conn_watch_body_begin(w, e);
     struct epoll_event got;
     ck_assert_int_eq(epoll_wait(ep, &got, 1, 2000), 1);
     char buf[8];
     ck_assert_int_eq(read(fd, buf, sizeof buf), 0); /* the end, readable */
-    conn_watch_remove(w, e);
-    conn_watch_free(w);
+    unwatch(w, e, fd);
     close(ep);
-    close(fd);
 }
 END_TEST
 
@@ -79,30 +102,23 @@ END_TEST
  * into that one, which a short read spends. The watch's next ticks announce the end again. */
 START_TEST(test_a_close_announced_before_the_poller_woke_is_announced_again)
 {
-    conn_watch_t *w;
-    ck_assert_int_eq(conn_watch_new("test", &w), 0);
     int fds[2];
     tcp_pair(fds);
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLET};
-    ck_assert_int_eq(epoll_ctl(ep, EPOLL_CTL_ADD, fds[0], &ev), 0);
-    struct epoll_event got;
-    ck_assert_int_eq(epoll_wait(ep, &got, 1, 1000), 1); /* writable at once */
+    int ep = edge_poller(fds[0]);
     conn_watch_entry_t *e;
-    ck_assert_int_eq(conn_watch_add(w, fds[0], 0, &e), 0);
+    conn_watch_t *w = watch_fd(fds[0], 0, &e);
     conn_watch_body_begin(w, e);
     ck_assert_int_eq(write(fds[1], "body", 4), 4);
     close(fds[1]);
     usleep(50 * 1000); /* the watch has shut the socket down by now */
+    struct epoll_event got;
     ck_assert_int_eq(epoll_wait(ep, &got, 1, 1000), 1);
     char buf[64];
     ck_assert_int_eq(read(fds[0], buf, sizeof buf), 4);
     ck_assert_int_eq(epoll_wait(ep, &got, 1, 2000), 1);
     ck_assert_int_eq(read(fds[0], buf, sizeof buf), 0);
-    conn_watch_remove(w, e);
-    conn_watch_free(w);
+    unwatch(w, e, fds[0]);
     close(ep);
-    close(fds[0]);
 }
 END_TEST
 
@@ -123,12 +139,10 @@ static void expect_gone_once(atomic_int *gone)
 
 START_TEST(test_a_suspended_connection_whose_client_left_is_gone_once)
 {
-    conn_watch_t *w;
-    ck_assert_int_eq(conn_watch_new("test", &w), 0);
     int fds[2];
     tcp_pair(fds);
     conn_watch_entry_t *e;
-    ck_assert_int_eq(conn_watch_add(w, fds[0], 0, &e), 0);
+    conn_watch_t *w = watch_fd(fds[0], 0, &e);
     atomic_int gone = 0;
     conn_watch_suspend(w, e);
     conn_watch_arm(w, e, count_gone, &gone);
@@ -138,9 +152,7 @@ START_TEST(test_a_suspended_connection_whose_client_left_is_gone_once)
     close(fds[1]);
     expect_gone_once(&gone);
     conn_watch_resume(w, e);
-    conn_watch_remove(w, e);
-    conn_watch_free(w);
-    close(fds[0]);
+    unwatch(w, e, fds[0]);
 }
 END_TEST
 
@@ -148,12 +160,10 @@ END_TEST
  * close of a suspended request (which needs the socket out of the watcher's set first). */
 START_TEST(test_a_connection_whose_body_ended_can_be_armed_for_its_wait)
 {
-    conn_watch_t *w;
-    ck_assert_int_eq(conn_watch_new("test", &w), 0);
     int fds[2];
     tcp_pair(fds);
     conn_watch_entry_t *e;
-    ck_assert_int_eq(conn_watch_add(w, fds[0], 0, &e), 0);
+    conn_watch_t *w = watch_fd(fds[0], 0, &e);
     conn_watch_body_begin(w, e);
     conn_watch_body_end(w, e);
     atomic_int gone = 0;
@@ -162,27 +172,21 @@ START_TEST(test_a_connection_whose_body_ended_can_be_armed_for_its_wait)
     close(fds[1]);
     expect_gone_once(&gone);
     conn_watch_resume(w, e);
-    conn_watch_remove(w, e);
-    conn_watch_free(w);
-    close(fds[0]);
+    unwatch(w, e, fds[0]);
 }
 END_TEST
 
 START_TEST(test_a_connection_past_its_deadline_is_shut_down)
 {
-    conn_watch_t *w;
-    ck_assert_int_eq(conn_watch_new("test", &w), 0);
     int fds[2];
     tcp_pair(fds);
     conn_watch_entry_t *e;
-    ck_assert_int_eq(conn_watch_add(w, fds[0], mono_us() + 100000, &e), 0);
+    conn_watch_t *w = watch_fd(fds[0], mono_us() + 100000, &e);
     struct timeval tv = {.tv_sec = 5};
     setsockopt(fds[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char buf[8];
     ck_assert_int_eq(read(fds[1], buf, sizeof buf), 0); /* the server's end shut down */
-    conn_watch_remove(w, e);
-    conn_watch_free(w);
-    close(fds[0]);
+    unwatch(w, e, fds[0]);
     close(fds[1]);
 }
 END_TEST
@@ -198,9 +202,5 @@ int main(void)
     tcase_add_test(tc, test_a_connection_whose_body_ended_can_be_armed_for_its_wait);
     tcase_add_test(tc, test_a_connection_past_its_deadline_is_shut_down);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

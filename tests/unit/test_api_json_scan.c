@@ -12,6 +12,7 @@
 #include "api/job_json.h"
 #include "api/json_scan.h"
 #include "support/api_fakes.h"
+#include "support/run_suite.h"
 
 /* A job document whose tensor x is {"dtype": DTYPE, "shape": [n], "data": DATA}, with the
  * dtype written before the data (before) or after it. */
@@ -344,9 +345,5 @@ static Suite *json_scan_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(json_scan_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(json_scan_suite());
 }
