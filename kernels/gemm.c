@@ -226,6 +226,21 @@ static int64_t gemm_at(bool trans, int64_t i, int64_t j, int64_t rows_op, int64_
     return trans ? j * rows_op + i : i * cols_op + j;
 }
 
+/* lacc[j] += av * op(b)[q][j] for every j of an f64 row: loads typed, since tensor_load's
+ * switch per element would cost more than the long double arithmetic. */
+static void gemm_row_f64(long double *lacc, double av, const double *b, bool trans_b, int64_t q,
+                         int64_t k, int64_t n)
+{
+    if (trans_b) {
+        for (int64_t j = 0; j < n; j++)
+            lacc[j] += (long double)av * b[j * k + q];
+        return;
+    }
+    const double *row = b + q * n;
+    for (int64_t j = 0; j < n; j++)
+        lacc[j] += (long double)av * row[j];
+}
+
 static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *const *out,
                         op_error_t *err)
 {
@@ -267,12 +282,14 @@ static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *cons
             }
             for (int64_t q = 0; q < k; q++) {
                 double av = tensor_load(p->dtype, in[0], a0 + gemm_at(p->trans_a, i, q, m, k));
+                if (wide) {
+                    gemm_row_f64(lacc, av, (const double *)in[1] + b0, p->trans_b, q, k, n);
+                    continue;
+                }
                 for (int64_t j = 0; j < n; j++) {
                     double bv = tensor_load(p->dtype, in[1], b0 + gemm_at(p->trans_b, q, j, k, n));
                     if (exact)
                         iacc[j] += (int64_t)av * (int64_t)bv;
-                    else if (wide)
-                        lacc[j] += (long double)av * bv;
                     else
                         dacc[j] += av * bv;
                 }
