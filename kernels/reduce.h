@@ -13,8 +13,9 @@
  * d = 64 + ceil(log2 n). CUDA sums 32 elements per thread, a block's 256 threads in a tree of
  * 10 levels, each call's tile partials 256 ways in order and then in the same tree, with tiles
  * of 8192 elements: d = 52 + ceil(n / 2^21), stated as 64 + ceil(n / 2^21). Both stay below
- * 2^-44 sum |x_i| for every size up to 2^29 elements (4 GiB of f64). tests/unit and tests/gpu
- * check both against an exact sum computed in long double with compensation. */
+ * 2^-44 sum |x_i| for every size up to 2^29 elements (4 GiB of f64). tests/unit holds the CPU
+ * reference, tests/gpu both, to these bounds around an exact sum computed with compensation
+ * (error-free products and sums). */
 #pragma once
 
 #include <stdint.h>
