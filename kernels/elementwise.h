@@ -11,7 +11,8 @@
  * bit the same on the CPU and on CUDA. f64 computes in f64: add and mul are within half an ulp
  * of the exact x + y, x * y; saxpy rounds a * x and then the sum, so it is within
  * u (|a x| + |a x + y|) + u^2 |a x| of the exact a x + y (u = 2^-53), and never the FMA's single
- * rounding. tests/gpu check f64 bit for bit against this reference. */
+ * rounding. tests/gpu/test_gpu_elementwise.c and test_gpu_f64.c hold CUDA's f64 to this
+ * reference bit for bit. */
 #pragma once
 
 #include <stdbool.h>

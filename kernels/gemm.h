@@ -10,8 +10,9 @@
  * reference accumulates in long double (a 64-bit significand on x86-64, u = 2^-64) and rounds
  * once to f64, so it lies within u |exact| + gamma_ld(k + 3) times the same magnitude: the
  * GPU's result and the reference differ by at most 1.001 (k + 5) 2^-53 times that magnitude
- * (tests/gpu/test_gpu_gemm.c checks every element against the sum of the two bounds). f32, f16
- * and bf16 are bounded there by their relative norm error; i8 is exact. */
+ * (tests/gpu/test_gpu_f64.c checks every element against the sum of the two bounds, and
+ * tests/unit/test_kernels_gemm.c the reference against its own). f32, f16 and bf16 are bounded
+ * in tests/gpu/test_gpu_gemm.c by their relative norm error; i8 is exact. */
 #pragma once
 
 #include <stdbool.h>
