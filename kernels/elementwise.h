@@ -5,7 +5,14 @@
  * single element broadcast over all of x. Floats of 16 bits compute in f32 and round once;
  * products and sums are rounded separately (never fused into an FMA), so the CPU reference and
  * the CUDA kernels give the same bits (as long as the host compiler does not contract a * x + y
- * itself, which it cannot for the baseline x86-64 target). i32 arithmetic wraps modulo 2^32. */
+ * itself, which it cannot for the baseline x86-64 target). i32 arithmetic wraps modulo 2^32.
+ *
+ * Accuracy: every result is the correctly rounded IEEE operation of its compute type, bit for
+ * bit the same on the CPU and on CUDA. f64 computes in f64: add and mul are within half an ulp
+ * of the exact x + y, x * y; saxpy rounds a * x and then the sum, so it is within
+ * u (|a x| + |a x + y|) + u^2 |a x| of the exact a x + y (u = 2^-53), and never the FMA's single
+ * rounding. tests/gpu/test_gpu_elementwise.c and test_gpu_f64.c hold CUDA's f64 to this
+ * reference bit for bit. */
 #pragma once
 
 #include <stdbool.h>

@@ -1,8 +1,9 @@
 /* The gemm op: validation, the CPU reference and the op table entry. The CUDA side is gemm.cu.
  *
- * out = alpha * op(a) * op(b) + beta * c, row-major, with leading dims as a batch. Floats
- * accumulate in f32 on the GPU and in double here; i8 inputs give exact i32 results while they
- * fit in 32 bits (beyond that the GPU wraps and this reference saturates). */
+ * out = alpha * op(a) * op(b) + beta * c, row-major, with leading dims as a batch. f32, f16 and
+ * bf16 accumulate in f32 on the GPU and in double here; f64 accumulates in f64 on the GPU and in
+ * long double here (see gemm.h for its bound); i8 inputs give exact i32 results while they fit
+ * in 32 bits (beyond that the GPU wraps and this reference saturates). */
 #include "gemm.h"
 
 #include <errno.h>
@@ -19,11 +20,11 @@ static const char *const gemm_param_names[] = {"trans_a", "trans_b", "alpha", "b
 
 #define GEMM_DTYPES                                                                                \
     (OP_DTYPE_BIT(DTYPE_F32) | OP_DTYPE_BIT(DTYPE_F16) | OP_DTYPE_BIT(DTYPE_BF16) |                \
-     OP_DTYPE_BIT(DTYPE_I8))
+     OP_DTYPE_BIT(DTYPE_F64) | OP_DTYPE_BIT(DTYPE_I8))
 /* c has the output's dtype: a's, or i32 for i8. */
 #define GEMM_C_DTYPES                                                                              \
     (OP_DTYPE_BIT(DTYPE_F32) | OP_DTYPE_BIT(DTYPE_F16) | OP_DTYPE_BIT(DTYPE_BF16) |                \
-     OP_DTYPE_BIT(DTYPE_I32))
+     OP_DTYPE_BIT(DTYPE_F64) | OP_DTYPE_BIT(DTYPE_I32))
 
 static const op_input_sig_t gemm_input_sigs[] = {
     {GEMM_DTYPES, 2, TENSOR_MAX_DIMS},
@@ -77,7 +78,8 @@ static int gemm_check_operands(const tensor_desc_t *a, const tensor_desc_t *b, o
     char as[96], bs[96];
     if (!gemm_dtype_ok(a->dtype))
         return op_error(err, -EINVAL, "inputs.a.dtype",
-                        "gemm takes f32, f16, bf16 or i8 inputs, not %s", dtype_name(a->dtype));
+                        "gemm takes f32, f16, bf16, f64 or i8 inputs, not %s",
+                        dtype_name(a->dtype));
     if (b->dtype != a->dtype)
         return op_error(err, -EINVAL, "inputs.b.dtype", "b must be %s like a, not %s",
                         dtype_name(a->dtype), dtype_name(b->dtype));
@@ -224,6 +226,21 @@ static int64_t gemm_at(bool trans, int64_t i, int64_t j, int64_t rows_op, int64_
     return trans ? j * rows_op + i : i * cols_op + j;
 }
 
+/* lacc[j] += av * op(b)[q][j] for every j of an f64 row: loads typed, since tensor_load's
+ * switch per element would cost more than the long double arithmetic. */
+static void gemm_row_f64(long double *lacc, double av, const double *b, bool trans_b, int64_t q,
+                         int64_t k, int64_t n)
+{
+    if (trans_b) {
+        for (int64_t j = 0; j < n; j++)
+            lacc[j] += (long double)av * b[j * k + q];
+        return;
+    }
+    const double *row = b + q * n;
+    for (int64_t j = 0; j < n; j++)
+        lacc[j] += (long double)av * row[j];
+}
+
 static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *const *out,
                         op_error_t *err)
 {
@@ -233,14 +250,15 @@ static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *cons
      * loops below would still walk batch * m * k products of a's rows for n = 0. */
     if (p->batch == 0 || m == 0 || n == 0) return 0;
     bool use_c = p->has_c && p->beta != 0;
-    bool exact = p->dtype == DTYPE_I8;
-    double *acc = size_malloc(n, sizeof *acc);
-    int64_t *iacc = size_malloc(n, sizeof *iacc);
-    if (!acc || !iacc) {
-        free(acc);
-        free(iacc);
-        return op_error(err, -ENOMEM, "", "out of memory");
-    }
+    bool exact = p->dtype == DTYPE_I8, wide = p->dtype == DTYPE_F64;
+    /* One accumulator per column of an output row, of one type per call: int64 for i8 (exact),
+     * long double for f64 (a reference more precise than the GPU's f64), double for the 16- and
+     * 32-bit floats (their products are exact in it). */
+    void *acc = size_malloc(n, sizeof(long double));
+    if (!acc) return op_error(err, -ENOMEM, "", "out of memory");
+    double *dacc = acc;
+    long double *lacc = acc;
+    int64_t *iacc = acc;
     /* Integral scalars only where the product is exact (i8): validate bounds them there, and a
      * float's alpha may be past int64's range. */
     int64_t alpha_i = exact ? (int64_t)p->alpha : 0, beta_i = exact ? (int64_t)p->beta : 0;
@@ -255,17 +273,25 @@ static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *cons
                 break;
             }
             for (int64_t j = 0; j < n; j++) {
-                acc[j] = 0;
-                iacc[j] = 0;
+                if (exact)
+                    iacc[j] = 0;
+                else if (wide)
+                    lacc[j] = 0;
+                else
+                    dacc[j] = 0;
             }
             for (int64_t q = 0; q < k; q++) {
                 double av = tensor_load(p->dtype, in[0], a0 + gemm_at(p->trans_a, i, q, m, k));
+                if (wide) {
+                    gemm_row_f64(lacc, av, (const double *)in[1] + b0, p->trans_b, q, k, n);
+                    continue;
+                }
                 for (int64_t j = 0; j < n; j++) {
                     double bv = tensor_load(p->dtype, in[1], b0 + gemm_at(p->trans_b, q, j, k, n));
                     if (exact)
                         iacc[j] += (int64_t)av * (int64_t)bv;
                     else
-                        acc[j] += av * bv;
+                        dacc[j] += av * bv;
                 }
             }
             for (int64_t j = 0; j < n; j++) {
@@ -275,8 +301,12 @@ static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *cons
                     int64_t r = alpha_i * iacc[j];
                     if (use_c) r += beta_i * (int64_t)tensor_load(DTYPE_I32, in[2], at);
                     v = (double)r;
+                } else if (wide) {
+                    long double w = (long double)p->alpha * lacc[j];
+                    if (use_c) w += (long double)p->beta * tensor_load(DTYPE_F64, in[2], at);
+                    v = (double)w;
                 } else {
-                    v = p->alpha * acc[j];
+                    v = p->alpha * dacc[j];
                     if (use_c) v += p->beta * tensor_load(p->out_dtype, in[2], at);
                 }
                 tensor_store(p->out_dtype, out[0], at, v);
@@ -284,13 +314,13 @@ static int gemm_run_cpu(const op_call_t *call, const void *const *in, void *cons
         }
     }
     free(acc);
-    free(iacc);
     return r;
 }
 
 const op_def_t op_gemm = {
     .name = "gemm",
-    .summary = "out = alpha*op(a)*op(b) + beta*c; f32/tf32, f16, bf16, i8->i32; leading dims batch",
+    .summary = "out = alpha*op(a)*op(b) + beta*c; f32/tf32, f16, bf16, f64, i8->i32; leading dims "
+               "batch",
     .n_inputs = 3,
     .input_names = gemm_input_names,
     .required_inputs = (1u << 0) | (1u << 1),

@@ -12,6 +12,10 @@
  * non-tensor-core kernels for int8, an order of magnitude slower than the tensor cores with
  * the copy (bench/README.md, "Kernel shapes").
  *
+ * f64 is CUBLAS_COMPUTE_64F with f64 alpha and beta (and f64 c), in every form below: on
+ * Hopper cuBLAS runs it on the FP64 tensor cores (DMMA), IEEE f64 arithmetic throughout, which
+ * is what gemm.h's bound rests on; the fallback kernel accumulates f64 in f64 too.
+ *
  * n calls with one batch key (same shape, dtype, flags and scalars) go out as one
  * cublasGemmBatchedEx over pointer arrays, unless each call alone fills the GPU.
  *
@@ -58,6 +62,10 @@ static __device__ __forceinline__ float gemm_load(const __nv_bfloat16 *p, int64_
 {
     return __bfloat162float(p[i]);
 }
+static __device__ __forceinline__ double gemm_load(const double *p, int64_t i)
+{
+    return p[i];
+}
 static __device__ __forceinline__ int gemm_load(const int8_t *p, int64_t i)
 {
     return p[i];
@@ -77,6 +85,10 @@ static __device__ __forceinline__ void gemm_store(__half *p, int64_t i, float v)
 static __device__ __forceinline__ void gemm_store(__nv_bfloat16 *p, int64_t i, float v)
 {
     p[i] = __float2bfloat16_rn(v);
+}
+static __device__ __forceinline__ void gemm_store(double *p, int64_t i, double v)
+{
+    p[i] = v;
 }
 static __device__ __forceinline__ void gemm_store(int32_t *p, int64_t i, int v)
 {
@@ -102,11 +114,13 @@ typedef struct gemm_fallback {
     bool trans_a, trans_b, use_c;
     gemm_operand_t a, b, c, d; /* d is written (its pointers cast back to non-const) */
     float alpha_f, beta_f;
+    double alpha_d, beta_d;
     int alpha_i, beta_i;
 } gemm_fallback_t;
 
 /* A plain shared-memory tiled GEMM, one 16x16 output tile per block and grid-stride over
- * tiles and matrices; Tacc is float for the float types and int for i8. c may alias d. */
+ * tiles and matrices; Tacc is double for f64, float for the other float types and int for i8.
+ * c may alias d. */
 template <typename Tin, typename Tacc, typename Tout>
 static __global__ void gemm_fallback_kernel(gemm_fallback_t g)
 {
@@ -141,6 +155,10 @@ static __global__ void gemm_fallback_kernel(gemm_fallback_t g)
                     if constexpr (std::is_same<Tacc, int>::value) {
                         int v = g.alpha_i * acc;
                         if (g.use_c) v += g.beta_i * gemm_load(gemm_matrix<const Tout>(g.c, z), at);
+                        gemm_store(D, at, v);
+                    } else if constexpr (std::is_same<Tacc, double>::value) {
+                        double v = g.alpha_d * acc;
+                        if (g.use_c) v += g.beta_d * gemm_load(gemm_matrix<const Tout>(g.c, z), at);
                         gemm_store(D, at, v);
                     } else {
                         float v = g.alpha_f * acc;
@@ -270,6 +288,9 @@ static void gemm_fallback_launch(dtype_t dt, const gemm_fallback_t *g, cudaStrea
     case DTYPE_BF16:
         gemm_fallback_launch_t<__nv_bfloat16, float, __nv_bfloat16>(g, stream);
         break;
+    case DTYPE_F64:
+        gemm_fallback_launch_t<double, double, double>(g, stream);
+        break;
     default:
         gemm_fallback_launch_t<int8_t, int, int32_t>(g, stream);
         break;
@@ -299,6 +320,8 @@ static void gemm_copy_launch(size_t elem_size, const void *const *src, void *con
     dim3 grid(gemm_grid_dim((elems + 255) / 256, 1024), gemm_grid_dim(count, GEMM_MAX_GRID_YZ));
     if (elem_size == 2)
         gemm_copy_kernel<uint16_t><<<grid, 256, 0, stream>>>(src, dst, elems, count);
+    else if (elem_size == 8)
+        gemm_copy_kernel<uint64_t><<<grid, 256, 0, stream>>>(src, dst, elems, count);
     else
         gemm_copy_kernel<uint32_t><<<grid, 256, 0, stream>>>(src, dst, elems, count);
 }
@@ -324,6 +347,8 @@ static cudaDataType_t gemm_cuda_type(dtype_t dt)
         return CUDA_R_16F;
     case DTYPE_BF16:
         return CUDA_R_16BF;
+    case DTYPE_F64:
+        return CUDA_R_64F;
     case DTYPE_I8:
         return CUDA_R_8I;
     default:
@@ -334,6 +359,8 @@ static cudaDataType_t gemm_cuda_type(dtype_t dt)
 static cublasComputeType_t gemm_compute_type(const gemm_params_t *p)
 {
     if (p->dtype == DTYPE_I8) return CUBLAS_COMPUTE_32I;
+    /* Native f64: cuBLAS runs it on the FP64 tensor cores where the GPU has them. */
+    if (p->dtype == DTYPE_F64) return CUBLAS_COMPUTE_64F;
     return p->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
@@ -355,6 +382,7 @@ typedef struct gemm_lt_problem {
     const void *x, *y, *c;
     void *d;
     float alpha_f, beta_f;
+    double alpha_d, beta_d;
     int32_t alpha_i, beta_i;
     double flops;
 } gemm_lt_problem_t;
@@ -454,6 +482,8 @@ static void gemm_lt_problem_init(gemm_lt_problem_t *pr, const op_cuda_ctx_t *ctx
     pr->d = d;
     pr->alpha_f = (float)p->alpha;
     pr->beta_f = use_c ? (float)p->beta : 0.0f;
+    pr->alpha_d = p->alpha;
+    pr->beta_d = use_c ? p->beta : 0.0;
     pr->alpha_i = (int32_t)p->alpha;
     pr->beta_i = use_c ? (int32_t)p->beta : 0;
     pr->flops = 2.0 * (double)p->m * (double)p->n * (double)p->k * (double)p->batch;
@@ -483,9 +513,9 @@ static cublasStatus_t gemm_lt_matmul(const op_cuda_ctx_t *ctx, const gemm_lt_pro
                                      const gemm_lt_desc_t *desc, const cublasLtMatmulAlgo_t *algo,
                                      void *workspace)
 {
-    const bool ints = pr->key.compute == CUBLAS_COMPUTE_32I;
-    const void *alpha = ints ? (const void *)&pr->alpha_i : &pr->alpha_f;
-    const void *beta = ints ? (const void *)&pr->beta_i : &pr->beta_f;
+    const void *alpha = &pr->alpha_f, *beta = &pr->beta_f;
+    if (pr->key.compute == CUBLAS_COMPUTE_32I) alpha = &pr->alpha_i, beta = &pr->beta_i;
+    if (pr->key.compute == CUBLAS_COMPUTE_64F) alpha = &pr->alpha_d, beta = &pr->beta_d;
     return cublasLtMatmul((cublasLtHandle_t)ctx->blaslt, desc->op, alpha, pr->x, desc->lx, pr->y,
                           desc->ly, beta, pr->c, desc->ld, pr->d, desc->ld, algo, workspace,
                           GEMM_WORKSPACE_BYTES, (cudaStream_t)ctx->stream);
@@ -534,7 +564,9 @@ static int gemm_lt_run(const op_cuda_ctx_t *ctx, const gemm_lt_problem_t *pr, vo
                        op_error_t *err)
 {
     const gemm_lt_key_t *k = &pr->key;
-    cudaDataType_t scale = k->compute == CUBLAS_COMPUTE_32I ? CUDA_R_32I : CUDA_R_32F;
+    cudaDataType_t scale = k->compute == CUBLAS_COMPUTE_32I   ? CUDA_R_32I
+                           : k->compute == CUBLAS_COMPUTE_64F ? CUDA_R_64F
+                                                              : CUDA_R_32F;
     gemm_lt_desc_t desc = {NULL, NULL, NULL, NULL};
     int32_t op_x = k->op_x, op_y = k->op_y;
     cublasStatus_t s = cublasLtMatmulDescCreate(&desc.op, (cublasComputeType_t)k->compute, scale);
@@ -579,6 +611,8 @@ static void gemm_fallback_init(gemm_fallback_t *g, const gemm_params_t *p, int64
     g->use_c = p->has_c && p->beta != 0;
     g->alpha_f = (float)p->alpha;
     g->beta_f = (float)p->beta;
+    g->alpha_d = p->alpha;
+    g->beta_d = p->beta;
     g->alpha_i = (int)p->alpha;
     g->beta_i = (int)p->beta;
 }
@@ -718,19 +752,22 @@ static int gemm_pointer_array(const op_cuda_ctx_t *ctx, int n, const op_call_t *
     bool done = false;
     if (p->k > 0 && count <= INT32_MAX) {
         float alpha_f = (float)p->alpha, beta_f = use_c ? (float)p->beta : 0.0f;
+        double alpha_d = p->alpha, beta_d = use_c ? p->beta : 0.0;
         int32_t alpha_i = (int32_t)p->alpha, beta_i = use_c ? (int32_t)p->beta : 0;
-        bool ints = p->dtype == DTYPE_I8;
+        /* The scalars in the compute type's scale type, as for cuBLASLt. */
+        const void *alpha = &alpha_f, *beta = &beta_f;
+        if (p->dtype == DTYPE_I8) alpha = &alpha_i, beta = &beta_i;
+        if (p->dtype == DTYPE_F64) alpha = &alpha_d, beta = &beta_d;
         cublasHandle_t blas = (cublasHandle_t)ctx->blas;
         cublasStatus_t s = cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST);
         if (s == CUBLAS_STATUS_SUCCESS)
-            s = cublasGemmBatchedEx(
-                blas, p->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)p->n, (int)p->m, (int)p->k,
-                ints ? (const void *)&alpha_i : &alpha_f, b_ptrs, gemm_cuda_type(p->dtype),
-                (int)(p->trans_b ? p->k : p->n), a_ptrs, gemm_cuda_type(p->dtype),
-                (int)(p->trans_a ? p->m : p->k), ints ? (const void *)&beta_i : &beta_f, d_ptrs,
-                gemm_cuda_type(p->out_dtype), (int)p->n, (int)count, gemm_compute_type(p),
-                CUBLAS_GEMM_DEFAULT);
+            s = cublasGemmBatchedEx(blas, p->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)p->n, (int)p->m,
+                                    (int)p->k, alpha, b_ptrs, gemm_cuda_type(p->dtype),
+                                    (int)(p->trans_b ? p->k : p->n), a_ptrs,
+                                    gemm_cuda_type(p->dtype), (int)(p->trans_a ? p->m : p->k), beta,
+                                    d_ptrs, gemm_cuda_type(p->out_dtype), (int)p->n, (int)count,
+                                    gemm_compute_type(p), CUBLAS_GEMM_DEFAULT);
         done = s == CUBLAS_STATUS_SUCCESS;
         if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED &&
             s != CUBLAS_STATUS_INVALID_VALUE)

@@ -1,4 +1,18 @@
-/* The gemm op: what gemm.c (validation, CPU reference) and gemm.cu (cuBLASLt/cuBLAS) share. */
+/* The gemm op: what gemm.c (validation, CPU reference) and gemm.cu (cuBLASLt/cuBLAS) share.
+ *
+ * f64's accuracy bound. On CUDA an f64 gemm is cuBLAS's CUBLAS_COMPUTE_64F (on Hopper, DGEMM on
+ * the FP64 tensor cores), which computes every product and sum as an IEEE f64 operation; the
+ * emulated compute types (fixed-point f64 on integer tensor cores) are never asked for. Whatever
+ * order cuBLAS sums in, each output element is then within
+ *     gamma(k + 3) * (|alpha| * sum_q |a[i,q] * b[q,j]| + |beta * c[i,j]|)
+ * of the exact value, where gamma(n) = n u / (1 - n u) and u = 2^-53: k products summed in any
+ * tree of depth at most k, then the roundings of alpha's product, beta's and their sum. The CPU
+ * reference accumulates in long double (a 64-bit significand on x86-64, u = 2^-64) and rounds
+ * once to f64, so it lies within u |exact| + gamma_ld(k + 3) times the same magnitude: the
+ * GPU's result and the reference differ by at most 1.001 (k + 5) 2^-53 times that magnitude
+ * (tests/gpu/test_gpu_f64.c checks every element against the sum of the two bounds, and
+ * tests/unit/test_kernels_gemm.c the reference against its own). f32, f16 and bf16 are bounded
+ * in tests/gpu/test_gpu_gemm.c by their relative norm error; i8 is exact. */
 #pragma once
 
 #include <stdbool.h>

@@ -7,7 +7,8 @@
 #include "elementwise_cuda.cuh"
 
 /* A tile is RED_ITERS rounds of RED_UNROLL 16-byte vectors per thread: 64 KiB of f32 input per
- * tile keeps the partials (and the second launch) small next to the input. */
+ * tile keeps the partials (and the second launch) small next to the input. reduce.h's f64
+ * bound counts the additions these sizes give (32 elements a thread, tiles of 8192). */
 #define RED_UNROLL 4
 #define RED_ITERS 4
 

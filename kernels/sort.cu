@@ -6,7 +6,7 @@
  * widens indices, and scatters every call's part to its own outputs. A single call skips the
  * concatenation and sorts into its own output buffers.
  *
- * CUB is instantiated for u32 and u64 keys only (i32/f32 map to u32 order keys, i64 to u64),
+ * CUB is instantiated for u32 and u64 keys only (i32/f32 map to u32 order keys, i64/f64 to u64),
  * each keys-only or with a u32 payload: 4-byte values ride along directly; other values and
  * argsort carry the row-local index and are gathered or widened afterwards. */
 #include "sort.h"
@@ -72,9 +72,9 @@ static __global__ void sort_pack_kernel(const sort_seg_t *segs, int seg0, sort_p
         uint32_t j = (uint32_t)jj;
         int64_t at = s.base + j;
         if (ps.keys) {
-            if (ps.key_dtype == DTYPE_I64) {
+            if (sort_key_is_wide(ps.key_dtype)) {
                 uint64_t bits = ((const uint64_t *)s.keys_in)[j];
-                ((uint64_t *)order_keys)[at] = sort_order_key64(bits, ps.descending);
+                ((uint64_t *)order_keys)[at] = sort_order_key64(ps.key_dtype, bits, ps.descending);
             } else {
                 uint32_t bits = ((const uint32_t *)s.keys_in)[j];
                 uint32_t k = sort_order_key32(ps.key_dtype, bits, ps.descending);
@@ -121,9 +121,9 @@ static __global__ void sort_unpack_kernel(const sort_seg_t *segs, int seg0, sort
         uint32_t j = (uint32_t)jj;
         int64_t at = s.base + j;
         if (ps.keys) {
-            if (ps.key_dtype == DTYPE_I64) {
+            if (sort_key_is_wide(ps.key_dtype)) {
                 uint64_t k = ((const uint64_t *)order_keys)[at];
-                ((uint64_t *)s.keys_out)[j] = sort_key64_from_order(k, ps.descending);
+                ((uint64_t *)s.keys_out)[j] = sort_key64_from_order(ps.key_dtype, k, ps.descending);
             } else {
                 /* A tagged key's low half is the order key; its row id is already implied. */
                 uint32_t k = ps.tagged ? (uint32_t)((const uint64_t *)order_keys)[at]
@@ -256,7 +256,7 @@ static int sort_bit_length(uint64_t x)
 /* Picks how the group's rows are sorted; see enum sort_mode. */
 static void sort_plan_mode(sort_plan_t *plan, dtype_t key_dtype)
 {
-    bool wide = key_dtype == DTYPE_I64;
+    bool wide = sort_key_is_wide(key_dtype);
     if (plan->n_rows == 1)
         plan->mode = SORT_MODE_RADIX;
     else if (plan->max_len <= SORT_SMALL_ROW)
@@ -316,7 +316,7 @@ static sort_layout_t sort_layout_plan(const sort_params_t *p, sort_plan_t *plan)
     lay.direct_keys_in = single && lay.identity && plan->mode != SORT_MODE_TAGGED;
     lay.direct_keys_out = single && plan->mode != SORT_MODE_TAGGED;
     lay.direct_values = single && lay.payload == SORT_PAYLOAD_VALUES32;
-    lay.key_size = p->key_dtype == DTYPE_I64 || plan->mode == SORT_MODE_TAGGED ? 8 : 4;
+    lay.key_size = sort_key_is_wide(p->key_dtype) || plan->mode == SORT_MODE_TAGGED ? 8 : 4;
     return lay;
 }
 

@@ -2,9 +2,11 @@
  *
  * Both sides sort "order keys": unsigned integers whose plain ascending order is the order the
  * op promises. A key of any supported dtype maps to one (32 bits for u32/i32/f32, 64 bits for
- * i64); descending order is ascending order of the inverted key, which keeps the sort stable in
- * both directions; floats map so that -inf < negatives < -0.0 < +0.0 < positives < +inf and every
- * NaN maps to the largest key (last in both directions) and comes back as the canonical NaN. */
+ * i64/f64); descending order is ascending order of the inverted key, which keeps the sort stable
+ * in both directions; floats (f32 and f64 alike) map so that -inf < negatives < -0.0 < +0.0 <
+ * positives < +inf and every NaN maps to the largest key (last in both directions, in input
+ * order) and comes back as the canonical NaN of its dtype. The map is a bijection on everything
+ * but NaNs, so every other key comes back bit for bit. */
 #pragma once
 
 #include <stdbool.h>
@@ -27,8 +29,9 @@ typedef struct sort_params {
     int64_t len;  /* the last dim: elements per row */
 } sort_params_t;
 
-/* The bit pattern of a NaN key in the output, whatever NaN came in. */
+/* The bit pattern of a NaN key in the output, whatever NaN came in: f32, f64. */
 #define SORT_CANONICAL_NAN_BITS 0x7fc00000u
+#define SORT_CANONICAL_NAN64_BITS 0x7ff8000000000000ull
 
 extern const op_def_t op_sort;
 
@@ -75,14 +78,34 @@ SORT_HD uint32_t sort_key32_from_order(dtype_t dt, uint32_t k, bool descending)
     return dt == DTYPE_I32 ? k ^ 0x80000000u : k;
 }
 
-/* Order key of an i64 key given as its bits, and its inverse. */
-SORT_HD uint64_t sort_order_key64(uint64_t bits, bool descending)
+/* Whether keys of dtype dt have 64-bit order keys (i64, f64) rather than 32-bit ones. */
+SORT_HD bool sort_key_is_wide(dtype_t dt)
 {
-    uint64_t k = bits ^ 0x8000000000000000ull;
+    return dt == DTYPE_I64 || dt == DTYPE_F64;
+}
+
+/* Order key of a 64-bit key (i64 or f64 given as its bits): f64 as f32 is mapped in
+ * sort_order_key32, with the 64-bit sign, exponent and NaN patterns. */
+SORT_HD uint64_t sort_order_key64(dtype_t dt, uint64_t bits, bool descending)
+{
+    uint64_t k;
+    if (dt == DTYPE_F64) {
+        if ((bits & 0x7fffffffffffffffull) > 0x7ff0000000000000ull)
+            return 0xffffffffffffffffull; /* NaN: last either way */
+        k = (bits & 0x8000000000000000ull) ? ~bits : (bits | 0x8000000000000000ull);
+    } else {
+        k = bits ^ 0x8000000000000000ull;
+    }
     return descending ? ~k : k;
 }
 
-SORT_HD uint64_t sort_key64_from_order(uint64_t k, bool descending)
+/* Inverse of sort_order_key64: the key's bits, NaN canonicalized. */
+SORT_HD uint64_t sort_key64_from_order(dtype_t dt, uint64_t k, bool descending)
 {
+    if (dt == DTYPE_F64) {
+        if (k == 0xffffffffffffffffull) return SORT_CANONICAL_NAN64_BITS;
+        if (descending) k = ~k;
+        return (k & 0x8000000000000000ull) ? (k & 0x7fffffffffffffffull) : ~k;
+    }
     return (descending ? ~k : k) ^ 0x8000000000000000ull;
 }

@@ -1,5 +1,6 @@
-/* Elementwise, reduction and quantization cases, each on 1 GiB of x, plus the device-to-device
- * copy ceiling they are measured against. bench/peer/torch_elementwise.py times the same work
+/* Elementwise, reduction and quantization cases, each on 1 GiB of x (f32, bf16, and f64 for the
+ * arithmetic and the reductions), plus the device-to-device copy ceiling they are measured
+ * against. bench/peer/torch_elementwise.py times the same work
  * in PyTorch under the same case names, with the same byte counts. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -144,6 +145,12 @@ void bench_elementwise(const op_cuda_ctx_t *ctx)
     ewb_case(ctx, "saxpy/f32/1GiB", &op_saxpy, "{\"a\": 2.5}", 2, f32, -1, 1);
     ewb_case(ctx, "sum/f32/1GiB", &op_sum, NULL, 1, f32, -1, 1);
     ewb_case(ctx, "dot/f32/1GiB", &op_dot, NULL, 2, f32, -1, 1);
+    tensor_desc_t f64[2] = {ewb_vec(DTYPE_F64, EWB_GIB), ewb_vec(DTYPE_F64, EWB_GIB)};
+    ewb_case(ctx, "add/f64/1GiB", &op_add, NULL, 2, f64, -1, 1);
+    ewb_case(ctx, "mul/f64/1GiB", &op_mul, NULL, 2, f64, -1, 1);
+    ewb_case(ctx, "saxpy/f64/1GiB", &op_saxpy, "{\"a\": 2.5}", 2, f64, -1, 1);
+    ewb_case(ctx, "sum/f64/1GiB", &op_sum, NULL, 1, f64, -1, 1);
+    ewb_case(ctx, "dot/f64/1GiB", &op_dot, NULL, 2, f64, -1, 1);
     /* Per tensor without a given scale: a max pass, then the quantize pass. */
     ewb_case(ctx, "quantize/f32/1GiB", &op_quantize, NULL, 1, f32, -3, 3);
     /* The scale comes from the same range as q; its value does not change the work. */

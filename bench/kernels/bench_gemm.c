@@ -1,8 +1,9 @@
-/* gemm cases: 8192^3 in bf16, f16, tf32, f32 and i8 (TFLOP/s against torch.matmul and
- * torch._int_mm), i8 also with b given transposed ([n, k], so no copy is made before the
- * tensor-core GEMM), and 4096 GEMMs of 64^3 in bf16 and f32 three ways: n calls in one run_cuda
- * (the pointer-array form), one call with a leading dim of 4096 (strided batch), and a loop
- * of 4096 single calls. bench/peer/torch_gemm.py times the same work in PyTorch. */
+/* gemm cases: 8192^3 in bf16, f16, tf32, f32, f64 (the FP64 tensor cores' DGEMM) and i8
+ * (TFLOP/s against torch.matmul and torch._int_mm), i8 also with b given transposed ([n, k], so
+ * no copy is made before the tensor-core GEMM), and 4096 GEMMs of 64^3 in bf16, f32 and f64
+ * three ways: n calls in one run_cuda (the pointer-array form), one call with a leading dim of
+ * 4096 (strided batch), and a loop of 4096 single calls. bench/peer/torch_gemm.py times the same
+ * work in PyTorch. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -89,6 +90,7 @@ void bench_gemm(const op_cuda_ctx_t *ctx)
         {"gemm/f16/8192x8192x8192", DTYPE_F16, NULL},
         {"gemm/tf32/8192x8192x8192", DTYPE_F32, "{\"tf32\": true}"},
         {"gemm/f32/8192x8192x8192", DTYPE_F32, NULL},
+        {"gemm/f64/8192x8192x8192", DTYPE_F64, NULL},
         {"gemm/i8/8192x8192x8192", DTYPE_I8, NULL},
         {"gemm/i8/8192x8192x8192/trans_b", DTYPE_I8, "{\"trans_b\": true}"},
     };
@@ -100,7 +102,9 @@ void bench_gemm(const op_cuda_ctx_t *ctx)
     static const struct {
         const char *prefix;
         dtype_t dt;
-    } small[] = {{"gemm/bf16/64x64x64x4096", DTYPE_BF16}, {"gemm/f32/64x64x64x4096", DTYPE_F32}};
+    } small[] = {{"gemm/bf16/64x64x64x4096", DTYPE_BF16},
+                 {"gemm/f32/64x64x64x4096", DTYPE_F32},
+                 {"gemm/f64/64x64x64x4096", DTYPE_F64}};
     char name[96];
     for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
         gemm_bench_call(&call, small[i].dt, 1, 64, 64, 64);

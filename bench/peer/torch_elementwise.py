@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch peer of bench/kernels/bench_elementwise.c: the same cases on 1 GiB of x, timed with
 CUDA events (warm-up, then the median of 30 runs), printed as CSV rows case,ms,bytes,flops.
+f32, bf16 and f64 (the arithmetic and the reductions) as bench_elementwise.c runs them.
 
 Each row carries the byte and flop counts of our op's cost for the same work, so bytes/ms is
 comparable across the two tables. Elementwise results go to preallocated outputs (out=) so
@@ -62,6 +63,18 @@ def main():
     q = torch.randint(-127, 128, (GIB,), device="cuda", dtype=torch.int8)
     s = torch.tensor(0.05, device="cuda")
     row("dequantize/i8/1GiB", median_ms(lambda: q.float() * s), 5 * GIB + 4, GIB)
+    del q, s
+    torch.cuda.empty_cache()
+
+    n8 = GIB // 8
+    xd, yd = rand(n8, torch.float64), rand(n8, torch.float64)
+    outd = torch.empty(n8, device="cuda", dtype=torch.float64)
+    row("add/f64/1GiB", median_ms(lambda: torch.add(xd, yd, out=outd)), 3 * GIB, n8)
+    row("mul/f64/1GiB", median_ms(lambda: torch.mul(xd, yd, out=outd)), 3 * GIB, n8)
+    row("saxpy/f64/1GiB", median_ms(lambda: torch.add(yd, xd, alpha=2.5, out=outd)), 3 * GIB,
+        2 * n8)
+    row("sum/f64/1GiB", median_ms(lambda: torch.sum(xd)), GIB + 8, n8)
+    row("dot/f64/1GiB", median_ms(lambda: torch.dot(xd, yd)), 2 * GIB + 8, 2 * n8)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 then the median of 20 or more runs), printed as CSV rows case,ms,bytes,flops.
 
 8192^3: torch.matmul on row-major [m, k] x [k, n] in bf16, f16, f32 with TF32 allowed (tf32)
-and disallowed (f32), and torch._int_mm for i8 -> i32. _int_mm reaches the int8 tensor cores
+and disallowed (f32), f64 (cuBLAS's DGEMM, on the FP64 tensor cores), and torch._int_mm for
+i8 -> i32. _int_mm reaches the int8 tensor cores
 only with b k-contiguous (a column-major view, `b.t().contiguous().t()`, made outside the
 timing): that is its row for gemm/i8 and for our trans_b case (b given as [n, k]); the row
 `/torch_row_major_b` is _int_mm on the plain row-major b. 4096 GEMMs of 64^3: torch.bmm on
 [4096, 64, 64] for both the batched and the strided case (one call in PyTorch either way), and
-a Python loop of 4096 torch.matmul calls for the loop case."""
+a Python loop of 4096 torch.matmul calls for the loop case; in bf16, f32 and f64."""
 import torch
 from peer_timing import header, row, median_ms
 
@@ -34,7 +35,7 @@ def big_cases():
     n = 8192
     for name, dtype, tf32 in (("bf16", torch.bfloat16, False), ("f16", torch.float16, False),
                               ("tf32", torch.float32, True), ("f32", torch.float32, False),
-                              ("i8", torch.int8, False)):
+                              ("f64", torch.float64, False), ("i8", torch.int8, False)):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         a, b = operands(dtype, 1, n, n, n)
         case = f"gemm/{name}/{n}x{n}x{n}"
@@ -54,7 +55,7 @@ def big_cases():
 
 def small_cases():
     batch, s = 4096, 64
-    for name, dtype in (("bf16", torch.bfloat16), ("f32", torch.float32)):
+    for name, dtype in (("bf16", torch.bfloat16), ("f32", torch.float32), ("f64", torch.float64)):
         a, b = operands(dtype, batch, s, s, s)
         nbytes, flops = cost(dtype, batch, s, s, s)
         prefix = f"gemm/{name}/{s}x{s}x{s}x{batch}"

@@ -5,7 +5,9 @@ then the median of 20 runs), printed as CSV rows case,ms,bytes,flops.
 torch.sort always returns indices (int64) beside the sorted keys; the key-value case is
 torch.sort of the keys followed by gathering the values with those indices, which is how
 PyTorch code sorts pairs. u32 keys are torch.uint32 where this PyTorch sorts them, otherwise
-int32 (the same bytes and radix passes; a note goes to stderr)."""
+int32 (the same bytes and radix passes; a note goes to stderr). For f64 keys one torch.sort is
+the peer of both our keys-only sort and our argsort (keys and i64 indices, what torch.sort
+returns)."""
 import sys
 
 import torch
@@ -42,6 +44,16 @@ def main():
         del fkeys
         rows = torch.rand(1000, 4096, device="cuda", dtype=torch.float32) * 2 - 1
         row("sort/f32/1000x4096", median_ms(lambda: torch.sort(rows, dim=-1)), 2 * 4 * rows.numel())
+        del rows
+        dkeys = torch.rand(n, device="cuda", dtype=torch.float64) * 2 - 1
+        ms = median_ms(lambda: torch.sort(dkeys))
+        row("sort/f64/2^28", ms, 2 * 8 * n)
+        row("sort/f64/2^28/argsort", ms, 3 * 8 * n)
+        del dkeys
+        torch.cuda.empty_cache()
+        drows = torch.rand(1000, 4096, device="cuda", dtype=torch.float64) * 2 - 1
+        row("sort/f64/1000x4096", median_ms(lambda: torch.sort(drows, dim=-1)),
+            2 * 8 * drows.numel())
 
 
 if __name__ == "__main__":

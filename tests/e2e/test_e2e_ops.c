@@ -1,7 +1,9 @@
 /* End-to-end: the real gpujobd on the CPU backend, driven over HTTP: the ops' results, each
- * checked against a computation done here, in the test, from the same random inputs, and the
- * numbers of the answers printed shortest for their dtype. */
+ * checked against a computation done here, in the test, from the same random inputs (f64 gemm
+ * and sort too, f64 values exact through the JSON both ways), and the numbers of the answers
+ * printed shortest for their dtype. */
 #include <check.h>
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -195,6 +197,206 @@ START_TEST(test_gemm_matches_reference_when_present)
 }
 END_TEST
 
+/* A random f64 with a full 53-bit significand: [-1, 1) times 2^e, e in [-spread, spread]. */
+static double rand_f64(uint32_t *seed, int spread)
+{
+    uint64_t bits = (uint64_t)e2e_rand(seed) << 21 ^ e2e_rand(seed) >> 11;
+    int e = (int)(e2e_rand(seed) % (uint32_t)(2 * spread + 1)) - spread;
+    return ldexp((double)bits * 0x1p-52 - 1, e);
+}
+
+/* An f64 element as JSON: a number, or "nan", "inf", "-inf" (the daemon's spellings). */
+static json_t *f64_json(double v)
+{
+    if (isnan(v)) return json_string("nan");
+    if (isinf(v)) return json_string(v > 0 ? "inf" : "-inf");
+    return json_real(v);
+}
+
+static json_t *f64_tensor(const int64_t *shape, int ndim, const double *v, long n)
+{
+    json_t *dims = json_array(), *data = json_array();
+    for (int i = 0; i < ndim; i++)
+        json_array_append_new(dims, json_integer(shape[i]));
+    for (long i = 0; i < n; i++)
+        json_array_append_new(data, f64_json(v[i]));
+    return json_pack("{s:s, s:o, s:o}", "dtype", "f64", "shape", dims, "data", data);
+}
+
+/* Output `name` of a succeeded job: asserts its dtype and n elements, flattened into out with
+ * the non-finite strings read back. */
+static void f64_output(const json_t *job, const char *name, const char *dtype, long n, double *out)
+{
+    const json_t *t = json_object_get(json_object_get(job, "outputs"), name);
+    ck_assert_msg(strcmp(e2e_job_state(job), "succeeded") == 0 && t, "job %s: %s, no output %s",
+                  json_string_value(json_object_get(job, "id")), e2e_job_state(job), name);
+    ck_assert_str_eq(json_string_value(json_object_get(t, "dtype")), dtype);
+    const json_t *data = json_object_get(t, "data");
+    long got = 0;
+    /* Rows come nested like the shape: walk one level of nesting at most. */
+    size_t i, j;
+    const json_t *e, *f;
+    json_array_foreach(data, i, e)
+    {
+        const json_t *row = json_is_array(e) ? e : NULL;
+        size_t len = row ? json_array_size(row) : 1;
+        for (j = 0; j < len; j++) {
+            f = row ? json_array_get(row, j) : e;
+            double v = json_number_value(f);
+            if (json_is_string(f)) {
+                const char *str = json_string_value(f);
+                v = strcmp(str, "nan") == 0 ? NAN : strcmp(str, "inf") == 0 ? INFINITY : -INFINITY;
+            }
+            ck_assert_msg(json_is_number(f) || json_is_string(f), "%s[%ld] is not a number", name,
+                          got);
+            if (got < n) out[got] = v;
+            got++;
+        }
+    }
+    ck_assert_msg(got == n, "output %s has %ld values, expected %ld", name, got, n);
+}
+
+/* x * y added to the pair (hi, lo) exactly: TwoProduct (an FMA) and TwoSum. */
+static void dot2_step(double x, double y, double *hi, double *lo)
+{
+    double p = x * y, ep = fma(x, y, -p);
+    double s = *hi + p, z = s - *hi;
+    *lo += (*hi - (s - z)) + (p - z) + ep;
+    *hi = s;
+}
+
+/* An f64 gemm (b transposed, alpha, beta with c) through the API on the CPU backend: every
+ * element within gemm.h's bound for the long double reference, u |exact| + gamma_ld(k + 3)
+ * times |alpha| sum |a b| + |beta c|, of the exact value computed here. */
+START_TEST(test_f64_gemm_through_the_api_within_its_bound)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    enum { M = 5, N = 4, K = 300 };
+    static const int64_t sa[] = {M, K}, sb[] = {N, K}, sc[] = {M, N};
+    uint32_t seed = 6464;
+    static double a[M * K], b[N * K], c[M * N], got[M * N];
+    for (int i = 0; i < M * K; i++)
+        a[i] = rand_f64(&seed, 20);
+    for (int i = 0; i < N * K; i++)
+        b[i] = rand_f64(&seed, 20);
+    for (int i = 0; i < M * N; i++)
+        c[i] = rand_f64(&seed, 20);
+    /* A power of two for alpha keeps alpha * a exact in the sum below. */
+    const double alpha = -0.5, beta = 1.5;
+    json_t *job =
+        json_pack("{s:s, s:{s:b, s:f, s:f}, s:{s:o, s:o, s:o}}", "op", "gemm", "params", "trans_b",
+                  1, "alpha", alpha, "beta", beta, "inputs", "a", f64_tensor(sa, 2, a, M * K), "b",
+                  f64_tensor(sb, 2, b, N * K), "c", f64_tensor(sc, 2, c, M * N));
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    f64_output(done, "out", "f64", M * N, got);
+    const double u = 0x1p-53, u_ld = LDBL_EPSILON / 2, g = (K + 3) * u_ld / (1 - (K + 3) * u_ld);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double hi = 0, lo = 0, mag = 0;
+            for (int q = 0; q < K; q++) {
+                dot2_step(alpha * a[i * K + q], b[j * K + q], &hi, &lo);
+                mag += fabs(alpha * a[i * K + q] * b[j * K + q]);
+            }
+            dot2_step(beta, c[i * N + j], &hi, &lo);
+            mag += fabs(beta * c[i * N + j]);
+            double exact = hi + lo;
+            double bound = 2 * u * fabs(exact) + g * mag * (1 + 1e-6) + 4 * K * K * u * u * mag;
+            ck_assert_msg(fabs(got[i * N + j] - exact) <= bound,
+                          "gemm f64 [%d,%d]: got %.17g, exact %.17g, bound %g", i, j,
+                          got[i * N + j], exact, bound);
+        }
+    free(id);
+    json_decref(job);
+    json_decref(done);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* The promised order of f64 keys (sort.h): -inf < ... < -0.0 < +0.0 < ... < +inf, NaNs last;
+ * -1, 0, 1. */
+static int f64_order(double a, double b)
+{
+    if (isnan(a) || isnan(b)) return (isnan(a) != 0) - (isnan(b) != 0);
+    if (a == b) return (signbit(b) != 0) - (signbit(a) != 0);
+    return a < b ? -1 : 1;
+}
+
+static int f64_order_qsort(const void *a, const void *b)
+{
+    return f64_order(*(const double *)a, *(const double *)b);
+}
+
+static uint64_t f64_bits(double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    return u;
+}
+
+/* f64 keys through the API: NaNs (sent as "nan"), infinities, signed zeros, subnormals, ties and
+ * neighbours an ulp apart. Ascending keys-only equals the keys sorted here; a descending argsort
+ * of rows is, row by row, the stable permutation. */
+START_TEST(test_f64_sort_through_the_api_orders_special_values)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    enum { R = 4, L = 50, N = R * L };
+    static const int64_t shape[] = {R, L}, flat[] = {N};
+    const double special[9] = {NAN, INFINITY, -INFINITY, -0.0, 0.0, 5e-324, -5e-324, DBL_MAX, 1};
+    uint32_t seed = 646464;
+    double keys[N], got[N], want[N], idx[N];
+    for (int i = 0; i < N; i++) {
+        uint32_t r = e2e_rand(&seed) % 4;
+        keys[i] = r == 0   ? special[e2e_rand(&seed) % 9]
+                  : r == 1 ? (double)((int)(e2e_rand(&seed) % 8) - 4) / 4
+                  : r == 2 ? nextafter(1.0, e2e_rand(&seed) & 1 ? 2.0 : 0.0)
+                           : rand_f64(&seed, 300);
+    }
+    json_t *job =
+        json_pack("{s:s, s:{s:o}}", "op", "sort", "inputs", "keys", f64_tensor(flat, 1, keys, N));
+    char *id = e2e_submit_ok(d, job);
+    json_t *done = e2e_wait_final_ok(d, id, 30);
+    f64_output(done, "keys", "f64", N, got);
+    memcpy(want, keys, sizeof want);
+    qsort(want, N, sizeof want[0], f64_order_qsort);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(isnan(want[i]) ? isnan(got[i]) : f64_bits(got[i]) == f64_bits(want[i]),
+                      "sort f64 [%d]: got %.17g, expected %.17g", i, got[i], want[i]);
+    free(id);
+    json_decref(job);
+    json_decref(done);
+
+    job = json_pack("{s:s, s:{s:b, s:b}, s:{s:o}}", "op", "sort", "params", "descending", 1,
+                    "argsort", 1, "inputs", "keys", f64_tensor(shape, 2, keys, N));
+    id = e2e_submit_ok(d, job);
+    done = e2e_wait_final_ok(d, id, 30);
+    f64_output(done, "indices", "i64", N, idx);
+    f64_output(done, "keys", "f64", N, got);
+    for (int r = 0; r < R; r++) {
+        bool seen[L] = {false};
+        for (int j = 0; j < L; j++) {
+            int at = r * L + j, src = (int)idx[at];
+            ck_assert_msg(src >= 0 && src < L && !seen[src], "row %d: indices not a permutation",
+                          r);
+            seen[src] = true;
+            double in = keys[r * L + src];
+            ck_assert_msg(isnan(in) ? isnan(got[at]) : f64_bits(got[at]) == f64_bits(in),
+                          "keys[%d] is not keys_in[indices[%d]]", at, at);
+            if (j == 0) continue;
+            double prev = keys[r * L + (int)idx[at - 1]];
+            /* Descending, NaNs still last; equal keys in input order. */
+            int c = isnan(prev) || isnan(in) ? f64_order(prev, in) : -f64_order(prev, in);
+            ck_assert_msg(c <= 0, "row %d: %.17g before %.17g", r, prev, in);
+            if (c == 0) ck_assert_msg(idx[at - 1] < idx[at], "row %d: tie at %d not stable", r, j);
+        }
+    }
+    free(id);
+    json_decref(job);
+    json_decref(done);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* The JSON number text that follows "key": in text, into buf; false when the key is absent or
  * its value is not a number. */
 static bool number_text_after(const char *text, const char *key, char *buf, size_t size)
@@ -290,6 +492,8 @@ int main(void)
     tcase_add_test(tc, test_answers_print_numbers_shortest_for_their_dtype);
     tcase_add_test(tc, test_sort_matches_reference_when_present);
     tcase_add_test(tc, test_gemm_matches_reference_when_present);
+    tcase_add_test(tc, test_f64_gemm_through_the_api_within_its_bound);
+    tcase_add_test(tc, test_f64_sort_through_the_api_orders_special_values);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -1,10 +1,11 @@
 /* The gemm op on CUDA against the CPU reference on fresh random inputs: every dtype (f32, tf32,
- * f16, bf16, i8 -> i32) at sizes that are not multiples of any tile, every transpose, beta
+ * f16, bf16, f64, i8 -> i32) at sizes that are not multiples of any tile, every transpose, beta
  * with c, leading dims (batched, b shared, a shared), k = 0, and n calls in one run_cuda
  * (pointer-array form, and one by one for big calls), i8 through its transposed copies at
  * partial tiles, and large calls run twice (the second from the algorithm cache). Outputs are
  * poisoned before every run.
- * Bounds on the relative norm error: f32 1e-5, tf32 1e-3, f16/bf16 1e-2, i8 exact. */
+ * Bounds on the relative norm error: f32 1e-5, tf32 1e-3, f16/bf16 1e-2, f64 1e-12, i8 exact
+ * (test_gpu_f64.c holds f64 to gemm.h's bound element by element). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,11 +26,12 @@ typedef struct gemm_kind {
     double tolerance;   /* 0: exact */
 } gemm_kind_t;
 
-static const gemm_kind_t kinds[5] = {
+static const gemm_kind_t kinds[6] = {
     {"f32", DTYPE_F32, "\"tf32\": false", 1e-5}, {"tf32", DTYPE_F32, "\"tf32\": true", 1e-3},
     {"f16", DTYPE_F16, "\"tf32\": false", 1e-2}, {"bf16", DTYPE_BF16, "\"tf32\": false", 1e-2},
-    {"i8", DTYPE_I8, "\"tf32\": false", 0},
+    {"i8", DTYPE_I8, "\"tf32\": false", 0},      {"f64", DTYPE_F64, "\"tf32\": false", 1e-12},
 };
+#define N_KINDS (int)(sizeof kinds / sizeof kinds[0])
 
 typedef struct gemm_job {
     op_call_t call;
@@ -154,7 +156,7 @@ static const int64_t sizes[5] = {1, 17, 64, 129, 512};
 
 START_TEST(test_gpu_gemm_every_dtype_matches_cpu_at_odd_sizes)
 {
-    for (int t = 0; t < 5; t++)
+    for (int t = 0; t < N_KINDS; t++)
         for (int im = 0; im < 5; im++)
             for (int in = 0; in < 5; in++)
                 for (int ik = 0; ik < 5; ik++) {
@@ -172,7 +174,7 @@ END_TEST
 START_TEST(test_gpu_gemm_transposes_with_alpha_beta_and_c)
 {
     const int64_t shapes[3][3] = {{129, 64, 17}, {64, 128, 512}, {17, 1, 129}};
-    for (int t = 0; t < 5; t++)
+    for (int t = 0; t < N_KINDS; t++)
         for (int s = 0; s < 3; s++)
             for (int tr = 0; tr < 4; tr++)
                 for (int with_c = 0; with_c < 2; with_c++) {
@@ -193,7 +195,7 @@ END_TEST
 START_TEST(test_gpu_gemm_leading_dims_batched_and_shared)
 {
     const int lead[3][2] = {{2, 2}, {2, 0}, {0, 2}};
-    for (int t = 0; t < 5; t++)
+    for (int t = 0; t < N_KINDS; t++)
         for (int l = 0; l < 3; l++)
             for (int tr = 0; tr < 4; tr++) {
                 gemm_job_t job;
@@ -208,7 +210,7 @@ END_TEST
 
 START_TEST(test_gpu_gemm_k_zero_and_empty_outputs)
 {
-    for (int t = 0; t < 5; t++) {
+    for (int t = 0; t < N_KINDS; t++) {
         gemm_job_t job;
         gemm_job_prepare(&job, &kinds[t], 17, 5, 0, false, false, 0, 0, true, 1, 2);
         gemm_jobs_check(&job, 1, &kinds[t], "k=0 with c");
@@ -232,7 +234,7 @@ START_TEST(test_gpu_gemm_batched_calls_in_one_run_match_cpu)
         {20, 12, 8, false, true, true, 2, 0, 3},
         {1024, 1024, 1024, false, false, false, 0, 0, 2}, /* 2^30 each: one by one */
     };
-    for (int t = 0; t < 5; t++)
+    for (int t = 0; t < N_KINDS; t++)
         for (int s = 0; s < 4; s++) {
             if (s == 3 && kinds[t].dtype != DTYPE_BF16) continue; /* CPU time */
             gemm_job_t jobs[7];
@@ -303,7 +305,7 @@ static void gemm_check_samples(const gemm_job_t *job, const gemm_kind_t *kind, i
  * on sampled entries: the full CPU reference would take minutes. */
 START_TEST(test_gpu_gemm_large_call_matches_cpu_on_samples_twice)
 {
-    for (int t = 0; t < 5; t++) {
+    for (int t = 0; t < N_KINDS; t++) {
         gemm_job_t job;
         bool ints = kinds[t].dtype == DTYPE_I8;
         gemm_job_inputs(&job, &kinds[t], 2048, 2048, 1024, false, false, 0, 0, true,

@@ -35,8 +35,8 @@ static uint32_t rand32(void)
     return (uint32_t)rand_r(&seed) << 16 ^ (uint32_t)rand_r(&seed);
 }
 
-/* Random keys: full-range bits, with runs of ties and, for f32, NaNs, infinities and zeros of
- * both signs. */
+/* Random keys: full-range bits, with runs of ties and, for f32 and f64, NaNs, infinities and
+ * zeros of both signs. */
 static void fill_keys(dtype_t dt, void *keys, int64_t n)
 {
     bool ties = rand_r(&seed) & 1;
@@ -49,6 +49,21 @@ static void fill_keys(dtype_t dt, void *keys, int64_t n)
             uint32_t bits = rand32() % 8 == 0 ? special[rand32() % 6] : r;
             if (ties && rand32() % 8) bits = f32_bits_of((float)((int)r - 32) / 8);
             memcpy((char *)keys + 4 * i, &bits, 4);
+            break;
+        }
+        case DTYPE_F64: {
+            /* Full-range bits (NaNs among them), the special values, and ties. */
+            static const uint64_t special[8] = {0x7ff8000000000000ull, 0xfff8000000000001ull,
+                                                0x7ff0000000000001ull, 0x8000000000000000ull,
+                                                0x0000000000000000ull, 0x7ff0000000000000ull,
+                                                0xfff0000000000000ull, 0x0000000000000001ull};
+            uint64_t bits =
+                rand32() % 8 == 0 ? special[rand32() % 8] : (uint64_t)rand32() << 32 | rand32();
+            if (ties && rand32() % 8) {
+                double f = (double)((int)r - 32) / 8;
+                memcpy(&bits, &f, 8);
+            }
+            ((uint64_t *)keys)[i] = bits;
             break;
         }
         case DTYPE_I64:
@@ -155,14 +170,15 @@ static void jobs_run_and_check(sort_job_t *jobs, int n, const char *what)
     free(outs);
 }
 
-static const dtype_t key_dtypes[4] = {DTYPE_U32, DTYPE_I32, DTYPE_F32, DTYPE_I64};
+static const dtype_t key_dtypes[5] = {DTYPE_U32, DTYPE_I32, DTYPE_F32, DTYPE_I64, DTYPE_F64};
+#define N_KEY_DTYPES (int)(sizeof key_dtypes / sizeof key_dtypes[0])
 static const char *const flavours[4] = {NULL, "{\"descending\": true}", "{\"argsort\": true}",
                                         "{\"argsort\": true, \"descending\": true}"};
 
 START_TEST(test_gpu_sort_one_row_matches_cpu_at_odd_sizes)
 {
     const int64_t sizes[5] = {1, 7, 1000, 4097, (1 << 20) + 3};
-    for (int t = 0; t < 4; t++)
+    for (int t = 0; t < N_KEY_DTYPES; t++)
         for (int s = 0; s < 5; s++)
             for (int f = 0; f < 4; f++) {
                 tensor_desc_t k = desc(key_dtypes[t], 1, &sizes[s]);
@@ -182,7 +198,7 @@ END_TEST
 START_TEST(test_gpu_sort_rows_match_cpu_on_every_path)
 {
     const int64_t shapes[4][2] = {{1000, 7}, {64, 1000}, {33, 4097}, {3, (1 << 20) + 3}};
-    for (int t = 0; t < 4; t++)
+    for (int t = 0; t < N_KEY_DTYPES; t++)
         for (int s = 0; s < 4; s++)
             for (int f = 0; f < 4; f++) {
                 tensor_desc_t k = desc(key_dtypes[t], 2, shapes[s]);
@@ -200,7 +216,7 @@ START_TEST(test_gpu_sort_values_of_every_size_follow_keys)
 {
     const dtype_t vdts[5] = {DTYPE_U32, DTYPE_F64, DTYPE_F32, DTYPE_BF16, DTYPE_I8};
     const int64_t shapes[3][2] = {{1, 4097}, {100, 37}, {5, 9000}};
-    for (int t = 0; t < 4; t++)
+    for (int t = 0; t < N_KEY_DTYPES; t++)
         for (int v = 0; v < 5; v++)
             for (int s = 0; s < 3; s++) {
                 tensor_desc_t k = desc(key_dtypes[t], 2, shapes[s]);
@@ -223,7 +239,7 @@ START_TEST(test_gpu_sort_batched_calls_of_different_sizes_match_cpu)
         const int64_t (*shapes)[2];
         int n;
     } groups[3] = {{small, 5}, {mixed, 4}, {large, 3}};
-    for (int t = 0; t < 4; t++)
+    for (int t = 0; t < N_KEY_DTYPES; t++)
         for (int g = 0; g < 3; g++)
             for (int f = 0; f < 6; f++) {
                 /* Flavours 4 and 5 carry values: 4-byte ones directly, 2-byte ones gathered. */

@@ -464,6 +464,9 @@ static void iso_sort_cases(iso_cases_t *cs)
     iso_sort_case(cs, "i64", NULL, false, false, 2, (int64_t[]){0, 5});
     iso_sort_case(cs, "i64", NULL, false, false, 1, (int64_t[]){6});
     iso_sort_case(cs, "i64", NULL, false, false, 0, NULL);
+    iso_sort_case(cs, "f64", "f64", false, true, 2, (int64_t[]){3, 5});
+    iso_sort_case(cs, "f64", NULL, true, true, 2, (int64_t[]){2, 4097});
+    iso_sort_case(cs, "f64", NULL, true, true, 1, (int64_t[]){0});
 }
 
 /* ---- quantize, dequantize */
@@ -636,6 +639,10 @@ static void iso_gemm_cases(iso_cases_t *cs)
         {"f32", 2, 2, {17, 33}, {33, 19}, false, false, true, 1, 1},
         {"i8", 2, 2, {5, 6}, {6, 7}, false, false, false, 1, 0},
         {"f16", 2, 2, {9, 10}, {11, 10}, false, true, false, 1, 0},
+        /* f64: k = 0 with c, and a batched pair with c (c copied into out as 8-byte words). */
+        {"f64", 2, 2, {4, 0}, {0, 5}, false, false, true, 3, 2},
+        {"f64", 2, 2, {17, 33}, {33, 19}, false, false, true, 1, 1},
+        {"f64", 2, 2, {17, 33}, {33, 19}, false, false, true, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         iso_gemm_case(cs, &cases[i]);

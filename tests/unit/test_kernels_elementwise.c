@@ -62,6 +62,26 @@ START_TEST(test_saxpy_f64_hand_checked)
 }
 END_TEST
 
+/* a * x rounds before y is added, on the CPU as on CUDA (elementwise.h): with
+ * a = x = 1 + 2^-30 and y = -(1 + 2^-29), a * x rounds to 1 + 2^-29 and the result is 0,
+ * where a fused a * x + y would give 2^-60. add and mul round once, to nearest even. */
+START_TEST(test_saxpy_f64_rounds_product_and_sum_separately)
+{
+    double x[] = {1 + 0x1p-30, 1, 0x1p-1074}, y[] = {-(1 + 0x1p-29), 0x1p-53, 0}, out[3];
+    /* 1 + 2^-30, exactly. */
+    ew_run("saxpy", "{\"a\": 1.000000000931322574615478515625}", td(DTYPE_F64, 3), x,
+           td(DTYPE_F64, 3), y, out);
+    ck_assert_double_eq(out[0], 0);
+    ck_assert_double_eq(out[1], 1 + 0x1p-30); /* (1 + 2^-30) + 2^-53: the tie rounds to even */
+    ck_assert_double_eq(out[2], 0x1p-1074);   /* the least subnormal times a rounds back to it */
+    ew_run("add", NULL, td(DTYPE_F64, 3), x, td(DTYPE_F64, 3), y, out);
+    ck_assert_double_eq(out[0], -0x1p-30);
+    ck_assert_double_eq(out[1], 1); /* 1 + 2^-53 ties to even */
+    ew_run("mul", NULL, td(DTYPE_F64, 3), x, td(DTYPE_F64, 3), y, out);
+    ck_assert_double_eq(out[0], -(1 + 0x3p-30)); /* -(1 + 3 2^-30 + 2^-59) rounded */
+}
+END_TEST
+
 START_TEST(test_i32_arithmetic_wraps_modulo_2_32)
 {
     int32_t x[] = {INT32_MAX, 65536, -3}, y[] = {1, 65536, 7}, out[3];
@@ -244,6 +264,7 @@ int main(void)
     tcase_add_test(tc, test_ops_are_in_the_table);
     tcase_add_test(tc, test_add_and_mul_f32_hand_checked);
     tcase_add_test(tc, test_saxpy_f64_hand_checked);
+    tcase_add_test(tc, test_saxpy_f64_rounds_product_and_sum_separately);
     tcase_add_test(tc, test_i32_arithmetic_wraps_modulo_2_32);
     tcase_add_test(tc, test_saxpy_i32_factor_is_taken_modulo_2_32);
     tcase_add_test(tc, test_scalar_y_broadcasts_over_x);

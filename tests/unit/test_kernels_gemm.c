@@ -3,6 +3,7 @@
  * batch and broadcast form, beta with c, and i8 -> i32. */
 #include <check.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,13 +145,13 @@ static void naive_gemm(dtype_t dt, const void *a, const void *b, const void *c, 
 
 START_TEST(test_gemm_reference_matches_naive_loop_for_all_forms)
 {
-    const dtype_t dts[4] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_I8};
+    const dtype_t dts[5] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F64, DTYPE_I8};
     /* {batch dims of a, batch dims of b}: none, equal, b shared, a shared */
     const int lead[4][2] = {{0, 0}, {2, 2}, {2, 0}, {0, 2}};
     const int64_t dims[2] = {3, 2};
     unsigned seed = 777;
     printf("test_gemm_reference_matches_naive_loop_for_all_forms: seed %u\n", seed);
-    for (int t = 0; t < 4; t++)
+    for (int t = 0; t < 5; t++)
         for (int l = 0; l < 4; l++)
             for (int tr = 0; tr < 4; tr++)
                 for (int with_c = 0; with_c < 2; with_c++) {
@@ -215,6 +216,122 @@ START_TEST(test_gemm_reference_matches_naive_loop_for_all_forms)
 }
 END_TEST
 
+/* f64 validates with an f64 output and c, its own batch key, and f64 alpha and beta kept
+ * exactly (no rounding to f32 on the way). */
+START_TEST(test_gemm_f64_validates_with_f64_output_and_c)
+{
+    tensor_desc_t a = td(DTYPE_F64, 2, 5, 3), b = td(DTYPE_F64, 3, 4), c = td(DTYPE_F64, 2, 5, 4);
+    tensor_desc_t a32 = td(DTYPE_F32, 2, 5, 3), b32 = td(DTYPE_F32, 3, 4);
+    op_call_t call, call32;
+    op_error_t err;
+    const char *params = "{\"alpha\": 0.1, \"beta\": -0.3}";
+    ck_assert_int_eq(gemm_call(&call, &a, &b, &c, params, &err), 0);
+    ck_assert_int_eq(call.out[0].dtype, DTYPE_F64);
+    ck_assert(tensor_desc_equal(&call.out[0], &c));
+    const gemm_params_t *p = OP_PARAMS(&call, const gemm_params_t);
+    ck_assert(p->alpha == 0.1 && p->beta == -0.3);
+    ck_assert(call.cost.bytes == 8.0 * (2 * 5 * 3 + 3 * 4 + 2 * 2 * 5 * 4));
+    ck_assert_int_eq(gemm_call(&call32, &a32, &b32, NULL, params, &err), -EINVAL); /* no c */
+    ck_assert_int_eq(gemm_call(&call32, &a32, &b32, NULL, NULL, &err), 0);
+    op_call_t call64;
+    ck_assert_int_eq(gemm_call(&call64, &a, &b, NULL, NULL, &err), 0);
+    ck_assert_str_ne(call32.batch_key, call64.batch_key);
+}
+END_TEST
+
+/* The f64 reference accumulates in long double: 1 + 2^-60 - 1 gives 2^-60 (f64 sums give 0),
+ * and with alpha, beta and c the result is rounded once. */
+START_TEST(test_gemm_f64_reference_accumulates_past_f64)
+{
+#if LDBL_MANT_DIG >= 64
+    tensor_desc_t a = td(DTYPE_F64, 1, 3), b = td(DTYPE_F64, 3, 1), c = td(DTYPE_F64, 1, 1);
+    double av[3] = {1, ldexp(1, -60), -1}, bv[3] = {1, 1, 1}, cv[1] = {ldexp(1, -62)}, out[1];
+    op_call_t call;
+    op_error_t err;
+    ck_assert_int_eq(gemm_call(&call, &a, &b, NULL, NULL, &err), 0);
+    gemm_run(&call, av, bv, NULL, out);
+    ck_assert(out[0] == ldexp(1, -60));
+    /* 3 * 2^-60 + 2 * 2^-62 = 2^-58 + 2^-59 + ... exactly 3.5 * 2^-60 */
+    ck_assert_int_eq(gemm_call(&call, &a, &b, &c, "{\"alpha\": 3, \"beta\": 2}", &err), 0);
+    gemm_run(&call, av, bv, cv, out);
+    ck_assert(out[0] == 3.5 * ldexp(1, -60));
+#else
+    fprintf(stderr, "long double is no wider than double here: skipped\n");
+#endif
+}
+END_TEST
+
+/* x * y + s exactly as an unevaluated pair (hi, lo): Ogita, Rump and Oishi's TwoProduct and
+ * TwoSum, so that the test's reference owes nothing to long double. */
+static void dot2_step(double x, double y, double *hi, double *lo)
+{
+    double p = x * y, ep = fma(x, y, -p);
+    double s = *hi + p, z = s - *hi, es = (*hi - (s - z)) + (p - z);
+    *hi = s;
+    *lo += es + ep;
+}
+
+/* The f64 reference against an independent compensated dot product in f64 (as accurate as a
+ * sum in twice the precision): within gemm.h's bound, u |exact| + gamma_ld(k + 3) times
+ * |alpha| sum |a b| + |beta c| (and the check's own rounding), on random inputs of mixed signs
+ * and exponents, every transpose and a shared operand. An f64 accumulation misses this bound:
+ * gamma_ld(k + 3) is 2^-11 of f64's. */
+START_TEST(test_gemm_f64_reference_within_its_bound)
+{
+    const int64_t m = 9, n = 7, k = 301;
+    unsigned seed = 4242;
+    printf("test_gemm_f64_reference_within_its_bound: seed %u\n", seed);
+    const double u = ldexp(1, -53), u_ld = LDBL_EPSILON / 2;
+    for (int tr = 0; tr < 4; tr++) {
+        bool ta = tr & 1, tb = tr & 2;
+        tensor_desc_t a = ta ? td(DTYPE_F64, k, m) : td(DTYPE_F64, m, k);
+        tensor_desc_t b = tb ? td(DTYPE_F64, 2, n, k) : td(DTYPE_F64, 2, k, n);
+        tensor_desc_t c = td(DTYPE_F64, 2, m, n);
+        double *av = malloc(sizeof(double) * m * k), *bv = malloc(sizeof(double) * 2 * k * n);
+        double cv[2 * 9 * 7], out[2 * 9 * 7];
+        for (int64_t i = 0; i < m * k; i++)
+            av[i] = ldexp((double)rand_r(&seed) / RAND_MAX - 0.5, rand_r(&seed) % 41 - 20);
+        for (int64_t i = 0; i < 2 * k * n; i++)
+            bv[i] = ldexp((double)rand_r(&seed) / RAND_MAX - 0.5, rand_r(&seed) % 41 - 20);
+        for (int64_t i = 0; i < 2 * m * n; i++)
+            cv[i] = (double)rand_r(&seed) / RAND_MAX - 0.5;
+        /* A power of two for alpha keeps alpha * a exact in the check's own sum. */
+        const double alpha = -0.5, beta = 0.7;
+        char params[128];
+        snprintf(params, sizeof params,
+                 "{\"trans_a\": %s, \"trans_b\": %s, \"alpha\": %.17g, \"beta\": %.17g}",
+                 ta ? "true" : "false", tb ? "true" : "false", alpha, beta);
+        op_call_t call;
+        op_error_t err;
+        ck_assert_int_eq(gemm_call(&call, &a, &b, &c, params, &err), 0);
+        gemm_run(&call, av, bv, cv, out);
+        for (int64_t z = 0; z < 2; z++)
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double hi = 0, lo = 0, mag = 0;
+                    for (int64_t q = 0; q < k; q++) {
+                        double x = av[ta ? q * m + i : i * k + q];
+                        double y = bv[z * k * n + (tb ? j * k + q : q * n + j)];
+                        dot2_step(alpha * x, y, &hi, &lo);
+                        mag += fabs(x * y);
+                    }
+                    int64_t at = (z * m + i) * n + j;
+                    dot2_step(beta, cv[at], &hi, &lo);
+                    double exact = hi + lo; /* within u |exact| + k^2 u^2 mag */
+                    mag = fabs(alpha) * mag + fabs(beta * cv[at]);
+                    double bound = 2 * u * fabs(exact) +
+                                   (k + 3) * u_ld / (1 - (k + 3) * u_ld) * mag * (1 + 1e-6) +
+                                   4 * (k + 1) * (k + 1) * u * u * mag;
+                    ck_assert_msg(fabs(out[at] - exact) <= bound,
+                                  "trans %d [%lld, %lld, %lld]: %.17g, exact %.17g, bound %g", tr,
+                                  (long long)z, (long long)i, (long long)j, out[at], exact, bound);
+                }
+        free(av);
+        free(bv);
+    }
+}
+END_TEST
+
 START_TEST(test_gemm_outputs_cost_and_batch_key)
 {
     tensor_desc_t a = td(DTYPE_BF16, 4, 64, 32);
@@ -255,7 +372,8 @@ START_TEST(test_gemm_rejects_bad_input_naming_the_field)
     tensor_desc_t c = td(DTYPE_F32, 4, 5);
     tensor_desc_t c_shape = td(DTYPE_F32, 5, 4);
     tensor_desc_t vec = td(DTYPE_F32, 3);
-    tensor_desc_t a64 = td(DTYPE_F64, 4, 3);
+    tensor_desc_t a64 = td(DTYPE_I64, 4, 3);
+    tensor_desc_t f64 = td(DTYPE_F64, 4, 3), f64_b = td(DTYPE_F64, 3, 5);
     tensor_desc_t b16 = td(DTYPE_F16, 3, 5);
     tensor_desc_t a8 = td(DTYPE_I8, 4, 3);
     tensor_desc_t b8 = td(DTYPE_I8, 3, 5);
@@ -274,6 +392,9 @@ START_TEST(test_gemm_rejects_bad_input_naming_the_field)
     expect_error(&a, &b, NULL, "{\"beta\": 1}", -EINVAL, "params.beta");
     expect_error(&a, &b, &c_shape, "{\"beta\": 1}", -EINVAL, "inputs.c.shape");
     expect_error(&a8, &b8, &c, "{\"beta\": 1}", -EINVAL, "inputs.c.dtype");
+    expect_error(&f64, &f64_b, &c, "{\"beta\": 1}", -EINVAL, "inputs.c.dtype"); /* c f32 */
+    expect_error(&f64, &b, NULL, NULL, -EINVAL, "inputs.b.dtype");
+    expect_error(&f64, &f64_b, NULL, "{\"tf32\": true}", -EINVAL, "params.tf32");
     expect_error(&a8, &b8, NULL, "{\"alpha\": 1.5}", -EINVAL, "params.alpha");
     expect_error(&a8, &b8, NULL, "{\"alpha\": 1e12}", -EINVAL, "params.alpha");
     expect_error(&b16, &b16, NULL, "{\"tf32\": true, \"trans_a\": true}", -EINVAL, "params.tf32");
@@ -298,6 +419,9 @@ int main(void)
     tcase_add_test(tc, test_gemm_k_zero_gives_beta_c);
     tcase_add_test(tc, test_gemm_with_an_empty_output_computes_nothing);
     tcase_add_test(tc, test_gemm_reference_matches_naive_loop_for_all_forms);
+    tcase_add_test(tc, test_gemm_f64_validates_with_f64_output_and_c);
+    tcase_add_test(tc, test_gemm_f64_reference_accumulates_past_f64);
+    tcase_add_test(tc, test_gemm_f64_reference_within_its_bound);
     tcase_add_test(tc, test_gemm_outputs_cost_and_batch_key);
     tcase_add_test(tc, test_gemm_rejects_bad_input_naming_the_field);
     suite_add_tcase(s, tc);

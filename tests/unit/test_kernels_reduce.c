@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,6 +166,77 @@ START_TEST(test_sum_f32_is_deterministic_and_accurate_on_a_million_elements)
 }
 END_TEST
 
+/* The exact sum of x (or of x * y) as a double-f64 pair: TwoProduct (an FMA) and TwoSum on
+ * every term, so that the check's error (u |sum| + n^2 u^2 sum |terms|) is far below the bound
+ * under test. ret_abs gets sum |terms|. */
+static double exact_sum_f64(const double *x, const double *y, int64_t n, double *ret_abs)
+{
+    double hi = 0, lo = 0, mag = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double p = y ? x[i] * y[i] : x[i], ep = y ? fma(x[i], y[i], -p) : 0;
+        double s = hi + p, z = s - hi;
+        lo += (hi - (s - z)) + (p - z) + ep;
+        hi = s;
+        mag += fabs(p);
+    }
+    *ret_abs = mag;
+    return hi + lo;
+}
+
+/* reduce.h's CPU bound for f64: gamma(64 + ceil(log2 n)) sum |terms|, plus the check's own
+ * error. */
+static double cpu_f64_bound(int64_t n, double exact, double mag)
+{
+    const double u = ldexp(1, -53);
+    double d = 64 + ceil(log2((double)n));
+    return d * u / (1 - d * u) * mag * (1 + 1e-9) + u * fabs(exact) +
+           4 * (double)n * (double)n * u * u * mag;
+}
+
+/* f64 sum and dot on a million random elements of mixed signs and exponents (heavy
+ * cancellation), within reduce.h's bound of the exact sum. */
+START_TEST(test_sum_and_dot_f64_within_the_stated_bound)
+{
+    const int64_t n = 1000003;
+    double *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    unsigned seed = 31337;
+    printf("test_sum_and_dot_f64_within_the_stated_bound: seed %u\n", seed);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = ldexp((double)rand_r(&seed) / RAND_MAX - 0.5, rand_r(&seed) % 61 - 30);
+        y[i] = ldexp((double)rand_r(&seed) / RAND_MAX - 0.5, rand_r(&seed) % 61 - 30);
+    }
+    tensor_desc_t d = td(DTYPE_F64, n);
+    double got, mag, exact = exact_sum_f64(x, NULL, n, &mag);
+    red_run("sum", d, x, d, NULL, &got);
+    ck_assert_msg(fabs(got - exact) <= cpu_f64_bound(n, exact, mag), "sum %.17g, exact %.17g", got,
+                  exact);
+    exact = exact_sum_f64(x, y, n, &mag);
+    red_run("dot", d, x, d, y, &got);
+    ck_assert_msg(fabs(got - exact) <= cpu_f64_bound(n, exact, mag), "dot %.17g, exact %.17g", got,
+                  exact);
+    free(x);
+    free(y);
+}
+END_TEST
+
+/* 1 followed by 2^20 - 1 halves of an ulp of 1: a sum in order keeps 1 (each half rounds
+ * away), an error of 2^20 u; the stated bound is (64 + 21) u. */
+START_TEST(test_sum_f64_keeps_the_small_terms_an_ordered_sum_drops)
+{
+    const int64_t n = 1 << 20;
+    double *x = malloc((size_t)n * sizeof *x);
+    x[0] = 1;
+    for (int64_t i = 1; i < n; i++)
+        x[i] = ldexp(1, -53);
+    double got, mag, exact = exact_sum_f64(x, NULL, n, &mag);
+    ck_assert(exact == 1 + (double)(n - 1) * ldexp(1, -53));
+    red_run("sum", td(DTYPE_F64, n), x, td(DTYPE_F64, n), NULL, &got);
+    ck_assert_msg(fabs(got - exact) <= cpu_f64_bound(n, exact, mag), "sum %.17g, exact %.17g", got,
+                  exact);
+    free(x);
+}
+END_TEST
+
 START_TEST(test_batch_key_ignores_size_but_not_dtype)
 {
     op_call_t a, b, c;
@@ -210,6 +282,8 @@ int main(void)
     tcase_add_test(tc, test_16_bit_inputs_accumulate_in_f32);
     tcase_add_test(tc, test_empty_inputs_give_zero);
     tcase_add_test(tc, test_sum_f32_is_deterministic_and_accurate_on_a_million_elements);
+    tcase_add_test(tc, test_sum_and_dot_f64_within_the_stated_bound);
+    tcase_add_test(tc, test_sum_f64_keeps_the_small_terms_an_ordered_sum_drops);
     tcase_add_test(tc, test_batch_key_ignores_size_but_not_dtype);
     tcase_add_test(tc, test_bad_inputs_and_params_name_their_field);
     suite_add_tcase(s, tc);

@@ -2,6 +2,7 @@
  * descending, rows) and properties on random inputs (ordered, a permutation, stable). */
 #include <check.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,20 @@ static uint32_t f32_bits(float f)
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
+}
+
+static uint64_t f64_bits(double f)
+{
+    uint64_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static double f64_of_bits(uint64_t u)
+{
+    double f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 START_TEST(test_sort_u32_ascending_and_argsort_hand_checked)
@@ -84,6 +99,70 @@ START_TEST(test_sort_f32_special_values_order_both_directions)
     ck_assert_uint_eq(f32_bits(out[3]), 0x80000000u);
     for (int i = 6; i < 9; i++)
         ck_assert_uint_eq(f32_bits(out[i]), 0x7fc00000u);
+}
+END_TEST
+
+/* f64 keys order as f32 keys do: -inf < negatives < -0.0 < +0.0 < positives < +inf, NaNs last
+ * in both directions, in input order, and canonical; subnormals, the largest finite values
+ * and neighbours one ulp apart (which f32 could not tell apart) all in their places. */
+START_TEST(test_sort_f64_special_values_order_both_directions)
+{
+    const double one_up = nextafter(1.0, 2.0), one_down = nextafter(1.0, 0.0);
+    double keys[16] = {NAN, 1.0,    -0.0,    INFINITY, -INFINITY, 0.0, -2.0,   -NAN,
+                       0,   5e-324, -5e-324, DBL_MAX,  -DBL_MAX,  1.0, one_up, one_down};
+    keys[8] = f64_of_bits(0x7ff0000000000001ull); /* a signalling NaN with a payload */
+    tensor_desc_t k = td(DTYPE_F64, 16);
+    double out[16];
+    int64_t idx[16];
+
+    sort_run(&k, keys, NULL, NULL, "{\"argsort\": true}", out, idx);
+    const int64_t want_asc[16] = {4, 12, 6, 10, 2, 5, 9, 15, 1, 13, 14, 11, 3, 0, 7, 8};
+    for (int i = 0; i < 16; i++) {
+        ck_assert_msg(idx[i] == want_asc[i], "ascending [%d]: index %lld, want %lld", i,
+                      (long long)idx[i], (long long)want_asc[i]);
+        if (i < 13)
+            ck_assert_uint_eq(f64_bits(out[i]), f64_bits(keys[want_asc[i]]));
+        else
+            ck_assert_uint_eq(f64_bits(out[i]), 0x7ff8000000000000ull);
+    }
+
+    sort_run(&k, keys, NULL, NULL, "{\"argsort\": true, \"descending\": true}", out, idx);
+    const int64_t want_desc[16] = {3, 11, 14, 1, 13, 15, 9, 5, 2, 10, 6, 12, 4, 0, 7, 8};
+    for (int i = 0; i < 16; i++) {
+        ck_assert_msg(idx[i] == want_desc[i], "descending [%d]: index %lld, want %lld", i,
+                      (long long)idx[i], (long long)want_desc[i]);
+        if (i < 13)
+            ck_assert_uint_eq(f64_bits(out[i]), f64_bits(keys[want_desc[i]]));
+        else
+            ck_assert_uint_eq(f64_bits(out[i]), 0x7ff8000000000000ull);
+    }
+    ck_assert_uint_eq(f64_bits(out[7]), 0x0000000000000000ull); /* +0.0 before -0.0 */
+    ck_assert_uint_eq(f64_bits(out[8]), 0x8000000000000000ull);
+}
+END_TEST
+
+/* f64 keys with values of each size and as rows: values follow their keys, keys-only equals
+ * argsort's keys. */
+START_TEST(test_sort_f64_rows_with_values)
+{
+    tensor_desc_t k = td(DTYPE_F64, 2, 4);
+    double keys[8] = {0.5, -1e300, 0.5, 1e-300, 3, -0.0, 0.0, -3};
+    double out[8];
+    tensor_desc_t v = td(DTYPE_F64, 2, 4);
+    double vals[8] = {10, 11, 12, 13, 20, 21, 22, 23}, out_vals[8];
+    sort_run(&k, keys, &v, vals, "{\"descending\": true}", out, out_vals);
+    const double want[8] = {0.5, 0.5, 1e-300, -1e300, 3, 0.0, -0.0, -3};
+    const double want_vals[8] = {10, 12, 13, 11, 20, 22, 21, 23};
+    for (int i = 0; i < 8; i++) {
+        ck_assert_uint_eq(f64_bits(out[i]), f64_bits(want[i]));
+        ck_assert(out_vals[i] == want_vals[i]);
+    }
+    tensor_desc_t v8 = td(DTYPE_I8, 2, 4);
+    int8_t bytes[8] = {0, 1, 2, 3, 4, 5, 6, 7}, out_bytes[8];
+    sort_run(&k, keys, &v8, bytes, NULL, out, out_bytes);
+    const int8_t want_bytes[8] = {1, 3, 0, 2, 7, 5, 6, 4};
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(out_bytes[i], want_bytes[i]);
 }
 END_TEST
 
@@ -226,13 +305,13 @@ START_TEST(test_sort_rejects_bad_input_naming_the_field)
 {
     tensor_desc_t k = td(DTYPE_U32, 2, 3);
     tensor_desc_t f16 = td(DTYPE_F16, 2, 3);
-    tensor_desc_t f64 = td(DTYPE_F64, 3);
+    tensor_desc_t i8 = td(DTYPE_I8, 3);
     tensor_desc_t v_wrong = td(DTYPE_F32, 3, 2);
     tensor_desc_t v_rank = td(DTYPE_F32, 6);
     tensor_desc_t v_ok = td(DTYPE_F32, 2, 3);
     tensor_desc_t huge = td(DTYPE_U32, 1 << 20, 1 << 13);
     expect_error(&f16, NULL, NULL, -EINVAL, "inputs.keys.dtype");
-    expect_error(&f64, NULL, NULL, -EINVAL, "inputs.keys.dtype");
+    expect_error(&i8, NULL, NULL, -EINVAL, "inputs.keys.dtype");
     expect_error(&k, &v_wrong, NULL, -EINVAL, "inputs.values.shape");
     expect_error(&k, &v_rank, NULL, -EINVAL, "inputs.values.shape");
     expect_error(&k, &v_ok, "{\"argsort\": true}", -EINVAL, "params.argsort");
@@ -246,10 +325,24 @@ END_TEST
 
 /* ------------------------------------------------------------------ properties */
 
+/* Whether key i is a NaN (floats only). */
+static bool key_is_nan(dtype_t dt, const void *keys, int64_t i)
+{
+    if (dt == DTYPE_F32) return isnan(((const float *)keys)[i]);
+    if (dt == DTYPE_F64) return isnan(((const double *)keys)[i]);
+    return false;
+}
+
 /* The promised total order, written independently of the kernels' order keys: -1, 0, 1. */
 static int order_cmp(dtype_t dt, const void *keys, int64_t i, int64_t j)
 {
     switch (dt) {
+    case DTYPE_F64: {
+        double a = ((const double *)keys)[i], b = ((const double *)keys)[j];
+        if (isnan(a) || isnan(b)) return (isnan(a) != 0) - (isnan(b) != 0);
+        if (a == b) return (signbit(b) != 0) - (signbit(a) != 0); /* -0.0 < +0.0 */
+        return a < b ? -1 : 1;
+    }
     case DTYPE_F32: {
         float a = ((const float *)keys)[i], b = ((const float *)keys)[j];
         if (isnan(a) || isnan(b)) return (isnan(a) != 0) - (isnan(b) != 0);
@@ -287,6 +380,20 @@ static void fill_keys(dtype_t dt, void *keys, int64_t n, unsigned *seed)
             ((float *)keys)[i] = f;
             break;
         }
+        case DTYPE_F64: {
+            /* Quarters, and neighbours of them an ulp or two away: f32's order keys would tie
+             * these. */
+            double f = (double)r / 4;
+            int pick = rand_r(seed) % 16;
+            if (pick == 0) f = NAN;
+            if (pick == 1) f = -NAN;
+            if (pick == 2) f = -0.0;
+            if (pick == 3) f = (rand_r(seed) & 1) ? INFINITY : -INFINITY;
+            if (pick == 4) f = nextafter(f, INFINITY);
+            if (pick == 5) f = nextafter(nextafter(f, -INFINITY), -INFINITY);
+            ((double *)keys)[i] = f;
+            break;
+        }
         case DTYPE_I32:
             ((int32_t *)keys)[i] = r * 100000000;
             break;
@@ -302,11 +409,11 @@ static void fill_keys(dtype_t dt, void *keys, int64_t n, unsigned *seed)
 
 START_TEST(test_sort_random_rows_are_ordered_stable_permutations)
 {
-    const dtype_t dts[4] = {DTYPE_U32, DTYPE_I32, DTYPE_F32, DTYPE_I64};
+    const dtype_t dts[5] = {DTYPE_U32, DTYPE_I32, DTYPE_F32, DTYPE_I64, DTYPE_F64};
     const int64_t shapes[4][2] = {{1, 1}, {1, 1000}, {7, 129}, {64, 3}};
     unsigned seed = 20240611;
     printf("test_sort_random_rows_are_ordered_stable_permutations: seed %u\n", seed);
-    for (int t = 0; t < 4; t++)
+    for (int t = 0; t < 5; t++)
         for (int s = 0; s < 4; s++)
             for (int descending = 0; descending < 2; descending++) {
                 dtype_t dt = dts[t];
@@ -332,15 +439,15 @@ START_TEST(test_sort_random_rows_are_ordered_stable_permutations)
                         /* The output key is the input key it claims to be (NaN canonical). */
                         if (dt == DTYPE_F32 && isnan(((float *)keys)[src]))
                             ck_assert_uint_eq(f32_bits(((float *)out)[at]), 0x7fc00000u);
+                        else if (dt == DTYPE_F64 && isnan(((double *)keys)[src]))
+                            ck_assert_uint_eq(f64_bits(((double *)out)[at]), 0x7ff8000000000000ull);
                         else
                             ck_assert_mem_eq((char *)out + at * es, (char *)keys + src * es, es);
                         if (j == 0) continue;
                         int64_t prev = row * len + idx[at - 1];
                         int c = order_cmp(dt, keys, prev, src);
-                        bool nan_tie = dt == DTYPE_F32 && isnan(((float *)keys)[prev]) &&
-                                       isnan(((float *)keys)[src]);
-                        bool nan_last = dt == DTYPE_F32 && (isnan(((float *)keys)[prev]) ||
-                                                            isnan(((float *)keys)[src]));
+                        bool nan_tie = key_is_nan(dt, keys, prev) && key_is_nan(dt, keys, src);
+                        bool nan_last = key_is_nan(dt, keys, prev) || key_is_nan(dt, keys, src);
                         if (descending && !nan_last) c = -c;
                         ck_assert_msg(c <= 0, "%s row %lld: out of order at %lld", dtype_name(dt),
                                       (long long)row, (long long)j);
@@ -364,6 +471,8 @@ int main(void)
     TCase *tc = tcase_create("sort");
     tcase_add_test(tc, test_sort_u32_ascending_and_argsort_hand_checked);
     tcase_add_test(tc, test_sort_f32_special_values_order_both_directions);
+    tcase_add_test(tc, test_sort_f64_special_values_order_both_directions);
+    tcase_add_test(tc, test_sort_f64_rows_with_values);
     tcase_add_test(tc, test_sort_descending_argsort_keeps_ties_in_input_order);
     tcase_add_test(tc, test_sort_signed_extremes_i32_and_i64);
     tcase_add_test(tc, test_sort_rows_are_sorted_independently);
