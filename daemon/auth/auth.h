@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "daemon/util/config.h"
 
@@ -98,6 +99,17 @@ bool auth_settings_peercred(const auth_settings_t *s);
 bool auth_settings_is_admin(const auth_settings_t *s, const char *user);
 /* How many NSS group lookups s has made (what the cache did not answer), for tests. */
 size_t auth_settings_group_lookups(const auth_settings_t *s);
+
+/* --- the account behind a connection (auth_peer.c) --- */
+
+/* The uid of the local account at the other end of connected socket fd, as the kernel knows
+ * it: a Unix socket's SO_PEERCRED uid, or, for TCP over loopback (127.0.0.0/8, ::1, an IPv4
+ * loopback address mapped into IPv6), the owner of the client's socket, found by its 4-tuple
+ * through NETLINK_SOCK_DIAG (unprivileged). 0 and *ret_uid; -EREMOTE when the TCP peer is not
+ * on a loopback address (only a token can say who it is); -ENOENT when the kernel knows no
+ * such socket still open and connected (the client closed it); another negative errno when
+ * the kernel could not be asked (a sandbox without AF_NETLINK, say). Never guesses. */
+int auth_peer_uid(int fd, uid_t *ret_uid);
 
 /* --- the admin's command line (auth_cli.c) --- */
 
