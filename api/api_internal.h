@@ -35,10 +35,14 @@ typedef struct api_user {
     char name[OWNER_SIZE];
     bool admin;     /* sees every owner's jobs, buffers and tokens */
     bool over_unix; /* came over the Unix socket */
-    bool by_token;  /* identified by a Bearer token (else by the peer uid, or mode = none) */
+    bool by_token;  /* identified by a Bearer token (else by the kernel, or mode = none) */
     /* When name is empty: -ENOKEY no credentials, -EACCES a bad or revoked token,
-     * -EKEYEXPIRED an expired one, another negative errno when the token store failed. */
+     * -EKEYEXPIRED an expired one, -ESRCH a loopback TCP client whose socket the kernel did not
+     * name (closed, or the lookup failed), -EPERM an account that [auth] allow_users and
+     * allow_groups keep out (its name in refused), another negative errno when the token store
+     * failed. */
     int err;
+    char refused[OWNER_SIZE];
 } api_user_t;
 
 /* Each user's limits and request-rate bucket at the door (user_policy.c). */
@@ -254,12 +258,15 @@ store_reader_t *api_request_reader(api_request_t *req);
 const char *api_request_owner_filter(const api_request_t *req);
 /* True when the user may see something owned by owner. */
 bool api_request_may_see(const api_request_t *req, const char *owner);
-/* Answers 401 with WWW-Authenticate for a request of no identified user (req->user.err says
- * why), never naming the token it carried. */
+/* Answers a request of no identified user (req->user.err says why): 401 with
+ * WWW-Authenticate, never naming the token it carried; 403 naming the [auth] key for an
+ * account that allow_users and allow_groups keep out. */
 void api_respond_unauthorized(api_request_t *req);
-/* Admin routes: 0 when the user is an admin or there is no access control (mode = none);
- * else answers 403 and returns API_DONE. */
-int api_request_require_admin(api_request_t *req);
+/* Admin routes and another user's data: 0 when the user is an admin, in every auth mode
+ * (with mode = none the TCP user "local" is one only when [auth] admins names it); else
+ * answers 403 naming field (NULL: none), saying that only an admin may do what `what` says,
+ * and returns API_DONE. */
+int api_request_require_admin(api_request_t *req, const char *field, const char *what);
 
 /* A query argument's value ("" for a key without one), NULL when absent. */
 const char *api_query(const api_request_t *req, const char *key);

@@ -68,6 +68,8 @@ static bool submit_refused(api_request_t *req, const sched_result_t *res)
     if (res->err == -EAGAIN && res->limit) {
         api_respond_error(req, 429, "quota_exceeded", res->limit, "%s", res->message);
         api_response_add_header(&req->resp, "Retry-After", "1");
+    } else if (res->err == -EPERM && res->limit) {
+        api_respond_error(req, 403, "forbidden", res->limit, "%s", res->message);
     } else if (res->err) {
         api_respond_errno(req, res->err, res->message);
     } else if (res->n_jobs == 0) {
@@ -291,11 +293,24 @@ static bool job_cost_refuses(api_request_t *req, job_t *const *jobs, size_t n)
     return false;
 }
 
+/* True, after answering 403, when the user's max_queued is 0: a user kept out of submitting,
+ * refused before the body is parsed. Not 429: no wait makes room. */
+static bool submit_forbidden(api_request_t *req)
+{
+    policy_limits_t l;
+    api_user_limits(req, &l);
+    if (l.value[CONFIG_POLICY_MAX_QUEUED] != 0) return false;
+    const char *source = l.source[CONFIG_POLICY_MAX_QUEUED];
+    api_respond_error(req, 403, "forbidden", source, "'%s' may not submit jobs: %s = 0",
+                      req->user.name, source);
+    return true;
+}
+
 int api_handle_jobs_submit(api_request_t *req)
 {
     STAMP_BEGIN();
     static const char *const allowed[] = {"wait", NULL};
-    if (api_query_check(req, allowed)) return API_DONE;
+    if (api_query_check(req, allowed) || submit_forbidden(req)) return API_DONE;
     req->submit_waits = api_query(req, "wait") != NULL;
     /* A job is not refused for wanting a long wait: the wait is cut to the limit. */
     if (req->submit_waits &&
@@ -374,8 +389,9 @@ static int list_query(api_request_t *req, store_list_query_t *ret)
                               "user must be a user name");
             return API_DONE;
         }
-        /* Another user's jobs are for admins alone (and for all when mode = none). */
-        if (api_request_require_admin(req)) return API_DONE;
+        /* Another user's jobs are for admins alone, in every auth mode. */
+        if (api_request_require_admin(req, "query.user", "list another user's jobs"))
+            return API_DONE;
     }
     if (v) q.owner = v;
     long limit;

@@ -247,7 +247,7 @@ static void histograms_text(text_t *t, sched_t *sched)
 
 int api_handle_metrics(api_request_t *req)
 {
-    if (api_request_require_admin(req)) return API_DONE;
+    if (api_request_require_admin(req, NULL, "read /metrics")) return API_DONE;
     sched_stats_t s;
     sched_get_stats(req->env->sched, &s);
     text_t t = {.buf = malloc(4096), .cap = 4096};

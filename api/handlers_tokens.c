@@ -100,7 +100,8 @@ int api_handle_tokens_list(api_request_t *req)
     if (!tokens) return API_DONE;
     const char *user = api_query(req, "user");
     const char *owner = user ? user : api_request_owner_filter(req);
-    if (user && strcmp(user, req->user.name) != 0 && api_request_require_admin(req))
+    if (user && strcmp(user, req->user.name) != 0 &&
+        api_request_require_admin(req, "query.user", "list another user's tokens"))
         return API_DONE;
     auth_token_info_t *list = NULL;
     size_t n = 0;

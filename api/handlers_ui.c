@@ -64,10 +64,16 @@ int api_handle_ui_file(api_request_t *req)
 int api_handle_ui_session(api_request_t *req)
 {
     const api_user_t *u = &req->user;
+    char why[256] = "";
+    if (u->err == -EPERM && req->auth)
+        (void)auth_settings_refusal(req->auth, u->refused, why, sizeof why);
     const char *refused = u->err == -EKEYEXPIRED ? "the token has expired"
                           : u->err == -EACCES
                               ? "the token is not valid (unknown, revoked or malformed)"
                           : u->err == -ENOKEY ? NULL
+                          : u->err == -ESRCH  ? "the kernel named no account for this loopback "
+                                                "connection"
+                          : u->err == -EPERM  ? why
                           : u->err < 0        ? "the token could not be checked"
                                               : NULL;
     json_t *user =

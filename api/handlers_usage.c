@@ -136,8 +136,8 @@ static int query_owner(api_request_t *req, const char **ret_owner)
                           "user must be a user name, or * or all for every user");
         return API_DONE;
     }
-    /* Like every admin route, open to all when there is no access control (mode = none). */
-    if (api_request_require_admin(req)) return API_DONE;
+    /* Another owner's usage, or everyone's, is for admins alone, in every auth mode. */
+    if (api_request_require_admin(req, "query.user", "read another user's usage")) return API_DONE;
     bool all = strcmp(user, "*") == 0 || strcmp(user, "all") == 0;
     *ret_owner = all ? NULL : user;
     return 0;

@@ -10,12 +10,13 @@
  * completion notice. A suspended connection is never timed out or completed by MHD, so a
  * pending scheduler reply always finds its context; this holds until api_server_free(), which
  * therefore must run after sched_stop() has answered every request (daemon/main.c does). */
-#define _GNU_SOURCE /* struct ucred */
+#define _GNU_SOURCE /* getpwuid_r */
 #include "api.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <microhttpd.h>
@@ -78,11 +79,21 @@ struct api_server {
     conn_watch_t *watch; /* deadlines of requests, and the close of suspended clients */
     pthread_mutex_t log_lock;
     mhd_log_kind_t log_kinds[MHD_LOG_KINDS];
+    conn_ratelimit_t peer_log; /* failures to ask the kernel for a loopback peer; log_lock */
     /* The settings a request takes when it begins (api_server_reload swaps them); the server
      * holds a reference. The lock guards the pointer only. */
     pthread_mutex_t settings_lock;
     api_settings_t *settings;
 };
+
+/* A connection from its start to its close (MHD's socket context): its entry in the watch,
+ * and the account the kernel named at its other end when it was accepted, while the client's
+ * socket surely existed (auth_peer_uid). */
+typedef struct conn_state {
+    conn_watch_entry_t *watched; /* NULL if none */
+    int peer_err;                /* 0: peer_uid is the kernel's answer; else its error */
+    uid_t peer_uid;
+} conn_state_t;
 
 typedef struct conn_ctx {
     api_server_t *srv;
@@ -140,24 +151,28 @@ static store_reader_t *thread_reader(api_env_t *env)
 
 /* --- users --- */
 
-/* The Unix socket's peer: its user name (or "uid:N" when the host has no name for it). Root is
- * an admin, as are the users the settings name. */
-static int peer_user(struct MHD_Connection *conn, const auth_settings_t *auth, api_user_t *user)
+/* The user of uid, as the kernel names a peer: its login name (or "uid:N" when the host has
+ * no name for it). Uid 0 is an admin, as are the users the settings name. */
+static void uid_user(uid_t uid, const auth_settings_t *auth, api_user_t *user)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    struct ucred cred;
-    socklen_t len = sizeof cred;
-    if (!ci || getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-        return -errno ? -errno : -EIO;
     struct passwd pw, *found = NULL;
     char buf[4096];
-    if (getpwuid_r(cred.uid, &pw, buf, sizeof buf, &found) == 0 && found &&
+    if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found &&
         strlen(found->pw_name) < sizeof user->name)
         snprintf(user->name, sizeof user->name, "%s", found->pw_name);
     else
-        snprintf(user->name, sizeof user->name, "uid:%u", (unsigned)cred.uid);
-    user->admin = cred.uid == 0 || (auth && auth_settings_is_admin(auth, user->name));
+        snprintf(user->name, sizeof user->name, "uid:%u", (unsigned)uid);
+    user->admin = uid == 0 || (auth && auth_settings_is_admin(auth, user->name));
+}
+
+/* The account at the other end of the connection, as the kernel named it when the
+ * connection began: the Unix socket's peer, or a loopback TCP client's socket owner. 0, or
+ * auth_peer_uid's error (-ENOMEM when the connection has no state). */
+static int peer_user(const conn_state_t *cs, const auth_settings_t *auth, api_user_t *user)
+{
+    if (!cs) return -ENOMEM;
+    if (cs->peer_err < 0) return cs->peer_err;
+    uid_user(cs->peer_uid, auth, user);
     return 0;
 }
 
@@ -184,22 +199,57 @@ static void token_user(struct MHD_Connection *conn, const api_env_t *env,
     user->err = 0;
 }
 
-/* Who is asking: the one place that decides. Over the Unix socket the peer's uid, unless the
- * mode is token alone; over TCP a Bearer token, or with mode = none the user "local". An empty
- * name when nobody is identified (ret->err says why: the router answers 401). 0, or a negative
- * errno when the peer's credentials cannot be read. */
-static int api_request_user(struct MHD_Connection *conn, bool over_unix, const api_env_t *env,
-                            const auth_settings_t *auth, api_user_t *ret)
+/* A loopback TCP client by its socket's owner; user->err says why there is none. A peer
+ * beyond loopback has no owner the kernel can name (only a token says who it is); a lookup
+ * that finds nothing is refused, never guessed. */
+static void loopback_user(api_server_t *srv, const conn_state_t *cs, const auth_settings_t *auth,
+                          api_user_t *user)
+{
+    int r = peer_user(cs, auth, user);
+    if (r == 0) return;
+    user->err = r == -EREMOTE ? -ENOKEY : -ESRCH;
+    if (r == -EREMOTE || r == -ENOENT) return;
+    /* The kernel could not be asked: a sandbox without AF_NETLINK, say. */
+    pthread_mutex_lock(&srv->log_lock);
+    long held = 0;
+    bool pass = conn_ratelimit_pass(&srv->peer_log, mono_us(), &held);
+    pthread_mutex_unlock(&srv->log_lock);
+    if (pass)
+        log_warn("Failed to ask the kernel who owns a loopback client's socket: %s; such "
+                 "requests answer 401 (%ld more like it)",
+                 strerror(-r), held);
+}
+
+/* Who is asking: the one place that decides. With mode = none, the Unix socket's peer, and
+ * over TCP the user "local" (an admin only when [auth] admins names it). Otherwise, over the
+ * Unix socket the peer's uid, unless the mode is token alone; over TCP a Bearer token where
+ * tokens are on and one is sent, else with peercred the owner of a loopback client's socket.
+ * Then an account that allow_users and allow_groups keep out is refused. An empty name when
+ * nobody is identified (ret->err says why: the router answers 401, or 403 for a refused
+ * account). 0, or a negative errno when the Unix socket peer's credentials cannot be read. */
+static int api_request_user(api_server_t *srv, struct MHD_Connection *conn, const conn_state_t *cs,
+                            bool over_unix, const auth_settings_t *auth, api_user_t *ret)
 {
     api_user_t user = {.over_unix = over_unix};
     bool open = !auth || auth_settings_open(auth);
-    if (over_unix && (open || auth_settings_peercred(auth))) {
-        int r = peer_user(conn, auth, &user);
+    bool peercred = auth && auth_settings_peercred(auth);
+    bool bearer = auth && auth_settings_tokens(auth) &&
+                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (over_unix && (open || peercred)) {
+        int r = peer_user(cs, auth, &user);
         if (r < 0) return r;
     } else if (open) {
         snprintf(user.name, sizeof user.name, "local");
+        user.admin = auth && auth_settings_is_admin(auth, user.name);
+    } else if (!over_unix && peercred && !bearer) {
+        loopback_user(srv, cs, auth, &user);
     } else {
-        token_user(conn, env, auth, &user);
+        token_user(conn, &srv->env, auth, &user);
+    }
+    if (user.name[0] && !open && !user.admin && !auth_settings_allows(auth, user.name)) {
+        memcpy(user.refused, user.name, sizeof user.refused);
+        user.name[0] = '\0';
+        user.err = -EPERM;
     }
     *ret = user;
     return 0;
@@ -484,12 +534,13 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     *con_cls = ctx;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    ctx->watched = ci ? ci->socket_context : NULL;
+    const conn_state_t *cs = ci ? ci->socket_context : NULL;
+    ctx->watched = cs ? cs->watched : NULL;
     /* The headers are in: the body has its own time from now. */
     conn_watch_set_deadline(l->srv->watch, ctx->watched,
                             mono_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000);
     if (request_malformed(ctx, version, bad_uri)) return send_response(ctx);
-    int r = api_request_user(conn, l->is_unix, &l->srv->env, ctx->req.auth, &ctx->req.user);
+    int r = api_request_user(l->srv, conn, cs, l->is_unix, ctx->req.auth, &ctx->req.user);
     if (r < 0) {
         log_warn("Failed to identify a Unix socket peer: %s", strerror(-r));
         ctx->dispatched = true;
@@ -614,15 +665,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
-/* MHD_OPTION_NOTIFY_CONNECTION: a connection opens (its headers get their deadline) or
- * closes (before libmicrohttpd closes its socket, so the watch lets the socket go first). */
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection opens (its headers get their deadline, and the
+ * kernel names the account at its other end) or closes (before libmicrohttpd closes its
+ * socket, so the watch lets the socket go first). */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
     listener_t *l = cls;
     api_server_t *srv = l->srv;
     if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-        conn_watch_remove(srv->watch, *socket_context);
+        conn_state_t *cs = *socket_context;
+        if (cs) conn_watch_remove(srv->watch, cs->watched);
+        free(cs);
         *socket_context = NULL;
         atomic_fetch_sub(&srv->env.connections[l->is_unix], 1);
         return;
@@ -630,11 +684,17 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     atomic_fetch_add(&srv->env.connections[l->is_unix], 1);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    conn_watch_entry_t *e = NULL;
-    int64_t deadline = mono_us() + (int64_t)srv->env.cfg->header_timeout_s * 1000000;
-    /* Out of memory leaves the connection unwatched: MHD's idle timeout still ends it. */
-    if (ci) (void)conn_watch_add(srv->watch, ci->connect_fd, deadline, &e);
-    *socket_context = e;
+    /* Out of memory leaves the connection unwatched (MHD's idle timeout still ends it) and
+     * with nobody the kernel named. */
+    conn_state_t *cs = calloc(1, sizeof *cs);
+    if (cs && ci) {
+        int64_t deadline = mono_us() + (int64_t)srv->env.cfg->header_timeout_s * 1000000;
+        (void)conn_watch_add(srv->watch, ci->connect_fd, deadline, &cs->watched);
+        cs->peer_err = auth_peer_uid(ci->connect_fd, &cs->peer_uid);
+    } else if (cs) {
+        cs->peer_err = -EIO;
+    }
+    *socket_context = cs;
 }
 
 /* The rate limit of one kind of line: the slot of fmt, or the last slot, shared by the
@@ -752,8 +812,37 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
     return 0;
 }
 
-/* A new socket at path, listening. */
-static int bind_unix(const char *path)
+/* Gives the socket file at path the configured group and permissions (server.
+ * unix_socket_group, unix_socket_mode): who may connect to it. */
+static int unix_socket_access(const config_t *cfg, const char *path)
+{
+    if (cfg->unix_socket_group[0]) {
+        char buf[16384];
+        struct group gr, *found = NULL;
+        int e = getgrnam_r(cfg->unix_socket_group, &gr, buf, sizeof buf, &found);
+        if (e != 0 || !found)
+            return log_error_errno(-(e ? e : ENOENT),
+                                   "server.unix_socket_group: no group '%s' on this host",
+                                   cfg->unix_socket_group);
+        if (chown(path, (uid_t)-1, found->gr_gid) < 0) {
+            int r = -errno;
+            return log_error_errno(r,
+                                   "Failed to give the Unix socket '%s' to group '%s': %s (the "
+                                   "daemon's user must be a member of it: SupplementaryGroups= "
+                                   "in the systemd unit)",
+                                   path, cfg->unix_socket_group, strerror(-r));
+        }
+    }
+    if (chmod(path, config_unix_socket_mode(cfg)) < 0) {
+        int r = -errno;
+        return log_error_errno(r, "Failed to set the mode of the Unix socket '%s': %s", path,
+                               strerror(-r));
+    }
+    return 0;
+}
+
+/* A new socket at path, listening, with the group and permissions of cfg. */
+static int bind_unix(const config_t *cfg, const char *path)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof addr.sun_path)
@@ -772,11 +861,21 @@ static int bind_unix(const char *path)
         int r = -errno;
         return log_error_errno(r, "Failed to create a Unix socket: %s", strerror(-r));
     }
-    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 || chmod(path, 0666) < 0 ||
-        listen(fd, API_LISTEN_BACKLOG) < 0) {
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
         int r = -errno;
         close(fd);
         return log_error_errno(r, "Failed to listen on '%s': %s", path, strerror(-r));
+    }
+    /* Until then the file has the umask's permissions, which admit no more than these. */
+    int r = unix_socket_access(cfg, path);
+    if (r == 0 && listen(fd, API_LISTEN_BACKLOG) < 0) {
+        r = -errno;
+        log_error("Failed to listen on '%s': %s", path, strerror(-r));
+    }
+    if (r < 0) {
+        close(fd);
+        unlink(path);
+        return r;
     }
     return fd;
 }
@@ -784,7 +883,7 @@ static int bind_unix(const char *path)
 /* Serves the Unix socket at path: a new one, or `inherited`, the previous process's. */
 static int start_unix(api_server_t *srv, const char *path, int inherited)
 {
-    int fd = inherited >= 0 ? inherited : bind_unix(path);
+    int fd = inherited >= 0 ? inherited : bind_unix(srv->env.cfg, path);
     if (fd < 0) return fd;
     snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
     srv->unix_listener = (listener_t){srv, true, false};

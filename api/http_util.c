@@ -64,26 +64,49 @@ void api_respond_unauthorized(api_request_t *req)
 {
     int err = req->user.err;
     bool given = err == -EACCES || err == -EKEYEXPIRED;
+    bool tokens = !req->auth || auth_settings_tokens(req->auth);
+    bool peercred = req->auth && auth_settings_peercred(req->auth);
+    if (err == -EPERM && req->auth) {
+        char why[256];
+        const char *key = auth_settings_refusal(req->auth, req->user.refused, why, sizeof why);
+        api_respond_error(req, 403, "forbidden", key, "%s", why);
+        return;
+    }
     if (given)
         api_respond_error(req, 401, "unauthorized", "headers.Authorization", "%s",
                           err == -EKEYEXPIRED ? "the token has expired"
                                               : "the token is not valid (unknown, revoked or "
                                                 "malformed)");
+    else if (err == -ESRCH)
+        api_respond_error(req, 401, "unauthorized", "headers.Authorization",
+                          "the kernel named no account for this loopback connection (its client "
+                          "socket is gone, or the lookup failed; the daemon's log says which)%s",
+                          tokens ? ": connect again, or send 'Authorization: Bearer TOKEN'"
+                                 : ": connect again");
+    else if ((err == -ENOKEY || err == 0) && !tokens)
+        api_respond_error(req, 401, "unauthorized", NULL,
+                          "this daemon knows only local accounts (auth.mode = peercred): "
+                          "connect over loopback (localhost) or its Unix socket");
     else if (err == -ENOKEY || err == 0)
         api_respond_error(req, 401, "unauthorized", "headers.Authorization",
                           "credentials are needed: send 'Authorization: Bearer TOKEN'%s",
-                          req->user.over_unix ? "" : " (tokens: gpujob token create)");
+                          req->user.over_unix ? ""
+                          : peercred          ? " (tokens: gpujob token create), or connect "
+                                                "from this host over loopback as yourself"
+                                              : " (tokens: gpujob token create)");
     else
         api_respond_error(req, 500, "internal", NULL, "the token could not be checked");
-    if (err == -ENOKEY || err == 0 || given)
+    if (err == -ENOKEY || err == 0 || err == -ESRCH || given)
         api_response_add_header(&req->resp, "WWW-Authenticate", "Bearer realm=\"gpujobd\"%s",
                                 given ? ", error=\"invalid_token\"" : "");
 }
 
-int api_request_require_admin(api_request_t *req)
+int api_request_require_admin(api_request_t *req, const char *field, const char *what)
 {
-    if (req->user.admin || !req->auth || auth_settings_open(req->auth)) return 0;
-    api_respond_error(req, 403, "forbidden", NULL, "only an admin may do this ('%s' is not one)",
+    /* A request driven without a server (tests of the handlers) has no access control. */
+    if (req->user.admin || !req->auth) return 0;
+    api_respond_error(req, 403, "forbidden", field,
+                      "only an admin may %s ('%s' is not one: see [auth] admins)", what,
                       req->user.name);
     return API_DONE;
 }

@@ -204,8 +204,10 @@ static int run_daemon(const config_t *cfg, const auth_settings_t *auth, int argc
     daemon_parts_t d = {0};
     if (daemon_start(cfg, auth, &blobs, &d) != 0) return 1;
     if (auth_settings_open(auth))
-        log_warn("auth.mode = none: no access control; every TCP client is the user 'local' "
-                 "(allowed only while every listener is loopback)");
+        log_warn("auth.mode = none: no access control, for a single-user workstation: every "
+                 "local account that connects over TCP is the user 'local' and sees and cancels "
+                 "every job of 'local' (allowed only while every listener is loopback); on a "
+                 "shared host use the default, auth.mode = token,peercred");
     log_info("gpujobd %s ready", GPUJOBD_VERSION);
     service_notify("READY=1\nSTATUS=serving");
 

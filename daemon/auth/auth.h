@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "daemon/util/config.h"
 
@@ -79,25 +80,47 @@ bool auth_name_valid(const char *s, size_t size);
 
 typedef struct auth_settings auth_settings_t;
 
-/* Builds the settings of cfg ([auth] mode and admins): 0, or -EINVAL with the reason in err
- * (a mode of none on a listener beyond loopback, a bad admins entry). */
+/* Builds the settings of cfg ([auth] mode, admins, allow_users and allow_groups): 0, or
+ * -EINVAL with the reason in err (a mode of none on a listener beyond loopback or with an
+ * allow list, a bad admins or allow entry). */
 int auth_settings_new(const config_t *cfg, auth_settings_t **ret, char *err, size_t err_size);
 /* Accepts NULL. */
 void auth_settings_free(auth_settings_t *s);
 
-/* mode = none: no access control (every listener is loopback). */
+/* mode = none: no access control (every listener is loopback): a single-user workstation. */
 bool auth_settings_open(const auth_settings_t *s);
 /* Whether TCP requests (and, without peercred, Unix socket ones) may carry a Bearer token. */
 bool auth_settings_tokens(const auth_settings_t *s);
-/* Whether the Unix socket's peer uid is the user. */
+/* Whether the kernel says who the user is (auth_peer_uid): the Unix socket's peer uid, and the
+ * owner of a loopback TCP client's socket. */
 bool auth_settings_peercred(const auth_settings_t *s);
 /* Whether user is an admin: named in admins, or a member of a group named there as @group.
- * Root of the Unix socket is an admin whatever the settings (decided by the caller). The
- * group answer is an NSS lookup, cached per user in s for a minute (thread-safe): most
- * requests cost none, and a membership change shows within a minute or at a reload. */
+ * Uid 0, as the kernel names a peer, is an admin whatever the settings (decided by the
+ * caller). The group answer is an NSS lookup, cached per user in s for a minute
+ * (thread-safe): most requests cost none, and a membership change shows within a minute or at
+ * a reload. */
 bool auth_settings_is_admin(const auth_settings_t *s, const char *user);
+/* Whether user may connect at all: true when allow_users and allow_groups are both empty,
+ * when allow_users names user, when user is in a group of allow_groups (NSS, cached as
+ * above), or when user is an admin. */
+bool auth_settings_allows(const auth_settings_t *s, const char *user);
+/* Why auth_settings_allows refuses user, as a sentence in why; returns the key that decided
+ * ("auth.allow_users" or "auth.allow_groups"), a static string. */
+const char *auth_settings_refusal(const auth_settings_t *s, const char *user, char *why,
+                                  size_t why_size);
 /* How many NSS group lookups s has made (what the cache did not answer), for tests. */
 size_t auth_settings_group_lookups(const auth_settings_t *s);
+
+/* --- the account behind a connection (auth_peer.c) --- */
+
+/* The uid of the local account at the other end of connected socket fd, as the kernel knows
+ * it: a Unix socket's SO_PEERCRED uid, or, for TCP over loopback (127.0.0.0/8, ::1, an IPv4
+ * loopback address mapped into IPv6), the owner of the client's socket, found by its 4-tuple
+ * through NETLINK_SOCK_DIAG (unprivileged). 0 and *ret_uid; -EREMOTE when the TCP peer is not
+ * on a loopback address (only a token can say who it is); -ENOENT when the kernel knows no
+ * such socket still open and connected (the client closed it); another negative errno when
+ * the kernel could not be asked (a sandbox without AF_NETLINK, say). Never guesses. */
+int auth_peer_uid(int fd, uid_t *ret_uid);
 
 /* --- the admin's command line (auth_cli.c) --- */
 

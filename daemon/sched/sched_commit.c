@@ -38,7 +38,8 @@ static long new_jobs(sched_t *s, const msg_t *m)
 
 /* Whether the user's queue has room for the submission's new jobs (max_queued_per_user); the
  * jobs then count as pending for the user until the commit. When it has not, m is answered
- * -EAGAIN, its input files go and m is freed. */
+ * -EAGAIN (-EPERM when the limit is 0: the user may not submit), its input files go and m is
+ * freed. */
 static bool submission_admitted(sched_t *s, msg_t *m)
 {
     user_t *u = m->n > 0 ? user_get(s, m->jobs[0]->owner) : NULL;
@@ -48,9 +49,15 @@ static bool submission_admitted(sched_t *s, msg_t *m)
     long max = (long)l->value[CONFIG_POLICY_MAX_QUEUED];
     if (queued + (long)m->n > max && queued + new_jobs(s, m) > max) {
         char why[256];
-        snprintf(why, sizeof why, "'%s' has %ld jobs queued; %zu more would pass %s = %ld",
-                 u->owner, queued, m->n, l->source[CONFIG_POLICY_MAX_QUEUED], max);
-        reply_refused(m->reply, m->token, -EAGAIN, why, l->source[CONFIG_POLICY_MAX_QUEUED]);
+        /* A limit of 0 is not a full queue that will drain: the user may not submit. */
+        if (max == 0)
+            snprintf(why, sizeof why, "'%s' may not submit jobs: %s = 0", u->owner,
+                     l->source[CONFIG_POLICY_MAX_QUEUED]);
+        else
+            snprintf(why, sizeof why, "'%s' has %ld jobs queued; %zu more would pass %s = %ld",
+                     u->owner, queued, m->n, l->source[CONFIG_POLICY_MAX_QUEUED], max);
+        reply_refused(m->reply, m->token, max == 0 ? -EPERM : -EAGAIN, why,
+                      l->source[CONFIG_POLICY_MAX_QUEUED]);
         for (size_t i = 0; i < m->n; i++)
             discard_inputs(s, m->jobs[i]);
         msg_free(m);

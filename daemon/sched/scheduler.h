@@ -51,8 +51,9 @@ typedef struct sched_result {
      * "stopped" (its worker stops it at its next check) or "dropped" (it runs to its end on
      * the device; its result is dropped); a static string. */
     const char *cancel;
-    /* -EAGAIN, -EDQUOT from the per-user policy: the key that refused ("user.alice.max_queued",
-     * "limits.max_queued_per_user"), for the answer's error field. */
+    /* -EAGAIN, -EDQUOT, -EPERM (a max_queued of 0) from the per-user policy: the key that
+     * refused ("user.alice.max_queued", "limits.max_queued_per_user"), for the answer's error
+     * field. */
     const char *limit;
     /* wait of a submission: not NULL while its last job's end is being committed; borrowed (see
      * sched_gate_t: a callee that answers later holds it and passes it before the answer). */

@@ -20,6 +20,8 @@
 
 static int check_listen(const char *value, char *reason, size_t reason_size);
 static int check_unix_socket(const char *value, char *reason, size_t reason_size);
+static int check_socket_mode(const char *value, char *reason, size_t reason_size);
+static int check_group_name(const char *value, char *reason, size_t reason_size);
 static int check_not_empty(const char *value, char *reason, size_t reason_size);
 static int check_devices(const char *value, char *reason, size_t reason_size);
 
@@ -90,6 +92,12 @@ const config_key_t config_keys[] = {
                "TCP address HOST:PORT (IPv6 as [::1]:8080); port 0 picks a free one"),
     KEY_STRING("server", unix_socket, check_unix_socket, "",
                "also serve on this Unix socket, whose peer uid is the user; empty for none"),
+    KEY_STRING("server", unix_socket_mode, check_socket_mode, "0666",
+               "permissions of the Unix socket, octal: who may connect to it (0660 with "
+               "unix_socket_group: that group's members)"),
+    KEY_STRING("server", unix_socket_group, check_group_name, "",
+               "group of the Unix socket (a Unix group, which the daemon's user must be in); "
+               "empty for the daemon's own"),
     KEY_STRING("server", state_dir, check_not_empty, "/var/lib/gpujobd",
                "directory of the job database and blob files"),
     KEY_ENUM("server", backend, backend_choices, "auto",
@@ -123,8 +131,8 @@ const config_key_t config_keys[] = {
              "job bodies from this size on are parsed in one of max_large_parses slots (bytes)"),
     KEY_INT("limits", max_large_parses, 1, 1024, "2",
             "large job bodies parsed at once; past it, 503 with Retry-After"),
-    KEY_INT("limits", max_queued_per_user, 1, 100000000, "100000",
-            "queued jobs of one user; past it, 429"),
+    KEY_INT("limits", max_queued_per_user, 0, 100000000, "100000",
+            "queued jobs of one user; past it, 429; 0: the user may not submit (403)"),
     KEY_INT("limits", max_running_per_user, 1, 1000000, "1024", "running jobs of one user"),
     KEY_SIZE("limits", max_resident_bytes_per_user, 0, 64 * TIB, "0",
              "bytes of one user's resident buffers (device memory); 0 for no limit"),
@@ -190,15 +198,22 @@ const config_key_t config_keys[] = {
                    "GPU utilisation, memory, temperature and power for /metrics are sampled "
                    "this often (ms); 0 for never"),
 
-    KEY_ENUM("auth", mode, auth_mode_choices, "none",
-             "who the caller is: none (no access control; every listener must be loopback), "
-             "token (a Bearer token), peercred (the Unix socket's peer uid) or token,peercred"),
+    KEY_ENUM("auth", mode, auth_mode_choices, "token,peercred",
+             "who the caller is: none (no access control, for a single-user workstation; every "
+             "listener must be loopback), token (a Bearer token), peercred (the account the "
+             "kernel names: the Unix socket's peer uid, a loopback TCP client's socket owner) "
+             "or token,peercred (both; a Bearer token over TCP, else the kernel's answer)"),
     KEY_STRING("auth", admins, NULL, "",
                "admins, who see and manage every user's jobs, buffers and tokens: user names "
                "and @groups, comma-separated"),
     KEY_BOOL("auth", allow_insecure_tokens, "false",
              "accept tokens over plain HTTP on a listener beyond loopback, where anyone on the "
              "path can read them (otherwise such a listener needs server.tls_cert)"),
+    KEY_STRING("auth", allow_users, NULL, "",
+               "who may connect, on both transports: user names, comma-separated; with "
+               "allow_groups, either admits; both empty for everyone (admins always may)"),
+    KEY_STRING("auth", allow_groups, NULL, "",
+               "who may connect: members of these Unix groups (NSS), comma-separated"),
 
     KEY_BOOL("debug", test_ops, "false",
              "offer the test-only ops debug_sleep and debug_fault (never in production)"),
@@ -441,6 +456,35 @@ static int check_unix_socket(const char *value, char *reason, size_t reason_size
                  CONFIG_QUOTE_MAX, value, max);
         return -EINVAL;
     }
+    return 0;
+}
+
+/* Permission bits in octal, 0 to 0777, such as 0660. */
+static int check_socket_mode(const char *value, char *reason, size_t reason_size)
+{
+    size_t len = strlen(value);
+    if (len < 3 || len > 4 || strspn(value, "01234567") != len || (len == 4 && value[0] != '0')) {
+        snprintf(reason, reason_size,
+                 "expected permission bits in octal, 000 to 0777 (such as 0660), got '%.*s'",
+                 CONFIG_QUOTE_MAX, value);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+unsigned config_unix_socket_mode(const config_t *cfg)
+{
+    return (unsigned)strtoul(cfg->unix_socket_mode, NULL, 8) & 0777;
+}
+
+/* A group name: empty (none), or printable characters without blanks, commas or ':'. */
+static int check_group_name(const char *value, char *reason, size_t reason_size)
+{
+    for (const char *p = value; *p; p++)
+        if (!isgraph((unsigned char)*p) || *p == ',' || *p == ':') {
+            snprintf(reason, reason_size, "'%.*s' is not a group name", CONFIG_QUOTE_MAX, value);
+            return -EINVAL;
+        }
     return 0;
 }
 

@@ -38,6 +38,8 @@ typedef struct config {
     /* [server] */
     char listen[256];           /* "HOST:PORT"; port 0 picks a free one (logged) */
     char unix_socket[PATH_MAX]; /* "" for none */
+    char unix_socket_mode[8];   /* its permissions, octal ("0666") */
+    char unix_socket_group[64]; /* its group; "" for the daemon's own */
     char state_dir[PATH_MAX];
     char backend[8];    /* "auto", "cuda", "cpu" */
     char log_level[8];  /* "error", "warn", "info", "debug" */
@@ -101,6 +103,8 @@ typedef struct config {
     char mode[32];              /* "none", "token", "peercred" or "token,peercred" */
     char admins[1024];          /* users and @groups, comma-separated */
     bool allow_insecure_tokens; /* tokens over plain HTTP beyond loopback */
+    char allow_users[1024];     /* who may connect: user names, comma-separated; "" for all */
+    char allow_groups[1024];    /* and members of these Unix groups; "" for all */
 
     /* [debug] */
     bool test_ops; /* show the test-only ops (debug_sleep, debug_fault) */
@@ -144,6 +148,8 @@ int config_keep_restart_only(config_t *next, const config_t *running, config_kep
 bool config_tls_enabled(const config_t *cfg);
 /* Splits cfg->listen into host and port. 0 or -EINVAL. */
 int config_listen_addr(const config_t *cfg, char *host, size_t host_size, int *port);
+/* The permission bits server.unix_socket_mode names (checked when it was set). */
+unsigned config_unix_socket_mode(const config_t *cfg);
 
 typedef enum config_action {
     CONFIG_ACTION_RUN,

@@ -116,9 +116,12 @@ START_TEST(test_info_over_tcp_and_unix_socket)
     }
     ck_assert(saxpy);
     ck_assert_ptr_null(gpujob_info_op_name(a, gpujob_info_op_count(a)));
-    /* Over TCP the user is "local"; over the socket, the peer's uid. */
-    ck_assert_ptr_nonnull(strstr(gpujob_info_json(a), "\"local\""));
-    ck_assert_ptr_null(strstr(gpujob_info_json(b), "\"local\""));
+    /* Over loopback TCP and over the socket alike, the user is the account that runs the
+     * client, as the kernel names it. */
+    char want[96];
+    snprintf(want, sizeof want, "\"name\":\"%s\"", e2e_caller_name());
+    ck_assert_msg(strstr(gpujob_info_json(a), want), "%s", gpujob_info_json(a));
+    ck_assert_msg(strstr(gpujob_info_json(b), want), "%s", gpujob_info_json(b));
     gpujob_info_free(a);
     gpujob_info_free(b);
     gpujob_client_free(tcp);
@@ -128,16 +131,19 @@ END_TEST
 
 /* ---- Tokens ------------------------------------------------------------------------------ */
 
-START_TEST(test_bearer_token_is_sent_and_ignored_over_tcp_with_mode_none)
+START_TEST(test_bearer_token_is_sent_and_checked_over_tcp)
 {
-    /* With auth mode none (this suite's daemon) every TCP caller is "local": a token sent
-     * anyway must not break requests. */
+    /* With the default auth mode (this suite's daemon), a token sent over TCP is checked
+     * (this one is refused, and not replaced by the loopback client's account); without one,
+     * the loopback client is its own account. */
     gpujob_client_t *c = client_test_tcp();
     ck_assert_int_eq(gpujob_client_set_token(c, "secret-token"), 0);
     gpujob_usage_t u;
-    ck_assert_int_eq(gpujob_usage(c, &u), 0);
+    ck_assert_int_eq(gpujob_usage(c, &u), -EACCES);
+    ck_assert_int_eq(gpujob_http_status(c), 401);
     ck_assert_int_eq(gpujob_client_set_token(c, NULL), 0);
     ck_assert_int_eq(gpujob_usage(c, &u), 0);
+    ck_assert_str_eq(u.owner, e2e_caller_name());
     gpujob_client_free(c);
 }
 END_TEST
@@ -157,8 +163,8 @@ START_TEST(test_token_minted_on_the_socket_works_over_tcp_until_revoked)
     gpujob_client_t *local = client_test_at(sock_url), *remote = client_test_at(e2e_daemon_url(d));
     gpujob_client_set_token(remote, NULL);
     gpujob_usage_t u;
-    ck_assert_int_eq(gpujob_usage(remote, &u), -EACCES);
-    ck_assert_int_eq(gpujob_http_status(remote), 401);
+    ck_assert_int_eq(gpujob_usage(remote, &u), 0); /* over loopback: the caller's account */
+    ck_assert_str_eq(u.owner, e2e_caller_name());
 
     gpujob_token_t t;
     char text[GPUJOB_TOKEN_SIZE];
@@ -243,7 +249,7 @@ int main(void)
     tcase_add_test(tc, test_daemon_down_is_econnrefused_with_message);
     tcase_add_test(tc, test_silent_daemon_times_out);
     tcase_add_test(tc, test_info_over_tcp_and_unix_socket);
-    tcase_add_test(tc, test_bearer_token_is_sent_and_ignored_over_tcp_with_mode_none);
+    tcase_add_test(tc, test_bearer_token_is_sent_and_checked_over_tcp);
     tcase_add_test(tc, test_token_minted_on_the_socket_works_over_tcp_until_revoked);
     tcase_add_test(tc, test_token_with_a_control_character_is_refused_without_quoting_it);
     suite_add_tcase(s, tc);

@@ -438,7 +438,7 @@ START_TEST(test_usage_counts_the_callers_jobs)
     gpujob_client_t *c = client_test_tcp();
     gpujob_usage_t before, after;
     ck_assert_int_eq(gpujob_usage(c, &before), 0);
-    ck_assert_str_eq(before.owner, "local");
+    ck_assert_str_eq(before.owner, e2e_caller_name());
     float x[4] = {1, 2, 3, 4}, y[4] = {0};
     gpujob_spec_t *spec = client_test_saxpy(1.0, x, y, 4);
     gpujob_job_t *job = client_test_submit_ok(c, spec),

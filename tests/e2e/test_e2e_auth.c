@@ -282,9 +282,10 @@ START_TEST(test_mode_none_beyond_loopback_refuses_to_start)
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "'%s' --listen 0.0.0.0:0 --state-dir /nonexistent --backend cpu 2>&1 | "
-             "grep -q 'needs a loopback listener'; echo $?; '%s' --listen 0.0.0.0:0 "
-             "--state-dir /nonexistent --backend cpu >/dev/null 2>&1; echo $?",
+             "'%s' --listen 0.0.0.0:0 --set auth.mode=none --state-dir /nonexistent --backend "
+             "cpu 2>&1 | grep -q 'needs a loopback listener'; echo $?; '%s' --listen 0.0.0.0:0 "
+             "--set auth.mode=none --state-dir /nonexistent --backend cpu >/dev/null 2>&1; "
+             "echo $?",
              getenv("GPUJOBD_BIN"), getenv("GPUJOBD_BIN"));
     FILE *p = popen(cmd, "r");
     int grep_rc = -1, rc = -1;

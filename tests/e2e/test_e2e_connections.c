@@ -265,16 +265,20 @@ END_TEST
 
 START_TEST(test_submission_wait_of_a_closed_client_is_released)
 {
-    /* A long group-commit window: the client leaves while its submission is committed. */
+    /* A long group-commit window: the client leaves while its submission is committed. It
+     * sends a token: a loopback client that closes its socket before the daemon has asked the
+     * kernel whose it is would be nobody's (401). */
     e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG "commit_delay_us = 1000000\n");
+    char token[E2E_TOKEN_SIZE];
+    e2e_token_create_ok(d, "leaver", NULL, token);
     json_t *job = e2e_long_job_new(30000);
     char *text = json_dumps(job, JSON_COMPACT);
     json_decref(job);
     char request[1024];
     int n = snprintf(request, sizeof request,
-                     "POST /v1/jobs?wait=300 HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                     strlen(text), text);
+                     "POST /v1/jobs?wait=300 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     "%s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     token, strlen(text), text);
     free(text);
     ck_assert_int_lt(n, (int)sizeof request);
     int sockets_before = daemon_sockets(d);

@@ -1,8 +1,9 @@
-/* End-to-end: the per-user policy. Over TCP every client is the user "local", so a
- * [user.local] section is the caller's own: each limit it or [limits] sets is refused with
- * the key that decided it in the error's field and message: the request rate (429 with
- * Retry-After), the largest single job (413), stored bytes (413) and queued jobs (429); and a
- * queued job's JSON says why it waits. */
+/* End-to-end: the per-user policy. Over loopback TCP a client is the account that runs it (the
+ * default auth mode asks the kernel), so a [user.NAME] section of the test's own account is
+ * the caller's own: each limit it or [limits] sets is refused with the key that decided it in
+ * the error's field and message: the request rate (429 with Retry-After), the largest single
+ * job (413), stored bytes (413), queued jobs (429) and a max_queued of 0 (403: the user may
+ * not submit); and a queued job's JSON says why it waits. Tokens name other users. */
 #define _DEFAULT_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -12,6 +13,14 @@
 
 #include "support/daemon_harness.h"
 
+/* "user.NAME.key" of the test's own account (a static buffer). */
+static const char *my_key(const char *key)
+{
+    static char buf[128];
+    snprintf(buf, sizeof buf, "user.%s.%s", e2e_caller_name(), key);
+    return buf;
+}
+
 static const char *error_message(const json_t *body)
 {
     const char *s = json_string_value(json_object_get(json_object_get(body, "error"), "message"));
@@ -20,15 +29,17 @@ static const char *error_message(const json_t *body)
 
 START_TEST(test_requests_past_the_rate_get_429_with_retry_after)
 {
-    e2e_daemon_t *d = e2e_daemon_start_ok("[user.local]\nrate = 1\nburst = 3\n");
+    char config[256];
+    snprintf(config, sizeof config, "[user.%s]\nrate = 1\nburst = 3\n", e2e_caller_name());
+    e2e_daemon_t *d = e2e_daemon_start_ok(config);
     for (int i = 0; i < 3; i++)
         json_decref(e2e_json_ok(d, "GET", "/v1/jobs", NULL, 200));
     e2e_response_t resp;
     ck_assert_int_eq(e2e_http_request(d, "GET", "/v1/jobs", NULL, NULL, 0, &resp), 0);
     ck_assert_int_eq(resp.status, 429);
     ck_assert_str_eq(e2e_error_code(resp.json), "rate_limited");
-    ck_assert_str_eq(e2e_error_field(resp.json), "user.local.rate");
-    ck_assert_ptr_nonnull(strstr(error_message(resp.json), "user.local.rate"));
+    ck_assert_str_eq(e2e_error_field(resp.json), my_key("rate"));
+    ck_assert_ptr_nonnull(strstr(error_message(resp.json), my_key("rate")));
     char retry[32];
     ck_assert_ptr_nonnull(e2e_response_header(&resp, "Retry-After", retry, sizeof retry));
     ck_assert_str_eq(retry, "1"); /* one request a second: the next token is < 1 s away */
@@ -85,7 +96,10 @@ END_TEST
 
 START_TEST(test_queued_jobs_past_the_users_own_limit_get_429_naming_its_section)
 {
-    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG "[user.local]\nmax_queued = 1\n");
+    char config[256];
+    snprintf(config, sizeof config, E2E_ONE_WORKER_CONFIG "[user.%s]\nmax_queued = 1\n",
+             e2e_caller_name());
+    e2e_daemon_t *d = e2e_daemon_start_ok(config);
     json_t *long_job = e2e_long_job_new(E2E_LONG_JOB_MS);
     char *running = e2e_submit_ok(d, long_job);
     e2e_wait_state_ok(d, running, "running", 10);
@@ -103,8 +117,10 @@ START_TEST(test_queued_jobs_past_the_users_own_limit_get_429_naming_its_section)
     char *text = json_dumps(long_job, JSON_COMPACT);
     json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 429);
     ck_assert_str_eq(e2e_error_code(refused), "quota_exceeded");
-    ck_assert_str_eq(e2e_error_field(refused), "user.local.max_queued");
-    ck_assert_ptr_nonnull(strstr(error_message(refused), "user.local.max_queued = 1"));
+    ck_assert_str_eq(e2e_error_field(refused), my_key("max_queued"));
+    char want[160];
+    snprintf(want, sizeof want, "%s = 1", my_key("max_queued"));
+    ck_assert_ptr_nonnull(strstr(error_message(refused), want));
     json_decref(refused);
     free(text);
     free(queued);
@@ -171,6 +187,64 @@ START_TEST(test_every_answer_showing_a_queued_job_says_why_it_waits)
 }
 END_TEST
 
+/* Submits job_text with token (NULL: as the test's own account) and returns the answer. */
+static long submit_as(e2e_daemon_t *d, const char *token, const char *job_text, json_t **ret)
+{
+    char auth[E2E_TOKEN_SIZE + 32];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token ? token : "");
+    const char *headers[] = {"Content-Type: application/json", token ? auth : NULL, NULL};
+    e2e_response_t resp;
+    ck_assert_int_eq(
+        e2e_http_request(d, "POST", "/v1/jobs", headers, job_text, strlen(job_text), &resp), 0);
+    long status = resp.status;
+    *ret = resp.json ? json_incref(resp.json) : json_null();
+    e2e_response_clear(&resp);
+    return status;
+}
+
+/* A max_queued of 0 keeps a user out of submitting: 403 (no wait makes room, unlike 429),
+ * naming the key that decided, from the user's own section, a group's or the default, while
+ * users the key lets in submit. */
+START_TEST(test_max_queued_zero_keeps_a_user_out_of_submitting)
+{
+    char config[256];
+    snprintf(config, sizeof config,
+             "[limits]\nmax_queued_per_user = 0\n[user.%s]\nmax_queued = 10\n"
+             "[user.bob]\nmax_queued = 0\n",
+             e2e_caller_name());
+    e2e_daemon_t *d = e2e_daemon_start_ok(config);
+    char bob[E2E_TOKEN_SIZE], carol[E2E_TOKEN_SIZE];
+    e2e_token_create_ok(d, "bob", NULL, bob);
+    e2e_token_create_ok(d, "carol", NULL, carol);
+    const char *job = "{\"op\": \"sum\", \"inputs\": {\"x\": {\"dtype\": \"f32\", "
+                      "\"shape\": [2], \"data\": [1, 2]}}}";
+    json_t *answer = NULL;
+    ck_assert_int_eq(submit_as(d, NULL, job, &answer), 201);
+    json_decref(answer);
+    const struct {
+        const char *token, *user, *key;
+    } refused[] = {{bob, "bob", "user.bob.max_queued"},
+                   {carol, "carol", "limits.max_queued_per_user"}};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(submit_as(d, refused[i].token, job, &answer), 403);
+        ck_assert_str_eq(e2e_error_code(answer), "forbidden");
+        ck_assert_str_eq(e2e_error_field(answer), refused[i].key);
+        char want[160];
+        snprintf(want, sizeof want, "'%s' may not submit jobs: %s = 0", refused[i].user,
+                 refused[i].key);
+        ck_assert_msg(strstr(error_message(answer), want), "%s", error_message(answer));
+        json_decref(answer);
+    }
+    /* A list of jobs is refused whole, and nothing of it was queued. */
+    char list[512];
+    snprintf(list, sizeof list, "[%s, %s]", job, job);
+    ck_assert_int_eq(submit_as(d, bob, list, &answer), 403);
+    json_decref(answer);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 1);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_policy");
@@ -181,6 +255,7 @@ int main(void)
     tcase_add_test(tc, test_buffers_past_the_stored_bytes_get_413_naming_the_key);
     tcase_add_test(tc, test_queued_jobs_past_the_users_own_limit_get_429_naming_its_section);
     tcase_add_test(tc, test_every_answer_showing_a_queued_job_says_why_it_waits);
+    tcase_add_test(tc, test_max_queued_zero_keeps_a_user_out_of_submitting);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

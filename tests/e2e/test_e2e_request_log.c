@@ -60,9 +60,9 @@ START_TEST(test_text_line_names_route_user_status_bytes_and_the_answers_id)
     char key[80];
     snprintf(key, sizeof key, "request_id=%s", id);
     log_line_with(d, key, line);
-    snprintf(
-        want, sizeof want,
-        " info request method=GET route=/v1/jobs/{id} user=local status=404 bytes=%zu us=", bytes);
+    snprintf(want, sizeof want,
+             " info request method=GET route=/v1/jobs/{id} user=%s status=404 bytes=%zu us=",
+             e2e_caller_name(), bytes);
     ck_assert_msg(strstr(line, want), "line '%s' lacks '%s'", line, want);
     /* The id is the request's own: a second request gets another, on a line of its own. */
     char id2[64];
@@ -70,7 +70,8 @@ START_TEST(test_text_line_names_route_user_status_bytes_and_the_answers_id)
     ck_assert_str_ne(id, id2);
     snprintf(key, sizeof key, "request_id=%s", id2);
     log_line_with(d, key, line);
-    ck_assert_ptr_nonnull(strstr(line, "method=GET route=- user=local status=404"));
+    snprintf(want, sizeof want, "method=GET route=- user=%s status=404", e2e_caller_name());
+    ck_assert_msg(strstr(line, want), "line '%s' lacks '%s'", line, want);
     e2e_daemon_free(d);
 }
 END_TEST
@@ -93,7 +94,7 @@ START_TEST(test_json_line_parses_and_carries_the_fields_of_the_request)
     ck_assert_uint_eq(strlen(json_string_value(json_object_get(o, "ts"))), 24);
     ck_assert_str_eq(json_string_value(json_object_get(o, "method")), "POST");
     ck_assert_str_eq(json_string_value(json_object_get(o, "route")), "/v1/jobs");
-    ck_assert_str_eq(json_string_value(json_object_get(o, "user")), "local");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "user")), e2e_caller_name());
     ck_assert_int_eq(json_integer_value(json_object_get(o, "status")), 201);
     ck_assert_int_eq(json_integer_value(json_object_get(o, "bytes")), (json_int_t)bytes);
     ck_assert(json_is_integer(json_object_get(o, "us")));

@@ -3,7 +3,9 @@
 
 First checks that the document's generated parts are current (scripts/openapi_sync.py: the op
 enum is the op table, every answer names X-Request-Id). Then starts gpujobd on the CPU backend
-with the default limits and runs schemathesis's coverage, fuzzing and stateful phases (the last
+with the default limits and access control on (the default auth mode, token,peercred, with
+[auth] allow_users naming who may connect), makes a token for the user "fuzzer" (no admin), and
+runs, every request carrying that token, schemathesis's coverage, fuzzing and stateful phases (the last
 follows the document's links from POST /v1/jobs and POST /v1/buffers to the routes that take
 their ids) with a bounded number of examples per operation and these checks:
 not_a_server_error, status_code_conformance, content_type_conformance,
@@ -63,19 +65,33 @@ def schemathesis_cli():
 
 
 def start_daemon(binary, workdir):
-    """gpujobd on the CPU backend with the default limits, its log kept."""
+    """gpujobd on the CPU backend with the default limits and access control on, its log kept.
+    Returns the daemon and the text of a token of the user "fuzzer"."""
     state = os.path.join(workdir, "state")
     os.mkdir(state)
     conf = os.path.join(workdir, "gpujobd.conf")
     with open(conf, "w", encoding="utf-8") as f:
-        f.write("[server]\nhttp_threads = 4\n")
-    return GpujobdProcess([binary, "--config", conf, "--listen", "127.0.0.1:0", "--state-dir",
-                           state, "--backend", "cpu", "--log-level", "info"], START_TIMEOUT_S)
+        f.write("[server]\nhttp_threads = 4\n[auth]\nmode = token,peercred\n"
+                "allow_users = fuzzer\n")
+    daemon = GpujobdProcess([binary, "--config", conf, "--listen", "127.0.0.1:0", "--state-dir",
+                             state, "--backend", "cpu", "--log-level", "info"], START_TIMEOUT_S)
+    made = subprocess.run([binary, "token", "create", "--user", "fuzzer", "--name", "fuzz",
+                           "--state-dir", state], capture_output=True, text=True)
+    if made.returncode != 0:
+        daemon.kill()
+        raise RuntimeError(f"gpujobd token create failed: {made.stderr}")
+    return daemon, made.stdout.strip()
 
 
-def run_schemathesis(cli, document, port, run, workdir):
+def run_schemathesis(cli, document, port, token, run, workdir):
+    # The token as the document's bearer scheme (schemathesis's OpenAPI-aware auth): every
+    # generated request carries it. A plain --header would be replaced by the credentials
+    # schemathesis generates for the scheme, and most requests would only test the 401.
+    config = os.path.join(workdir, "schemathesis.toml")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write(f'[auth.openapi.bearer]\nbearer = "{token}"\n')
     argv = cli + [
-        "run", document, "--url", f"http://127.0.0.1:{port}", *run,
+        "--config-file", config, "run", document, "--url", f"http://127.0.0.1:{port}", *run,
         "--checks", CHECKS, "--request-timeout", "30", "--generation-database", "none",
         "--no-color", "--suppress-health-check", "all", "--warnings", "off",
     ]
@@ -89,7 +105,8 @@ def run_schemathesis(cli, document, port, run, workdir):
 
 def submissions(daemon):
     """What the fuzzing submitted: POST /v1/jobs answers by status (from the daemon's request
-    log) and the jobs it accepted, per op (from GET /v1/jobs); printed, so that a reader sees
+    log) and the jobs it accepted, per op (from GET /v1/jobs, asked as the account running the
+    test over loopback: root, an admin, sees the fuzzer's jobs); printed, so that a reader sees
     how many generated jobs the daemon ran rather than refused at the door."""
     statuses = collections.Counter()
     for line in list(daemon.log):
@@ -126,10 +143,10 @@ def main():
     workdir = tempfile.mkdtemp(prefix="gpujobd-fuzz-")
     daemon = None
     try:
-        daemon = start_daemon(binary, workdir)
+        daemon, token = start_daemon(binary, workdir)
         failed = False
         for argv in RUNS:
-            failed |= run_schemathesis(cli, document, daemon.port, argv, workdir) != 0
+            failed |= run_schemathesis(cli, document, daemon.port, token, argv, workdir) != 0
         alive = daemon.proc.poll() is None
         if alive:
             submissions(daemon)

@@ -27,6 +27,7 @@ import shutil
 import socket
 import signal
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +46,10 @@ HTTP_TIMEOUT_S = 30
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 
 # Small limits make 413 and 429 cheap to provoke; one CPU worker and one running job per user
-# keep a second job queued behind a slow one, which the cancel, 409 and drain checks need.
+# keep a second job queued behind a slow one, which the cancel, 409 and drain checks need. The
+# default auth mode names the test's account (root, an admin, over loopback and the socket);
+# tokens name bob, who may connect but is no admin and may not submit (max_queued = 0), and
+# mallory, whom allow_users keeps out: their answers are the 403s.
 DAEMON_CONFIG = """\
 [server]
 http_threads = 4
@@ -57,6 +61,10 @@ max_running_per_user = 1
 max_wait_ms = 20000
 [scheduler]
 cpu_threads = 1
+[auth]
+allow_users = bob
+[user.bob]
+max_queued = 0
 """
 MAX_JOBS_PER_REQUEST = 12
 MAX_QUEUED_PER_USER = 10
@@ -106,18 +114,10 @@ INTERNAL_ERROR = (
 )
 
 
-AUTH_NONE = (
-    "answered only with [auth] mode other than none; this daemon runs with none "
-    "(test_e2e_auth provokes every route's 401 and 403)"
-)
-
-
 def unprovokable_reason(method, template, status):
     """Why a documented status cannot be provoked here, or None when it must be."""
     if status == 500:
         return INTERNAL_ERROR
-    if status == 401 or (status == 403 and (method, template) != ("POST", "/v1/tokens")):
-        return AUTH_NONE
     return UNPROVOKABLE.get((method, template, status))
 
 
@@ -446,6 +446,7 @@ class Daemon(GpujobdProcess):
     """The real gpujobd on the CPU backend, its log kept for the failure report."""
 
     def __init__(self, binary, workdir):
+        self.binary = binary
         self.state_dir = os.path.join(workdir, "state")
         os.mkdir(self.state_dir)
         self.config_path = os.path.join(workdir, "gpujobd.conf")
@@ -456,6 +457,13 @@ class Daemon(GpujobdProcess):
                 self.state_dir, "--backend", "cpu", "--log-level", "info", "--unix-socket",
                 self.unix_path]
         super().__init__(argv, START_TIMEOUT_S)
+
+    def token_create(self, user):
+        """A token of user, made by the admin's `gpujobd token create`: its text."""
+        out = subprocess.run([self.binary, "token", "create", "--user", user, "--name", "openapi",
+                              "--state-dir", self.state_dir], check=True, capture_output=True,
+                             text=True)
+        return out.stdout.strip()
 
 
 # --------------------------------------------------------------------------- requests
@@ -521,8 +529,8 @@ def check_system(c, spec):
 
 
 def check_usage(c):
-    """The usage rollup after the jobs ran: a range, every user's rows (open to all with
-    mode = none), and a 400 naming each bad argument."""
+    """The usage rollup after the jobs ran: a range, every user's rows (the caller, root, is an
+    admin), and a 400 naming each bad argument."""
     mine = c.call("GET", "/v1/usage", 200)
     if not json_of(mine, "days"):
         c.fail("GET /v1/usage: no days rows after jobs ended")
@@ -547,7 +555,46 @@ def check_usage(c):
             c.fail(f"GET /v1/usage?{query}: error field {got!r}, expected {field!r}")
 
 
-def check_tokens(c, unix):
+def bearer(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+# Any value of each path parameter: who is asking is decided before the path is read.
+ANY_PARAMS = {"id": unknown_id("j"), "name": "out", "file": "app.js"}
+
+
+def check_auth(c, spec, bob, mallory):
+    """Every route that needs a user: 401 without a valid token (one is sent, so the loopback
+    account does not stand in), 403 to mallory, whom allow_users keeps out; bob, no admin,
+    gets 403 for another user's data and the admin route, and for a submission (max_queued =
+    0)."""
+    unknown = "gj_" + "0" * 12 + "_" + "0" * 64
+    for (method, template), op in sorted(spec.operations.items()):
+        statuses = [str(s) for s in op.get("responses", {})]
+        if "401" in statuses:
+            answer = c.call(method, template, 401, params=ANY_PARAMS, headers=bearer(unknown),
+                            note="an unknown token")
+            if answer is not None and (json_of(answer, "error") or {}).get("field") != "headers.Authorization":
+                c.fail(f"{method} {template} 401: field {json_of(answer, 'error')!r}")
+        if "403" in statuses and (method, template) != ("POST", "/v1/tokens"):
+            answer = c.call(method, template, 403, params=ANY_PARAMS, headers=bearer(mallory),
+                            note="an account allow_users keeps out")
+            if answer is not None and (json_of(answer, "error") or {}).get("field") != "auth.allow_users":
+                c.fail(f"{method} {template} 403: field {json_of(answer, 'error')!r}")
+    for template, query in (("/v1/jobs", "user=root"), ("/v1/usage", "user=all"),
+                            ("/v1/tokens", "user=root")):
+        answer = c.call("GET", template, 403, query=query, headers=bearer(bob),
+                        note="another user's, to a user who is no admin")
+        if answer is not None and (json_of(answer, "error") or {}).get("field") != "query.user":
+            c.fail(f"GET {template}?{query} 403: field {json_of(answer, 'error')!r}")
+    c.call("GET", "/metrics", 403, headers=bearer(bob), note="to a user who is no admin")
+    answer = c.call("POST", "/v1/jobs", 403, headers=bearer(bob), note="max_queued = 0",
+                    json_body={"op": "sum", "inputs": {"x": tensor("f32", [2], [1, 2])}})
+    if answer is not None and (json_of(answer, "error") or {}).get("field") != "user.bob.max_queued":
+        c.fail(f"POST /v1/jobs 403: field {json_of(answer, 'error')!r}")
+
+
+def check_tokens(c, unix, bob):
     """Makes a token over the Unix socket (over TCP: 403), lists and revokes it."""
     c.call("POST", "/v1/tokens", 403, json_body={"name": "laptop"}, note="over TCP")
     c.call("POST", "/v1/tokens", 400, json_body={"name": ""}, unix=unix, note="empty name")
@@ -556,7 +603,8 @@ def check_tokens(c, unix):
     token_id = json_of(made, "id") or "000000000000"
     c.call("GET", "/v1/tokens", 200, unix=unix)
     c.call("GET", "/v1/tokens", 400, query="verbose=1", note="unknown query argument")
-    c.call("DELETE", "/v1/tokens/{id}", 404, params={"id": token_id}, note="another owner's")
+    c.call("DELETE", "/v1/tokens/{id}", 404, params={"id": token_id}, headers=bearer(bob),
+           note="another owner's")
     c.call("DELETE", "/v1/tokens/{id}", 400, params={"id": token_id}, query="x=1", unix=unix)
     c.call("DELETE", "/v1/tokens/{id}", 200, params={"id": token_id}, unix=unix)
 
@@ -839,7 +887,9 @@ def main():
         daemon = Daemon(binary, workdir)
         c = Checker(spec, daemon.port)
         check_system(c, spec)
-        check_tokens(c, daemon.unix_path)
+        bob, mallory = daemon.token_create("bob"), daemon.token_create("mallory")
+        check_auth(c, spec, bob, mallory)
+        check_tokens(c, daemon.unix_path, bob)
         buffer_id = check_buffers(c)
         if buffer_id:
             add_id, bf16_id = submit_jobs(c, buffer_id)

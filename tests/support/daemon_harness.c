@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -591,6 +592,19 @@ json_t *e2e_get_job_ok(e2e_daemon_t *d, const char *id)
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     return e2e_json_ok(d, "GET", path, NULL, 200);
+}
+
+const char *e2e_caller_name(void)
+{
+    static char name[64];
+    if (!name[0]) {
+        struct passwd *pw = getpwuid(getuid());
+        if (pw && strlen(pw->pw_name) < sizeof name)
+            snprintf(name, sizeof name, "%s", pw->pw_name);
+        else
+            snprintf(name, sizeof name, "uid:%u", (unsigned)getuid());
+    }
+    return name;
 }
 
 const char *e2e_job_state(const json_t *job)

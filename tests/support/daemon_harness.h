@@ -141,6 +141,11 @@ const char *e2e_token_cli_ok(e2e_daemon_t *d, const char *args);
  * equals x. It holds a CPU worker (or, on CUDA, a stream) for that long. A new reference. */
 json_t *e2e_long_job_new(int ms);
 
+/* The login name of the account running the test ("uid:N" when the host has none): who the
+ * daemon's default auth mode sees in the test's requests over loopback TCP and on its Unix
+ * socket. A static string. */
+const char *e2e_caller_name(void);
+
 /* The string of job["state"], or "" when absent; a borrowed string. */
 const char *e2e_job_state(const json_t *job);
 /* The error object's code and field of an error response ("" when absent); borrowed. */

@@ -24,8 +24,11 @@ void iso_env_init(iso_env_t *env, const char *extra_ini)
     snprintf(env->dir, sizeof env->dir, "/tmp/gj-iso-XXXXXX");
     ck_assert_msg(mkdtemp(env->dir) != NULL, "mkdtemp failed");
     snprintf(env->socket_url, sizeof env->socket_url, "unix:%s/gpujobd.sock", env->dir);
+    /* mode = none: the socket's peer is the test's account, and every TCP client the user
+     * "local", two users with no token between them. */
     int len = snprintf(env->config, sizeof env->config,
-                       "[server]\nunix_socket = %s/gpujobd.sock\n%s", env->dir, extra_ini);
+                       "[server]\nunix_socket = %s/gpujobd.sock\n[auth]\nmode = none\n%s", env->dir,
+                       extra_ini);
     ck_assert(len > 0 && (size_t)len < sizeof env->config);
 }
 

@@ -30,7 +30,7 @@
 typedef struct iso_env {
     char dir[64];
     char socket_url[128]; /* "unix:DIR/gpujobd.sock", for libgpujob */
-    char config[1024];    /* the daemon's INI: the socket, then the caller's extra_ini */
+    char config[1024];    /* the daemon's INI: the socket, auth mode none, extra_ini */
 } iso_env_t;
 
 /* Creates the directory and the configuration; extra_ini (may be "") is appended. */

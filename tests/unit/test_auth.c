@@ -118,6 +118,7 @@ START_TEST(test_settings_refuse_open_or_clear_text_listeners_and_name_admins)
     config_defaults(&cfg);
     auth_settings_t *s;
     char err[512];
+    snprintf(cfg.mode, sizeof cfg.mode, "none");
     snprintf(cfg.listen, sizeof cfg.listen, "0.0.0.0:80");
     ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "needs a loopback listener"));
@@ -151,6 +152,66 @@ START_TEST(test_settings_refuse_open_or_clear_text_listeners_and_name_admins)
     cfg.tls_cert[0] = cfg.tls_key[0] = '\0';
     ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), 0);
     auth_settings_free(s);
+}
+END_TEST
+
+/* The default identifies callers: the kernel's answer, or a token. */
+START_TEST(test_default_mode_is_tokens_and_the_kernels_answer)
+{
+    config_t cfg;
+    config_defaults(&cfg);
+    auth_settings_t *s;
+    char err[256];
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), 0);
+    ck_assert(auth_settings_peercred(s) && auth_settings_tokens(s) && !auth_settings_open(s));
+    ck_assert(auth_settings_allows(s, "anyone")); /* no allow list: everyone */
+    auth_settings_free(s);
+}
+END_TEST
+
+/* allow_users and allow_groups: either admits, admins always may, the group answers are
+ * cached per user like the admins' ones, and mode = none (which identifies nobody over TCP)
+ * refuses them. */
+START_TEST(test_allow_lists_admit_their_users_groups_and_admins)
+{
+    config_t cfg;
+    config_defaults(&cfg);
+    snprintf(cfg.allow_users, sizeof cfg.allow_users, "alice, bob");
+    snprintf(cfg.admins, sizeof cfg.admins, "carol");
+    auth_settings_t *s;
+    char err[256], why[256];
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), 0);
+    ck_assert(auth_settings_allows(s, "alice") && auth_settings_allows(s, "bob"));
+    ck_assert(auth_settings_allows(s, "carol"));
+    ck_assert(!auth_settings_allows(s, "root") && !auth_settings_allows(s, "ali"));
+    ck_assert_str_eq(auth_settings_refusal(s, "dave", why, sizeof why), "auth.allow_users");
+    ck_assert_ptr_nonnull(strstr(why, "'dave' may not use this daemon"));
+    ck_assert_uint_eq(auth_settings_group_lookups(s), 0);
+    auth_settings_free(s);
+
+    snprintf(cfg.allow_groups, sizeof cfg.allow_groups, "root");
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(auth_settings_allows(s, "root")); /* the group root */
+        ck_assert(!auth_settings_allows(s, "nobody"));
+    }
+    ck_assert_uint_eq(auth_settings_group_lookups(s), 2);
+    ck_assert_str_eq(auth_settings_refusal(s, "nobody", why, sizeof why), "auth.allow_users");
+    ck_assert_ptr_nonnull(strstr(why, "auth.allow_groups"));
+    auth_settings_free(s);
+
+    cfg.allow_users[0] = '\0';
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), 0);
+    ck_assert_str_eq(auth_settings_refusal(s, "nobody", why, sizeof why), "auth.allow_groups");
+    auth_settings_free(s);
+
+    snprintf(cfg.allow_groups, sizeof cfg.allow_groups, "@root");
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "auth.allow_groups"));
+    snprintf(cfg.allow_groups, sizeof cfg.allow_groups, "root");
+    snprintf(cfg.mode, sizeof cfg.mode, "none");
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "auth.allow_groups needs auth.mode"));
 }
 END_TEST
 
@@ -193,6 +254,8 @@ int main(void)
     tcase_add_test(tc, test_stored_files_never_hold_the_secret);
     tcase_add_test(tc, test_settings_refuse_open_or_clear_text_listeners_and_name_admins);
     tcase_add_test(tc, test_group_admin_answers_are_cached_per_user_and_agree);
+    tcase_add_test(tc, test_default_mode_is_tokens_and_the_kernels_answer);
+    tcase_add_test(tc, test_allow_lists_admit_their_users_groups_and_admins);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

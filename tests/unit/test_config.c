@@ -34,6 +34,8 @@ typedef struct field_case {
 static const field_case_t fields[] = {
     FIELD("server", listen, "0.0.0.0:1"),
     FIELD("server", unix_socket, "/run/gj.sock"),
+    FIELD("server", unix_socket_mode, "0660"),
+    FIELD("server", unix_socket_group, "gpu"),
     FIELD("server", state_dir, "/srv/gpujobd"),
     FIELD("server", backend, "cpu"),
     FIELD("server", log_level, "debug"),
@@ -84,9 +86,11 @@ static const field_case_t fields[] = {
     FIELD("gpu", spin_us, "250"),
     FIELD("gpu", device_memory_cap, "8GiB"),
     FIELD("gpu", metrics_interval_ms, "500"),
-    FIELD("auth", mode, "token,peercred"),
+    FIELD("auth", mode, "peercred"),
     FIELD("auth", admins, "alice, @wheel"),
     FIELD("auth", allow_insecure_tokens, "true"),
+    FIELD("auth", allow_users, "alice, bob"),
+    FIELD("auth", allow_groups, "lab"),
     FIELD("debug", test_ops, "true"),
 };
 #define FIELD_COUNT (sizeof fields / sizeof fields[0])
@@ -144,6 +148,12 @@ START_TEST(test_defaults_equal_documented_values)
     config_defaults(&cfg);
     ck_assert_str_eq(cfg.listen, "127.0.0.1:8080");
     ck_assert_str_eq(cfg.unix_socket, "");
+    ck_assert_str_eq(cfg.unix_socket_mode, "0666");
+    ck_assert_uint_eq(config_unix_socket_mode(&cfg), 0666);
+    ck_assert_str_eq(cfg.unix_socket_group, "");
+    ck_assert_str_eq(cfg.mode, "token,peercred");
+    ck_assert_str_eq(cfg.allow_users, "");
+    ck_assert_str_eq(cfg.allow_groups, "");
     ck_assert_str_eq(cfg.state_dir, "/var/lib/gpujobd");
     ck_assert_str_eq(cfg.backend, "auto");
     ck_assert_str_eq(cfg.log_level, "info");
@@ -331,6 +341,14 @@ static const bad_file_case_t bad_files[] = {
      ":2: [server] backend: expected one of auto, cuda, cpu, got 'gpu'"},
     {"[server]\nlog_level = verbose\n",
      ":2: [server] log_level: expected one of error, warn, info, debug, got 'verbose'"},
+    {"[server]\nunix_socket_mode = 0999\n",
+     ":2: [server] unix_socket_mode: expected permission bits in octal, 000 to 0777"},
+    {"[server]\nunix_socket_mode = 1777\n",
+     ":2: [server] unix_socket_mode: expected permission bits in octal, 000 to 0777"},
+    {"[auth]\nmode = open\n",
+     ":2: [auth] mode: expected one of none, token, peercred, token,peercred, got 'open'"},
+    {"[limits]\nmax_queued_per_user = -1\n",
+     ":2: [limits] max_queued_per_user: -1 is out of range (0..100000000)"},
     {"[store]\nshards = 3\n", ":2: [store] shards: 3 is out of range (a power of two in 1..16)"},
     {"[store]\nshards = 32\n", ":2: [store] shards: 32 is out of range (a power of two in 1..16)"},
     {"[store]\nsync_full = maybe\n",

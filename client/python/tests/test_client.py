@@ -9,6 +9,7 @@ source tree beside this file."""
 import contextlib
 import io
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -52,7 +53,8 @@ def slow_job(ms=SLOW_MS):
 
 
 class CommonDaemon(unittest.TestCase):
-    """One daemon with auth mode none for the tests of the calls and their errors."""
+    """One daemon with the default auth mode (the test's account over loopback) for the tests of
+    the calls and their errors."""
 
     @classmethod
     def setUpClass(cls):
@@ -315,9 +317,13 @@ class TestAuth(unittest.TestCase):
                 with self.assertRaises(gpujob.Unauthorized):
                     remote.info()
 
-    def test_tcp_needs_a_token_and_takes_it_from_the_environment(self):
+    def test_tcp_is_the_loopback_account_or_a_token_from_the_environment(self):
+        # Without a token, a client on this host is its own account, as the kernel names it.
+        with gpujob.Client(self.daemon.url, token="") as c:
+            self.assertEqual(c.info()["user"]["name"], pwd.getpwuid(os.getuid()).pw_name)
+        # A token sent is checked, never replaced by the loopback account.
         with self.assertRaises(gpujob.Unauthorized) as cm:
-            gpujob.Client(self.daemon.url, token="").info()
+            gpujob.Client(self.daemon.url, token="gj_000000000000_" + "0" * 64).info()
         e = cm.exception
         self.assertEqual((e.status, e.code, e.field), (401, "unauthorized", "headers.Authorization"))
         token = self.daemon.token_create("alice")
