@@ -157,7 +157,7 @@ static int64_t late_charge(const entry_t *e, const job_t *job)
  * when record; its slot and its users' running counts are freed, so that a cut in the same
  * transaction sees them, and its users are charged what it took: each job its gpu_ns, as its
  * record says (entry_charge). A job ended while the launch went on gets the rest of its charge
- * now (late_charge), written to the store once the round commits (release_ended). */
+ * now (late_charge), written to the store once the round commits (write_late_charges). */
 static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
 {
     exec_batch_t *batch = &sb->batch;

@@ -505,7 +505,18 @@ static int end_queued(sched_t *s, entry_t *e, job_state_t state, const char *cod
     return 0;
 }
 
-static exec_batch_t *flight_batch_of(sched_t *s, const job_t *job);
+/* The batch in the executor's hands that holds job, or NULL. */
+static exec_batch_t *flight_batch_of(sched_t *s, const job_t *job)
+{
+    queue_t *q;
+    queue_foreach(q, &s->in_flight)
+    {
+        exec_batch_t *b = &queue_data(q, sched_batch_t, flight)->batch;
+        for (int i = 0; i < b->n; i++)
+            if (b->jobs[i] == job) return b;
+    }
+    return NULL;
+}
 
 /* Records the end of a running job (cancelled, or failed by the watchdog or any other limit)
  * in the store, while its launch goes on: the launch's result is discarded when it returns.
@@ -549,19 +560,6 @@ int running_end(sched_t *s, entry_t *e, job_state_t state, const char *code, con
     waiters_reply(e, rec);
     job_free(rec);
     return 0;
-}
-
-/* The batch in the executor's hands that holds job, or NULL. */
-static exec_batch_t *flight_batch_of(sched_t *s, const job_t *job)
-{
-    queue_t *q;
-    queue_foreach(q, &s->in_flight)
-    {
-        exec_batch_t *b = &queue_data(q, sched_batch_t, flight)->batch;
-        for (int i = 0; i < b->n; i++)
-            if (b->jobs[i] == job) return b;
-    }
-    return NULL;
 }
 
 /* Ends a running job as cancelled, durably, and then has the executor free what it holds:
