@@ -62,10 +62,27 @@ void api_request_client_gone(api_request_t *req)
     pthread_mutex_unlock(&wait_lock);
 }
 
+/* Answers a submission refused by a spent GPU-time budget: 429 budget_exceeded naming its key,
+ * with the time its window resets in the body (reset_at) and, in whole seconds, in
+ * Retry-After. */
+static void respond_budget_exceeded(api_request_t *req, const sched_result_t *res)
+{
+    int64_t wait_us = res->reset_at_us - now_us();
+    long long wait_s = wait_us > 0 ? (wait_us + 999999) / 1000000 : 1;
+    json_t *error = json_pack("{s:s, s:s, s:s, s:o, s:s}", "code", "budget_exceeded", "message",
+                              res->message ? res->message : "a GPU-time budget is spent", "field",
+                              res->limit, "reset_at", job_json_time(res->reset_at_us), "window",
+                              res->budget_window ? res->budget_window : "");
+    api_respond_json(req, 429, json_pack("{s:o}", "error", error));
+    api_response_add_header(&req->resp, "Retry-After", "%lld", wait_s);
+}
+
 /* Answers a submission the scheduler refused, or that it answered without a job: true then. */
 static bool submit_refused(api_request_t *req, const sched_result_t *res)
 {
-    if (res->err == -EAGAIN && res->limit) {
+    if (res->err == -EAGAIN && res->limit && res->reset_at_us) {
+        respond_budget_exceeded(req, res);
+    } else if (res->err == -EAGAIN && res->limit) {
         api_respond_error(req, 429, "quota_exceeded", res->limit, "%s", res->message);
         api_response_add_header(&req->resp, "Retry-After", "1");
     } else if (res->err == -EPERM && res->limit) {

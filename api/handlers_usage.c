@@ -2,8 +2,10 @@
  * store's usage rollup (per owner, UTC day and op), which outlives job retention and costs the
  * same however many jobs the store keeps. ?since= and ?until= select whole UTC days (a date,
  * or an RFC 3339 time, which selects its day); ?user= names another owner, or * (or all) for
- * every owner: admins only. */
+ * every owner: admins only. The answer also shows the owner's GPU-time budgets, with what is
+ * used and left of each and when it resets. */
 #include "api_internal.h"
+#include "daemon/util/budget.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -166,24 +168,89 @@ static json_t *sums_json(const store_usage_row_t *r)
                      (json_int_t)r->bytes_in, "bytes_out", (json_int_t)r->bytes_out);
 }
 
-/* The answer: what the owner holds now (u), and the rollup's rows in the range with their
- * totals, which also give the ended jobs' counts and times at the top. */
+/* The limits of owner under the policy in force ("*": the defaults). */
+static void owner_limits(api_request_t *req, const char *owner, policy_limits_t *ret)
+{
+    if (strcmp(owner, req->user.name) == 0) {
+        api_user_limits(req, ret);
+    } else {
+        policy_t *p = sched_policy(req->env->sched);
+        policy_resolve(p, owner, ret);
+        policy_unref(p);
+    }
+}
+
+/* One budget as the answer shows it: its window, key, hours, what the rollup holds for the
+ * window (used_ns) and what is left, and when the window began and resets. */
+static json_t *budget_json(budget_window_t w, const char *key, uint64_t budget_us, int64_t used_ns,
+                           int64_t first_day, int64_t end_day)
+{
+    double limit_ms = (double)budget_us / 1e3, used_ms = (double)used_ns / 1e6;
+    double left_ms = limit_ms > used_ms ? limit_ms - used_ms : 0;
+    return json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:o, s:o}", "window",
+                     budget_window_name(w), "key", key, "gpu_hours", limit_ms / 3.6e6,
+                     "used_gpu_hours", used_ms / 3.6e6, "left_gpu_hours", left_ms / 3.6e6, "gpu_ms",
+                     limit_ms, "used_gpu_ms", used_ms, "left_gpu_ms", left_ms, "exceeded",
+                     left_ms <= 0, "since", job_json_time(first_day * BUDGET_DAY_US), "reset_at",
+                     job_json_time(end_day * BUDGET_DAY_US));
+}
+
+/* The GPU-time budgets of one owner (none for every owner, "*"): those its limits set, each
+ * with what the rollup holds for its window so far (the sums the scheduler judges
+ * submissions by), into *ret (a new reference). 0, or the store's error. */
+static int budgets_json(api_request_t *req, store_reader_t *rd, const char *owner, json_t **ret)
+{
+    json_t *a = json_array();
+    policy_limits_t l;
+    if (strcmp(owner, "*") != 0) owner_limits(req, owner, &l);
+    bool any = strcmp(owner, "*") != 0 && (l.value[CONFIG_POLICY_GPU_HOURS_PER_DAY] ||
+                                           l.value[CONFIG_POLICY_GPU_HOURS_PER_MONTH]);
+    if (!any) {
+        *ret = a;
+        return 0;
+    }
+    int64_t today = budget_day_of(now_us()), first, end;
+    budget_window_days(BUDGET_MONTH, today, &first, &end);
+    store_usage_query_t q = {
+        .owner = owner, .since_day = first, .until_day = today, .max_rows = USAGE_MAX_ROWS};
+    store_usage_row_t *rows = NULL;
+    size_t n = 0;
+    int r = store_usage_rollup(rd, &q, &rows, &n);
+    if (r < 0) {
+        json_decref(a);
+        return r;
+    }
+    int64_t used[BUDGET_WINDOW_COUNT] = {0};
+    for (size_t i = 0; i < n; i++) {
+        used[BUDGET_MONTH] += rows[i].gpu_ns;
+        if (rows[i].day == today) used[BUDGET_DAY] += rows[i].gpu_ns;
+    }
+    free(rows);
+    static const config_policy_key_t keys[BUDGET_WINDOW_COUNT] = {
+        [BUDGET_DAY] = CONFIG_POLICY_GPU_HOURS_PER_DAY,
+        [BUDGET_MONTH] = CONFIG_POLICY_GPU_HOURS_PER_MONTH};
+    for (int w = 0; w < BUDGET_WINDOW_COUNT; w++) {
+        if (!l.value[keys[w]]) continue;
+        budget_window_days((budget_window_t)w, today, &first, &end);
+        json_array_append_new(a, budget_json((budget_window_t)w, l.source[keys[w]],
+                                             l.value[keys[w]], used[w], first, end));
+    }
+    *ret = a;
+    return 0;
+}
+
 /* The resident-bytes limit of owner under the policy in force ("*": the default's). */
 static uint64_t resident_limit(api_request_t *req, const char *owner)
 {
     policy_limits_t l;
-    if (strcmp(owner, req->user.name) == 0) {
-        api_user_limits(req, &l);
-    } else {
-        policy_t *p = sched_policy(req->env->sched);
-        policy_resolve(p, owner, &l);
-        policy_unref(p);
-    }
+    owner_limits(req, owner, &l);
     return l.value[CONFIG_POLICY_MAX_RESIDENT_BYTES];
 }
 
+/* The answer: what the owner holds now (u), the rollup's rows in the range with their totals,
+ * which also give the ended jobs' counts and times at the top, and the owner's budgets. */
 static json_t *usage_json(api_request_t *req, const store_usage_t *u, const store_usage_query_t *q,
-                          const store_usage_row_t *rows, size_t n)
+                          const store_usage_row_t *rows, size_t n, json_t *budgets)
 {
     store_usage_row_t total = {.jobs = 0};
     json_t *days = json_array();
@@ -199,14 +266,15 @@ static json_t *usage_json(api_request_t *req, const store_usage_t *u, const stor
         "{s:I, s:I, s:I, s:I, s:I}", "queued", (json_int_t)u->jobs_by_state[JOB_QUEUED], "running",
         (json_int_t)u->jobs_by_state[JOB_RUNNING], "succeeded", (json_int_t)total.succeeded,
         "failed", (json_int_t)total.failed, "cancelled", (json_int_t)total.cancelled);
-    return json_pack(
-        "{s:s, s:o, s:o, s:o, s:f, s:f, s:I, s:I, s:I, s:I, s:o, s:o}", "owner", u->owner, "since",
-        q->since_day > USAGE_FIRST_DAY ? day_json(q->since_day) : json_null(), "until",
-        q->until_day < USAGE_LAST_DAY ? day_json(q->until_day) : json_null(), "jobs", jobs,
-        "run_ms", (double)total.run_us / 1000.0, "gpu_ms", (double)total.gpu_ns / 1e6, "buffers",
-        (json_int_t)u->buffers, "buffer_bytes", (json_int_t)u->buffer_bytes, "resident_bytes",
-        (json_int_t)u->resident_bytes, "resident_limit_bytes",
-        (json_int_t)resident_limit(req, u->owner), "totals", sums_json(&total), "days", days);
+    return json_pack("{s:s, s:o, s:o, s:o, s:f, s:f, s:I, s:I, s:I, s:I, s:o, s:o, s:o}", "owner",
+                     u->owner, "since",
+                     q->since_day > USAGE_FIRST_DAY ? day_json(q->since_day) : json_null(), "until",
+                     q->until_day < USAGE_LAST_DAY ? day_json(q->until_day) : json_null(), "jobs",
+                     jobs, "run_ms", (double)total.run_us / 1000.0, "gpu_ms",
+                     (double)total.gpu_ns / 1e6, "buffers", (json_int_t)u->buffers, "buffer_bytes",
+                     (json_int_t)u->buffer_bytes, "resident_bytes", (json_int_t)u->resident_bytes,
+                     "resident_limit_bytes", (json_int_t)resident_limit(req, u->owner), "totals",
+                     sums_json(&total), "days", days, "budgets", budgets);
 }
 
 int api_handle_usage(api_request_t *req)
@@ -226,8 +294,10 @@ int api_handle_usage(api_request_t *req)
     store_usage_t u;
     store_usage_row_t *rows = NULL;
     size_t n = 0;
+    json_t *budgets = NULL;
     int r = store_usage_get(rd, q.owner, &u);
     if (r == 0) r = store_usage_rollup(rd, &q, &rows, &n);
+    if (r == 0) r = budgets_json(req, rd, u.owner, &budgets);
     if (r == -E2BIG)
         api_respond_error(req, 422, "too_many_rows", "query.since",
                           "more than %d rows of usage: narrow since and until, or name a user",
@@ -235,7 +305,8 @@ int api_handle_usage(api_request_t *req)
     else if (r < 0)
         api_respond_errno(req, r, "reading usage failed");
     else
-        api_respond_json(req, 200, usage_json(req, &u, &q, rows, n));
+        api_respond_json(req, 200, usage_json(req, &u, &q, rows, n, budgets));
+    if (r < 0) json_decref(budgets);
     free(rows);
     return API_DONE;
 }

@@ -136,8 +136,9 @@ GPUJOB_API int gpujob_client_set_ca_file(gpujob_client_t *c, const char *path);
 GPUJOB_API void gpujob_client_set_timeout_ms(gpujob_client_t *c, long request_ms, long connect_ms);
 /* How many times a submission is sent again after a lost connection, a refused connection or
  * a 429/503 answer (default 3, with 100 ms, 200 ms, 400 ms... between attempts, or the
- * daemon's Retry-After). Every attempt carries the same Idempotency-Key, so the daemon creates
- * the job at most once. */
+ * daemon's Retry-After; a Retry-After past a minute, such as a spent GPU-time budget's
+ * (budget_exceeded), is not waited for: the refusal is returned). Every attempt carries the
+ * same Idempotency-Key, so the daemon creates the job at most once. */
 GPUJOB_API void gpujob_client_set_retries(gpujob_client_t *c, int retries);
 /* Whether answers that carry a job ask for its inline outputs as bytes in a binary section
  * (Accept: application/octet-stream) rather than as JSON numbers (default true: no number
@@ -356,6 +357,16 @@ typedef struct gpujob_usage_row {
     int64_t bytes_in, bytes_out; /* inputs, and outputs of the jobs that succeeded */
 } gpujob_usage_row_t;
 
+/* One of the user's GPU-time budgets (per UTC day or month): what the user's jobs have been
+ * charged in its window so far, what is left, and when the window resets. */
+typedef struct gpujob_budget {
+    char window[8];                          /* "day" or "month" */
+    char key[128];                           /* the configuration key that set it */
+    double gpu_ms, used_gpu_ms, left_gpu_ms; /* the budget, and its use so far */
+    bool exceeded;                           /* used up: submissions answer 429 until reset_at */
+    char since[40], reset_at[40];            /* the window's start and end, RFC 3339 (UTC) */
+} gpujob_budget_t;
+
 /* A usage report (GET /v1/usage?since=&until=&user=): what the user holds now, and the daemon's
  * per-day, per-op rollup of the jobs that ended in the range, which outlives the jobs. */
 typedef struct gpujob_usage_report {
@@ -365,6 +376,10 @@ typedef struct gpujob_usage_report {
     size_t n_rows;
     gpujob_usage_row_t *rows; /* by user, then day, then op */
     char *json;               /* the daemon's answer, as JSON text */
+    /* The user's budgets, whatever the range (none for every user's report, or a daemon that
+     * sets none). */
+    size_t n_budgets;
+    gpujob_budget_t budgets[2];
 } gpujob_usage_report_t;
 
 /* GET /v1/usage with query (NULL: the caller's, every day). *ret is freed with

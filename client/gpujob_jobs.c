@@ -42,6 +42,9 @@ static void sleep_ms(long ms)
     }
 }
 
+/* The longest Retry-After a submission waits out before trying again. */
+#define GJC_MAX_RETRY_AFTER_S 60
+
 static bool transport_error_is_retryable(int r)
 {
     return r == -ECONNRESET || r == -ECONNREFUSED || r == -ETIMEDOUT;
@@ -74,7 +77,9 @@ static int submit_body(gpujob_client_t *c, const char *body, size_t len, size_t 
         if (r < 0) {
             retry = transport_error_is_retryable(r);
         } else if (resp.status == 429 || resp.status == 503) {
-            retry = true;
+            /* A wait longer than a retry is worth (a spent GPU-time budget resets with its
+             * UTC day or month) is the caller's to decide: the refusal goes back at once. */
+            retry = resp.retry_after_s <= GJC_MAX_RETRY_AFTER_S;
             if (resp.retry_after_s >= 0) wait_ms = resp.retry_after_s * 1000;
         }
         if (retry && attempt < c->retries) {

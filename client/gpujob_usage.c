@@ -1,5 +1,6 @@
 /* The caller's usage (/v1/usage): what the user holds now and the daemon's per-day, per-op
- * rollup of the jobs that ended, for a range of days and, for admins, other users. */
+ * rollup of the jobs that ended, for a range of days and, for admins, other users; and the
+ * user's GPU-time budgets. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,39 @@ static int usage_summary_from_json(const json_t *root, gpujob_usage_t *ret)
     return 0;
 }
 
+/* The budgets of an answer, which an older daemon leaves out: 0 or -EBADMSG. */
+static int usage_budgets_from_json(const json_t *root, gpujob_usage_report_t *report)
+{
+    json_t *budgets = json_object_get(root, "budgets"), *b;
+    size_t i;
+    if (!budgets) return 0;
+    if (!json_is_array(budgets)) return -EBADMSG;
+    json_array_foreach(budgets, i, b)
+    {
+        if (report->n_budgets == sizeof report->budgets / sizeof report->budgets[0]) break;
+        gpujob_budget_t *g = &report->budgets[report->n_budgets];
+        const char *window = json_string_value(json_object_get(b, "window"));
+        const char *key = json_string_value(json_object_get(b, "key"));
+        json_t *limit = json_object_get(b, "gpu_ms"), *used = json_object_get(b, "used_gpu_ms");
+        json_t *left = json_object_get(b, "left_gpu_ms");
+        if (!window || !key || !json_is_number(limit) || !json_is_number(used) ||
+            !json_is_number(left))
+            return -EBADMSG;
+        snprintf(g->window, sizeof g->window, "%s", window);
+        snprintf(g->key, sizeof g->key, "%s", key);
+        g->gpu_ms = json_number_value(limit);
+        g->used_gpu_ms = json_number_value(used);
+        g->left_gpu_ms = json_number_value(left);
+        g->exceeded = json_is_true(json_object_get(b, "exceeded"));
+        snprintf(g->since, sizeof g->since, "%s",
+                 json_string_value(json_object_get(b, "since")) ?: "");
+        snprintf(g->reset_at, sizeof g->reset_at, "%s",
+                 json_string_value(json_object_get(b, "reset_at")) ?: "");
+        report->n_budgets++;
+    }
+    return 0;
+}
+
 /* Fills report from the answer root (borrowed): 0, -EBADMSG or -ENOMEM. */
 static int usage_report_fill(const json_t *root, gpujob_usage_report_t *report)
 {
@@ -53,6 +87,7 @@ static int usage_report_fill(const json_t *root, gpujob_usage_report_t *report)
     int r = usage_summary_from_json(root, &report->summary);
     if (r == 0) r = usage_row_from_json(json_object_get(root, "totals"), &report->totals);
     if (r == 0 && !json_is_array(days)) r = -EBADMSG;
+    if (r == 0) r = usage_budgets_from_json(root, report);
     if (r < 0) return r;
     snprintf(report->since, sizeof report->since, "%s",
              json_string_value(json_object_get(root, "since")) ?: "");

@@ -346,6 +346,18 @@ async function showUsage(params) {
     td((s.run_ms / 1000).toFixed(2), {num: true}), td((s.gpu_ms / 1000).toFixed(2), {num: true})));
   if (!rows.length) rows.push(el('tr', {}, el('td', {text: 'No jobs ended in these days.', cls: 'muted'})));
   fillBody($('usage'), rows);
+  showBudgets(u.budgets || []);
+}
+
+// The user's GPU-time budgets (none for every user's rows): used, left and when each resets.
+function showBudgets(budgets) {
+  const hours = (ms) => (ms / 3600000).toPrecision(3) + ' h';
+  const items = budgets.map((b) => el('li', {cls: b.exceeded ? 'budget spent' : 'budget', data: {window: b.window}},
+    `GPU time per ${b.window} (${b.key}): ${hours(b.used_gpu_ms)} of ${hours(b.gpu_ms)} used, ` +
+    `${hours(b.left_gpu_ms)} left` + (b.exceeded ? ' — spent: new jobs are refused' : '') +
+    `; resets ${b.reset_at.slice(0, 16).replace('T', ' ')} UTC`));
+  $('usage-budgets').replaceChildren(...items);
+  $('usage-budgets').hidden = !items.length;
 }
 
 // --- start ---

@@ -1,6 +1,6 @@
 /* `gpujob usage`: its options, and its human output: what the user holds now, the totals of the
- * jobs that ended in the report's range, and one table row per user, day and op of the daemon's
- * rollup. */
+ * jobs that ended in the report's range, the user's GPU-time budgets, and one table row per
+ * user, day and op of the daemon's rollup. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -41,6 +41,17 @@ static void usage_table_print(const gpujob_usage_report_t *report)
     cli_table_free(t);
 }
 
+/* One budget's line: "budget:    day 1h (KEY): 12.3 s used, 59.8 min left, resets AT". */
+static void budget_print(const gpujob_budget_t *g)
+{
+    char budget[64], used[64], left[64];
+    cli_duration(g->gpu_ms, budget, sizeof budget);
+    cli_duration(g->used_gpu_ms, used, sizeof used);
+    cli_duration(g->left_gpu_ms, left, sizeof left);
+    printf("budget:    %s %s of GPU time (%s): %s used, %s left%s; resets %s\n", g->window, budget,
+           g->key, used, left, g->exceeded ? " (spent: new jobs are refused)" : "", g->reset_at);
+}
+
 void cli_usage_print(const gpujob_usage_report_t *report)
 {
     const gpujob_usage_t *u = &report->summary;
@@ -59,6 +70,8 @@ void cli_usage_print(const gpujob_usage_report_t *report)
            cli_duration((double)tot->gpu_ns / 1e6, b, sizeof b));
     printf("moved:     %s in, %s out\n", cli_size((uint64_t)tot->bytes_in, a, sizeof a),
            cli_size((uint64_t)tot->bytes_out, b, sizeof b));
+    for (size_t i = 0; i < report->n_budgets; i++)
+        budget_print(&report->budgets[i]);
     if (report->n_rows == 0) return;
     putchar('\n');
     usage_table_print(report);
@@ -71,7 +84,8 @@ static int usage_parse_options(cli_t *cli, int argc, char **argv, gpujob_usage_q
     static const char usage[] =
         "usage: gpujob usage [--since DAY] [--until DAY] [--user USER | --all] [--json]\n"
         "Shows the jobs you have queued and running, your buffers, and what your jobs that\n"
-        "ended used: totals, then one row per day and op (days are UTC, and outlive the jobs).\n"
+        "ended used: totals, your GPU-time budgets (used, left, when they reset), then one\n"
+        "row per day and op (days are UTC, and outlive the jobs).\n"
         "  --since DAY   from this day on (2026-03-01, or an RFC 3339 time)\n"
         "  --until DAY   up to and including this day\n"
         "  --user USER   USER's usage (admins only, unless USER is you)\n"

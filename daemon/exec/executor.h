@@ -55,6 +55,13 @@ static inline int64_t exec_batch_started_us(const exec_batch_t *b)
     return __atomic_load_n(&b->started_us, __ATOMIC_ACQUIRE);
 }
 
+/* The device time that job, one of b's, has used so far, at mono_now_us (mono_us()): its
+ * share, by cost as exec_time.h weighs it, of the time since b started to run (0 while b waits
+ * in the executor), as the job would be charged were the batch to end now. For a job ended
+ * while its launch goes on (cancelled, or failed by the watchdog). It reads only what the
+ * executor does not write (the jobs' calls and b's start): the loop may call it while b runs. */
+int64_t exec_job_time_so_far(const exec_batch_t *b, const job_t *job, int64_t mono_now_us);
+
 /* What a cancel of a job in the executor did (executor_ops_t.cancel). */
 typedef enum exec_cancel {
     EXEC_CANCEL_DEQUEUED, /* it had not started: it never runs */

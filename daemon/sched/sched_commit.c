@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/util/budget.h"
 #include "sched_internal.h"
 
 /* Removes the files written for a job's inputs that no row of it will name (a file shared
@@ -36,14 +37,28 @@ static long new_jobs(sched_t *s, const msg_t *m)
     return n;
 }
 
-/* Whether the user's queue has room for the submission's new jobs (max_queued_per_user); the
- * jobs then count as pending for the user until the commit. When it has not, m is answered
- * -EAGAIN (-EPERM when the limit is 0: the user may not submit), its input files go and m is
- * freed. */
+/* Whether the user may submit: no GPU-time budget of theirs is spent (sched_budget.c: a
+ * submission of idempotent retries alone is answered anyway), and their queue has room for the
+ * submission's new jobs (max_queued_per_user); the jobs then count as pending for the user
+ * until the commit. When not, m is answered -EAGAIN naming the key (-EPERM when the limit is
+ * 0: the user may not submit), its input files go and m is freed. */
 static bool submission_admitted(sched_t *s, msg_t *m)
 {
     user_t *u = m->n > 0 ? user_get(s, m->jobs[0]->owner) : NULL;
     if (!u) return true;
+    budget_refusal_t spent;
+    if (budget_refuses(s, u, &spent) && new_jobs(s, m) > 0) {
+        sched_result_t res = {.err = -EAGAIN,
+                              .message = spent.message,
+                              .limit = spent.limit,
+                              .reset_at_us = spent.reset_at_us,
+                              .budget_window = budget_window_name(spent.window)};
+        m->reply(m->token, &res);
+        for (size_t i = 0; i < m->n; i++)
+            discard_inputs(s, m->jobs[i]);
+        msg_free(m);
+        return false;
+    }
     long queued = (long)u->queue.len + u->pending;
     const policy_limits_t *l = user_limits(s, u);
     long max = (long)l->value[CONFIG_POLICY_MAX_QUEUED];

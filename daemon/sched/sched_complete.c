@@ -143,19 +143,33 @@ static sched_gate_t *answer_waited_ends(sched_t *s, queue_t *ended, int64_t now)
     return gate;
 }
 
+/* What a job ended while its launch went on (running_record) is charged in all, now that the
+ * launch returned: nothing when the executor left it out of the run (it never ran), else the
+ * device time the launch measured for it, or what it was charged at its end if that was more
+ * (a launch interrupted by a device reset measures nothing). */
+static int64_t late_charge(const entry_t *e, const job_t *job)
+{
+    if (job->skipped) return 0;
+    return job->gpu_ns > e->charged_ns ? job->gpu_ns : e->charged_ns;
+}
+
 /* A finished batch's jobs take their end states, recorded in the store's open transaction
  * when record; its slot and its users' running counts are freed, so that a cut in the same
- * transaction sees them, and its users are charged what it took. */
+ * transaction sees them, and its users are charged what it took: each job its gpu_ns, as its
+ * record says (entry_charge). A job ended while the launch went on gets the rest of its charge
+ * now (late_charge), written to the store once the round commits (write_late_charges). */
 static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
 {
     exec_batch_t *batch = &sb->batch;
-    double share_us = batch->n ? (double)(now - sb->dispatched_us) / batch->n : 0;
     for (int i = 0; i < batch->n; i++) {
         job_t *job = batch->jobs[i];
         entry_t *e = entry_of(s, job);
         e->user->running--;
-        user_charge(e->user, share_us - e->charged_us);
         if (e->discard_result) {
+            /* A job without a row (its submission's commit failed) is charged nothing. */
+            int64_t total = e->charge_on_return ? late_charge(e, job) : e->charged_ns;
+            e->late_ns = e->charge_on_return ? total - e->charged_ns : 0;
+            entry_charge(s, e, e->ended_us, total);
             /* Its result is discarded: so are the files on_batch_done wrote for it, which no
              * row will name, and its input files when it has no row either. */
             discard_outputs(s, job);
@@ -163,6 +177,7 @@ static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
             continue;
         }
         end_state(job, now);
+        entry_charge(s, e, now, job->gpu_ns);
         /* A failed job keeps no outputs: files on_batch_done wrote for them go (those of a
          * job whose success the store refuses go with end_refused). */
         if (job->state != JOB_SUCCEEDED) discard_outputs(s, job);
@@ -190,6 +205,28 @@ static void release_ended(sched_t *s, sched_batch_t *sb)
         job_free(job);
     }
     batch_free(sb);
+}
+
+/* Writes the rest of the charge of the ended batches' jobs that ended while their launch went
+ * on (end_jobs: late_ns), once the round's transaction is over and before any of the batches'
+ * jobs is answered, so that what a client reads next shows it. */
+static void write_late_charges(sched_t *s, queue_t *ended)
+{
+    queue_t *q;
+    queue_foreach(q, ended)
+    {
+        exec_batch_t *batch = &queue_data(q, sched_batch_t, ended)->batch;
+        for (int i = 0; i < batch->n; i++) {
+            entry_t *e = entry_of(s, batch->jobs[i]);
+            if (!e->late_ns) continue;
+            int r = store_job_charge(s->st, e->id, e->late_ns);
+            if (r < 0)
+                log_error("job %s: %lld ns of device time its launch used after its end could "
+                          "not be recorded: %s",
+                          e->id, (long long)e->late_ns, strerror(-r));
+            e->late_ns = 0;
+        }
+    }
 }
 
 /* The outputs of the ended batches' jobs whose results are kept, to the store ahead of their
@@ -266,6 +303,7 @@ void end_batches(sched_t *s, queue_t *ended, bool start_next)
     r = round_commit(s, &rd, r);
     if (any) STAMP(END_RECORDED);
     if (r < 0) record_lost_ends(s, ended, &rd, r);
+    if (any) write_late_charges(s, ended);
     sched_gate_open(gate);
     while (any && (q = queue_pop(ended)))
         release_ended(s, queue_data(q, sched_batch_t, ended));
@@ -308,6 +346,7 @@ static int requeue_record(sched_t *s, sched_batch_t *sb, bool ran)
         job->attempts -= !ran;
         job->batch_size = 0;
         job->run_device = -1;
+        job->gpu_ns = job->batch_ns = 0; /* an interrupted run is not charged */
         job->error_code[0] = job->error_message[0] = '\0';
     }
     int r = store_begin(s->st);
@@ -393,6 +432,10 @@ void batch_retry(sched_t *s, sched_batch_t *sb)
         return;
     }
     split_spent(s, batch, &spent->batch, ran);
+    /* A job ended while this launch went on keeps what it was charged then: an interrupted
+     * launch measures nothing. */
+    for (int i = 0; i < spent->batch.n; i++)
+        entry_of(s, spent->batch.jobs[i])->charge_on_return = false;
     queue_init(&spent->ended);
     queue_init(&spent->flight);
     if (spent->batch.n > 0) {

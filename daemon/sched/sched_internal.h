@@ -89,6 +89,10 @@ typedef struct user {
     unsigned skip_round;    /* dispatch round in which this user's next batch is held back */
     policy_limits_t limits; /* under the policy of generation limits_gen (user_limits) */
     unsigned limits_gen;
+    /* GPU time charged (ns) on UTC day budget_day and in the month whose first day is
+     * budget_month: the usage rollup's sums for them, for the budgets (sched_budget.c). */
+    int64_t budget_day, budget_month;
+    int64_t day_ns, month_ns;
 } user_t;
 
 /* Room for a batch-key FIFO's key: "BATCH_KEY@DEVICE/PREFERRED_DEVICE". */
@@ -127,7 +131,13 @@ struct entry {
     keyq_t *keyq;        /* while queued with a batch key */
     queue_t keyq_node;
     queue_t waiters; /* of waiter_t */
-    double charged_us;
+    double charged_us; /* what fair share was charged for it: an estimate, then its gpu_ns */
+    /* The device time its record and the rollup were charged (entry_charge); for a job ended
+     * while its launch goes on (running_record): when it ended, and whether what the launch
+     * measures is charged once it returns (charge_on_return) and how much more then
+     * (late_ns, written to the store after the round's commit). */
+    int64_t charged_ns, ended_us, late_ns;
+    bool charge_on_return;
     char id[ID_SIZE];
 };
 
@@ -301,6 +311,21 @@ void entry_unqueue(sched_t *s, entry_t *e);
 user_t *user_get(sched_t *s, const char *owner);
 void user_charge(user_t *u, double us);
 user_t *user_pick(sched_t *s);
+
+/* sched_budget.c: charges and GPU-time budgets. entry_charge brings what e's user is charged
+ * for e's job (fair share, and the budgets' sums) to total_ns, charged as of finished_us
+ * (the job's end: the rollup's day); call it wherever the job's gpu_ns goes to the store.
+ * budget_load restores the budgets' sums from the rollup at start; budget_refuses says
+ * whether u's budgets refuse a submission now, and why. */
+typedef struct budget_refusal {
+    char message[384];
+    char limit[POLICY_SOURCE_SIZE]; /* the key that decided */
+    int window;                     /* budget_window_t */
+    int64_t reset_at_us;            /* when that budget's window resets */
+} budget_refusal_t;
+void entry_charge(sched_t *s, entry_t *e, int64_t finished_us, int64_t total_ns);
+int budget_load(sched_t *s);
+bool budget_refuses(sched_t *s, user_t *u, budget_refusal_t *ret);
 
 /* sched_policy.c: the per-user policy. */
 int sched_policy_init(sched_t *s);

@@ -505,11 +505,26 @@ static int end_queued(sched_t *s, entry_t *e, job_state_t state, const char *cod
     return 0;
 }
 
-/* Records the end of a running job (cancelled, or failed by the watchdog) in the store, while
- * its launch goes on: the launch's result is discarded when it returns. The executor may be
- * writing the job's outputs and error fields right now, so the store gets a copy made of the
- * fields the loop owns, which *ret_rec receives (job_free it) for the answers. 0, -ENOMEM, or
- * the store's error (the job then stays running). */
+/* The batch in the executor's hands that holds job, or NULL. */
+static exec_batch_t *flight_batch_of(sched_t *s, const job_t *job)
+{
+    queue_t *q;
+    queue_foreach(q, &s->in_flight)
+    {
+        exec_batch_t *b = &queue_data(q, sched_batch_t, flight)->batch;
+        for (int i = 0; i < b->n; i++)
+            if (b->jobs[i] == job) return b;
+    }
+    return NULL;
+}
+
+/* Records the end of a running job (cancelled, or failed by the watchdog or any other limit)
+ * in the store, while its launch goes on: the launch's result is discarded when it returns.
+ * The executor may be writing the job's outputs and error fields right now, so the store gets a
+ * copy made of the fields the loop owns, which *ret_rec receives (job_free it) for the answers.
+ * The job is charged the device time it has run so far (exec_job_time_so_far), in its record,
+ * the rollup, fair share and the budgets alike; what its launch measures, if more, is charged
+ * when it returns (end_jobs). 0, -ENOMEM, or the store's error (the job then stays running). */
 static int running_record(sched_t *s, entry_t *e, job_state_t state, const char *code,
                           const char *message, job_t **ret_rec)
 {
@@ -518,12 +533,17 @@ static int running_record(sched_t *s, entry_t *e, job_state_t state, const char 
     rec->finished_us = now_us();
     rec->state = state;
     job_set_error(rec, code, "%s", message);
+    exec_batch_t *b = flight_batch_of(s, e->job);
+    rec->gpu_ns = b ? exec_job_time_so_far(b, e->job, mono_us()) : 0;
     int r = store_job_update(s->st, rec);
     if (r < 0) {
         job_free(rec);
         return r;
     }
     e->discard_result = true;
+    e->ended_us = rec->finished_us;
+    e->charge_on_return = true;
+    entry_charge(s, e, rec->finished_us, rec->gpu_ns);
     count_final(s, state);
     *ret_rec = rec;
     return 0;
@@ -540,19 +560,6 @@ int running_end(sched_t *s, entry_t *e, job_state_t state, const char *code, con
     waiters_reply(e, rec);
     job_free(rec);
     return 0;
-}
-
-/* The batch in the executor's hands that holds job, or NULL. */
-static exec_batch_t *flight_batch_of(sched_t *s, const job_t *job)
-{
-    queue_t *q;
-    queue_foreach(q, &s->in_flight)
-    {
-        exec_batch_t *b = &queue_data(q, sched_batch_t, flight)->batch;
-        for (int i = 0; i < b->n; i++)
-            if (b->jobs[i] == job) return b;
-    }
-    return NULL;
 }
 
 /* Ends a running job as cancelled, durably, and then has the executor free what it holds:

@@ -297,6 +297,8 @@ int sched_start(sched_t *s)
     if ((r = fair_state_load(s)) < 0) return r;
     r = store_recover_queued(s->st, s->cfg->max_attempts, job_resolve_op, recover_one, s);
     if (r < 0) return log_error_errno(r, "recovering jobs from the store failed: %s", strerror(-r));
+    /* After recovery, whose failed jobs count in the rollup the budgets start from. */
+    if ((r = budget_load(s)) < 0) return r;
     long queued = atomic_load(&s->queued);
     if (queued > 0) log_info("recovered %ld queued jobs", queued);
     timers_start(s);

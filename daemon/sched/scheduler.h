@@ -55,6 +55,10 @@ typedef struct sched_result {
      * refused ("user.alice.max_queued", "limits.max_queued_per_user"), for the answer's error
      * field. */
     const char *limit;
+    /* -EAGAIN from a GPU-time budget (limit names its key): when its window resets (wall-clock
+     * µs), and which window, "day" or "month"; 0 and NULL for any other refusal. */
+    int64_t reset_at_us;
+    const char *budget_window;
     /* wait of a submission: not NULL while its last job's end is being committed; borrowed (see
      * sched_gate_t: a callee that answers later holds it and passes it before the answer). */
     sched_gate_t *end_gate;

@@ -348,6 +348,13 @@ typedef struct store_usage_query {
 int store_usage_rollup(store_reader_t *rd, const store_usage_query_t *q,
                        store_usage_row_t **ret_rows, size_t *ret_n);
 
+/* Adds delta_ns (either sign) to the device time of job id, which has ended, and to its line of
+ * the usage rollup (its owner, the day it ended and its op), in one transaction: what a job
+ * ended while its launch went on (cancelled, failed by the watchdog) is charged once the launch
+ * returns. A job no longer stored (retention took it) is left alone. Loop thread, outside a
+ * transaction. */
+int store_job_charge(store_t *st, const char *id, int64_t delta_ns);
+
 /* The scheduler's fair-share state: each owner's decayed usage (µs of device time) as of
  * at_us (wall clock), kept across restarts. */
 typedef struct store_fair_share {

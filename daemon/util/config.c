@@ -5,6 +5,7 @@
  * command line and --help in config_cli.c (config_key.h is what the three share). */
 #include "config.h"
 #include "config_key.h"
+#include "budget.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -82,6 +83,13 @@ static const char *const auth_mode_choices[] = {"none", "token", "peercred", "to
         .umin = lo, .umax = hi, .def = dflt, .help = hlp                                           \
     }
 
+/* A duration written in hours ("100", "0.5"), kept in µs, at most hi µs; 0 for none. */
+#define KEY_HOURS(sec, field, hi, dflt, hlp)                                                       \
+    {                                                                                              \
+        .section = sec, .name = #field, .type = CONFIG_HOURS, FIELD_OF_TYPE(field, uint64_t),      \
+        .umax = hi, .def = dflt, .help = hlp                                                       \
+    }
+
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
@@ -150,12 +158,19 @@ const config_key_t config_keys[] = {
              "outputs up to this size are inlined in a job's JSON (bytes)"),
     KEY_INT("limits", max_wait_ms, 0, 86400000, "300000",
             "longest long-poll a client may ask for (ms)"),
+    KEY_HOURS("limits", gpu_hours_per_day_per_user, BUDGET_MAX_US, "0",
+              "GPU time one user's jobs may be charged per calendar day (UTC), in hours; past "
+              "it, submissions answer 429 until the next day; 0 for no budget"),
+    KEY_HOURS("limits", gpu_hours_per_month_per_user, BUDGET_MAX_US, "0",
+              "GPU time one user's jobs may be charged per calendar month (UTC), in hours; past "
+              "it, submissions answer 429 until the next month; 0 for no budget"),
 
     KEY_INT("scheduler", max_batch, 1, 65536, "256", "jobs in one batched launch"),
     KEY_INT("scheduler", max_delay_us, 0, 1000000, "200",
             "how long a partial batch may wait for company (us)"),
-    KEY_INT("scheduler", fair_share_half_life_s, 1, 31536000, "30",
-            "half-life of the recent device time fair share compares users by (s)"),
+    KEY_INT("scheduler", fair_share_half_life_s, 1, 31536000, "604800",
+            "half-life of the recent device time fair share compares users by (s); days, as "
+            "a lab's fairness is over days of use"),
     KEY_INT("scheduler", commit_delay_us, 0, 1000000, "0",
             "group-commit window for submissions (us); 0: the loop's next turn"),
     KEY_INT("scheduler", default_deadline_ms, 0, INT_MAX, "0",
@@ -594,6 +609,8 @@ static int key_set(config_t *cfg, const config_key_t *key, const char *value, ch
     case CONFIG_SIZE:
         return config_parse_size(value, key->umin, key->umax, (uint64_t *)field, reason,
                                  reason_size);
+    case CONFIG_HOURS:
+        return budget_parse_hours(value, key->umax, (uint64_t *)field, reason, reason_size);
     }
     snprintf(reason, reason_size, "internal error: unknown key type");
     return -EINVAL;
@@ -635,6 +652,16 @@ static int key_check(const config_t *cfg, const config_key_t *key, char *reason,
             size_format(key->umin, lo, sizeof lo);
             size_format(key->umax, hi, sizeof hi);
             snprintf(reason, reason_size, "%" PRIu64 " is out of range (%s..%s)", n, lo, hi);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    case CONFIG_HOURS: {
+        uint64_t n = *(const uint64_t *)field;
+        if (n > key->umax) {
+            char hi[32];
+            budget_format_hours(key->umax, hi, sizeof hi);
+            snprintf(reason, reason_size, "%" PRIu64 " us is out of range (0..%s hours)", n, hi);
             return -EINVAL;
         }
         return 0;

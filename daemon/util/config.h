@@ -19,6 +19,10 @@ typedef enum config_policy_key {
     CONFIG_POLICY_BURST,              /* limits.request_burst_per_user */
     CONFIG_POLICY_MAX_JOB_COST_MS,    /* limits.max_job_cost_ms */
     CONFIG_POLICY_WEIGHT,             /* scheduler.weight */
+    /* limits.gpu_hours_per_day_per_user and gpu_hours_per_month_per_user: GPU-time budgets,
+     * in µs (daemon/util/budget.h) */
+    CONFIG_POLICY_GPU_HOURS_PER_DAY,
+    CONFIG_POLICY_GPU_HOURS_PER_MONTH,
     CONFIG_POLICY_KEY_COUNT,
 } config_policy_key_t;
 
@@ -70,6 +74,10 @@ typedef struct config {
     int max_job_cost_ms; /* largest single job by its estimated run time; 0: no limit */
     uint64_t max_inline_output_bytes; /* outputs up to this are inlined in job JSON */
     int max_wait_ms;                  /* longest long-poll a client may ask for */
+    /* GPU-time budgets of one user per UTC day and month, in µs (the file gives hours:
+     * daemon/util/budget.h); 0: none. */
+    uint64_t gpu_hours_per_day_per_user;
+    uint64_t gpu_hours_per_month_per_user;
 
     /* [scheduler] */
     int max_batch;              /* jobs in one batched launch */

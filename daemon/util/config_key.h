@@ -17,6 +17,7 @@ typedef enum config_type {
     CONFIG_INT,    /* int in [min, max], or 0 when zero_is_off; durations are ints in the unit
                       their name ends with */
     CONFIG_SIZE,   /* uint64_t bytes in [umin, umax], with an optional K/M/G/T suffix */
+    CONFIG_HOURS,  /* uint64_t µs in [0, umax], written as a number of hours (budget.h) */
 } config_type_t;
 
 /* Checks a string value; 0, or -EINVAL with the reason (no key name) in reason. */

@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "config_key.h"
+#include "budget.h"
 
 /* The keys of a policy section, in config_policy_key_t order, each with the table key that
  * holds its default and whose type and bounds it shares. */
@@ -22,6 +23,10 @@ static const struct {
     {"burst", "limits", "request_burst_per_user", "limits.request_burst_per_user"},
     {"max_job_cost_ms", "limits", "max_job_cost_ms", "limits.max_job_cost_ms"},
     {"weight", "scheduler", "weight", "scheduler.weight"},
+    {"gpu_hours_per_day", "limits", "gpu_hours_per_day_per_user",
+     "limits.gpu_hours_per_day_per_user"},
+    {"gpu_hours_per_month", "limits", "gpu_hours_per_month_per_user",
+     "limits.gpu_hours_per_month_per_user"},
 };
 
 const char *config_policy_key_name(config_policy_key_t key)
@@ -44,7 +49,8 @@ uint64_t config_policy_default(const config_t *cfg, config_policy_key_t key)
     if (!cfg || key >= CONFIG_POLICY_KEY_COUNT) return 0;
     const config_key_t *k = policy_default_key(key);
     const void *field = config_key_field_const(cfg, k);
-    return k->type == CONFIG_SIZE ? *(const uint64_t *)field : (uint64_t) * (const int *)field;
+    if (k->type == CONFIG_SIZE || k->type == CONFIG_HOURS) return *(const uint64_t *)field;
+    return (uint64_t) * (const int *)field;
 }
 
 /* Whether section names a policy section: "user.NAME" or "group.NAME"; *ret_name is then NAME. */
@@ -100,6 +106,8 @@ static int policy_value_parse(config_policy_key_t key, const char *value, uint64
                               char *reason, size_t reason_size)
 {
     const config_key_t *k = policy_default_key(key);
+    if (k->type == CONFIG_HOURS)
+        return budget_parse_hours(value, k->umax, ret, reason, reason_size);
     if (k->type == CONFIG_SIZE)
         return config_parse_size(value, k->umin, k->umax, ret, reason, reason_size);
     int64_t n = 0;
@@ -124,7 +132,8 @@ int config_policy_set(config_t *cfg, const char *section, const char *name, cons
     if (key == CONFIG_POLICY_KEY_COUNT) {
         snprintf(reason, reason_size,
                  "unknown key '%.*s' (a user or group section takes max_queued, max_running, "
-                 "max_resident_bytes, max_stored_bytes, rate, burst, max_job_cost_ms, weight)",
+                 "max_resident_bytes, max_stored_bytes, rate, burst, max_job_cost_ms, weight, "
+                 "gpu_hours_per_day, gpu_hours_per_month)",
                  CONFIG_QUOTE_MAX, name);
         return -EINVAL;
     }

@@ -2,12 +2,16 @@
  * `cancelled` at once, durably, a wait on it returns at once, the answer says what became of
  * it, and on the CPU backend its worker stops and takes the next job long before the cancelled
  * job's sleep would have ended; on CUDA the dropped kernel runs on and holds its owner's one
- * running slot until it ends. A cancelled job's batch-mates keep their results.
+ * running slot until it ends. A cancelled job's batch-mates keep their results. What a
+ * cancelled job ran is charged to its owner: in its record (gpu_ms), in GET /v1/usage and in
+ * fair share alike, on CUDA until its dropped kernel ends.
  *
  * Orders are asserted rather than durations where possible: a cancelled sleep is far longer
  * (LONG_MS) than anything else the test does, so the next job's end before the sleep's would-be
  * end (by the jobs' own timestamps) shows that the worker was freed. */
 #include <check.h>
+#include <math.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +140,102 @@ START_TEST(test_cancel_of_a_queued_job_says_dequeued)
 }
 END_TEST
 
+/* A time field of a job or of usage in ms (gpu_ms, run_ms), as the exact integer of ns (or, with
+ * unit 1e3, µs) the daemon made it from. */
+static int64_t ms_exact(const json_t *o, const char *key, double unit)
+{
+    json_t *v = json_object_get(o, key);
+    ck_assert_msg(json_is_number(v), "%s is not a number", key);
+    return (int64_t)llround(json_number_value(v) * unit);
+}
+
+/* GET /v1/usage's totals.gpu_ns. */
+static int64_t usage_gpu_ns(e2e_daemon_t *d)
+{
+    json_t *u = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
+    int64_t ns = json_integer_value(json_object_get(json_object_get(u, "totals"), "gpu_ns"));
+    json_decref(u);
+    return ns;
+}
+
+/* The fair-share usage (µs) the daemon saved for owner (its fair_share table, written at its
+ * stop); -1 when it saved none. */
+static double saved_fair_share_us(e2e_daemon_t *d, const char *owner)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/state/gpujobd.db", e2e_daemon_dir(d));
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *stmt = NULL;
+    ck_assert_int_eq(
+        sqlite3_prepare_v2(db, "SELECT usage_us FROM fair_share WHERE owner = ?1", -1, &stmt, NULL),
+        SQLITE_OK);
+    sqlite3_bind_text(stmt, 1, owner, -1, SQLITE_TRANSIENT);
+    double us = sqlite3_step(stmt) == SQLITE_ROW ? sqlite3_column_double(stmt, 0) : -1;
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+    return us;
+}
+
+/* A job that runs for a while is cancelled after more than a second: the cancel's answer
+ * charges it at least that second; once its launch returns (the next job behind it has run),
+ * its record, the usage rollup and fair share all hold the same device time, the cancelled
+ * job's and the next job's. On CUDA the dropped kernel runs to its end, and is charged for
+ * all of it. */
+START_TEST(test_a_cancelled_running_job_is_charged_the_time_it_ran)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    const int long_ms = on_cuda() ? CUDA_LONG_MS : LONG_MS;
+    json_t *long_job = e2e_long_job_new(long_ms);
+    char *long_id = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, long_id, "running", 10);
+    json_t *small = e2e_long_job_new(0);
+    char *next_id = e2e_submit_ok(d, small);
+    usleep(1100 * 1000);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", long_id);
+    json_t *cancelled = e2e_json_ok(d, "DELETE", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(cancelled), "cancelled");
+    int64_t at_cancel_ns = ms_exact(cancelled, "gpu_ms", 1e6);
+    ck_assert_msg(at_cancel_ns >= INT64_C(1000000000),
+                  "a job cancelled after 1.1 s of running was charged %.3f ms", at_cancel_ns / 1e6);
+    json_decref(cancelled);
+
+    /* The next job runs once the cancelled launch has returned (its owner's one running slot
+     * is held until then), whose end is charged before the next one's. */
+    json_t *next = e2e_wait_final_ok(d, next_id, long_ms / 1000.0 + 15);
+    ck_assert_str_eq(e2e_job_state(next), "succeeded");
+    int64_t next_ns = ms_exact(next, "gpu_ms", 1e6);
+    char owner[128];
+    snprintf(owner, sizeof owner, "%s", json_string_value(json_object_get(next, "owner")));
+    json_decref(next);
+    json_t *job = e2e_json_ok(d, "GET", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(job), "cancelled");
+    int64_t charged_ns = ms_exact(job, "gpu_ms", 1e6);
+    ck_assert_int_ge(charged_ns, at_cancel_ns);
+    if (on_cuda())
+        ck_assert_msg(charged_ns >= INT64_C(900000) * long_ms,
+                      "the dropped kernel of %d ms was charged %.3f ms", long_ms, charged_ns / 1e6);
+    json_decref(job);
+    ck_assert_int_eq(usage_gpu_ns(d), charged_ns + next_ns);
+
+    /* Fair share was charged the same (saved at the stop; a week's half-life takes next to
+     * nothing off over the test). */
+    int status;
+    ck_assert_int_eq(e2e_daemon_stop(d, 60000, &status), 0);
+    double fair_us = saved_fair_share_us(d, owner), want_us = (charged_ns + next_ns) / 1e3;
+    ck_assert_msg(fabs(fair_us - want_us) <= want_us * 1e-4 + 1,
+                  "fair share holds %.0f us of '%s', the jobs' records %.0f us", fair_us, owner,
+                  want_us);
+
+    json_decref(small);
+    json_decref(long_job);
+    free(next_id);
+    free(long_id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* Rows and columns of the batch's GEMMs: large enough that a batch of them runs for a while on
  * one CPU worker, which runs its jobs in turn. */
 #define GEMM_N 512
@@ -187,14 +287,20 @@ START_TEST(test_batch_mates_of_a_cancelled_job_keep_their_results)
     e2e_response_clear(&r);
 
     float *out = malloc(sizeof(float) * GEMM_N * GEMM_N);
+    int64_t sum_ns = 0; /* the jobs' charges, the cancelled one's included */
     for (int i = 0; i < BATCH; i++) {
         const char *id = json_string_value(json_object_get(json_array_get(jobs, i), "id"));
         json_t *done = e2e_wait_final_ok(d, id, 120);
         if (i == BATCH - 1 && strcmp(e2e_job_state(done), "succeeded") != 0) {
             ck_assert_str_eq(e2e_job_state(done), "cancelled");
+            /* Its record says what it was charged once the batch returned. */
+            json_decref(done);
+            done = e2e_get_job_ok(d, id);
+            sum_ns += ms_exact(done, "gpu_ms", 1e6);
             json_decref(done);
             continue;
         }
+        sum_ns += ms_exact(done, "gpu_ms", 1e6);
         ck_assert_str_eq(e2e_job_state(done), "succeeded");
         ck_assert_int_eq(json_integer_value(json_object_get(done, "batch_size")), BATCH);
         e2e_output_raw_ok(d, id, "out", out, sizeof(float) * GEMM_N * GEMM_N);
@@ -202,6 +308,8 @@ START_TEST(test_batch_mates_of_a_cancelled_job_keep_their_results)
             ck_assert_msg(out[k] == GEMM_N, "job %d out[%d] = %g", i, k, out[k]);
         json_decref(done);
     }
+    /* The usage rollup holds exactly what the jobs' records say. */
+    ck_assert_int_eq(usage_gpu_ns(d), sum_ns);
     free(out);
     free(body);
     free(ones);
@@ -220,6 +328,7 @@ int main(void)
     tcase_add_test(tc, test_cancelled_running_job_frees_its_worker_for_the_next_job);
     tcase_add_test(tc, test_cancel_of_a_queued_job_says_dequeued);
     tcase_add_test(tc, test_batch_mates_of_a_cancelled_job_keep_their_results);
+    tcase_add_test(tc, test_a_cancelled_running_job_is_charged_the_time_it_ran);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -3,14 +3,19 @@
  * gpu_ms (as exact integers: the rollup's run_us and gpu_ns), and stay the same after
  * retention has deleted the jobs; another user's usage is the admin's alone; a bad since,
  * until or user answers 400 naming it; a batch's jobs' gpu_ms sum to its batch_gpu_ms; and
- * libgpujob and `gpujob usage --all` report the same rows. */
+ * libgpujob and `gpujob usage --all` report the same rows. A user whose GPU-time budget is
+ * spent is refused (429 budget_exceeded naming the key, with the reset time) while another user
+ * is not; usage and `gpujob usage` show the budget used, left and its reset; and the budget
+ * holds across a restart and follows a reload. */
 #include <check.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpujob.h"
@@ -352,6 +357,173 @@ START_TEST(test_library_and_cli_report_every_users_rows_to_the_admin)
 }
 END_TEST
 
+/* Budgets: alice may use 0.0003 GPU-hours (1.08 s) a day, bob 100 a month. */
+#define BUDGET_CONFIG                                                                              \
+    "[auth]\nmode = token\nadmins = carol\n[scheduler]\ncpu_threads = 2\n"                         \
+    "[user.alice]\ngpu_hours_per_day = 0.0003\n[user.bob]\ngpu_hours_per_month = 100\n"
+
+/* The RFC 3339 time the API writes for 00:00:00 UTC of y-m-d. */
+static void midnight_text(int y, int m, int d, char *buf, size_t size)
+{
+    snprintf(buf, size, "%04d-%02d-%02dT00:00:00.000000Z", y, m, d);
+}
+
+/* Tomorrow's and next month's first midnight (UTC), as the API writes them, and the first in
+ * seconds since the epoch. */
+static time_t resets_utc(char *day, char *month, size_t size)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    time_t tomorrow = (now / 86400 + 1) * 86400;
+    gmtime_r(&tomorrow, &tm);
+    midnight_text(tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, day, size);
+    gmtime_r(&now, &tm);
+    int y = tm.tm_year + 1900, m = tm.tm_mon + 2;
+    if (m == 13) y++, m = 1;
+    midnight_text(y, m, 1, month, size);
+    return tomorrow;
+}
+
+/* GET /v1/usage as token's holder: its budgets array (a new reference), which must hold n. */
+static json_t *budgets_of(e2e_daemon_t *d, const char *token, size_t n)
+{
+    json_t *u = as_user(d, token, "GET", "/v1/usage", NULL, 200);
+    json_t *b = json_incref(json_object_get(u, "budgets"));
+    json_decref(u);
+    ck_assert_msg(json_is_array(b) && json_array_size(b) == n, "budgets: expected %zu", n);
+    return b;
+}
+
+/* A submission as token's holder refused by a spent budget: 429 budget_exceeded naming key,
+ * with the reset time reset_at in the body and the seconds until it in Retry-After. */
+static void refused_by_budget(e2e_daemon_t *d, const char *token, const char *key,
+                              const char *reset_at, time_t reset)
+{
+    char auth[256];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+    const char *headers[] = {"Content-Type: application/json", auth, NULL};
+    e2e_response_t r;
+    ck_assert_int_eq(e2e_http_request(d, "POST", "/v1/jobs", headers, ADD_JOB, strlen(ADD_JOB), &r),
+                     0);
+    ck_assert_msg(r.status == 429, "%ld: %s", r.status, r.body);
+    json_t *error = json_object_get(r.json, "error");
+    ck_assert_str_eq(json_string_value(json_object_get(error, "code")), "budget_exceeded");
+    ck_assert_str_eq(json_string_value(json_object_get(error, "field")), key);
+    ck_assert_str_eq(json_string_value(json_object_get(error, "reset_at")), reset_at);
+    ck_assert_str_eq(json_string_value(json_object_get(error, "window")), "day");
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(error, "message")), key));
+    char retry[32];
+    ck_assert_ptr_nonnull(e2e_response_header(&r, "Retry-After", retry, sizeof retry));
+    long want = (long)(reset - time(NULL)), got = atol(retry);
+    ck_assert_msg(got >= want - 5 && got <= want + 5, "Retry-After %s, reset in %ld s", retry,
+                  want);
+    e2e_response_clear(&r);
+}
+
+START_TEST(test_a_spent_budget_refuses_its_user_until_it_resets)
+{
+    /* The test's day must not end while it runs. */
+    time_t now = time(NULL);
+    if (86400 - now % 86400 < 120) sleep((unsigned)(86400 - now % 86400) + 1);
+    e2e_daemon_t *d = e2e_daemon_start_ok(BUDGET_CONFIG);
+    tokens_t t;
+    tokens_make(d, &t);
+    char day_reset[64], month_reset[64];
+    time_t reset = resets_utc(day_reset, month_reset, sizeof day_reset);
+
+    /* Before any job: the whole budget is left. */
+    json_t *b = budgets_of(d, t.alice, 1), *g = json_array_get(b, 0);
+    ck_assert_str_eq(json_string_value(json_object_get(g, "window")), "day");
+    ck_assert_str_eq(json_string_value(json_object_get(g, "key")), "user.alice.gpu_hours_per_day");
+    ck_assert_double_eq_tol(json_real_value(json_object_get(g, "gpu_ms")), 1080, 1e-6);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(g, "left_gpu_ms")), 1080, 1e-6);
+    ck_assert(json_is_false(json_object_get(g, "exceeded")));
+    ck_assert_str_eq(json_string_value(json_object_get(g, "reset_at")), day_reset);
+    json_decref(b);
+
+    /* A job of 1.3 s spends it; alice's next submission is refused, bob's is not. */
+    json_t *sleeper = e2e_long_job_new(1300);
+    char *body = json_dumps(sleeper, JSON_COMPACT);
+    sums_t alice = {0}, bob = {0};
+    char id[64];
+    job_run(d, t.alice, body, &alice, id);
+    ck_assert_int_ge(alice.gpu_ns, INT64_C(1300000000));
+    refused_by_budget(d, t.alice, "user.alice.gpu_hours_per_day", day_reset, reset);
+    job_run(d, t.bob, body, &bob, id);
+    job_run(d, t.bob, ADD_JOB, &bob, id);
+
+    /* Usage says so: all of it used, none left, and when it resets; bob's month is open. */
+    b = budgets_of(d, t.alice, 1);
+    g = json_array_get(b, 0);
+    ck_assert_int_eq(ms_exact(g, "used_gpu_ms", 1e6), alice.gpu_ns);
+    ck_assert_double_eq(json_real_value(json_object_get(g, "left_gpu_ms")), 0);
+    ck_assert(json_is_true(json_object_get(g, "exceeded")));
+    json_decref(b);
+    b = budgets_of(d, t.bob, 1);
+    g = json_array_get(b, 0);
+    ck_assert_str_eq(json_string_value(json_object_get(g, "window")), "month");
+    ck_assert_str_eq(json_string_value(json_object_get(g, "key")), "user.bob.gpu_hours_per_month");
+    ck_assert_int_eq(ms_exact(g, "used_gpu_ms", 1e6), bob.gpu_ns);
+    ck_assert(json_is_false(json_object_get(g, "exceeded")));
+    ck_assert_str_eq(json_string_value(json_object_get(g, "reset_at")), month_reset);
+    json_decref(b);
+    /* The admin sees alice's budget as alice does; every user's report has none. */
+    json_t *u = as_user(d, t.carol, "GET", "/v1/usage?user=alice", NULL, 200);
+    ck_assert_int_eq(json_array_size(json_object_get(u, "budgets")), 1);
+    json_decref(u);
+    u = as_user(d, t.carol, "GET", "/v1/usage?user=all", NULL, 200);
+    ck_assert_int_eq(json_array_size(json_object_get(u, "budgets")), 0);
+    json_decref(u);
+
+    static char out[16384];
+    ck_assert_int_eq(cli_run(d, t.alice, "usage", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "budget:    day") && strstr(out, "user.alice.gpu_hours_per_day") &&
+                      strstr(out, "spent") && strstr(out, day_reset),
+                  "%s", out);
+    /* `gpujob run` does not wait a day for the budget to reset: it is refused at once (exit 3,
+     * the daemon's error). */
+    char npy[4200], args[8600];
+    snprintf(npy, sizeof npy, "%s/x.npy", e2e_daemon_dir(d));
+    float one = 1;
+    gpujob_tensor_t x;
+    ck_assert_int_eq(gpujob_tensor_init(&x, GPUJOB_F32, 1, (int64_t[]){1}, &one), 0);
+    ck_assert_int_eq(gpujob_npy_save(npy, &x), 0);
+    snprintf(args, sizeof args, "run add -i x='%s' -i y='%s'", npy, npy);
+    double before = e2e_now();
+    ck_assert_int_eq(cli_run(d, t.alice, args, out, sizeof out), 3);
+    ck_assert_double_lt(e2e_now() - before, 30);
+
+    /* The budget's sums come back from the usage rollup after a restart. */
+    int wait_status;
+    ck_assert_int_eq(e2e_daemon_stop(d, 30000, &wait_status), 0);
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    refused_by_budget(d, t.alice, "user.alice.gpu_hours_per_day", day_reset, reset);
+
+    /* A reload that raises the budget lets alice in again. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/gpujobd.conf", e2e_daemon_dir(d));
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("[auth]\nmode = token\nadmins = carol\n[scheduler]\ncpu_threads = 2\n"
+          "[user.alice]\ngpu_hours_per_day = 1\n",
+          f);
+    ck_assert_int_eq(fclose(f), 0);
+    int reloads = e2e_daemon_log_count(d, "reloaded the configuration");
+    ck_assert_int_eq(kill(e2e_daemon_pid(d), SIGHUP), 0);
+    for (int i = 0; i < 1000 && e2e_daemon_log_count(d, "reloaded the configuration") == reloads;
+         i++)
+        usleep(10000);
+    job_run(d, t.alice, ADD_JOB, &alice, id);
+    b = budgets_of(d, t.alice, 1);
+    ck_assert(json_is_false(json_object_get(json_array_get(b, 0), "exceeded")));
+    json_decref(b);
+
+    free(body);
+    json_decref(sleeper);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_usage");
@@ -361,6 +533,7 @@ int main(void)
     tcase_add_test(tc, test_others_usage_is_the_admins_and_bad_ranges_name_their_field);
     tcase_add_test(tc, test_a_batchs_jobs_gpu_ms_sum_to_its_batch_gpu_ms);
     tcase_add_test(tc, test_library_and_cli_report_every_users_rows_to_the_admin);
+    tcase_add_test(tc, test_a_spent_budget_refuses_its_user_until_it_resets);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

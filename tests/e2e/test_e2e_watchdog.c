@@ -4,10 +4,13 @@
  * backend a replacement worker serves it while /readyz and /metrics say a worker is stuck,
  * until the stuck one comes back and its late result is dropped without harm. On the CUDA
  * backend (GPUJOB_E2E_BACKEND=cuda) the daemon restarts in place to get its device back, as
- * after a sticky fault, and serves on: there is no stuck worker to report. */
+ * after a sticky fault, and serves on: there is no stuck worker to report. The failed job is
+ * charged the time it ran: at least its bound when it fails, and on the CPU backend, once the
+ * stuck worker returns, all of its run, in its record and in GET /v1/usage alike. */
 #define _DEFAULT_SOURCE
 #include <check.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +45,14 @@ static long readyz(e2e_daemon_t *d, char *status, size_t size, bool *ret_retry_a
     return code;
 }
 
+/* A job's gpu_ms as the exact integer of ns the daemon made it from. */
+static int64_t gpu_ns(const json_t *job)
+{
+    json_t *v = json_object_get(job, "gpu_ms");
+    ck_assert_msg(json_is_number(v), "gpu_ms is not a number");
+    return (int64_t)llround(json_number_value(v) * 1e6);
+}
+
 START_TEST(test_watchdog_fails_a_stuck_job_and_the_daemon_serves_on)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok(WATCHDOG_CONFIG);
@@ -55,6 +66,8 @@ START_TEST(test_watchdog_fails_a_stuck_job_and_the_daemon_serves_on)
     ck_assert_str_eq(e2e_job_state(failed), "failed");
     ck_assert_str_eq(error_field(failed, "code"), "watchdog_timeout");
     ck_assert_ptr_nonnull(strstr(error_field(failed, "message"), "500 ms"));
+    /* It ran past its bound before it failed, and is charged that. */
+    ck_assert_int_ge(gpu_ns(failed), INT64_C(500000000));
     /* The job behind it runs on the replacement worker, while the stuck one still sleeps. */
     json_t *done = e2e_wait_final_ok(d, next, 60);
     ck_assert_str_eq(e2e_job_state(done), "succeeded");
@@ -86,6 +99,17 @@ START_TEST(test_watchdog_fails_a_stuck_job_and_the_daemon_serves_on)
     ck_assert_str_eq(error_field(after, "code"), "watchdog_timeout");
     json_t *outputs = json_object_get(after, "outputs");
     ck_assert(!outputs || json_is_null(outputs) || json_object_size(outputs) == 0);
+    ck_assert_int_ge(gpu_ns(after), gpu_ns(failed));
+    if (!backend || strcmp(backend, "cpu") == 0) {
+        /* Its worker slept through all of it, and the usage rollup holds what the records do. */
+        ck_assert_msg(gpu_ns(after) >= INT64_C(1000000) * STUCK_MS,
+                      "a job stuck for %d ms was charged %.3f ms", STUCK_MS, gpu_ns(after) / 1e6);
+        json_t *u = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(json_object_get(u, "totals"), "gpu_ns")),
+            gpu_ns(after) + gpu_ns(done));
+        json_decref(u);
+    }
     /* And it serves on. */
     char *again = e2e_submit_ok(d, next_job);
     json_t *again_done = e2e_wait_final_ok(d, again, 60);

@@ -49,7 +49,8 @@ HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 # keep a second job queued behind a slow one, which the cancel, 409 and drain checks need. The
 # default auth mode names the test's account (root, an admin, over loopback and the socket);
 # tokens name bob, who may connect but is no admin and may not submit (max_queued = 0), and
-# mallory, whom allow_users keeps out: their answers are the 403s.
+# mallory, whom allow_users keeps out: their answers are the 403s. A budget that the test never
+# spends puts one in GET /v1/usage's answer.
 DAEMON_CONFIG = """\
 [server]
 http_threads = 4
@@ -59,6 +60,7 @@ max_jobs_per_request = 12
 max_queued_per_user = 10
 max_running_per_user = 1
 max_wait_ms = 20000
+gpu_hours_per_month_per_user = 1000
 [scheduler]
 cpu_threads = 1
 [auth]
@@ -534,6 +536,8 @@ def check_usage(c):
     mine = c.call("GET", "/v1/usage", 200)
     if not json_of(mine, "days"):
         c.fail("GET /v1/usage: no days rows after jobs ended")
+    if len(json_of(mine, "budgets") or []) != 1:
+        c.fail("GET /v1/usage: expected the month's budget of limits.gpu_hours_per_month_per_user")
     c.call("GET", "/v1/usage", 200, query="since=2000-01-01&until=9999-12-31")
     c.call("GET", "/v1/usage", 200, query="since=2000-01-01T00:00:00Z", note="an RFC 3339 time")
     early = c.call("GET", "/v1/usage", 200, query="since=0647-09-29", note="a year below 1000")

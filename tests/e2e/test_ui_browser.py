@@ -19,7 +19,8 @@ Selenium (Debian's chromium, chromium-driver and python3-selenium, from scripts/
 - bob's GET /v1/stats holds everyone's totals but only his own row and recent jobs;
 - bob sees no cancel button on alice's job (which he may not see at all) and one on his own;
 - alice cancels her queued job from its page, and the API then says it is cancelled;
-- the usage view shows every user's jobs per op as GET /v1/usage gives them to the admin;
+- the usage view shows every user's jobs per op as GET /v1/usage gives them to the admin, and
+  alice her month's GPU-time budget;
 - with [auth] mode = none on loopback the page asks for no token;
 - the browser's console holds no error but the one 404 that bob's look at alice's job causes.
 
@@ -65,6 +66,8 @@ max_running_per_user = 1
 cpu_threads = 1
 [debug]
 test_ops = true
+[user.alice]
+gpu_hours_per_month = 100
 """
 
 
@@ -463,6 +466,18 @@ def check_cancel(c, page, d, alice_queued, bob_queued):
     c.expect(not errors, f"no console errors as alice: {errors}")
 
 
+def check_budget(c, page, d):
+    """alice's usage view shows her month's GPU-time budget as GET /v1/usage gives it."""
+    page.go("/usage")
+    page.wait("the budget", lambda: page.visible("#usage-budgets"))
+    _, usage = d.api("alice", "GET", "/v1/usage")
+    budget = usage["budgets"][0]
+    text = page.text("#usage-budgets li[data-window='month']")
+    c.expect("user.alice.gpu_hours_per_month" in text and "100 h" in text
+             and budget["reset_at"][:10] in text and not budget["exceeded"],
+             f"her usage view shows her month's budget ({text!r}, the API's {budget})")
+
+
 def main():
     for path in (CHROMIUM, CHROMEDRIVER):
         if not os.access(path, os.X_OK):
@@ -500,6 +515,7 @@ def main():
             c.expect(not errors, f"no console errors as the admin: {errors}")
             page.sign_out()
             check_cancel(c, page, d, alice_queued, bob_queued)
+            check_budget(c, page, d)
             check_open_loopback(c, driver, work)
         except Exception as e:
             c.expect(False, f"{type(e).__name__}: {e}")

@@ -6,8 +6,12 @@
  *   left out of the launch ("dequeued"), and its batch-mates run and keep their results;
  * - a job cancelled while its batched launch is on the device has its result dropped, and its
  *   batch-mates keep theirs (the launch is large, so that the cancel lands in it; what it
- *   answered is printed, and the batch-mates are checked whatever it was). */
+ *   answered is printed, and the batch-mates are checked whatever it was);
+ * - a dropped kernel is charged to its owner until its launch ends: the cancel's answer charges
+ *   the time it had run, and once the kernel ends its record and GET /v1/usage hold all of
+ *   it. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +58,48 @@ START_TEST(test_cancel_of_a_launched_kernel_drops_its_result)
     /* The device serves on, on another stream. */
     unsigned seed = 7;
     gpu_daemon_check_saxpy(d, &seed, -1);
+    json_decref(long_job);
+    free(id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* A job's gpu_ms as the exact integer of ns the daemon made it from. */
+static int64_t gpu_ns_of(const json_t *job)
+{
+    return (int64_t)llround(json_number_value(json_object_get(job, "gpu_ms")) * 1e6);
+}
+
+START_TEST(test_a_dropped_kernel_is_charged_until_its_launch_ends)
+{
+    enum { SLEEP_MS = 3000 };
+    e2e_daemon_t *d = gpu_daemon_start("");
+    json_t *long_job = e2e_long_job_new(SLEEP_MS);
+    char *id = e2e_submit_ok(d, long_job);
+    e2e_wait_state_ok(d, id, "running", 30);
+    usleep(500 * 1000);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *job = e2e_json_ok(d, "DELETE", path, NULL, 200);
+    ck_assert_str_eq(cancel_answer(job), "dropped");
+    int64_t at_cancel = gpu_ns_of(job);
+    ck_assert_msg(at_cancel >= INT64_C(300000000), "charged %.3f ms at the cancel",
+                  at_cancel / 1e6);
+    json_decref(job);
+    /* The kernel runs on for the rest of its sleep; then it is charged all of it. */
+    int64_t charged = at_cancel;
+    for (double until = e2e_now() + SLEEP_MS / 1000.0 + 30;
+         charged < INT64_C(900000) * SLEEP_MS && e2e_now() < until; usleep(100 * 1000)) {
+        job = e2e_json_ok(d, "GET", path, NULL, 200);
+        charged = gpu_ns_of(job);
+        json_decref(job);
+    }
+    ck_assert_msg(charged >= INT64_C(900000) * SLEEP_MS,
+                  "a dropped kernel of %d ms was charged %.3f ms", SLEEP_MS, charged / 1e6);
+    json_t *u = e2e_json_ok(d, "GET", "/v1/usage", NULL, 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(u, "totals"), "gpu_ns")),
+                     charged);
+    json_decref(u);
     json_decref(long_job);
     free(id);
     e2e_daemon_free(d);
@@ -213,6 +259,7 @@ int main(void)
     tcase_add_test(tc, test_cancel_of_a_launched_kernel_drops_its_result);
     tcase_add_test(tc, test_a_job_cancelled_before_its_launch_is_left_out_and_its_batch_mates_run);
     tcase_add_test(tc, test_batch_mates_of_a_job_dropped_from_a_launch_keep_their_results);
+    tcase_add_test(tc, test_a_dropped_kernel_is_charged_until_its_launch_ends);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

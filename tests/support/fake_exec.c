@@ -109,6 +109,7 @@ int fake_exec_wait_jobs(fake_exec_t *f, int n)
 void fake_exec_complete(fake_exec_t *f, int i)
 {
     exec_batch_t *b = f->got[i];
+    int64_t now = mono_us();
     for (int k = 0; k < b->n; k++) {
         job_t *job = b->jobs[k];
         for (int j = 0; j < job->call.n_out; j++) {
@@ -119,6 +120,8 @@ void fake_exec_complete(fake_exec_t *f, int i)
             t->data = calloc(1, t->nbytes ? t->nbytes : 1);
         }
         job->batch_size = b->n;
+        /* Its device time: its share of the time since the fake took the batch. */
+        job->gpu_ns = exec_job_time_so_far(b, job, now);
     }
     pthread_mutex_lock(&f->lock);
     f->n_done++;

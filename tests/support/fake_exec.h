@@ -32,7 +32,8 @@ void fake_exec_wait_batches(fake_exec_t *f, int n);
 /* Waits until the batches handed over hold at least n jobs in total; returns that total. */
 int fake_exec_wait_jobs(fake_exec_t *f, int n);
 
-/* Completes batch i: every job succeeds with zero-filled outputs. */
+/* Completes batch i: every job succeeds with zero-filled outputs, charged its share of the
+ * time since the fake took the batch (exec_job_time_so_far). */
 void fake_exec_complete(fake_exec_t *f, int i);
 
 /* Hands batch i back as a device reset would: interrupted jobs carry the reset's error. */

@@ -65,6 +65,8 @@ void sched_test_on_reply(void *token, const sched_result_t *res)
     b->replayed = res->replayed;
     b->gated = res->end_gate != NULL;
     snprintf(b->cancel, sizeof b->cancel, "%s", res->cancel ? res->cancel : "");
+    snprintf(b->limit, sizeof b->limit, "%s", res->limit ? res->limit : "");
+    b->reset_at_us = res->reset_at_us;
     pthread_mutex_lock(&sched_test_fake->lock);
     b->batches_started = sched_test_fake->n_got;
     pthread_mutex_unlock(&sched_test_fake->lock);

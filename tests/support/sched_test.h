@@ -58,6 +58,8 @@ typedef struct sched_test_box {
     char cancel[16];      /* sched_result_t.cancel, "" when none */
     char reasons[64][16]; /* job_t.waiting_reason of each job answered */
     long positions[64];
+    char limit[128];     /* sched_result_t.limit, "" when none */
+    int64_t reset_at_us; /* sched_result_t.reset_at_us */
 } sched_test_box_t;
 
 /* The scheduler's reply callback: copies res into the box that token points at and wakes its

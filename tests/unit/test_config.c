@@ -64,6 +64,8 @@ static const field_case_t fields[] = {
     FIELD("limits", max_job_cost_ms, "14"),
     FIELD("limits", max_inline_output_bytes, "0"),
     FIELD("limits", max_wait_ms, "5"),
+    FIELD("limits", gpu_hours_per_day_per_user, "0.5"),
+    FIELD("limits", gpu_hours_per_month_per_user, "100"),
     FIELD("scheduler", max_batch, "6"),
     FIELD("scheduler", max_delay_us, "7"),
     FIELD("scheduler", fair_share_half_life_s, "45"),
@@ -171,7 +173,10 @@ START_TEST(test_defaults_equal_documented_values)
     ck_assert_uint_eq(cfg.max_resident_bytes_per_user, 0);
     ck_assert_uint_eq(cfg.max_inline_output_bytes, 64 * KIB);
     ck_assert_int_eq(cfg.max_wait_ms, 300000);
+    ck_assert_uint_eq(cfg.gpu_hours_per_day_per_user, 0);
+    ck_assert_uint_eq(cfg.gpu_hours_per_month_per_user, 0);
     ck_assert_int_eq(cfg.max_batch, 256);
+    ck_assert_int_eq(cfg.fair_share_half_life_s, 7 * 86400);
     ck_assert_int_eq(cfg.max_delay_us, 200);
     ck_assert_int_eq(cfg.commit_delay_us, 0);
     ck_assert_int_eq(cfg.default_deadline_ms, 0);
@@ -337,6 +342,12 @@ static const bad_file_case_t bad_files[] = {
      ":2: [limits] max_body_bytes: 1000 is out of range (1KiB..64GiB)"},
     {"[gpu]\ndevice_memory_cap = 20000000T\n",
      ":2: [gpu] device_memory_cap: 20000000T is out of range"},
+    {"[limits]\ngpu_hours_per_day_per_user = -1\n",
+     ":2: [limits] gpu_hours_per_day_per_user: expected a number of hours"},
+    {"[limits]\ngpu_hours_per_month_per_user = 2e9\n",
+     ":2: [limits] gpu_hours_per_month_per_user: 2e9 is out of range (0..1000000000 hours)"},
+    {"[user.alice]\ngpu_hours_per_month = lots\n",
+     ":2: [user.alice] gpu_hours_per_month: expected a number of hours"},
     {"[server]\nbackend = gpu\n",
      ":2: [server] backend: expected one of auto, cuda, cpu, got 'gpu'"},
     {"[server]\nlog_level = verbose\n",

@@ -1,13 +1,15 @@
 /* The scheduler (daemon/sched/scheduler.h) against a real store and a fake executor that the test
  * drives by hand: a job's calls: cancel (queued or running), what other users see, deadlines,
- * waits that time out, idempotent resubmission, submissions after the stop, and the per-user
- * limits on queued jobs and resident buffers. */
+ * waits that time out, idempotent resubmission, submissions after the stop, the per-user
+ * limits on queued jobs and resident buffers, the charge of a job cancelled while it runs and
+ * the GPU-time budget that charge spends. */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/sched/scheduler.h"
 #include "daemon/store/store.h"
@@ -77,6 +79,83 @@ START_TEST(test_cancel_running_job_asks_the_executor_and_keeps_its_batch_mates)
     ck_assert_int_eq(w.states[0], JOB_SUCCEEDED);
     ck_assert_int_eq(sched_test_stored_state(box.ids[0]), JOB_SUCCEEDED);
     ck_assert_int_eq(sched_test_stored_state(box.ids[1]), JOB_CANCELLED);
+}
+END_TEST
+
+/* The device time stored for job id (its record's gpu_ns), and owner's in the usage rollup. */
+static int64_t stored_gpu_ns(const char *id)
+{
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    job_t *job = NULL;
+    ck_assert_int_eq(store_job_get(rd, id, &job), 0);
+    int64_t ns = job->gpu_ns;
+    job_free(job);
+    store_reader_close(rd);
+    return ns;
+}
+
+static int64_t rollup_gpu_ns(const char *owner)
+{
+    store_reader_t *rd;
+    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    store_usage_query_t q = {.owner = owner, .since_day = 0, .until_day = 1000000, .max_rows = 100};
+    store_usage_row_t *rows = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(store_usage_rollup(rd, &q, &rows, &n), 0);
+    int64_t ns = 0;
+    for (size_t i = 0; i < n; i++)
+        ns += rows[i].gpu_ns;
+    free(rows);
+    store_reader_close(rd);
+    return ns;
+}
+
+/* A job cancelled after running 50 ms is charged at least that in its record and the rollup at
+ * once; when its launch returns, 50 ms later, it is charged what the launch measured, in both.
+ * That spends alice's budget of 0.00001 GPU-hours (36 ms) a day: her next submission is
+ * refused naming the key, until the next UTC midnight; bob's is not. */
+START_TEST(test_a_job_cancelled_while_running_is_charged_and_spends_its_users_budget)
+{
+    char err[256];
+    ck_assert_int_eq(
+        config_set(&sched_test_cfg, "user.alice", "gpu_hours_per_day", "0.00001", err, sizeof err),
+        0);
+    sched_test_policy_apply();
+    sched_test_fake->slots = 1;
+    job_t *job = sched_test_lone_job("alice", 10);
+    sched_test_box_t box;
+    sched_test_submit(&box, &job, 1);
+    fake_exec_wait_batches(sched_test_fake, 1);
+    usleep(50 * 1000);
+    sched_test_box_t c;
+    sched_test_box_init(&c);
+    sched_cancel(sched_test_sched, "alice", box.ids[0], sched_test_on_reply, &c);
+    sched_test_box_wait(&c);
+    ck_assert_int_eq(c.states[0], JOB_CANCELLED);
+    int64_t at_cancel = stored_gpu_ns(box.ids[0]);
+    ck_assert_int_ge(at_cancel, INT64_C(50000000));
+    ck_assert_int_eq(rollup_gpu_ns("alice"), at_cancel);
+
+    usleep(50 * 1000);
+    fake_exec_complete(sched_test_fake, 0); /* measures about 100 ms */
+    int64_t charged = at_cancel;
+    for (int i = 0; i < 500 && charged == at_cancel; i++) {
+        usleep(10 * 1000);
+        charged = stored_gpu_ns(box.ids[0]);
+    }
+    ck_assert_int_ge(charged, INT64_C(100000000));
+    ck_assert_int_eq(rollup_gpu_ns("alice"), charged);
+
+    job_t *more = sched_test_lone_job("alice", 10);
+    sched_test_box_t refused;
+    sched_test_submit_any(&refused, &more, 1);
+    ck_assert_int_eq(refused.err, -EAGAIN);
+    ck_assert_str_eq(refused.limit, "user.alice.gpu_hours_per_day");
+    int64_t day_us = INT64_C(86400000000);
+    ck_assert_int_eq(refused.reset_at_us, (now_us() / day_us + 1) * day_us);
+    job_t *bobs = sched_test_lone_job("bob", 10);
+    sched_test_submit(&box, &bobs, 1);
 }
 END_TEST
 
@@ -249,6 +328,7 @@ int main(void)
     tcase_add_test(tc, test_cancel_queued_job_never_runs);
     tcase_add_test(tc, test_cancel_running_job_asks_the_executor_and_keeps_its_batch_mates);
     tcase_add_test(tc, test_other_users_cannot_see_or_cancel_a_job);
+    tcase_add_test(tc, test_a_job_cancelled_while_running_is_charged_and_spends_its_users_budget);
     tcase_add_test(tc, test_deadline_fails_a_job_left_queued);
     tcase_add_test(tc, test_wait_times_out_with_the_current_state);
     tcase_add_test(tc, test_idempotent_resubmission_returns_the_first_job);

@@ -153,8 +153,9 @@ class Client:
         return self._json("GET", "/v1/info")
 
     def usage(self, since=None, until=None, user=None):
-        """The caller's usage (an admin's: user's, or "*" for everyone's) by day and op;
-        since and until are dates ("2026-03-01") or datetime.date objects."""
+        """The caller's usage (an admin's: user's, or "*" for everyone's) by day and op, and
+        its GPU-time budgets (budgets: used, left and reset_at of each); since and until are
+        dates ("2026-03-01") or datetime.date objects."""
         since = since.isoformat() if hasattr(since, "isoformat") else since
         until = until.isoformat() if hasattr(until, "isoformat") else until
         return self._json("GET", "/v1/usage" + _query(since=since, until=until, user=user))

@@ -8,15 +8,18 @@ class GpujobError(Exception):
     status: the HTTP status (None when no answer came); code: the API's error code
     ("invalid_argument", "not_found", ...); field: the offending input's path
     ("inputs.x.dtype", "query.limit") or None; retry_after: the Retry-After header's seconds
-    where the answer carries one, else None."""
+    where the answer carries one, else None; reset_at: when a spent GPU-time budget resets
+    (budget_exceeded: an RFC 3339 time, UTC), else None."""
 
-    def __init__(self, message, status=None, code=None, field=None, retry_after=None):
+    def __init__(self, message, status=None, code=None, field=None, retry_after=None,
+                 reset_at=None):
         super().__init__(message)
         self.message = message
         self.status = status
         self.code = code
         self.field = field
         self.retry_after = retry_after
+        self.reset_at = reset_at
 
     def __str__(self):
         where = f" (field {self.field})" if self.field else ""
@@ -65,7 +68,8 @@ class Unprocessable(GpujobError):
 
 
 class TooManyRequests(GpujobError):
-    """429: over a per-user limit; retry after retry_after seconds."""
+    """429: over a per-user limit; retry after retry_after seconds. A spent GPU-time budget
+    (code budget_exceeded, field its key) says in reset_at when its UTC day or month resets."""
 
 
 class Unavailable(GpujobError):
@@ -111,4 +115,4 @@ def error_for(status, body, retry_after=None):
         err = {"code": f"http_{status}", "message": f"HTTP {status} without an error object"}
     cls = _BY_STATUS.get(status, GpujobError)
     return cls(str(err.get("message", "")), status=status, code=err.get("code"),
-               field=err.get("field"), retry_after=retry_after)
+               field=err.get("field"), retry_after=retry_after, reset_at=err.get("reset_at"))

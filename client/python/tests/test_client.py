@@ -300,7 +300,8 @@ class TestAuth(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.daemon = Daemon("[auth]\nmode = token,peercred\n[limits]\nmax_queued_per_user = 1\n"
-                            "max_running_per_user = 1\n[scheduler]\ncpu_threads = 1\n")
+                            "max_running_per_user = 1\n[scheduler]\ncpu_threads = 1\n"
+                            "[user.dave]\ngpu_hours_per_day = 0.0001\n")
 
     @classmethod
     def tearDownClass(cls):
@@ -344,6 +345,24 @@ class TestAuth(unittest.TestCase):
             self.assertEqual(e.field, "limits.max_queued_per_user")
             for job in (queued, running):
                 c.cancel(job)
+
+
+    def test_spent_budget_is_too_many_requests_with_its_reset(self):
+        with gpujob.Client(self.daemon.url, token=self.daemon.token_create("dave")) as c:
+            budget = c.usage()["budgets"][0]
+            self.assertEqual((budget["window"], budget["key"]), ("day", "user.dave.gpu_hours_per_day"))
+            self.assertFalse(budget["exceeded"])
+            c.wait(c.submit(**slow_job(600)), timeout=30)  # 0.6 s of its 0.36 s a day
+            with self.assertRaises(gpujob.TooManyRequests) as cm:
+                c.submit(**slow_job(10))
+            e = cm.exception
+            self.assertEqual((e.status, e.code, e.field),
+                             (429, "budget_exceeded", "user.dave.gpu_hours_per_day"))
+            budget = c.usage()["budgets"][0]
+            self.assertTrue(budget["exceeded"])
+            self.assertEqual(e.reset_at, budget["reset_at"])
+            self.assertGreater(e.retry_after, 0)
+            self.assertLessEqual(e.retry_after, 86400)
 
 
 class TestDrain(unittest.TestCase):
