@@ -250,10 +250,15 @@ static int submit_parse(api_request_t *req, size_t json_len, const char *key, jo
 {
     bool took;
     if (large_parse_take(req, json_len, &took)) return API_DONE;
+    policy_limits_t l;
+    api_user_limits(req, &l);
     job_json_env_t penv = {
         .cfg = req->cfg,
         .owner = req->user.name,
         .now_us = now_us(),
+        .max_time_limit_ms = (int64_t)l.value[CONFIG_POLICY_MAX_TIME_LIMIT_MS],
+        .max_time_limit_key = l.source[CONFIG_POLICY_MAX_TIME_LIMIT_MS],
+        .time_limit_by_cost = sched_time_limit_by_cost(req->env->sched),
         .find_op = req->env->find_op,
         .runs_op = backend_runs_op,
         .buffer_desc = visible_buffer_desc,

@@ -139,7 +139,9 @@ static void run_batch(cpu_worker_t *w, void *rd, exec_batch_t *batch)
             continue;
         }
         exec_guard_job(job);
+        exec_job_run_start(job, mono_us());
         run_job(ex, rd, job);
+        exec_job_run_end(job, mono_us());
         exec_guard_clear();
     }
     /* The CPU is this backend's device: the batch's time on the worker is shared as a GPU's. */
@@ -312,6 +314,39 @@ static int job_index_in(const exec_batch_t *batch, const job_t *job)
     return -1;
 }
 
+/* A job stopped at its time limit (cancel said EXEC_CANCEL_STOPPED) still runs: its op does not
+ * look at its flag often enough. Its worker is left to it, as to a batch abandoned by the
+ * watchdog, and a replacement takes its place in the pool; the stuck worker then goes on with
+ * the batch's jobs after it (skipping those cancelled) and reports the batch whenever it
+ * returns. False when no worker runs the job any more. */
+static bool cpu_stop_overdue(executor_t *base, exec_batch_t *batch, job_t *job)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    int at = job_index_in(batch, job);
+    cpu_worker_t *stuck = NULL;
+    for (int i = 0; at >= 0 && i < ex->n_started; i++) {
+        cpu_worker_t *w = ex->workers[i];
+        if (w->batch == batch && !w->replaced && w->job_index == at && !exec_job_run_ended(job))
+            stuck = w;
+    }
+    int r = stuck && !ex->stopping ? worker_start_locked(ex) : -ECANCELED;
+    if (r == 0) {
+        stuck->replaced = true;
+        ex->busy--;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    if (r == 0)
+        log_warn("cpu backend: job %s did not stop at its time limit; a replacement worker "
+                 "serves while its worker finishes it",
+                 job->id);
+    else if (stuck && r != -ECANCELED)
+        log_error("cpu backend: no replacement for the worker of job %s (%s): one worker fewer "
+                  "until it returns",
+                  job->id, strerror(-r));
+    return r == 0;
+}
+
 /* A job of batch was cancelled. In a batch not started yet it is skipped when a worker takes
  * the batch; once every job of such a batch is cancelled, the batch leaves the ring and is
  * reported at once, on the calling thread, as executor.h allows. In a running batch, the job
@@ -442,12 +477,14 @@ static void cpu_buffer_deleted(executor_t *base, const char *id)
 static const executor_ops_t cpu_ops = {
     .name = "cpu",
     .backend = OP_BACKEND_CPU,
+    .stops_running = true,
     .submit = cpu_submit,
     .free_slots = cpu_free_slots,
     .describe = cpu_describe,
     .destroy = cpu_destroy,
     .abandon = cpu_abandon,
     .cancel = cpu_cancel,
+    .stop_overdue = cpu_stop_overdue,
     .upload_open = cpu_upload_open,
     .upload_write = cpu_upload_write,
     .upload_keep = cpu_upload_keep,

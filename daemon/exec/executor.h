@@ -69,6 +69,30 @@ static inline void exec_job_cancel(job_t *job)
     __atomic_store_n(&job->cancel_requested, true, __ATOMIC_RELEASE);
 }
 
+/* The job's own run begins now (any thread; atomic, so the loop may read it meanwhile). */
+static inline void exec_job_run_start(job_t *job, int64_t mono_now_us)
+{
+    __atomic_store_n(&job->run_started_us, mono_now_us, __ATOMIC_RELEASE);
+}
+
+/* When the job's own run began (mono_us()), or 0 before. */
+static inline int64_t exec_job_run_started(const job_t *job)
+{
+    return __atomic_load_n(&job->run_started_us, __ATOMIC_ACQUIRE);
+}
+
+/* The job's own run is over (any thread; atomic): its result stands, whatever its limit. */
+static inline void exec_job_run_end(job_t *job, int64_t mono_now_us)
+{
+    __atomic_store_n(&job->run_ended_us, mono_now_us, __ATOMIC_RELEASE);
+}
+
+/* When the job's own run ended (mono_us()), or 0 while it runs or before. */
+static inline int64_t exec_job_run_ended(const job_t *job)
+{
+    return __atomic_load_n(&job->run_ended_us, __ATOMIC_ACQUIRE);
+}
+
 /* Whether the job was cancelled while in the executor (exec_job_cancel). */
 static inline bool exec_job_cancelled(const job_t *job)
 {
@@ -107,6 +131,11 @@ typedef struct exec_upload {
 typedef struct executor_ops {
     const char *name;     /* "cpu", "cuda" */
     op_backend_t backend; /* which implementation of each op it runs (kernels/op.h) */
+    /* Whether cancel stops a running job (the CPU's ops look at a flag between chunks of their
+     * work), so that a job's time limit is kept by stopping it there; false where a launched
+     * kernel runs to its end (CUDA), where a limit is kept up front, by the job's cost estimate
+     * at submission, and a job that overruns it is failed with its result dropped. */
+    bool stops_running;
     /* Accepts a batch; 0, or -EAGAIN when it has no free slot (try later). */
     int (*submit)(executor_t *ex, exec_batch_t *batch);
     /* Batches it could accept right now: on any device (device < 0), or on that device (for
@@ -168,6 +197,13 @@ typedef struct executor_ops {
      * executor wrote. Loop thread; NULL where the backend can do nothing (the result is then
      * dropped when the batch returns, as for EXEC_CANCEL_DROPPED). */
     exec_cancel_t (*cancel)(executor_t *ex, exec_batch_t *batch, job_t *job);
+    /* A job that cancel said it would stop (EXEC_CANCEL_STOPPED) still runs after the
+     * scheduler's grace: its op does not look at its flag often enough. The executor gets the
+     * worker's place back as abandon does (a replacement takes it), leaving the worker to finish
+     * the job, and then its batch's other jobs, on its own and to report the batch then. True
+     * when it did so; false when the job had stopped meanwhile. Loop thread; NULL where cancel
+     * never answers EXEC_CANCEL_STOPPED. */
+    bool (*stop_overdue)(executor_t *ex, exec_batch_t *batch, job_t *job);
 } executor_ops_t;
 
 struct executor {

@@ -285,6 +285,11 @@ bool sched_runs_op(sched_t *s, const op_def_t *op)
     return s->ex && op_supports(op, s->ex->ops->backend);
 }
 
+bool sched_time_limit_by_cost(sched_t *s)
+{
+    return s->ex && !s->ex->ops->stops_running;
+}
+
 bool sched_serves_device(sched_t *s, int device)
 {
     return device >= 0 && s->ex && s->ex->ops->serves_device &&

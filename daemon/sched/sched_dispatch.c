@@ -122,6 +122,7 @@ static bool batch_take(sched_t *s, sched_batch_t *sb, entry_t *e, int64_t now)
     e->user->running++;
     job->state = JOB_RUNNING;
     job->started_us = now;
+    job->run_started_us = job->run_ended_us = 0;
     job->attempts++;
     e->charged_us = e->estimate_us;
     user_charge(e->user, e->charged_us);
@@ -229,6 +230,7 @@ void round_launch(sched_t *s, round_t *rd, bool recorded)
         STAMP(DISPATCHED);
         if (rd->refusal[b] == 0) {
             batch_watchdog_track(s, sb);
+            time_limit_track(s, sb);
             atomic_fetch_add(&s->batches_total, 1);
             if (jobs > 1) atomic_fetch_add(&s->batched_jobs_total, jobs);
             sched_observe_batch(s, jobs);

@@ -196,6 +196,10 @@ struct sched {
     /* watchdog_timer is systemd's heartbeat; batch_watchdog_timer looks for stuck batches. */
     uv_timer_t commit_timer, dispatch_timer, deadline_timer, gc_timer, checkpoint_timer,
         drain_timer, watchdog_timer, batch_watchdog_timer;
+    /* Running jobs' time limits (sched_time_limit.c): the timer, and when it is due (mono_us(),
+     * 0 when stopped). */
+    uv_timer_t time_limit_timer;
+    int64_t time_limit_due_us;
     pthread_t thread;
     bool thread_started;
 
@@ -264,6 +268,10 @@ typedef struct sched_batch {
     queue_t flight;   /* in s->in_flight while the executor has it */
     int64_t bound_ms; /* how long it may run before the watchdog gives up on it */
     bool expired;     /* the watchdog gave up on it: its jobs were failed, its result is not */
+    /* A job of it that its time limit stopped (EXEC_CANCEL_STOPPED) and since when (mono_us()),
+     * until its worker lets it go or the grace runs out (sched_time_limit.c). */
+    job_t *stopping;
+    int64_t stopping_since_us;
 } sched_batch_t;
 
 /* One round of starts: the batches cut, what became of each at launch, and the shards of the
@@ -385,6 +393,10 @@ void sched_gate_open(sched_gate_t *gate);
 void batch_watchdog_start(sched_t *s);
 void batch_watchdog_track(sched_t *s, sched_batch_t *sb);
 void batch_flight_end(sched_t *s, const sched_batch_t *sb);
+
+/* sched_time_limit.c: running jobs' own time limits. time_limit_track arms the timer for a
+ * batch just handed to the executor. */
+void time_limit_track(sched_t *s, const sched_batch_t *sb);
 
 /* sched_timers.c: maintenance timers and the drain at stop. */
 void timers_start(sched_t *s);

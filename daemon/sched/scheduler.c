@@ -241,6 +241,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     init_timer(s, &s->drain_timer);
     init_timer(s, &s->watchdog_timer);
     init_timer(s, &s->batch_watchdog_timer);
+    init_timer(s, &s->time_limit_timer);
     init_timer(s, &s->user_gauges_timer);
     pthread_mutex_init(&s->user_gauges_lock, NULL);
     *ret = s;

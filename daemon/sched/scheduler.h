@@ -222,5 +222,8 @@ bool sched_store_damaged(sched_t *s, char *reason, size_t size);
 json_t *sched_describe_backend(sched_t *s);
 /* Whether the backend can run op's jobs (op_supports for the executor's backend). */
 bool sched_runs_op(sched_t *s, const op_def_t *op);
+/* Whether a job's time limit must cover its cost estimate at submission: the backend cannot
+ * stop a running job (executor_ops_t.stops_running is false). */
+bool sched_time_limit_by_cost(sched_t *s);
 /* True when the backend runs jobs on that device (where resident buffers draw their jobs). */
 bool sched_serves_device(sched_t *s, int device);

@@ -138,6 +138,13 @@ const config_key_t config_keys[] = {
     KEY_INT("limits", max_job_cost_ms, 0, INT_MAX, "0",
             "largest single job by its estimated run time (its op's bytes at 1 GB/s and flops at "
             "100 GFLOP/s, in ms); past it, 413; 0 for no limit"),
+    KEY_INT("limits", default_time_limit_ms, 0, INT_MAX, "0",
+            "time limit of a job that gives no time_limit_ms (ms); 0 for max_time_limit_ms"),
+    KEY_INT("limits", max_time_limit_ms, 0, INT_MAX, "86400000",
+            "longest time_limit_ms a job may ask for (ms); past it, 422; 0 for no bound"),
+    KEY_INT("limits", device_memory_percent_per_user, 0, 100, "50",
+            "percent of the device memory pool one user's resident buffers and running jobs "
+            "may hold; 0 for no limit"),
     KEY_SIZE("limits", max_inline_output_bytes, 0, GIB, "64KiB",
              "outputs up to this size are inlined in a job's JSON (bytes)"),
     KEY_INT("limits", max_wait_ms, 0, 86400000, "300000",

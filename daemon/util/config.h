@@ -18,6 +18,8 @@ typedef enum config_policy_key {
     CONFIG_POLICY_RATE,               /* limits.requests_per_s_per_user */
     CONFIG_POLICY_BURST,              /* limits.request_burst_per_user */
     CONFIG_POLICY_MAX_JOB_COST_MS,    /* limits.max_job_cost_ms */
+    CONFIG_POLICY_MAX_TIME_LIMIT_MS,  /* limits.max_time_limit_ms */
+    CONFIG_POLICY_DEVICE_MEMORY_PCT,  /* limits.device_memory_percent_per_user */
     CONFIG_POLICY_WEIGHT,             /* scheduler.weight */
     CONFIG_POLICY_KEY_COUNT,
 } config_policy_key_t;
@@ -66,6 +68,9 @@ typedef struct config {
     int requests_per_s_per_user;          /* a user's request rate (token bucket); 0: no limit */
     int request_burst_per_user;           /* requests a user may make at once above the rate */
     int max_job_cost_ms; /* largest single job by its estimated run time; 0: no limit */
+    int default_time_limit_ms; /* time limit of jobs that give none; 0: max_time_limit_ms */
+    int max_time_limit_ms;     /* longest time limit a job may ask for; 0: no bound */
+    int device_memory_percent_per_user; /* of the device pool, resident + running; 0: none */
     uint64_t max_inline_output_bytes; /* outputs up to this are inlined in job JSON */
     int max_wait_ms;                  /* longest long-poll a client may ask for */
 

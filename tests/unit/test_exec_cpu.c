@@ -1,7 +1,8 @@
 /* The CPU backend (daemon/exec/exec_cpu.c) driven directly, with ops of the test's own and a
  * blob reader that reads nothing: which jobs its crash guard blames for a crash, and how it
  * reports a batch the watchdog gave up on before it started, and what a cancel does to a job
- * run, running or not reached, and to a batch not started. No timing: a job that must stay
+ * run, running or not reached, and to a batch not started, and how a job that does not stop
+ * at its time limit gives its worker's place back. No timing: a job that must stay
  * running blocks on a pipe until the test releases it. */
 #include <check.h>
 #include <stdio.h>
@@ -280,6 +281,54 @@ START_TEST(test_a_waiting_batch_whose_jobs_are_all_cancelled_is_reported_at_once
 }
 END_TEST
 
+/* A job stopped at its time limit whose op never looks at its flag (it blocks) keeps its worker:
+ * stop_overdue then gets the worker's place back, a replacement runs the next batch while the
+ * job is still stuck, and the stuck worker, once the job returns, runs the rest of its batch
+ * and reports it. A job that did stop is left alone. */
+START_TEST(test_a_job_that_does_not_stop_at_its_limit_loses_its_worker_to_a_replacement)
+{
+    ck_assert_int_eq(pipe(started_fd), 0);
+    ck_assert_int_eq(pipe(release_fd), 0);
+    executor_t *ex = cpu_new(1);
+    exec_batch_t *b = batch_new(&block_op, 2);
+    b->jobs[1]->call.op = &crash_op;
+    ck_assert_int_eq(ex->ops->submit(ex, b), 0);
+    char c;
+    ck_assert_int_eq(read(started_fd[0], &c, 1), 1);
+    ck_assert_int_gt(exec_job_run_started(b->jobs[0]), 0);
+    ck_assert_int_eq(exec_job_run_started(b->jobs[1]), 0);
+    ck_assert_int_eq(ex->ops->free_slots(ex, -1), 0);
+
+    ck_assert_int_eq(ex->ops->cancel(ex, b, b->jobs[0]), EXEC_CANCEL_STOPPED);
+    ck_assert(ex->ops->stop_overdue(ex, b, b->jobs[0]));
+    ck_assert_int_eq(ex->ops->free_slots(ex, -1), 1);
+    exec_batch_t *next = batch_new(&crash_op, 1);
+    ck_assert_int_eq(ex->ops->submit(ex, next), 0);
+    wait_reported(1);
+    ck_assert_ptr_eq(reported[0], next);
+    ck_assert_str_eq(next->jobs[0]->error_code, "");
+
+    c = 1;
+    ck_assert_int_eq(write(release_fd[1], &c, 1), 1);
+    wait_reported(2);
+    ck_assert_ptr_eq(reported[1], b);
+    ck_assert_str_eq(b->jobs[1]->error_code, "");
+    ck_assert_int_gt(exec_job_run_ended(b->jobs[1]), 0);
+
+    /* A job that stops at its flag keeps its worker's place. */
+    exec_batch_t *stops = batch_new(&until_cancelled_op, 1);
+    ck_assert_int_eq(ex->ops->submit(ex, stops), 0);
+    ck_assert_int_eq(read(started_fd[0], &c, 1), 1);
+    ck_assert_int_eq(ex->ops->cancel(ex, stops, stops->jobs[0]), EXEC_CANCEL_STOPPED);
+    wait_reported(3);
+    ck_assert(!ex->ops->stop_overdue(ex, stops, stops->jobs[0]));
+    ex->ops->destroy(ex, 10000);
+    batch_free(stops);
+    batch_free(next);
+    batch_free(b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_cpu");
@@ -289,6 +338,8 @@ int main(void)
     tcase_add_test(tc, test_an_abandoned_batch_that_never_started_fails_with_the_watchdog_error);
     tcase_add_test(tc, test_a_cancelled_running_job_stops_and_its_batch_mates_keep_their_results);
     tcase_add_test(tc, test_a_waiting_batch_whose_jobs_are_all_cancelled_is_reported_at_once);
+    tcase_add_test(tc,
+                   test_a_job_that_does_not_stop_at_its_limit_loses_its_worker_to_a_replacement);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
