@@ -297,6 +297,7 @@ static int parse_inputs(const json_t *inputs, const job_json_env_t *env, const c
         if (r < 0) return r;
         /* Run where the (first) resident input lives, while that device serves. */
         if (job->preferred_device < 0) job->preferred_device = device;
+        if (device >= 0) job->resident_inputs |= (uint16_t)(1u << j);
         job->call.in[j] = t->desc;
         job->call.has_in[j] = true;
     }

@@ -24,6 +24,13 @@ void cuda_fail_batch(exec_batch_t *b, const char *code, const char *message)
         if (!b->jobs[i]->error_code[0]) job_set_error(b->jobs[i], code, "%s", message);
 }
 
+void cuda_release_held_locked(device_worker_t *dw, exec_batch_t *b)
+{
+    if (!b->held) return;
+    dw->held -= b->held_bytes;
+    b->held = false;
+}
+
 /* Whether the launch of the job's batch leaves it out: it was cancelled before the launch. */
 static bool left_out(const job_t *job)
 {

@@ -174,6 +174,7 @@ static void start_locked(device_worker_t *dw, slot_t *slot, exec_batch_t *b, siz
     bool too_big = need > dw->cap;
     dw->q_head = (dw->q_head + 1) % dw->q_cap;
     dw->q_len--;
+    cuda_release_held_locked(dw, b); /* from here on, it is in use */
     slot->batch = b;
     slot->exclusive = cuda_is_rerun(b);
     slot->finished = slot->ran = false;

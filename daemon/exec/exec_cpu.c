@@ -8,7 +8,12 @@
  *
  * A cancelled job (cancel) is skipped when its worker comes to it, or stopped at the next check
  * of its op's CPU code (op_call_t.cancel points at the job's flag): its worker goes on with the
- * batch's other jobs, and is free for the next batch as soon as the batch is done. */
+ * batch's other jobs, and is free for the next batch as soon as the batch is done.
+ *
+ * Its working memory may be bounded (scheduler.cpu_memory_cap), as a GPU's pool is: fit() lets
+ * a batch in while the batches let in before and not yet reported leave room for its inputs and
+ * outputs, so that the scheduler holds back one that does not fit, and tests without a GPU see
+ * the same admission. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -52,6 +57,9 @@ struct cpu_exec {
     exec_batch_t **queue;     /* ring of accepted batches not yet started */
     int q_head, q_len, q_cap;
     int busy;
+    /* Working memory: the bound on the inputs' and outputs' bytes of the batches fit() let in
+     * (scheduler.cpu_memory_cap; 0: none), and what those not reported yet hold. */
+    uint64_t mem_cap, mem_held;
     bool stopping;
     bool abandoned; /* destroy gave up waiting: finished batches are no longer reported */
     int reporting;  /* workers inside the done callback */
@@ -112,6 +120,15 @@ static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
     if (fetch_inputs(ex, rd, job, in, borrowed) == 0) run_call(job, in);
     for (int j = 0; j < OP_MAX_TENSORS; j++)
         if (borrowed[j]) ephemeral_table_release(&ex->ephemeral, job->in[j].buffer_id);
+}
+
+/* The working memory fit() held for batch goes back: the batch is being reported. Caller holds
+ * the lock. */
+static void release_locked(cpu_exec_t *ex, exec_batch_t *batch)
+{
+    if (!batch->held) return;
+    ex->mem_held -= batch->held_bytes;
+    batch->held = false;
 }
 
 /* Runs the batch's jobs one after the other, each marked alone in the crash guard while it
@@ -184,6 +201,7 @@ static void *worker(void *arg)
         pthread_mutex_lock(&ex->lock);
         w->batch = NULL;
         ex->busy -= !w->replaced;
+        release_locked(ex, batch);
         bool report = !ex->abandoned;
         ex->reporting += report;
         pthread_mutex_unlock(&ex->lock);
@@ -208,6 +226,17 @@ static int cpu_submit(executor_t *base, exec_batch_t *batch)
     cpu_exec_t *ex = (cpu_exec_t *)base;
     for (int i = 0; i < batch->n; i++)
         batch->jobs[i]->call.cancel = &batch->jobs[i]->cancel_requested;
+    if (ex->mem_cap && !batch->held && exec_batch_device_bytes(batch) > ex->mem_cap) {
+        /* Nothing will ever take it: fail the batch through the normal path. */
+        for (int i = 0; i < batch->n; i++)
+            job_set_error(batch->jobs[i], "exceeds_device_memory",
+                          "the job needs %llu bytes of working memory, more than "
+                          "scheduler.cpu_memory_cap = %llu allows",
+                          (unsigned long long)exec_job_device_bytes(batch->jobs[i]),
+                          (unsigned long long)ex->mem_cap);
+        ex->base.done(batch, ex->base.done_ud);
+        return 0;
+    }
     pthread_mutex_lock(&ex->lock);
     int r = -EAGAIN;
     if (!ex->stopping && ex->q_len < ex->q_cap) {
@@ -299,6 +328,9 @@ static void cpu_abandon(executor_t *base, exec_batch_t *batch)
     else if (stuck)
         log_warn("cpu backend: a worker is stuck in an abandoned batch; a replacement serves");
     if (!queued) return;
+    pthread_mutex_lock(&ex->lock);
+    release_locked(ex, batch);
+    pthread_mutex_unlock(&ex->lock);
     for (int i = 0; i < batch->n; i++)
         job_set_error(batch->jobs[i], "watchdog_timeout",
                       "the job waited for a CPU worker past the watchdog's bound, every worker "
@@ -363,6 +395,7 @@ static exec_cancel_t cpu_cancel(executor_t *base, exec_batch_t *batch, job_t *jo
         if (ex->queue[(ex->q_head + i) % ex->q_cap] == batch) outcome = EXEC_CANCEL_DEQUEUED;
     if (outcome == EXEC_CANCEL_DEQUEUED && exec_batch_all_cancelled(batch))
         report = unqueue_locked(ex, batch);
+    if (report) release_locked(ex, batch);
     for (int i = 0; outcome != EXEC_CANCEL_DEQUEUED && i < ex->n_started; i++) {
         const cpu_worker_t *w = ex->workers[i];
         if (w->batch != batch) continue;
@@ -378,6 +411,42 @@ static exec_cancel_t cpu_cancel(executor_t *base, exec_batch_t *batch, job_t *jo
         ex->base.done(batch, ex->base.done_ud);
     }
     return outcome;
+}
+
+/* The CPU backend has one pool, its working memory: a batch fits while the batches let in and
+ * not yet reported leave room for its inputs and outputs. */
+static int cpu_fit(executor_t *base, exec_batch_t *b)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    if (!ex->mem_cap) return 0;
+    uint64_t need = exec_batch_device_bytes(b);
+    if (need > ex->mem_cap) return -E2BIG;
+    pthread_mutex_lock(&ex->lock);
+    int r = ex->mem_held + need > ex->mem_cap ? -ENOSPC : 0;
+    if (r == 0) {
+        ex->mem_held += need;
+        b->held = true;
+        b->held_device = -1;
+        b->held_bytes = need;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    return r;
+}
+
+static void cpu_unfit(executor_t *base, exec_batch_t *b)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    release_locked(ex, b);
+    pthread_mutex_unlock(&ex->lock);
+}
+
+static uint64_t cpu_memory_pool(executor_t *base, uint64_t *ret_largest, const char **ret_key)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    *ret_largest = ex->mem_cap;
+    *ret_key = "scheduler.cpu_memory_cap";
+    return ex->mem_cap;
 }
 
 static void cpu_destroy(executor_t *base, int timeout_ms)
@@ -485,6 +554,9 @@ static const executor_ops_t cpu_ops = {
     .abandon = cpu_abandon,
     .cancel = cpu_cancel,
     .stop_overdue = cpu_stop_overdue,
+    .fit = cpu_fit,
+    .unfit = cpu_unfit,
+    .memory_pool = cpu_memory_pool,
     .upload_open = cpu_upload_open,
     .upload_write = cpu_upload_write,
     .upload_keep = cpu_upload_keep,
@@ -498,6 +570,7 @@ int exec_cpu_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_
     if (!ex) return -ENOMEM;
     ex->base.ops = &cpu_ops;
     ex->blobs = *blobs;
+    ex->mem_cap = cfg->cpu_memory_cap;
     ephemeral_table_init(&ex->ephemeral);
     ex->n_threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ex->n_threads < 1) ex->n_threads = 1;

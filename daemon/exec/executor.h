@@ -41,6 +41,11 @@ typedef struct exec_batch {
      * with exec_batch_started(); the scheduler reads it with exec_batch_started_us(). */
     int64_t started_us;
     void *sched_priv; /* the scheduler's own */
+    /* The executor's own: the device memory fit() holds for the batch (held), on which device
+     * (-1: the backend's one pool) and how many bytes, until the batch starts or unfit(). */
+    bool held;
+    int held_device;
+    uint64_t held_bytes;
 } exec_batch_t;
 
 /* The batch starts to run now (any thread; atomic, so the loop may read it meanwhile). */
@@ -114,6 +119,16 @@ static inline bool exec_batch_all_cancelled(const exec_batch_t *batch)
         if (!exec_job_cancelled(batch->jobs[i])) return false;
     return true;
 }
+
+/* The device memory a job's launch takes from its device's pool: each input's and output's
+ * bytes, aligned as the CUDA backend lays them out (EXEC_MEMORY_ALIGN), but those of inputs read
+ * from a buffer resident in device memory (job_t.resident_inputs), which live in memory of
+ * their own, counted as their owner's resident bytes. The CPU backend's working memory counts
+ * the same way. */
+#define EXEC_MEMORY_ALIGN 256
+uint64_t exec_job_device_bytes(const job_t *job);
+/* exec_job_device_bytes summed over the batch's jobs. */
+uint64_t exec_batch_device_bytes(const exec_batch_t *b);
 
 typedef void (*exec_done_fn)(exec_batch_t *batch, void *ud);
 
@@ -204,6 +219,22 @@ typedef struct executor_ops {
      * when it did so; false when the job had stopped meanwhile. Loop thread; NULL where cancel
      * never answers EXEC_CANCEL_STOPPED. */
     bool (*stop_overdue)(executor_t *ex, exec_batch_t *batch, job_t *job);
+
+    /* Device memory. The scheduler asks fit() before it hands a batch over: 0 when a device
+     * it may run on has room for it now (that device and those bytes are then held for it, in
+     * b->held*, until submit() takes it, which runs it there, or unfit() gives them back);
+     * -ENOSPC when running batches and resident buffers hold the room it needs: it waits, in
+     * the scheduler's queue; -EAGAIN when no device it may run on has a free slot; -E2BIG when
+     * it needs more than the whole pool of every device it may run on: it never fits, and
+     * submit() fails such a batch (`exceeds_device_memory`) should it be handed over. Loop
+     * thread; NULL where nothing bounds memory. */
+    int (*fit)(executor_t *ex, exec_batch_t *b);
+    /* Gives back what fit() held for b, which is not handed over after all. Loop thread. */
+    void (*unfit)(executor_t *ex, exec_batch_t *b);
+    /* The pool that fit() bounds: its bytes on every device together (0: no bound), the
+     * largest of one device in *ret_largest, and in *ret_key the configuration key that sets
+     * it (a static string). Any thread; NULL where nothing bounds memory. */
+    uint64_t (*memory_pool)(executor_t *ex, uint64_t *ret_largest, const char **ret_key);
 } executor_ops_t;
 
 struct executor {

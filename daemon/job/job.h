@@ -55,6 +55,10 @@ typedef struct job {
     int device;           /* pinned device, or -1 for any */
     int preferred_device; /* where its resident input lives (-1: none): a
                              pin while that device serves; not stored */
+    /* Its inputs read from a buffer resident in device memory, bit j for input j: they take no
+     * room in its launch's memory (exec_job_device_bytes). Set at submission; not stored (a job
+     * read back from the store counts every input). */
+    uint16_t resident_inputs;
     int64_t deadline_us;  /* absolute wall-clock µs, 0 for none */
     /* The longest it may run, in ms, 0 for no limit: counted from the start of its own run in
      * the executor (run_started_us), past it the job fails with `time_limit`. */

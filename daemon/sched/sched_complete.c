@@ -154,6 +154,7 @@ static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
         job_t *job = batch->jobs[i];
         entry_t *e = entry_of(s, job);
         e->user->running--;
+        memory_give(e);
         user_charge(e->user, share_us - e->charged_us);
         if (e->discard_result) {
             /* Its result is discarded: so are the files on_batch_done wrote for it, which no
@@ -340,6 +341,7 @@ static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran)
         job_t *job = sb->batch.jobs[i];
         entry_t *e = entry_of(s, job);
         e->user->running--;
+        memory_give(e);
         user_charge(e->user, -e->charged_us);
         e->charged_us = 0;
         e->start_lost = false;

@@ -89,6 +89,11 @@ typedef struct user {
     unsigned skip_round;    /* dispatch round in which this user's next batch is held back */
     policy_limits_t limits; /* under the policy of generation limits_gen (user_limits) */
     unsigned limits_gen;
+    /* Device memory (sched_memory.c): what its running jobs take (exec_job_device_bytes), and
+     * its resident buffers' bytes as the store had them when s->resident_gen was this one. */
+    uint64_t device_bytes;
+    uint64_t resident_bytes;
+    unsigned resident_gen;
 } user_t;
 
 /* Room for a batch-key FIFO's key: "BATCH_KEY@DEVICE/PREFERRED_DEVICE". */
@@ -121,6 +126,9 @@ struct entry {
     bool unstored;       /* went out in a group commit that failed: it has no row */
     bool start_lost;     /* cut in a group commit that failed: its row still says queued */
     bool answered;       /* its submissions' waiters had its end before it was written */
+    /* Why it was last held back for device memory (memory_wait_t), until it starts. */
+    uint8_t memory_wait;
+    uint16_t resident_inputs; /* its job's (job.h), kept while the job is stowed */
     uint32_t rank_slot;  /* in its user's level of its priority while queued (sched_rank.c) */
     size_t queue_pos;    /* in user->queue, HEAP_ABSENT when not queued */
     size_t deadline_pos; /* in s->deadlines, HEAP_ABSENT when none */
@@ -130,6 +138,10 @@ struct entry {
     double charged_us;
     char id[ID_SIZE];
 };
+
+/* Why a queued entry was held back for device memory: its batch found no room in the pool, or
+ * its user's share of the pool (limits.device_memory_percent_per_user) is taken. */
+typedef enum memory_wait { MEMORY_WAIT_NONE, MEMORY_WAIT_POOL, MEMORY_WAIT_USER } memory_wait_t;
 
 /* How many queued jobs keep their whole job_t in memory: those that go out soon after their
  * commit start without a read back, and a long queue costs only its entries. */
@@ -224,6 +236,12 @@ struct sched {
     uint64_t next_seq;
     int batches_in_flight;
     unsigned round;
+    /* The executor's pool (executor_ops_t.memory_pool, read when it is installed): every
+     * device's together (0: no bound), the largest, and the key that sets it. resident_gen
+     * counts changes to buffers, after which users' resident bytes are read again. */
+    uint64_t pool_bytes, pool_largest;
+    const char *pool_key;
+    unsigned resident_gen;
     unsigned next_shard; /* of the store, for the next round of few jobs (place_submissions) */
     bool stopping;
 
@@ -397,6 +415,17 @@ void batch_flight_end(sched_t *s, const sched_batch_t *sb);
 /* sched_time_limit.c: running jobs' own time limits. time_limit_track arms the timer for a
  * batch just handed to the executor. */
 void time_limit_track(sched_t *s, const sched_batch_t *sb);
+
+/* sched_memory.c: device memory per user. memory_admits says whether e's job (loaded) fits its
+ * user's share beside what the user holds, marking e when not; memory_take and memory_give
+ * count a job into and out of its user's running bytes; memory_user_limit is the user's share
+ * in bytes (0: none); memory_resident_changed says a buffer came or went. */
+void memory_init(sched_t *s);
+uint64_t memory_user_limit(sched_t *s, user_t *u);
+bool memory_admits(sched_t *s, entry_t *e);
+void memory_take(entry_t *e);
+void memory_give(entry_t *e);
+void memory_resident_changed(sched_t *s);
 
 /* sched_timers.c: maintenance timers and the drain at stop. */
 void timers_start(sched_t *s);

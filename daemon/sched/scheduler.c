@@ -97,6 +97,7 @@ static void handle_buffer_delete(sched_t *s, msg_t *m)
         return;
     }
     if (s->ex && s->ex->ops->buffer_deleted) s->ex->ops->buffer_deleted(s->ex, m->id);
+    memory_resident_changed(s);
     sched_result_t res = {0};
     m->reply(m->token, &res);
 }
@@ -253,6 +254,7 @@ void sched_set_executor(sched_t *s, executor_t *ex)
     ex->done = on_batch_done;
     ex->done_ud = s;
     s->ex = ex;
+    memory_init(s);
 }
 
 /* The store hands back each recovered queued job as the queues need it; the job itself is

@@ -162,6 +162,9 @@ const config_key_t config_keys[] = {
     KEY_INT("scheduler", max_attempts, 1, 100, "3",
             "runs of one job across restarts before it fails"),
     KEY_INT("scheduler", cpu_threads, 0, 1024, "0", "CPU backend workers; 0 for one per core"),
+    KEY_SIZE("scheduler", cpu_memory_cap, 0, UINT64_MAX, "0",
+             "memory the CPU backend's running jobs may hold at once, their inputs and outputs "
+             "(bytes); a batch past it waits; 0 for no bound"),
     KEY_INT("scheduler", watchdog_min_ms, 0, INT_MAX, "60000",
             "a batch running past max(this, watchdog_cost_factor x its estimated time) fails "
             "and its device is recovered (ms); 0 disables the watchdog"),

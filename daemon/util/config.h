@@ -82,6 +82,7 @@ typedef struct config {
     int default_deadline_ms;    /* 0: none */
     int max_attempts;           /* runs of one job across restarts before it fails */
     int cpu_threads;            /* CPU backend workers; 0 = number of cores */
+    uint64_t cpu_memory_cap;    /* CPU backend: its running jobs' inputs and outputs; 0: none */
     int watchdog_min_ms;      /* least time a batch may run before the watchdog fails it; 0: off */
     int watchdog_cost_factor; /* times its estimated run time a batch may take */
     int weight;               /* a user's fair share, relative to the others' */

@@ -2,7 +2,11 @@
  * it fails with `time_limit`, stopped on the CPU backend, whose worker then takes the next job
  * at once; the limit a job may ask for is bounded by the user's policy, which a refusal names;
  * the CUDA backend, which cannot stop a kernel, refuses a job whose cost estimate passes its
- * limit, and the CPU backend takes it.
+ * limit, and the CPU backend takes it. Device memory: the CPU backend's working memory bounded
+ * as a GPU's pool is (scheduler.cpu_memory_cap), a job whose batch the pool cannot serve waits,
+ * queued and shown waiting for device_memory, while a worker is free, and runs once memory comes
+ * back; a batch larger than the pool is cut to fit; a user's share of the pool holds the user's
+ * jobs and resident buffers back; a job that could never fit is refused at submission.
  *
  * Over TCP every client is the user "local", so a [user.local] section is the caller's own. */
 #define _DEFAULT_SOURCE
@@ -12,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "support/daemon_harness.h"
 
@@ -205,6 +210,157 @@ START_TEST(test_a_limit_under_the_cost_estimate_is_refused_only_where_jobs_canno
 }
 END_TEST
 
+/* A debug_sleep of ms on a zero f32 x of n elements (b64), as JSON text: it takes 2 x 4n bytes
+ * of working memory (x and out), n a multiple of 64. */
+static char *sized_sleep_text(int ms, size_t n)
+{
+    float *zeros = calloc(n, sizeof *zeros);
+    char *b64 = e2e_base64(zeros, n * sizeof *zeros);
+    json_t *job =
+        json_pack("{s:s, s:{s:i}, s:{s:{s:s, s:[I], s:s}}}", "op", "debug_sleep", "params", "ms",
+                  ms, "inputs", "x", "dtype", "f32", "shape", (json_int_t)n, "b64", b64);
+    char *text = json_dumps(job, JSON_COMPACT);
+    json_decref(job);
+    free(b64);
+    free(zeros);
+    return text;
+}
+
+static const char *waiting_field(const json_t *job, const char *key)
+{
+    const char *v = json_string_value(json_object_get(json_object_get(job, "waiting"), key));
+    return v ? v : "";
+}
+
+/* Polls job id until its waiting.reason is reason; fails the test after 10 s. */
+static json_t *wait_reason_ok(e2e_daemon_t *d, const char *id, const char *reason)
+{
+    double until = e2e_now() + 10;
+    for (;;) {
+        json_t *job = e2e_get_job_ok(d, id);
+        if (!strcmp(waiting_field(job, "reason"), reason)) return job;
+        ck_assert_msg(e2e_now() < until, "job %s is %s, waiting for '%s', not '%s'", id,
+                      e2e_job_state(job), waiting_field(job, "reason"), reason);
+        json_decref(job);
+        usleep(20000);
+    }
+}
+
+/* Two workers and a pool of 96 KiB: a job of 64 KiB runs, the next one of 64 KiB waits for
+ * device memory while the second worker is idle, and starts only once the first has ended; a
+ * job of 128 KiB could never fit and is refused at once, naming the key that sets the pool. */
+START_TEST(test_a_job_the_pool_cannot_serve_waits_for_device_memory)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 2\ncpu_memory_cap = 96KiB\n"
+                                          "[limits]\ndevice_memory_percent_per_user = 0\n");
+    char *text = sized_sleep_text(1500, 8192);
+    char *first = submitted_id(d, text);
+    e2e_wait_state_ok(d, first, "running", 10);
+    char *second = submitted_id(d, text);
+    free(text);
+    json_t *waiting = wait_reason_ok(d, second, "device_memory");
+    ck_assert_str_eq(e2e_job_state(waiting), "queued");
+    ck_assert_str_eq(waiting_field(waiting, "limit"), "scheduler.cpu_memory_cap");
+    json_decref(waiting);
+    ck_assert_int_eq(e2e_count_jobs_ok(d, "state=running"), 1);
+
+    json_t *a = e2e_wait_final_ok(d, first, 30), *b = e2e_wait_final_ok(d, second, 30);
+    ck_assert_str_eq(e2e_job_state(a), "succeeded");
+    ck_assert_str_eq(e2e_job_state(b), "succeeded");
+    ck_assert_msg(job_time(b, "started_at") >= job_time(a, "finished_at"),
+                  "the second job started before the first gave its memory back");
+    json_decref(a);
+    json_decref(b);
+
+    text = sized_sleep_text(0, 16384);
+    json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 413);
+    free(text);
+    ck_assert_str_eq(e2e_error_code(refused), "exceeds_device_memory");
+    ck_assert_str_eq(e2e_error_field(refused), "scheduler.cpu_memory_cap");
+    json_decref(refused);
+    free(second);
+    free(first);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* Eight adds of 24 KiB each (two inputs and an output of 8 KiB) submitted together, with a pool
+ * of 96 KiB and one worker: their batch of 192 KiB could never fit, so it is cut into batches
+ * that do, and every job succeeds. */
+START_TEST(test_a_batch_larger_than_the_pool_is_cut_to_fit)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 1\ncpu_memory_cap = 96KiB\n"
+                                          "[limits]\ndevice_memory_percent_per_user = 0\n");
+    enum { N = 2048, JOBS = 8 };
+    float *ones = malloc(N * sizeof *ones);
+    for (int i = 0; i < N; i++)
+        ones[i] = 1;
+    char *b64 = e2e_base64(ones, N * sizeof *ones);
+    json_t *list = json_array();
+    for (int i = 0; i < JOBS; i++)
+        json_array_append_new(list,
+                              json_pack("{s:s, s:{s:{s:s, s:[i], s:s}, s:{s:s, s:[i], s:s}}}", "op",
+                                        "add", "inputs", "x", "dtype", "f32", "shape", N, "b64",
+                                        b64, "y", "dtype", "f32", "shape", N, "b64", b64));
+    char *text = json_dumps(list, JSON_COMPACT);
+    json_t *jobs = e2e_json_ok(d, "POST", "/v1/jobs", text, 201);
+    for (int i = 0; i < JOBS; i++) {
+        const char *id = json_string_value(json_object_get(json_array_get(jobs, i), "id"));
+        json_t *done = e2e_wait_final_ok(d, id, 30);
+        ck_assert_str_eq(e2e_job_state(done), "succeeded");
+        json_int_t batch = json_integer_value(json_object_get(done, "batch_size"));
+        ck_assert_msg(batch >= 1 && batch <= 4, "job %d ran in a batch of %lld", i,
+                      (long long)batch);
+        json_decref(done);
+    }
+    json_decref(jobs);
+    free(text);
+    json_decref(list);
+    free(b64);
+    free(ones);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* A user's share of a pool of 192 KiB is 50%, 96 KiB: with a job of 64 KiB running, the user's
+ * next one waits for device memory although the pool has room, naming the share's key, and
+ * runs once the first has ended. A job past the share alone is refused at submission, and so is
+ * a resident buffer that would take the user past it. */
+START_TEST(test_a_users_share_of_device_memory_holds_its_jobs_and_buffers_back)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 2\ncpu_memory_cap = 192KiB\n"
+                                          "[limits]\ndevice_memory_percent_per_user = 50\n");
+    char *text = sized_sleep_text(1500, 8192);
+    char *first = submitted_id(d, text);
+    e2e_wait_state_ok(d, first, "running", 10);
+    char *second = submitted_id(d, text);
+    free(text);
+    json_t *waiting = wait_reason_ok(d, second, "device_memory");
+    ck_assert_str_eq(waiting_field(waiting, "limit"), "limits.device_memory_percent_per_user");
+    json_decref(waiting);
+    json_t *b = e2e_wait_final_ok(d, second, 30);
+    ck_assert_str_eq(e2e_job_state(b), "succeeded");
+    json_decref(b);
+
+    text = sized_sleep_text(0, 16384);
+    json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 413);
+    free(text);
+    ck_assert_str_eq(e2e_error_code(refused), "exceeds_device_memory");
+    ck_assert_str_eq(e2e_error_field(refused), "limits.device_memory_percent_per_user");
+    json_decref(refused);
+
+    float zeros[16384] = {0};
+    json_decref(e2e_upload_ok(d, "f32", "16384", zeros, 64 * 1024, true, 201));
+    refused = e2e_upload_ok(d, "f32", "16384", zeros, 64 * 1024, true, 413);
+    ck_assert_str_eq(e2e_error_code(refused), "quota_exceeded");
+    ck_assert_str_eq(e2e_error_field(refused), "limits.device_memory_percent_per_user");
+    json_decref(refused);
+    free(second);
+    free(first);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_limits");
@@ -215,6 +371,12 @@ int main(void)
     tcase_add_test(
         tc, test_a_limit_under_the_cost_estimate_is_refused_only_where_jobs_cannot_be_stopped);
     suite_add_tcase(s, tc);
+    TCase *memory = tcase_create("device_memory");
+    tcase_set_timeout(memory, 120);
+    tcase_add_test(memory, test_a_job_the_pool_cannot_serve_waits_for_device_memory);
+    tcase_add_test(memory, test_a_batch_larger_than_the_pool_is_cut_to_fit);
+    tcase_add_test(memory, test_a_users_share_of_device_memory_holds_its_jobs_and_buffers_back);
+    suite_add_tcase(s, memory);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -418,6 +418,13 @@ bool sched_runs_op(sched_t *s, const op_def_t *op)
     return !fake_sched.unsupported_op || strcmp(op->name, fake_sched.unsupported_op) != 0;
 }
 
+uint64_t sched_device_memory(sched_t *s, uint64_t *ret_largest, const char **ret_key)
+{
+    *ret_largest = 0;
+    *ret_key = "";
+    return 0;
+}
+
 bool sched_time_limit_by_cost(sched_t *s)
 {
     return false;

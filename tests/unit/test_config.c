@@ -72,6 +72,7 @@ static const field_case_t fields[] = {
     FIELD("scheduler", default_deadline_ms, "9"),
     FIELD("scheduler", max_attempts, "10"),
     FIELD("scheduler", cpu_threads, "11"),
+    FIELD("scheduler", cpu_memory_cap, "12MiB"),
     FIELD("scheduler", watchdog_min_ms, "1234"),
     FIELD("scheduler", watchdog_cost_factor, "13"),
     FIELD("scheduler", weight, "3"),
