@@ -251,6 +251,7 @@ static json_t *wait_reason_ok(e2e_daemon_t *d, const char *id, const char *reaso
  * job of 128 KiB could never fit and is refused at once, naming the key that sets the pool. */
 START_TEST(test_a_job_the_pool_cannot_serve_waits_for_device_memory)
 {
+    if (on_cuda()) return; /* the GPU's pool: tests/gpu/test_gpu_limits.c */
     e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 2\ncpu_memory_cap = 96KiB\n"
                                           "[limits]\ndevice_memory_percent_per_user = 0\n");
     char *text = sized_sleep_text(1500, 8192);
@@ -289,6 +290,7 @@ END_TEST
  * that do, and every job succeeds. */
 START_TEST(test_a_batch_larger_than_the_pool_is_cut_to_fit)
 {
+    if (on_cuda()) return; /* the GPU's pool: tests/gpu/test_gpu_limits.c */
     e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 1\ncpu_memory_cap = 96KiB\n"
                                           "[limits]\ndevice_memory_percent_per_user = 0\n");
     enum { N = 2048, JOBS = 8 };
@@ -328,6 +330,7 @@ END_TEST
  * a resident buffer that would take the user past it. */
 START_TEST(test_a_users_share_of_device_memory_holds_its_jobs_and_buffers_back)
 {
+    if (on_cuda()) return; /* the GPU's pool: tests/gpu/test_gpu_limits.c */
     e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 2\ncpu_memory_cap = 192KiB\n"
                                           "[limits]\ndevice_memory_percent_per_user = 50\n");
     char *text = sized_sleep_text(1500, 8192);
