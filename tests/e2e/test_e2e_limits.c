@@ -117,6 +117,27 @@ START_TEST(test_a_job_past_its_time_limit_fails_and_its_worker_takes_the_next_jo
 }
 END_TEST
 
+/* A job killed with the daemon while it runs is re-queued by the next start with its limit:
+ * it runs again and fails with time_limit, instead of running its 5 s out. */
+START_TEST(test_a_job_keeps_its_time_limit_across_a_restart)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    char *text = sleep_job_text(5000, 400);
+    char *id = submitted_id(d, text);
+    free(text);
+    e2e_wait_state_ok(d, id, "running", 10);
+    e2e_daemon_kill(d);
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    json_t *failed = e2e_wait_final_ok(d, id, 30);
+    ck_assert_str_eq(job_error_code(failed), "time_limit");
+    ck_assert_int_eq(json_integer_value(json_object_get(failed, "attempts")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(failed, "time_limit_ms")), 400);
+    json_decref(failed);
+    free(id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* The default limit and the user's bound: a job without time_limit_ms gets the default within
  * the bound; one that asks for more than the bound, or for none, gets 422 naming the key that
  * set the bound (the user's own section before [limits]); a bad value is 400 on its field. */
@@ -370,6 +391,7 @@ int main(void)
     TCase *tc = tcase_create("time_limit");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_a_job_past_its_time_limit_fails_and_its_worker_takes_the_next_job);
+    tcase_add_test(tc, test_a_job_keeps_its_time_limit_across_a_restart);
     tcase_add_test(tc, test_time_limits_are_bounded_by_the_users_policy);
     tcase_add_test(
         tc, test_a_limit_under_the_cost_estimate_is_refused_only_where_jobs_cannot_be_stopped);
