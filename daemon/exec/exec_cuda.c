@@ -68,11 +68,18 @@ static device_worker_t *worker_of_locked(cuda_exec_t *ex, int device)
 }
 
 /* The device whose pool has room for b now and placement_pick() chooses, holding that room for b
- * (fit's contract in executor.h); -ENOSPC, -EAGAIN or -E2BIG when there is none. */
+ * (fit's contract in executor.h); -ENOSPC, -EAGAIN or -E2BIG when there is none. A batch pinned
+ * to a device this backend does not have fits, holding nothing: submit() fails it. */
 static int cuda_fit(executor_t *base, exec_batch_t *b)
 {
     cuda_exec_t *ex = (cuda_exec_t *)base;
+    int pin = b->jobs[0]->device;
     pthread_mutex_lock(&ex->lock);
+    /* Pinned to a device it does not have, it goes to submit(), which fails it. */
+    if (pin >= 0 && !serves_device_locked(ex, pin)) {
+        pthread_mutex_unlock(&ex->lock);
+        return 0;
+    }
     placement_device_t devs[ex->n_devices > 0 ? ex->n_devices : 1];
     placement_batch_t pb;
     placement_view_locked(ex, b, devs, &pb);
@@ -193,7 +200,7 @@ static int cuda_free_slots(executor_t *base, int device)
     for (int d = 0; d < ex->n_devices && !ex->stopping && !ex->context_lost; d++) {
         const device_worker_t *dw = &ex->devices[d];
         if (dw->state == DEVICE_READY && (device < 0 || dw->device == device))
-            n += dw->q_cap - dw->q_len;
+            n += dw->q_cap - dw->q_len - dw->n_fitted;
     }
     pthread_mutex_unlock(&ex->lock);
     return n;

@@ -618,7 +618,7 @@ static size_t device_held(int d)
  * starts there, then uses it until it ends; meanwhile another batch of 600 KiB pinned to
  * device 0 waits for memory (-ENOSPC), an unpinned one fits device 1, and one of 2 MiB never
  * fits anywhere (-E2BIG) and, handed over all the same, fails with exceeds_device_memory. Once
- * the first ends, its room is back. */
+ * the first ends, its room is back. One pinned to a device the host lacks fails at submit. */
 START_TEST(test_fit_holds_a_pools_room_until_its_batch_ends)
 {
     rt.hold = true;
@@ -657,8 +657,16 @@ START_TEST(test_fit_holds_a_pools_room_until_its_batch_ends)
     ck_assert_int_eq(t.ex->ops->fit(t.ex, b), 0);
     t.ex->ops->unfit(t.ex, b);
     ck_assert_uint_eq(device_held(0), 0);
+
+    /* Pinned to a device this host does not have, it fits, holding nothing, and fails. */
+    exec_batch_t *elsewhere = sized_batch(7, 1024);
+    ck_assert_int_eq(t.ex->ops->fit(t.ex, elsewhere), 0);
+    ck_assert(!elsewhere->held);
+    ck_assert_int_eq(t.ex->ops->submit(t.ex, elsewhere), 0);
+    ck_assert_int_eq(wait_reported(3, 5), 3);
+    ck_assert_str_eq(elsewhere->jobs[0]->error_code, "no_such_device");
     stop();
-    free_batches((exec_batch_t *[]){a, b, c, huge}, 4);
+    free_batches((exec_batch_t *[]){a, b, c, huge, elsewhere}, 5);
 }
 END_TEST
 
