@@ -269,10 +269,15 @@ static int submit_parse(api_request_t *req, size_t json_len, const char *key, jo
 {
     bool took;
     if (large_parse_take(req, json_len, &took)) return API_DONE;
+    policy_limits_t l;
+    api_user_limits(req, &l);
     job_json_env_t penv = {
         .cfg = req->cfg,
         .owner = req->user.name,
         .now_us = now_us(),
+        .max_time_limit_ms = (int64_t)l.value[CONFIG_POLICY_MAX_TIME_LIMIT_MS],
+        .max_time_limit_key = l.source[CONFIG_POLICY_MAX_TIME_LIMIT_MS],
+        .time_limit_by_cost = sched_time_limit_by_cost(req->env->sched),
         .find_op = req->env->find_op,
         .runs_op = backend_runs_op,
         .buffer_desc = visible_buffer_desc,
@@ -323,6 +328,40 @@ static bool submit_forbidden(api_request_t *req)
     return true;
 }
 
+/* True, after answering 413 exceeds_device_memory, when one of the jobs needs more device
+ * memory (exec_job_device_bytes) than the largest device's pool holds, or than the user's share
+ * of the pool (limits.device_memory_percent_per_user): it could never start. */
+static bool job_memory_refuses(api_request_t *req, job_t *const *jobs, size_t n)
+{
+    uint64_t largest = 0;
+    const char *pool_key = "";
+    uint64_t pool = sched_device_memory(req->env->sched, &largest, &pool_key);
+    if (!pool) return false;
+    policy_limits_t l;
+    api_user_limits(req, &l);
+    uint64_t percent = l.value[CONFIG_POLICY_DEVICE_MEMORY_PCT];
+    uint64_t share = percent ? pool / 100 * percent + pool % 100 * percent / 100 : 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t need = exec_job_device_bytes(jobs[i]);
+        if (largest && need > largest) {
+            api_respond_error(req, 413, "exceeds_device_memory", pool_key,
+                              "job %zu (%s) needs %" PRIu64 " bytes of device memory, more than "
+                              "the largest pool holds (%s: %" PRIu64 " bytes)",
+                              i, jobs[i]->call.op->name, need, pool_key, largest);
+            return true;
+        }
+        if (share && need > share) {
+            const char *key = l.source[CONFIG_POLICY_DEVICE_MEMORY_PCT];
+            api_respond_error(req, 413, "exceeds_device_memory", key,
+                              "job %zu (%s) needs %" PRIu64 " bytes of device memory, more than "
+                              "%s = %" PRIu64 "%% of the pool (%" PRIu64 " bytes) allows",
+                              i, jobs[i]->call.op->name, need, key, percent, share);
+            return true;
+        }
+    }
+    return false;
+}
+
 int api_handle_jobs_submit(api_request_t *req)
 {
     STAMP_BEGIN();
@@ -347,7 +386,7 @@ int api_handle_jobs_submit(api_request_t *req)
     bool is_list = false;
     if (submit_parse(req, json_len, key, &jobs, &n, &is_list)) return API_DONE;
     STAMP(PARSED);
-    if (job_cost_refuses(req, jobs, n)) {
+    if (job_cost_refuses(req, jobs, n) || job_memory_refuses(req, jobs, n)) {
         job_json_free_jobs(jobs, n);
         return API_DONE;
     }

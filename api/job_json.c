@@ -15,6 +15,8 @@
 
 /* A deadline further away than this (about 31 years) is surely a unit mistake. */
 #define MAX_DEADLINE_MS 1000000000000LL
+/* The same bound for a time limit. */
+#define MAX_TIME_LIMIT_MS MAX_DEADLINE_MS
 
 /* Fills *err (when not NULL) and returns r (a negative errno). */
 static int api_error_set(api_error_t *err, int r, int status, const char *code, const char *field,
@@ -295,6 +297,7 @@ static int parse_inputs(const json_t *inputs, const job_json_env_t *env, const c
         if (r < 0) return r;
         /* Run where the (first) resident input lives, while that device serves. */
         if (job->preferred_device < 0) job->preferred_device = device;
+        if (device >= 0) job->resident_inputs |= (uint16_t)(1u << j);
         job->call.in[j] = t->desc;
         job->call.has_in[j] = true;
     }
@@ -303,6 +306,44 @@ static int parse_inputs(const json_t *inputs, const job_json_env_t *env, const c
             snprintf(path, sizeof path, "%.63s.%.63s", field, op->input_names[j]);
             return invalid(err, path, "op '%s' requires input '%s'", op->name, op->input_names[j]);
         }
+    return 0;
+}
+
+/* The time limit a job gets when it gives none: the default within the user's bound. */
+static int64_t default_time_limit_ms(const job_json_env_t *env)
+{
+    int64_t def = env->cfg->default_time_limit_ms, max = env->max_time_limit_ms;
+    return def > 0 && (max <= 0 || def <= max) ? def : max > 0 ? max : 0;
+}
+
+/* time_limit_ms: absent, the default; null, none (only where the user has no bound); else an
+ * integer in [1, MAX_TIME_LIMIT_MS] within the user's bound (422 time_limit_too_long, naming the
+ * key that set the bound, as the policy's refusals do). */
+static int parse_time_limit(const json_t *obj, const job_json_env_t *env, const char *prefix,
+                            job_t *job, api_error_t *err)
+{
+    char field[128];
+    field_path(field, sizeof field, prefix, "time_limit_ms");
+    const json_t *v = json_object_get(obj, "time_limit_ms");
+    int64_t ms = default_time_limit_ms(env);
+    if (v && json_is_null(v))
+        ms = 0;
+    else if (v && json_is_integer(v) && json_integer_value(v) > 0 &&
+             json_integer_value(v) <= MAX_TIME_LIMIT_MS)
+        ms = json_integer_value(v);
+    else if (v)
+        return invalid(err, field, "time_limit_ms must be null or an integer in [1, %lld]",
+                       (long long)MAX_TIME_LIMIT_MS);
+    int64_t max = env->max_time_limit_ms;
+    if (max > 0 && (ms == 0 || ms > max)) {
+        const char *key = env->max_time_limit_key ? env->max_time_limit_key : "";
+        char asked[48] = "null (no limit)";
+        if (ms) snprintf(asked, sizeof asked, "%lld ms", (long long)ms);
+        return api_error_set(err, -EINVAL, 422, "time_limit_too_long", key,
+                             "%s = %s asks for more than %s = %lld ms allows", field, asked, key,
+                             (long long)max);
+    }
+    job->time_limit_ms = ms;
     return 0;
 }
 
@@ -338,7 +379,24 @@ static int parse_scalars(const json_t *obj, const job_json_env_t *env, const cha
                            (long long)MAX_DEADLINE_MS);
     }
     job->deadline_us = deadline_ms > 0 ? env->now_us + deadline_ms * 1000 : 0;
-    return 0;
+    return parse_time_limit(obj, env, prefix, job, err);
+}
+
+/* With env->time_limit_by_cost, refuses (422 time_limit_too_short) a job whose op's cost
+ * estimate passes its time limit: the backend could not stop it there. */
+static int check_limit_covers_cost(const job_json_env_t *env, const char *prefix, const job_t *job,
+                                   api_error_t *err)
+{
+    if (!env->time_limit_by_cost || job->time_limit_ms <= 0) return 0;
+    double ms = op_cost_ms(job->call.cost);
+    if (ms <= (double)job->time_limit_ms) return 0;
+    char field[128];
+    return api_error_set(err, -EINVAL, 422, "time_limit_too_short",
+                         field_path(field, sizeof field, prefix, "time_limit_ms"),
+                         "op '%s' is estimated at %.0f ms (its cost at 1 GB/s and 100 GFLOP/s), "
+                         "past time_limit_ms = %lld: this backend cannot stop a launched kernel, "
+                         "so a job's estimate must fit its limit",
+                         job->call.op->name, ms, (long long)job->time_limit_ms);
 }
 
 /* Parses one job object into a new validated job (state queued, a new id, owner and
@@ -349,8 +407,8 @@ static int parse_scalars(const json_t *obj, const job_json_env_t *env, const cha
 static int job_json_parse(const json_t *obj, const job_json_env_t *env, const char *prefix,
                           job_t **ret, api_error_t *err)
 {
-    static const char *const keys[] = {"op",     "params",      "inputs", "priority",
-                                       "device", "deadline_ms", NULL};
+    static const char *const keys[] = {"op",     "params",      "inputs",        "priority",
+                                       "device", "deadline_ms", "time_limit_ms", NULL};
     char field[128];
     if (!json_is_object(obj)) return invalid(err, prefix, "a job must be a JSON object");
     int r = check_keys(obj, keys, prefix, err);
@@ -385,6 +443,7 @@ static int job_json_parse(const json_t *obj, const job_json_env_t *env, const ch
             r = validate_failure(err, r, field_path(field, sizeof field, prefix, oerr.field),
                                  &oerr);
     }
+    if (r >= 0) r = check_limit_covers_cost(env, prefix, job, err);
     if (r >= 0) {
         job->params_json = params ? json_dumps(params, JSON_COMPACT) : strdup("{}");
         if (!job->params_json)
@@ -668,6 +727,8 @@ json_t *job_json_from_job(const job_t *job, uint64_t inline_max, job_json_load_f
     job_idem_key_shown(job->idempotency_key, key);
     json_object_set_new(o, "idempotency_key", key[0] ? json_string(key) : json_null());
     json_object_set_new(o, "deadline_at", job_json_time(job->deadline_us));
+    json_object_set_new(o, "time_limit_ms",
+                        job->time_limit_ms > 0 ? json_integer(job->time_limit_ms) : json_null());
     json_object_set_new(o, "created_at", job_json_time(job->created_us));
     json_object_set_new(o, "started_at", job_json_time(job->started_us));
     json_object_set_new(o, "finished_at", job_json_time(job->finished_us));

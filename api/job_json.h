@@ -24,6 +24,15 @@ typedef struct job_json_env {
     const config_t *cfg;
     const char *owner; /* the submitting user */
     int64_t now_us;    /* "now" for deadlines and created_us */
+    /* The submitting user's bound on time_limit_ms (its max_time_limit_ms, policy.h; 0: none),
+     * named in a refusal by max_time_limit_key. A job that gives no limit gets
+     * cfg->default_time_limit_ms within that bound, or the bound when the default is 0. With
+     * time_limit_by_cost, a job whose op's cost estimate (op_cost_ms) passes its limit is
+     * refused: the backend (CUDA) cannot stop a launched kernel, so the limit must hold up
+     * front. */
+    int64_t max_time_limit_ms;
+    const char *max_time_limit_key;
+    bool time_limit_by_cost;
     /* The op table (op_find in the daemon; tests give their own). */
     const op_def_t *(*find_op)(const char *name);
     /* Whether the daemon's backend runs op (sched_runs_op in the daemon); NULL: every op. */

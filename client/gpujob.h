@@ -216,10 +216,13 @@ GPUJOB_API int gpujob_spec_param_bool(gpujob_spec_t *spec, const char *key, bool
 GPUJOB_API int gpujob_spec_param_string(gpujob_spec_t *spec, const char *key, const char *v);
 GPUJOB_API int gpujob_spec_param_json(gpujob_spec_t *spec, const char *key, const char *json);
 /* Priority -100..100 (default 0: the daemon checks the range), pinned device (>= 0; -1 for
- * any, the default) and deadline in ms from submission (0: the daemon's default). */
+ * any, the default), deadline in ms from submission (0: the daemon's default) and time limit,
+ * the longest the job may run once started, in ms (0: the daemon's default; past it the job
+ * fails with time_limit). */
 GPUJOB_API void gpujob_spec_set_priority(gpujob_spec_t *spec, int priority);
 GPUJOB_API void gpujob_spec_set_device(gpujob_spec_t *spec, int device);
 GPUJOB_API void gpujob_spec_set_deadline_ms(gpujob_spec_t *spec, int64_t deadline_ms);
+GPUJOB_API void gpujob_spec_set_time_limit_ms(gpujob_spec_t *spec, int64_t time_limit_ms);
 /* The JSON the spec submits (a new malloc'd string, or NULL when out of memory). */
 GPUJOB_API char *gpujob_spec_json(const gpujob_spec_t *spec);
 

@@ -165,6 +165,14 @@ void gpujob_spec_set_deadline_ms(gpujob_spec_t *spec, int64_t deadline_ms)
         json_object_set_new(spec->obj, "deadline_ms", json_integer(deadline_ms));
 }
 
+void gpujob_spec_set_time_limit_ms(gpujob_spec_t *spec, int64_t time_limit_ms)
+{
+    if (time_limit_ms <= 0)
+        json_object_del(spec->obj, "time_limit_ms");
+    else
+        json_object_set_new(spec->obj, "time_limit_ms", json_integer(time_limit_ms));
+}
+
 /* A copy of spec's job object whose inputs name their bytes at base + binary_offset
  * (b64: NULL), or carry them in base64 (b64: true). */
 static json_t *spec_object(const gpujob_spec_t *spec, size_t base, bool b64)

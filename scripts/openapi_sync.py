@@ -35,7 +35,7 @@ GENERATED_END = "    # End of the schemas generated from the op table.\n"
 # Standard base64 with its padding, as api/tensor_codec.c's codec_b64_decode takes it.
 B64_PATTERN = "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 # The job's own fields beside op, params and inputs, each described once in JobOptions.
-JOB_OPTIONS = ("priority", "device", "deadline_ms")
+JOB_OPTIONS = ("priority", "device", "deadline_ms", "time_limit_ms")
 
 
 def print_ops(gpujobd):

@@ -411,12 +411,18 @@ typedef struct run_options {
     int np, ni, no;
     bool wait;
     double timeout_s;
-    long priority, device, deadline;
+    long priority, device, deadline, time_limit;
     bool has_priority;
 } run_options_t;
 
 /* The long options of 'gpujob run' that have no short form. */
-enum { RUN_OPT_TIMEOUT = 2000, RUN_OPT_PRIORITY, RUN_OPT_DEVICE, RUN_OPT_DEADLINE };
+enum {
+    RUN_OPT_TIMEOUT = 2000,
+    RUN_OPT_PRIORITY,
+    RUN_OPT_DEVICE,
+    RUN_OPT_DEADLINE,
+    RUN_OPT_TIME_LIMIT
+};
 
 /* Applies one option of 'gpujob run' (other than --help) to o; -o's arg is split in place.
  * CLI_EXIT_OK, or the exit status of the usage error. */
@@ -459,6 +465,10 @@ static int run_apply_option(cli_t *cli, int opt, char *arg, run_options_t *o)
         if (parse_long(arg, 1, 1L << 40, &o->deadline) < 0)
             return cli_usage_error("run", "--deadline wants milliseconds, not '%s'", arg);
         break;
+    case RUN_OPT_TIME_LIMIT:
+        if (parse_long(arg, 1, 1L << 40, &o->time_limit) < 0)
+            return cli_usage_error("run", "--time-limit wants milliseconds, not '%s'", arg);
+        break;
     default:
         if (!cli_common_option(cli, opt)) return cli_usage_error("run", "unknown option");
     }
@@ -473,6 +483,7 @@ static int run_parse_options(cli_t *cli, int argc, char **argv, run_options_t *o
     static const char usage[] =
         "usage: gpujob run OP [-p KEY=VALUE]... [-i NAME=FILE.npy]... [-o NAME=FILE.npy]...\n"
         "                  [--wait] [--timeout S] [--priority N] [--device N] [--deadline MS]\n"
+        "                  [--time-limit MS]\n"
         "Submits one job. Without --wait or -o, prints its id and returns at once.\n"
         "  -p, --param KEY=VALUE   an op parameter; VALUE is JSON when it parses (2.5, true,\n"
         "                          [1,1]), else a string\n"
@@ -483,7 +494,8 @@ static int run_parse_options(cli_t *cli, int argc, char **argv, run_options_t *o
         "  --timeout S             give up waiting after S seconds (exit 5)\n"
         "  --priority N            -100..100, higher runs first (default 0)\n"
         "  --device N              run on GPU N\n"
-        "  --deadline MS           fail the job if it has not started within MS ms\n";
+        "  --deadline MS           fail the job if it has not started within MS ms\n"
+        "  --time-limit MS         fail the job if it runs longer than MS ms (time_limit)\n";
     static const struct option opts[] = {COMMON_LONG_OPTIONS,
                                          {"param", required_argument, NULL, 'p'},
                                          {"input", required_argument, NULL, 'i'},
@@ -493,6 +505,8 @@ static int run_parse_options(cli_t *cli, int argc, char **argv, run_options_t *o
                                          {"priority", required_argument, NULL, RUN_OPT_PRIORITY},
                                          {"device", required_argument, NULL, RUN_OPT_DEVICE},
                                          {"deadline", required_argument, NULL, RUN_OPT_DEADLINE},
+                                         {"time-limit", required_argument, NULL,
+                                          RUN_OPT_TIME_LIMIT},
                                          {0}};
     int opt;
     *ret_help = false;
@@ -524,6 +538,7 @@ static int run_fill_spec(gpujob_spec_t *spec, const run_options_t *o)
     if (o->has_priority) gpujob_spec_set_priority(spec, (int)o->priority);
     gpujob_spec_set_device(spec, (int)o->device);
     gpujob_spec_set_deadline_ms(spec, o->deadline);
+    gpujob_spec_set_time_limit_ms(spec, o->time_limit);
     return status;
 }
 

@@ -22,7 +22,7 @@
 
 #include "executor.h"
 
-#define CUDA_ALIGN 256
+#define CUDA_ALIGN EXEC_MEMORY_ALIGN
 /* How stale the free-memory figure of /v1/info may get while the worker is busy. */
 #define CUDA_MEMORY_CHECK_NS (100 * 1000000L)
 
@@ -85,6 +85,8 @@ struct device_worker {
     size_t mem_total;
     size_t cap;    /* bytes the pool may hand to batches */
     size_t in_use; /* reserved by running batches */
+    size_t held;   /* held by fit() for batches placed here that have not started yet */
+    int n_fitted;  /* batches placed here by fit() and not yet handed over by submit() */
     cudaMemPool_t pool;
     pthread_t thread;
     int n_slots;
@@ -144,6 +146,9 @@ static inline int64_t cuda_now_ns(void)
 
 /* Fails every job of b that has no error yet with code and message. */
 void cuda_fail_batch(exec_batch_t *b, const char *code, const char *message);
+/* What fit() held for b on dw goes back (b starts, is handed back, or is not handed over).
+ * Caller holds the lock. */
+void cuda_release_held_locked(device_worker_t *dw, exec_batch_t *b);
 
 /* --- cuda_device.c */
 /* The device's description and the worker's memory; no context yet (cuda_devices_setup). */

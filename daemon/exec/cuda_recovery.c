@@ -119,6 +119,7 @@ void cuda_recover(device_worker_t *dw, cudaError_t why)
             back[n_back++] = take_back_locked(dw, k, ran[k], msg);
     for (; dw->q_len > 0; dw->q_len--) {
         back[n_back] = dw->queue[dw->q_head];
+        cuda_release_held_locked(dw, back[n_back]);
         back[n_back++]->retry = EXEC_RETRY_UNSTARTED;
         dw->q_head = (dw->q_head + 1) % dw->q_cap;
     }

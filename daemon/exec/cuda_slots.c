@@ -24,6 +24,13 @@ void cuda_fail_batch(exec_batch_t *b, const char *code, const char *message)
         if (!b->jobs[i]->error_code[0]) job_set_error(b->jobs[i], code, "%s", message);
 }
 
+void cuda_release_held_locked(device_worker_t *dw, exec_batch_t *b)
+{
+    if (!b->held) return;
+    dw->held -= b->held_bytes;
+    b->held = false;
+}
+
 /* Whether the launch of the job's batch leaves it out: it was cancelled before the launch. */
 static bool left_out(const job_t *job)
 {
@@ -286,7 +293,10 @@ int cuda_slot_launch(slot_t *slot, exec_batch_t *b, void *rd)
         goto out;
     }
     cudaSetDevice(slot->dw->device);
-    exec_batch_started(b, mono_us());
+    int64_t started = mono_us();
+    exec_batch_started(b, started);
+    for (int i = 0; i < b->n; i++)
+        exec_job_run_start(b->jobs[i], started);
     exec_guard_batch(b);
     /* A batch whose jobs were all cancelled while it waited is reported without a launch. */
     if (leave_out_cancelled(b) == 0) {
@@ -345,6 +355,9 @@ static void unpack_outputs(slot_t *slot, exec_batch_t *b)
 cudaError_t cuda_slot_complete(slot_t *slot)
 {
     exec_batch_t *b = slot->batch;
+    int64_t ended = mono_us();
+    for (int i = 0; i < b->n; i++)
+        exec_job_run_end(b->jobs[i], ended);
     float ms = 0;
     cudaError_t e = cudaSuccess;
     if (slot->launched && !slot->ran) {

@@ -147,8 +147,11 @@ static bool preload_next_locked(device_worker_t *dw, const worker_view_t *v, voi
 
 /* The queue's head, when it may start now: a slot is free and no re-run holds the devices,
  * unless it is a re-run and others run on any device, or another device's re-run waits for the
- * devices to empty, or it needs memory that running batches hold. *ret_need: the device bytes
- * it needs beside its inputs already resident here. */
+ * devices to empty, or it needs memory that running batches hold. The scheduler hands a batch
+ * over only once fit() held room for it (executor.h), so a head short of memory is one whose
+ * device took a resident buffer since: it waits for the running batches' memory, and with
+ * none running starts all the same rather than hold the queue behind it for good. *ret_need:
+ * the device bytes it needs beside its inputs already resident here. */
 static exec_batch_t *startable_head_locked(device_worker_t *dw, const worker_view_t *v,
                                            size_t *ret_need)
 {
@@ -174,6 +177,7 @@ static void start_locked(device_worker_t *dw, slot_t *slot, exec_batch_t *b, siz
     bool too_big = need > dw->cap;
     dw->q_head = (dw->q_head + 1) % dw->q_cap;
     dw->q_len--;
+    cuda_release_held_locked(dw, b); /* from here on, it is in use */
     slot->batch = b;
     slot->exclusive = cuda_is_rerun(b);
     slot->finished = slot->ran = false;

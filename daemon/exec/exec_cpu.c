@@ -8,7 +8,12 @@
  *
  * A cancelled job (cancel) is skipped when its worker comes to it, or stopped at the next check
  * of its op's CPU code (op_call_t.cancel points at the job's flag): its worker goes on with the
- * batch's other jobs, and is free for the next batch as soon as the batch is done. */
+ * batch's other jobs, and is free for the next batch as soon as the batch is done.
+ *
+ * Its working memory may be bounded (scheduler.cpu_memory_cap), as a GPU's pool is: fit() lets
+ * a batch in while the batches let in before and not yet reported leave room for its inputs and
+ * outputs, so that the scheduler holds back one that does not fit, and tests without a GPU see
+ * the same admission. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -52,6 +57,9 @@ struct cpu_exec {
     exec_batch_t **queue;     /* ring of accepted batches not yet started */
     int q_head, q_len, q_cap;
     int busy;
+    /* Working memory: the bound on the inputs' and outputs' bytes of the batches fit() let in
+     * (scheduler.cpu_memory_cap; 0: none), and what those not reported yet hold. */
+    uint64_t mem_cap, mem_held;
     bool stopping;
     bool abandoned; /* destroy gave up waiting: finished batches are no longer reported */
     int reporting;  /* workers inside the done callback */
@@ -114,6 +122,15 @@ static void run_job(cpu_exec_t *ex, void *rd, job_t *job)
         if (borrowed[j]) ephemeral_table_release(&ex->ephemeral, job->in[j].buffer_id);
 }
 
+/* The working memory fit() held for batch goes back: the batch is being reported. Caller holds
+ * the lock. */
+static void release_locked(cpu_exec_t *ex, exec_batch_t *batch)
+{
+    if (!batch->held) return;
+    ex->mem_held -= batch->held_bytes;
+    batch->held = false;
+}
+
 /* Runs the batch's jobs one after the other, each marked alone in the crash guard while it
  * runs, so that a job that crashes the process is failed at the next start instead of run
  * again, and the batch's other jobs (finished, or not started yet, maybe other users') re-run
@@ -139,7 +156,9 @@ static void run_batch(cpu_worker_t *w, void *rd, exec_batch_t *batch)
             continue;
         }
         exec_guard_job(job);
+        exec_job_run_start(job, mono_us());
         run_job(ex, rd, job);
+        exec_job_run_end(job, mono_us());
         exec_guard_clear();
     }
     /* The CPU is this backend's device: the batch's time on the worker is shared as a GPU's. */
@@ -182,6 +201,7 @@ static void *worker(void *arg)
         pthread_mutex_lock(&ex->lock);
         w->batch = NULL;
         ex->busy -= !w->replaced;
+        release_locked(ex, batch);
         bool report = !ex->abandoned;
         ex->reporting += report;
         pthread_mutex_unlock(&ex->lock);
@@ -206,6 +226,17 @@ static int cpu_submit(executor_t *base, exec_batch_t *batch)
     cpu_exec_t *ex = (cpu_exec_t *)base;
     for (int i = 0; i < batch->n; i++)
         batch->jobs[i]->call.cancel = &batch->jobs[i]->cancel_requested;
+    if (ex->mem_cap && !batch->held && exec_batch_device_bytes(batch) > ex->mem_cap) {
+        /* Nothing will ever take it: fail the batch through the normal path. */
+        for (int i = 0; i < batch->n; i++)
+            job_set_error(batch->jobs[i], "exceeds_device_memory",
+                          "the job needs %llu bytes of working memory, more than "
+                          "scheduler.cpu_memory_cap = %llu allows",
+                          (unsigned long long)exec_job_device_bytes(batch->jobs[i]),
+                          (unsigned long long)ex->mem_cap);
+        ex->base.done(batch, ex->base.done_ud);
+        return 0;
+    }
     pthread_mutex_lock(&ex->lock);
     int r = -EAGAIN;
     if (!ex->stopping && ex->q_len < ex->q_cap) {
@@ -297,6 +328,9 @@ static void cpu_abandon(executor_t *base, exec_batch_t *batch)
     else if (stuck)
         log_warn("cpu backend: a worker is stuck in an abandoned batch; a replacement serves");
     if (!queued) return;
+    pthread_mutex_lock(&ex->lock);
+    release_locked(ex, batch);
+    pthread_mutex_unlock(&ex->lock);
     for (int i = 0; i < batch->n; i++)
         job_set_error(batch->jobs[i], "watchdog_timeout",
                       "the job waited for a CPU worker past the watchdog's bound, every worker "
@@ -310,6 +344,39 @@ static int job_index_in(const exec_batch_t *batch, const job_t *job)
     for (int i = 0; i < batch->n; i++)
         if (batch->jobs[i] == job) return i;
     return -1;
+}
+
+/* A job stopped at its time limit (cancel said EXEC_CANCEL_STOPPED) still runs: its op does not
+ * look at its flag often enough. Its worker is left to it, as to a batch abandoned by the
+ * watchdog, and a replacement takes its place in the pool; the stuck worker then goes on with
+ * the batch's jobs after it (skipping those cancelled) and reports the batch whenever it
+ * returns. False when no worker runs the job any more. */
+static bool cpu_stop_overdue(executor_t *base, exec_batch_t *batch, job_t *job)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    int at = job_index_in(batch, job);
+    cpu_worker_t *stuck = NULL;
+    for (int i = 0; at >= 0 && i < ex->n_started; i++) {
+        cpu_worker_t *w = ex->workers[i];
+        if (w->batch == batch && !w->replaced && w->job_index == at && !exec_job_run_ended(job))
+            stuck = w;
+    }
+    int r = stuck && !ex->stopping ? worker_start_locked(ex) : -ECANCELED;
+    if (r == 0) {
+        stuck->replaced = true;
+        ex->busy--;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    if (r == 0)
+        log_warn("cpu backend: job %s did not stop at its time limit; a replacement worker "
+                 "serves while its worker finishes it",
+                 job->id);
+    else if (stuck && r != -ECANCELED)
+        log_error("cpu backend: no replacement for the worker of job %s (%s): one worker fewer "
+                  "until it returns",
+                  job->id, strerror(-r));
+    return r == 0;
 }
 
 /* A job of batch was cancelled. In a batch not started yet it is skipped when a worker takes
@@ -328,6 +395,7 @@ static exec_cancel_t cpu_cancel(executor_t *base, exec_batch_t *batch, job_t *jo
         if (ex->queue[(ex->q_head + i) % ex->q_cap] == batch) outcome = EXEC_CANCEL_DEQUEUED;
     if (outcome == EXEC_CANCEL_DEQUEUED && exec_batch_all_cancelled(batch))
         report = unqueue_locked(ex, batch);
+    if (report) release_locked(ex, batch);
     for (int i = 0; outcome != EXEC_CANCEL_DEQUEUED && i < ex->n_started; i++) {
         const cpu_worker_t *w = ex->workers[i];
         if (w->batch != batch) continue;
@@ -343,6 +411,42 @@ static exec_cancel_t cpu_cancel(executor_t *base, exec_batch_t *batch, job_t *jo
         ex->base.done(batch, ex->base.done_ud);
     }
     return outcome;
+}
+
+/* The CPU backend has one pool, its working memory: a batch fits while the batches let in and
+ * not yet reported leave room for its inputs and outputs. */
+static int cpu_fit(executor_t *base, exec_batch_t *b)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    if (!ex->mem_cap) return 0;
+    uint64_t need = exec_batch_device_bytes(b);
+    if (need > ex->mem_cap) return -E2BIG;
+    pthread_mutex_lock(&ex->lock);
+    int r = ex->mem_held + need > ex->mem_cap ? -ENOSPC : 0;
+    if (r == 0) {
+        ex->mem_held += need;
+        b->held = true;
+        b->held_device = -1;
+        b->held_bytes = need;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    return r;
+}
+
+static void cpu_unfit(executor_t *base, exec_batch_t *b)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    release_locked(ex, b);
+    pthread_mutex_unlock(&ex->lock);
+}
+
+static uint64_t cpu_memory_pool(executor_t *base, uint64_t *ret_largest, const char **ret_key)
+{
+    cpu_exec_t *ex = (cpu_exec_t *)base;
+    *ret_largest = ex->mem_cap;
+    *ret_key = "scheduler.cpu_memory_cap";
+    return ex->mem_cap;
 }
 
 static void cpu_destroy(executor_t *base, int timeout_ms)
@@ -442,12 +546,17 @@ static void cpu_buffer_deleted(executor_t *base, const char *id)
 static const executor_ops_t cpu_ops = {
     .name = "cpu",
     .backend = OP_BACKEND_CPU,
+    .stops_running = true,
     .submit = cpu_submit,
     .free_slots = cpu_free_slots,
     .describe = cpu_describe,
     .destroy = cpu_destroy,
     .abandon = cpu_abandon,
     .cancel = cpu_cancel,
+    .stop_overdue = cpu_stop_overdue,
+    .fit = cpu_fit,
+    .unfit = cpu_unfit,
+    .memory_pool = cpu_memory_pool,
     .upload_open = cpu_upload_open,
     .upload_write = cpu_upload_write,
     .upload_keep = cpu_upload_keep,
@@ -461,6 +570,7 @@ int exec_cpu_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_
     if (!ex) return -ENOMEM;
     ex->base.ops = &cpu_ops;
     ex->blobs = *blobs;
+    ex->mem_cap = cfg->cpu_memory_cap;
     ephemeral_table_init(&ex->ephemeral);
     ex->n_threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ex->n_threads < 1) ex->n_threads = 1;

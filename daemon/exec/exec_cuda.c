@@ -32,46 +32,158 @@ static bool serves_device_locked(cuda_exec_t *ex, int device)
     return false;
 }
 
-/* The device placement_pick() chooses for b, or NULL. After a lost context no device takes
- * work: every context is gone, the restart is near. Caller holds the lock. */
-static device_worker_t *pick_device_locked(cuda_exec_t *ex, const exec_batch_t *b)
+/* What placement_pick() knows of each device for b: its slots, its load, and its pool, with
+ * what b would take there (its inputs resident there take nothing). After a lost context no
+ * device serves: every context is gone, the restart is near. Caller holds the lock. */
+static void placement_view_locked(cuda_exec_t *ex, const exec_batch_t *b, placement_device_t *devs,
+                                  placement_batch_t *ret_pb)
 {
-    if (ex->stopping || ex->context_lost) return NULL;
-    placement_device_t devs[ex->n_devices];
     for (int d = 0; d < ex->n_devices; d++) {
         const device_worker_t *dw = &ex->devices[d];
-        int load = dw->q_len;
+        int load = dw->q_len + dw->n_fitted;
         for (int k = 0; k < dw->n_slots; k++)
             load += dw->slots[k].batch != NULL;
+        size_t in_bytes, out_bytes, taken = dw->in_use + dw->held + dw->resident_bytes;
+        cuda_batch_sizes(b, NULL, dw, &in_bytes, &out_bytes);
         devs[d] = (placement_device_t){
             .device = dw->device,
-            .serves = dw->state == DEVICE_READY,
-            .free_slots = dw->q_cap - dw->q_len,
+            .serves = dw->state == DEVICE_READY && !ex->stopping && !ex->context_lost,
+            .free_slots = dw->q_cap - dw->q_len - dw->n_fitted,
             .load = load,
+            .cap = dw->cap,
+            .room = taken < dw->cap ? dw->cap - taken : 0,
+            .need = in_bytes + out_bytes,
         };
     }
-    placement_batch_t pb = {.pin = b->jobs[0]->device, .preferred = b->jobs[0]->preferred_device};
-    int d = placement_pick(devs, ex->n_devices, &pb);
-    return d >= 0 ? &ex->devices[d] : NULL;
+    *ret_pb =
+        (placement_batch_t){.pin = b->jobs[0]->device, .preferred = b->jobs[0]->preferred_device};
 }
 
-/* Queues b on the device placement_pick() chooses; -EAGAIN when none has room now. A batch
- * pinned to a device this backend does not serve fails, reported through the done callback. */
+/* The device of ordinal device, or NULL. Caller holds the lock. */
+static device_worker_t *worker_of_locked(cuda_exec_t *ex, int device)
+{
+    for (int d = 0; d < ex->n_devices; d++)
+        if (ex->devices[d].device == device) return &ex->devices[d];
+    return NULL;
+}
+
+/* The device whose pool has room for b now and placement_pick() chooses, holding that room for b
+ * (fit's contract in executor.h); -ENOSPC, -EAGAIN or -E2BIG when there is none. A batch pinned
+ * to a device this backend does not have fits, holding nothing: submit() fails it. */
+static int cuda_fit(executor_t *base, exec_batch_t *b)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    int pin = b->jobs[0]->device;
+    pthread_mutex_lock(&ex->lock);
+    /* Pinned to a device it does not have, it goes to submit(), which fails it. */
+    if (pin >= 0 && !serves_device_locked(ex, pin)) {
+        pthread_mutex_unlock(&ex->lock);
+        return 0;
+    }
+    placement_device_t devs[ex->n_devices > 0 ? ex->n_devices : 1];
+    placement_batch_t pb;
+    placement_view_locked(ex, b, devs, &pb);
+    int d = placement_pick(devs, ex->n_devices, &pb);
+    if (d >= 0) {
+        device_worker_t *dw = &ex->devices[d];
+        dw->held += devs[d].need;
+        dw->n_fitted++;
+        b->held = true;
+        b->held_device = dw->device;
+        b->held_bytes = devs[d].need;
+    } else if (d == -EAGAIN && placement_waits_for_memory(devs, ex->n_devices, &pb)) {
+        d = -ENOSPC;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    return d >= 0 ? 0 : d;
+}
+
+static void cuda_unfit(executor_t *base, exec_batch_t *b)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    pthread_mutex_lock(&ex->lock);
+    device_worker_t *dw = b->held ? worker_of_locked(ex, b->held_device) : NULL;
+    if (dw) {
+        cuda_release_held_locked(dw, b);
+        dw->n_fitted--;
+    }
+    pthread_mutex_unlock(&ex->lock);
+}
+
+/* Every serving device's pool together, and the largest. */
+static uint64_t cuda_memory_pool(executor_t *base, uint64_t *ret_largest, const char **ret_key)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)base;
+    uint64_t total = 0, largest = 0;
+    pthread_mutex_lock(&ex->lock);
+    for (int d = 0; d < ex->n_devices; d++) {
+        const device_worker_t *dw = &ex->devices[d];
+        if (dw->state != DEVICE_READY) continue;
+        total += dw->cap;
+        if (dw->cap > largest) largest = dw->cap;
+    }
+    pthread_mutex_unlock(&ex->lock);
+    *ret_largest = largest;
+    *ret_key = "gpu.device_memory_cap";
+    return total;
+}
+
+/* The device b goes to: the one fit() held room on, else the one placement_pick() chooses
+ * now; NULL with *ret_err -EAGAIN when none has a free slot (or fit's device no longer serves,
+ * the room it held given back), -E2BIG when b never fits. Caller holds the lock. */
+static device_worker_t *submit_device_locked(cuda_exec_t *ex, exec_batch_t *b, int *ret_err)
+{
+    *ret_err = -EAGAIN;
+    if (b->held) {
+        device_worker_t *dw = worker_of_locked(ex, b->held_device);
+        if (!dw) return NULL;
+        dw->n_fitted--;
+        if (dw->state == DEVICE_READY && !ex->stopping && !ex->context_lost &&
+            dw->q_len < dw->q_cap)
+            return dw;
+        cuda_release_held_locked(dw, b);
+        return NULL;
+    }
+    placement_device_t devs[ex->n_devices > 0 ? ex->n_devices : 1];
+    placement_batch_t pb;
+    placement_view_locked(ex, b, devs, &pb);
+    /* Handed over without fit(), a batch goes where a slot is free, its memory taken when it
+     * starts, as the device worker sees it then. */
+    for (int d = 0; d < ex->n_devices; d++)
+        if (devs[d].need <= devs[d].cap) devs[d].room = devs[d].cap;
+    int d = placement_pick(devs, ex->n_devices, &pb);
+    if (d >= 0) return &ex->devices[d];
+    *ret_err = d;
+    return NULL;
+}
+
+/* Queues b on its device (submit_device_locked); -EAGAIN when none has room now. A batch pinned
+ * to a device this backend does not serve, or that needs more than every pool it may run on,
+ * fails, reported through the done callback. */
 static int cuda_submit(executor_t *base, exec_batch_t *b)
 {
     cuda_exec_t *ex = (cuda_exec_t *)base;
     int pin = b->jobs[0]->device;
     pthread_mutex_lock(&ex->lock);
-    device_worker_t *dw = pick_device_locked(ex, b);
-    int r = -EAGAIN;
+    int r;
+    device_worker_t *dw = submit_device_locked(ex, b, &r);
+    const char *code = NULL, *why = NULL;
     if (dw) {
         dw->queue[(dw->q_head + dw->q_len) % dw->q_cap] = b;
         dw->q_len++;
         pthread_cond_broadcast(&ex->cond);
         r = 0;
     } else if (pin >= 0 && !serves_device_locked(ex, pin)) {
+        code = "no_such_device";
+        why = "the pinned device does not exist here";
+    } else if (r == -E2BIG) {
+        code = "exceeds_device_memory";
+        why = "the job needs more device memory than any device's pool holds "
+              "(gpu.device_memory_cap)";
+    }
+    if (code) {
         /* Nothing will ever take it: fail the batch through the normal path. */
-        cuda_fail_batch(b, "no_such_device", "the pinned device does not exist here");
+        cuda_fail_batch(b, code, why);
         pthread_mutex_unlock(&ex->lock);
         ex->base.done(b, ex->base.done_ud);
         return 0;
@@ -88,7 +200,7 @@ static int cuda_free_slots(executor_t *base, int device)
     for (int d = 0; d < ex->n_devices && !ex->stopping && !ex->context_lost; d++) {
         const device_worker_t *dw = &ex->devices[d];
         if (dw->state == DEVICE_READY && (device < 0 || dw->device == device))
-            n += dw->q_cap - dw->q_len;
+            n += dw->q_cap - dw->q_len - dw->n_fitted;
     }
     pthread_mutex_unlock(&ex->lock);
     return n;
@@ -194,6 +306,9 @@ static const executor_ops_t cuda_ops = {
     .serves_device = cuda_serves_device,
     .abandon = cuda_abandon,
     .cancel = cuda_cancel,
+    .fit = cuda_fit,
+    .unfit = cuda_unfit,
+    .memory_pool = cuda_memory_pool,
 };
 
 int exec_cuda_new(const config_t *cfg, const exec_blob_reader_t *blobs, executor_t **ret)

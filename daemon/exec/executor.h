@@ -41,6 +41,11 @@ typedef struct exec_batch {
      * with exec_batch_started(); the scheduler reads it with exec_batch_started_us(). */
     int64_t started_us;
     void *sched_priv; /* the scheduler's own */
+    /* The executor's own: the device memory fit() holds for the batch (held), on which device
+     * (-1: the backend's one pool) and how many bytes, until the batch starts or unfit(). */
+    bool held;
+    int held_device;
+    uint64_t held_bytes;
 } exec_batch_t;
 
 /* The batch starts to run now (any thread; atomic, so the loop may read it meanwhile). */
@@ -76,6 +81,30 @@ static inline void exec_job_cancel(job_t *job)
     __atomic_store_n(&job->cancel_requested, true, __ATOMIC_RELEASE);
 }
 
+/* The job's own run begins now (any thread; atomic, so the loop may read it meanwhile). */
+static inline void exec_job_run_start(job_t *job, int64_t mono_now_us)
+{
+    __atomic_store_n(&job->run_started_us, mono_now_us, __ATOMIC_RELEASE);
+}
+
+/* When the job's own run began (mono_us()), or 0 before. */
+static inline int64_t exec_job_run_started(const job_t *job)
+{
+    return __atomic_load_n(&job->run_started_us, __ATOMIC_ACQUIRE);
+}
+
+/* The job's own run is over (any thread; atomic): its result stands, whatever its limit. */
+static inline void exec_job_run_end(job_t *job, int64_t mono_now_us)
+{
+    __atomic_store_n(&job->run_ended_us, mono_now_us, __ATOMIC_RELEASE);
+}
+
+/* When the job's own run ended (mono_us()), or 0 while it runs or before. */
+static inline int64_t exec_job_run_ended(const job_t *job)
+{
+    return __atomic_load_n(&job->run_ended_us, __ATOMIC_ACQUIRE);
+}
+
 /* Whether the job was cancelled while in the executor (exec_job_cancel). */
 static inline bool exec_job_cancelled(const job_t *job)
 {
@@ -98,6 +127,16 @@ static inline bool exec_batch_all_cancelled(const exec_batch_t *batch)
     return true;
 }
 
+/* The device memory a job's launch takes from its device's pool: each input's and output's
+ * bytes, aligned as the CUDA backend lays them out (EXEC_MEMORY_ALIGN), but those of inputs read
+ * from a buffer resident in device memory (job_t.resident_inputs), which live in memory of
+ * their own, counted as their owner's resident bytes. The CPU backend's working memory counts
+ * the same way. */
+#define EXEC_MEMORY_ALIGN 256
+uint64_t exec_job_device_bytes(const job_t *job);
+/* exec_job_device_bytes summed over the batch's jobs. */
+uint64_t exec_batch_device_bytes(const exec_batch_t *b);
+
 typedef void (*exec_done_fn)(exec_batch_t *batch, void *ud);
 
 typedef struct executor executor_t;
@@ -114,6 +153,11 @@ typedef struct exec_upload {
 typedef struct executor_ops {
     const char *name;     /* "cpu", "cuda" */
     op_backend_t backend; /* which implementation of each op it runs (kernels/op.h) */
+    /* Whether cancel stops a running job (the CPU's ops look at a flag between chunks of their
+     * work), so that a job's time limit is kept by stopping it there; false where a launched
+     * kernel runs to its end (CUDA), where a limit is kept up front, by the job's cost estimate
+     * at submission, and a job that overruns it is failed with its result dropped. */
+    bool stops_running;
     /* Accepts a batch; 0, or -EAGAIN when it has no free slot (try later). */
     int (*submit)(executor_t *ex, exec_batch_t *batch);
     /* Batches it could accept right now: on any device (device < 0), or on that device (for
@@ -175,6 +219,29 @@ typedef struct executor_ops {
      * executor wrote. Loop thread; NULL where the backend can do nothing (the result is then
      * dropped when the batch returns, as for EXEC_CANCEL_DROPPED). */
     exec_cancel_t (*cancel)(executor_t *ex, exec_batch_t *batch, job_t *job);
+    /* A job that cancel said it would stop (EXEC_CANCEL_STOPPED) still runs after the
+     * scheduler's grace: its op does not look at its flag often enough. The executor gets the
+     * worker's place back as abandon does (a replacement takes it), leaving the worker to finish
+     * the job, and then its batch's other jobs, on its own and to report the batch then. True
+     * when it did so; false when the job had stopped meanwhile. Loop thread; NULL where cancel
+     * never answers EXEC_CANCEL_STOPPED. */
+    bool (*stop_overdue)(executor_t *ex, exec_batch_t *batch, job_t *job);
+
+    /* Device memory. The scheduler asks fit() before it hands a batch over: 0 when a device
+     * it may run on has room for it now (that device and those bytes are then held for it, in
+     * b->held*, until submit() takes it, which runs it there, or unfit() gives them back);
+     * -ENOSPC when running batches and resident buffers hold the room it needs: it waits, in
+     * the scheduler's queue; -EAGAIN when no device it may run on has a free slot; -E2BIG when
+     * it needs more than the whole pool of every device it may run on: it never fits, and
+     * submit() fails such a batch (`exceeds_device_memory`) should it be handed over. Loop
+     * thread; NULL where nothing bounds memory. */
+    int (*fit)(executor_t *ex, exec_batch_t *b);
+    /* Gives back what fit() held for b, which is not handed over after all. Loop thread. */
+    void (*unfit)(executor_t *ex, exec_batch_t *b);
+    /* The pool that fit() bounds: its bytes on every device together (0: no bound), the
+     * largest of one device in *ret_largest, and in *ret_key the configuration key that sets
+     * it (a static string). Any thread; NULL where nothing bounds memory. */
+    uint64_t (*memory_pool)(executor_t *ex, uint64_t *ret_largest, const char **ret_key);
 } executor_ops_t;
 
 struct executor {

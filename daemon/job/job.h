@@ -55,7 +55,14 @@ typedef struct job {
     int device;           /* pinned device, or -1 for any */
     int preferred_device; /* where its resident input lives (-1: none): a
                              pin while that device serves; not stored */
+    /* Its inputs read from a buffer resident in device memory, bit j for input j: they take no
+     * room in its launch's memory (exec_job_device_bytes). Set at submission; not stored (a job
+     * read back from the store counts every input). */
+    uint16_t resident_inputs;
     int64_t deadline_us;  /* absolute wall-clock µs, 0 for none */
+    /* The longest it may run, in ms, 0 for no limit: counted from the start of its own run in
+     * the executor (run_started_us), past it the job fails with `time_limit`. */
+    int64_t time_limit_ms;
     job_state_t state;
     int attempts;                                /* runs started, restarts included */
     int64_t created_us, started_us, finished_us; /* wall clock, µs since the epoch; 0 unset */
@@ -69,6 +76,12 @@ typedef struct job {
      * batch is in the executor; read by the executor's threads (executor.h). */
     bool cancel_requested;
     bool skipped; /* the executor left it out of its batch's run (cancelled before it ran) */
+    /* When its own run began (mono_us()), 0 before: its batch's launch on a GPU, the moment its
+     * worker came to it on the CPU, where a batch's jobs run in turn. Written by the executor's
+     * threads, read by the scheduler's time limits meanwhile (exec_job_run_started, atomic);
+     * not stored. */
+    int64_t run_started_us;
+    int64_t run_ended_us; /* when its own run ended (mono_us()), 0 before; as run_started_us */
     /* in[j] is op input slot j (see call.op->input_names); present iff call.has_in[j]. */
     job_tensor_t in[OP_MAX_TENSORS];
     /* out[j] matches call.out[j] / call.out_names[j], j < call.n_out. */

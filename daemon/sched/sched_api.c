@@ -285,6 +285,19 @@ bool sched_runs_op(sched_t *s, const op_def_t *op)
     return s->ex && op_supports(op, s->ex->ops->backend);
 }
 
+uint64_t sched_device_memory(sched_t *s, uint64_t *ret_largest, const char **ret_key)
+{
+    /* Set once, when the executor is installed, before any request. */
+    *ret_largest = s->pool_largest;
+    *ret_key = s->pool_key ? s->pool_key : "";
+    return s->pool_bytes;
+}
+
+bool sched_time_limit_by_cost(sched_t *s)
+{
+    return s->ex && !s->ex->ops->stops_running;
+}
+
 bool sched_serves_device(sched_t *s, int device)
 {
     return device >= 0 && s->ex && s->ex->ops->serves_device &&

@@ -132,16 +132,35 @@ static bool buffer_quota_refuses(msg_t *m, const policy_limits_t *l, config_poli
     return true;
 }
 
-/* A buffer must fit its owner's quotas of stored (and, resident, of resident) bytes. The sums
- * are read inside the group commit's transaction, so that the buffers of one commit add up
- * (the API's check before the upload is written cannot see those). Sets m->err when it does
- * not fit. */
+/* Sets m->err (naming the key) when the owner's resident bytes, used, and the new buffer's pass
+ * the owner's share of the device memory pool (share bytes; sched_memory.c). */
+static bool device_share_refuses(msg_t *m, const policy_limits_t *l, uint64_t share, uint64_t used)
+{
+    uint64_t more = m->buf->nbytes;
+    if (!share || (used <= share && more <= share - used)) return false;
+    const char *key = l->source[CONFIG_POLICY_DEVICE_MEMORY_PCT];
+    snprintf(m->err_message, sizeof m->err_message,
+             "%llu resident bytes held, %llu more would pass %s = %llu%% of the device "
+             "memory pool (%llu bytes)",
+             (unsigned long long)used, (unsigned long long)more, key,
+             (unsigned long long)l->value[CONFIG_POLICY_DEVICE_MEMORY_PCT],
+             (unsigned long long)share);
+    m->err = -EDQUOT;
+    snprintf(m->err_limit, sizeof m->err_limit, "%s", key);
+    return true;
+}
+
+/* A buffer must fit its owner's quotas of stored (and, resident, of resident) bytes, and a
+ * resident one its owner's share of the device memory pool. The sums are read inside the group
+ * commit's transaction, so that the buffers of one commit add up (the API's check before the
+ * upload is written cannot see those). Sets m->err when it does not fit. */
 static int check_buffer_quotas(sched_t *s, msg_t *m)
 {
     user_t *u = user_get(s, m->buf->owner);
     if (!u) return -ENOMEM;
     const policy_limits_t *l = user_limits(s, u);
-    bool resident = m->buf->resident && l->value[CONFIG_POLICY_MAX_RESIDENT_BYTES];
+    uint64_t share = m->buf->resident ? memory_user_limit(s, u) : 0;
+    bool resident = m->buf->resident && (l->value[CONFIG_POLICY_MAX_RESIDENT_BYTES] || share);
     if (!resident && !l->value[CONFIG_POLICY_MAX_STORED_BYTES]) return 0;
     uint64_t stored = 0, resident_used = 0;
     int r = store_buffer_bytes(s->st, m->buf->owner, &stored, &resident_used);
@@ -149,8 +168,9 @@ static int check_buffer_quotas(sched_t *s, msg_t *m)
     /* An ephemeral buffer is never stored: only the resident quota holds it. */
     bool stored_over =
         m->buf->durable && buffer_quota_refuses(m, l, CONFIG_POLICY_MAX_STORED_BYTES, stored);
-    if (!stored_over && resident)
-        buffer_quota_refuses(m, l, CONFIG_POLICY_MAX_RESIDENT_BYTES, resident_used);
+    if (!stored_over && resident &&
+        !buffer_quota_refuses(m, l, CONFIG_POLICY_MAX_RESIDENT_BYTES, resident_used))
+        device_share_refuses(m, l, share, resident_used);
     return 0;
 }
 
@@ -163,6 +183,7 @@ static int insert_buffers(sched_t *s, queue_t *pending)
         if (m->kind != MSG_BUF_PUT) continue;
         r = check_buffer_quotas(s, m);
         if (r >= 0 && !m->err) r = store_buffer_insert(s->st, m->buf);
+        if (r >= 0 && !m->err && m->buf->resident) memory_resident_changed(s);
     }
     return r;
 }

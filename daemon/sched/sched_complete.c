@@ -165,6 +165,7 @@ static void end_jobs(sched_t *s, sched_batch_t *sb, int64_t now, bool record)
         job_t *job = batch->jobs[i];
         entry_t *e = entry_of(s, job);
         e->user->running--;
+        memory_give(e);
         if (e->discard_result) {
             /* A job without a row (its submission's commit failed) is charged nothing. */
             int64_t total = e->charge_on_return ? late_charge(e, job) : e->charged_ns;
@@ -379,6 +380,7 @@ static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran)
         job_t *job = sb->batch.jobs[i];
         entry_t *e = entry_of(s, job);
         e->user->running--;
+        memory_give(e);
         user_charge(e->user, -e->charged_us);
         e->charged_us = 0;
         e->start_lost = false;

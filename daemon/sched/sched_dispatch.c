@@ -111,17 +111,21 @@ static sched_batch_t *batch_new(sched_t *s, int want)
 }
 
 /* A queued entry joins a batch being cut: its job is read back when stowed, it leaves the
- * queues, starts, and its user is charged an estimate at once (corrected when the batch ends).
- * False when its job could not be read back: it stays queued. */
+ * queues, starts, and its user is charged an estimate at once (corrected when the batch ends)
+ * and counted the device memory it takes. False when its job could not be read back, or would
+ * pass its user's share of device memory (memory_admits): it stays queued. */
 static bool batch_take(sched_t *s, sched_batch_t *sb, entry_t *e, int64_t now)
 {
-    if (entry_load(s, e) < 0) return false;
+    if (entry_load(s, e) < 0 || !memory_admits(s, e)) return false;
     job_t *job = e->job;
     sb->batch.jobs[sb->batch.n++] = job;
     entry_unqueue(s, e);
+    e->memory_wait = MEMORY_WAIT_NONE;
+    memory_take(e);
     e->user->running++;
     job->state = JOB_RUNNING;
     job->started_us = now;
+    job->run_started_us = job->run_ended_us = 0;
     job->attempts++;
     e->charged_us = e->estimate_us;
     user_charge(e->user, e->charged_us);
@@ -146,6 +150,57 @@ static void batch_fill(sched_t *s, sched_batch_t *sb, entry_t *top, int want, in
     }
     for (int i = 0; i < sb->batch.n; i++)
         sb->batch.jobs[i]->batch_size = sb->batch.n;
+}
+
+/* Undoes batch_take for every job of sb: they go back to their queues (their batch-key FIFOs'
+ * ends), as they were. One that cannot, out of memory, leaves memory: it stays queued in the
+ * store and runs after a restart. */
+static void batch_untake(sched_t *s, sched_batch_t *sb)
+{
+    for (int i = 0; i < sb->batch.n; i++) {
+        job_t *job = sb->batch.jobs[i];
+        entry_t *e = entry_of(s, job);
+        e->user->running--;
+        memory_give(e);
+        user_charge(e->user, -e->charged_us);
+        e->charged_us = 0;
+        job->state = JOB_QUEUED;
+        job->started_us = 0;
+        job->batch_size = 0;
+        job->attempts--;
+        if (entry_queue(s, e) < 0) {
+            log_error("job %s could not be re-queued (out of memory): it runs after a restart",
+                      job->id);
+            waiters_reply(e, NULL);
+            entry_forget(s, e);
+            job_free(job);
+            atomic_fetch_sub(&s->queued, 1);
+        }
+    }
+    sb->batch.n = 0;
+}
+
+/* Asks the executor whether sb's device memory fits (executor_ops_t.fit). A batch that never
+ * fits is cut in half, refilled from the same leader, while it has more than one job; a single
+ * job that never fits goes out all the same, for the executor to fail. A batch that must wait,
+ * for memory or for a slot of its device, goes back to its queues, its jobs marked when they
+ * wait for memory. 0 when sb goes out; else the batch is empty. */
+static int batch_fit(sched_t *s, sched_batch_t *sb, entry_t *top, int64_t now)
+{
+    if (!s->ex->ops->fit) return 0;
+    int r;
+    while ((r = s->ex->ops->fit(s->ex, &sb->batch)) == -E2BIG && sb->batch.n > 1) {
+        int half = sb->batch.n / 2;
+        batch_untake(s, sb);
+        batch_fill(s, sb, top, half, now);
+        if (sb->batch.n == 0) return -EAGAIN;
+    }
+    if (r == -E2BIG || r == 0) return 0;
+    for (int i = 0; i < sb->batch.n; i++)
+        entry_of(s, sb->batch.jobs[i])->memory_wait =
+            r == -ENOSPC ? MEMORY_WAIT_POOL : MEMORY_WAIT_NONE;
+    batch_untake(s, sb);
+    return r;
 }
 
 static void on_dispatch_timer(uv_timer_t *t)
@@ -181,7 +236,9 @@ void round_cut(sched_t *s, round_t *rd)
         sched_batch_t *sb = batch_new(s, want);
         if (!sb) break;
         batch_fill(s, sb, top, want, now);
-        if (sb->batch.n == 0) { /* its leader could not be read back: its user waits a round */
+        /* Its leader could not be read back or waits for device memory, or the whole batch
+         * does: its user waits a round. */
+        if (sb->batch.n == 0 || batch_fit(s, sb, top, now) < 0) {
             u->skip_round = s->round;
             batch_free(sb);
             continue;
@@ -229,6 +286,7 @@ void round_launch(sched_t *s, round_t *rd, bool recorded)
         STAMP(DISPATCHED);
         if (rd->refusal[b] == 0) {
             batch_watchdog_track(s, sb);
+            time_limit_track(s, sb);
             atomic_fetch_add(&s->batches_total, 1);
             if (jobs > 1) atomic_fetch_add(&s->batched_jobs_total, jobs);
             sched_observe_batch(s, jobs);
@@ -278,6 +336,8 @@ void round_settle_refused(sched_t *s, const round_t *rd)
     for (int b = 0; b < rd->n; b++) {
         int refusal = rd->refusal[b];
         if (refusal == 0) continue;
+        /* What fit() held for it goes back, whatever becomes of it. */
+        if (s->ex->ops->unfit) s->ex->ops->unfit(s->ex, &rd->ready[b]->batch);
         if (refusal == -EAGAIN) {
             rd->ready[b]->batch.retry = EXEC_RETRY_UNSTARTED;
             batch_retry(s, rd->ready[b]);

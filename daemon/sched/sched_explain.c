@@ -50,6 +50,14 @@ static void explain_at(sched_t *s, const entry_t *e, long mine, job_t *job)
         reason = "user_limit";
         snprintf(job->waiting_limit, sizeof job->waiting_limit, "%s",
                  l->source[CONFIG_POLICY_MAX_RUNNING]);
+    } else if (e->memory_wait != MEMORY_WAIT_NONE) {
+        /* Held back at its last chance to start: its user's share of the pool was taken, or
+         * the pool had no room for its batch. */
+        reason = "device_memory";
+        const char *key = e->memory_wait == MEMORY_WAIT_USER
+                              ? l->source[CONFIG_POLICY_DEVICE_MEMORY_PCT]
+                              : s->pool_key;
+        snprintf(job->waiting_limit, sizeof job->waiting_limit, "%s", key ? key : "");
     } else if (o.ahead > 0) {
         reason = "fair_share"; /* other users' jobs are due before it */
     } else if (s->ex && s->ex->ops->free_slots(s->ex, e->device) == 0) {

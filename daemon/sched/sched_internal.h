@@ -93,6 +93,11 @@ typedef struct user {
      * budget_month: the usage rollup's sums for them, for the budgets (sched_budget.c). */
     int64_t budget_day, budget_month;
     int64_t day_ns, month_ns;
+    /* Device memory (sched_memory.c): what its running jobs take (exec_job_device_bytes), and
+     * its resident buffers' bytes as the store had them when s->resident_gen was this one. */
+    uint64_t device_bytes;
+    uint64_t resident_bytes;
+    unsigned resident_gen;
 } user_t;
 
 /* Room for a batch-key FIFO's key: "BATCH_KEY@DEVICE/PREFERRED_DEVICE". */
@@ -125,6 +130,9 @@ struct entry {
     bool unstored;       /* went out in a group commit that failed: it has no row */
     bool start_lost;     /* cut in a group commit that failed: its row still says queued */
     bool answered;       /* its submissions' waiters had its end before it was written */
+    /* Why it was last held back for device memory (memory_wait_t), until it starts. */
+    uint8_t memory_wait;
+    uint16_t resident_inputs; /* its job's (job.h), kept while the job is stowed */
     uint32_t rank_slot;  /* in its user's level of its priority while queued (sched_rank.c) */
     size_t queue_pos;    /* in user->queue, HEAP_ABSENT when not queued */
     size_t deadline_pos; /* in s->deadlines, HEAP_ABSENT when none */
@@ -140,6 +148,10 @@ struct entry {
     bool charge_on_return;
     char id[ID_SIZE];
 };
+
+/* Why a queued entry was held back for device memory: its batch found no room in the pool, or
+ * its user's share of the pool (limits.device_memory_percent_per_user) is taken. */
+typedef enum memory_wait { MEMORY_WAIT_NONE, MEMORY_WAIT_POOL, MEMORY_WAIT_USER } memory_wait_t;
 
 /* How many queued jobs keep their whole job_t in memory: those that go out soon after their
  * commit start without a read back, and a long queue costs only its entries. */
@@ -206,6 +218,10 @@ struct sched {
     /* watchdog_timer is systemd's heartbeat; batch_watchdog_timer looks for stuck batches. */
     uv_timer_t commit_timer, dispatch_timer, deadline_timer, gc_timer, checkpoint_timer,
         drain_timer, watchdog_timer, batch_watchdog_timer;
+    /* Running jobs' time limits (sched_time_limit.c): the timer, and when it is due (mono_us(),
+     * 0 when stopped). */
+    uv_timer_t time_limit_timer;
+    int64_t time_limit_due_us;
     pthread_t thread;
     bool thread_started;
 
@@ -230,6 +246,12 @@ struct sched {
     uint64_t next_seq;
     int batches_in_flight;
     unsigned round;
+    /* The executor's pool (executor_ops_t.memory_pool, read when it is installed): every
+     * device's together (0: no bound), the largest, and the key that sets it. resident_gen
+     * counts changes to buffers, after which users' resident bytes are read again. */
+    uint64_t pool_bytes, pool_largest;
+    const char *pool_key;
+    unsigned resident_gen;
     unsigned next_shard; /* of the store, for the next round of few jobs (place_submissions) */
     bool stopping;
 
@@ -274,6 +296,10 @@ typedef struct sched_batch {
     queue_t flight;   /* in s->in_flight while the executor has it */
     int64_t bound_ms; /* how long it may run before the watchdog gives up on it */
     bool expired;     /* the watchdog gave up on it: its jobs were failed, its result is not */
+    /* A job of it that its time limit stopped (EXEC_CANCEL_STOPPED) and since when (mono_us()),
+     * until its worker lets it go or the grace runs out (sched_time_limit.c). */
+    job_t *stopping;
+    int64_t stopping_since_us;
 } sched_batch_t;
 
 /* One round of starts: the batches cut, what became of each at launch, and the shards of the
@@ -410,6 +436,21 @@ void sched_gate_open(sched_gate_t *gate);
 void batch_watchdog_start(sched_t *s);
 void batch_watchdog_track(sched_t *s, sched_batch_t *sb);
 void batch_flight_end(sched_t *s, const sched_batch_t *sb);
+
+/* sched_time_limit.c: running jobs' own time limits. time_limit_track arms the timer for a
+ * batch just handed to the executor. */
+void time_limit_track(sched_t *s, const sched_batch_t *sb);
+
+/* sched_memory.c: device memory per user. memory_admits says whether e's job (loaded) fits its
+ * user's share beside what the user holds, marking e when not; memory_take and memory_give
+ * count a job into and out of its user's running bytes; memory_user_limit is the user's share
+ * in bytes (0: none); memory_resident_changed says a buffer came or went. */
+void memory_init(sched_t *s);
+uint64_t memory_user_limit(sched_t *s, user_t *u);
+bool memory_admits(sched_t *s, entry_t *e);
+void memory_take(entry_t *e);
+void memory_give(entry_t *e);
+void memory_resident_changed(sched_t *s);
 
 /* sched_timers.c: maintenance timers and the drain at stop. */
 void timers_start(sched_t *s);

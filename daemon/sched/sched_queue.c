@@ -294,6 +294,7 @@ int entry_add(sched_t *s, job_t *job)
     if (!e) return -ENOMEM;
     e->job = job;
     e->preferred_device = (int16_t)job->preferred_device;
+    e->resident_inputs = job->resident_inputs;
     return entry_start_queued(s, e, job->call.batch_key);
 }
 
@@ -337,6 +338,7 @@ int entry_load(sched_t *s, entry_t *e)
         return log_error_errno(r, "reading queued job %s back from the store failed: %s", e->id,
                                strerror(-r));
     job->preferred_device = e->preferred_device;
+    job->resident_inputs = e->resident_inputs;
     e->job = job;
     return 0;
 }

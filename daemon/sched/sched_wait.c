@@ -10,18 +10,26 @@
 
 /* A copy of the fields of a job that the loop owns, for answers about a running job: an
  * executor thread may be writing the job's outputs, error, device and timing fields meanwhile.
- * NULL when out of memory. */
+ * What the submission gave (params, idempotency key, limits) never changes, and is copied
+ * whole. NULL when out of memory. */
 static job_t *job_snapshot(const job_t *job)
 {
     job_t *copy = job_new();
     if (!copy) return NULL;
+    if (job->params_json && !(copy->params_json = strdup(job->params_json))) {
+        job_free(copy);
+        return NULL;
+    }
     memcpy(copy->id, job->id, sizeof copy->id);
     memcpy(copy->owner, job->owner, sizeof copy->owner);
+    memcpy(copy->idempotency_key, job->idempotency_key, sizeof copy->idempotency_key);
+    memcpy(copy->op_name, job->op_name, sizeof copy->op_name);
     copy->call = job->call;
     copy->priority = job->priority;
     copy->device = job->device;
     copy->preferred_device = job->preferred_device;
     copy->deadline_us = job->deadline_us;
+    copy->time_limit_ms = job->time_limit_ms;
     copy->state = job->state;
     copy->attempts = job->attempts;
     copy->created_us = job->created_us;

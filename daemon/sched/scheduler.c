@@ -97,6 +97,7 @@ static void handle_buffer_delete(sched_t *s, msg_t *m)
         return;
     }
     if (s->ex && s->ex->ops->buffer_deleted) s->ex->ops->buffer_deleted(s->ex, m->id);
+    memory_resident_changed(s);
     sched_result_t res = {0};
     m->reply(m->token, &res);
 }
@@ -241,6 +242,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     init_timer(s, &s->drain_timer);
     init_timer(s, &s->watchdog_timer);
     init_timer(s, &s->batch_watchdog_timer);
+    init_timer(s, &s->time_limit_timer);
     init_timer(s, &s->user_gauges_timer);
     pthread_mutex_init(&s->user_gauges_lock, NULL);
     *ret = s;
@@ -252,6 +254,7 @@ void sched_set_executor(sched_t *s, executor_t *ex)
     ex->done = on_batch_done;
     ex->done_ud = s;
     s->ex = ex;
+    memory_init(s);
 }
 
 /* The store hands back each recovered queued job as the queues need it; the job itself is

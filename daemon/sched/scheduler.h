@@ -227,5 +227,12 @@ bool sched_store_damaged(sched_t *s, char *reason, size_t size);
 json_t *sched_describe_backend(sched_t *s);
 /* Whether the backend can run op's jobs (op_supports for the executor's backend). */
 bool sched_runs_op(sched_t *s, const op_def_t *op);
+/* The executor's device memory pool (executor_ops_t.memory_pool): every device's bytes together
+ * (0: no bound), the largest device's in *ret_largest, and the configuration key that sets them
+ * in *ret_key. Any thread. */
+uint64_t sched_device_memory(sched_t *s, uint64_t *ret_largest, const char **ret_key);
+/* Whether a job's time limit must cover its cost estimate at submission: the backend cannot
+ * stop a running job (executor_ops_t.stops_running is false). */
+bool sched_time_limit_by_cost(sched_t *s);
 /* True when the backend runs jobs on that device (where resident buffers draw their jobs). */
 bool sched_serves_device(sched_t *s, int device);

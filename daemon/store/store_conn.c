@@ -14,14 +14,15 @@
 #define JOB_COLUMNS                                                                                \
     "id, owner, op, params, priority, device, deadline_us, state, attempts, created_us, "          \
     "started_us, finished_us, run_device, gpu_ns, batch_size, error_code, error_message, "         \
-    "idempotency_key, inputs, outputs, idempotency_index, batch_ns"
+    "idempotency_key, inputs, outputs, idempotency_index, batch_ns, time_limit_ms"
 
 static const char *const stmt_sql[STMT_LIST_FIRST] = {
     [STMT_JOB_INSERT] = "INSERT INTO jobs (id, owner, op, params, priority, device, deadline_us, "
                         "state, attempts, created_us, idempotency_key, started_us, batch_size, "
-                        "inputs, idempotency_index, batch_key, cost_bytes, cost_flops) "
+                        "inputs, idempotency_index, batch_key, cost_bytes, cost_flops, "
+                        "time_limit_ms) "
                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?8, ?9, ?10, ?12, ?13, ?14, ?15, "
-                        "?16, ?17, ?18)",
+                        "?16, ?17, ?18, ?19)",
     /* The allowed previous states are bound as ?11 and ?12 (the same twice when only one is
      * allowed), so the check and the change are one atomic statement. */
     [STMT_JOB_UPDATE] = "UPDATE jobs SET state = ?2, attempts = ?3, started_us = ?4, "

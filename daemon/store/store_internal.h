@@ -33,7 +33,7 @@
 #include "daemon/util/vec.h"
 #include "store.h"
 
-#define STORE_SCHEMA_VERSION 11
+#define STORE_SCHEMA_VERSION 12
 /* The final states as a condition. An OR chain, not an IN list: SQLite builds an ephemeral
  * table for every IN list it evaluates. */
 #define STORE_FINAL_STATES "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled')"

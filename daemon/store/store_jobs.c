@@ -127,6 +127,7 @@ int store_shard_job_insert(shard_t *sh, job_t *job, const char *id)
         store_bind_text(stmt, 16, job->call.batch_key, false);
         sqlite3_bind_double(stmt, 17, job->call.cost.bytes);
         sqlite3_bind_double(stmt, 18, job->call.cost.flops);
+        sqlite3_bind_int64(stmt, 19, job->time_limit_ms);
         r = sqlite3_step(stmt) == SQLITE_DONE ? 0 : store_sql_error(&sh->conn, "inserting a job");
         sqlite3_reset(stmt);
         sqlite3_clear_bindings(stmt); /* drop the SQLITE_STATIC pointer to sh->cols */

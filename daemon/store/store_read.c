@@ -144,6 +144,7 @@ static int job_from_row(sqlite3_stmt *row, job_t **ret)
     job->gpu_ns = sqlite3_column_int64(row, 13);
     job->batch_size = sqlite3_column_int(row, 14);
     job->batch_ns = sqlite3_column_int64(row, 21);
+    job->time_limit_ms = sqlite3_column_int64(row, 22);
     store_column_copy(row, 15, job->error_code, sizeof job->error_code);
     store_column_copy(row, 16, job->error_message, sizeof job->error_message);
     store_column_copy(row, 17, job->idempotency_key, sizeof job->idempotency_key);

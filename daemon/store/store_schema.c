@@ -232,6 +232,8 @@ static const struct {
          "CREATE INDEX jobs_queued ON jobs (created_us, id, owner, priority, device, deadline_us, "
          "  batch_key, cost_bytes, cost_flops, state) WHERE state = 'queued';"
          "CREATE INDEX jobs_running ON jobs (id) WHERE state = 'running';"},
+    /* A job's own time limit in ms (0: none), which a job re-queued by a restart keeps. */
+    {12, "ALTER TABLE jobs ADD COLUMN time_limit_ms INTEGER NOT NULL DEFAULT 0;"},
 };
 
 static int move_tensors_into_jobs(store_conn_t *conn);

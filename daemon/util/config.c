@@ -154,6 +154,13 @@ const config_key_t config_keys[] = {
     KEY_INT("limits", max_job_cost_ms, 0, INT_MAX, "0",
             "largest single job by its estimated run time (its op's bytes at 1 GB/s and flops at "
             "100 GFLOP/s, in ms); past it, 413; 0 for no limit"),
+    KEY_INT("limits", default_time_limit_ms, 0, INT_MAX, "0",
+            "time limit of a job that gives no time_limit_ms (ms); 0 for max_time_limit_ms"),
+    KEY_INT("limits", max_time_limit_ms, 0, INT_MAX, "86400000",
+            "longest time_limit_ms a job may ask for (ms); past it, 422; 0 for no bound"),
+    KEY_INT("limits", device_memory_percent_per_user, 0, 100, "50",
+            "percent of the device memory pool one user's resident buffers and running jobs "
+            "may hold; 0 for no limit"),
     KEY_SIZE("limits", max_inline_output_bytes, 0, GIB, "64KiB",
              "outputs up to this size are inlined in a job's JSON (bytes)"),
     KEY_INT("limits", max_wait_ms, 0, 86400000, "300000",
@@ -178,6 +185,9 @@ const config_key_t config_keys[] = {
     KEY_INT("scheduler", max_attempts, 1, 100, "3",
             "runs of one job across restarts before it fails"),
     KEY_INT("scheduler", cpu_threads, 0, 1024, "0", "CPU backend workers; 0 for one per core"),
+    KEY_SIZE("scheduler", cpu_memory_cap, 0, UINT64_MAX, "0",
+             "memory the CPU backend's running jobs may hold at once, their inputs and outputs "
+             "(bytes); a batch past it waits; 0 for no bound"),
     KEY_INT("scheduler", watchdog_min_ms, 0, INT_MAX, "60000",
             "a batch running past max(this, watchdog_cost_factor x its estimated time) fails "
             "and its device is recovered (ms); 0 disables the watchdog"),

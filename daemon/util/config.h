@@ -18,6 +18,8 @@ typedef enum config_policy_key {
     CONFIG_POLICY_RATE,               /* limits.requests_per_s_per_user */
     CONFIG_POLICY_BURST,              /* limits.request_burst_per_user */
     CONFIG_POLICY_MAX_JOB_COST_MS,    /* limits.max_job_cost_ms */
+    CONFIG_POLICY_MAX_TIME_LIMIT_MS,  /* limits.max_time_limit_ms */
+    CONFIG_POLICY_DEVICE_MEMORY_PCT,  /* limits.device_memory_percent_per_user */
     CONFIG_POLICY_WEIGHT,             /* scheduler.weight */
     /* limits.gpu_hours_per_day_per_user and gpu_hours_per_month_per_user: GPU-time budgets,
      * in µs (daemon/util/budget.h) */
@@ -72,6 +74,9 @@ typedef struct config {
     int requests_per_s_per_user;          /* a user's request rate (token bucket); 0: no limit */
     int request_burst_per_user;           /* requests a user may make at once above the rate */
     int max_job_cost_ms; /* largest single job by its estimated run time; 0: no limit */
+    int default_time_limit_ms; /* time limit of jobs that give none; 0: max_time_limit_ms */
+    int max_time_limit_ms;     /* longest time limit a job may ask for; 0: no bound */
+    int device_memory_percent_per_user; /* of the device pool, resident + running; 0: none */
     uint64_t max_inline_output_bytes; /* outputs up to this are inlined in job JSON */
     int max_wait_ms;                  /* longest long-poll a client may ask for */
     /* GPU-time budgets of one user per UTC day and month, in µs (the file gives hours:
@@ -87,6 +92,7 @@ typedef struct config {
     int default_deadline_ms;    /* 0: none */
     int max_attempts;           /* runs of one job across restarts before it fails */
     int cpu_threads;            /* CPU backend workers; 0 = number of cores */
+    uint64_t cpu_memory_cap;    /* CPU backend: its running jobs' inputs and outputs; 0: none */
     int watchdog_min_ms;      /* least time a batch may run before the watchdog fails it; 0: off */
     int watchdog_cost_factor; /* times its estimated run time a batch may take */
     int weight;               /* a user's fair share, relative to the others' */

@@ -22,6 +22,9 @@ static const struct {
     {"rate", "limits", "requests_per_s_per_user", "limits.requests_per_s_per_user"},
     {"burst", "limits", "request_burst_per_user", "limits.request_burst_per_user"},
     {"max_job_cost_ms", "limits", "max_job_cost_ms", "limits.max_job_cost_ms"},
+    {"max_time_limit_ms", "limits", "max_time_limit_ms", "limits.max_time_limit_ms"},
+    {"device_memory_percent", "limits", "device_memory_percent_per_user",
+     "limits.device_memory_percent_per_user"},
     {"weight", "scheduler", "weight", "scheduler.weight"},
     {"gpu_hours_per_day", "limits", "gpu_hours_per_day_per_user",
      "limits.gpu_hours_per_day_per_user"},
@@ -132,8 +135,9 @@ int config_policy_set(config_t *cfg, const char *section, const char *name, cons
     if (key == CONFIG_POLICY_KEY_COUNT) {
         snprintf(reason, reason_size,
                  "unknown key '%.*s' (a user or group section takes max_queued, max_running, "
-                 "max_resident_bytes, max_stored_bytes, rate, burst, max_job_cost_ms, weight, "
-                 "gpu_hours_per_day, gpu_hours_per_month)",
+                 "max_resident_bytes, max_stored_bytes, rate, burst, max_job_cost_ms, "
+                 "max_time_limit_ms, device_memory_percent, weight, gpu_hours_per_day, "
+                 "gpu_hours_per_month)",
                  CONFIG_QUOTE_MAX, name);
         return -EINVAL;
     }

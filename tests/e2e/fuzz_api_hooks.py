@@ -40,10 +40,12 @@ RELATIONS = {
     # Input names, dtypes and shapes per op, data against shape, params per op, and a device
     # index that this host may not have; the Gpujob-Json-Length header belongs to the
     # application/octet-stream body only and must equal its JSON's length; ?wait= takes a
-    # number of seconds; a framed body's JSON must parse.
+    # number of seconds; a framed body's JSON must parse; a time limit past the user's bound
+    # is the policy's refusal (422, naming the bound's key), as a queue past its limit is.
     ("POST", "/v1/jobs"): re.compile(
         r"^((\[\d+\]\.?)?(inputs|outputs|params|device)(\..*)?|header\.(Content-Type|"
-        r"Gpujob-Json-Length)|query\.wait|body|)$"),
+        r"Gpujob-Json-Length)|query\.wait|body|"
+        r"(limits|user\.[^.]+|group\.[^.]+)\.max_time_limit_ms|)$"),
     # dtype and shape against the body's length, dtype and shape against ?job=&output=, a
     # body (or its absence) against the Content-Type, the .npy header inside the body, and
     # durable=false against resident.

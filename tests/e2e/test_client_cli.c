@@ -386,6 +386,27 @@ START_TEST(test_failed_cancelled_and_timed_out_jobs_exit_codes)
 }
 END_TEST
 
+/* run --time-limit: a 5 s sleep with a limit of 300 ms fails with time_limit well before its
+ * end, and run exits 1 saying so. */
+START_TEST(test_run_time_limit_fails_a_job_that_runs_past_it)
+{
+    char *x = write_f32_npy("tl.npy", 1, 4, x_value);
+    char xarg[256];
+    snprintf(xarg, sizeof xarg, "x=%s", x);
+    double t0 = e2e_now();
+    run_result_t r =
+        RUN("run", "debug_sleep", "-p", "ms=5000", "-i", xarg, "--time-limit", "300", "--wait");
+    ck_assert_exit(r, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "time_limit"));
+    ck_assert_msg(e2e_now() - t0 < 4.5, "run took %.1f s", e2e_now() - t0);
+    result_free(&r);
+    r = RUN("run", "debug_sleep", "-p", "ms=0", "-i", xarg, "--time-limit", "0");
+    ck_assert_exit(r, 2);
+    result_free(&r);
+    free(x);
+}
+END_TEST
+
 START_TEST(test_buffers_put_use_and_remove)
 {
     char *x = write_f32_npy("bx.npy", 3, 5, x_value), *y = write_f32_npy("by.npy", 3, 5, y_value);
@@ -659,6 +680,7 @@ int main(void)
     tcase_add_test(tc, test_submit_then_status_wait_ls_and_cancel);
     tcase_add_test(tc, test_json_prints_numbers_as_the_daemon_sent_them);
     tcase_add_test(tc, test_failed_cancelled_and_timed_out_jobs_exit_codes);
+    tcase_add_test(tc, test_run_time_limit_fails_a_job_that_runs_past_it);
     tcase_add_test(tc, test_buffers_put_use_and_remove);
     tcase_add_test(tc, test_info_and_usage_human_and_json);
     tcase_add_test(tc, test_usage_errors_exit_2_and_every_command_has_help);

@@ -140,6 +140,51 @@ START_TEST(test_cancel_of_a_queued_job_says_dequeued)
 }
 END_TEST
 
+/* The answers that show a running job from the loop's copy (a wait that runs out, the cancel)
+ * carry what its submission gave: its params, idempotency key and limits, as a read from the
+ * store does. */
+START_TEST(test_answers_about_a_running_job_carry_its_params)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
+    const int long_ms = on_cuda() ? CUDA_LONG_MS : LONG_MS;
+    json_t *long_job = e2e_long_job_new(long_ms);
+    char *body = json_dumps(long_job, JSON_COMPACT);
+    const char *headers[] = {"Content-Type: application/json", "Idempotency-Key: params-1", NULL};
+    e2e_response_t r = {0};
+    ck_assert_int_eq(e2e_http_request(d, "POST", "/v1/jobs", headers, body, strlen(body), &r), 0);
+    ck_assert_int_eq(r.status, 201);
+    char id[64];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(r.json, "id")));
+    e2e_response_clear(&r);
+    e2e_wait_state_ok(d, id, "running", 10);
+
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/wait?timeout=0.1", id);
+    json_t *waited = e2e_json_ok(d, "GET", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(waited), "running");
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *cancelled = e2e_json_ok(d, "DELETE", path, NULL, 200);
+    ck_assert_str_eq(e2e_job_state(cancelled), "cancelled");
+    json_t *stored = e2e_json_ok(d, "GET", path, NULL, 200);
+    json_t *const shown[] = {waited, cancelled, stored};
+    for (int i = 0; i < 3; i++) {
+        json_t *params = json_object_get(shown[i], "params");
+        ck_assert_msg(json_integer_value(json_object_get(params, "ms")) == long_ms,
+                      "answer %d shows params %s", i, json_dumps(params, JSON_COMPACT));
+        ck_assert_str_eq(json_string_value(json_object_get(shown[i], "idempotency_key")),
+                         "params-1");
+        ck_assert(json_equal(json_object_get(shown[i], "time_limit_ms"),
+                             json_object_get(stored, "time_limit_ms")));
+    }
+    json_decref(stored);
+    json_decref(cancelled);
+    json_decref(waited);
+    free(body);
+    json_decref(long_job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* A time field of a job or of usage in ms (gpu_ms, run_ms), as the exact integer of ns (or, with
  * unit 1e3, µs) the daemon made it from. */
 static int64_t ms_exact(const json_t *o, const char *key, double unit)
@@ -327,6 +372,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_cancelled_running_job_frees_its_worker_for_the_next_job);
     tcase_add_test(tc, test_cancel_of_a_queued_job_says_dequeued);
+    tcase_add_test(tc, test_answers_about_a_running_job_carry_its_params);
     tcase_add_test(tc, test_batch_mates_of_a_cancelled_job_keep_their_results);
     tcase_add_test(tc, test_a_cancelled_running_job_is_charged_the_time_it_ran);
     suite_add_tcase(s, tc);

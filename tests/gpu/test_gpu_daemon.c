@@ -6,7 +6,8 @@
  *   resident buffer feeding the next;
  * - a resident buffer is loaded onto its device as soon as it is stored, in many pieces, byte
  *   for byte, and its first job finds it there;
- * - a job over the device memory cap fails with a clear error, and the daemon goes on;
+ * - a job over the device memory cap is refused at submission with a clear error, and the
+ *   daemon goes on;
  * - an injected sticky fault loses the device's context: the daemon restarts itself on the
  *   same port to get it back, the faulting job fails with the CUDA error, the job it
  *   interrupted runs again and succeeds, and the device serves again. */
@@ -285,7 +286,7 @@ START_TEST(test_a_large_resident_buffer_loads_byte_for_byte)
 }
 END_TEST
 
-START_TEST(test_a_job_over_the_device_memory_cap_fails_and_the_daemon_goes_on)
+START_TEST(test_a_job_over_the_device_memory_cap_is_refused_and_the_daemon_goes_on)
 {
     e2e_daemon_t *d = gpu_daemon_start("[gpu]\ndevice_memory_cap = 16MiB\n");
     enum { N = 4 << 20 }; /* x, y and out: 48 MiB on the device */
@@ -300,13 +301,13 @@ START_TEST(test_a_job_over_the_device_memory_cap_fails_and_the_daemon_goes_on)
     }
     json_t *job = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}}", "op", "add", "inputs", "x", "buffer",
                             ids[0], "y", "buffer", ids[1]);
-    char *id = e2e_submit_ok(d, job);
-    json_t *done = e2e_wait_final_ok(d, id, 60);
-    ck_assert_str_eq(e2e_job_state(done), "failed");
-    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(done, "error"), "code")),
-                     "exceeds_device_memory");
-    json_decref(done);
-    free(id);
+    /* It could never start: refused at submission, naming the key that sets the pool. */
+    char *text = json_dumps(job, JSON_COMPACT);
+    json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 413);
+    ck_assert_str_eq(e2e_error_code(refused), "exceeds_device_memory");
+    ck_assert_str_eq(e2e_error_field(refused), "gpu.device_memory_cap");
+    json_decref(refused);
+    free(text);
     json_decref(job);
 
     unsigned seed = 99;
@@ -377,7 +378,7 @@ int main(void)
     tcase_add_test(tc, test_burst_of_tiny_jobs_is_batched_on_the_gpu_and_correct);
     tcase_add_test(tc, test_resident_weights_serve_a_pipeline_of_gemms);
     tcase_add_test(tc, test_a_large_resident_buffer_loads_byte_for_byte);
-    tcase_add_test(tc, test_a_job_over_the_device_memory_cap_fails_and_the_daemon_goes_on);
+    tcase_add_test(tc, test_a_job_over_the_device_memory_cap_is_refused_and_the_daemon_goes_on);
     tcase_add_test(tc, test_an_injected_sticky_fault_resets_the_device_and_work_goes_on);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

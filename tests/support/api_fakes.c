@@ -24,6 +24,8 @@ static int tadd_validate(const json_t *params, op_call_t *call, op_error_t *err)
     call->n_out = 1;
     call->out_names[0] = "out";
     call->out[0] = call->in[0];
+    /* alpha ms at 100 GFLOP/s (op_cost_ms), so that a test picks a job's estimate. */
+    call->cost.flops = alpha > 0 ? alpha * 1e8 : 0;
     snprintf(call->batch_key, sizeof call->batch_key, "tadd");
     return 0;
 }
@@ -414,6 +416,18 @@ json_t *sched_describe_backend(sched_t *s)
 bool sched_runs_op(sched_t *s, const op_def_t *op)
 {
     return !fake_sched.unsupported_op || strcmp(op->name, fake_sched.unsupported_op) != 0;
+}
+
+uint64_t sched_device_memory(sched_t *s, uint64_t *ret_largest, const char **ret_key)
+{
+    *ret_largest = 0;
+    *ret_key = "";
+    return 0;
+}
+
+bool sched_time_limit_by_cost(sched_t *s)
+{
+    return false;
 }
 
 bool sched_serves_device(sched_t *s, int device)

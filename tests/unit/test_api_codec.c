@@ -716,6 +716,96 @@ START_TEST(test_job_parse_builds_a_validated_job)
 }
 END_TEST
 
+/* The first job of text parsed with env: 0 and its time limit in *ret_ms, or the error. */
+static int time_limit_parse(const job_json_env_t *env, const char *text, int64_t *ret_ms,
+                            api_error_t *err)
+{
+    job_t **jobs = NULL;
+    size_t n = 0;
+    bool is_list;
+    int r = job_json_parse_body(text, strlen(text), env, NULL, &jobs, &n, &is_list, err);
+    if (r == 0) *ret_ms = jobs[0]->time_limit_ms;
+    job_json_free_jobs(jobs, n);
+    return r;
+}
+
+/* A job's time limit: the default within the user's bound when it gives none; refused past the
+ * bound (or asking for none under one) with 422 naming the bound's key; 400 on its field when
+ * malformed. Where the backend cannot stop a running job, a limit under the op's cost estimate
+ * (tadd: alpha ms) is refused too, on the job's own field; where it can, it is taken. */
+START_TEST(test_job_time_limits_follow_the_users_bound_and_the_backend)
+{
+    config_t cfg = *test_config();
+    job_json_env_t env = test_env();
+    env.cfg = &cfg;
+    env.max_time_limit_ms = 1000;
+    env.max_time_limit_key = "user.alice.max_time_limit_ms";
+    int64_t ms = -1;
+    api_error_t err = {0};
+    const char *plain = "{\"op\": \"tadd\", \"inputs\": {" X3 "}}";
+    ck_assert_int_eq(time_limit_parse(&env, plain, &ms, &err), 0);
+    ck_assert_int_eq(ms, 1000);
+    cfg.default_time_limit_ms = 300;
+    ck_assert_int_eq(time_limit_parse(&env, plain, &ms, &err), 0);
+    ck_assert_int_eq(ms, 300);
+    cfg.default_time_limit_ms = 5000;
+    ck_assert_int_eq(time_limit_parse(&env, plain, &ms, &err), 0);
+    ck_assert_int_eq(ms, 1000);
+    ck_assert_int_eq(time_limit_parse(&env,
+                                      "[{\"op\": \"tadd\", \"inputs\": {" X3 "}}, {\"op\": "
+                                      "\"tadd\", \"time_limit_ms\": 1001, \"inputs\": {" X3 "}}]",
+                                      &ms, &err),
+                     -EINVAL);
+    ck_assert_int_eq(err.status, 422);
+    ck_assert_str_eq(err.code, "time_limit_too_long");
+    ck_assert_str_eq(err.field, "user.alice.max_time_limit_ms");
+    ck_assert_ptr_nonnull(strstr(err.message, "[1].time_limit_ms = 1001 ms"));
+    const char *none = "{\"op\": \"tadd\", \"time_limit_ms\": null, \"inputs\": {" X3 "}}";
+    ck_assert_int_eq(time_limit_parse(&env, none, &ms, &err), -EINVAL);
+    ck_assert_int_eq(err.status, 422);
+    static const char *const bad[] = {"0", "-1", "1.5", "\"9\"", "1000000000001"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "{\"op\": \"tadd\", \"time_limit_ms\": %s, \"inputs\": {" X3 "}}", bad[i]);
+        ck_assert_int_eq(time_limit_parse(&env, text, &ms, &err), -EINVAL);
+        ck_assert_int_eq(err.status, 400);
+        ck_assert_str_eq(err.field, "time_limit_ms");
+    }
+    /* Without a bound, null is no limit, and the default 0 gives none. */
+    env.max_time_limit_ms = 0;
+    cfg.default_time_limit_ms = 0;
+    ck_assert_int_eq(time_limit_parse(&env, none, &ms, &err), 0);
+    ck_assert_int_eq(ms, 0);
+    ck_assert_int_eq(time_limit_parse(&env, plain, &ms, &err), 0);
+    ck_assert_int_eq(ms, 0);
+
+    /* tadd with alpha 3 is estimated at 3 ms. */
+    const char *costly = "{\"op\": \"tadd\", \"params\": {\"alpha\": 3}, \"time_limit_ms\": 2, "
+                         "\"inputs\": {" X3 "}}";
+    ck_assert_int_eq(time_limit_parse(&env, costly, &ms, &err), 0);
+    ck_assert_int_eq(ms, 2);
+    env.time_limit_by_cost = true;
+    ck_assert_int_eq(time_limit_parse(&env, costly, &ms, &err), -EINVAL);
+    ck_assert_int_eq(err.status, 422);
+    ck_assert_str_eq(err.code, "time_limit_too_short");
+    ck_assert_str_eq(err.field, "time_limit_ms");
+    ck_assert_ptr_nonnull(strstr(err.message, "estimated at 3 ms"));
+    ck_assert_int_eq(time_limit_parse(&env,
+                                      "{\"op\": \"tadd\", \"params\": {\"alpha\": 3}, "
+                                      "\"time_limit_ms\": 3, \"inputs\": {" X3 "}}",
+                                      &ms, &err),
+                     0);
+    /* A job without a limit is never refused for its cost. */
+    ck_assert_int_eq(time_limit_parse(&env,
+                                      "{\"op\": \"tadd\", \"params\": {\"alpha\": 3}, "
+                                      "\"inputs\": {" X3 "}}",
+                                      &ms, &err),
+                     0);
+    ck_assert_int_eq(ms, 0);
+}
+END_TEST
+
 START_TEST(test_body_data_positions_cannot_be_forged)
 {
     job_t **jobs;
@@ -938,6 +1028,7 @@ static Suite *api_codec_suite(void)
     tcase_add_test(jobs, test_job_parse_rejects_bad_fields_with_exact_paths);
     tcase_add_test(jobs, test_job_parse_builds_a_validated_job);
     tcase_add_test(jobs, test_job_prefers_the_device_of_its_resident_input);
+    tcase_add_test(jobs, test_job_time_limits_follow_the_users_bound_and_the_backend);
     tcase_add_test(jobs, test_body_data_positions_cannot_be_forged);
     tcase_add_test(jobs, test_body_data_that_is_not_json_is_invalid_json);
     tcase_add_test(jobs, test_body_limits_refuse_before_building_a_tree);

@@ -282,6 +282,7 @@ START_TEST(test_spec_json_carries_typed_inputs_params_and_options)
     gpujob_spec_set_priority(spec, 7);
     gpujob_spec_set_device(spec, 1);
     gpujob_spec_set_deadline_ms(spec, 5000);
+    gpujob_spec_set_time_limit_ms(spec, 700);
 
     char *text = gpujob_spec_json(spec);
     json_t *o = json_loads(text, 0, NULL);
@@ -306,15 +307,18 @@ START_TEST(test_spec_json_carries_typed_inputs_params_and_options)
     ck_assert_int_eq(json_integer_value(json_object_get(o, "priority")), 7);
     ck_assert_int_eq(json_integer_value(json_object_get(o, "device")), 1);
     ck_assert_int_eq(json_integer_value(json_object_get(o, "deadline_ms")), 5000);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "time_limit_ms")), 700);
     json_decref(o);
     free(text);
 
-    /* Back to "any device" and "the daemon's deadline": the keys disappear. */
+    /* Back to "any device", "the daemon's deadline" and its time limit: the keys disappear. */
     gpujob_spec_set_device(spec, -1);
     gpujob_spec_set_deadline_ms(spec, 0);
+    gpujob_spec_set_time_limit_ms(spec, 0);
     text = gpujob_spec_json(spec);
     ck_assert_ptr_null(strstr(text, "\"device\""));
     ck_assert_ptr_null(strstr(text, "deadline_ms"));
+    ck_assert_ptr_null(strstr(text, "time_limit_ms"));
     free(text);
     gpujob_spec_free(spec);
 }

@@ -1,9 +1,12 @@
 /* The CPU backend (daemon/exec/exec_cpu.c) driven directly, with ops of the test's own and a
  * blob reader that reads nothing: which jobs its crash guard blames for a crash, and how it
  * reports a batch the watchdog gave up on before it started, and what a cancel does to a job
- * run, running or not reached, and to a batch not started. No timing: a job that must stay
+ * run, running or not reached, and to a batch not started, and how a job that does not stop
+ * at its time limit gives its worker's place back, and what its bound on working memory lets in.
+ * No timing: a job that must stay
  * running blocks on a pipe until the test releases it. */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
@@ -280,6 +283,136 @@ START_TEST(test_a_waiting_batch_whose_jobs_are_all_cancelled_is_reported_at_once
 }
 END_TEST
 
+/* A job stopped at its time limit whose op never looks at its flag (it blocks) keeps its worker:
+ * stop_overdue then gets the worker's place back, a replacement runs the next batch while the
+ * job is still stuck, and the stuck worker, once the job returns, runs the rest of its batch
+ * and reports it. A job that did stop is left alone. */
+START_TEST(test_a_job_that_does_not_stop_at_its_limit_loses_its_worker_to_a_replacement)
+{
+    ck_assert_int_eq(pipe(started_fd), 0);
+    ck_assert_int_eq(pipe(release_fd), 0);
+    executor_t *ex = cpu_new(1);
+    exec_batch_t *b = batch_new(&block_op, 2);
+    b->jobs[1]->call.op = &crash_op;
+    ck_assert_int_eq(ex->ops->submit(ex, b), 0);
+    char c;
+    ck_assert_int_eq(read(started_fd[0], &c, 1), 1);
+    ck_assert_int_gt(exec_job_run_started(b->jobs[0]), 0);
+    ck_assert_int_eq(exec_job_run_started(b->jobs[1]), 0);
+    ck_assert_int_eq(ex->ops->free_slots(ex, -1), 0);
+
+    ck_assert_int_eq(ex->ops->cancel(ex, b, b->jobs[0]), EXEC_CANCEL_STOPPED);
+    ck_assert(ex->ops->stop_overdue(ex, b, b->jobs[0]));
+    ck_assert_int_eq(ex->ops->free_slots(ex, -1), 1);
+    exec_batch_t *next = batch_new(&crash_op, 1);
+    ck_assert_int_eq(ex->ops->submit(ex, next), 0);
+    wait_reported(1);
+    ck_assert_ptr_eq(reported[0], next);
+    ck_assert_str_eq(next->jobs[0]->error_code, "");
+
+    c = 1;
+    ck_assert_int_eq(write(release_fd[1], &c, 1), 1);
+    wait_reported(2);
+    ck_assert_ptr_eq(reported[1], b);
+    ck_assert_str_eq(b->jobs[1]->error_code, "");
+    ck_assert_int_gt(exec_job_run_ended(b->jobs[1]), 0);
+
+    /* A job that stops at its flag keeps its worker's place. */
+    exec_batch_t *stops = batch_new(&until_cancelled_op, 1);
+    ck_assert_int_eq(ex->ops->submit(ex, stops), 0);
+    ck_assert_int_eq(read(started_fd[0], &c, 1), 1);
+    ck_assert_int_eq(ex->ops->cancel(ex, stops, stops->jobs[0]), EXEC_CANCEL_STOPPED);
+    wait_reported(3);
+    ck_assert(!ex->ops->stop_overdue(ex, stops, stops->jobs[0]));
+    ex->ops->destroy(ex, 10000);
+    batch_free(stops);
+    batch_free(next);
+    batch_free(b);
+}
+END_TEST
+
+/* A CPU backend with a working-memory bound of cap bytes. */
+static executor_t *cpu_new_capped(int threads, uint64_t cap)
+{
+    config_t cfg;
+    config_defaults(&cfg);
+    cfg.cpu_threads = threads;
+    cfg.cpu_memory_cap = cap;
+    executor_t *ex = NULL;
+    ck_assert_int_eq(exec_cpu_new(&cfg, &no_blobs, &ex), 0);
+    ex->done = on_done;
+    return ex;
+}
+
+static const op_def_t sized_op = {.name = "test_sized", .n_inputs = 1, .run_cpu = run_maybe_crash};
+
+/* A batch of n jobs of sized_op, each with an input of 100 f32 in memory: 512 bytes each once
+ * aligned. */
+static exec_batch_t *sized_batch_new(int n)
+{
+    exec_batch_t *b = batch_new(&sized_op, n);
+    for (int i = 0; i < n; i++) {
+        job_t *job = b->jobs[i];
+        job->call.has_in[0] = true;
+        job->call.in[0] = (tensor_desc_t){.dtype = DTYPE_F32, .ndim = 1, .shape = {100}};
+        job->in[0].nbytes = 400;
+        job->in[0].data = calloc(100, sizeof(float));
+    }
+    return b;
+}
+
+/* With 1 KiB of working memory: two jobs of 512 bytes fit, a third waits until one of them is
+ * given back (unfit) or reported, a batch of three never fits (and fails if handed over all the
+ * same), and a bound of 0 lets anything in. */
+START_TEST(test_working_memory_lets_in_what_fits_and_gives_it_back_at_the_report)
+{
+    executor_t *ex = cpu_new_capped(1, 1024);
+    uint64_t largest = 0;
+    const char *key = NULL;
+    ck_assert_uint_eq(ex->ops->memory_pool(ex, &largest, &key), 1024);
+    ck_assert_uint_eq(largest, 1024);
+    ck_assert_str_eq(key, "scheduler.cpu_memory_cap");
+    exec_batch_t *a = sized_batch_new(1), *b = sized_batch_new(1), *c = sized_batch_new(1);
+    ck_assert_uint_eq(exec_batch_device_bytes(a), 512);
+    ck_assert_int_eq(ex->ops->fit(ex, a), 0);
+    ck_assert(a->held && a->held_bytes == 512);
+    ck_assert_int_eq(ex->ops->fit(ex, b), 0);
+    ck_assert_int_eq(ex->ops->fit(ex, c), -ENOSPC);
+    ex->ops->unfit(ex, b);
+    ck_assert(!b->held);
+    ck_assert_int_eq(ex->ops->fit(ex, c), 0);
+    ck_assert_int_eq(ex->ops->fit(ex, b), -ENOSPC);
+    /* a runs and is reported: its memory comes back. */
+    ck_assert_int_eq(ex->ops->submit(ex, a), 0);
+    wait_reported(1);
+    ck_assert_str_eq(a->jobs[0]->error_code, "");
+    ck_assert_int_eq(ex->ops->fit(ex, b), 0);
+    ex->ops->unfit(ex, b);
+    ex->ops->unfit(ex, c);
+
+    exec_batch_t *three = sized_batch_new(3);
+    ck_assert_int_eq(ex->ops->fit(ex, three), -E2BIG);
+    ck_assert_int_eq(ex->ops->submit(ex, three), 0);
+    wait_reported(2);
+    ck_assert_ptr_eq(reported[1], three);
+    for (int i = 0; i < 3; i++)
+        ck_assert_str_eq(three->jobs[i]->error_code, "exceeds_device_memory");
+    ex->ops->destroy(ex, 10000);
+
+    ex = cpu_new_capped(1, 0);
+    ck_assert_uint_eq(ex->ops->memory_pool(ex, &largest, &key), 0);
+    exec_batch_t *any = sized_batch_new(3);
+    ck_assert_int_eq(ex->ops->fit(ex, any), 0);
+    ck_assert(!any->held);
+    ex->ops->destroy(ex, 10000);
+    batch_free(any);
+    batch_free(three);
+    batch_free(a);
+    batch_free(b);
+    batch_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_cpu");
@@ -289,6 +422,9 @@ int main(void)
     tcase_add_test(tc, test_an_abandoned_batch_that_never_started_fails_with_the_watchdog_error);
     tcase_add_test(tc, test_a_cancelled_running_job_stops_and_its_batch_mates_keep_their_results);
     tcase_add_test(tc, test_a_waiting_batch_whose_jobs_are_all_cancelled_is_reported_at_once);
+    tcase_add_test(tc,
+                   test_a_job_that_does_not_stop_at_its_limit_loses_its_worker_to_a_replacement);
+    tcase_add_test(tc, test_working_memory_lets_in_what_fits_and_gives_it_back_at_the_report);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -3,11 +3,12 @@
  * launched. A launch's done event stays pending until the test's "device" thread reaches it,
  * and a fault makes every call on its device fail, as a lost context does. No GPU is needed:
  * what is checked is the threads' hand-offs (each batch reported exactly once, with its outputs
- * or an error; device memory accounted back to zero; a shutdown after a fault that neither
- * hangs nor loses a batch). Under AddressSanitizer the last test also catches a waiter left
- * inside cudaEventSynchronize touching freed memory. What the real runtime does is checked by
- * the gpu-labelled tests on the H200. The backend's files (daemon/exec/exec_cuda.c and
- * cuda_*.c) are compiled into this test, so that they call the model below. */
+ * or an error; device memory accounted back to zero, and held by fit() for a batch until it
+ * ends; a shutdown after a fault that neither hangs nor loses a batch). Under AddressSanitizer the
+ * last test also catches a waiter left inside cudaEventSynchronize touching freed memory. What the
+ * real runtime does is checked by the gpu-labelled tests on the H200. The backend's files
+ * (daemon/exec/exec_cuda.c and cuda_*.c) are compiled into this test, so that they call the model
+ * below. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
@@ -385,6 +386,9 @@ static void on_restart_request(int sig)
 
 static char state_dir[] = "/tmp/gj-exec-cuda-XXXXXX";
 
+/* The pool of each device that start() gives the backend. */
+static size_t pool_cap = (size_t)1 << 28;
+
 /* The backend on the model's devices, with a real store for its workers' readers. */
 static void start(int streams)
 {
@@ -393,7 +397,7 @@ static void start(int streams)
     config_defaults(&cfg);
     snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", state_dir);
     cfg.streams_per_device = streams;
-    cfg.device_memory_cap = (size_t)1 << 28;
+    cfg.device_memory_cap = pool_cap;
     store_t *st;
     ck_assert_int_eq(store_open(&cfg, &st), 0);
     store_close(st);
@@ -593,6 +597,79 @@ START_TEST(test_a_shutdown_after_a_fault_leaves_a_waiter_inside_its_launch_alone
 }
 END_TEST
 
+/* A batch of one job writing an output of nbytes, pinned to device (-1: none). */
+static exec_batch_t *sized_batch(int device, size_t nbytes)
+{
+    exec_batch_t *b = new_batch(device);
+    b->jobs[0]->call.out[0].shape[0] = (int64_t)(nbytes / 4);
+    return b;
+}
+
+static size_t device_held(int d)
+{
+    cuda_exec_t *ex = (cuda_exec_t *)t.ex;
+    pthread_mutex_lock(&ex->lock);
+    size_t held = ex->devices[d].held;
+    pthread_mutex_unlock(&ex->lock);
+    return held;
+}
+
+/* Pools of 1 MiB on each device. A batch of 600 KiB fits device 0 and holds its room until it
+ * starts there, then uses it until it ends; meanwhile another batch of 600 KiB pinned to
+ * device 0 waits for memory (-ENOSPC), an unpinned one fits device 1, and one of 2 MiB never
+ * fits anywhere (-E2BIG) and, handed over all the same, fails with exceeds_device_memory. Once
+ * the first ends, its room is back. One pinned to a device the host lacks fails at submit. */
+START_TEST(test_fit_holds_a_pools_room_until_its_batch_ends)
+{
+    rt.hold = true;
+    pool_cap = (size_t)1 << 20;
+    start(1);
+    uint64_t largest = 0;
+    const char *key = NULL;
+    ck_assert_uint_eq(t.ex->ops->memory_pool(t.ex, &largest, &key), 2u << 20);
+    ck_assert_uint_eq(largest, 1u << 20);
+    ck_assert_str_eq(key, "gpu.device_memory_cap");
+    exec_batch_t *a = sized_batch(0, 600 << 10), *b = sized_batch(0, 600 << 10);
+    exec_batch_t *c = sized_batch(-1, 600 << 10), *huge = sized_batch(-1, 2 << 20);
+    ck_assert_int_eq(t.ex->ops->fit(t.ex, a), 0);
+    ck_assert_int_eq(a->held_device, 0);
+    ck_assert_uint_eq(device_held(0), 600 << 10);
+    ck_assert_int_eq(t.ex->ops->fit(t.ex, b), -ENOSPC);
+    ck_assert_int_eq(t.ex->ops->submit(t.ex, a), 0);
+    for (int i = 0; i < 5000 && device_memory_in_use(0) == 0; i++)
+        usleep(1000);
+    ck_assert_uint_eq(device_memory_in_use(0), 600 << 10);
+    ck_assert_uint_eq(device_held(0), 0);
+    ck_assert_int_eq(t.ex->ops->fit(t.ex, b), -ENOSPC);
+    ck_assert_int_eq(t.ex->ops->fit(t.ex, c), 0);
+    ck_assert_int_eq(c->held_device, 1);
+    t.ex->ops->unfit(t.ex, c);
+    ck_assert_uint_eq(device_held(1), 0);
+    ck_assert_int_eq(t.ex->ops->fit(t.ex, huge), -E2BIG);
+    ck_assert_int_eq(t.ex->ops->submit(t.ex, huge), 0);
+    ck_assert_int_eq(wait_reported(1, 5), 1);
+    ck_assert_str_eq(huge->jobs[0]->error_code, "exceeds_device_memory");
+
+    reach_all(0);
+    ck_assert_int_eq(wait_reported(2, 5), 2);
+    ck_assert_str_eq(a->jobs[0]->error_code, "");
+    ck_assert_uint_eq(device_memory_in_use(0), 0);
+    ck_assert_int_eq(t.ex->ops->fit(t.ex, b), 0);
+    t.ex->ops->unfit(t.ex, b);
+    ck_assert_uint_eq(device_held(0), 0);
+
+    /* Pinned to a device this host does not have, it fits, holding nothing, and fails. */
+    exec_batch_t *elsewhere = sized_batch(7, 1024);
+    ck_assert_int_eq(t.ex->ops->fit(t.ex, elsewhere), 0);
+    ck_assert(!elsewhere->held);
+    ck_assert_int_eq(t.ex->ops->submit(t.ex, elsewhere), 0);
+    ck_assert_int_eq(wait_reported(3, 5), 3);
+    ck_assert_str_eq(elsewhere->jobs[0]->error_code, "no_such_device");
+    stop();
+    free_batches((exec_batch_t *[]){a, b, c, huge, elsewhere}, 5);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_cuda");
@@ -602,6 +679,7 @@ int main(void)
     tcase_add_test(tc, test_a_fault_hands_every_batch_back_once);
     tcase_add_test(tc, test_a_launch_made_before_its_waiter_first_runs_is_reported);
     tcase_add_test(tc, test_a_shutdown_after_a_fault_leaves_a_waiter_inside_its_launch_alone);
+    tcase_add_test(tc, test_fit_holds_a_pools_room_until_its_batch_ends);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -337,7 +337,7 @@ START_TEST(test_open_migrates_version_5_state_indexes_to_finish_time_ones)
              "ALTER TABLE buffers DROP COLUMN durable;"
              "DROP INDEX jobs_queued; DROP INDEX jobs_running;"
              "ALTER TABLE jobs DROP COLUMN batch_key; ALTER TABLE jobs DROP COLUMN cost_bytes;"
-             "ALTER TABLE jobs DROP COLUMN cost_flops;"
+             "ALTER TABLE jobs DROP COLUMN cost_flops; ALTER TABLE jobs DROP COLUMN time_limit_ms;"
              "PRAGMA user_version = 5",
              ended, running);
     store_test_db_exec(&f, sql);

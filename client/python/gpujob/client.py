@@ -164,7 +164,7 @@ class Client:
 
     @staticmethod
     def _job_object(section, op, inputs, params=None, priority=None, device=None,
-                    deadline_ms=None):
+                    deadline_ms=None, time_limit_ms=None):
         """The JSON of one job, its array inputs appended to section."""
         ins = {}
         for name, value in inputs.items():
@@ -183,6 +183,8 @@ class Client:
             job["device"] = device
         if deadline_ms is not None:
             job["deadline_ms"] = deadline_ms
+        if time_limit_ms is not None:
+            job["time_limit_ms"] = time_limit_ms
         return job
 
     def _post_jobs(self, doc, section, idempotency_key, wait):
@@ -196,12 +198,15 @@ class Client:
         return self.transport.request("POST", path, text + section.tobytes(), headers, timeout)
 
     def submit(self, op, inputs, params=None, *, priority=None, device=None, deadline_ms=None,
-               idempotency_key=None, wait=None):
+               time_limit_ms=None, idempotency_key=None, wait=None):
         """Submits one job and returns its Job. inputs: {name: array, (array, dtype name),
         Buffer or buffer id}; arrays travel raw in the request's binary section. wait: seconds
-        to wait for the job to end within the same request (its outputs then come back)."""
+        to wait for the job to end within the same request (its outputs then come back).
+        time_limit_ms: the longest the job may run once started (past it, it fails with
+        time_limit); None takes the daemon's default."""
         section = Section()
-        doc = self._job_object(section, op, inputs, params, priority, device, deadline_ms)
+        doc = self._job_object(section, op, inputs, params, priority, device, deadline_ms,
+                               time_limit_ms)
         answer = self._post_jobs(doc, section, idempotency_key, wait)
         return Job(self, answer.json(), answer.section())
 

@@ -265,6 +265,16 @@ class TestErrors(CommonDaemon):
         with self.assertRaises(gpujob.Conflict):
             self.c.download(job, "out")
 
+    def test_a_job_past_its_time_limit_fails_with_time_limit(self):
+        job = self.c.submit("debug_sleep", {"x": np.ones(4, np.float32)}, {"ms": 5000},
+                            time_limit_ms=200, wait=30)
+        self.assertEqual(job.state, "failed")
+        self.assertEqual(job.error["code"], "time_limit")
+        self.assertEqual(job.raw["time_limit_ms"], 200)
+        with self.assertRaises(gpujob.JobFailed) as cm:
+            job.outputs()
+        self.assertEqual(cm.exception.code, "time_limit")
+
     def test_bad_usage_date_names_the_query_field(self):
         with self.assertRaises(gpujob.BadRequest) as cm:
             self.c.usage(since="yesterday")
