@@ -209,6 +209,11 @@ static void init_timer(sched_t *s, uv_timer_t *t)
     t->data = s;
 }
 
+store_t *sched_store(const sched_t *s)
+{
+    return s->st;
+}
+
 int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
 {
     sched_t *s = calloc(1, sizeof *s);
@@ -220,7 +225,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     queue_init(&s->in_flight);
     queue_init(&s->submit_waiters);
     int r = sched_policy_init(s);
-    if (r >= 0) r = store_reader_open(cfg, &s->rd);
+    if (r >= 0) r = store_reader_open(st, &s->rd);
     if (r >= 0) r = queues_init(s);
     if (r >= 0) r = uv_loop_init(&s->loop);
     if (r < 0) {

@@ -280,7 +280,9 @@ int store_buffer_delete(store_t *st, const char *owner, const char *id);
 int store_buffers_forget_ephemeral(store_t *st);
 
 /* --- reads: any thread, each with its own reader --- */
-int store_reader_open(const config_t *cfg, store_reader_t **ret);
+/* A reader on st, for the calling thread alone: it sees every commit made before it reads,
+ * beside the writer. Any thread may open one while st is open; close them before st. */
+int store_reader_open(store_t *st, store_reader_t **ret);
 void store_reader_close(store_reader_t *rd);
 
 /* A job as stored: its op by name (job->op_name, call.op NULL: job_resolve_op makes the call

@@ -108,7 +108,7 @@ START_TEST(test_deadline_fails_a_job_left_queued)
     sched_test_submit(&box, &job, 1);
     ck_assert_int_eq(sched_test_ended_state("alice", box.ids[0]), JOB_FAILED);
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     job_t *stored = NULL;
     ck_assert_int_eq(store_job_get(rd, box.ids[0], &stored), 0);
     ck_assert_str_eq(stored->error_code, "deadline_exceeded");
@@ -223,7 +223,7 @@ START_TEST(test_resident_buffers_of_one_commit_add_up_against_the_quota)
     ck_assert_int_eq(boxes[2].err, 0); /* not resident: not counted */
     ck_assert_int_eq(boxes[3].err, 0); /* bob's own quota */
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     store_usage_t usage;
     ck_assert_int_eq(store_usage_get(rd, "alice", &usage), 0);
     ck_assert_int_eq(usage.resident_bytes, 64);

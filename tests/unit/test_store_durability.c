@@ -249,7 +249,7 @@ START_TEST(test_committed_job_survives_kill_9_and_uncommitted_one_does_not)
     close(pipefd[0]);
 
     ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    ck_assert_int_eq(store_reader_open(f.st, &f.rd), 0);
     job_t *got = store_test_get_job(&f, ids[0]);
     ck_assert_int_eq(got->state, JOB_QUEUED);
     void *expected = malloc(4096 * 4);
