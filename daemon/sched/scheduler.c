@@ -242,7 +242,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     init_timer(s, &s->dispatch_timer);
     init_timer(s, &s->deadline_timer);
     init_timer(s, &s->gc_timer);
-    init_timer(s, &s->checkpoint_timer);
+    init_timer(s, &s->upkeep_timer);
     init_timer(s, &s->drain_timer);
     init_timer(s, &s->watchdog_timer);
     init_timer(s, &s->batch_watchdog_timer);
@@ -307,7 +307,8 @@ int sched_start(sched_t *s)
     timers_start(s);
     deadline_arm(s);
     if (queued > 0) dispatch_soon(s); /* the recovered jobs go out as soon as the loop runs */
-    r = commit_syncer_start(s);
+    /* Accepted jobs are answered once the store has made them durable. */
+    r = store_durability_start(s->st);
     if (r < 0) return r;
     atomic_store(&s->accepting, true);
     r = pthread_create(&s->thread, NULL, loop_thread, s);
@@ -330,10 +331,7 @@ void sched_stop(sched_t *s)
     /* The loop is over: its store is this thread's now. */
     fair_state_save(s);
     /* Answers still waiting for their sync are given before the HTTP server stops. */
-    store_sync_free(s->syncer);
-    s->syncer = NULL;
-    store_checkpointer_close(s->checkpointer);
-    s->checkpointer = NULL;
+    store_durability_stop(s->st);
     /* Requests that arrived while the loop was ending must be answered now: the HTTP server
      * cannot stop with connections still suspended on them. */
     inbox_close(s);
@@ -368,8 +366,7 @@ void sched_free(sched_t *s)
                  s->batches_in_flight);
     else
         queues_free(s);
-    store_sync_free(s->syncer);
-    store_checkpointer_close(s->checkpointer);
+    store_durability_stop(s->st);
     store_reader_close(s->rd);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->user_gauges_lock);

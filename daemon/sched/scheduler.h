@@ -43,7 +43,7 @@ typedef struct sched_result {
     bool replayed; /* submit: an Idempotency-Key matched; jobs are the first ones */
     /* submit, when not NULL: setting *take_jobs keeps the array jobs and its jobs, which the
      * callee then owns (job_free each, free the array), so that it may show them later on a
-     * thread of its own: the reply may come from the commit syncer's thread, which answers
+     * thread of its own: the reply may come from the store's durability thread, which answers
      * every durable submission in turn. */
     bool *take_jobs;
     const buffer_t *buffer; /* buffer operations */

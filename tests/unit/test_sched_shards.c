@@ -12,6 +12,7 @@
 
 #include "daemon/sched/scheduler.h"
 #include "daemon/store/store.h"
+#include "daemon/store/store_internal.h" /* the shards jobs are placed in */
 #include "support/run_suite.h"
 #include "support/sched_test.h"
 
