@@ -129,7 +129,7 @@ static store_reader_t *thread_reader(api_env_t *env)
     api_server_t *srv = (api_server_t *)env;
     if (tls_reader.rd && tls_reader.generation == srv->generation) return tls_reader.rd;
     store_reader_t *rd = NULL;
-    int r = store_reader_open(env->cfg, &rd);
+    int r = store_reader_open(sched_store(env->sched), &rd);
     if (r < 0) {
         log_error("Failed to open a store reader: %s", strerror(-r));
         return NULL;

@@ -199,9 +199,9 @@ int main(int argc, char **argv)
     cfg.max_jobs_per_request = (int)b.array;
     store_t *st = NULL;
     executor_t *ex = NULL;
-    exec_blob_reader_t blobs = exec_store_blob_reader(&cfg);
+    exec_blob_reader_t blobs;
     if (store_open(&cfg, &st) < 0 || sched_new(&cfg, st, &b.sched) < 0 ||
-        exec_cpu_new(&cfg, &blobs, &ex) < 0) {
+        (blobs = exec_store_blob_reader(st), exec_cpu_new(&cfg, &blobs, &ex)) < 0) {
         fprintf(stderr, "bench: could not start the scheduler in %s\n", dir);
         return 1;
     }

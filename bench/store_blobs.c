@@ -119,7 +119,7 @@ static timing_t run_one(const char *base, bool sync_full, uint64_t inline_limit,
     }
 
     store_reader_t *rd;
-    if ((r = store_reader_open(&cfg, &rd)) < 0) die("store_reader_open", r);
+    if ((r = store_reader_open(st, &rd)) < 0) die("store_reader_open", r);
     double t0 = now_s();
     for (int i = 0; i < n; i++) {
         void *data;

@@ -37,8 +37,7 @@ typedef struct daemon_parts {
 /* Opens the store and starts the scheduler with its backend and the HTTP server, on the
  * listening sockets a previous process handed over if any. 0, or 1 after logging why (and
  * closing what had started). */
-static int daemon_start(const config_t *cfg, const auth_settings_t *auth,
-                        const exec_blob_reader_t *blobs, daemon_parts_t *d)
+static int daemon_start(const config_t *cfg, const auth_settings_t *auth, daemon_parts_t *d)
 {
     int r = store_open(cfg, &d->st);
     if (r < 0) {
@@ -54,7 +53,9 @@ static int daemon_start(const config_t *cfg, const auth_settings_t *auth,
      * start instead of crashing that one too (crash_guard.h). */
     r = crash_guard_install(cfg->state_dir);
     if (r >= 0) r = sched_new(cfg, d->st, &d->sched);
-    if (r >= 0) r = backend_new(cfg, blobs, &d->ex);
+    /* The executor's workers read input bytes through readers of their own on the store. */
+    exec_blob_reader_t blobs = exec_store_blob_reader(d->st);
+    if (r >= 0) r = backend_new(cfg, &blobs, &d->ex);
     if (r >= 0) {
         /* The GPU gauges are an extra: without them the daemon serves on. */
         int m = backend_gpu_metrics_start(cfg, d->ex, &d->gpu_metrics);
@@ -199,10 +200,8 @@ static int run_daemon(const config_t *cfg, const auth_settings_t *auth, int argc
      * it was refused. */
     int lock_fd = -1;
     if (store_lock_state_dir(cfg->state_dir, &lock_fd) < 0) return 1;
-    /* The executor's workers read input bytes through readers of their own on the store. */
-    exec_blob_reader_t blobs = exec_store_blob_reader(cfg);
     daemon_parts_t d = {0};
-    if (daemon_start(cfg, auth, &blobs, &d) != 0) return 1;
+    if (daemon_start(cfg, auth, &d) != 0) return 1;
     if (auth_settings_open(auth))
         log_warn("auth.mode = none: no access control, for a single-user workstation: every "
                  "local account that connects over TCP is the user 'local' and sees and cancels "

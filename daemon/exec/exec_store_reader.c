@@ -33,10 +33,10 @@ static int exec_store_buffer_get(void *rd, const char *id, buffer_t **ret)
     return store_buffer_get(rd, id, ret);
 }
 
-exec_blob_reader_t exec_store_blob_reader(const config_t *cfg)
+exec_blob_reader_t exec_store_blob_reader(store_t *st)
 {
     return (exec_blob_reader_t){
-        .ctx = (void *)cfg,
+        .ctx = st,
         .open = exec_store_open,
         .close = exec_store_close,
         .read = exec_store_read,

@@ -267,8 +267,10 @@ typedef struct exec_blob_reader {
     int (*buffer_get)(void *rd, const char *id, buffer_t **ret);
 } exec_blob_reader_t;
 
-/* The blob reader over the store that cfg names: each open() is a store reader of its own. */
-exec_blob_reader_t exec_store_blob_reader(const config_t *cfg);
+/* The blob reader over st (borrowed: it must outlive the backend): each open() is a store
+ * reader of its own. */
+struct store;
+exec_blob_reader_t exec_store_blob_reader(struct store *st);
 
 /* The CPU backend: cfg->cpu_threads workers running the ops' CPU references. Input bytes that
  * are not in memory are read through readers that each worker opens on *blobs (copied). */

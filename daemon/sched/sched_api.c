@@ -48,9 +48,8 @@ static int submission_prepare(sched_t *s, msg_t *m)
     int r = 0;
     for (size_t i = 0; i < m->n; i++) {
         job_t *job = m->jobs[i];
-        id_new('j', job->id);
-        /* Shard 0, where jobs with an idempotency key stay (place_submissions). */
-        store_id_assign_shard(job->id, store_shards(s->st), 0);
+        /* Where jobs with an idempotency key stay (place_submissions). */
+        store_job_id_new(s->st, job->id);
         job->created_us = now;
         job->state = JOB_QUEUED;
         /* What the answer shows of it, as accepted; copied here, off the loop. */

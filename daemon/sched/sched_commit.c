@@ -3,7 +3,7 @@
  * resident buffers are held to their owners' quotas, the rows are spread over the store's
  * shards, and what can start is cut and launched before the commit (its starts recorded in
  * the same transaction). The answers go out once the commit is durable: at once, or from the
- * commit syncer's thread when one makes the commits durable while the loop goes on. */
+ * store's durability thread when it makes the commits durable while the loop goes on. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -241,41 +241,30 @@ static int place_submitted_inputs(sched_t *s, queue_t *pending)
     return r;
 }
 
-/* Puts the submissions of a round without an idempotency key in shards of the store: a round
- * of few jobs in one, the next round's in the next, so that it commits and syncs one file; a
- * round of many, each submission in the shard with the fewest of the round's jobs so far, so
- * that the shards write them side by side (store_flush). A job's id names its shard: the ids,
- * made on the HTTP threads in shard 0, get theirs here, in the answers' copies too. Jobs with
- * an idempotency key stay in shard 0, whose unique index tells a retry from a first
- * submission whatever the keys of an array's jobs. */
+/* Has the store choose where the rows of a round's submissions go, each submission's
+ * together, so that a commit keeps or loses a submission whole and the rows of many run side
+ * by side (store_jobs_place). Their ids, made on the HTTP threads, may change: the answers'
+ * copies follow. Out of memory, the rows stay where their ids put them. */
 static void place_submissions(sched_t *s, queue_t *pending)
 {
-    int shards = store_shards(s->st);
-    if (shards == 1) return;
-    size_t load[STORE_MAX_SHARDS] = {0}, total = 0;
+    size_t n = 0;
     queue_t *q;
+    queue_foreach(q, pending) n += is_live_submission(queue_data(q, msg_t, node));
+    store_job_group_t *groups = n > 0 ? malloc(n * sizeof *groups) : NULL;
+    if (!groups) return;
+    n = 0;
     queue_foreach(q, pending)
     {
         msg_t *m = queue_data(q, msg_t, node);
-        if (!is_live_submission(m) || m->n == 0) continue;
-        if (m->jobs[0]->idempotency_key[0]) load[0] += m->n;
-        total += m->n;
+        if (is_live_submission(m)) groups[n++] = (store_job_group_t){m->jobs, m->n};
     }
-    bool spread = total >= STORE_PARALLEL_MIN_WRITES;
-    int one = (int)(s->next_shard++ & (unsigned)(shards - 1));
+    store_jobs_place(s->st, groups, n);
+    free(groups);
     queue_foreach(q, pending)
     {
         msg_t *m = queue_data(q, msg_t, node);
-        if (!is_live_submission(m) || m->n == 0 || m->jobs[0]->idempotency_key[0]) continue;
-        int k = one;
-        for (int j = 0; spread && j < shards; j++)
-            if (load[j] < load[k]) k = j;
-        load[k] += m->n;
-        m->shard = k;
-        for (size_t i = 0; i < m->n; i++) {
-            store_id_assign_shard(m->jobs[i]->id, shards, k);
-            if (m->shown[i]) store_id_assign_shard(m->shown[i]->id, shards, k);
-        }
+        for (size_t i = 0; is_live_submission(m) && i < m->n; i++)
+            if (m->shown[i]) memcpy(m->shown[i]->id, m->jobs[i]->id, ID_SIZE);
     }
 }
 
@@ -356,7 +345,7 @@ static int commit_write(sched_t *s, queue_t *pending, bool defer, round_t *rd, b
 {
     /* After a failed sync, what is committed may not reach the disk: nothing more is taken
      * (the jobs would run, and their submitters, told of an error, would submit them again). */
-    int r = defer ? store_sync_error(s->syncer) : 0;
+    int r = defer ? store_durable_error(s->st) : 0;
     *why = "the store could not commit the request";
     if (r < 0) {
         /* Even after a full disk: freeing space cannot bring back what the failed sync lost. */
@@ -371,8 +360,8 @@ static int commit_write(sched_t *s, queue_t *pending, bool defer, round_t *rd, b
     if (r >= 0) r = insert_jobs(s, pending, true);
     *cut = r >= 0;
     if (*cut) r = cut_and_launch(s, pending, rd);
-    /* A message's rows are all in its shard, so that a commit that failed in another shard
-     * leaves it committed (rd->committed). */
+    /* The store keeps or loses a message's rows together (store_jobs_place): a commit that
+     * failed may still have kept it (rd->committed). */
     r = round_commit(s, rd, r);
     if (r < 0) log_error("group commit failed: %s", strerror(-r));
     if (r == -ENOSPC) *why = "no space left on the daemon's disk to commit the request";
@@ -455,7 +444,7 @@ static void answer_committed(msg_t *m)
 /* Sync thread: answers a message whose commit is durable now, or could not be made so (but
  * a waited submission, whose answer is its job's end: m->reply is NULL then). The message is
  * the sync thread's alone by then: nothing in it belongs to the loop. */
-static void answer_synced(store_sync_item_t *item, int err)
+static void answer_synced(store_durable_wait_t *item, int err)
 {
     msg_t *m = (msg_t *)(void *)((char *)item - offsetof(msg_t, synced));
     STAMP(SYNCED);
@@ -476,15 +465,18 @@ static void answer_synced(store_sync_item_t *item, int err)
     msg_free(m);
 }
 
-/* Settles one message of the round once its commit returned (committed: the shards whose
- * part did; err: the commit's error, why: what a lost message is told). Returns true when m is
- * to be synced (defer): the caller then hands it to the syncer, which answers it (but for a
- * waited submission, answered by its job's end); otherwise m is answered here (or waits for
- * its job's end) and the caller frees it. */
-static bool commit_settle(sched_t *s, msg_t *m, unsigned committed, bool defer, int err,
-                          const char *why)
+/* Settles one message of the round once its commit returned (committed: what the store kept
+ * of it; err: the commit's error, why: what a lost message is told). Returns true when m is
+ * to be synced (defer): the caller then hands it to the store's durability thread, which answers it
+ * (but for a waited submission, answered by its job's end); otherwise m is answered here (or waits
+ * for its job's end) and the caller frees it. */
+static bool commit_settle(sched_t *s, msg_t *m, const store_commit_result_t *committed, bool defer,
+                          int err, const char *why)
 {
-    bool lost = !(committed & (1u << m->shard));
+    /* The sync it waits for, when deferred, is that of its rows' commit. */
+    bool lost = m->kind == MSG_SUBMIT && m->n > 0
+                    ? !store_job_committed(committed, m->jobs[0]->id, &m->synced)
+                    : !store_buffers_committed(committed, &m->synced);
     if (lost && m->kind == MSG_SUBMIT) drop_submitted(s, m);
     /* Files written for rows that were not committed (a failed commit, a refused buffer, a
      * replayed submission) go now rather than at the next start's sweep; those of jobs that
@@ -533,7 +525,7 @@ static void take_pending(sched_t *s, queue_t *round)
 }
 
 /* Writes every pending submission and buffer in one transaction, starts what it can, and
- * answers them (after the sync, with a syncer). */
+ * answers them (once durable, when the store makes commits durable later). */
 void commit_pending(sched_t *s)
 {
     s->commit_scheduled = false;
@@ -542,9 +534,9 @@ void commit_pending(sched_t *s)
     queue_init(&unsynced);
     take_pending(s, &pending);
     if (queue_empty(&pending)) return;
-    /* While the loop runs, the syncer makes the commit durable and the jobs start meanwhile;
+    /* While the loop runs, the store makes the commit durable and the jobs start meanwhile;
      * when it is about to end, the commit syncs itself. */
-    bool defer = s->syncer && !s->stopping;
+    bool defer = store_durable_later(s->st) && !s->stopping;
     round_t rd = {.n = 0};
     bool cut;
     const char *why;
@@ -552,7 +544,7 @@ void commit_pending(sched_t *s)
     STAMP(INSERTED);
     for (queue_t *q; (q = queue_pop(&pending));) {
         msg_t *m = queue_data(q, msg_t, node);
-        if (commit_settle(s, m, rd.committed, defer, err, why))
+        if (commit_settle(s, m, &rd.committed, defer, err, why))
             queue_insert_tail(&unsynced, &m->node);
         else
             msg_free(m);
@@ -563,34 +555,7 @@ void commit_pending(sched_t *s)
     for (queue_t *q; (q = queue_pop(&unsynced));) {
         msg_t *m = queue_data(q, msg_t, node);
         m->synced.done = answer_synced;
-        m->synced.wals = 1u << m->shard;
         STAMP(SYNC_ASKED);
-        store_sync_request(s->syncer, &m->synced);
+        store_when_durable(s->st, &m->synced);
     }
-}
-
-/* ------------------------------------------------------------------ the commit syncer */
-
-/* Writer's thread, after a commit that left the WAL long: the syncer copies it back. */
-static void on_checkpoint_due(void *arg)
-{
-    sched_t *s = arg;
-    if (s->syncer) store_sync_checkpoint_soon(s->syncer);
-}
-
-/* With [store] sync_full (store_wal_paths names the WALs), starts the thread that makes group
- * commits durable and answers them, with the connection it checkpoints the WALs with (without that
- * connection, checkpoints stay on the loop's timer). 0, or a negative errno, logged. */
-int commit_syncer_start(sched_t *s)
-{
-    const char *wals[STORE_MAX_SHARDS];
-    int n_wals = store_wal_paths(s->st, wals);
-    if (n_wals == 0) return 0;
-    int r = store_checkpointer_open(s->st, s->cfg, on_checkpoint_due, s, &s->checkpointer);
-    if (r < 0)
-        log_warn("WAL checkpoints stay on the loop: opening a connection for them failed: %s",
-                 strerror(-r));
-    r = store_sync_start(wals, n_wals, s->checkpointer, &s->syncer);
-    if (r < 0) return log_error_errno(r, "starting the commit syncer failed: %s", strerror(-r));
-    return 0;
 }

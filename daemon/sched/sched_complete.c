@@ -264,7 +264,7 @@ static void record_lost_ends(sched_t *s, queue_t *ended, const round_t *rd, int 
             exec_batch_t *batch = &queue_data(q, sched_batch_t, ended)->batch;
             for (int i = 0; i < batch->n; i++) {
                 entry_t *e = entry_of(s, batch->jobs[i]);
-                if (!round_shard_committed(s, rd, e->job) && !e->discard_result) record_end(s, e);
+                if (!round_job_committed(rd, e->job) && !e->discard_result) record_end(s, e);
             }
         }
     round_mark_starts_lost(s, rd);

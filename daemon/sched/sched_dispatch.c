@@ -295,24 +295,23 @@ void round_launch(sched_t *s, round_t *rd, bool recorded)
 }
 
 /* Commits the round's transaction while r says it stands, else (or when the commit fails) rolls
- * it back. rd->committed becomes the shards whose part committed: a commit that fails in one
- * shard may have committed in others (store_committed_shards). Returns r, or the commit's
- * error. */
+ * it back. rd->committed becomes what the store kept of it: a commit that fails may have kept
+ * part of it (store_commit_result). Returns r, or the commit's error. */
 int round_commit(sched_t *s, round_t *rd, int r)
 {
-    rd->committed = 0;
+    rd->committed = (store_commit_result_t){0};
     if (r >= 0) {
         r = store_commit(s->st);
-        rd->committed = store_committed_shards(s->st);
+        store_commit_result(s->st, &rd->committed);
     }
     if (r < 0) store_rollback(s->st);
     return r;
 }
 
-/* Whether the shard that holds job's row committed its part of the round. */
-bool round_shard_committed(sched_t *s, const round_t *rd, const job_t *job)
+/* Whether the store kept what the round wrote of job. */
+bool round_job_committed(const round_t *rd, const job_t *job)
 {
-    return rd->committed & (1u << store_id_shard(job->id, store_shards(s->st)));
+    return store_job_committed(&rd->committed, job->id, NULL);
 }
 
 /* After a round that failed in some shards: the starts it recorded in the others went down
@@ -324,7 +323,7 @@ void round_mark_starts_lost(sched_t *s, const round_t *rd)
     for (int b = 0; b < rd->n; b++)
         for (int i = 0; i < rd->ready[b]->batch.n; i++) {
             entry_t *e = entry_of(s, rd->ready[b]->batch.jobs[i]);
-            e->start_lost = !round_shard_committed(s, rd, e->job) && !e->discard_result;
+            e->start_lost = !round_job_committed(rd, e->job) && !e->discard_result;
         }
 }
 

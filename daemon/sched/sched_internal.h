@@ -3,7 +3,7 @@
  *
  * Everything runs on the loop thread except the public entry points (sched_api.c: they post a
  * message and wake the loop), on_batch_done (an executor thread: it posts the finished batch)
- * and answer_synced (the commit syncer's thread: it answers a message the loop handed over).
+ * and answer_synced (the store's durability thread: it answers a message the loop handed over).
  *
  * In memory the loop keeps every job that is not final: an entry per job, indexed by id; per
  * user a heap of queued entries (priority, then arrival); per batch key a FIFO of queued
@@ -203,8 +203,7 @@ typedef struct msg {
     job_t **shown;    /* submit: the jobs as accepted (or as first created, when replayed); owned */
     bool shown_taken; /* the answer's callee took shown (sched_result_t.take_jobs) */
     bool all_replayed;        /* every job's idempotency key was known */
-    int shard;                /* of the store, that its rows go to (buffers: 0) */
-    store_sync_item_t synced; /* queued with the commit syncer, which answers it */
+    store_durable_wait_t synced; /* handed to the store, whose durability thread answers it */
 } msg_t;
 
 struct sched {
@@ -216,8 +215,8 @@ struct sched {
     uv_loop_t loop;
     uv_async_t wake;
     /* watchdog_timer is systemd's heartbeat; batch_watchdog_timer looks for stuck batches. */
-    uv_timer_t commit_timer, dispatch_timer, deadline_timer, gc_timer, checkpoint_timer,
-        drain_timer, watchdog_timer, batch_watchdog_timer;
+    uv_timer_t commit_timer, dispatch_timer, deadline_timer, gc_timer, upkeep_timer, drain_timer,
+        watchdog_timer, batch_watchdog_timer;
     /* Running jobs' time limits (sched_time_limit.c): the timer, and when it is due (mono_us(),
      * 0 when stopped). */
     uv_timer_t time_limit_timer;
@@ -234,10 +233,6 @@ struct sched {
     /* Loop thread only. */
     queue_t pending; /* of msg_t, awaiting the group commit */
     bool commit_scheduled;
-    /* With [store] sync_full: a thread that makes group commits durable while the loop goes
-     * on, and answers them then. */
-    store_sync_t *syncer;
-    store_checkpointer_t *checkpointer; /* run by the syncer; NULL without one */
     strmap_t *entries, *users, *keyqs;
     keyq_t *keyq_last;      /* the FIFO last appended to, while it exists (keyq_append) */
     heap_t deadlines;       /* queued entries with a deadline, earliest first */
@@ -252,7 +247,6 @@ struct sched {
     uint64_t pool_bytes, pool_largest;
     const char *pool_key;
     unsigned resident_gen;
-    unsigned next_shard; /* of the store, for the next round of few jobs (place_submissions) */
     bool stopping;
 
     atomic_long queued, running, submitted_total, succeeded_total, failed_total, cancelled_total,
@@ -302,13 +296,13 @@ typedef struct sched_batch {
     int64_t stopping_since_us;
 } sched_batch_t;
 
-/* One round of starts: the batches cut, what became of each at launch, and the shards of the
- * store whose part of the round's transaction committed. */
+/* One round of starts: the batches cut, what became of each at launch, and what the store
+ * kept of the round's transaction. */
 typedef struct round {
     sched_batch_t *ready[DISPATCH_MAX];
     int refusal[DISPATCH_MAX]; /* 0 handed over, else what round_settle_refused deals with */
     int n;
-    unsigned committed;
+    store_commit_result_t committed;
 } round_t;
 
 /* scheduler.c: messages and replies. */
@@ -386,7 +380,6 @@ void handle_explain(sched_t *s, msg_t *m);
 void handle_submission(sched_t *s, msg_t *m);
 void commit_pending(sched_t *s);
 void commit_after_wake(sched_t *s);
-int commit_syncer_start(sched_t *s);
 void discard_inputs(sched_t *s, const job_t *job);
 
 /* sched_dispatch.c: cutting batches and starting them. */
@@ -396,7 +389,7 @@ void round_cut(sched_t *s, round_t *rd);
 int round_record_starts(sched_t *s, const round_t *rd, uint64_t taken_from);
 void round_launch(sched_t *s, round_t *rd, bool recorded);
 int round_commit(sched_t *s, round_t *rd, int r);
-bool round_shard_committed(sched_t *s, const round_t *rd, const job_t *job);
+bool round_job_committed(const round_t *rd, const job_t *job);
 void round_mark_starts_lost(sched_t *s, const round_t *rd);
 void round_settle_refused(sched_t *s, const round_t *rd);
 void batch_free(sched_batch_t *sb);

@@ -1,4 +1,4 @@
-/* Maintenance on the loop's timers (the retention sweep and the store's bound, WAL checkpoints,
+/* Maintenance on the loop's timers (the retention sweep and the store's bound, the store's upkeep,
  * systemd's watchdog) and the drain at stop. */
 #include <stdlib.h>
 #include <string.h>
@@ -49,12 +49,11 @@ static void on_gc_timer(uv_timer_t *t)
     if (store_bound(s)) uv_timer_start(t, on_gc_timer, TRIM_AGAIN_MS, uv_timer_get_repeat(t));
 }
 
-static void on_checkpoint_timer(uv_timer_t *t)
+static void on_upkeep_timer(uv_timer_t *t)
 {
     sched_t *s = t->data;
-    if (s->checkpointer) return; /* the syncer's thread checkpoints */
-    int r = store_checkpoint(s->st);
-    if (r < 0) log_warn("WAL checkpoint failed: %s", strerror(-r));
+    int r = store_upkeep(s->st);
+    if (r < 0) log_warn("the store's upkeep failed: %s", strerror(-r));
 }
 
 /* The loop turns: systemd's watchdog hears it (service_notify.h). */
@@ -64,15 +63,14 @@ static void on_watchdog_timer(uv_timer_t *t)
     service_notify("WATCHDOG=1");
 }
 
-/* Starts the retention sweep, the checkpoint timer, the per-user gauges and, under systemd's
+/* Starts the retention sweep, the store's upkeep, the per-user gauges and, under systemd's
  * watchdog, the heartbeat. */
 void timers_start(sched_t *s)
 {
     uint64_t gc_ms = s->cfg->max_bytes > 0 ? 1000 : (uint64_t)s->cfg->gc_interval_s * 1000;
     uv_timer_start(&s->gc_timer, on_gc_timer, 1000, gc_ms);
-    uv_timer_start(&s->checkpoint_timer, on_checkpoint_timer,
-                   (uint64_t)s->cfg->checkpoint_interval_s * 1000,
-                   (uint64_t)s->cfg->checkpoint_interval_s * 1000);
+    uint64_t upkeep_ms = store_upkeep_interval_ms(s->st);
+    uv_timer_start(&s->upkeep_timer, on_upkeep_timer, upkeep_ms, upkeep_ms);
     uint64_t watchdog_ms = service_watchdog_usec() / 1000;
     if (watchdog_ms > 0) /* twice per interval, as sd_watchdog_enabled(3) advises */
         uv_timer_start(&s->watchdog_timer, on_watchdog_timer, 0,

@@ -125,9 +125,9 @@ static void group_close(wait_group_t *g)
     uv_close((uv_handle_t *)&g->timer, group_closed);
 }
 
-/* An answer held back until the commit syncer has made its jobs' acceptance durable. */
+/* An answer held back until the store has made its jobs' acceptance durable. */
 typedef struct durable_answer {
-    store_sync_item_t item;
+    store_durable_wait_t item;
     sched_reply_fn reply;
     void *token;
     job_t **jobs; /* owned, n of them */
@@ -137,7 +137,7 @@ typedef struct durable_answer {
 
 /* Sync thread (or the loop, when nothing is to be synced): gives the held answer, or the
  * sync's failure. */
-static void durable_answer_give(store_sync_item_t *item, int err)
+static void durable_answer_give(store_durable_wait_t *item, int err)
 {
     durable_answer_t *a =
         (durable_answer_t *)(void *)((char *)item - offsetof(durable_answer_t, item));
@@ -203,7 +203,7 @@ static durable_answer_t *group_answer_new(sched_t *s, wait_group_t *g)
 }
 
 /* Answers g with its jobs as they stand, not all final, and closes it: a submission's once its
- * jobs' acceptance is durable when it must be, through the commit syncer, which syncs
+ * jobs' acceptance is durable when it must be, through the store's durability thread, which syncs
  * everything committed before (its commit among them); a GET's wait (one job) at once, with the
  * job itself. s explains queued jobs when given. */
 static void group_answer_current(sched_t *s, wait_group_t *g)
@@ -217,8 +217,8 @@ static void group_answer_current(sched_t *s, wait_group_t *g)
     sched_t *loop = group_loop(g);
     bool durable_first = g->durable_first;
     group_close(g);
-    if (a && durable_first && loop->syncer)
-        store_sync_request(loop->syncer, &a->item);
+    if (a && durable_first && store_durable_later(loop->st))
+        store_when_durable(loop->st, &a->item);
     else if (a)
         durable_answer_give(&a->item, 0);
 }
@@ -409,7 +409,7 @@ bool submission_wait(sched_t *s, msg_t *m)
     if (m->n == 0 || s->stopping || !submission_waitable(s, m)) return false;
     wait_group_t *g = group_new(s, m->n, m->reply, m->token, m->timeout_ms);
     if (!g) return false;
-    g->durable_first = s->syncer != NULL;
+    g->durable_first = store_durable_later(s->st);
     g->replayed = m->all_replayed;
     g->inline_max = m->inline_max;
     queue_insert_tail(&s->submit_waiters, &g->submit_node);

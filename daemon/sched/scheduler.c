@@ -210,6 +210,11 @@ static void init_timer(sched_t *s, uv_timer_t *t)
     t->data = s;
 }
 
+store_t *sched_store(const sched_t *s)
+{
+    return s->st;
+}
+
 int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
 {
     sched_t *s = calloc(1, sizeof *s);
@@ -221,7 +226,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     queue_init(&s->in_flight);
     queue_init(&s->submit_waiters);
     int r = sched_policy_init(s);
-    if (r >= 0) r = store_reader_open(cfg, &s->rd);
+    if (r >= 0) r = store_reader_open(st, &s->rd);
     if (r >= 0) r = queues_init(s);
     if (r >= 0) r = uv_loop_init(&s->loop);
     if (r < 0) {
@@ -238,7 +243,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     init_timer(s, &s->dispatch_timer);
     init_timer(s, &s->deadline_timer);
     init_timer(s, &s->gc_timer);
-    init_timer(s, &s->checkpoint_timer);
+    init_timer(s, &s->upkeep_timer);
     init_timer(s, &s->drain_timer);
     init_timer(s, &s->watchdog_timer);
     init_timer(s, &s->batch_watchdog_timer);
@@ -307,7 +312,8 @@ int sched_start(sched_t *s)
     timers_start(s);
     deadline_arm(s);
     if (queued > 0) dispatch_soon(s); /* the recovered jobs go out as soon as the loop runs */
-    r = commit_syncer_start(s);
+    /* Accepted jobs are answered once the store has made them durable. */
+    r = store_durability_start(s->st);
     if (r < 0) return r;
     atomic_store(&s->accepting, true);
     r = pthread_create(&s->thread, NULL, loop_thread, s);
@@ -330,10 +336,7 @@ void sched_stop(sched_t *s)
     /* The loop is over: its store is this thread's now. */
     fair_state_save(s);
     /* Answers still waiting for their sync are given before the HTTP server stops. */
-    store_sync_free(s->syncer);
-    s->syncer = NULL;
-    store_checkpointer_close(s->checkpointer);
-    s->checkpointer = NULL;
+    store_durability_stop(s->st);
     /* Requests that arrived while the loop was ending must be answered now: the HTTP server
      * cannot stop with connections still suspended on them. */
     inbox_close(s);
@@ -368,8 +371,7 @@ void sched_free(sched_t *s)
                  s->batches_in_flight);
     else
         queues_free(s);
-    store_sync_free(s->syncer);
-    store_checkpointer_close(s->checkpointer);
+    store_durability_stop(s->st);
     store_reader_close(s->rd);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->user_gauges_lock);

@@ -43,7 +43,7 @@ typedef struct sched_result {
     bool replayed; /* submit: an Idempotency-Key matched; jobs are the first ones */
     /* submit, when not NULL: setting *take_jobs keeps the array jobs and its jobs, which the
      * callee then owns (job_free each, free the array), so that it may show them later on a
-     * thread of its own: the reply may come from the commit syncer's thread, which answers
+     * thread of its own: the reply may come from the store's durability thread, which answers
      * every durable submission in turn. */
     bool *take_jobs;
     const buffer_t *buffer; /* buffer operations */
@@ -71,6 +71,9 @@ typedef void (*sched_reply_fn)(void *token, const sched_result_t *res);
 
 /* Creates the scheduler with its loop (not yet running). Takes no ownership of cfg or st. */
 int sched_new(const config_t *cfg, store_t *st, sched_t **ret);
+/* The store the scheduler writes (sched_new's): other threads open their readers on it
+ * (store_reader_open). Any thread. */
+store_t *sched_store(const sched_t *s);
 /* Installs the executor (owned by the scheduler from now on). */
 void sched_set_executor(sched_t *s, executor_t *ex);
 /* Recovers and re-queues the jobs the store holds, then starts the loop thread. */

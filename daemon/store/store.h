@@ -1,13 +1,12 @@
-/* The durable store: every job and buffer, in SQLite (WAL mode) under the state directory.
+/* The durable store: every job and buffer. What a caller gets, not how the engine gets it: the
+ * engine (SQLite in WAL mode under the state directory, its jobs spread over [store] shards
+ * database files so that their writes run side by side: store_internal.h) decides where a
+ * job's row goes (store_jobs_place), reports what each commit kept (store_commit_result), says
+ * when a commit is durable (store_when_durable) and keeps its own files in shape.
  *
- * Shards: the jobs are spread over [store] shards database files (STATE_DIR/gpujobd.db, then
- * gpujobd-1.db ...), each with the whole schema, so that their writes can run side by side. A
- * job's id names its shard (store_id_shard); buffers live in shard 0. A transaction spans the
- * shards its writes touch. The count is fixed when the state directory is created.
- *
- * Threads: the store_t (the write connection) belongs to the scheduler's loop thread alone.
- * Any other thread reads through a store_reader_t of its own (a read-only connection; WAL lets
- * readers run beside the writer). store_blob_write() may be called from any thread.
+ * Threads: the store_t (the writer) belongs to the scheduler's loop thread alone. Any other
+ * thread reads through a store_reader_t of its own, opened on the store (store_reader_open),
+ * which sees the writer's commits. store_blob_write() may be called from any thread.
  *
  * Tensor bytes up to cfg->inline_blob_bytes live in SQLite rows; larger ones in files under
  * STATE_DIR/blobs/, written and fsync'd before the row that names them is committed. A
@@ -29,7 +28,15 @@
 typedef struct store store_t;
 typedef struct store_reader store_reader_t;
 
-#define STORE_MAX_SHARDS 16
+/* Embedded in what waits for its commits to be durable. done runs on the store's durability
+ * thread once every commit made before store_when_durable is durable (err 0), or could not be
+ * made so (a negative errno); the wait is the caller's again then. */
+typedef struct store_durable_wait {
+    struct store_durable_wait *next; /* the store's */
+    void (*done)(struct store_durable_wait *w, int err);
+    /* Which of the store's commits it waits for: the store's to set (0, as zeroed: all). */
+    unsigned scope;
+} store_durable_wait_t;
 
 /* Takes the state directory's exclusive lock (STATE_DIR/gpujobd.lock, created with the
  * directory if need be) for the process's life, before store_open: a second daemon on the
@@ -59,31 +66,6 @@ bool store_disk_full(store_t *st, char *reason, size_t size);
 bool store_damaged(store_t *st, char *reason, size_t size);
 /* Room for store_damaged's reason: the file and SQLite's first finding. */
 #define STORE_DAMAGE_SIZE 512
-
-/* How many shards the store has: a power of two, at most STORE_MAX_SHARDS. */
-int store_shards(const store_t *st);
-/* The shard of a job id among n_shards (a power of two): the low bits of its last character,
- * whose hex digit is random in the ids id_new makes. */
-static inline int store_id_shard(const char *id, int n_shards)
-{
-    size_t len = strnlen(id, ID_SIZE);
-    unsigned char c = len ? (unsigned char)id[len - 1] : 0;
-    unsigned v = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
-                 : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-                                        : c;
-    return (int)(v & (unsigned)(n_shards - 1));
-}
-/* Sets the last hex digit of an id made by id_new so that its shard among n_shards is
- * shard. */
-static inline void store_id_assign_shard(char *id, int n_shards, int shard)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t len = strnlen(id, ID_SIZE);
-    if (!len) return;
-    unsigned mask = (unsigned)(n_shards - 1);
-    unsigned v = ((unsigned)store_id_shard(id, 16) & ~mask) | ((unsigned)shard & mask);
-    id[len - 1] = hex[v & 15];
-}
 
 /* Persists tensor bytes that are too large for a row: writes them to a new file under
  * blobs/ (fsync'd) and returns its locator in *ret_blob (malloc'd). Any thread. For data of
@@ -123,33 +105,56 @@ int store_blob_stream_finish(store_blob_stream_t *bs, char **ret_blob);
 void store_blob_stream_abort(store_blob_stream_t *bs);
 
 /* Transactions (loop thread). Writes between begin and commit are one transaction; the group
- * commit of the scheduler uses them. Without begin, each write commits by itself. A
- * transaction is one per shard it writes to: a commit that fails in one shard may have
- * committed others (store_committed_shards). */
+ * commit of the scheduler uses them. Without begin, each write commits by itself. A commit
+ * that fails may have kept part of the transaction (SQLite has no commit across its shards'
+ * files): store_commit_result says which rows it kept, and the caller settles those as
+ * committed. */
 int store_begin(store_t *st);
 /* A transaction whose commit need not survive a power loss, only a crash of the process: its
  * WAL frames are written but not fsync'd ([store] sync_full then holds for the others, whose
  * fsync takes these frames along). For what the daemon can do again (a job's start or end,
  * which a power loss at worst makes run once more), or makes durable later: the acceptance of
- * jobs, synced by the WAL sync thread before they are answered (store_sync_request). Segment bytes
+ * jobs, synced by the WAL sync thread before they are answered (store_when_durable). Segment bytes
  * are still synced first. */
 int store_begin_relaxed(store_t *st);
 /* Runs deferred writes first (store_flush). */
 int store_commit(store_t *st);
-/* After store_commit: the shards whose part of the transaction is committed, bit k for shard k;
- * every bit when it succeeded. A failed commit may have committed some shards (SQLite has no
- * commit across WAL files): what the transaction wrote in those stays, and the caller settles
- * it as committed. */
-unsigned store_committed_shards(const store_t *st);
+/* What a transaction kept, as store_commit_result reports it after its commit, for the
+ * caller to ask about each row the transaction wrote, as long as it needs to. Zeroed: nothing
+ * was kept (the transaction failed before its commit). Its fields are the store's. */
+typedef struct store_commit_result {
+    unsigned kept;
+    int parts;
+} store_commit_result_t;
+/* After store_commit, whether it succeeded or not: what it kept, into *ret. */
+void store_commit_result(const store_t *st, store_commit_result_t *ret);
+/* Whether the transaction kept what it wrote of job id (its row, placed as store_jobs_place
+ * placed it). When w is given, narrows the commits w waits for (store_when_durable) to those
+ * that job's row needs. */
+bool store_job_committed(const store_commit_result_t *c, const char *id, store_durable_wait_t *w);
+/* The same for the buffers the transaction wrote (they are kept or lost together). */
+bool store_buffers_committed(const store_commit_result_t *c, store_durable_wait_t *w);
+/* A new job id (id_new's, prefix 'j'), where the rows of jobs that store_jobs_place does not
+ * move go: those with an idempotency key, whose uniqueness is checked there. Any thread. */
+void store_job_id_new(const store_t *st, char ret_id[ID_SIZE]);
+/* The jobs of one submission: their rows go where one commit keeps or loses them together. */
+typedef struct store_job_group {
+    job_t *const *jobs;
+    size_t n;
+} store_job_group_t;
+/* Inside a transaction, before the rows of new jobs are written: chooses where the rows of
+ * each group go, so that the groups' writes run side by side when there are many (SQLite: a
+ * round of few jobs in one shard, the next round's in the next, so that it commits and syncs
+ * one file; a round of many spread over the shards). A group whose first job has an
+ * idempotency key stays where store_job_id_new put it. May change the jobs' ids (made by
+ * store_job_id_new): the caller copies them to wherever it showed them. */
+void store_jobs_place(store_t *st, const store_job_group_t *groups, size_t n);
 /* Inside a transaction of a store of several shards: the job writes that follow
  * (store_job_insert of a job whose id is set, store_job_update) are only queued, and return 0,
  * until store_flush runs them, each shard's on a thread of its own. The jobs must stay as they
  * are until then, but for their state: a write takes the one the job has when it is asked for.
  * Does nothing with one shard. */
 void store_defer_writes(store_t *st);
-/* Below this many deferred writes, store_flush runs them on the caller's thread: waking the
- * shards' threads costs more than the writes. */
-#define STORE_PARALLEL_MIN_WRITES 64
 /* Runs the deferred writes and stops deferring. Each write that failed is passed to failed (if
  * not NULL), on the caller's thread, with the state it wrote and its error: failed returns the
  * error to report, or 0 when it dealt with it. Returns the first error reported (without
@@ -158,27 +163,6 @@ int store_flush(store_t *st, int (*failed)(job_t *job, job_state_t written, int 
                 void *ud);
 /* Undoes the open transaction; after a failed store_commit, whatever it left open. */
 int store_rollback(store_t *st);
-/* The shards' WAL files, whose fdatasync makes every commit written before it durable
- * (the WAL sync thread, store_sync_start): how many, in ret; 0 when [store] sync_full is off, which
- * leaves all commits relaxed. */
-int store_wal_paths(const store_t *st, const char *ret[STORE_MAX_SHARDS]);
-
-/* Checkpoints (copying the WAL back into the database file, and syncing that) off the
- * writer's thread. By default a commit that leaves the WAL past 1000 pages checkpoints inside
- * itself, on the writer's thread: the p99 of a tiny job. Once a checkpointer is open the
- * writer only counts the WAL's pages, and the checkpointer's thread copies it back. Open and
- * close it while the writer is idle (the writer checkpoints itself again once it is closed). */
-typedef struct store_checkpointer store_checkpointer_t;
-/* due(arg) runs on the writer's thread after each commit that leaves the WAL past 1000 pages:
- * time for store_checkpointer_run. */
-int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *arg), void *arg,
-                            store_checkpointer_t **ret);
-/* A PASSIVE checkpoint, which never waits for the writer or readers, when the writer's commits
- * have left the WAL between 1000 and 4000 pages; else nothing. (Under a steady stream of
- * commits such a checkpoint never reaches the WAL's end, which SQLite needs to start the WAL
- * over: past 4000 pages the writer finishes the copy itself.) On one thread at a time. */
-int store_checkpointer_run(store_checkpointer_t *cp);
-void store_checkpointer_close(store_checkpointer_t *cp); /* accepts NULL */
 
 /* Inserts a new job with its input tensors (descriptors, and bytes for in-memory tensors:
  * inline in the row when small, else the blob the caller got from store_blob_write, set in the
@@ -264,9 +248,6 @@ int store_trim(store_t *st, uint64_t max_bytes, int64_t max_jobs, store_trim_sta
  * its bytes are gone (store_blob_read answers -ENODATA). */
 bool store_blob_expired(const char *blob);
 
-/* PRAGMA wal_checkpoint(TRUNCATE) when no reader is in the way, else PASSIVE. */
-int store_checkpoint(store_t *st);
-
 int store_buffer_insert(store_t *st, buffer_t *buf); /* sets buf->blob */
 /* Bytes of owner's buffers, all of them and the resident ones (the quotas of max_stored_bytes
  * and max_resident_bytes, daemon/util/policy.h): a sum over the owner's rows, by its index. */
@@ -280,7 +261,9 @@ int store_buffer_delete(store_t *st, const char *owner, const char *id);
 int store_buffers_forget_ephemeral(store_t *st);
 
 /* --- reads: any thread, each with its own reader --- */
-int store_reader_open(const config_t *cfg, store_reader_t **ret);
+/* A reader on st, for the calling thread alone: it sees every commit made before it reads,
+ * beside the writer. Any thread may open one while st is open; close them before st. */
+int store_reader_open(store_t *st, store_reader_t **ret);
 void store_reader_close(store_reader_t *rd);
 
 /* A job as stored: its op by name (job->op_name, call.op NULL: job_resolve_op makes the call
@@ -367,46 +350,37 @@ int store_fair_share_save(store_t *st, const store_fair_share_t *users, size_t n
 /* The stored state: *ret a malloc'd array of *ret_n (NULL and 0 when none). */
 int store_fair_share_load(store_t *st, store_fair_share_t **ret, size_t *ret_n);
 
-/* --- the WAL sync thread (store_sync.c): makes relaxed commits durable ---
+/* --- durability ---
  *
- * The scheduler commits a group of accepted jobs without an fsync (store_begin_relaxed), starts
- * them, and hands this thread an item per request to answer: the thread fdatasyncs the SQLite
- * WAL files (one per shard of the store) and then answers them itself, so that neither the
- * jobs nor the loop wait for the disk. One fdatasync makes every commit written before it
- * durable (fsync works on the file, whichever descriptor names it), so one sync of each file
- * serves all the items queued while the one before it ran. Segment bytes are synced by the
- * commit itself (store_commit), before any WAL frame that names them is written.
- *
- * A failed sync sticks: after a failed fdatasync the kernel may have dropped the dirty pages
- * it could not write, and a later success would not bring them back.
- *
- * The thread also keeps the WAL short: it runs the store's checkpointer after answering a
- * round of items, and when asked (store_sync_checkpoint_soon), so that copying the WAL back
- * (and its fsync) happens beside the job path rather than inside one of the loop's commits. */
+ * A commit of a transaction opened with store_begin is durable (with [store] sync_full) when
+ * store_commit returns. One opened with store_begin_relaxed survives a crash of the process
+ * at once, and a power loss once the store says so: after store_durability_start,
+ * store_when_durable hands a wait to the store, which calls its done, on a thread of its own,
+ * once every commit made before is durable, so that neither the jobs nor the loop wait for
+ * the disk. The store also keeps its files in shape on its own meanwhile (SQLite: it copies
+ * its WALs back into the databases). */
 
-typedef struct store_sync store_sync_t;
-
-/* Embedded in what waits for a sync. done runs on the sync thread once every commit made
- * before store_sync_request is durable (err 0), or could not be made so (a negative errno). */
-typedef struct store_sync_item {
-    struct store_sync_item *next;
-    void (*done)(struct store_sync_item *item, int err);
-    /* The WAL files whose sync it waits for: bit k for the k-th of store_sync_start's; 0 for
-     * all. */
-    unsigned wals;
-} store_sync_item_t;
-
-/* Syncs the n_wals WAL files (the store's shards', store_wal_paths). cp (borrowed; NULL for
- * none) must outlive the syncer. */
-int store_sync_start(const char *const *wal_paths, int n_wals, store_checkpointer_t *cp,
-                     store_sync_t **ret);
-/* Queues item (its done and wals set) behind the next sync, of the files its wals name and
- * those of the items queued with it. Items are done in the order they came. */
-void store_sync_request(store_sync_t *sy, store_sync_item_t *item);
-/* Has the thread run its checkpointer soon, with items to sync or not: the commits of jobs'
- * starts and ends answer no one, but grow the WAL too. Any thread. */
-void store_sync_checkpoint_soon(store_sync_t *sy);
-/* 0, or the negative errno of the first sync that failed (it sticks). Any thread. */
-int store_sync_error(store_sync_t *sy);
-/* Syncs for and finishes the items queued, joins the thread and frees it. Accepts NULL. */
-void store_sync_free(store_sync_t *sy);
+/* Starts the thread that makes relaxed commits durable, when the store has one to start
+ * (SQLite: with [store] sync_full); from then on store_durable_later says so. Loop thread,
+ * outside a transaction. 0, or a negative errno, logged. */
+int store_durability_start(store_t *st);
+/* Makes durable and finishes the waits handed over, and stops that thread; then
+ * store_durable_later is false again. The store's thread alone calls done meanwhile. No-op
+ * when none runs; store_close does it too. */
+void store_durability_stop(store_t *st);
+/* Whether relaxed commits become durable later, when store_when_durable says: false when no
+ * such thread runs (the commits that need durability use store_begin then). Any thread. */
+bool store_durable_later(const store_t *st);
+/* Queues w (its done set, its scope as zeroed or set by the store) behind the commits made so
+ * far. Waits are done in the order they came. Only while store_durable_later. */
+void store_when_durable(store_t *st, store_durable_wait_t *w);
+/* 0, or the negative errno of the first time the store could not make its commits durable:
+ * it sticks (after a failed fdatasync the kernel may have dropped the pages it could not
+ * write, and a later success would not bring them back). Any thread. */
+int store_durable_error(store_t *st);
+/* The store's upkeep that no thread of its own does (SQLite: a WAL checkpoint on the writer's
+ * connection when no checkpointer thread runs): the caller runs it every
+ * store_upkeep_interval_ms. Loop thread, outside a transaction. */
+int store_upkeep(store_t *st);
+/* How often store_upkeep is due, in ms ([store] checkpoint_interval_s). */
+uint64_t store_upkeep_interval_ms(const store_t *st);

@@ -82,7 +82,7 @@ static int note_wal_pages(void *arg, sqlite3 *db, const char *name, int pages)
     return SQLITE_OK;
 }
 
-int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *arg), void *arg,
+int store_checkpointer_open(store_t *st, void (*due)(void *arg), void *arg,
                             store_checkpointer_t **ret)
 {
     store_checkpointer_t *cp = calloc(1, sizeof *cp);
@@ -94,7 +94,7 @@ int store_checkpointer_open(store_t *st, const config_t *cfg, void (*due)(void *
              STORE_WRITER_CHECKPOINT_PAGES * 4096);
     int r = 0;
     for (int k = 0; k < st->n_shards && r == 0; k++) {
-        r = store_conn_open(&cp->conns[k], cfg->state_dir, k,
+        r = store_conn_open(&cp->conns[k], st->state_dir, k,
                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
         /* A connection finds the WAL when it first reads the database; until then a checkpoint
          * has nothing to copy. */

@@ -28,10 +28,49 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "daemon/job/job.h"
 #include "daemon/util/vec.h"
 #include "store.h"
+
+/* --- shards (store_shards.c) --- */
+
+#define STORE_MAX_SHARDS 16
+
+/* How many shards the store has: a power of two, at most STORE_MAX_SHARDS. */
+int store_shards(const store_t *st);
+/* The shard of a job id among n_shards (a power of two): the low bits of its last character,
+ * whose hex digit is random in the ids id_new makes. */
+static inline int store_id_shard(const char *id, int n_shards)
+{
+    size_t len = strnlen(id, ID_SIZE);
+    unsigned char c = len ? (unsigned char)id[len - 1] : 0;
+    unsigned v = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                 : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                                        : c;
+    return (int)(v & (unsigned)(n_shards - 1));
+}
+/* Sets the last hex digit of an id made by id_new so that its shard among n_shards is
+ * shard. */
+static inline void store_id_assign_shard(char *id, int n_shards, int shard)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t len = strnlen(id, ID_SIZE);
+    if (!len) return;
+    unsigned mask = (unsigned)(n_shards - 1);
+    unsigned v = ((unsigned)store_id_shard(id, 16) & ~mask) | ((unsigned)shard & mask);
+    id[len - 1] = hex[v & 15];
+}
+
+/* After store_commit: the shards whose part of the transaction is committed, bit k for shard k;
+ * every bit when it succeeded. A failed commit may have committed some shards (SQLite has no
+ * commit across WAL files): what the transaction wrote in those stays, and the caller settles
+ * it as committed. */
+unsigned store_committed_shards(const store_t *st);
+/* Below this many deferred writes, store_flush runs them on the caller's thread: waking the
+ * shards' threads costs more than the writes. */
+#define STORE_PARALLEL_MIN_WRITES 64
 
 #define STORE_SCHEMA_VERSION 12
 /* The final states as a condition. An OR chain, not an IN list: SQLite builds an ephemeral
@@ -480,6 +519,7 @@ struct store {
     bool deferring;     /* job writes wait for store_flush (store_defer_writes) */
     bool parallel_txn;  /* the open transaction's writes ran side by side: so does its commit */
     unsigned committed; /* the shards whose part the last store_commit committed */
+    unsigned next_shard; /* for the next round of few jobs (store_jobs_place) */
     /* The shards' threads: lock guards their go flags, running (how many still run) and
      * stopping. */
     bool threads_ready;
@@ -505,6 +545,11 @@ struct store {
     _Atomic uint64_t nospc_free;
     void (*checkpoint_due)(void *arg);
     void *checkpoint_arg;
+    /* What makes relaxed commits durable (store_durability_start): the WAL sync thread, and
+     * the checkpointer it runs; NULL when none runs. */
+    struct store_sync *syncer;
+    struct store_checkpointer *checkpointer;
+    uint64_t upkeep_ms; /* [store] checkpoint_interval_s, in ms */
     /* The integrity check after an unclean stop (store_check.c): its thread, and check_lock
      * guarding check_db (the connection it reads with, for an interrupt), check_stop and
      * damage (what it found, once damaged is set). */
@@ -633,3 +678,70 @@ bool store_file_in_use(store_t *st, const char *file);
 void store_files_settle(store_t *st);
 void store_unlink_pending(shard_t *sh);
 int store_unlink_after_commit(shard_t *sh, const blob_file_t *files, size_t n);
+
+/* --- durability and WAL checkpoints (store_durable.c, store_checkpoint.c, store_sync.c) --- */
+
+/* The shards' WAL files, whose fdatasync makes every commit written before it durable
+ * (the WAL sync thread, store_sync_start): how many, in ret; 0 when [store] sync_full is off, which
+ * leaves all commits relaxed. */
+int store_wal_paths(const store_t *st, const char *ret[STORE_MAX_SHARDS]);
+
+/* Checkpoints (copying the WAL back into the database file, and syncing that) off the
+ * writer's thread. By default a commit that leaves the WAL past 1000 pages checkpoints inside
+ * itself, on the writer's thread: the p99 of a tiny job. Once a checkpointer is open the
+ * writer only counts the WAL's pages, and the checkpointer's thread copies it back. Open and
+ * close it while the writer is idle (the writer checkpoints itself again once it is closed). */
+typedef struct store_checkpointer store_checkpointer_t;
+/* due(arg) runs on the writer's thread after each commit that leaves the WAL past 1000 pages:
+ * time for store_checkpointer_run. */
+int store_checkpointer_open(store_t *st, void (*due)(void *arg), void *arg,
+                            store_checkpointer_t **ret);
+/* A PASSIVE checkpoint, which never waits for the writer or readers, when the writer's commits
+ * have left the WAL between 1000 and 4000 pages; else nothing. (Under a steady stream of
+ * commits such a checkpoint never reaches the WAL's end, which SQLite needs to start the WAL
+ * over: past 4000 pages the writer finishes the copy itself.) On one thread at a time. */
+int store_checkpointer_run(store_checkpointer_t *cp);
+void store_checkpointer_close(store_checkpointer_t *cp); /* accepts NULL */
+
+/* PRAGMA wal_checkpoint(TRUNCATE) when no reader is in the way, else PASSIVE. */
+int store_checkpoint(store_t *st);
+
+/* --- the WAL sync thread (store_sync.c): makes relaxed commits durable ---
+ *
+ * The scheduler commits a group of accepted jobs without an fsync (store_begin_relaxed), starts
+ * them, and hands this thread an item per request to answer: the thread fdatasyncs the SQLite
+ * WAL files (one per shard of the store) and then answers them itself, so that neither the
+ * jobs nor the loop wait for the disk. One fdatasync makes every commit written before it
+ * durable (fsync works on the file, whichever descriptor names it), so one sync of each file
+ * serves all the items queued while the one before it ran. Segment bytes are synced by the
+ * commit itself (store_commit), before any WAL frame that names them is written.
+ *
+ * A failed sync sticks: after a failed fdatasync the kernel may have dropped the dirty pages
+ * it could not write, and a later success would not bring them back.
+ *
+ * The thread also keeps the WAL short: it runs the store's checkpointer after answering a
+ * round of items, and when asked (store_sync_checkpoint_soon), so that copying the WAL back
+ * (and its fsync) happens beside the job path rather than inside one of the loop's commits. */
+
+typedef struct store_sync store_sync_t;
+
+/* Embedded in what waits for a sync. done runs on the sync thread once every commit made
+ * before store_sync_request is durable (err 0), or could not be made so (a negative errno). */
+/* What waits for a sync: its scope is the WAL files whose sync it waits for, bit k for the
+ * k-th of store_sync_start's; 0 for all. */
+typedef store_durable_wait_t store_sync_item_t;
+
+/* Syncs the n_wals WAL files (the store's shards', store_wal_paths). cp (borrowed; NULL for
+ * none) must outlive the syncer. */
+int store_sync_start(const char *const *wal_paths, int n_wals, store_checkpointer_t *cp,
+                     store_sync_t **ret);
+/* Queues item (its done and wals set) behind the next sync, of the files its wals name and
+ * those of the items queued with it. Items are done in the order they came. */
+void store_sync_request(store_sync_t *sy, store_sync_item_t *item);
+/* Has the thread run its checkpointer soon, with items to sync or not: the commits of jobs'
+ * starts and ends answer no one, but grow the WAL too. Any thread. */
+void store_sync_checkpoint_soon(store_sync_t *sy);
+/* 0, or the negative errno of the first sync that failed (it sticks). Any thread. */
+int store_sync_error(store_sync_t *sy);
+/* Syncs for and finishes the items queued, joins the thread and frees it. Accepts NULL. */
+void store_sync_free(store_sync_t *sy);

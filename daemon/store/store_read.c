@@ -20,9 +20,9 @@ struct store_reader {
     store_conn_t conns[];
 };
 
-static int open_shard(const config_t *cfg, int k, store_conn_t *conn)
+static int open_shard(const char *state_dir, int k, store_conn_t *conn)
 {
-    int r = store_conn_open(conn, cfg->state_dir, k, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+    int r = store_conn_open(conn, state_dir, k, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
     int version = 0;
     if (r == 0) r = store_user_version(conn, &version);
     if (r == 0 && version != STORE_SCHEMA_VERSION)
@@ -33,11 +33,13 @@ static int open_shard(const config_t *cfg, int k, store_conn_t *conn)
     return r;
 }
 
-int store_reader_open(const config_t *cfg, store_reader_t **ret)
+int store_reader_open(store_t *st, store_reader_t **ret)
 {
+    /* Only what store_open fixed is read of st: any thread may call this. */
+    const char *state_dir = st->state_dir;
     store_conn_t first;
     int n = 0;
-    int r = open_shard(cfg, 0, &first);
+    int r = open_shard(state_dir, 0, &first);
     if (r == 0) r = store_setting_get(&first, "shards", &n);
     if (r == 0 && (n < 0 || n > STORE_MAX_SHARDS))
         r = log_error_errno(-EPROTO, "store: '%s' records %d shards", first.db_path, n);
@@ -50,7 +52,7 @@ int store_reader_open(const config_t *cfg, store_reader_t **ret)
     rd->conns[0] = first;
     rd->n_shards = 1;
     for (; r == 0 && rd->n_shards < n; rd->n_shards++)
-        r = open_shard(cfg, rd->n_shards, &rd->conns[rd->n_shards]);
+        r = open_shard(state_dir, rd->n_shards, &rd->conns[rd->n_shards]);
     if (r < 0) {
         store_reader_close(rd);
         return r;

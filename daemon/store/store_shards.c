@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/util/id.h"
 #include "daemon/util/log.h"
 #include "store_internal.h"
 
@@ -126,6 +127,7 @@ int store_open(const config_t *cfg, store_t **ret)
         return log_error_errno(-ENAMETOOLONG, "store: state_dir '%s' is too long", cfg->state_dir);
     }
     snprintf(st->state_dir, sizeof st->state_dir, "%s", cfg->state_dir);
+    st->upkeep_ms = (uint64_t)cfg->checkpoint_interval_s * 1000;
     pthread_mutex_init(&st->check_lock, NULL);
     st->n_shards = 1;
     int version_before = 0, removed = 0;
@@ -174,6 +176,7 @@ int store_open(const config_t *cfg, store_t **ret)
 void store_close(store_t *st)
 {
     if (!st) return;
+    store_durability_stop(st);
     store_check_stop(st);
     stop_shard_threads(st);
     bool clean = st->opened;
@@ -366,4 +369,55 @@ int store_flush(store_t *st, int (*failed)(job_t *job, job_state_t written, int 
         sh->deferred.n = 0;
     }
     return r;
+}
+
+void store_job_id_new(const store_t *st, char ret_id[ID_SIZE])
+{
+    id_new('j', ret_id);
+    store_id_assign_shard(ret_id, st->n_shards, 0);
+}
+
+void store_jobs_place(store_t *st, const store_job_group_t *groups, size_t n)
+{
+    int shards = st->n_shards;
+    if (shards == 1) return;
+    size_t load[STORE_MAX_SHARDS] = {0}, total = 0;
+    for (size_t g = 0; g < n; g++) {
+        if (groups[g].n == 0) continue;
+        if (groups[g].jobs[0]->idempotency_key[0]) load[0] += groups[g].n;
+        total += groups[g].n;
+    }
+    bool spread = total >= STORE_PARALLEL_MIN_WRITES;
+    int one = (int)(st->next_shard++ & (unsigned)(shards - 1));
+    for (size_t g = 0; g < n; g++) {
+        if (groups[g].n == 0 || groups[g].jobs[0]->idempotency_key[0]) continue;
+        int k = one;
+        for (int j = 0; spread && j < shards; j++)
+            if (load[j] < load[k]) k = j;
+        load[k] += groups[g].n;
+        for (size_t i = 0; i < groups[g].n; i++)
+            store_id_assign_shard(groups[g].jobs[i]->id, shards, k);
+    }
+}
+
+void store_commit_result(const store_t *st, store_commit_result_t *ret)
+{
+    *ret = (store_commit_result_t){.kept = st->committed, .parts = st->n_shards};
+}
+
+/* Whether shard k's part is kept; narrows w to the sync of that shard's WAL. */
+static bool shard_kept(const store_commit_result_t *c, int k, store_durable_wait_t *w)
+{
+    if (w) w->scope = 1u << k;
+    return c->parts > 0 && (c->kept & (1u << k));
+}
+
+bool store_job_committed(const store_commit_result_t *c, const char *id, store_durable_wait_t *w)
+{
+    return shard_kept(c, c->parts > 0 ? store_id_shard(id, c->parts) : 0, w);
+}
+
+bool store_buffers_committed(const store_commit_result_t *c, store_durable_wait_t *w)
+{
+    return shard_kept(c, 0, w); /* buffers live in shard 0 */
 }

@@ -80,7 +80,7 @@ static void *sync_thread(void *arg)
         pthread_mutex_unlock(&sy->lock);
         unsigned wals = 0;
         for (store_sync_item_t *i = item; i; i = i->next)
-            wals |= i->wals ? i->wals : ~0u;
+            wals |= i->scope ? i->scope : ~0u;
         int r = atomic_load(&sy->err);
         for (int k = 0; r == 0 && k < sy->n_wals; k++)
             if ((wals & (1u << k)) && (r = sync_wal(&sy->wals[k])) < 0) {

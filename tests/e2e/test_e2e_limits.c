@@ -8,7 +8,8 @@
  * back; a batch larger than the pool is cut to fit; a user's share of the pool holds the user's
  * jobs and resident buffers back; a job that could never fit is refused at submission.
  *
- * Over TCP every client is the user "local", so a [user.local] section is the caller's own. */
+ * Over loopback TCP the caller is the test's own account (e2e_caller_name), whose [user.NAME]
+ * section is its own. */
 #define _DEFAULT_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -186,15 +187,18 @@ START_TEST(test_time_limits_are_bounded_by_the_users_policy)
     e2e_daemon_free(d);
 
     /* A user's own section decides before [limits], and is named. */
-    d = e2e_daemon_start_ok("[limits]\nmax_time_limit_ms = 1000\n"
-                            "[user.local]\nmax_time_limit_ms = 5000\n");
+    char config[256], field[128];
+    snprintf(config, sizeof config, "[limits]\nmax_time_limit_ms = 1000\n[user.%s]\n"
+             "max_time_limit_ms = 5000\n", e2e_caller_name());
+    snprintf(field, sizeof field, "user.%s.max_time_limit_ms", e2e_caller_name());
+    d = e2e_daemon_start_ok(config);
     text = sleep_job_text(0, 5000);
     json_decref(e2e_json_ok(d, "POST", "/v1/jobs", text, 201));
     free(text);
     text = sleep_job_text(0, 5001);
     refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 422);
     free(text);
-    ck_assert_str_eq(e2e_error_field(refused), "user.local.max_time_limit_ms");
+    ck_assert_str_eq(e2e_error_field(refused), field);
     json_decref(refused);
     e2e_daemon_free(d);
 }

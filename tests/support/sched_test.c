@@ -173,7 +173,7 @@ job_state_t sched_test_ended_state(const char *owner, const char *id)
 job_state_t sched_test_stored_state(const char *id)
 {
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     job_t *job = NULL;
     ck_assert_int_eq(store_job_get(rd, id, &job), 0);
     job_state_t s = job->state;

@@ -33,7 +33,7 @@ void store_test_setup_shards(store_test_t *f, uint64_t inline_blob_bytes, int sh
     f->cfg.inline_blob_bytes = inline_blob_bytes;
     f->cfg.sync_full = true;
     ck_assert_int_eq(store_open(&f->cfg, &f->st), 0);
-    ck_assert_int_eq(store_reader_open(&f->cfg, &f->rd), 0);
+    ck_assert_int_eq(store_reader_open(f->st, &f->rd), 0);
 }
 
 void store_test_setup_inline(store_test_t *f, uint64_t inline_blob_bytes)
@@ -171,7 +171,7 @@ void store_test_reopen(store_test_t *f)
     store_reader_close(f->rd);
     store_close(f->st);
     ck_assert_int_eq(store_open(&f->cfg, &f->st), 0);
-    ck_assert_int_eq(store_reader_open(&f->cfg, &f->rd), 0);
+    ck_assert_int_eq(store_reader_open(f->st, &f->rd), 0);
 }
 
 size_t store_test_list_all(store_test_t *f, store_list_query_t q, char ids[][ID_SIZE], size_t cap)

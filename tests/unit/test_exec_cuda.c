@@ -345,6 +345,7 @@ static const op_def_t model_op = {.name = "model", .n_inputs = 0, .run_cuda = ru
 
 static struct {
     executor_t *ex;
+    store_t *st;
     atomic_int reported, reported_twice;
 } t;
 
@@ -398,12 +399,10 @@ static void start(int streams)
     snprintf(cfg.state_dir, sizeof cfg.state_dir, "%s", state_dir);
     cfg.streams_per_device = streams;
     cfg.device_memory_cap = pool_cap;
-    store_t *st;
-    ck_assert_int_eq(store_open(&cfg, &st), 0);
-    store_close(st);
+    ck_assert_int_eq(store_open(&cfg, &t.st), 0);
     signal(SIGUSR1, on_restart_request);
     static exec_blob_reader_t blobs;
-    blobs = exec_store_blob_reader(&cfg);
+    blobs = exec_store_blob_reader(t.st);
     ck_assert_int_eq(exec_cuda_new(&cfg, &blobs, &t.ex), 0);
     t.ex->done = on_done;
 }
@@ -412,6 +411,7 @@ static void start(int streams)
 static void stop(void)
 {
     t.ex->ops->destroy(t.ex, 1000);
+    store_close(t.st);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", state_dir);
     ck_assert_int_eq(system(cmd), 0);

@@ -59,7 +59,7 @@ START_TEST(test_watchdog_fails_a_stuck_batch_and_ignores_its_late_result)
     ck_assert_ptr_eq(stuck, sched_test_fake->got[0]);
     ck_assert_int_eq(sched_test_fake->n_abandoned, 1);
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     job_t *stored = NULL;
     ck_assert_int_eq(store_job_get(rd, box.ids[0], &stored), 0);
     ck_assert_str_eq(stored->error_code, "watchdog_timeout");
@@ -177,7 +177,7 @@ START_TEST(test_batches_given_back_by_a_device_reset_run_again_while_attempts_re
     ck_assert_int_eq(sched_test_ended_state("alice", box_a.ids[0]), JOB_FAILED);
     ck_assert_int_eq(sched_test_ended_state("alice", box_b.ids[0]), JOB_SUCCEEDED);
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     job_t *stored = NULL;
     ck_assert_int_eq(store_job_get(rd, box_a.ids[0], &stored), 0);
     ck_assert_str_eq(stored->error_code, "device_reset");

@@ -171,7 +171,7 @@ START_TEST(test_keyed_and_plain_jobs_started_in_their_round_are_stored_running)
     sched_test_submit(&box, jobs, 2);
     ck_assert_int_ge(box.batches_started, 1);
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     for (int i = 0; i < 2; i++) {
         job_t *stored = NULL;
         ck_assert_int_eq(store_job_get(rd, box.ids[i], &stored), 0);
@@ -201,7 +201,7 @@ END_TEST
 static size_t stored_jobs(void)
 {
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     store_list_query_t q = {.state = -1, .limit = 1000};
     job_t **jobs = NULL;
     size_t n = 0;
@@ -325,7 +325,7 @@ START_TEST(test_a_waited_jobs_row_exists_while_it_runs_and_holds_its_end_after_t
     ck_assert(box.gated);
     ck_assert_int_eq(loop_round_trip("alice", id), JOB_SUCCEEDED);
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     job_t *job = NULL;
     ck_assert_int_eq(store_job_get(rd, id, &job), 0);
     ck_assert_int_eq(job->state, JOB_SUCCEEDED);
@@ -353,7 +353,7 @@ static void on_reply_read_store(void *token, const sched_result_t *res)
     stored_at_answer_t *a = token;
     a->stored = -1;
     store_reader_t *rd;
-    if (res->n_jobs == 1 && store_reader_open(&sched_test_cfg, &rd) == 0) {
+    if (res->n_jobs == 1 && store_reader_open(sched_test_store, &rd) == 0) {
         job_t *job = NULL;
         if (store_job_get(rd, res->jobs[0]->id, &job) == 0) a->stored = (int)job->state;
         job_free(job);
@@ -465,7 +465,7 @@ static void assert_ended_once(const sched_test_box_t *b)
 {
     ck_assert_int_eq(sched_test_ended_state("bob", b->ids[0]), JOB_SUCCEEDED);
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     job_t *stored = NULL;
     ck_assert_int_eq(store_job_get(rd, b->ids[0], &stored), 0);
     ck_assert_int_eq(stored->state, JOB_SUCCEEDED);

@@ -152,7 +152,7 @@ START_TEST(test_fair_share_gives_a_user_of_weight_3_three_times_the_share)
     free(saved);
     usage[0] /= 3;
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     for (int i = 0; i < WINDOW; i++) {
         job_t *job = NULL;
         ck_assert_int_eq(store_job_get(rd, ids[i], &job), 0);

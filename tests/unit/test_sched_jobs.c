@@ -86,7 +86,7 @@ END_TEST
 static int64_t stored_gpu_ns(const char *id)
 {
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     job_t *job = NULL;
     ck_assert_int_eq(store_job_get(rd, id, &job), 0);
     int64_t ns = job->gpu_ns;
@@ -98,7 +98,7 @@ static int64_t stored_gpu_ns(const char *id)
 static int64_t rollup_gpu_ns(const char *owner)
 {
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     store_usage_query_t q = {.owner = owner, .since_day = 0, .until_day = 1000000, .max_rows = 100};
     store_usage_row_t *rows = NULL;
     size_t n = 0;
@@ -187,7 +187,7 @@ START_TEST(test_deadline_fails_a_job_left_queued)
     sched_test_submit(&box, &job, 1);
     ck_assert_int_eq(sched_test_ended_state("alice", box.ids[0]), JOB_FAILED);
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     job_t *stored = NULL;
     ck_assert_int_eq(store_job_get(rd, box.ids[0], &stored), 0);
     ck_assert_str_eq(stored->error_code, "deadline_exceeded");
@@ -302,7 +302,7 @@ START_TEST(test_resident_buffers_of_one_commit_add_up_against_the_quota)
     ck_assert_int_eq(boxes[2].err, 0); /* not resident: not counted */
     ck_assert_int_eq(boxes[3].err, 0); /* bob's own quota */
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     store_usage_t usage;
     ck_assert_int_eq(store_usage_get(rd, "alice", &usage), 0);
     ck_assert_int_eq(usage.resident_bytes, 64);

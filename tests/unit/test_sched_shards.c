@@ -12,6 +12,7 @@
 
 #include "daemon/sched/scheduler.h"
 #include "daemon/store/store.h"
+#include "daemon/store/store_internal.h" /* the shards jobs are placed in */
 #include "support/run_suite.h"
 #include "support/sched_test.h"
 
@@ -54,7 +55,7 @@ START_TEST(test_a_success_the_store_refuses_ends_failed_without_its_outputs)
     fake_exec_wait_batches(sched_test_fake, 2);
     ck_assert_int_eq(sched_test_stored_state(b.ids[0]), JOB_RUNNING);
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     job_t *stored = NULL;
     ck_assert_int_eq(store_job_get(rd, a.ids[0], &stored), 0);
     ck_assert_int_eq(job_resolve_op(stored), 0);
@@ -181,7 +182,7 @@ START_TEST(test_a_commit_that_fails_in_one_shard_keeps_what_another_committed)
     ck_assert_int_eq(sched_test_stored_state(a.ids[0]), JOB_QUEUED);
 
     store_reader_t *rd;
-    ck_assert_int_eq(store_reader_open(&sched_test_cfg, &rd), 0);
+    ck_assert_int_eq(store_reader_open(sched_test_store, &rd), 0);
     job_t *job = NULL;
     ck_assert_int_eq(store_job_get(rd, a.ids[0], &job), 0);
     void *data = NULL;

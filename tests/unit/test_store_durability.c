@@ -249,7 +249,7 @@ START_TEST(test_committed_job_survives_kill_9_and_uncommitted_one_does_not)
     close(pipefd[0]);
 
     ck_assert_int_eq(store_open(&f.cfg, &f.st), 0);
-    ck_assert_int_eq(store_reader_open(&f.cfg, &f.rd), 0);
+    ck_assert_int_eq(store_reader_open(f.st, &f.rd), 0);
     job_t *got = store_test_get_job(&f, ids[0]);
     ck_assert_int_eq(got->state, JOB_QUEUED);
     void *expected = malloc(4096 * 4);
@@ -282,7 +282,7 @@ START_TEST(test_checkpoint_truncates_the_wal_and_does_not_wait_for_a_reader)
     struct stat sb;
     ck_assert_int_eq(stat(wal, &sb), 0);
     ck_assert_int_gt(sb.st_size, 0);
-    ck_assert_int_eq(store_checkpoint(f.st), 0);
+    ck_assert_int_eq(store_upkeep(f.st), 0);
     ck_assert_int_eq(stat(wal, &sb), 0);
     ck_assert_int_eq(sb.st_size, 0);
 
@@ -297,7 +297,7 @@ START_TEST(test_checkpoint_truncates_the_wal_and_does_not_wait_for_a_reader)
                      SQLITE_OK);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    ck_assert_int_eq(store_checkpoint(f.st), 0);
+    ck_assert_int_eq(store_upkeep(f.st), 0);
     ck_assert_double_lt(seconds_since(&t0), 1.0);
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     sqlite3_close(db);

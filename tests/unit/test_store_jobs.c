@@ -469,7 +469,7 @@ START_TEST(test_reader_sees_committed_data_while_the_writer_holds_a_transaction)
 
     /* A second reader, opened while the writer's transaction is open. */
     store_reader_t *rd2 = NULL;
-    ck_assert_int_eq(store_reader_open(&f.cfg, &rd2), 0);
+    ck_assert_int_eq(store_reader_open(f.st, &rd2), 0);
     store_reader_t *readers[2] = {f.rd, rd2};
     for (int i = 0; i < 2; i++) {
         job_t *job = NULL;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "daemon/store/store.h"
+#include "daemon/store/store_internal.h" /* the shards, which these tests place jobs in */
 #include "support/run_suite.h"
 #include "support/store_test.h"
 
@@ -427,6 +428,14 @@ START_TEST(test_a_shard_that_sqlite_rolled_back_refuses_the_rest_of_its_transact
     ck_assert_int_eq(insert_in_shard(&f, 0, 1000, kept0b), 0);
     ck_assert_int_eq(store_commit(f.st), -EIO);
     ck_assert_uint_eq(store_committed_shards(f.st), 1u << 0);
+    store_commit_result_t kept;
+    store_commit_result(f.st, &kept);
+    ck_assert(store_job_committed(&kept, kept0, NULL));
+    ck_assert(store_job_committed(&kept, kept0b, NULL));
+    ck_assert(!store_job_committed(&kept, lost1, NULL));
+    ck_assert(!store_job_committed(&kept, poison, NULL));
+    ck_assert(!store_job_committed(&kept, refused1, NULL));
+    ck_assert(store_buffers_committed(&kept, NULL));
     ck_assert_int_eq(store_rollback(f.st), 0);
     assert_stored(&f, kept0, true);
     assert_stored(&f, kept0b, true);
@@ -456,8 +465,10 @@ START_TEST(test_a_shard_that_sqlite_rolled_back_refuses_the_rest_of_its_transact
     ck_assert_int_eq(failed_err, -EIO);
     ck_assert_int_eq(store_commit(f.st), -EIO);
     ck_assert_uint_eq(store_committed_shards(f.st), 1u << 0);
+    store_commit_result(f.st, &kept);
     ck_assert_int_eq(store_rollback(f.st), 0);
     for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(store_job_committed(&kept, jobs[i]->id, NULL), i % 2 == 0);
         assert_stored(&f, jobs[i]->id, i % 2 == 0);
         job_free(jobs[i]);
     }

@@ -1,4 +1,4 @@
-/* The WAL sync thread (daemon/store/store.h, store_sync_*) on a real store's WAL file. */
+/* The WAL sync thread (daemon/store/store_internal.h, store_sync_*) on a real store's WAL file. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "daemon/store/store.h"
+#include "daemon/store/store_internal.h" /* the WAL sync thread and the checkpointer */
 
 /* Items that record how they were done. */
 typedef struct probe {
@@ -39,7 +40,7 @@ static void request_wals(store_sync_t *cs, probe_t *p, unsigned wals)
 {
     memset(p, 0, sizeof *p);
     p->item.done = on_done;
-    p->item.wals = wals;
+    p->item.scope = wals;
     store_sync_request(cs, &p->item);
 }
 
@@ -265,7 +266,7 @@ static store_checkpointer_t *open_checkpointer(store_t *st, const config_t *cfg)
     due_syncer = NULL;
     atomic_store(&due_calls, 0);
     store_checkpointer_t *cp;
-    ck_assert_int_eq(store_checkpointer_open(st, cfg, on_due, NULL, &cp), 0);
+    ck_assert_int_eq(store_checkpointer_open(st, on_due, NULL, &cp), 0);
     return cp;
 }
 
