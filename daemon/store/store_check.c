@@ -287,17 +287,19 @@ int store_check_schema(store_conn_t *conn)
 
 void store_note_damage(store_t *st, const char *db_path, const char *found)
 {
+    /* The line is written before the flag is seen, so that whoever finds the store damaged
+     * (/healthz) finds the reason in the log too. */
     pthread_mutex_lock(&st->check_lock);
-    bool first = !atomic_load(&st->damaged);
-    if (first) snprintf(st->damage, sizeof st->damage, "'%s': %s", db_path, found);
-    atomic_store(&st->damaged, true);
-    pthread_mutex_unlock(&st->check_lock);
-    if (first)
+    if (!atomic_load(&st->damaged)) {
+        snprintf(st->damage, sizeof st->damage, "'%s': %s", db_path, found);
         log_error("store: '%s' fails its integrity check (%s). The daemon refuses every write "
                   "from now on, so that SQLite spreads no damage and nothing stored is lost; "
                   "what is stored can still be read. Stop the daemon and restore the database "
                   "from a backup",
                   db_path, found);
+        atomic_store(&st->damaged, true);
+    }
+    pthread_mutex_unlock(&st->check_lock);
 }
 
 bool store_damaged(store_t *st, char *reason, size_t size)
