@@ -24,6 +24,16 @@
 #include "daemon/util/service_notify.h"
 #include "daemon/store/store.h"
 
+#ifdef GPUJOB_JEMALLOC
+/* jemalloc's options, read when it starts, before main(); MALLOC_CONF may add to them. A burst
+ * of submissions leaves hundreds of MiB of freed pages in its arenas, which jemalloc returns
+ * to the system only as they decay (10 s), and decays them only when an arena is used again:
+ * an idle daemon would keep them for good. A background thread (one serves every arena)
+ * decays them on time whether or not anything else happens. It starts with every signal
+ * blocked, so the signals still reach the main thread's sigwait. */
+const char *malloc_conf = "background_thread:true,max_background_threads:1";
+#endif
+
 /* The parts of a running daemon, in the order they start. */
 typedef struct daemon_parts {
     store_t *st;
