@@ -54,8 +54,8 @@ static void wait_ready(e2e_daemon_t *d)
 
 START_TEST(test_an_idle_daemon_gives_back_what_a_burst_left)
 {
-    /* One worker held by long jobs (three minutes of them): everything submitted after it stays queued. A short drain,
-     * so that the stop below does not wait for that job. */
+    /* One worker held by long jobs (three minutes of them): everything submitted after them
+     * stays queued. A short drain, so that the stop below does not wait for the one running. */
     e2e_daemon_t *d =
         e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG "[server]\ndrain_timeout_ms = 100\n");
     json_t *sleep_job = e2e_long_job_new(60000);
