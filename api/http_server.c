@@ -36,6 +36,7 @@
 #include "api_internal.h"
 #include "conn_watch.h"
 #include "http_body.h"
+#include "http_strict.h"
 #include "http_tls.h"
 #include "json_write.h"
 #include "daemon/util/id.h"
@@ -82,9 +83,16 @@ struct api_server {
      * holds a reference. The lock guards the pointer only. */
     pthread_mutex_t settings_lock;
     api_settings_t *settings;
+    /* The request heads are walked for bytes a NUL hid (http_strict.h): libmicrohttpd 0.9. */
+    bool head_walk;
 };
 
+/* Made by the URI log callback (on_uri), as each request's line is parsed; the rest is filled
+ * by the first call of the access handler (request_begin), which sets begun. */
 typedef struct conn_ctx {
+    bool begun;
+    size_t target_len; /* the request target's length before libmicrohttpd decoded it */
+    bool target_bad;   /* it holds a control byte or a space (http_target_is_bad) */
     api_server_t *srv;
     api_settings_t *settings; /* the generation req.cfg and req.auth belong to; a reference */
     struct MHD_Connection *conn;
@@ -388,64 +396,77 @@ static void request_read(conn_ctx_t *ctx, const char *method, const char *url)
     req->json_length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Gpujob-Json-Length");
 }
 
-/* What the URI log callback gives a request whose target has control bytes (raw or
- * %-escaped): libmicrohttpd decodes "%00" into the path, which then ends there. */
-static char uri_has_control;
-
-static bool byte_is_control(unsigned c)
-{
-    return c < 0x20 || c == 0x7f;
-}
-
-static int hex_digit(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/* MHD_OPTION_URI_LOG_CALLBACK: sees the request target before it is decoded. Its result
- * becomes the request's first *con_cls. */
+/* MHD_OPTION_URI_LOG_CALLBACK: the request's context, made as its line is parsed, while its
+ * target is still as the client sent it. Its result becomes the request's first *con_cls; NULL
+ * when out of memory, which request_begin answers by closing the connection. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
     (void)conn;
-    for (const char *p = uri; *p; p++) {
-        int hi = *p == '%' ? hex_digit(p[1]) : -1, lo = hi >= 0 ? hex_digit(p[2]) : -1;
-        if (byte_is_control((unsigned char)*p) || (lo >= 0 && byte_is_control(hi * 16u + lo)))
-            return &uri_has_control;
-    }
-    return NULL;
+    conn_ctx_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return NULL;
+    ctx->target_len = strlen(uri);
+    ctx->target_bad = http_target_is_bad(uri);
+    return ctx;
 }
 
-typedef struct header_count {
+/* What a pass over a request's header fields finds: the framing headers counted, a name or a
+ * value that breaks RFC 9110, and the head walked for hidden bytes (http_strict.h). */
+typedef struct header_scan {
     int content_length, transfer_encoding;
-} header_count_t;
+    const char *bad_name;  /* the first field whose name is no token (not NUL-terminated) */
+    const char *bad_value; /* the name of the first field whose value holds a control byte */
+    http_head_walk_t walk;
+    bool walking;
+} header_scan_t;
 
-static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
-                                     const char *value)
+static enum MHD_Result scan_field(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  size_t key_size, const char *value, size_t value_size)
 {
-    header_count_t *n = cls;
+    header_scan_t *n = cls;
     (void)kind;
-    (void)value;
     n->content_length += strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0;
     n->transfer_encoding += strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0;
+    if (!n->bad_name && !http_is_token(key, key_size)) n->bad_name = key;
+    if (!n->bad_value && value && http_value_has_control(value, value_size)) n->bad_value = key;
+    if (n->walking) http_head_walk_field(&n->walk, key, key_size, value, value_size);
     return MHD_YES;
 }
 
-/* Refuses with 400 what a proxy in front of us could read differently (more than one
- * Content-Length, or one beside Transfer-Encoding: request smuggling), a target with control
- * bytes, and HTTP/1.1 without Host (RFC 9112, 3.2). True when answered; the connection is
+/* Refuses with 400, before anything routes it, a request line or a header field that breaks
+ * the grammar (a method or a field name that is no token, a target or a field value with a
+ * control byte, a NUL anywhere: RFC 9112 3 and 5), what a proxy in front of us could read
+ * differently (more than one Content-Length, or one beside Transfer-Encoding: request
+ * smuggling), and HTTP/1.1 without Host (RFC 9112, 3.2). True when answered; the connection is
  * then closed after the answer, as its framing cannot be trusted. */
-static bool request_malformed(conn_ctx_t *ctx, const char *version, bool bad_uri)
+static bool request_malformed(conn_ctx_t *ctx, const char *method, const char *url,
+                              const char *version)
 {
-    header_count_t n = {0};
-    MHD_get_connection_values(ctx->conn, MHD_HEADER_KIND, count_framing, &n);
+    header_scan_t n = {.walking = ctx->srv->head_walk};
+    const union MHD_ConnectionInfo *head =
+        n.walking ? MHD_get_connection_info(ctx->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE)
+                  : NULL;
+    n.walking = head != NULL;
+    if (n.walking)
+        http_head_walk_begin(&n.walk, method, head->header_size, url, ctx->target_len, version);
+    MHD_get_connection_values_n(ctx->conn, MHD_HEADER_KIND, scan_field, &n);
     api_request_t *req = &ctx->req;
-    if (bad_uri)
+    if (!http_is_token(method, strlen(method)))
+        api_respond_error(req, 400, "invalid_argument", "method",
+                          "the request method holds a byte no token may hold");
+    else if (ctx->target_bad)
         api_respond_error(req, 400, "invalid_argument", "path",
-                          "the request target holds a control character");
+                          "the request target holds a control character or a space");
+    else if (n.bad_name)
+        api_respond_error(req, 400, "invalid_argument", "headers",
+                          "a header name holds a byte no token may hold (RFC 9110, 5.1)");
+    else if (n.bad_value)
+        api_respond_error(req, 400, "invalid_argument", "headers",
+                          "the value of header '%.64s' holds a control character", n.bad_value);
+    else if (n.walking && http_head_walk_end(&n.walk))
+        api_respond_error(req, 400, "invalid_argument", "headers",
+                          "the request line or a header field holds a NUL byte or a stray "
+                          "space, or a field is folded onto the next line");
     else if (n.content_length > 1 || (n.content_length && n.transfer_encoding))
         api_respond_error(req, 400, "invalid_argument", "headers.Content-Length",
                           "more than one Content-Length, or one beside Transfer-Encoding");
@@ -466,9 +487,9 @@ static bool request_malformed(conn_ctx_t *ctx, const char *version, bool bad_uri
 static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn, const char *method,
                                      const char *url, const char *version, void **con_cls)
 {
-    bool bad_uri = *con_cls == &uri_has_control;
-    conn_ctx_t *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return MHD_NO;
+    conn_ctx_t *ctx = *con_cls;
+    if (!ctx) return MHD_NO; /* on_uri was out of memory */
+    ctx->begun = true;
     ctx->srv = l->srv;
     ctx->conn = conn;
     ctx->req.env = &l->srv->env;
@@ -481,14 +502,13 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     ctx->log_method = method;
     ctx->log_route = api_route_pattern(url);
     id_request(ctx->request_id);
-    *con_cls = ctx;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     ctx->watched = ci ? ci->socket_context : NULL;
     /* The headers are in: the body has its own time from now. */
     conn_watch_set_deadline(l->srv->watch, ctx->watched,
                             mono_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000);
-    if (request_malformed(ctx, version, bad_uri)) return send_response(ctx);
+    if (request_malformed(ctx, method, url, version)) return send_response(ctx);
     int r = api_request_user(conn, l->is_unix, &l->srv->env, ctx->req.auth, &ctx->req.user);
     if (r < 0) {
         log_warn("Failed to identify a Unix socket peer: %s", strerror(-r));
@@ -557,8 +577,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   size_t *upload_data_size, void **con_cls)
 {
     conn_ctx_t *ctx = *con_cls;
-    if (!ctx || *con_cls == &uri_has_control)
-        return request_begin(cls, conn, method, url, version, con_cls);
+    if (!ctx || !ctx->begun) return request_begin(cls, conn, method, url, version, con_cls);
     if (*upload_data_size) {
         if (!ctx->responded)
             http_body_append(&ctx->body, &ctx->req, upload_data, *upload_data_size);
@@ -598,7 +617,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     conn_ctx_t *ctx = *con_cls;
-    if (!ctx || *con_cls == &uri_has_control) return;
+    if (!ctx) return;
+    if (!ctx->begun) {
+        /* A request libmicrohttpd answered itself (a malformed line, headers too large). */
+        free(ctx);
+        *con_cls = NULL;
+        return;
+    }
     /* A kept-alive connection's next request: idle time, then the time for its headers. */
     const config_t *cfg = ctx->srv->env.cfg;
     conn_watch_set_deadline(ctx->srv->watch, ctx->watched,
@@ -820,6 +845,7 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
     srv->env.find_op = op_find;
     srv->env.tokens = auth ? auth->tokens : NULL;
     srv->generation = atomic_fetch_add(&server_generation, 1) + 1;
+    srv->head_walk = strncmp(MHD_get_version(), "0.9.", 4) == 0;
     pthread_mutex_init(&srv->readers_lock, NULL);
     pthread_mutex_init(&srv->log_lock, NULL);
     pthread_mutex_init(&srv->settings_lock, NULL);

@@ -1,7 +1,8 @@
 /* End-to-end: connections against the real gpujobd, over raw sockets. Waits whose clients
  * went away give their connections back at once; slow or greedy TCP clients cannot lock other
  * clients out (per-address limit, header deadline) nor flood the log; and requests whose
- * framing or target a proxy could read differently answer 400. Loopback only. */
+ * framing or target a proxy could read differently, or whose line or fields hold a NUL or
+ * another control byte, answer 400. Loopback only. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <check.h>
@@ -263,6 +264,82 @@ START_TEST(test_ambiguous_requests_answer_400)
 }
 END_TEST
 
+/* A raw request and the status it must answer. */
+typedef struct raw_case {
+    const char *what;
+    const char *bytes;
+    size_t len;
+    long status;
+} raw_case_t;
+
+#define RAW(what, literal, status)                                                                 \
+    {                                                                                              \
+        what, literal, sizeof literal - 1, status                                                  \
+    }
+
+START_TEST(test_nul_and_control_bytes_in_a_request_answer_400)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    static const raw_case_t cases[] = {
+        RAW("a NUL in the target", "GET /v1/info\0junk HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        RAW("a NUL in the method", "GET\0X /v1/info HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        RAW("a control byte in the method", "G\x01T /v1/info HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        RAW("a space in the target", "GET /v1/info x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        RAW("two spaces after the method", "GET  /v1/info HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        RAW("a control byte in a name", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A\x01: 1\r\n\r\n",
+            400),
+        RAW("a space before the colon", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A : 1\r\n\r\n", 400),
+        RAW("a NUL in a name", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-\0A: 1\r\n\r\n", 400),
+        RAW("a control byte in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\x01z\r\n\r\n",
+            400),
+        RAW("a DEL in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\x7f\r\n\r\n", 400),
+        RAW("a bare CR in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\rz\r\n\r\n", 400),
+        RAW("a NUL in a value", "GET /v1/info HTTP/1.1\r\nX-A: a\0z\r\nHost: x\r\n\r\n", 400),
+        RAW("a NUL in the last value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\0z\r\n\r\n",
+            400),
+        RAW("a NUL ending the last value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\0\r\n\r\n",
+            400),
+        RAW("a NUL in Host", "GET /v1/info HTTP/1.1\r\nHost: x\0evil\r\n\r\n", 400),
+        RAW("a folded value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400),
+        /* Well-formed, however spelled: a tab in a value, bare LFs, empty and 8-bit values. */
+        RAW("a tab in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\tz\r\n\r\n", 200),
+        RAW("bare LF line ends", "GET /v1/info HTTP/1.1\nHost: x\nX-A: a\n\n", 200),
+        RAW("empty and 8-bit values",
+            "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A:\r\nX-B:   \xc3\xa9t\xc3\xa9  \r\n"
+            "User-Agent: t\r\n\r\n",
+            200),
+        RAW("no field but Host", "GET /v1/info?x=%41 HTTP/1.1\r\nHost: x\r\n\r\n", 200),
+        RAW("HTTP/1.0 without fields", "GET /v1/info HTTP/1.0\r\n\r\n", 200),
+    };
+    char reply[8192];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const raw_case_t *c = &cases[i];
+        int fd = tcp_connect(d, "127.0.0.1");
+        ck_assert_int_ge(fd, 0);
+        long status = exchange(fd, c->bytes, c->len, 5, reply, sizeof reply);
+        close(fd);
+        ck_assert_msg(status == c->status, "%s: %ld, expected %ld: %s", c->what, status, c->status,
+                      reply);
+        if (status == 400 && strstr(reply, "\"error\""))
+            ck_assert_msg(strcasestr(reply, "Connection: close"), "%s: %s", c->what, reply);
+    }
+    /* A kept-alive connection's second request, and a body after checked fields. */
+    static const char info[] = "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n\r\n";
+    static const char job[] = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                              "application/json\r\nContent-Length: 66\r\n\r\n"
+                              "{\"op\":\"sum\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[1],"
+                              "\"data\":[1]}}}";
+    ck_assert_int_eq(strlen(strstr(job, "\r\n\r\n") + 4), 66);
+    int fd = tcp_connect(d, "127.0.0.1");
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(exchange(fd, info, sizeof info - 1, 5, reply, sizeof reply), 200);
+    ck_assert_int_eq(exchange(fd, job, sizeof job - 1, 5, reply, sizeof reply), 201);
+    ck_assert_int_eq(exchange(fd, info, sizeof info - 1, 5, reply, sizeof reply), 200);
+    close(fd);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 START_TEST(test_submission_wait_of_a_closed_client_is_released)
 {
     /* A long group-commit window: the client leaves while its submission is committed. */
@@ -511,6 +588,7 @@ int main(void)
     tcase_add_test(tc, test_closed_waits_give_back_their_connections_at_once);
     tcase_add_test(tc, test_slow_clients_are_cut_and_lock_nobody_out);
     tcase_add_test(tc, test_ambiguous_requests_answer_400);
+    tcase_add_test(tc, test_nul_and_control_bytes_in_a_request_answer_400);
     tcase_add_test(tc, test_submission_wait_of_a_closed_client_is_released);
     tcase_add_test(tc, test_submission_on_a_full_disk_answers_507);
     tcase_add_test(tc, test_full_disk_commits_answer_507_and_readyz_is_not_ready);
