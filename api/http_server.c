@@ -419,7 +419,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
  * value that breaks RFC 9110, and the head walked for hidden bytes (http_strict.h). */
 typedef struct header_scan {
     int content_length, transfer_encoding;
-    const char *bad_name;  /* the first field whose name is no token (not NUL-terminated) */
+    bool bad_name;         /* a field's name is no token */
     const char *bad_value; /* the name of the first field whose value holds a control byte */
     http_head_walk_t walk;
     bool walking;
@@ -432,7 +432,7 @@ static enum MHD_Result scan_field(void *cls, enum MHD_ValueKind kind, const char
     (void)kind;
     n->content_length += strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0;
     n->transfer_encoding += strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0;
-    if (!n->bad_name && !http_is_token(key, key_size)) n->bad_name = key;
+    n->bad_name |= !http_is_token(key, key_size);
     if (!n->bad_value && value && http_value_has_control(value, value_size)) n->bad_value = key;
     if (n->walking) http_head_walk_field(&n->walk, key, key_size, value, value_size);
     return MHD_YES;
