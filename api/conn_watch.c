@@ -1,8 +1,9 @@
-/* The watch over connections that libmicrohttpd does not keep: request deadlines, and the
- * peer's close of a suspended connection (conn_watch.h). One thread per watcher sleeps in
- * epoll_wait on the armed sockets and wakes every CONN_WATCH_TICK_MS to cut the connections
- * past their deadline. Entries live in a slot array, so that an epoll event names its entry
- * by slot and arm serial and is ignored when the entry changed since. */
+/* The watch over connections that libmicrohttpd does not keep: request deadlines, the peer's
+ * close of a suspended connection, and which connections are let in (conn_watch.h). One
+ * thread per watcher sleeps in epoll_wait on the armed sockets and wakes every
+ * CONN_WATCH_TICK_MS to cut the connections past their deadline. Entries live in a slot array,
+ * so that an epoll event names its entry by slot and arm serial and is ignored when the entry
+ * changed since; those awaiting their request's head are also on a list, oldest first. */
 #define _GNU_SOURCE
 #include "conn_watch.h"
 
@@ -18,9 +19,17 @@
 
 #include "daemon/util/id.h"
 #include "daemon/util/log.h"
+#include "daemon/util/queue.h"
+#include "daemon/util/strmap.h"
 
 #define CONN_WATCH_TICK_MS 250
 #define CONN_WATCH_EVENTS 64
+/* A connection awaiting its head is never closed to make room before it has had this long to
+ * send it. */
+#define CONN_WATCH_GRACE_US (200 * INT64_C(1000))
+/* How many connections whose whole head waits unread in their socket (about to be served, so
+ * passed over) one search for a connection to close looks past. */
+#define CONN_WATCH_PASS_OVER 64
 
 typedef enum {
     ENTRY_ACTIVE,
@@ -31,6 +40,12 @@ typedef enum {
     ENTRY_GONE
 } entry_state_t;
 
+/* One client address: its open connections, and those of them with a request in flight. */
+typedef struct watch_addr {
+    int open, in_flight;
+    char key[];
+} watch_addr_t;
+
 struct conn_watch_entry {
     int fd;
     uint32_t slot;
@@ -39,6 +54,12 @@ struct conn_watch_entry {
     entry_state_t state;
     conn_watch_gone_fn gone;
     void *ud;
+    watch_addr_t *addr;  /* its client's address; NULL for none (a Unix socket) */
+    bool awaiting;       /* on the watch's awaiting list: its request's head is not in */
+    int64_t awaiting_us; /* since when */
+    bool in_flight;      /* counted in addr->in_flight */
+    bool closing;        /* shut down by the watch: libmicrohttpd is closing it */
+    queue_t awaiting_node;
 };
 
 struct conn_watch {
@@ -53,6 +74,12 @@ struct conn_watch {
     uint32_t next_serial;
     conn_ratelimit_t cut_log;
     long cut_held; /* connections cut since the last line */
+    conn_watch_limits_t limits;
+    queue_t awaiting; /* entries awaiting their request's head, oldest first */
+    uint32_t n_awaiting;
+    strmap_t *addrs; /* client address -> watch_addr_t */
+    conn_ratelimit_t evict_log, refuse_log;
+    long evict_held, refuse_held;
 };
 
 bool conn_ratelimit_pass(conn_ratelimit_t *rl, int64_t now, long *ret_held)
@@ -67,6 +94,37 @@ bool conn_ratelimit_pass(conn_ratelimit_t *rl, int64_t now, long *ret_held)
     return true;
 }
 
+/* Takes e off the awaiting list (if on it). Lock held. */
+static void entry_stop_awaiting(conn_watch_t *w, conn_watch_entry_t *e)
+{
+    if (!e->awaiting) return;
+    queue_remove(&e->awaiting_node);
+    e->awaiting = false;
+    w->n_awaiting--;
+}
+
+/* Shuts down e's socket, which makes libmicrohttpd see the end of its stream and close it; it
+ * no longer counts as awaiting, and has no deadline. Lock held. */
+static void entry_close(conn_watch_t *w, conn_watch_entry_t *e)
+{
+    entry_stop_awaiting(w, e);
+    e->deadline_us = 0;
+    e->closing = true;
+    shutdown(e->fd, SHUT_RDWR);
+}
+
+/* Counts n more connections closed or refused for one reason in *held and, at most once per
+ * CONN_WATCH_LOG_INTERVAL_US (rl), says how many there were since its last line. Lock held. */
+static void watch_log(conn_watch_t *w, conn_ratelimit_t *rl, long *held, long n, const char *verb,
+                      const char *why)
+{
+    *held += n;
+    long lines_held;
+    if (!conn_ratelimit_pass(rl, mono_us(), &lines_held)) return;
+    log_warn("http (%s): %s %ld connection(s) %s", w->name, verb, *held, why);
+    *held = 0;
+}
+
 /* Shuts down the connections past their deadline. Lock held. */
 static void watch_cut_expired(conn_watch_t *w)
 {
@@ -75,18 +133,60 @@ static void watch_cut_expired(conn_watch_t *w)
     for (uint32_t i = 0; i < w->n_slots; i++) {
         conn_watch_entry_t *e = w->slots[i];
         if (!e || !e->deadline_us || e->deadline_us > now) continue;
-        e->deadline_us = 0;
-        shutdown(e->fd, SHUT_RDWR);
+        entry_close(w, e);
         cut++;
     }
-    if (!cut) return;
-    w->cut_held += cut;
-    long held;
-    if (!conn_ratelimit_pass(&w->cut_log, now, &held)) return;
-    log_warn("http (%s): closed %ld connection(s) whose request did not arrive in time "
-             "(server.header_timeout_s, server.body_timeout_s)",
-             w->name, w->cut_held);
-    w->cut_held = 0;
+    if (cut)
+        watch_log(w, &w->cut_log, &w->cut_held, cut, "closed",
+                  "whose request did not arrive in time (server.header_timeout_s, "
+                  "server.body_timeout_s)");
+}
+
+/* Whether e's socket holds a whole request head that libmicrohttpd has not read yet: that
+ * client has sent what it owes, and is not the one to close. */
+static bool head_waits_unread(const conn_watch_entry_t *e)
+{
+    char buf[4096];
+    ssize_t n = recv(e->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 && (memmem(buf, (size_t)n, "\r\n\r\n", 4) || memmem(buf, (size_t)n, "\n\n", 2));
+}
+
+/* Makes room while more connections await their head than limits.awaiting_max: closes the
+ * oldest of them that has had CONN_WATCH_GRACE_US to send it and whose whole head does not
+ * wait unread in its socket. None may qualify (a burst of new connections): libmicrohttpd's own
+ * limit bounds them meanwhile, and the watch's next tick looks again. Lock held. */
+static void watch_make_room(conn_watch_t *w, int64_t now)
+{
+    if (!w->limits.awaiting_max) return;
+    long closed = 0;
+    int passed_over = 0;
+    queue_t *q = queue_head(&w->awaiting);
+    while (q && w->n_awaiting > w->limits.awaiting_max && passed_over < CONN_WATCH_PASS_OVER) {
+        conn_watch_entry_t *e = queue_data(q, conn_watch_entry_t, awaiting_node);
+        if (now - e->awaiting_us < CONN_WATCH_GRACE_US) break; /* and so are those after it */
+        q = queue_next(&w->awaiting, q);
+        if (head_waits_unread(e)) {
+            passed_over++;
+            continue;
+        }
+        entry_close(w, e);
+        closed++;
+    }
+    if (closed)
+        watch_log(w, &w->evict_log, &w->evict_held, closed, "closed",
+                  "still waiting for their request's headers, the oldest, to let new ones in "
+                  "(half of server.max_connections is kept for requests whose headers are in)");
+}
+
+/* Puts e at the end of the awaiting list, and makes room if it is one too many. Lock held. */
+static void entry_await(conn_watch_t *w, conn_watch_entry_t *e)
+{
+    int64_t now = mono_us();
+    queue_insert_tail(&w->awaiting, &e->awaiting_node);
+    e->awaiting = true;
+    e->awaiting_us = now;
+    w->n_awaiting++;
+    watch_make_room(w, now);
 }
 
 /* Whether e's socket is in the watcher's epoll set. */
@@ -149,17 +249,24 @@ static void *watch_thread(void *arg)
                 watch_peer_closed(w, events[i].data.u64);
         }
         watch_cut_expired(w);
+        watch_make_room(w, mono_us());
         watch_kick_gone_bodies(w);
         pthread_mutex_unlock(&w->lock);
         if (stop) return NULL;
     }
 }
 
-int conn_watch_new(const char *name, conn_watch_t **ret)
+int conn_watch_new(const char *name, const conn_watch_limits_t *limits, conn_watch_t **ret)
 {
     conn_watch_t *w = calloc(1, sizeof *w);
     if (!w) return -ENOMEM;
+    if (strmap_new(&w->addrs) < 0) {
+        free(w);
+        return -ENOMEM;
+    }
     snprintf(w->name, sizeof w->name, "%s", name);
+    w->limits = *limits;
+    queue_init(&w->awaiting);
     pthread_mutex_init(&w->lock, NULL);
     w->epfd = epoll_create1(EPOLL_CLOEXEC);
     w->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -171,6 +278,7 @@ int conn_watch_new(const char *name, conn_watch_t **ret)
         if (w->epfd >= 0) close(w->epfd);
         if (w->stopfd >= 0) close(w->stopfd);
         pthread_mutex_destroy(&w->lock);
+        strmap_free(w->addrs);
         free(w);
         return log_error_errno(r, "Failed to start the connection watch: %s", strerror(-r));
     }
@@ -192,6 +300,7 @@ void conn_watch_free(conn_watch_t *w)
         free(w->slots[i]);
     free(w->slots);
     free(w->free_slots);
+    strmap_free(w->addrs);
     pthread_mutex_destroy(&w->lock);
     free(w);
 }
@@ -212,15 +321,49 @@ static uint32_t watch_slot_take(conn_watch_t *w)
     return w->n_slots++;
 }
 
-int conn_watch_add(conn_watch_t *w, int fd, int64_t deadline_us, conn_watch_entry_t **ret)
+/* The record of the client address key, made on its first connection; NULL when out of
+ * memory. Lock held. */
+static watch_addr_t *watch_addr_take(conn_watch_t *w, const char *key)
+{
+    watch_addr_t *a = strmap_get(w->addrs, key);
+    if (a) return a;
+    size_t len = strlen(key);
+    a = calloc(1, sizeof *a + len + 1);
+    if (!a) return NULL;
+    memcpy(a->key, key, len + 1);
+    if (strmap_put(w->addrs, a->key, a) < 0) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+int conn_watch_add(conn_watch_t *w, int fd, const char *addr, int64_t deadline_us,
+                   conn_watch_entry_t **ret)
 {
     conn_watch_entry_t *e = calloc(1, sizeof *e);
     if (!e) return -ENOMEM;
     e->fd = fd;
     e->deadline_us = deadline_us;
+    queue_init(&e->awaiting_node);
     pthread_mutex_lock(&w->lock);
     e->slot = watch_slot_take(w);
-    if (e->slot != UINT32_MAX) w->slots[e->slot] = e;
+    if (e->slot != UINT32_MAX && addr && !(e->addr = watch_addr_take(w, addr))) {
+        w->free_slots[w->n_free++] = e->slot;
+        e->slot = UINT32_MAX;
+    }
+    if (e->slot != UINT32_MAX) {
+        w->slots[e->slot] = e;
+        if (e->addr) e->addr->open++;
+        int most = w->limits.in_flight_per_addr;
+        if (e->addr && most && e->addr->in_flight >= most) {
+            entry_close(w, e);
+            watch_log(w, &w->refuse_log, &w->refuse_held, 1, "refused",
+                      "from addresses with server.max_connections_per_ip requests in flight");
+        } else {
+            entry_await(w, e);
+        }
+    }
     pthread_mutex_unlock(&w->lock);
     if (e->slot == UINT32_MAX) {
         free(e);
@@ -235,6 +378,11 @@ void conn_watch_remove(conn_watch_t *w, conn_watch_entry_t *e)
     if (!e) return;
     pthread_mutex_lock(&w->lock);
     if (entry_polled(e)) epoll_ctl(w->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+    entry_stop_awaiting(w, e);
+    if (e->addr) {
+        e->addr->in_flight -= e->in_flight;
+        if (--e->addr->open == 0) free(strmap_remove(w->addrs, e->addr->key));
+    }
     w->slots[e->slot] = NULL;
     w->free_slots[w->n_free++] = e->slot;
     pthread_mutex_unlock(&w->lock);
@@ -246,6 +394,30 @@ void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t dea
     if (!e) return;
     pthread_mutex_lock(&w->lock);
     e->deadline_us = deadline_us;
+    pthread_mutex_unlock(&w->lock);
+}
+
+void conn_watch_head_in(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us)
+{
+    if (!e) return;
+    pthread_mutex_lock(&w->lock);
+    entry_stop_awaiting(w, e);
+    if (e->addr && !e->in_flight) e->addr->in_flight++;
+    e->in_flight = true;
+    if (!e->closing) e->deadline_us = deadline_us;
+    pthread_mutex_unlock(&w->lock);
+}
+
+void conn_watch_request_end(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us)
+{
+    if (!e) return;
+    pthread_mutex_lock(&w->lock);
+    if (e->addr && e->in_flight) e->addr->in_flight--;
+    e->in_flight = false;
+    if (!e->closing) {
+        e->deadline_us = deadline_us;
+        if (!e->awaiting) entry_await(w, e);
+    }
     pthread_mutex_unlock(&w->lock);
 }
 

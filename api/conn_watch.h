@@ -1,7 +1,23 @@
 /* Private to api/: the watch over open HTTP connections that libmicrohttpd does not keep
- * itself. It knows sockets, not HTTP: http_server.c registers each connection's socket.
+ * itself. It knows sockets, not HTTP: http_server.c registers each connection's socket and
+ * says when its request's head is in and when the request ends. One watcher per listener.
  *
- * Two things are watched, by one thread per watcher:
+ * Which connections are let in. A connection awaits its request's head from its start, and
+ * again between the requests of a kept-alive connection; it stops once the head is in. Those
+ * awaiting may be at most limits.awaiting_max: past it the oldest of them is shut down, so
+ * that a new connection gets in, and the rest of the listener's connections stay for requests
+ * whose heads are in. Thousands of clients that trickle their heads a byte at a time
+ * (slowloris) then take turns in their share and close each other, instead of locking every
+ * client out. A connection is not closed so before it has had 200 ms to send its head, nor
+ * while its whole head waits unread in its socket: a burst of new connections may exceed the
+ * share for that long (libmicrohttpd's own limit still bounds them), and the watch's tick makes
+ * room once they are old enough. A new
+ * connection from an address that already has limits.in_flight_per_addr requests in flight is
+ * refused (shut down at once): the requests of one client, not its idle or trickling
+ * connections, are what that limit bounds, so clients that share an address (loopback, a NAT)
+ * are not locked out by another's open sockets.
+ *
+ * Three more things are watched, by one thread per watcher:
  *  - Deadlines. A connection whose request has not fully arrived by its deadline (a slow
  *    client trickling its headers or body) is shut down, which makes libmicrohttpd see the end
  *    of its stream and close it. MHD's own timeout restarts on every byte, so it cannot bound
@@ -50,13 +66,23 @@ typedef struct conn_ratelimit {
  * false counts one more held back. */
 bool conn_ratelimit_pass(conn_ratelimit_t *rl, int64_t now, long *ret_held);
 
+typedef struct conn_watch_limits {
+    uint32_t awaiting_max;  /* connections awaiting their request's head; 0: no bound */
+    int in_flight_per_addr; /* requests in flight from one client address; 0: no bound */
+} conn_watch_limits_t;
+
 /* Starts a watcher and its thread. name says what it watches in its log lines ("tcp"). */
-int conn_watch_new(const char *name, conn_watch_t **ret);
+int conn_watch_new(const char *name, const conn_watch_limits_t *limits, conn_watch_t **ret);
 /* Stops the thread and frees the watcher; every entry must have been removed. Accepts NULL. */
 void conn_watch_free(conn_watch_t *w);
 
-/* Registers a connection's socket with a deadline (absolute, mono_us() clock; 0 for none). */
-int conn_watch_add(conn_watch_t *w, int fd, int64_t deadline_us, conn_watch_entry_t **ret);
+/* Registers a new connection's socket, awaiting its request's head until deadline_us
+ * (absolute, mono_us() clock; 0 for none). addr names its client's address ("127.0.0.1"), or
+ * is NULL where there is none (a Unix socket). The connection may be refused, or let in by
+ * shutting down the oldest connection awaiting a head (see above); a refused one is shut down
+ * and registered all the same, for libmicrohttpd's close notice to remove. */
+int conn_watch_add(conn_watch_t *w, int fd, const char *addr, int64_t deadline_us,
+                   conn_watch_entry_t **ret);
 /* Forgets the connection: from its return the watcher no longer touches the socket. Accepts
  * NULL. */
 void conn_watch_remove(conn_watch_t *w, conn_watch_entry_t *e);
@@ -64,6 +90,12 @@ void conn_watch_remove(conn_watch_t *w, conn_watch_entry_t *e);
  * be made) and then do nothing. */
 /* Moves the connection's deadline (0: none). */
 void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us);
+/* The request's head is in: the connection no longer awaits one, counts as a request in
+ * flight of its address, and has deadline_us (its body's). */
+void conn_watch_head_in(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us);
+/* The request is over (answered, or its client gone): a kept-alive connection awaits the next
+ * request's head until deadline_us, as the newest of those awaiting. */
+void conn_watch_request_end(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us);
 
 /* The connection's body streams into what must not wait for MHD's idle timeout once the
  * client has gone: from now until conn_watch_body_end, the peer's close wakes libmicrohttpd. */

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -37,6 +38,7 @@
 #include "api_internal.h"
 #include "conn_watch.h"
 #include "http_body.h"
+#include "http_strict.h"
 #include "http_tls.h"
 #include "json_write.h"
 #include "daemon/util/id.h"
@@ -51,6 +53,9 @@ typedef struct listener {
     struct api_server *srv;
     bool is_unix;
     bool tls; /* serves HTTPS: a suspended client's close cannot be probed in plain text */
+    /* Its connections: which are let in, the deadlines of their requests, and the close of
+     * suspended clients (conn_watch.h). */
+    conn_watch_t *watch;
 } listener_t;
 
 /* libmicrohttpd's log lines, each kind (its format string) at most once per
@@ -76,7 +81,7 @@ struct api_server {
     atomic_long pending; /* requests waiting for the scheduler */
     pthread_mutex_t readers_lock;
     reader_entry_t *readers;
-    conn_watch_t *watch; /* deadlines of requests, and the close of suspended clients */
+    int max_connections; /* per listener: server.max_connections, or what the descriptors fit */
     pthread_mutex_t log_lock;
     mhd_log_kind_t log_kinds[MHD_LOG_KINDS];
     conn_ratelimit_t peer_log; /* failures to ask the kernel for a loopback peer; log_lock */
@@ -84,6 +89,8 @@ struct api_server {
      * holds a reference. The lock guards the pointer only. */
     pthread_mutex_t settings_lock;
     api_settings_t *settings;
+    /* The request heads are walked for bytes a NUL hid (http_strict.h): libmicrohttpd 0.9. */
+    bool head_walk;
 };
 
 /* A connection from its start to its close (MHD's socket context): its entry in the watch,
@@ -95,11 +102,17 @@ typedef struct conn_state {
     uid_t peer_uid;
 } conn_state_t;
 
+/* Made by the URI log callback (on_uri), as each request's line is parsed; the rest is filled
+ * by the first call of the access handler (request_begin), which sets begun. */
 typedef struct conn_ctx {
+    bool begun;
+    size_t target_len; /* the request target's length before libmicrohttpd decoded it */
+    bool target_bad;   /* it holds a control byte or a space (http_target_is_bad) */
     api_server_t *srv;
     api_settings_t *settings; /* the generation req.cfg and req.auth belong to; a reference */
     struct MHD_Connection *conn;
-    conn_watch_entry_t *watched; /* the connection's entry in srv->watch; NULL if none */
+    conn_watch_t *watch;         /* its listener's */
+    conn_watch_entry_t *watched; /* the connection's entry in watch; NULL if none */
     http_body_t body;            /* how the request's body is being taken in */
     bool dispatched;             /* the router has run */
     bool read;      /* req's method, path, query and headers are filled (request_read) */
@@ -285,7 +298,7 @@ static void conn_suspend(api_request_t *req)
 {
     conn_ctx_t *ctx = req->conn;
     atomic_fetch_add(&ctx->srv->pending, 1);
-    conn_watch_suspend(ctx->srv->watch, ctx->watched);
+    conn_watch_suspend(ctx->watch, ctx->watched);
     MHD_suspend_connection(ctx->conn);
 }
 
@@ -295,7 +308,7 @@ static void conn_resume(api_request_t *req)
     conn_ctx_t *ctx = req->conn;
     atomic_fetch_sub(&ctx->srv->pending, 1);
     atomic_store(&ctx->reply_ready, true);
-    conn_watch_resume(ctx->srv->watch, ctx->watched);
+    conn_watch_resume(ctx->watch, ctx->watched);
     STAMP(RESUMED);
     MHD_resume_connection(ctx->conn);
 }
@@ -438,64 +451,77 @@ static void request_read(conn_ctx_t *ctx, const char *method, const char *url)
     req->json_length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Gpujob-Json-Length");
 }
 
-/* What the URI log callback gives a request whose target has control bytes (raw or
- * %-escaped): libmicrohttpd decodes "%00" into the path, which then ends there. */
-static char uri_has_control;
-
-static bool byte_is_control(unsigned c)
-{
-    return c < 0x20 || c == 0x7f;
-}
-
-static int hex_digit(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/* MHD_OPTION_URI_LOG_CALLBACK: sees the request target before it is decoded. Its result
- * becomes the request's first *con_cls. */
+/* MHD_OPTION_URI_LOG_CALLBACK: the request's context, made as its line is parsed, while its
+ * target is still as the client sent it. Its result becomes the request's first *con_cls; NULL
+ * when out of memory, which request_begin answers by closing the connection. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
     (void)conn;
-    for (const char *p = uri; *p; p++) {
-        int hi = *p == '%' ? hex_digit(p[1]) : -1, lo = hi >= 0 ? hex_digit(p[2]) : -1;
-        if (byte_is_control((unsigned char)*p) || (lo >= 0 && byte_is_control(hi * 16u + lo)))
-            return &uri_has_control;
-    }
-    return NULL;
+    conn_ctx_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return NULL;
+    ctx->target_len = strlen(uri);
+    ctx->target_bad = http_target_is_bad(uri);
+    return ctx;
 }
 
-typedef struct header_count {
+/* What a pass over a request's header fields finds: the framing headers counted, a name or a
+ * value that breaks RFC 9110, and the head walked for hidden bytes (http_strict.h). */
+typedef struct header_scan {
     int content_length, transfer_encoding;
-} header_count_t;
+    bool bad_name;         /* a field's name is no token */
+    const char *bad_value; /* the name of the first field whose value holds a control byte */
+    http_head_walk_t walk;
+    bool walking;
+} header_scan_t;
 
-static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
-                                     const char *value)
+static enum MHD_Result scan_field(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  size_t key_size, const char *value, size_t value_size)
 {
-    header_count_t *n = cls;
+    header_scan_t *n = cls;
     (void)kind;
-    (void)value;
     n->content_length += strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0;
     n->transfer_encoding += strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0;
+    n->bad_name |= !http_is_token(key, key_size);
+    if (!n->bad_value && value && http_value_has_control(value, value_size)) n->bad_value = key;
+    if (n->walking) http_head_walk_field(&n->walk, key, key_size, value, value_size);
     return MHD_YES;
 }
 
-/* Refuses with 400 what a proxy in front of us could read differently (more than one
- * Content-Length, or one beside Transfer-Encoding: request smuggling), a target with control
- * bytes, and HTTP/1.1 without Host (RFC 9112, 3.2). True when answered; the connection is
+/* Refuses with 400, before anything routes it, a request line or a header field that breaks
+ * the grammar (a method or a field name that is no token, a target or a field value with a
+ * control byte, a NUL anywhere: RFC 9112 3 and 5), what a proxy in front of us could read
+ * differently (more than one Content-Length, or one beside Transfer-Encoding: request
+ * smuggling), and HTTP/1.1 without Host (RFC 9112, 3.2). True when answered; the connection is
  * then closed after the answer, as its framing cannot be trusted. */
-static bool request_malformed(conn_ctx_t *ctx, const char *version, bool bad_uri)
+static bool request_malformed(conn_ctx_t *ctx, const char *method, const char *url,
+                              const char *version)
 {
-    header_count_t n = {0};
-    MHD_get_connection_values(ctx->conn, MHD_HEADER_KIND, count_framing, &n);
+    header_scan_t n = {.walking = ctx->srv->head_walk};
+    const union MHD_ConnectionInfo *head =
+        n.walking ? MHD_get_connection_info(ctx->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE)
+                  : NULL;
+    n.walking = head != NULL;
+    if (n.walking)
+        http_head_walk_begin(&n.walk, method, head->header_size, url, ctx->target_len, version);
+    MHD_get_connection_values_n(ctx->conn, MHD_HEADER_KIND, scan_field, &n);
     api_request_t *req = &ctx->req;
-    if (bad_uri)
+    if (!http_is_token(method, strlen(method)))
+        api_respond_error(req, 400, "invalid_argument", "method",
+                          "the request method holds a byte no token may hold");
+    else if (ctx->target_bad)
         api_respond_error(req, 400, "invalid_argument", "path",
-                          "the request target holds a control character");
+                          "the request target holds a control character or a space");
+    else if (n.bad_name)
+        api_respond_error(req, 400, "invalid_argument", "headers",
+                          "a header name holds a byte no token may hold (RFC 9110, 5.1)");
+    else if (n.bad_value)
+        api_respond_error(req, 400, "invalid_argument", "headers",
+                          "the value of header '%.64s' holds a control character", n.bad_value);
+    else if (n.walking && http_head_walk_end(&n.walk))
+        api_respond_error(req, 400, "invalid_argument", "headers",
+                          "the request line or a header field holds a NUL byte or a stray "
+                          "space, or a field is folded onto the next line");
     else if (n.content_length > 1 || (n.content_length && n.transfer_encoding))
         api_respond_error(req, 400, "invalid_argument", "headers.Content-Length",
                           "more than one Content-Length, or one beside Transfer-Encoding");
@@ -516,9 +542,9 @@ static bool request_malformed(conn_ctx_t *ctx, const char *version, bool bad_uri
 static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn, const char *method,
                                      const char *url, const char *version, void **con_cls)
 {
-    bool bad_uri = *con_cls == &uri_has_control;
-    conn_ctx_t *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return MHD_NO;
+    conn_ctx_t *ctx = *con_cls;
+    if (!ctx) return MHD_NO; /* on_uri was out of memory */
+    ctx->begun = true;
     ctx->srv = l->srv;
     ctx->conn = conn;
     ctx->req.env = &l->srv->env;
@@ -531,15 +557,15 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     ctx->log_method = method;
     ctx->log_route = api_route_pattern(url);
     id_request(ctx->request_id);
-    *con_cls = ctx;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     const conn_state_t *cs = ci ? ci->socket_context : NULL;
+    ctx->watch = l->watch;
     ctx->watched = cs ? cs->watched : NULL;
     /* The headers are in: the body has its own time from now. */
-    conn_watch_set_deadline(l->srv->watch, ctx->watched,
-                            mono_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000);
-    if (request_malformed(ctx, version, bad_uri)) return send_response(ctx);
+    conn_watch_head_in(l->watch, ctx->watched,
+                       mono_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000);
+    if (request_malformed(ctx, method, url, version)) return send_response(ctx);
     int r = api_request_user(l->srv, conn, cs, l->is_unix, ctx->req.auth, &ctx->req.user);
     if (r < 0) {
         log_warn("Failed to identify a Unix socket peer: %s", strerror(-r));
@@ -574,7 +600,7 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
                   : API_BODY_MEMORY;
         /* A streamed body holds a blob file or device memory until its request ends. */
         if (sink == API_BODY_FILE || sink == API_BODY_UPLOAD)
-            conn_watch_body_begin(l->srv->watch, ctx->watched);
+            conn_watch_body_begin(l->watch, ctx->watched);
         if (sink == API_BODY_FILE) {
             r = store_blob_stream_open(l->srv->env.cfg, &ctx->req.body_file);
             if (r < 0) ctx->body.upload_err = r;
@@ -608,8 +634,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   size_t *upload_data_size, void **con_cls)
 {
     conn_ctx_t *ctx = *con_cls;
-    if (!ctx || *con_cls == &uri_has_control)
-        return request_begin(cls, conn, method, url, version, con_cls);
+    if (!ctx || !ctx->begun) return request_begin(cls, conn, method, url, version, con_cls);
     if (*upload_data_size) {
         if (!ctx->responded)
             http_body_append(&ctx->body, &ctx->req, upload_data, *upload_data_size);
@@ -617,8 +642,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     /* The whole request is in: no deadline while it is answered. */
-    conn_watch_set_deadline(ctx->srv->watch, ctx->watched, 0);
-    conn_watch_body_end(ctx->srv->watch, ctx->watched);
+    conn_watch_set_deadline(ctx->watch, ctx->watched, 0);
+    conn_watch_body_end(ctx->watch, ctx->watched);
     if (ctx->responded) return MHD_YES;
     if (ctx->dispatched) {
         /* Resumed after the scheduler's reply. */
@@ -638,7 +663,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     request_read(ctx, method, url);
     if (api_dispatch(req) == API_PENDING) {
         /* Posted: from now a close by the client is noticed (conn_watch_arm). */
-        conn_watch_arm(ctx->srv->watch, ctx->watched, conn_client_gone, ctx);
+        conn_watch_arm(ctx->watch, ctx->watched, conn_client_gone, ctx);
         return MHD_YES;
     }
     return send_response(ctx);
@@ -649,13 +674,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     conn_ctx_t *ctx = *con_cls;
-    if (!ctx || *con_cls == &uri_has_control) return;
+    if (!ctx) return;
+    if (!ctx->begun) {
+        /* A request libmicrohttpd answered itself (a malformed line, headers too large). */
+        free(ctx);
+        *con_cls = NULL;
+        return;
+    }
     /* A kept-alive connection's next request: idle time, then the time for its headers. */
     const config_t *cfg = ctx->srv->env.cfg;
-    conn_watch_set_deadline(ctx->srv->watch, ctx->watched,
-                            mono_us() +
-                                (int64_t)(cfg->idle_timeout_s + cfg->header_timeout_s) * 1000000);
-    conn_watch_body_end(ctx->srv->watch, ctx->watched);
+    conn_watch_request_end(ctx->watch, ctx->watched,
+                           mono_us() +
+                               (int64_t)(cfg->idle_timeout_s + cfg->header_timeout_s) * 1000000);
+    conn_watch_body_end(ctx->watch, ctx->watched);
     api_request_cleanup(&ctx->req);
     free(ctx->req.body);
     store_blob_stream_abort(ctx->req.body_file);
@@ -665,9 +696,23 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
-/* MHD_OPTION_NOTIFY_CONNECTION: a connection opens (its headers get their deadline, and the
- * kernel names the account at its other end) or closes (before libmicrohttpd closes its
- * socket, so the watch lets the socket go first). */
+/* The text of a TCP client's address into buf; NULL when there is none. */
+static const char *client_address(struct MHD_Connection *conn, char *buf, size_t size)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    const void *in =
+        !sa                         ? NULL
+        : sa->sa_family == AF_INET  ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+        : sa->sa_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                                    : NULL;
+    return in ? inet_ntop(sa->sa_family, in, buf, (socklen_t)size) : NULL;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection opens (the watch lets it in, or not, and its
+ * headers get their deadline; the kernel names the account at its other end) or closes (before libmicrohttpd closes its socket, so the watch
+ * lets the socket go first). */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
@@ -675,7 +720,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     api_server_t *srv = l->srv;
     if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         conn_state_t *cs = *socket_context;
-        if (cs) conn_watch_remove(srv->watch, cs->watched);
+        if (cs) conn_watch_remove(l->watch, cs->watched);
         free(cs);
         *socket_context = NULL;
         atomic_fetch_sub(&srv->env.connections[l->is_unix], 1);
@@ -689,7 +734,9 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     conn_state_t *cs = calloc(1, sizeof *cs);
     if (cs && ci) {
         int64_t deadline = mono_us() + (int64_t)srv->env.cfg->header_timeout_s * 1000000;
-        (void)conn_watch_add(srv->watch, ci->connect_fd, deadline, &cs->watched);
+        char addr[INET6_ADDRSTRLEN];
+        const char *client = l->is_unix ? NULL : client_address(conn, addr, sizeof addr);
+        (void)conn_watch_add(l->watch, ci->connect_fd, client, deadline, &cs->watched);
         cs->peer_err = auth_peer_uid(ci->connect_fd, &cs->peer_uid);
     } else if (cs) {
         cs->peer_err = -EIO;
@@ -743,7 +790,7 @@ static unsigned daemon_flags(void)
     {                                                                                              \
         {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, (srv)},                                 \
             {MHD_OPTION_THREAD_POOL_SIZE, (srv)->env.cfg->http_threads, NULL},                     \
-            {MHD_OPTION_CONNECTION_LIMIT, (srv)->env.cfg->max_connections, NULL},                  \
+            {MHD_OPTION_CONNECTION_LIMIT, (srv)->max_connections, NULL},                           \
             {MHD_OPTION_CONNECTION_TIMEOUT, (srv)->env.cfg->idle_timeout_s, NULL},                 \
             {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},                           \
             {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, (listener)},                   \
@@ -752,6 +799,19 @@ static unsigned daemon_flags(void)
             MHD_OPTION_END, 0, NULL                                                                \
         }                                                                                          \
     }
+
+/* Sets up the listener l of srv and its watch: at most half of its connections may await
+ * their request's head, so that the other half stays for requests whose heads are in; over
+ * TCP, an address has at most server.max_connections_per_ip requests in flight. */
+static int listener_init(api_server_t *srv, listener_t *l, bool is_unix, bool tls)
+{
+    *l = (listener_t){srv, is_unix, tls, NULL};
+    conn_watch_limits_t limits = {
+        .awaiting_max = (uint32_t)(srv->max_connections > 1 ? srv->max_connections / 2 : 1),
+        .in_flight_per_addr = is_unix ? 0 : srv->env.cfg->max_connections_per_ip,
+    };
+    return conn_watch_new(is_unix ? "unix" : "tcp", &limits, &l->watch);
+}
 
 /* Listens on host:port, or on `inherited`, a socket the previous process bound to them. */
 static int start_tcp(api_server_t *srv, const char *host, int port, int inherited)
@@ -770,9 +830,9 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
     bool v6 = ai->ai_family == AF_INET6;
     bool tls = config_tls_enabled(cfg);
     unsigned flags = daemon_flags() | (v6 ? MHD_USE_IPv6 : 0) | (tls ? MHD_USE_TLS : 0);
-    srv->tcp_listener = (listener_t){srv, false, tls};
+    r = listener_init(srv, &srv->tcp_listener, false, tls);
     http_tls_files_t pem = {0};
-    if (tls) r = http_tls_files_load(cfg->tls_cert, cfg->tls_key, &pem);
+    if (r >= 0 && tls) r = http_tls_files_load(cfg->tls_cert, cfg->tls_key, &pem);
     if (r < 0) {
         freeaddrinfo(ai);
         return r;
@@ -790,11 +850,10 @@ static int start_tcp(api_server_t *srv, const char *host, int port, int inherite
         {MHD_OPTION_LISTENING_ADDRESS_REUSE, inherited < 0, NULL},
         {MHD_OPTION_END, 0, NULL}};
     struct MHD_OptionItem common[] = COMMON_OPTIONS(srv, &srv->tcp_listener);
-    srv->tcp = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener, MHD_OPTION_ARRAY, common,
-        MHD_OPTION_ARRAY, bind_options, MHD_OPTION_ARRAY, tls_options,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)API_LISTEN_BACKLOG, MHD_OPTION_END);
+    srv->tcp = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, &srv->tcp_listener,
+                                MHD_OPTION_ARRAY, common, MHD_OPTION_ARRAY, bind_options,
+                                MHD_OPTION_ARRAY, tls_options, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+                                (unsigned)API_LISTEN_BACKLOG, MHD_OPTION_END);
     freeaddrinfo(ai);
     /* GnuTLS holds its own copy of the key from here on. */
     http_tls_files_clear(&pem);
@@ -886,7 +945,13 @@ static int start_unix(api_server_t *srv, const char *path, int inherited)
     int fd = inherited >= 0 ? inherited : bind_unix(srv->env.cfg, path);
     if (fd < 0) return fd;
     snprintf(srv->unix_path, sizeof srv->unix_path, "%s", path);
-    srv->unix_listener = (listener_t){srv, true, false};
+    int r = listener_init(srv, &srv->unix_listener, true, false);
+    if (r < 0) {
+        close(fd);
+        unlink(path);
+        srv->unix_path[0] = '\0';
+        return r;
+    }
     /* A daemon of its own, with its own threads and connection limit: TCP clients that take
      * every TCP slot leave the Unix socket served. */
     struct MHD_OptionItem common[] = COMMON_OPTIONS(srv, &srv->unix_listener);
@@ -901,6 +966,79 @@ static int start_unix(api_server_t *srv, const char *path, int inherited)
     }
     log_info("listening on unix:%s", path);
     return 0;
+}
+
+/* Descriptors the daemon holds besides its connections, at most: 256 for its own (logs, the
+ * lock, epoll and event descriptors, the GPUs' device nodes, the token store), and the files
+ * of a store connection (each shard's database, WAL and shared memory) for the loop, the
+ * integrity check and each reader: one per HTTP thread of each listener, per worker (CPU
+ * threads, or a GPU's workers) and per syncer. */
+static long fds_reserved(const config_t *cfg)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), workers = cfg->cpu_threads;
+    if (workers == 0) workers = cores > 0 ? cores : 1;
+    long connections = 2 * cfg->http_threads + workers + 16;
+    return 256 + 3L * cfg->shards * connections;
+}
+
+/* A connection holds its socket and, while its body streams into one, a blob file. */
+#define FDS_PER_CONNECTION 2
+/* libmicrohttpd (0.9.75 to 1.0.1 at least) takes at most 128 events from one epoll_wait and,
+ * when it gets that many, waits again with the same timeout before it handles any: an HTTP
+ * thread whose sockets all became ready at once (every client of a burst closing) sleeps
+ * until its next connection timeout, holding them. A thread's epoll set holds its connections,
+ * the listening socket, its wake-up channel and, with TLS, one more: with at most this many
+ * connections a thread, one epoll_wait never returns 128 events. */
+#define CONNECTIONS_PER_THREAD_MAX 124
+
+/* The connection limit of each listener: server.max_connections, or with 0 as many as the
+ * descriptor limit (RLIMIT_NOFILE, which daemon/main.c raised to its hard limit) fits, and at
+ * most CONNECTIONS_PER_THREAD_MAX a thread either way. A configured limit the descriptors
+ * cannot carry is refused: past it accept() would fail with EMFILE, which stops
+ * libmicrohttpd's accepting for everyone. */
+static int connection_limit(const config_t *cfg, int *ret)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return log_error_errno(-errno, "Failed to read the descriptor limit: %s", strerror(errno));
+    long listeners = cfg->unix_socket[0] ? 2 : 1, reserved = fds_reserved(cfg);
+    long have = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT_MAX ? INT_MAX : (long)rl.rlim_cur;
+    long fit = (have - reserved) / (FDS_PER_CONNECTION * listeners);
+    long most = (long)CONNECTIONS_PER_THREAD_MAX * cfg->http_threads;
+    int limit = cfg->max_connections;
+    if (limit == 0 && fit >= 1) {
+        limit = (int)(fit < most ? fit : most);
+        if (fit < most)
+            log_warn("the descriptor limit (%ld) fits %ld HTTP connections a listener, fewer "
+                     "than %ld: raise it (LimitNOFILE= in the unit, ulimit -n)",
+                     have, fit, most);
+    } else if (limit > most) {
+        log_warn("server.max_connections = %d is more than %d a thread of server.http_threads "
+                 "(%d), which libmicrohttpd can stall on: serving %ld",
+                 limit, CONNECTIONS_PER_THREAD_MAX, cfg->http_threads, most);
+        limit = (int)most;
+    }
+    if (limit > 0 && limit <= fit) {
+        log_info("HTTP connections: at most %d a listener, %d of them waiting for their "
+                 "headers (descriptor limit %ld)",
+                 limit, limit > 1 ? limit / 2 : 1, have);
+        *ret = limit;
+        return 0;
+    }
+    if (cfg->max_connections == 0)
+        return log_error_errno(-EMFILE,
+                               "the descriptor limit (%ld) leaves no room for HTTP connections: "
+                               "the rest of the daemon may take %ld; raise it (LimitNOFILE= in "
+                               "the unit, ulimit -n)",
+                               have, reserved);
+    long want = cfg->max_connections;
+    return log_error_errno(-EMFILE,
+                           "server.max_connections = %ld needs %ld file descriptors (%ld per "
+                           "connection on %ld listener(s), and %ld for the rest of the daemon), "
+                           "and the limit is %ld: lower max_connections or raise the limit "
+                           "(LimitNOFILE= in the unit, ulimit -n)",
+                           want, want * FDS_PER_CONNECTION * listeners + reserved,
+                           (long)FDS_PER_CONNECTION, listeners, reserved, have);
 }
 
 int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_metrics,
@@ -919,12 +1057,13 @@ int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_met
     srv->env.find_op = op_find;
     srv->env.tokens = auth ? auth->tokens : NULL;
     srv->generation = atomic_fetch_add(&server_generation, 1) + 1;
+    srv->head_walk = strncmp(MHD_get_version(), "0.9.", 4) == 0;
     pthread_mutex_init(&srv->readers_lock, NULL);
     pthread_mutex_init(&srv->log_lock, NULL);
     pthread_mutex_init(&srv->settings_lock, NULL);
     r = api_settings_new(cfg, auth ? auth->settings : NULL, false, &srv->settings);
     if (r >= 0) r = api_users_new(&srv->env.users);
-    if (r >= 0) r = conn_watch_new("http", &srv->watch);
+    if (r >= 0) r = connection_limit(cfg, &srv->max_connections);
     if (r < 0) {
         api_users_free(srv->env.users);
         api_settings_unref(srv->settings);
@@ -988,7 +1127,8 @@ void api_server_free(api_server_t *srv)
     if (srv->tcp) MHD_stop_daemon(srv->tcp);
     if (srv->local) MHD_stop_daemon(srv->local);
     if (srv->unix_path[0]) unlink(srv->unix_path);
-    conn_watch_free(srv->watch);
+    conn_watch_free(srv->tcp_listener.watch);
+    conn_watch_free(srv->unix_listener.watch);
     api_users_free(srv->env.users);
     api_settings_unref(srv->settings);
     pthread_mutex_destroy(&srv->settings_lock);

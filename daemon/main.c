@@ -9,6 +9,7 @@
 #include <time.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "api/api.h"
@@ -23,6 +24,16 @@
 #include "daemon/sched/scheduler.h"
 #include "daemon/util/service_notify.h"
 #include "daemon/store/store.h"
+
+#ifdef GPUJOB_JEMALLOC
+/* jemalloc's options, read when it starts, before main(); MALLOC_CONF may add to them. A burst
+ * of submissions leaves hundreds of MiB of freed pages in its arenas, which jemalloc returns
+ * to the system only as they decay (10 s), and decays them only when an arena is used again:
+ * an idle daemon would keep them for good. A background thread (one serves every arena)
+ * decays them on time whether or not anything else happens. It starts with every signal
+ * blocked, so the signals still reach the main thread's sigwait. */
+const char *malloc_conf = "background_thread:true,max_background_threads:1";
+#endif
 
 /* The parts of a running daemon, in the order they start. */
 typedef struct daemon_parts {
@@ -184,6 +195,20 @@ static int daemon_stop(daemon_parts_t *d, bool restart, int lock_fd, char *const
     return 0;
 }
 
+/* Raises the soft limit on open descriptors to the hard one (LimitNOFILE= in the unit):
+ * connections, blob files and the store's files all take one, and the HTTP server sizes its
+ * connection limit from it (server.max_connections). */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max) return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+        log_warn("Failed to raise the descriptor limit from %llu to %llu: %s",
+                 (unsigned long long)was, (unsigned long long)rl.rlim_max, strerror(errno));
+}
+
 static int run_daemon(const config_t *cfg, const auth_settings_t *auth, int argc, char **argv)
 {
     /* Block the signals in every thread; this one waits for them with sigwait(). */
@@ -195,6 +220,7 @@ static int run_daemon(const config_t *cfg, const auth_settings_t *auth, int argc
     sigaddset(&signals, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
 
     /* Held until the process ends, and across a restart in place: the store has logged why
      * it was refused. */

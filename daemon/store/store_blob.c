@@ -465,24 +465,7 @@ int store_blob_file_referenced(store_conn_t *conn, const char *file, int64_t pen
     return 0;
 }
 
-/* How much earlier than before_us a file must have been written to count as older than the
- * row stamped then: filesystems stamp files with a coarse clock, a tick or so behind the one
- * rows are stamped with, so a file written just after a row can look older than it. */
-#define SWEEP_MARGIN_US (2 * 1000000)
-
-/* Whether the blob file at path was last written well before before_us (SWEEP_MARGIN_US). */
-static bool written_before(const char *blobs_dir, const char *file, int64_t before_us)
-{
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", blobs_dir, file);
-    struct stat sb;
-    if (stat(path, &sb) < 0) return false;
-    int64_t mtime_us = (int64_t)sb.st_mtim.tv_sec * 1000000 + sb.st_mtim.tv_nsec / 1000;
-    return mtime_us < before_us - SWEEP_MARGIN_US;
-}
-
-static int sweep_fan_dir(store_conn_t *const *conns, int n, int64_t before_us, const char *fan,
-                         int *removed)
+static int sweep_fan_dir(store_conn_t *const *conns, int n, const char *fan, int *removed)
 {
     char fan_path[PATH_MAX + 8];
     snprintf(fan_path, sizeof fan_path, "%s/%s", conns[0]->blobs_dir, fan);
@@ -495,7 +478,7 @@ static int sweep_fan_dir(store_conn_t *const *conns, int n, int64_t before_us, c
         if (snprintf(file, sizeof file, "%s/%s", fan, de->d_name) >= (int)sizeof file ||
             !is_file_name(file))
             continue; /* not ours (or "." and ".."): leave it alone */
-        bool used = !written_before(conns[0]->blobs_dir, file, before_us);
+        bool used = false;
         for (int k = 0; k < n && r == 0 && !used; k++)
             r = store_blob_file_referenced(conns[k], file, 0, &used);
         if (r == 0 && !used) {
@@ -507,7 +490,7 @@ static int sweep_fan_dir(store_conn_t *const *conns, int n, int64_t before_us, c
     return r;
 }
 
-int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int64_t before_us, int *ret_removed)
+int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int *ret_removed)
 {
     DIR *dir = opendir(conns[0]->blobs_dir);
     if (!dir)
@@ -517,7 +500,7 @@ int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int64_t before_u
     struct dirent *de;
     while (r == 0 && (de = readdir(dir)))
         if (strlen(de->d_name) == 2 && is_hex_name(de->d_name, 2))
-            r = sweep_fan_dir(conns, n, before_us, de->d_name, &removed);
+            r = sweep_fan_dir(conns, n, de->d_name, &removed);
     closedir(dir);
     if (r < 0) return r;
     *ret_removed = removed;

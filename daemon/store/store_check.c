@@ -174,15 +174,17 @@ static int wal_quarantine(const char *path, const char *what)
  * the normal state after a power loss: said at info level. What SQLite would drop silently
  * though it may have been durable, whole commits past a failing frame or a WAL whose header
  * fails while frames follow it, is copied into quarantine/ and said at error level. */
-static int wal_check(const char *db_path)
+static int wal_check(const char *db_path, bool *ret_dropped)
 {
     char path[PATH_MAX + 8];
     snprintf(path, sizeof path, "%s-wal", db_path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        *ret_dropped = false;
+        return 0;
+    }
     if (fd < 0)
-        return errno == ENOENT
-                   ? 0
-                   : log_error_errno(-errno, "store: cannot read '%s': %s", path, strerror(errno));
+        return log_error_errno(-errno, "store: cannot read '%s': %s", path, strerror(errno));
     unsigned char hdr[WAL_HEADER];
     struct stat sb;
     uint32_t page_size = 0;
@@ -194,24 +196,27 @@ static int wal_check(const char *db_path)
     if (valid) r = wal_scan(fd, hdr, page_size, sb.st_size, &scan);
     close(fd);
     if (r < 0) return log_error_errno(r, "store: cannot read '%s': %s", path, strerror(-r));
-    if (!valid && has_frames)
-        return wal_quarantine(path, "has a damaged header while frames follow it, so every "
-                                    "commit in it is dropped");
-    if (valid && scan.lost > 0) {
+    bool dropped = (!valid && has_frames) || (valid && scan.lost > 0);
+    if (!valid && has_frames) {
+        r = wal_quarantine(path, "has a damaged header while frames follow it, so every "
+                                 "commit in it is dropped");
+    } else if (dropped) {
         char what[160];
         snprintf(what, sizeof what,
                  "holds %d whole commit(s) past a frame whose checksum fails, which are dropped",
                  scan.lost);
-        return wal_quarantine(path, what);
-    }
-    if (valid && scan.dropped_from < sb.st_size)
+        r = wal_quarantine(path, what);
+    } else if (valid && scan.dropped_from < sb.st_size) {
         log_info("store: '%s' ends in %lld byte(s) past its last whole commit, a write cut "
                  "short: SQLite ignores them",
                  path, (long long)(sb.st_size - scan.dropped_from));
-    return 0;
+    }
+    if (r == 0) *ret_dropped = dropped;
+    return r;
 }
 
-int store_check_before_open(const char *db_path, const char *blobs_dir, bool missing_ok)
+int store_check_before_open(const char *db_path, const char *blobs_dir, bool missing_ok,
+                            bool *ret_dropped)
 {
     struct stat sb;
     bool missing = stat(db_path, &sb) < 0;
@@ -225,7 +230,9 @@ int store_check_before_open(const char *db_path, const char *blobs_dir, bool mis
                                "restore the database from a backup, or move the blobs "
                                "directory aside to start afresh",
                                db_path, missing ? "missing" : "empty (0 bytes)", blobs_dir);
-    return missing ? 0 : wal_check(db_path);
+    if (!missing) return wal_check(db_path, ret_dropped);
+    *ret_dropped = false;
+    return 0;
 }
 
 static void clean_marker_path(const char *state_dir, char path[PATH_MAX + 32])
@@ -386,19 +393,4 @@ void store_check_stop(store_t *st)
     pthread_mutex_unlock(&st->check_lock);
     pthread_join(st->check_thread, NULL);
     st->check_started = false;
-}
-
-int store_newest_row_us(store_conn_t *conn, int64_t *ret)
-{
-    sqlite3_stmt *stmt;
-    if (sqlite3_prepare_v2(conn->db,
-                           "SELECT max(coalesce((SELECT max(max(created_us, started_us, "
-                           "finished_us)) FROM jobs), 0), coalesce((SELECT max(created_us) FROM "
-                           "buffers), 0))",
-                           -1, &stmt, NULL) != SQLITE_OK)
-        return store_sql_error(conn, "finding the newest row");
-    int r = sqlite3_step(stmt) == SQLITE_ROW ? 0 : store_sql_error(conn, "finding the newest row");
-    if (r == 0) *ret = sqlite3_column_int64(stmt, 0);
-    sqlite3_finalize(stmt);
-    return r;
 }

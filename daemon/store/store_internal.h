@@ -266,13 +266,11 @@ int store_blob_file_read_at(const char *blobs_dir, const char *file, uint64_t of
                             uint64_t nbytes, uint64_t at, void *dst, size_t n);
 /* Removes a blob file; a missing one is not an error (it was already collected). */
 void store_blob_file_remove(const char *blobs_dir, const char *file);
-/* Removes files under blobs/ that no row of the n shards' connections names: left by a crash
- * between a blob's write and the commit of its row, or by a rolled-back transaction. Only
- * files last written before before_us (the newest committed row's time) go: a newer one may
- * belong to a commit the WAL lost, and is kept. Run at open, before any other thread can write
- * blobs. *ret_removed: how many. */
-int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int64_t before_us,
-                             int *ret_removed);
+/* Removes every file under blobs/ that no row of the n shards' connections names: left by a
+ * crash between a blob's write and the commit of its row (an upload, a job's outputs), or by a
+ * rolled-back transaction. Run at open, before any thread of this process can write a blob and
+ * under the state directory's lock, so nothing is being written. *ret_removed: how many. */
+int store_blob_sweep_orphans(store_conn_t *const *conns, int n, int *ret_removed);
 
 /* The bytes of blob files this process has written (files, segments, uploads) less those it
  * removed: store_bytes moves its measure of blobs/ by it between walks. One count per process,
@@ -283,8 +281,11 @@ int64_t store_blob_bytes_net(void);
 /* --- checks at open (store_check.c): a damaged store is refused, -EUCLEAN, logged --- */
 
 /* Before a shard's file is opened: refuses a database file that is empty, or (unless
- * missing_ok) missing, while blob files exist, and a WAL with commits past a damaged frame. */
-int store_check_before_open(const char *db_path, const char *blobs_dir, bool missing_ok);
+ * missing_ok) missing, while blob files exist. A WAL with whole commits past a damaged frame
+ * is copied into quarantine/ first and *ret_dropped set: SQLite opens without those commits,
+ * whose blob files must then stay for a recovery by hand. */
+int store_check_before_open(const char *db_path, const char *blobs_dir, bool missing_ok,
+                            bool *ret_dropped);
 /* Whether blobs_dir holds any file in its fan-out directories. */
 bool store_blobs_present(const char *blobs_dir);
 /* PRAGMA quick_check of an open shard's schema, before anything reads it; refuses one that
@@ -307,9 +308,6 @@ void store_note_damage(store_t *st, const char *db_path, const char *found);
 int store_clean_marker_take(const char *state_dir, bool *ret_clean);
 /* Writes the marker, synced; after every shard closed cleanly. Logs a failure. */
 void store_clean_marker_write(const char *state_dir);
-/* The newest timestamp of any row of the shard (a job's creation, start or end, a buffer's
- * creation), 0 when it has none: blob files written since may belong to a lost commit. */
-int store_newest_row_us(store_conn_t *conn, int64_t *ret);
 
 /* --- segment files (store_segment.c) --- */
 
@@ -554,6 +552,7 @@ struct store {
      * guarding check_db (the connection it reads with, for an interrupt), check_stop and
      * damage (what it found, once damaged is set). */
     bool check_due; /* the previous run stopped uncleanly: recovery starts the check */
+    bool wal_dropped; /* a shard's WAL lost whole commits at open (kept in quarantine/) */
     pthread_t check_thread;
     bool check_started;
     atomic_bool check_passed;

@@ -61,8 +61,10 @@ static int shard_open(store_t *st, int k, const config_t *cfg, bool check, int *
     if (k == 0 || st->n_shards == 0) flags |= SQLITE_OPEN_CREATE;
     char path[PATH_MAX];
     int r = store_db_path(cfg->state_dir, k, path);
-    if (r == 0) r = store_check_before_open(path, st->blobs_dir, k > 0);
+    bool dropped = false;
+    if (r == 0) r = store_check_before_open(path, st->blobs_dir, k > 0, &dropped);
     if (r < 0) return r;
+    st->wal_dropped |= dropped;
     r = store_conn_open(&sh->conn, cfg->state_dir, k, flags);
     if (r == -ENOENT)
         return log_error_errno(-ENOENT,
@@ -148,16 +150,13 @@ int store_open(const config_t *cfg, store_t **ret)
     store_conn_t *conns[STORE_MAX_SHARDS];
     for (int k = 0; k < st->n_shards; k++)
         conns[k] = &st->shards[k].conn;
-    /* The sweep needs the newest row, a scan of every job: not when there is nothing to sweep
-     * (a store whose tensors all live in its rows, as a long queue of small jobs' do). */
-    bool sweep = r == 0 && store_blobs_present(st->blobs_dir);
-    int64_t newest_us = 0;
-    for (int k = 0; k < st->n_shards && sweep && r == 0; k++) {
-        int64_t shard_newest = 0;
-        r = store_newest_row_us(conns[k], &shard_newest);
-        if (shard_newest > newest_us) newest_us = shard_newest;
-    }
-    if (sweep && r == 0) r = store_blob_sweep_orphans(conns, st->n_shards, newest_us, &removed);
+    /* Commits a damaged WAL lost may be recovered by hand from its copy in quarantine/: the
+     * files they named stay until then. */
+    if (r == 0 && st->wal_dropped)
+        log_warn("store: blob files that no committed row names are kept, as commits were "
+                 "dropped from a damaged WAL; they go at the first start without such a loss");
+    else if (r == 0 && store_blobs_present(st->blobs_dir))
+        r = store_blob_sweep_orphans(conns, st->n_shards, &removed);
     if (r == 0 && st->n_shards > 1) r = start_shard_threads(st);
     if (r == 0) store_space_open(st);
     st->check_due = existed && !clean;

@@ -114,9 +114,11 @@ const config_key_t config_keys[] = {
     KEY_ENUM("server", log_format, log_format_choices, "text",
              "text, or json: one JSON object a line"),
     KEY_INT("server", http_threads, 1, 1024, "8", "HTTP worker threads"),
-    KEY_INT("server", max_connections, 1, 1000000, "1024", "open HTTP connections at once"),
+    KEY_INT("server", max_connections, 0, 1000000, "0",
+            "open HTTP connections at once, per listener, at most 124 a thread of http_threads; "
+            "0: as many as the descriptor limit fits"),
     KEY_INT("server", max_connections_per_ip, 0, 1000000, "64",
-            "open TCP connections from one client address; 0 for no limit"),
+            "TCP connections with a request in flight from one client address; 0 for no limit"),
     KEY_INT("server", idle_timeout_s, 1, 86400, "60",
             "seconds an HTTP connection may sit idle, mid-request included, before it is closed"),
     KEY_INT("server", header_timeout_s, 1, 3600, "10",

@@ -51,8 +51,8 @@ typedef struct config {
     char log_level[8];  /* "error", "warn", "info", "debug" */
     char log_format[8]; /* "text", or "json": one JSON object a line */
     int http_threads;
-    int max_connections;
-    int max_connections_per_ip; /* TCP connections from one address; 0: no limit */
+    int max_connections;        /* per listener; 0: sized from the descriptor limit */
+    int max_connections_per_ip; /* TCP requests in flight from one address; 0: no limit */
     int idle_timeout_s;      /* an idle HTTP connection is closed after it (long polls excepted) */
     int header_timeout_s;    /* a request's headers must be in within it, however slow */
     int body_timeout_s;      /* and its body within this after its headers */

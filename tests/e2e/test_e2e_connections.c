@@ -1,7 +1,8 @@
 /* End-to-end: connections against the real gpujobd, over raw sockets. Waits whose clients
  * went away give their connections back at once; slow or greedy TCP clients cannot lock other
  * clients out (per-address limit, header deadline) nor flood the log; and requests whose
- * framing or target a proxy could read differently answer 400. Loopback only. */
+ * framing or target a proxy could read differently, or whose line or fields hold a NUL or
+ * another control byte, answer 400. Loopback only. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <check.h>
@@ -12,14 +13,18 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "support/daemon_harness.h"
@@ -219,6 +224,272 @@ START_TEST(test_slow_clients_are_cut_and_lock_nobody_out)
 }
 END_TEST
 
+/* A slowloris: n (up to SLOW_SOCKETS) connections from 127.0.0.1 that send a request line and
+ * then trickle a header one byte per round (SLOW_ROUND_MS), each reconnected at its next round
+ * once the daemon closed it, as such a client does (unless once). Runs on a thread of its
+ * own. */
+#define SLOW_SOCKETS 2000
+#define SLOW_ROUND_MS 500
+
+typedef struct slowloris {
+    int port, n;
+    bool once; /* a socket the daemon closed is not opened again */
+    int fds[SLOW_SOCKETS];
+    double opened[SLOW_SOCKETS]; /* when each socket connected */
+    bool started[SLOW_SOCKETS];  /* its request line went out */
+    bool gone[SLOW_SOCKETS];     /* the daemon closed it */
+    atomic_bool stop;
+    atomic_int rounds;
+    long connects;
+    int closed;           /* sockets the daemon closed, and how long the shortest and the */
+    double shortest_open; /* longest of them stayed open, in seconds */
+    double longest_open;
+    pthread_t thread;
+} slowloris_t;
+
+static void slow_connect(slowloris_t *sl, int i)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return;
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sl->port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&to, sizeof to) < 0 && errno != EINPROGRESS) {
+        close(fd);
+        return;
+    }
+    sl->fds[i] = fd;
+    sl->opened[i] = e2e_now();
+    sl->started[i] = false;
+    sl->connects++;
+}
+
+/* Notes that the daemon closed socket i after it had sent its request line. */
+static void slow_closed(slowloris_t *sl, int i)
+{
+    double open_s = e2e_now() - sl->opened[i];
+    if (open_s > sl->longest_open) sl->longest_open = open_s;
+    if (!sl->closed || open_s < sl->shortest_open) sl->shortest_open = open_s;
+    sl->closed++;
+}
+
+/* One round over socket i: reconnect it if the daemon closed it, else send its next bytes. */
+static void slow_tick(slowloris_t *sl, int i)
+{
+    static const char line[] = "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    int fd = sl->fds[i];
+    if (fd < 0) {
+        if (!(sl->once && sl->gone[i])) slow_connect(sl, i);
+        return;
+    }
+    char c;
+    ssize_t k = recv(fd, &c, 1, MSG_DONTWAIT);
+    bool closed = k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    if (!closed) {
+        const char *bytes = sl->started[i] ? "a" : line;
+        size_t n = sl->started[i] ? 1 : sizeof line - 1;
+        ssize_t sent = send(fd, bytes, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent == (ssize_t)n) sl->started[i] = true;
+        closed = sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
+    }
+    if (!closed) return;
+    if (sl->started[i]) slow_closed(sl, i);
+    sl->gone[i] = true;
+    close(fd);
+    sl->fds[i] = -1;
+}
+
+static void *slowloris_run(void *arg)
+{
+    slowloris_t *sl = arg;
+    while (!atomic_load(&sl->stop)) {
+        double round_end = e2e_now() + SLOW_ROUND_MS / 1000.0;
+        for (int i = 0; i < sl->n; i++)
+            slow_tick(sl, i);
+        atomic_fetch_add(&sl->rounds, 1);
+        while (!atomic_load(&sl->stop) && e2e_now() < round_end)
+            usleep(10 * 1000);
+    }
+    return NULL;
+}
+
+/* Starts a slowloris of n sockets on d, and returns once each has been opened (two rounds). */
+static slowloris_t *slowloris_start(e2e_daemon_t *d, int n, bool once)
+{
+    slowloris_t *sl = calloc(1, sizeof *sl);
+    ck_assert_ptr_nonnull(sl);
+    sl->port = e2e_daemon_port(d);
+    sl->n = n;
+    sl->once = once;
+    for (int i = 0; i < SLOW_SOCKETS; i++)
+        sl->fds[i] = -1;
+    ck_assert_int_eq(pthread_create(&sl->thread, NULL, slowloris_run, sl), 0);
+    while (atomic_load(&sl->rounds) < 2)
+        usleep(10 * 1000);
+    return sl;
+}
+
+/* Stops the slowloris and closes its sockets; returns how many were still open. */
+static int slowloris_stop(slowloris_t *sl)
+{
+    atomic_store(&sl->stop, true);
+    pthread_join(sl->thread, NULL);
+    int open = 0;
+    for (int i = 0; i < sl->n; i++) {
+        if (sl->fds[i] < 0) continue;
+        open++;
+        close(sl->fds[i]);
+    }
+    return open;
+}
+
+/* Raises this process's descriptor limit to its hard limit; false (with a reason printed)
+ * when that is fewer than need. */
+static bool raise_own_fd_limit(rlim_t need)
+{
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = rl.rlim_max;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur >= need) return true;
+    fprintf(stderr, "skipped: the descriptor limit is %llu, fewer than %llu\n",
+            (unsigned long long)rl.rlim_cur, (unsigned long long)need);
+    return false;
+}
+
+#define GOOD_REQUESTS 40
+/* The slowloris test's header deadline. */
+#define SLOW_HEADER_TIMEOUT_S 4
+/* A socket the deadline cuts is seen closed within the watch's tick and a slowloris round. */
+#define SLOW_CUT_SLACK_S 1.5
+
+START_TEST(test_thousands_of_slow_sockets_lock_no_client_out)
+{
+    if (!raise_own_fd_limit(SLOW_SOCKETS + 256)) return;
+    /* The packaged defaults (max_connections sized from the descriptor limit, 64 requests in
+     * flight per address), but a shorter header deadline for a shorter test. Every socket of
+     * the slowloris comes from 127.0.0.1, as does the client: no limit per address can tell
+     * them apart. */
+    char config[128];
+    snprintf(config, sizeof config, "[server]\nheader_timeout_s = %d\n", SLOW_HEADER_TIMEOUT_S);
+    e2e_daemon_t *d = e2e_daemon_start_ok(config);
+    slowloris_t *sl = slowloris_start(d, SLOW_SOCKETS, false);
+
+    /* A client's requests, each on a new TCP connection, while the slowloris runs. */
+    static const char info[] = "GET /v1/info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    int failed = 0;
+    long first_failure = 0;
+    double begin = e2e_now();
+    for (int i = 0; i < GOOD_REQUESTS; i++) {
+        long status = tcp_request(d, "127.0.0.1", info, NULL, 0);
+        if (status != 200 && !failed++) first_failure = status;
+        usleep(100 * 1000);
+    }
+    double took = e2e_now() - begin;
+    slowloris_stop(sl);
+    fprintf(stderr,
+            "slowloris of %d: %ld connections in %d rounds, %d closed by the daemon after "
+            "%.2f s to %.2f s; %d requests in %.1f s\n",
+            SLOW_SOCKETS, sl->connects, atomic_load(&sl->rounds), sl->closed, sl->shortest_open,
+            sl->longest_open, GOOD_REQUESTS, took);
+    ck_assert_msg(failed == 0, "%d of %d requests failed under the slowloris (the first: %ld)",
+                  failed, GOOD_REQUESTS, first_failure);
+    ck_assert_msg(sl->longest_open <= SLOW_HEADER_TIMEOUT_S + SLOW_CUT_SLACK_S,
+                  "a trickling socket stayed open %.1f s, past its header deadline of %d s",
+                  sl->longest_open, SLOW_HEADER_TIMEOUT_S);
+    free(sl);
+
+    /* Fewer slow sockets than the share kept for them: nothing needs their room, and each is
+     * cut by its header deadline, however it trickles. */
+    sl = slowloris_start(d, 100, true);
+    double until = e2e_now() + SLOW_HEADER_TIMEOUT_S + SLOW_CUT_SLACK_S + 1;
+    while (sl->closed < 100 && e2e_now() < until)
+        usleep(100 * 1000);
+    int still_open = slowloris_stop(sl);
+    fprintf(stderr, "slowloris of 100: closed after %.2f s to %.2f s, %d still open\n",
+            sl->shortest_open, sl->longest_open, still_open);
+    ck_assert_msg(still_open == 0, "%d trickling sockets outlived their header deadline",
+                  still_open);
+    ck_assert_double_ge(sl->shortest_open, SLOW_HEADER_TIMEOUT_S - 0.5);
+    ck_assert_double_le(sl->longest_open, SLOW_HEADER_TIMEOUT_S + SLOW_CUT_SLACK_S);
+    free(sl);
+
+    /* Everything the slowloris opened is gone from the daemon, which serves on. */
+    until = e2e_now() + 10;
+    while (tcp_connections(d) > 1 && e2e_now() < until)
+        usleep(100 * 1000);
+    ck_assert_double_le(tcp_connections(d), 1);
+    ck_assert_int_eq(tcp_request(d, "127.0.0.1", info, NULL, 0), 200);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* The soft and hard "Max open files" of the daemon, from /proc/PID/limits. */
+static void daemon_fd_limits(e2e_daemon_t *d, long *ret_soft, long *ret_hard)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/limits", (int)e2e_daemon_pid(d));
+    FILE *f = fopen(path, "re");
+    ck_assert_ptr_nonnull(f);
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "Max open files %ld %ld", ret_soft, ret_hard) == 2;
+    fclose(f);
+    ck_assert_msg(found, "no 'Max open files' in %s", path);
+}
+
+START_TEST(test_the_connection_limit_fits_the_descriptor_limit)
+{
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max < 4096) {
+        fprintf(stderr, "skipped: the hard descriptor limit is %llu\n",
+                (unsigned long long)rl.rlim_max);
+        return;
+    }
+    /* A low soft limit under a high hard one: the daemon raises it, and the 992 connections of
+     * its 8 HTTP threads fit. */
+    rl.rlim_cur = 512;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    long soft, hard;
+    daemon_fd_limits(d, &soft, &hard);
+    ck_assert_int_eq(soft, hard);
+    ck_assert_int_eq(e2e_daemon_log_count(d, "HTTP connections: at most 992 a listener"), 1);
+    int status;
+    ck_assert_int_eq(e2e_daemon_stop(d, 30000, &status), 0);
+
+    /* A hard limit of 512: the default takes what fits, and says so; a configured limit that
+     * cannot fit is refused at start, with the numbers. */
+    rl.rlim_max = 512;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    ck_assert_int_eq(e2e_daemon_log_count(d, "fits"), 1);
+    int limit = 0;
+    char log_path[PATH_MAX + 32], line[512];
+    snprintf(log_path, sizeof log_path, "%s/gpujobd.log", e2e_daemon_dir(d));
+    FILE *f = fopen(log_path, "re");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "HTTP connections: at most ");
+        if (at) limit = atoi(at + strlen("HTTP connections: at most "));
+    }
+    fclose(f);
+    ck_assert_int_gt(limit, 0);
+    ck_assert_int_lt(limit, 256); /* two descriptors a connection, and the daemon's own */
+    static const char healthz[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    ck_assert_int_eq(tcp_request(d, "127.0.0.1", healthz, NULL, 0), 200);
+    ck_assert_int_eq(e2e_daemon_stop(d, 30000, &status), 0);
+    static const char *const too_many[] = {"--set", "server.max_connections=1000", NULL};
+    char refused_log[PATH_MAX + 32];
+    status =
+        e2e_daemon_run_to_exit_ok(d, too_many, "refused.log", 30, refused_log, sizeof refused_log);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "status 0x%x", status);
+    ck_assert_msg(e2e_file_has_line(refused_log, "server.max_connections = 1000 needs", "512"),
+                  "no reason in %s", refused_log);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 START_TEST(test_ambiguous_requests_answer_400)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("");
@@ -259,6 +530,82 @@ START_TEST(test_ambiguous_requests_answer_400)
     ck_assert_int_eq(
         tcp_request(d, "127.0.0.1", "GET /healthz HTTP/1.0\r\n\r\n", reply, sizeof reply), 200);
     free(id);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* A raw request and the status it must answer. */
+typedef struct raw_case {
+    const char *what;
+    const char *bytes;
+    size_t len;
+    long status;
+} raw_case_t;
+
+#define RAW(what, literal, status)                                                                 \
+    {                                                                                              \
+        what, literal, sizeof literal - 1, status                                                  \
+    }
+
+START_TEST(test_nul_and_control_bytes_in_a_request_answer_400)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("");
+    static const raw_case_t cases[] = {
+        RAW("a NUL in the target", "GET /v1/info\0junk HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        RAW("a NUL in the method", "GET\0X /v1/info HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        RAW("a control byte in the method", "G\x01T /v1/info HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        RAW("a space in the target", "GET /v1/info x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        RAW("two spaces after the method", "GET  /v1/info HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        RAW("a control byte in a name", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A\x01: 1\r\n\r\n",
+            400),
+        RAW("a space before the colon", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A : 1\r\n\r\n", 400),
+        RAW("a NUL in a name", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-\0A: 1\r\n\r\n", 400),
+        RAW("a control byte in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\x01z\r\n\r\n",
+            400),
+        RAW("a DEL in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\x7f\r\n\r\n", 400),
+        RAW("a bare CR in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\rz\r\n\r\n", 400),
+        RAW("a NUL in a value", "GET /v1/info HTTP/1.1\r\nX-A: a\0z\r\nHost: x\r\n\r\n", 400),
+        RAW("a NUL in the last value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\0z\r\n\r\n",
+            400),
+        RAW("a NUL ending the last value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\0\r\n\r\n",
+            400),
+        RAW("a NUL in Host", "GET /v1/info HTTP/1.1\r\nHost: x\0evil\r\n\r\n", 400),
+        RAW("a folded value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400),
+        /* Well-formed, however spelled: a tab in a value, bare LFs, empty and 8-bit values. */
+        RAW("a tab in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\tz\r\n\r\n", 200),
+        RAW("bare LF line ends", "GET /v1/info HTTP/1.1\nHost: x\nX-A: a\n\n", 200),
+        RAW("empty and 8-bit values",
+            "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A:\r\nX-B:   \xc3\xa9t\xc3\xa9  \r\n"
+            "User-Agent: t\r\n\r\n",
+            200),
+        RAW("no field but Host", "GET /v1/info?x=%41 HTTP/1.1\r\nHost: x\r\n\r\n", 200),
+        RAW("HTTP/1.0 without fields", "GET /v1/info HTTP/1.0\r\n\r\n", 200),
+    };
+    char reply[8192];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const raw_case_t *c = &cases[i];
+        int fd = tcp_connect(d, "127.0.0.1");
+        ck_assert_int_ge(fd, 0);
+        long status = exchange(fd, c->bytes, c->len, 5, reply, sizeof reply);
+        close(fd);
+        ck_assert_msg(status == c->status, "%s: %ld, expected %ld: %s", c->what, status, c->status,
+                      reply);
+        if (status == 400 && strstr(reply, "\"error\""))
+            ck_assert_msg(strcasestr(reply, "Connection: close"), "%s: %s", c->what, reply);
+    }
+    /* A kept-alive connection's second request, and a body after checked fields. */
+    static const char info[] = "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n\r\n";
+    static const char job[] = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                              "application/json\r\nContent-Length: 66\r\n\r\n"
+                              "{\"op\":\"sum\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[1],"
+                              "\"data\":[1]}}}";
+    ck_assert_int_eq(strlen(strstr(job, "\r\n\r\n") + 4), 66);
+    int fd = tcp_connect(d, "127.0.0.1");
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(exchange(fd, info, sizeof info - 1, 5, reply, sizeof reply), 200);
+    ck_assert_int_eq(exchange(fd, job, sizeof job - 1, 5, reply, sizeof reply), 201);
+    ck_assert_int_eq(exchange(fd, info, sizeof info - 1, 5, reply, sizeof reply), 200);
+    close(fd);
     e2e_daemon_free(d);
 }
 END_TEST
@@ -514,7 +861,10 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_closed_waits_give_back_their_connections_at_once);
     tcase_add_test(tc, test_slow_clients_are_cut_and_lock_nobody_out);
+    tcase_add_test(tc, test_thousands_of_slow_sockets_lock_no_client_out);
+    tcase_add_test(tc, test_the_connection_limit_fits_the_descriptor_limit);
     tcase_add_test(tc, test_ambiguous_requests_answer_400);
+    tcase_add_test(tc, test_nul_and_control_bytes_in_a_request_answer_400);
     tcase_add_test(tc, test_submission_wait_of_a_closed_client_is_released);
     tcase_add_test(tc, test_submission_on_a_full_disk_answers_507);
     tcase_add_test(tc, test_full_disk_commits_answer_507_and_readyz_is_not_ready);

@@ -2,17 +2,21 @@
  * the next start; a kill -9 loses nothing that was answered 201, and re-runs what was running;
  * a restart in place (SIGUSR1, as after a lost GPU context) keeps the process, its port and
  * its jobs, and answers a connection made meanwhile; a job that crashes the daemon is failed at
- * the next start instead of crashing it again. And the service's life as systemd sees
+ * the next start instead of crashing it again; a kill -9 in the middle of uploads and of jobs'
+ * output writes leaves no blob file that no row names. And the service's life as systemd sees
  * it: READY=1, the watchdog, STOPPING=1. */
 /* POSIX and XSI (nftw). */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <poll.h>
@@ -115,6 +119,151 @@ START_TEST(test_kill9_under_submissions_loses_no_acknowledged_job)
     e2e_kill9_stream_clear(&st);
     free(long_id);
     json_decref(long_job);
+    e2e_daemon_free(d);
+}
+END_TEST
+
+/* The blob files under d's state directory, each as its path relative to blobs/ ("ab/NAME"),
+ * which is how rows name them. */
+static char (*orphan_walk_files)[128];
+static int orphan_walk_n, orphan_walk_cap;
+static size_t orphan_walk_prefix;
+
+static int orphan_walk_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)ftw;
+    if (flag != FTW_F) return 0;
+    if (orphan_walk_n < orphan_walk_cap)
+        snprintf(orphan_walk_files[orphan_walk_n], sizeof orphan_walk_files[0], "%s",
+                 path + orphan_walk_prefix);
+    orphan_walk_n++;
+    return 0;
+}
+
+static int blob_files(e2e_daemon_t *d, char (*files)[128], int cap)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/state/blobs", e2e_daemon_dir(d));
+    orphan_walk_files = files;
+    orphan_walk_cap = cap;
+    orphan_walk_n = 0;
+    orphan_walk_prefix = strlen(dir) + 1;
+    nftw(dir, orphan_walk_one, 16, FTW_PHYS);
+    return orphan_walk_n;
+}
+
+/* How many rows of the stopped daemon's databases (every shard) name file: job tensors
+ * through blob_refs, and buffers. */
+static long rows_naming(e2e_daemon_t *d, const char *file)
+{
+    long n = 0;
+    for (int k = 0; k < 16; k++) {
+        char path[PATH_MAX];
+        if (k == 0)
+            snprintf(path, sizeof path, "%s/state/gpujobd.db", e2e_daemon_dir(d));
+        else
+            snprintf(path, sizeof path, "%s/state/gpujobd-%d.db", e2e_daemon_dir(d), k);
+        if (access(path, F_OK) != 0) continue;
+        sqlite3 *db = NULL;
+        ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+        sqlite3_stmt *stmt = NULL;
+        ck_assert_int_eq(sqlite3_prepare_v2(db,
+                                            "SELECT coalesce((SELECT refs FROM blob_refs WHERE "
+                                            "file = ?1), 0) + (SELECT count(*) FROM buffers WHERE "
+                                            "file = ?1)",
+                                            -1, &stmt, NULL),
+                         SQLITE_OK);
+        sqlite3_bind_text(stmt, 1, file, -1, SQLITE_STATIC);
+        ck_assert_int_eq(sqlite3_step(stmt), SQLITE_ROW);
+        n += sqlite3_column_int64(stmt, 0);
+        sqlite3_finalize(stmt);
+        sqlite3_close(db);
+    }
+    return n;
+}
+
+#define ORPHAN_BUFFERS 10
+#define ORPHAN_FLOATS (256 * 1024)
+#define ORPHAN_JOBS 24
+#define ORPHAN_UPLOADS 3
+
+START_TEST(test_kill9_mid_upload_and_output_write_leaves_no_orphan_files)
+{
+    /* Every buffer and every output a file of its own; one worker, so that jobs queue up
+     * behind the one whose outputs are being written. */
+    e2e_daemon_t *d = e2e_daemon_start_ok("[store]\ninline_blob_bytes = 1024\n"
+                                          "[scheduler]\ncpu_threads = 1\n");
+    static float x[ORPHAN_BUFFERS][ORPHAN_FLOATS];
+    char buffer_ids[ORPHAN_BUFFERS][64], shape[32];
+    snprintf(shape, sizeof shape, "%d", ORPHAN_FLOATS);
+    uint32_t seed = 7;
+    for (int b = 0; b < ORPHAN_BUFFERS; b++) {
+        for (int i = 0; i < ORPHAN_FLOATS; i++)
+            x[b][i] = (float)e2e_rand_uniform(&seed, -100, 100);
+        json_t *meta = e2e_upload_ok(d, "f32", shape, x[b], sizeof x[b], false, 201);
+        snprintf(buffer_ids[b], sizeof buffer_ids[b], "%s",
+                 json_string_value(json_object_get(meta, "id")));
+        json_decref(meta);
+    }
+    /* Jobs whose 1 MiB outputs go to files: x + x of each buffer in turn. */
+    char *job_ids[ORPHAN_JOBS];
+    for (int j = 0; j < ORPHAN_JOBS; j++) {
+        const char *id = buffer_ids[j % ORPHAN_BUFFERS];
+        json_t *job = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}}", "op", "add", "inputs", "x", "buffer",
+                                id, "y", "buffer", id);
+        job_ids[j] = e2e_submit_ok(d, job);
+        json_decref(job);
+    }
+    /* Uploads cut short: their headers and a quarter of their bodies sent, which the daemon
+     * streams into files of their own. */
+    static char chunk[ORPHAN_FLOATS];
+    char path[128];
+    snprintf(path, sizeof path, "/v1/buffers?dtype=f32&shape=%d", ORPHAN_FLOATS);
+    int uploads[ORPHAN_UPLOADS];
+    for (int u = 0; u < ORPHAN_UPLOADS; u++) {
+        uploads[u] = e2e_raw_post_start_ok(d, path, "application/octet-stream", sizeof x[0]);
+        e2e_write_all_ok(uploads[u], chunk, sizeof chunk);
+    }
+    /* The kill comes once the uploads' files exist and some job has written its output. */
+    static char files[4096][128];
+    double until = e2e_now() + 30;
+    while (e2e_now() < until && (blob_files(d, files, 4096) < ORPHAN_BUFFERS + ORPHAN_UPLOADS + 1 ||
+                                 e2e_count_jobs_ok(d, "state=succeeded") < 1))
+        usleep(10 * 1000);
+    ck_assert_int_ge(e2e_count_jobs_ok(d, "state=succeeded"), 1);
+    ck_assert_msg(e2e_count_jobs_ok(d, "state=succeeded") < ORPHAN_JOBS,
+                  "every job ended before the kill: make them more");
+    e2e_daemon_kill(d);
+    for (int u = 0; u < ORPHAN_UPLOADS; u++)
+        close(uploads[u]);
+
+    ck_assert_int_eq(e2e_daemon_restart(d), 0);
+    /* The buffers are whole, and every job ends with x + x. */
+    static float out[ORPHAN_FLOATS];
+    for (int j = 0; j < ORPHAN_JOBS; j++) {
+        json_t *done = e2e_wait_final_ok(d, job_ids[j], 120);
+        ck_assert_str_eq(e2e_job_state(done), "succeeded");
+        json_decref(done);
+        e2e_output_raw_ok(d, job_ids[j], "out", out, sizeof out);
+        const float *in = x[j % ORPHAN_BUFFERS];
+        for (int i = 0; i < ORPHAN_FLOATS; i++)
+            ck_assert_msg(out[i] == in[i] + in[i], "job %d: out[%d] = %g, expected %g", j, i,
+                          out[i], in[i] + in[i]);
+        free(job_ids[j]);
+    }
+    for (int b = 0; b < ORPHAN_BUFFERS; b++) {
+        snprintf(path, sizeof path, "/v1/buffers/%.63s", buffer_ids[b]);
+        json_decref(e2e_json_ok(d, "GET", path, NULL, 200));
+    }
+    int status;
+    ck_assert_int_eq(e2e_daemon_stop(d, 30000, &status), 0);
+    /* Every file left is named by a row: the buffers' own, and the jobs' outputs. */
+    int n = blob_files(d, files, 4096);
+    ck_assert_int_le(n, 4096);
+    ck_assert_int_ge(n, ORPHAN_BUFFERS + ORPHAN_JOBS);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(rows_naming(d, files[i]) > 0, "blob file '%s' (of %d) is named by no row",
+                      files[i], n);
     e2e_daemon_free(d);
 }
 END_TEST
@@ -397,6 +546,7 @@ int main(void)
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_sigterm_keeps_queued_jobs_for_next_start);
     tcase_add_test(tc, test_kill9_under_submissions_loses_no_acknowledged_job);
+    tcase_add_test(tc, test_kill9_mid_upload_and_output_write_leaves_no_orphan_files);
     tcase_add_test(tc, test_a_restart_in_place_keeps_the_pid_the_port_and_the_jobs);
     tcase_add_test(tc, test_a_second_daemon_on_the_same_state_dir_is_refused);
     tcase_add_test(tc, test_a_job_that_crashes_a_worker_fails_and_crashes_no_second_start);

@@ -1,6 +1,7 @@
 /* The watch over HTTP connections (api/conn_watch.c) on real loopback TCP sockets: a streamed
  * body's peer close that an edge-triggered poller already spent is announced again; the
- * suspended connection's gone callback, also after a watched body; deadlines. */
+ * suspended connection's gone callback, also after a watched body; deadlines; which
+ * connections are let in (the share of those awaiting their head, requests per address). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
@@ -47,8 +48,8 @@ static int edge_poller(int fd)
 static conn_watch_t *watch_fd(int fd, int64_t deadline_us, conn_watch_entry_t **ret_e)
 {
     conn_watch_t *w;
-    ck_assert_int_eq(conn_watch_new("test", &w), 0);
-    ck_assert_int_eq(conn_watch_add(w, fd, deadline_us, ret_e), 0);
+    ck_assert_int_eq(conn_watch_new("test", &(conn_watch_limits_t){0}, &w), 0);
+    ck_assert_int_eq(conn_watch_add(w, fd, NULL, deadline_us, ret_e), 0);
     return w;
 }
 
@@ -191,6 +192,85 @@ START_TEST(test_a_connection_past_its_deadline_is_shut_down)
 }
 END_TEST
 
+/* Whether the server's end of the pair was shut down: its client reads the end at once (a
+ * socket left open has nothing to read within 100 ms). */
+static bool shut_down(int client)
+{
+    struct timeval tv = {.tv_usec = 100 * 1000};
+    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[8];
+    return read(client, buf, sizeof buf) == 0;
+}
+
+#define N_CONNS 4
+
+START_TEST(test_past_the_share_the_oldest_connection_awaiting_its_head_is_closed)
+{
+    conn_watch_t *w;
+    ck_assert_int_eq(conn_watch_new("test", &(conn_watch_limits_t){.awaiting_max = 2}, &w), 0);
+    int fds[N_CONNS][2];
+    conn_watch_entry_t *e[N_CONNS];
+    for (int i = 0; i < N_CONNS; i++)
+        tcp_pair(fds[i]);
+    /* Two await their head; a third, while they are fresh, is let in all the same. */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(conn_watch_add(w, fds[i][0], "10.0.0.1", 0, &e[i]), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert(!shut_down(fds[i][1]));
+    /* Once they had time to send it, the oldest is closed to make room. */
+    usleep(500 * 1000);
+    ck_assert(shut_down(fds[0][1]));
+    ck_assert(!shut_down(fds[1][1]));
+    ck_assert(!shut_down(fds[2][1]));
+    /* A head that arrived whole but is not read yet saves its connection: the next one goes. */
+    ck_assert_int_eq(write(fds[1][1], "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27), 27);
+    usleep(50 * 1000);
+    ck_assert_int_eq(conn_watch_add(w, fds[3][0], "10.0.0.2", 0, &e[3]), 0);
+    ck_assert(shut_down(fds[2][1]));
+    ck_assert(!shut_down(fds[3][1]));
+    for (int i = 0; i < N_CONNS; i++)
+        conn_watch_remove(w, e[i]);
+    conn_watch_free(w);
+    for (int i = 0; i < N_CONNS; i++) {
+        close(fds[i][0]);
+        close(fds[i][1]);
+    }
+}
+END_TEST
+
+START_TEST(test_an_address_with_its_requests_in_flight_is_refused_more)
+{
+    conn_watch_t *w;
+    ck_assert_int_eq(conn_watch_new("test", &(conn_watch_limits_t){.in_flight_per_addr = 2}, &w),
+                     0);
+    int fds[6][2];
+    conn_watch_entry_t *e[6];
+    for (int i = 0; i < 6; i++)
+        tcp_pair(fds[i]);
+    /* Connections that only wait for their head do not count: a third is let in. */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(conn_watch_add(w, fds[i][0], "10.0.0.1", 0, &e[i]), 0);
+    conn_watch_head_in(w, e[0], 0);
+    conn_watch_head_in(w, e[1], 0);
+    /* Two requests in flight: the address's next connection is refused, another's is not. */
+    ck_assert_int_eq(conn_watch_add(w, fds[3][0], "10.0.0.1", 0, &e[3]), 0);
+    ck_assert_int_eq(conn_watch_add(w, fds[4][0], "10.0.0.2", 0, &e[4]), 0);
+    ck_assert(shut_down(fds[3][1]));
+    ck_assert(!shut_down(fds[4][1]));
+    ck_assert(!shut_down(fds[2][1]));
+    /* One request answered: the address may connect again. */
+    conn_watch_request_end(w, e[0], 0);
+    ck_assert_int_eq(conn_watch_add(w, fds[5][0], "10.0.0.1", 0, &e[5]), 0);
+    ck_assert(!shut_down(fds[5][1]));
+    for (int i = 0; i < 6; i++) {
+        conn_watch_remove(w, e[i]);
+        close(fds[i][0]);
+        close(fds[i][1]);
+    }
+    conn_watch_free(w);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api_conn_watch");
@@ -201,6 +281,8 @@ int main(void)
     tcase_add_test(tc, test_a_suspended_connection_whose_client_left_is_gone_once);
     tcase_add_test(tc, test_a_connection_whose_body_ended_can_be_armed_for_its_wait);
     tcase_add_test(tc, test_a_connection_past_its_deadline_is_shut_down);
+    tcase_add_test(tc, test_past_the_share_the_oldest_connection_awaiting_its_head_is_closed);
+    tcase_add_test(tc, test_an_address_with_its_requests_in_flight_is_refused_more);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -164,7 +164,7 @@ START_TEST(test_defaults_equal_documented_values)
     ck_assert_str_eq(cfg.backend, "auto");
     ck_assert_str_eq(cfg.log_level, "info");
     ck_assert_int_eq(cfg.http_threads, 8);
-    ck_assert_int_eq(cfg.max_connections, 1024);
+    ck_assert_int_eq(cfg.max_connections, 0);
     ck_assert_int_eq(cfg.idle_timeout_s, 60);
     ck_assert_int_eq(cfg.drain_timeout_ms, 30000);
     ck_assert_str_eq(cfg.tls_cert, "");
