@@ -39,8 +39,9 @@ typedef struct api_user {
     /* When name is empty: -ENOKEY no credentials, -EACCES a bad or revoked token,
      * -EKEYEXPIRED an expired one, -ESRCH a loopback TCP client whose socket the kernel did not
      * name (closed, or the lookup failed), -EPERM an account that [auth] allow_users and
-     * allow_groups keep out (its name in refused), another negative errno when the token store
-     * failed. */
+     * allow_groups keep out (its name in refused), -EXDEV a TCP request that no token
+     * identifies and another site's page may have sent (http_origin.h), another negative errno
+     * when the token store failed. */
     int err;
     char refused[OWNER_SIZE];
 } api_user_t;

@@ -38,6 +38,7 @@
 #include "api_internal.h"
 #include "conn_watch.h"
 #include "http_body.h"
+#include "http_origin.h"
 #include "http_strict.h"
 #include "http_tls.h"
 #include "json_write.h"
@@ -98,7 +99,9 @@ struct api_server {
  * socket surely existed (auth_peer_uid). */
 typedef struct conn_state {
     conn_watch_entry_t *watched; /* NULL if none */
-    int peer_err;                /* 0: peer_uid is the kernel's answer; else its error */
+    /* 0: peer_uid is the kernel's answer; else its error, or -ENOKEY when it was not asked (a
+     * TCP connection that began while the settings named no TCP peers). */
+    int peer_err;
     uid_t peer_uid;
 } conn_state_t;
 
@@ -221,7 +224,7 @@ static void loopback_user(api_server_t *srv, const conn_state_t *cs, const auth_
     int r = peer_user(cs, auth, user);
     if (r == 0) return;
     user->err = r == -EREMOTE ? -ENOKEY : -ESRCH;
-    if (r == -EREMOTE || r == -ENOENT) return;
+    if (r == -EREMOTE || r == -ENOENT || r == -ENOKEY) return;
     /* The kernel could not be asked: a sandbox without AF_NETLINK, say. */
     pthread_mutex_lock(&srv->log_lock);
     long held = 0;
@@ -233,11 +236,21 @@ static void loopback_user(api_server_t *srv, const conn_state_t *cs, const auth_
                  strerror(-r), held);
 }
 
+/* Whether a request that no token identifies may come from another site's page in a browser
+ * (http_origin.h): such a request is not taken as the browser's user. */
+static bool request_cross_site(struct MHD_Connection *conn)
+{
+    return http_cross_site(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"),
+                           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
+                           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-Fetch-Site"));
+}
+
 /* Who is asking: the one place that decides. With mode = none, the Unix socket's peer, and
  * over TCP the user "local" (an admin only when [auth] admins names it). Otherwise, over the
  * Unix socket the peer's uid, unless the mode is token alone; over TCP a Bearer token where
  * tokens are on and one is sent, else with peercred the owner of a loopback client's socket.
- * Then an account that allow_users and allow_groups keep out is refused. An empty name when
+ * A TCP request that no token identifies and that another site's page may have sent is taken
+ * as nobody's (err -EXDEV). Then an account that allow_users and allow_groups keep out is refused. An empty name when
  * nobody is identified (ret->err says why: the router answers 401, or 403 for a refused
  * account). 0, or a negative errno when the Unix socket peer's credentials cannot be read. */
 static int api_request_user(api_server_t *srv, struct MHD_Connection *conn, const conn_state_t *cs,
@@ -251,6 +264,8 @@ static int api_request_user(api_server_t *srv, struct MHD_Connection *conn, cons
     if (over_unix && (open || peercred)) {
         int r = peer_user(cs, auth, &user);
         if (r < 0) return r;
+    } else if (!over_unix && (open || (peercred && !bearer)) && request_cross_site(conn)) {
+        user.err = -EXDEV;
     } else if (open) {
         snprintf(user.name, sizeof user.name, "local");
         user.admin = auth && auth_settings_is_admin(auth, user.name);
@@ -710,6 +725,17 @@ static const char *client_address(struct MHD_Connection *conn, char *buf, size_t
     return in ? inet_ntop(sa->sa_family, in, buf, (socklen_t)size) : NULL;
 }
 
+/* Whether the settings in force take a loopback TCP client as its socket's owner (peercred):
+ * only then is the kernel asked, a round trip over netlink, when such a client connects. */
+static bool tcp_peers_named(api_server_t *srv)
+{
+    api_settings_t *st = settings_take(srv);
+    const auth_settings_t *auth = api_settings_auth(st);
+    bool named = auth && auth_settings_peercred(auth);
+    api_settings_unref(st);
+    return named;
+}
+
 /* MHD_OPTION_NOTIFY_CONNECTION: a connection opens (the watch lets it in, or not, and its
  * headers get their deadline; the kernel names the account at its other end) or closes (before libmicrohttpd closes its socket, so the watch
  * lets the socket go first). */
@@ -737,7 +763,9 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         char addr[INET6_ADDRSTRLEN];
         const char *client = l->is_unix ? NULL : client_address(conn, addr, sizeof addr);
         (void)conn_watch_add(l->watch, ci->connect_fd, client, deadline, &cs->watched);
-        cs->peer_err = auth_peer_uid(ci->connect_fd, &cs->peer_uid);
+        cs->peer_err = l->is_unix || tcp_peers_named(srv)
+                           ? auth_peer_uid(ci->connect_fd, &cs->peer_uid)
+                           : -ENOKEY;
     } else if (cs) {
         cs->peer_err = -EIO;
     }

@@ -72,6 +72,14 @@ void api_respond_unauthorized(api_request_t *req)
         api_respond_error(req, 403, "forbidden", key, "%s", why);
         return;
     }
+    if (err == -EXDEV) {
+        api_respond_error(req, 403, "forbidden", "headers.Origin",
+                          "a request that another site's page may have sent (its Host is not "
+                          "this host's loopback name, its Origin is not this daemon, or "
+                          "Sec-Fetch-Site says so) is not taken as the local account: "
+                          "connect to localhost, or send 'Authorization: Bearer TOKEN'");
+        return;
+    }
     if (given)
         api_respond_error(req, 401, "unauthorized", "headers.Authorization", "%s",
                           err == -EKEYEXPIRED ? "the token has expired"

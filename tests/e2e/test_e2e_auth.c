@@ -2,8 +2,9 @@
  * (alice, bob) and an admin (carol, named in [auth] admins) over TCP. One table lists every
  * route of api/openapi.yaml with the status each caller gets; each is tried. Then: the
  * tokens' secrets are nowhere in the state directory or the daemon's log, a revoked token
- * and an expired one are refused on their next request, and mode = none on a listener
- * beyond loopback does not start. */
+ * and an expired one are refused on their next request, mode = none on a listener beyond
+ * loopback does not start, and a request another site's page may have sent is not taken as
+ * the local account. */
 #define _GNU_SOURCE /* memmem */
 #include <check.h>
 #include <stdio.h>
@@ -278,6 +279,76 @@ START_TEST(test_secrets_are_nowhere_and_revoked_or_expired_tokens_are_refused)
 }
 END_TEST
 
+/* The status of one request with the given extra headers (NULL-terminated, at most 4). */
+static long status_with(e2e_daemon_t *d, const char *method, const char *path,
+                        const char *const *extra, const char *body)
+{
+    const char *headers[6] = {"Content-Type: application/json"};
+    for (int i = 0; extra[i]; i++)
+        headers[i + 1] = extra[i];
+    e2e_response_t r;
+    ck_assert_int_eq(e2e_http_request(d, method, path, headers, body, body ? strlen(body) : 0, &r),
+                     0);
+    long status = r.status;
+    if (status == 403) {
+        ck_assert_str_eq(e2e_error_code(r.json), "forbidden");
+        ck_assert_str_eq(e2e_error_field(r.json), "headers.Origin");
+    }
+    e2e_response_clear(&r);
+    return status;
+}
+
+/* A request that no token identifies is taken as the loopback client's account (or as
+ * "local" with mode none) only when no web page of another site can have sent it: a foreign
+ * Origin, a Host that is not this host's loopback name (DNS rebinding) or Sec-Fetch-Site
+ * saying cross-site answers 403 and submits nothing, in both modes; the same request from the
+ * daemon's own origin, or from curl (no such headers), is served, and a Bearer token is taken
+ * whatever the headers say. */
+START_TEST(test_another_sites_page_is_not_taken_as_the_local_account)
+{
+    const char *modes[] = {"token,peercred", "none"};
+    for (int m = 0; m < 2; m++) {
+        char config[128];
+        snprintf(config, sizeof config, "[auth]\nmode = %s\n", modes[m]);
+        e2e_daemon_t *d = e2e_daemon_start_ok(config);
+        char own_host[64], own_origin[96], localhost_origin[96], rebound[64], localhost[64];
+        snprintf(own_host, sizeof own_host, "Host: 127.0.0.1:%d", e2e_daemon_port(d));
+        snprintf(own_origin, sizeof own_origin, "Origin: http://127.0.0.1:%d", e2e_daemon_port(d));
+        snprintf(localhost, sizeof localhost, "Host: localhost:%d", e2e_daemon_port(d));
+        snprintf(localhost_origin, sizeof localhost_origin, "Origin: http://localhost:%d",
+                 e2e_daemon_port(d));
+        snprintf(rebound, sizeof rebound, "Host: attacker.example:%d", e2e_daemon_port(d));
+        const char *foreign_origin[] = {"Origin: http://attacker.example", NULL};
+        const char *null_origin[] = {"Origin: null", NULL};
+        const char *rebinding[] = {rebound, NULL};
+        const char *fetch_cross[] = {"Sec-Fetch-Site: cross-site", NULL};
+        const char *other_port[] = {"Origin: http://127.0.0.1:1", NULL};
+        const char *same_origin[] = {own_host, own_origin, "Sec-Fetch-Site: same-origin", NULL};
+        const char *by_name[] = {localhost, localhost_origin, NULL};
+        const char *plain[] = {NULL};
+        const char *const *refused[] = {foreign_origin, null_origin, rebinding, fetch_cross,
+                                        other_port};
+        for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+            ck_assert_int_eq(status_with(d, "POST", "/v1/jobs", refused[i], JOB_BODY), 403);
+            ck_assert_int_eq(status_with(d, "GET", "/v1/jobs", refused[i], NULL), 403);
+        }
+        ck_assert_int_eq(e2e_count_jobs_ok(d, ""), 0);
+        ck_assert_int_eq(status_with(d, "POST", "/v1/jobs", same_origin, JOB_BODY), 201);
+        ck_assert_int_eq(status_with(d, "POST", "/v1/jobs", by_name, JOB_BODY), 201);
+        ck_assert_int_eq(status_with(d, "POST", "/v1/jobs", plain, JOB_BODY), 201);
+        if (m == 0) {
+            char token[TOKEN_MAX], auth[TOKEN_MAX + 32];
+            e2e_token_create_ok(d, "alice", NULL, token);
+            snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+            const char *with_token[] = {auth, "Origin: http://attacker.example", rebound, NULL};
+            ck_assert_int_eq(status_with(d, "POST", "/v1/jobs", with_token, JOB_BODY), 201);
+        }
+        ck_assert_int_eq(e2e_count_jobs_ok(d, ""), m == 0 ? 4 : 3);
+        e2e_daemon_free(d);
+    }
+}
+END_TEST
+
 START_TEST(test_mode_none_beyond_loopback_refuses_to_start)
 {
     char cmd[1024];
@@ -304,6 +375,7 @@ int main(void)
     tcase_add_test(tc, test_every_route_answers_owner_other_admin_and_anonymous_as_the_table_says);
     tcase_add_test(tc, test_secrets_are_nowhere_and_revoked_or_expired_tokens_are_refused);
     tcase_add_test(tc, test_mode_none_beyond_loopback_refuses_to_start);
+    tcase_add_test(tc, test_another_sites_page_is_not_taken_as_the_local_account);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
