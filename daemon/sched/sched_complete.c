@@ -379,10 +379,7 @@ static void requeue_batch(sched_t *s, sched_batch_t *sb, bool ran)
     for (int i = 0; i < sb->batch.n; i++) {
         job_t *job = sb->batch.jobs[i];
         entry_t *e = entry_of(s, job);
-        e->user->running--;
-        memory_give(e);
-        user_charge(e->user, -e->charged_us);
-        e->charged_us = 0;
+        entry_untake(e);
         e->start_lost = false;
         if (entry_queue(s, e) < 0) {
             log_error("job %s could not be re-queued (out of memory): it runs after a restart",

@@ -160,10 +160,7 @@ static void batch_untake(sched_t *s, sched_batch_t *sb)
     for (int i = 0; i < sb->batch.n; i++) {
         job_t *job = sb->batch.jobs[i];
         entry_t *e = entry_of(s, job);
-        e->user->running--;
-        memory_give(e);
-        user_charge(e->user, -e->charged_us);
-        e->charged_us = 0;
+        entry_untake(e);
         job->state = JOB_QUEUED;
         job->started_us = 0;
         job->batch_size = 0;

@@ -330,6 +330,10 @@ int entry_queue(sched_t *s, entry_t *e);
 void entry_unqueue(sched_t *s, entry_t *e);
 user_t *user_get(sched_t *s, const char *owner);
 void user_charge(user_t *u, double us);
+/* A job taken for a batch goes back to its queue without having run to its end: its user gets
+ * back the running slot, the device memory and the fair-share estimate it was charged when the
+ * batch was cut. */
+void entry_untake(entry_t *e);
 user_t *user_pick(sched_t *s);
 
 /* sched_budget.c: charges and GPU-time budgets. entry_charge brings what e's user is charged

@@ -101,6 +101,14 @@ void user_charge(user_t *u, double us)
     u->usage_at = now;
 }
 
+void entry_untake(entry_t *e)
+{
+    e->user->running--;
+    memory_give(e);
+    user_charge(e->user, -e->charged_us);
+    e->charged_us = 0;
+}
+
 typedef struct pick {
     sched_t *s;
     user_t *best;

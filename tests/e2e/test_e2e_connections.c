@@ -132,7 +132,7 @@ START_TEST(test_closed_waits_give_back_their_connections_at_once)
     json_decref(job);
     char request[256];
     int n = snprintf(request, sizeof request,
-                     "GET /v1/jobs/%s/wait?timeout=300 HTTP/1.1\r\nHost: x\r\n\r\n", id);
+                     "GET /v1/jobs/%s/wait?timeout=300 HTTP/1.1\r\nHost: localhost\r\n\r\n", id);
     int fds[N_WAITS];
     for (int i = 0; i < N_WAITS; i++) {
         fds[i] = tcp_connect(d, "127.0.0.1");
@@ -186,7 +186,7 @@ START_TEST(test_slow_clients_are_cut_and_lock_nobody_out)
     usleep(300 * 1000);
 
     /* Another client over TCP, and one over the Unix socket, are served meanwhile. */
-    static const char healthz[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    static const char healthz[] = "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     ck_assert_int_eq(tcp_request(d, "127.0.0.2", healthz, NULL, 0), 200);
     int ufd = unix_connect(sock_path);
     ck_assert_int_eq(exchange(ufd, healthz, strlen(healthz), 5, NULL, 0), 200);
@@ -275,7 +275,7 @@ static void slow_closed(slowloris_t *sl, int i)
 /* One round over socket i: reconnect it if the daemon closed it, else send its next bytes. */
 static void slow_tick(slowloris_t *sl, int i)
 {
-    static const char line[] = "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    static const char line[] = "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-Slow: ";
     int fd = sl->fds[i];
     if (fd < 0) {
         if (!(sl->once && sl->gone[i])) slow_connect(sl, i);
@@ -375,7 +375,7 @@ START_TEST(test_thousands_of_slow_sockets_lock_no_client_out)
     slowloris_t *sl = slowloris_start(d, SLOW_SOCKETS, false);
 
     /* A client's requests, each on a new TCP connection, while the slowloris runs. */
-    static const char info[] = "GET /v1/info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    static const char info[] = "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     int failed = 0;
     long first_failure = 0;
     double begin = e2e_now();
@@ -476,7 +476,7 @@ START_TEST(test_the_connection_limit_fits_the_descriptor_limit)
     fclose(f);
     ck_assert_int_gt(limit, 0);
     ck_assert_int_lt(limit, 256); /* two descriptors a connection, and the daemon's own */
-    static const char healthz[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    static const char healthz[] = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
     ck_assert_int_eq(tcp_request(d, "127.0.0.1", healthz, NULL, 0), 200);
     ck_assert_int_eq(e2e_daemon_stop(d, 30000, &status), 0);
     static const char *const too_many[] = {"--set", "server.max_connections=1000", NULL};
@@ -500,22 +500,22 @@ START_TEST(test_ambiguous_requests_answer_400)
     json_decref(job);
     char request[512], reply[8192];
     /* The job itself is found. */
-    snprintf(request, sizeof request, "GET /v1/jobs/%s HTTP/1.1\r\nHost: x\r\n\r\n", id);
+    snprintf(request, sizeof request, "GET /v1/jobs/%s HTTP/1.1\r\nHost: localhost\r\n\r\n", id);
     ck_assert_int_eq(tcp_request(d, "127.0.0.1", request, reply, sizeof reply), 200);
     static const char *const suffixes[] = {"%00junk", "%0a", "%1F", "%7f"};
     for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        snprintf(request, sizeof request, "GET /v1/jobs/%s%s HTTP/1.1\r\nHost: x\r\n\r\n", id,
+        snprintf(request, sizeof request, "GET /v1/jobs/%s%s HTTP/1.1\r\nHost: localhost\r\n\r\n", id,
                  suffixes[i]);
         ck_assert_msg(tcp_request(d, "127.0.0.1", request, reply, sizeof reply) == 400, "%s: %s",
                       suffixes[i], reply);
         ck_assert_ptr_nonnull(strstr(reply, "\"field\":\"path\""));
     }
     static const char *const framings[] = {
-        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         "Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}",
-        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
-        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         "Content-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof framings / sizeof framings[0]; i++) {
@@ -551,34 +551,34 @@ START_TEST(test_nul_and_control_bytes_in_a_request_answer_400)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("");
     static const raw_case_t cases[] = {
-        RAW("a NUL in the target", "GET /v1/info\0junk HTTP/1.1\r\nHost: x\r\n\r\n", 400),
-        RAW("a NUL in the method", "GET\0X /v1/info HTTP/1.1\r\nHost: x\r\n\r\n", 400),
-        RAW("a control byte in the method", "G\x01T /v1/info HTTP/1.1\r\nHost: x\r\n\r\n", 400),
-        RAW("a space in the target", "GET /v1/info x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
-        RAW("two spaces after the method", "GET  /v1/info HTTP/1.1\r\nHost: x\r\n\r\n", 400),
-        RAW("a control byte in a name", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A\x01: 1\r\n\r\n",
+        RAW("a NUL in the target", "GET /v1/info\0junk HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
+        RAW("a NUL in the method", "GET\0X /v1/info HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
+        RAW("a control byte in the method", "G\x01T /v1/info HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
+        RAW("a space in the target", "GET /v1/info x HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
+        RAW("two spaces after the method", "GET  /v1/info HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
+        RAW("a control byte in a name", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A\x01: 1\r\n\r\n",
             400),
-        RAW("a space before the colon", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A : 1\r\n\r\n", 400),
-        RAW("a NUL in a name", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-\0A: 1\r\n\r\n", 400),
-        RAW("a control byte in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\x01z\r\n\r\n",
+        RAW("a space before the colon", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A : 1\r\n\r\n", 400),
+        RAW("a NUL in a name", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-\0A: 1\r\n\r\n", 400),
+        RAW("a control byte in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\x01z\r\n\r\n",
             400),
-        RAW("a DEL in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\x7f\r\n\r\n", 400),
-        RAW("a bare CR in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\rz\r\n\r\n", 400),
-        RAW("a NUL in a value", "GET /v1/info HTTP/1.1\r\nX-A: a\0z\r\nHost: x\r\n\r\n", 400),
-        RAW("a NUL in the last value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\0z\r\n\r\n",
+        RAW("a DEL in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\x7f\r\n\r\n", 400),
+        RAW("a bare CR in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\rz\r\n\r\n", 400),
+        RAW("a NUL in a value", "GET /v1/info HTTP/1.1\r\nX-A: a\0z\r\nHost: localhost\r\n\r\n", 400),
+        RAW("a NUL in the last value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\0z\r\n\r\n",
             400),
-        RAW("a NUL ending the last value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\0\r\n\r\n",
+        RAW("a NUL ending the last value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\0\r\n\r\n",
             400),
         RAW("a NUL in Host", "GET /v1/info HTTP/1.1\r\nHost: x\0evil\r\n\r\n", 400),
-        RAW("a folded value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400),
+        RAW("a folded value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\r\n b\r\n\r\n", 400),
         /* Well-formed, however spelled: a tab in a value, bare LFs, empty and 8-bit values. */
-        RAW("a tab in a value", "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: a\tz\r\n\r\n", 200),
-        RAW("bare LF line ends", "GET /v1/info HTTP/1.1\nHost: x\nX-A: a\n\n", 200),
+        RAW("a tab in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\tz\r\n\r\n", 200),
+        RAW("bare LF line ends", "GET /v1/info HTTP/1.1\nHost: localhost\nX-A: a\n\n", 200),
         RAW("empty and 8-bit values",
-            "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A:\r\nX-B:   \xc3\xa9t\xc3\xa9  \r\n"
+            "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A:\r\nX-B:   \xc3\xa9t\xc3\xa9  \r\n"
             "User-Agent: t\r\n\r\n",
             200),
-        RAW("no field but Host", "GET /v1/info?x=%41 HTTP/1.1\r\nHost: x\r\n\r\n", 200),
+        RAW("no field but Host", "GET /v1/info?x=%41 HTTP/1.1\r\nHost: localhost\r\n\r\n", 200),
         RAW("HTTP/1.0 without fields", "GET /v1/info HTTP/1.0\r\n\r\n", 200),
     };
     char reply[8192];
@@ -594,8 +594,8 @@ START_TEST(test_nul_and_control_bytes_in_a_request_answer_400)
             ck_assert_msg(strcasestr(reply, "Connection: close"), "%s: %s", c->what, reply);
     }
     /* A kept-alive connection's second request, and a body after checked fields. */
-    static const char info[] = "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n\r\n";
-    static const char job[] = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    static const char info[] = "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: 1\r\n\r\n";
+    static const char job[] = "POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
                               "application/json\r\nContent-Length: 66\r\n\r\n"
                               "{\"op\":\"sum\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[1],"
                               "\"data\":[1]}}}";
@@ -623,7 +623,7 @@ START_TEST(test_submission_wait_of_a_closed_client_is_released)
     json_decref(job);
     char request[1024];
     int n = snprintf(request, sizeof request,
-                     "POST /v1/jobs?wait=300 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     "POST /v1/jobs?wait=300 HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer "
                      "%s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
                      token, strlen(text), text);
     free(text);
