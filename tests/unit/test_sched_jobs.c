@@ -212,6 +212,19 @@ START_TEST(test_a_late_charge_the_store_refused_is_written_later)
 }
 END_TEST
 
+/* A user's share of device memory, as the API's door and the loop both take it: percent of the
+ * pool rounded down, without overflow on the largest pool, none for 0 %. */
+START_TEST(test_a_users_memory_share_is_exact_for_any_pool)
+{
+    ck_assert_uint_eq(sched_memory_share(UINT64_MAX, 100), UINT64_MAX);
+    ck_assert_uint_eq(sched_memory_share(UINT64_MAX, 50), UINT64_MAX / 2);
+    ck_assert_uint_eq(sched_memory_share(199, 50), 99);
+    ck_assert_uint_eq(sched_memory_share(80ULL << 30, 25), 20ULL << 30);
+    ck_assert_uint_eq(sched_memory_share(80ULL << 30, 0), 0);
+    ck_assert_uint_eq(sched_memory_share(0, 50), 0);
+}
+END_TEST
+
 START_TEST(test_other_users_cannot_see_or_cancel_a_job)
 {
     sched_test_fake->slots = 0;
@@ -383,6 +396,7 @@ int main(void)
     tcase_add_test(tc, test_other_users_cannot_see_or_cancel_a_job);
     tcase_add_test(tc, test_a_job_cancelled_while_running_is_charged_and_spends_its_users_budget);
     tcase_add_test(tc, test_a_late_charge_the_store_refused_is_written_later);
+    tcase_add_test(tc, test_a_users_memory_share_is_exact_for_any_pool);
     tcase_add_test(tc, test_deadline_fails_a_job_left_queued);
     tcase_add_test(tc, test_wait_times_out_with_the_current_state);
     tcase_add_test(tc, test_idempotent_resubmission_returns_the_first_job);
