@@ -30,6 +30,11 @@
 /* How many connections whose whole head waits unread in their socket (about to be served, so
  * passed over) one search for a connection to close looks past. */
 #define CONN_WATCH_PASS_OVER 64
+/* Why connections, or the requests of connections already in, are refused; one log line
+ * counts both. */
+#define REFUSED_WHY                                                                                \
+    "(or the request whose headers they sent) from addresses with "                                \
+    "server.max_connections_per_ip requests in flight"
 
 typedef enum {
     ENTRY_ACTIVE,
@@ -358,8 +363,7 @@ int conn_watch_add(conn_watch_t *w, int fd, const char *addr, int64_t deadline_u
         int most = w->limits.in_flight_per_addr;
         if (e->addr && most && e->addr->in_flight >= most) {
             entry_close(w, e);
-            watch_log(w, &w->refuse_log, &w->refuse_held, 1, "refused",
-                      "from addresses with server.max_connections_per_ip requests in flight");
+            watch_log(w, &w->refuse_log, &w->refuse_held, 1, "refused", REFUSED_WHY);
         } else {
             entry_await(w, e);
         }
@@ -397,15 +401,23 @@ void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t dea
     pthread_mutex_unlock(&w->lock);
 }
 
-void conn_watch_head_in(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us)
+int conn_watch_head_in(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us)
 {
-    if (!e) return;
+    if (!e) return 0;
+    int r = 0;
     pthread_mutex_lock(&w->lock);
     entry_stop_awaiting(w, e);
-    if (e->addr && !e->in_flight) e->addr->in_flight++;
-    e->in_flight = true;
     if (!e->closing) e->deadline_us = deadline_us;
+    int most = w->limits.in_flight_per_addr;
+    if (e->addr && !e->in_flight && most && e->addr->in_flight >= most) {
+        r = -EBUSY;
+        watch_log(w, &w->refuse_log, &w->refuse_held, 1, "refused", REFUSED_WHY);
+    } else {
+        if (e->addr && !e->in_flight) e->addr->in_flight++;
+        e->in_flight = true;
+    }
     pthread_mutex_unlock(&w->lock);
+    return r;
 }
 
 void conn_watch_request_end(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us)

@@ -13,9 +13,11 @@
  * share for that long (libmicrohttpd's own limit still bounds them), and the watch's tick makes
  * room once they are old enough. A new
  * connection from an address that already has limits.in_flight_per_addr requests in flight is
- * refused (shut down at once): the requests of one client, not its idle or trickling
- * connections, are what that limit bounds, so clients that share an address (loopback, a NAT)
- * are not locked out by another's open sockets.
+ * refused (shut down at once), and so is a request whose head comes in while its address has
+ * that many (conn_watch_head_in says so; the caller answers it), whether its connection is new
+ * or kept alive: the requests of one client, not its idle or trickling connections, are what
+ * that limit bounds, so clients that share an address (loopback, a NAT) are not locked out by
+ * another's open sockets, and connections opened first cannot carry more requests later.
  *
  * Three more things are watched, by one thread per watcher:
  *  - Deadlines. A connection whose request has not fully arrived by its deadline (a slow
@@ -91,8 +93,10 @@ void conn_watch_remove(conn_watch_t *w, conn_watch_entry_t *e);
 /* Moves the connection's deadline (0: none). */
 void conn_watch_set_deadline(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us);
 /* The request's head is in: the connection no longer awaits one, counts as a request in
- * flight of its address, and has deadline_us (its body's). */
-void conn_watch_head_in(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us);
+ * flight of its address, and has deadline_us (its body's). -EBUSY when its address already
+ * has limits.in_flight_per_addr requests in flight: the request is then not counted, and the
+ * caller answers it with a refusal and closes the connection. */
+int conn_watch_head_in(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us);
 /* The request is over (answered, or its client gone): a kept-alive connection awaits the next
  * request's head until deadline_us, as the newest of those awaiting. */
 void conn_watch_request_end(conn_watch_t *w, conn_watch_entry_t *e, int64_t deadline_us);

@@ -340,7 +340,7 @@ static bool job_memory_refuses(api_request_t *req, job_t *const *jobs, size_t n)
     policy_limits_t l;
     api_user_limits(req, &l);
     uint64_t percent = l.value[CONFIG_POLICY_DEVICE_MEMORY_PCT];
-    uint64_t share = percent ? pool / 100 * percent + pool % 100 * percent / 100 : 0;
+    uint64_t share = sched_memory_share(pool, percent);
     for (size_t i = 0; i < n; i++) {
         uint64_t need = exec_job_device_bytes(jobs[i]);
         if (largest && need > largest) {

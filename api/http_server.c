@@ -552,8 +552,27 @@ static bool request_malformed(conn_ctx_t *ctx, const char *method, const char *u
     return true;
 }
 
+/* Refuses a request whose address already has server.max_connections_per_ip requests in
+ * flight (conn_watch_head_in), before anything of it is read, and closes its connection after
+ * the answer. 429, not 503: it is this client that sends too many at once, and others are
+ * served. */
+static enum MHD_Result respond_too_many_in_flight(conn_ctx_t *ctx)
+{
+    int most = ctx->srv->env.cfg->max_connections_per_ip;
+    ctx->dispatched = true;
+    ctx->body.too_large = true; /* drain, do not keep, what body follows */
+    api_respond_error(&ctx->req, 429, "rate_limited", "server.max_connections_per_ip",
+                      "this address already has %d requests in flight, the most "
+                      "server.max_connections_per_ip allows; try again when one is answered",
+                      most);
+    api_response_add_header(&ctx->req.resp, "Retry-After", "1");
+    api_response_add_header(&ctx->req.resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    return send_response(ctx);
+}
+
 /* The first call of a request: creates its context, decides the user and refuses at once a
- * malformed request or a body that Content-Length says is too large. */
+ * request past its address's share, a malformed request or a body that Content-Length says is
+ * too large. */
 static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn, const char *method,
                                      const char *url, const char *version, void **con_cls)
 {
@@ -578,8 +597,9 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
     ctx->watch = l->watch;
     ctx->watched = cs ? cs->watched : NULL;
     /* The headers are in: the body has its own time from now. */
-    conn_watch_head_in(l->watch, ctx->watched,
-                       mono_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000);
+    if (conn_watch_head_in(l->watch, ctx->watched,
+                           mono_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000) < 0)
+        return respond_too_many_in_flight(ctx);
     if (request_malformed(ctx, method, url, version)) return send_response(ctx);
     int r = api_request_user(l->srv, conn, cs, l->is_unix, ctx->req.auth, &ctx->req.user);
     if (r < 0) {

@@ -58,11 +58,12 @@ static bool host_is_loopback(const char *host)
     return false;
 }
 
-/* Parses key's comma-separated list of names into names (at most max, each shorter than
- * AUTH_USER_SIZE, without blanks or '@'), counting them in *n. 0 or -EINVAL with the reason in
- * err. */
-static int names_parse(const char *key, const char *list, char names[][AUTH_USER_SIZE], int max,
-                       int *n, char *err, size_t err_size)
+/* Parses key's comma-separated list of names into names (at most max entries of size bytes
+ * each), counting them in *n. A name is shorter than AUTH_USER_SIZE, without blanks or '@';
+ * with groups, an entry may also be "@group", kept with its '@'. 0 or -EINVAL with the reason
+ * in err. */
+static int names_parse(const char *key, const char *list, bool groups, char *names, size_t size,
+                       int max, int *n, char *err, size_t err_size)
 {
     for (const char *p = list; *p;) {
         p += strspn(p, " \t,");
@@ -70,18 +71,21 @@ static int names_parse(const char *key, const char *list, char names[][AUTH_USER
         while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
             len--;
         if (len == 0) continue;
-        if (len >= AUTH_USER_SIZE || memchr(p, ' ', len) || memchr(p, '\t', len) ||
-            memchr(p, '@', len)) {
-            snprintf(err, err_size,
-                     "%s: '%.*s' is not a name (names are separated by commas, without '@')", key,
-                     (int)(len < 128 ? len : 128), p);
+        const char *name = groups && p[0] == '@' ? p + 1 : p;
+        size_t name_len = len - (size_t)(name - p);
+        if (name_len == 0 || name_len >= AUTH_USER_SIZE || len >= size ||
+            memchr(name, ' ', name_len) || memchr(name, '\t', name_len) ||
+            memchr(name, '@', name_len)) {
+            snprintf(err, err_size, "%s: '%.*s' is not a %s (names are separated by commas%s)", key,
+                     (int)(len < 128 ? len : 128), p, groups ? "user name or @group" : "name",
+                     groups ? "" : ", without '@'");
             return -EINVAL;
         }
         if (*n == max) {
             snprintf(err, err_size, "%s: more than %d entries", key, max);
             return -EINVAL;
         }
-        snprintf(names[(*n)++], AUTH_USER_SIZE, "%.*s", (int)len, p);
+        snprintf(names + (size_t)(*n)++ * size, size, "%.*s", (int)len, p);
         p += len;
         p += strcspn(p, ",");
     }
@@ -91,32 +95,11 @@ static int names_parse(const char *key, const char *list, char names[][AUTH_USER
 /* Parses "alice, @wheel" into s->admins. 0 or -EINVAL with the reason in err. */
 static int admins_parse(auth_settings_t *s, const char *list, char *err, size_t err_size)
 {
-    const char *p = list;
-    while (*p) {
-        p += strspn(p, " \t,");
-        size_t len = strcspn(p, ",");
-        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
-        if (len == 0) continue;
-        const char *name = p[0] == '@' ? p + 1 : p;
-        size_t name_len = len - (size_t)(name - p);
-        if (name_len == 0 || name_len >= AUTH_USER_SIZE || memchr(name, ' ', name_len) ||
-            memchr(name, '\t', name_len) || memchr(name, '@', name_len)) {
-            snprintf(err, err_size,
-                     "auth.admins: '%.*s' is not a user name or @group (names are separated "
-                     "by commas)",
-                     (int)(len < 128 ? len : 128), p);
-            return -EINVAL;
-        }
-        if (s->n_admins == AUTH_MAX_ADMINS) {
-            snprintf(err, err_size, "auth.admins: more than %d entries", AUTH_MAX_ADMINS);
-            return -EINVAL;
-        }
-        snprintf(s->admins[s->n_admins++], sizeof s->admins[0], "%.*s", (int)len, p);
-        s->any_group |= p[0] == '@';
-        p += strcspn(p, ",");
-    }
-    return 0;
+    int r = names_parse("auth.admins", list, true, s->admins[0], sizeof s->admins[0],
+                        AUTH_MAX_ADMINS, &s->n_admins, err, err_size);
+    for (int i = 0; r == 0 && i < s->n_admins; i++)
+        s->any_group |= s->admins[i][0] == '@';
+    return r;
 }
 
 int auth_settings_new(const config_t *cfg, auth_settings_t **ret, char *err, size_t err_size)
@@ -135,11 +118,13 @@ int auth_settings_new(const config_t *cfg, auth_settings_t **ret, char *err, siz
     else
         r = admins_parse(s, cfg->admins, err, err_size);
     if (r == 0)
-        r = names_parse("auth.allow_users", cfg->allow_users, s->allow_users, AUTH_MAX_ALLOWED,
-                        &s->n_allow_users, err, err_size);
+        r = names_parse("auth.allow_users", cfg->allow_users, false, s->allow_users[0],
+                        sizeof s->allow_users[0], AUTH_MAX_ALLOWED, &s->n_allow_users, err,
+                        err_size);
     if (r == 0)
-        r = names_parse("auth.allow_groups", cfg->allow_groups, s->allow_groups, AUTH_MAX_ALLOWED,
-                        &s->n_allow_groups, err, err_size);
+        r = names_parse("auth.allow_groups", cfg->allow_groups, false, s->allow_groups[0],
+                        sizeof s->allow_groups[0], AUTH_MAX_ALLOWED, &s->n_allow_groups, err,
+                        err_size);
     char host[256];
     int port;
     bool loopback =

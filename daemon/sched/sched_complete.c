@@ -3,9 +3,11 @@
  * and lets them go; a batch the executor gave back or turned down has its jobs re-queued, or
  * failed when they are out of attempts or the store refuses. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/util/vec.h"
 #include "sched_internal.h"
 
 void count_final(sched_t *s, job_state_t state)
@@ -208,9 +210,51 @@ static void release_ended(sched_t *s, sched_batch_t *sb)
     batch_free(sb);
 }
 
+/* How many late charges wait for the store at most: past it (a store refusing writes for
+ * long), a new one is logged and dropped. */
+#define LATE_CHARGES_MAX 65536
+
+void late_charges_write(sched_t *s)
+{
+    size_t done = 0;
+    int r = 0;
+    while (done < s->n_late_charges && (r = store_job_charge(s->st, &s->late_charges[done])) >= 0)
+        done++;
+    s->n_late_charges -= done;
+    memmove(s->late_charges, s->late_charges + done, s->n_late_charges * sizeof *s->late_charges);
+    if (r < 0 && !s->late_charges_failing)
+        log_error("%zu charge(s) of device time that launches used after their jobs' end could "
+                  "not be recorded (%s): kept, and tried again",
+                  s->n_late_charges, strerror(-r));
+    else if (r >= 0 && s->late_charges_failing)
+        log_info("the charges of device time kept for the store are recorded");
+    s->late_charges_failing = r < 0;
+}
+
+/* Keeps the rest of the charge of e (late_ns), whose job is job, for late_charges_write. */
+static void late_charge_keep(sched_t *s, const entry_t *e, const job_t *job)
+{
+    const char *op = job_op_name(job);
+    if (s->n_late_charges >= LATE_CHARGES_MAX ||
+        vec_grow((void **)&s->late_charges, &s->cap_late_charges, s->n_late_charges + 1,
+                 sizeof *s->late_charges, 16) < 0) {
+        log_error("job %s: %lld ns of device time its launch used after its end are lost: %zu "
+                  "charges already wait for the store",
+                  e->id, (long long)e->late_ns, s->n_late_charges);
+        return;
+    }
+    store_charge_t *c = &s->late_charges[s->n_late_charges++];
+    snprintf(c->id, sizeof c->id, "%s", e->id);
+    snprintf(c->owner, sizeof c->owner, "%s", job->owner);
+    snprintf(c->op, sizeof c->op, "%s", op ? op : "");
+    c->finished_us = e->ended_us;
+    c->delta_ns = e->late_ns;
+}
+
 /* Writes the rest of the charge of the ended batches' jobs that ended while their launch went
- * on (end_jobs: late_ns), once the round's transaction is over and before any of the batches'
- * jobs is answered, so that what a client reads next shows it. */
+ * on (end_jobs: late_ns), with the charges kept from earlier tries, once the round's
+ * transaction is over and before any of the batches' jobs is answered, so that what a client
+ * reads next shows it. */
 static void write_late_charges(sched_t *s, queue_t *ended)
 {
     queue_t *q;
@@ -220,14 +264,11 @@ static void write_late_charges(sched_t *s, queue_t *ended)
         for (int i = 0; i < batch->n; i++) {
             entry_t *e = entry_of(s, batch->jobs[i]);
             if (!e->late_ns) continue;
-            int r = store_job_charge(s->st, e->id, e->late_ns);
-            if (r < 0)
-                log_error("job %s: %lld ns of device time its launch used after its end could "
-                          "not be recorded: %s",
-                          e->id, (long long)e->late_ns, strerror(-r));
+            late_charge_keep(s, e, batch->jobs[i]);
             e->late_ns = 0;
         }
     }
+    if (s->n_late_charges) late_charges_write(s);
 }
 
 /* The outputs of the ended batches' jobs whose results are kept, to the store ahead of their

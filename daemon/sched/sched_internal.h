@@ -264,6 +264,11 @@ struct sched {
     atomic_long batch_bucket[SCHED_BATCH_BUCKETS + 1], batch_jobs_sum;
     int64_t next_retention_us; /* loop thread: when the retention sweep is due */
     int64_t next_fair_save_us; /* loop thread: when the fair-share state is saved next */
+    /* Loop thread: late charges the store has not taken yet, oldest first (late_charges_write),
+     * and whether the last try failed. */
+    store_charge_t *late_charges;
+    size_t n_late_charges, cap_late_charges;
+    bool late_charges_failing;
 
     /* The per-user policy (sched_policy.c): swapped whole under policy_lock, each swap
      * counted in policy_gen so that the loop resolves its users again. */
@@ -348,6 +353,11 @@ typedef struct budget_refusal {
     int64_t reset_at_us;            /* when that budget's window resets */
 } budget_refusal_t;
 void entry_charge(sched_t *s, entry_t *e, int64_t finished_us, int64_t total_ns);
+/* sched_complete.c: writes the late charges kept in s->late_charges to the store, oldest first,
+ * until the store refuses one: that one and those after it stay for the next try (the next
+ * round of ends, the upkeep timer, the scheduler's stop), so that the record and the rollup get
+ * what fair share and the budgets were charged. Loop thread, or after it ended. */
+void late_charges_write(sched_t *s);
 int budget_load(sched_t *s);
 bool budget_refuses(sched_t *s, user_t *u, budget_refusal_t *ret);
 

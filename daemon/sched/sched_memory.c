@@ -24,9 +24,8 @@ void memory_resident_changed(sched_t *s)
 
 uint64_t memory_user_limit(sched_t *s, user_t *u)
 {
-    uint64_t percent = user_limits(s, u)->value[CONFIG_POLICY_DEVICE_MEMORY_PCT];
-    if (!percent || !s->pool_bytes) return 0;
-    return s->pool_bytes / 100 * percent + s->pool_bytes % 100 * percent / 100;
+    return sched_memory_share(s->pool_bytes,
+                              user_limits(s, u)->value[CONFIG_POLICY_DEVICE_MEMORY_PCT]);
 }
 
 /* The user's resident bytes, read again when buffers changed since the last read. */

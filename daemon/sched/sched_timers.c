@@ -54,6 +54,7 @@ static void on_upkeep_timer(uv_timer_t *t)
     sched_t *s = t->data;
     int r = store_upkeep(s->st);
     if (r < 0) log_warn("the store's upkeep failed: %s", strerror(-r));
+    if (s->n_late_charges) late_charges_write(s);
 }
 
 /* The loop turns: systemd's watchdog hears it (service_notify.h). */

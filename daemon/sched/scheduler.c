@@ -334,6 +334,11 @@ void sched_stop(sched_t *s)
     pthread_join(s->thread, NULL);
     s->thread_started = false;
     /* The loop is over: its store is this thread's now. */
+    if (s->n_late_charges) late_charges_write(s);
+    if (s->n_late_charges)
+        log_error("%zu charge(s) of device time are lost at the stop: the store did not take "
+                  "them, and the usage and budgets of the next start lack them",
+                  s->n_late_charges);
     fair_state_save(s);
     /* Answers still waiting for their sync are given before the HTTP server stops. */
     store_durability_stop(s->st);
@@ -376,5 +381,6 @@ void sched_free(sched_t *s)
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->user_gauges_lock);
     sched_policy_free(s);
+    free(s->late_charges);
     free(s);
 }

@@ -234,6 +234,13 @@ bool sched_runs_op(sched_t *s, const op_def_t *op);
  * (0: no bound), the largest device's in *ret_largest, and the configuration key that sets them
  * in *ret_key. Any thread. */
 uint64_t sched_device_memory(sched_t *s, uint64_t *ret_largest, const char **ret_key);
+/* A user's share of a device memory pool of pool bytes: percent (0..100,
+ * limits.device_memory_percent_per_user) of it, rounded down and without overflow; 0 (no
+ * bound) when percent is 0. Inline: the API's door and the loop both ask it. */
+static inline uint64_t sched_memory_share(uint64_t pool, uint64_t percent)
+{
+    return pool / 100 * percent + pool % 100 * percent / 100;
+}
 /* Whether a job's time limit must cover its cost estimate at submission: the backend cannot
  * stop a running job (executor_ops_t.stops_running is false). */
 bool sched_time_limit_by_cost(sched_t *s);

@@ -331,12 +331,22 @@ typedef struct store_usage_query {
 int store_usage_rollup(store_reader_t *rd, const store_usage_query_t *q,
                        store_usage_row_t **ret_rows, size_t *ret_n);
 
-/* Adds delta_ns (either sign) to the device time of job id, which has ended, and to its line of
- * the usage rollup (its owner, the day it ended and its op), in one transaction: what a job
- * ended while its launch went on (cancelled, failed by the watchdog) is charged once the launch
- * returns. A job no longer stored (retention took it) is left alone. Loop thread, outside a
- * transaction. */
-int store_job_charge(store_t *st, const char *id, int64_t delta_ns);
+/* Device time charged to a job after its end: what a job ended while its launch went on
+ * (cancelled, failed by the watchdog) is charged once the launch returns. The caller names the
+ * job's line of the usage rollup itself (its owner, op and end), since the job's row may be
+ * gone by then. */
+typedef struct store_charge {
+    char id[ID_SIZE];
+    char owner[OWNER_SIZE];
+    char op[JOB_OP_NAME_SIZE];
+    int64_t finished_us; /* the job's end, as its record says: the rollup's day */
+    int64_t delta_ns;    /* either sign */
+} store_charge_t;
+/* Adds c->delta_ns to the device time of job c->id, if it is still stored and has ended, and
+ * to its line of the usage rollup in any case (the rollup outlives the job's row), in one
+ * transaction: on an error neither has it, and the same charge may be tried again. Loop
+ * thread, outside a transaction. */
+int store_job_charge(store_t *st, const store_charge_t *c);
 
 /* The scheduler's fair-share state: each owner's decayed usage (µs of device time) as of
  * at_us (wall clock), kept across restarts. */

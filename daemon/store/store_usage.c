@@ -147,32 +147,28 @@ int store_usage_note_failing(shard_t *sh, const char *where, int64_t finished_us
     return r;
 }
 
-int store_job_charge(store_t *st, const char *id, int64_t delta_ns)
+int store_job_charge(store_t *st, const store_charge_t *c)
 {
     if (st->in_txn) return log_error_errno(-EBUSY, "store: a job charged inside a transaction");
     if (atomic_load(&st->damaged)) return -EUCLEAN; /* said once, when found */
-    shard_t *sh = store_shard_of(st, id);
-    /* The rollup's line first, while the row still says which one it is. */
-    static const char *const sql[] = {
-        "INSERT INTO usage_daily (owner, day, op, jobs, succeeded, failed, cancelled, run_us, "
-        "gpu_ns, bytes_in, bytes_out) "
-        "SELECT owner, finished_us / 86400000000, op, 0, 0, 0, 0, 0, ?2, 0, 0 "
-        "FROM jobs WHERE id = ?1 AND " STORE_ENDED " "
-        "ON CONFLICT (owner, day, op) DO UPDATE SET gpu_ns = gpu_ns + excluded.gpu_ns",
-        "UPDATE jobs SET gpu_ns = gpu_ns + ?2 WHERE id = ?1 AND " STORE_ENDED,
-    };
+    shard_t *sh = store_shard_of(st, c->id);
+    usage_delta_t d = {.day = c->finished_us / STORE_USAGE_DAY_US, .gpu_ns = c->delta_ns};
+    snprintf(d.owner, sizeof d.owner, "%s", c->owner);
+    snprintf(d.op, sizeof d.op, "%s", c->op);
     int r = store_exec(&sh->conn, "BEGIN IMMEDIATE");
-    for (size_t i = 0; r == 0 && i < sizeof sql / sizeof sql[0]; i++) {
-        sqlite3_stmt *stmt = NULL;
-        if (sqlite3_prepare_v2(sh->conn.db, sql[i], -1, &stmt, NULL) != SQLITE_OK) {
-            r = store_sql_error(&sh->conn, "charging a job");
-            break;
-        }
-        store_bind_text(stmt, 1, id, false);
-        sqlite3_bind_int64(stmt, 2, delta_ns);
+    if (r == 0) r = usage_write_delta(sh, &d);
+    sqlite3_stmt *stmt = NULL;
+    if (r == 0 &&
+        sqlite3_prepare_v2(sh->conn.db,
+                           "UPDATE jobs SET gpu_ns = gpu_ns + ?2 WHERE id = ?1 AND " STORE_ENDED,
+                           -1, &stmt, NULL) != SQLITE_OK)
+        r = store_sql_error(&sh->conn, "charging a job");
+    if (r == 0) {
+        store_bind_text(stmt, 1, c->id, false);
+        sqlite3_bind_int64(stmt, 2, c->delta_ns);
         if (sqlite3_step(stmt) != SQLITE_DONE) r = store_sql_error(&sh->conn, "charging a job");
-        sqlite3_finalize(stmt);
     }
+    sqlite3_finalize(stmt);
     if (r == 0) r = store_exec(&sh->conn, "COMMIT");
     if (r < 0 && !sqlite3_get_autocommit(sh->conn.db)) store_exec(&sh->conn, "ROLLBACK");
     return r;

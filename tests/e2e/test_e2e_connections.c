@@ -224,6 +224,74 @@ START_TEST(test_slow_clients_are_cut_and_lock_nobody_out)
 }
 END_TEST
 
+#define N_GREEDY 100
+#define PER_IP 64
+
+/* Whether fd has an answer (or its end) to read within timeout_ms. */
+static bool readable(int fd, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, timeout_ms) == 1;
+}
+
+/* One address opens its connections first, while none has a request in flight, and sends a
+ * request's headers on each afterwards (a body announced and never sent): only
+ * max_connections_per_ip of those requests are let in, the rest answer 429 and are closed, a
+ * kept-alive connection's next request is refused too, and another address is served. */
+START_TEST(test_requests_past_the_per_address_limit_are_refused_when_their_headers_arrive)
+{
+    e2e_daemon_t *d = e2e_daemon_start_ok("[server]\nmax_connections = 400\n"
+                                          "max_connections_per_ip = 64\nbody_timeout_s = 60\n");
+    static const char healthz[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    int kept = tcp_connect(d, "127.0.0.1");
+    ck_assert_int_ge(kept, 0);
+    ck_assert_int_eq(exchange(kept, healthz, strlen(healthz), 5, NULL, 0), 200);
+    int fds[N_GREEDY];
+    for (int i = 0; i < N_GREEDY; i++) {
+        fds[i] = tcp_connect(d, "127.0.0.1");
+        ck_assert_int_ge(fds[i], 0);
+    }
+    usleep(300 * 1000); /* every connection let in before any head arrives */
+    static const char post[] = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\n"
+                               "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n";
+    for (int i = 0; i < N_GREEDY; i++)
+        ck_assert_int_eq(send(fds[i], post, strlen(post), MSG_NOSIGNAL), (ssize_t)strlen(post));
+    usleep(1000 * 1000);
+    int answered = 0, waiting = 0;
+    for (int i = 0; i < N_GREEDY; i++) {
+        if (!readable(fds[i], 0)) {
+            waiting++;
+            continue;
+        }
+        char reply[2048];
+        long status = exchange(fds[i], "", 0, 2, reply, sizeof reply);
+        ck_assert_msg(status == 429, "request %d answered %ld: %s", i, status, reply);
+        ck_assert_ptr_nonnull(strcasestr(reply, "Retry-After:"));
+        ck_assert_ptr_nonnull(strcasestr(reply, "Connection: close"));
+        ck_assert_ptr_nonnull(strstr(reply, "\"server.max_connections_per_ip\""));
+        ck_assert(readable(fds[i], 2000));
+        char c;
+        ck_assert_int_eq(read(fds[i], &c, 1), 0); /* closed after the answer */
+        answered++;
+    }
+    ck_assert_int_eq(waiting, PER_IP);
+    ck_assert_int_eq(answered, N_GREEDY - PER_IP);
+    /* The kept-alive connection's next request is refused; another address is served. */
+    ck_assert_int_eq(exchange(kept, healthz, strlen(healthz), 5, NULL, 0), 429);
+    close(kept);
+    ck_assert_int_eq(tcp_request(d, "127.0.0.2", healthz, NULL, 0), 200);
+    /* Requests that end make room again. */
+    for (int i = 0; i < N_GREEDY; i++)
+        close(fds[i]);
+    double until = e2e_now() + 5;
+    long status = 0;
+    while ((status = tcp_request(d, "127.0.0.1", healthz, NULL, 0)) != 200 && e2e_now() < until)
+        usleep(50 * 1000);
+    ck_assert_int_eq(status, 200);
+    e2e_daemon_free(d);
+}
+END_TEST
+
 /* A slowloris: n (up to SLOW_SOCKETS) connections from 127.0.0.1 that send a request line and
  * then trickle a header one byte per round (SLOW_ROUND_MS), each reconnected at its next round
  * once the daemon closed it, as such a client does (unless once). Runs on a thread of its
@@ -861,6 +929,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_closed_waits_give_back_their_connections_at_once);
     tcase_add_test(tc, test_slow_clients_are_cut_and_lock_nobody_out);
+    tcase_add_test(tc,
+                   test_requests_past_the_per_address_limit_are_refused_when_their_headers_arrive);
     tcase_add_test(tc, test_thousands_of_slow_sockets_lock_no_client_out);
     tcase_add_test(tc, test_the_connection_limit_fits_the_descriptor_limit);
     tcase_add_test(tc, test_ambiguous_requests_answer_400);

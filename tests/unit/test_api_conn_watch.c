@@ -271,6 +271,41 @@ START_TEST(test_an_address_with_its_requests_in_flight_is_refused_more)
 }
 END_TEST
 
+/* The limit bounds requests, not only new connections: connections opened first and their
+ * heads sent afterwards, or a kept-alive connection's next request, are refused past it. */
+START_TEST(test_a_head_past_its_address_requests_in_flight_is_refused)
+{
+    conn_watch_t *w;
+    ck_assert_int_eq(conn_watch_new("test", &(conn_watch_limits_t){.in_flight_per_addr = 2}, &w),
+                     0);
+    int fds[5][2];
+    conn_watch_entry_t *e[5];
+    for (int i = 0; i < 5; i++) {
+        tcp_pair(fds[i]);
+        ck_assert_int_eq(conn_watch_add(w, fds[i][0], i < 4 ? "10.0.0.1" : "10.0.0.2", 0, &e[i]),
+                         0);
+    }
+    ck_assert_int_eq(conn_watch_head_in(w, e[0], 0), 0);
+    ck_assert_int_eq(conn_watch_head_in(w, e[1], 0), 0);
+    ck_assert_int_eq(conn_watch_head_in(w, e[2], 0), -EBUSY);
+    ck_assert_int_eq(conn_watch_head_in(w, e[4], 0), 0); /* another address */
+    /* The refused one was not counted: one answered request makes room for exactly one. */
+    conn_watch_request_end(w, e[2], 0);
+    conn_watch_request_end(w, e[0], 0);
+    ck_assert_int_eq(conn_watch_head_in(w, e[3], 0), 0);
+    ck_assert_int_eq(conn_watch_head_in(w, e[0], 0), -EBUSY); /* kept alive, its next request */
+    conn_watch_request_end(w, e[1], 0);
+    ck_assert_int_eq(conn_watch_head_in(w, e[0], 0), 0);
+    for (int i = 0; i < 5; i++) {
+        ck_assert(!shut_down(fds[i][1])); /* the caller answers, then closes */
+        conn_watch_remove(w, e[i]);
+        close(fds[i][0]);
+        close(fds[i][1]);
+    }
+    conn_watch_free(w);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api_conn_watch");
@@ -283,6 +318,7 @@ int main(void)
     tcase_add_test(tc, test_a_connection_past_its_deadline_is_shut_down);
     tcase_add_test(tc, test_past_the_share_the_oldest_connection_awaiting_its_head_is_closed);
     tcase_add_test(tc, test_an_address_with_its_requests_in_flight_is_refused_more);
+    tcase_add_test(tc, test_a_head_past_its_address_requests_in_flight_is_refused);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -155,6 +155,54 @@ START_TEST(test_settings_refuse_open_or_clear_text_listeners_and_name_admins)
 }
 END_TEST
 
+/* The lists of admins, allow_users and allow_groups share one reading: entries between commas,
+ * blanks around them dropped, empty ones skipped; a name has no blank or '@' and fits an owner,
+ * and only admins take "@group". Each refusal names its key. */
+START_TEST(test_name_lists_take_names_and_only_admins_take_groups)
+{
+    config_t cfg;
+    config_defaults(&cfg);
+    auth_settings_t *s;
+    char err[512], longest[AUTH_USER_SIZE];
+    memset(longest, 'n', sizeof longest - 1);
+    longest[sizeof longest - 1] = '\0';
+    snprintf(cfg.admins, sizeof cfg.admins, ",, alice ,\t@%s,", longest);
+    snprintf(cfg.allow_users, sizeof cfg.allow_users, " bob,,%s ", longest);
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), 0);
+    ck_assert(auth_settings_is_admin(s, "alice"));
+    ck_assert(auth_settings_allows(s, "bob"));
+    ck_assert(auth_settings_allows(s, longest));
+    ck_assert(auth_settings_allows(s, "alice")); /* an admin */
+    ck_assert(!auth_settings_allows(s, "carol"));
+    auth_settings_free(s);
+    static const struct {
+        const char *admins, *allow_users, *allow_groups, *key;
+    } bad[] = {
+        {"@", "", "", "auth.admins: '@' is not a user name or @group"},
+        {"@a@b", "", "", "auth.admins: '@a@b' is not"},
+        {"al ice", "", "", "auth.admins: 'al ice' is not"},
+        {"", "@staff", "", "auth.allow_users: '@staff' is not a name"},
+        {"", "", "lab, @lab", "auth.allow_groups: '@lab' is not a name"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cfg.admins, sizeof cfg.admins, "%s", bad[i].admins);
+        snprintf(cfg.allow_users, sizeof cfg.allow_users, "%s", bad[i].allow_users);
+        snprintf(cfg.allow_groups, sizeof cfg.allow_groups, "%s", bad[i].allow_groups);
+        ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), -EINVAL);
+        ck_assert_msg(strstr(err, bad[i].key), "case %zu: %s", i, err);
+    }
+    /* A name one byte longer than an owner's: refused in either list. */
+    snprintf(cfg.allow_users, sizeof cfg.allow_users, "%sn", longest);
+    cfg.admins[0] = cfg.allow_groups[0] = '\0';
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "auth.allow_users"));
+    snprintf(cfg.admins, sizeof cfg.admins, "@%sn", longest);
+    cfg.allow_users[0] = '\0';
+    ck_assert_int_eq(auth_settings_new(&cfg, &s, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "auth.admins"));
+}
+END_TEST
+
 /* The default identifies callers: the kernel's answer, or a token. */
 START_TEST(test_default_mode_is_tokens_and_the_kernels_answer)
 {
@@ -253,6 +301,7 @@ int main(void)
     tcase_add_test(tc, test_expired_token_is_refused_and_last_use_is_recorded_once_a_minute);
     tcase_add_test(tc, test_stored_files_never_hold_the_secret);
     tcase_add_test(tc, test_settings_refuse_open_or_clear_text_listeners_and_name_admins);
+    tcase_add_test(tc, test_name_lists_take_names_and_only_admins_take_groups);
     tcase_add_test(tc, test_group_admin_answers_are_cached_per_user_and_agree);
     tcase_add_test(tc, test_default_mode_is_tokens_and_the_kernels_answer);
     tcase_add_test(tc, test_allow_lists_admit_their_users_groups_and_admins);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "daemon/sched/scheduler.h"
@@ -156,6 +157,71 @@ START_TEST(test_a_job_cancelled_while_running_is_charged_and_spends_its_users_bu
     ck_assert_int_eq(refused.reset_at_us, (now_us() / day_us + 1) * day_us);
     job_t *bobs = sched_test_lone_job("bob", 10);
     sched_test_submit(&box, &bobs, 1);
+}
+END_TEST
+
+/* The store refuses the late charge of a job cancelled while running (its WAL cannot grow when
+ * the launch returns): the charge is kept, and the next round of ends writes it, so that the
+ * record and the rollup get what fair share and the budgets were charged. */
+START_TEST(test_a_late_charge_the_store_refused_is_written_later)
+{
+    sched_test_fake->slots = 2;
+    job_t *job = sched_test_lone_job("alice", 10);
+    sched_test_box_t box;
+    sched_test_submit(&box, &job, 1);
+    fake_exec_wait_batches(sched_test_fake, 1);
+    usleep(50 * 1000);
+    sched_test_box_t c;
+    sched_test_box_init(&c);
+    sched_cancel(sched_test_sched, "alice", box.ids[0], sched_test_on_reply, &c);
+    sched_test_box_wait(&c);
+    char id[ID_SIZE];
+    snprintf(id, sizeof id, "%s", box.ids[0]);
+    int64_t at_cancel = stored_gpu_ns(id);
+    ck_assert_int_eq(rollup_gpu_ns("alice"), at_cancel);
+
+    usleep(50 * 1000);
+    struct rlimit saved;
+    sched_test_wal_limit("gpujobd.db-wal", &saved);
+    fake_exec_complete(sched_test_fake, 0); /* measures about 100 ms */
+    sched_stats_t stats;
+    sched_get_stats(sched_test_sched, &stats);
+    for (int i = 0; i < 500 && stats.running > 0; i++) {
+        usleep(10 * 1000);
+        sched_get_stats(sched_test_sched, &stats);
+    }
+    ck_assert_int_eq(stats.running, 0);
+    /* A message after the batch's end: answered once the loop is done with that end. */
+    sched_test_box_t w;
+    sched_test_box_init(&w);
+    sched_wait(sched_test_sched, "alice", id, 0, sched_test_on_reply, &w);
+    sched_test_box_wait(&w);
+    sched_test_wal_limit_lift(&saved);
+    ck_assert_int_eq(stored_gpu_ns(id), at_cancel);
+    ck_assert_int_eq(rollup_gpu_ns("alice"), at_cancel);
+
+    /* The next round of ends (bob's job) writes it. */
+    job_t *bobs = sched_test_lone_job("bob", 10);
+    sched_test_submit(&box, &bobs, 1);
+    fake_exec_wait_batches(sched_test_fake, 2);
+    fake_exec_complete(sched_test_fake, 1);
+    ck_assert_int_eq(sched_test_waited_state("bob", box.ids[0], 10000), JOB_SUCCEEDED);
+    int64_t charged = stored_gpu_ns(id);
+    ck_assert_int_ge(charged, INT64_C(100000000));
+    ck_assert_int_eq(rollup_gpu_ns("alice"), charged);
+}
+END_TEST
+
+/* A user's share of device memory, as the API's door and the loop both take it: percent of the
+ * pool rounded down, without overflow on the largest pool, none for 0 %. */
+START_TEST(test_a_users_memory_share_is_exact_for_any_pool)
+{
+    ck_assert_uint_eq(sched_memory_share(UINT64_MAX, 100), UINT64_MAX);
+    ck_assert_uint_eq(sched_memory_share(UINT64_MAX, 50), UINT64_MAX / 2);
+    ck_assert_uint_eq(sched_memory_share(199, 50), 99);
+    ck_assert_uint_eq(sched_memory_share(80ULL << 30, 25), 20ULL << 30);
+    ck_assert_uint_eq(sched_memory_share(80ULL << 30, 0), 0);
+    ck_assert_uint_eq(sched_memory_share(0, 50), 0);
 }
 END_TEST
 
@@ -329,6 +395,8 @@ int main(void)
     tcase_add_test(tc, test_cancel_running_job_asks_the_executor_and_keeps_its_batch_mates);
     tcase_add_test(tc, test_other_users_cannot_see_or_cancel_a_job);
     tcase_add_test(tc, test_a_job_cancelled_while_running_is_charged_and_spends_its_users_budget);
+    tcase_add_test(tc, test_a_late_charge_the_store_refused_is_written_later);
+    tcase_add_test(tc, test_a_users_memory_share_is_exact_for_any_pool);
     tcase_add_test(tc, test_deadline_fails_a_job_left_queued);
     tcase_add_test(tc, test_wait_times_out_with_the_current_state);
     tcase_add_test(tc, test_idempotent_resubmission_returns_the_first_job);

@@ -181,6 +181,40 @@ END_TEST
 
 /* The fair-share state saved is the state loaded, across a store_test_reopen, and a save replaces
  * it. */
+/* A charge after a job's end (store_job_charge) reaches its record and its line of the rollup;
+ * once retention took the job's row, its line of the rollup still gets it. */
+START_TEST(test_a_late_charge_reaches_the_rollup_also_once_the_job_is_gone)
+{
+    static const int shard_counts[] = {1, 4};
+    store_test_t f;
+    store_test_setup_shards(&f, 1 << 20, shard_counts[_i]);
+    int64_t day = now_us() / (86400 * INT64_C(1000000));
+    int64_t noon = day * 86400 * INT64_C(1000000) + 43200 * INT64_C(1000000);
+    job_t *job = running_job(&f, "alice", noon);
+    job->finished_us = noon + 1000;
+    job->gpu_ns = 7000;
+    job->state = JOB_CANCELLED;
+    ck_assert_int_eq(store_job_update(f.st, job), 0);
+    store_charge_t c = {.finished_us = job->finished_us, .delta_ns = 3000};
+    snprintf(c.id, sizeof c.id, "%s", job->id);
+    snprintf(c.owner, sizeof c.owner, "%s", job->owner);
+    snprintf(c.op, sizeof c.op, "%s", store_test_op.name);
+    ck_assert_int_eq(store_job_charge(f.st, &c), 0);
+    assert_rollup(&f, "alice", 1, 0, 1000, 10000, 0);
+    job_t *stored = store_test_get_job(&f, job->id);
+    ck_assert_int_eq(stored->gpu_ns, 10000);
+    job_free(stored);
+    int deleted = 0;
+    ck_assert_int_eq(store_gc(f.st, INT64_MAX, &deleted), 0);
+    ck_assert_int_eq(deleted, 1);
+    c.delta_ns = 5000;
+    ck_assert_int_eq(store_job_charge(f.st, &c), 0);
+    assert_rollup(&f, "alice", 1, 0, 1000, 15000, 0);
+    job_free(job);
+    store_test_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_fair_share_state_survives_reopen)
 {
     store_test_t f;
@@ -274,6 +308,7 @@ int main(void)
     tcase_add_loop_test(tc, test_usage_rollup_follows_job_ends_and_outlives_retention, 0, 2);
     tcase_add_loop_test(tc, test_usage_rollup_sums_a_transactions_ends_and_drops_a_rolled_back_ones,
                         0, 2);
+    tcase_add_loop_test(tc, test_a_late_charge_reaches_the_rollup_also_once_the_job_is_gone, 0, 2);
     tcase_add_test(tc, test_fair_share_state_survives_reopen);
     tcase_add_test(tc, test_usage_counts_states_and_sums_times_and_buffers_per_owner);
     suite_add_tcase(s, tc);
