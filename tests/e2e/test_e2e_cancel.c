@@ -33,31 +33,26 @@ static bool on_cuda(void)
     return b && strcmp(b, "cuda") == 0;
 }
 
-/* A timestamp field of a job ("2026-01-02T03:04:05.678901Z", as the API writes it) in
- * seconds since the epoch, or -1 when absent or not in that form. */
-static double job_time(const json_t *job, const char *key)
+/* On E2E_ONE_WORKER_CONFIG: a job of long_ms that runs on the only worker, and a short one
+ * submitted behind it; their ids (malloc'd) go to ret_long_id and ret_next_id. */
+static void long_job_then_next(e2e_daemon_t *d, int long_ms, char **ret_long_id, char **ret_next_id)
 {
-    const char *v = json_string_value(json_object_get(job, key));
-    struct tm tm = {0};
-    int usec = 0;
-    if (!v || sscanf(v, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                     &tm.tm_min, &tm.tm_sec, &usec) != 7)
-        return -1;
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    return (double)timegm(&tm) + usec * 1e-6;
+    json_t *long_job = e2e_long_job_new(long_ms);
+    *ret_long_id = e2e_submit_ok(d, long_job);
+    json_decref(long_job);
+    e2e_wait_state_ok(d, *ret_long_id, "running", 10);
+    json_t *small = e2e_long_job_new(0);
+    *ret_next_id = e2e_submit_ok(d, small);
+    json_decref(small);
 }
 
 START_TEST(test_cancelled_running_job_frees_its_worker_for_the_next_job)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
     const int long_ms = on_cuda() ? CUDA_LONG_MS : LONG_MS;
-    json_t *long_job = e2e_long_job_new(long_ms);
-    char *long_id = e2e_submit_ok(d, long_job);
-    e2e_wait_state_ok(d, long_id, "running", 10);
+    char *long_id, *next_id;
+    long_job_then_next(d, long_ms, &long_id, &next_id);
     /* The only worker is busy: the next job waits. */
-    json_t *small = e2e_long_job_new(0);
-    char *next_id = e2e_submit_ok(d, small);
     char path[128], next_path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", long_id);
     snprintf(next_path, sizeof next_path, "/v1/jobs/%s", next_id);
@@ -69,7 +64,7 @@ START_TEST(test_cancelled_running_job_frees_its_worker_for_the_next_job)
     ck_assert_str_eq(e2e_job_state(cancelled), "cancelled");
     ck_assert_str_eq(json_string_value(json_object_get(cancelled, "cancel")),
                      on_cuda() ? "dropped" : "stopped");
-    double long_started = job_time(cancelled, "started_at");
+    double long_started = e2e_job_time(cancelled, "started_at");
     ck_assert(long_started > 0);
     json_decref(cancelled);
 
@@ -86,10 +81,10 @@ START_TEST(test_cancelled_running_job_frees_its_worker_for_the_next_job)
      * would still have been running. On CUDA it starts once the dropped kernel has ended. */
     json_t *done = e2e_wait_final_ok(d, next_id, long_ms / 1000.0 + 15);
     ck_assert_str_eq(e2e_job_state(done), "succeeded");
-    double next_finished = job_time(done, "finished_at");
+    double next_finished = e2e_job_time(done, "finished_at");
     ck_assert(next_finished > 0);
     if (on_cuda())
-        ck_assert_msg(job_time(done, "started_at") >= long_started + 0.9 * long_ms / 1000.0,
+        ck_assert_msg(e2e_job_time(done, "started_at") >= long_started + 0.9 * long_ms / 1000.0,
                       "the next job started before the dropped kernel could have ended");
     else
         ck_assert_msg(next_finished < long_started + long_ms / 2000.0,
@@ -107,8 +102,6 @@ START_TEST(test_cancelled_running_job_frees_its_worker_for_the_next_job)
     ck_assert_str_eq(e2e_job_state(after), "cancelled");
     json_decref(after);
 
-    json_decref(small);
-    json_decref(long_job);
     free(next_id);
     free(long_id);
     e2e_daemon_free(d);
@@ -118,11 +111,8 @@ END_TEST
 START_TEST(test_cancel_of_a_queued_job_says_dequeued)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
-    json_t *long_job = e2e_long_job_new(on_cuda() ? CUDA_LONG_MS : LONG_MS);
-    char *long_id = e2e_submit_ok(d, long_job);
-    e2e_wait_state_ok(d, long_id, "running", 10);
-    json_t *small = e2e_long_job_new(0);
-    char *id = e2e_submit_ok(d, small);
+    char *long_id, *id;
+    long_job_then_next(d, on_cuda() ? CUDA_LONG_MS : LONG_MS, &long_id, &id);
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     json_t *job = e2e_json_ok(d, "DELETE", path, NULL, 200);
@@ -132,8 +122,6 @@ START_TEST(test_cancel_of_a_queued_job_says_dequeued)
     snprintf(path, sizeof path, "/v1/jobs/%s", long_id);
     json_decref(e2e_json_ok(d, "DELETE", path, NULL, 200));
 
-    json_decref(small);
-    json_decref(long_job);
     free(id);
     free(long_id);
     e2e_daemon_free(d);
@@ -231,11 +219,8 @@ START_TEST(test_a_cancelled_running_job_is_charged_the_time_it_ran)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok(E2E_ONE_WORKER_CONFIG);
     const int long_ms = on_cuda() ? CUDA_LONG_MS : LONG_MS;
-    json_t *long_job = e2e_long_job_new(long_ms);
-    char *long_id = e2e_submit_ok(d, long_job);
-    e2e_wait_state_ok(d, long_id, "running", 10);
-    json_t *small = e2e_long_job_new(0);
-    char *next_id = e2e_submit_ok(d, small);
+    char *long_id, *next_id;
+    long_job_then_next(d, long_ms, &long_id, &next_id);
     usleep(1100 * 1000);
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", long_id);
@@ -273,8 +258,6 @@ START_TEST(test_a_cancelled_running_job_is_charged_the_time_it_ran)
                   "fair share holds %.0f us of '%s', the jobs' records %.0f us", fair_us, owner,
                   want_us);
 
-    json_decref(small);
-    json_decref(long_job);
     free(next_id);
     free(long_id);
     e2e_daemon_free(d);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "support/daemon_harness.h"
+#include "support/run_suite.h"
 
 /* True when the suite runs the daemon on CUDA ($GPUJOB_E2E_BACKEND). */
 static bool on_cuda(void)
@@ -32,26 +33,6 @@ static const char *error_message(const json_t *body)
 {
     const char *s = json_string_value(json_object_get(json_object_get(body, "error"), "message"));
     return s ? s : "";
-}
-
-static const char *job_error_code(const json_t *job)
-{
-    const char *s = json_string_value(json_object_get(json_object_get(job, "error"), "code"));
-    return s ? s : "";
-}
-
-/* A timestamp field of a job ("2026-01-02T03:04:05.678901Z") in seconds since the epoch. */
-static double job_time(const json_t *job, const char *key)
-{
-    const char *v = json_string_value(json_object_get(job, key));
-    struct tm tm = {0};
-    int usec = 0;
-    ck_assert_msg(v && sscanf(v, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                              &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &usec) == 7,
-                  "%s is not a time", key);
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    return (double)timegm(&tm) + usec * 1e-6;
 }
 
 /* debug_sleep of ms with the time limit limit_ms (0: the field left out), as JSON text. */
@@ -88,9 +69,10 @@ START_TEST(test_a_job_past_its_time_limit_fails_and_its_worker_takes_the_next_jo
 
     json_t *failed = e2e_wait_final_ok(d, long_id, 30);
     ck_assert_str_eq(e2e_job_state(failed), "failed");
-    ck_assert_str_eq(job_error_code(failed), "time_limit");
+    ck_assert_str_eq(e2e_error_code(failed), "time_limit");
     ck_assert_int_eq(json_integer_value(json_object_get(failed, "time_limit_ms")), 500);
-    double started = job_time(failed, "started_at"), ended = job_time(failed, "finished_at");
+    double started = e2e_job_time_ok(failed, "started_at"),
+           ended = e2e_job_time_ok(failed, "finished_at");
     ck_assert_msg(ended - started >= 0.45 && ended - started < 2.0,
                   "the job failed %.3f s after it started, not about 0.5 s", ended - started);
     /* Its params are the submission's, in the answer that carries the failure as after. */
@@ -99,7 +81,7 @@ START_TEST(test_a_job_past_its_time_limit_fails_and_its_worker_takes_the_next_jo
 
     json_t *next = e2e_wait_final_ok(d, next_id, 30);
     ck_assert_str_eq(e2e_job_state(next), "succeeded");
-    double next_ended = job_time(next, "finished_at");
+    double next_ended = e2e_job_time_ok(next, "finished_at");
     if (!on_cuda())
         ck_assert_msg(next_ended - ended < 1.0,
                       "the next job ended %.3f s after the limit's failure: the worker was not "
@@ -109,7 +91,7 @@ START_TEST(test_a_job_past_its_time_limit_fails_and_its_worker_takes_the_next_jo
 
     /* The failure is the job's record: it reads the same from the store. */
     json_t *stored = e2e_get_job_ok(d, long_id);
-    ck_assert_str_eq(job_error_code(stored), "time_limit");
+    ck_assert_str_eq(e2e_error_code(stored), "time_limit");
     json_decref(stored);
     json_decref(failed);
     free(next_id);
@@ -130,7 +112,7 @@ START_TEST(test_a_job_keeps_its_time_limit_across_a_restart)
     e2e_daemon_kill(d);
     ck_assert_int_eq(e2e_daemon_restart(d), 0);
     json_t *failed = e2e_wait_final_ok(d, id, 30);
-    ck_assert_str_eq(job_error_code(failed), "time_limit");
+    ck_assert_str_eq(e2e_error_code(failed), "time_limit");
     ck_assert_int_eq(json_integer_value(json_object_get(failed, "attempts")), 2);
     ck_assert_int_eq(json_integer_value(json_object_get(failed, "time_limit_ms")), 400);
     json_decref(failed);
@@ -271,6 +253,31 @@ static json_t *wait_reason_ok(e2e_daemon_t *d, const char *id, const char *reaso
     }
 }
 
+/* Two debug_sleeps of 1500 ms on 64 KiB each: the first runs, and the second's JSON is
+ * returned once it waits for device memory; their ids go to ret_first and ret_second. */
+static json_t *second_of_two_waits_for_memory_ok(e2e_daemon_t *d, char **ret_first,
+                                                 char **ret_second)
+{
+    char *text = sized_sleep_text(1500, 8192);
+    *ret_first = submitted_id(d, text);
+    e2e_wait_state_ok(d, *ret_first, "running", 10);
+    *ret_second = submitted_id(d, text);
+    free(text);
+    return wait_reason_ok(d, *ret_second, "device_memory");
+}
+
+/* A debug_sleep on 128 KiB is refused at submission (413 exceeds_device_memory), naming
+ * field. */
+static void too_large_for_memory_refused_ok(e2e_daemon_t *d, const char *field)
+{
+    char *text = sized_sleep_text(0, 16384);
+    json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 413);
+    free(text);
+    ck_assert_str_eq(e2e_error_code(refused), "exceeds_device_memory");
+    ck_assert_str_eq(e2e_error_field(refused), field);
+    json_decref(refused);
+}
+
 /* Two workers and a pool of 96 KiB: a job of 64 KiB runs, the next one of 64 KiB waits for
  * device memory while the second worker is idle, and starts only once the first has ended; a
  * job of 128 KiB could never fit and is refused at once, naming the key that sets the pool. */
@@ -279,12 +286,8 @@ START_TEST(test_a_job_the_pool_cannot_serve_waits_for_device_memory)
     if (on_cuda()) return; /* the GPU's pool: tests/gpu/test_gpu_limits.c */
     e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 2\ncpu_memory_cap = 96KiB\n"
                                           "[limits]\ndevice_memory_percent_per_user = 0\n");
-    char *text = sized_sleep_text(1500, 8192);
-    char *first = submitted_id(d, text);
-    e2e_wait_state_ok(d, first, "running", 10);
-    char *second = submitted_id(d, text);
-    free(text);
-    json_t *waiting = wait_reason_ok(d, second, "device_memory");
+    char *first, *second;
+    json_t *waiting = second_of_two_waits_for_memory_ok(d, &first, &second);
     ck_assert_str_eq(e2e_job_state(waiting), "queued");
     ck_assert_str_eq(waiting_field(waiting, "limit"), "scheduler.cpu_memory_cap");
     json_decref(waiting);
@@ -293,17 +296,12 @@ START_TEST(test_a_job_the_pool_cannot_serve_waits_for_device_memory)
     json_t *a = e2e_wait_final_ok(d, first, 30), *b = e2e_wait_final_ok(d, second, 30);
     ck_assert_str_eq(e2e_job_state(a), "succeeded");
     ck_assert_str_eq(e2e_job_state(b), "succeeded");
-    ck_assert_msg(job_time(b, "started_at") >= job_time(a, "finished_at"),
+    ck_assert_msg(e2e_job_time_ok(b, "started_at") >= e2e_job_time_ok(a, "finished_at"),
                   "the second job started before the first gave its memory back");
     json_decref(a);
     json_decref(b);
 
-    text = sized_sleep_text(0, 16384);
-    json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 413);
-    free(text);
-    ck_assert_str_eq(e2e_error_code(refused), "exceeds_device_memory");
-    ck_assert_str_eq(e2e_error_field(refused), "scheduler.cpu_memory_cap");
-    json_decref(refused);
+    too_large_for_memory_refused_ok(d, "scheduler.cpu_memory_cap");
     free(second);
     free(first);
     e2e_daemon_free(d);
@@ -358,28 +356,19 @@ START_TEST(test_a_users_share_of_device_memory_holds_its_jobs_and_buffers_back)
     if (on_cuda()) return; /* the GPU's pool: tests/gpu/test_gpu_limits.c */
     e2e_daemon_t *d = e2e_daemon_start_ok("[scheduler]\ncpu_threads = 2\ncpu_memory_cap = 192KiB\n"
                                           "[limits]\ndevice_memory_percent_per_user = 50\n");
-    char *text = sized_sleep_text(1500, 8192);
-    char *first = submitted_id(d, text);
-    e2e_wait_state_ok(d, first, "running", 10);
-    char *second = submitted_id(d, text);
-    free(text);
-    json_t *waiting = wait_reason_ok(d, second, "device_memory");
+    char *first, *second;
+    json_t *waiting = second_of_two_waits_for_memory_ok(d, &first, &second);
     ck_assert_str_eq(waiting_field(waiting, "limit"), "limits.device_memory_percent_per_user");
     json_decref(waiting);
     json_t *b = e2e_wait_final_ok(d, second, 30);
     ck_assert_str_eq(e2e_job_state(b), "succeeded");
     json_decref(b);
 
-    text = sized_sleep_text(0, 16384);
-    json_t *refused = e2e_json_ok(d, "POST", "/v1/jobs", text, 413);
-    free(text);
-    ck_assert_str_eq(e2e_error_code(refused), "exceeds_device_memory");
-    ck_assert_str_eq(e2e_error_field(refused), "limits.device_memory_percent_per_user");
-    json_decref(refused);
+    too_large_for_memory_refused_ok(d, "limits.device_memory_percent_per_user");
 
     float zeros[16384] = {0};
     json_decref(e2e_upload_ok(d, "f32", "16384", zeros, 64 * 1024, true, 201));
-    refused = e2e_upload_ok(d, "f32", "16384", zeros, 64 * 1024, true, 413);
+    json_t *refused = e2e_upload_ok(d, "f32", "16384", zeros, 64 * 1024, true, 413);
     ck_assert_str_eq(e2e_error_code(refused), "quota_exceeded");
     ck_assert_str_eq(e2e_error_field(refused), "limits.device_memory_percent_per_user");
     json_decref(refused);
@@ -406,9 +395,5 @@ int main(void)
     tcase_add_test(memory, test_a_batch_larger_than_the_pool_is_cut_to_fit);
     tcase_add_test(memory, test_a_users_share_of_device_memory_holds_its_jobs_and_buffers_back);
     suite_add_tcase(s, memory);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(s);
 }

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "support/daemon_harness.h"
+#include "support/local_accounts.h"
 #include "support/run_suite.h"
 
 /* A test account: a, in the test group; b, in no group of ours. */
@@ -47,23 +48,6 @@ static bool made_a, made_b, made_group;
 static pid_t maker; /* the process that made them: only it removes them */
 static char socket_dir[64];
 
-/* Runs argv (a program on $PATH), its output discarded, and returns its exit status, or -1.
- * Async-signal-safe in the caller's part, so that the signal handler may remove the
- * accounts. */
-static int run_program(char *const argv[])
-{
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-}
-
 static void accounts_remove(void)
 {
     if (getpid() != maker) return;
@@ -71,17 +55,17 @@ static void accounts_remove(void)
     if (made_a) {
         made_a = false;
         char *argv[] = {"userdel", a.name, NULL};
-        if (run_program(argv) != 0) (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+        if (local_run_program(argv) != 0) (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
     }
     if (made_b) {
         made_b = false;
         char *argv[] = {"userdel", b.name, NULL};
-        if (run_program(argv) != 0) (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+        if (local_run_program(argv) != 0) (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
     }
     if (made_group) {
         made_group = false;
         char *argv[] = {"groupdel", group_name, NULL};
-        if (run_program(argv) != 0) (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+        if (local_run_program(argv) != 0) (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
     }
 }
 
@@ -96,18 +80,7 @@ static void on_signal(int sig)
 static int account_create(account_t *acc, const char *name, const char *group, bool *made)
 {
     snprintf(acc->name, sizeof acc->name, "%s", name);
-    char *with_group[] = {"useradd",     "--system",          "--no-create-home",
-                          "--shell",     "/usr/sbin/nologin", "-G",
-                          (char *)group, acc->name,           NULL};
-    char *alone[] = {"useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                     acc->name, NULL};
-    if (run_program(group ? with_group : alone) != 0) return -EIO;
-    *made = true;
-    struct passwd *pw = getpwnam(acc->name);
-    if (!pw) return -ENOENT;
-    acc->uid = pw->pw_uid;
-    acc->gid = pw->pw_gid;
-    return 0;
+    return local_account_create(acc->name, group, made, &acc->uid, &acc->gid);
 }
 
 /* --- HTTP, a new connection for each request --- */
@@ -574,7 +547,7 @@ int main(void)
                      "command -v useradd && command -v userdel && command -v groupadd && "
                      "command -v groupdel",
                      NULL};
-    if (run_program(probe) != 0) {
+    if (local_run_program(probe) != 0) {
         printf("skipped: useradd/userdel/groupadd/groupdel are missing (the passwd package)\n");
         return 77;
     }
@@ -587,7 +560,7 @@ int main(void)
     signal(SIGTERM, on_signal);
     snprintf(group_name, sizeof group_name, "gjg%ld", (long)getpid());
     char *groupadd[] = {"groupadd", "--system", group_name, NULL};
-    if (run_program(groupadd) != 0) {
+    if (local_run_program(groupadd) != 0) {
         fprintf(stderr, "groupadd %s failed\n", group_name);
         return 1;
     }

@@ -22,6 +22,7 @@
 
 #include "client/gpujob.h"
 #include "support/daemon_harness.h"
+#include "support/local_accounts.h"
 
 static e2e_daemon_t *daemon_;
 static char user_name[32];
@@ -32,28 +33,12 @@ static gid_t user_gid;
 static char socket_dir[64];
 static char socket_url[128];
 
-/* Runs argv (a program on $PATH) and returns its exit status, or -1. Async-signal-safe in the
- * caller's part (fork, execvp, waitpid), so that the signal handler may remove the user. */
-static int run_program(char *const argv[])
-{
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-}
-
 static void user_remove(void)
 {
     if (!user_made || getpid() != user_maker) return;
     user_made = false;
     char *argv[] = {"userdel", user_name, NULL};
-    if (run_program(argv) != 0) {
+    if (local_run_program(argv) != 0) {
         static const char msg[] = "test_e2e_unix_users: userdel failed; remove the test user\n";
         (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
     }
@@ -70,16 +55,8 @@ static void on_signal(int sig)
 static int user_create(void)
 {
     snprintf(user_name, sizeof user_name, "gjtest%ld", (long)getpid());
-    char *argv[] = {"useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                    user_name, NULL};
-    if (run_program(argv) != 0) return -EIO;
-    user_made = true;
     user_maker = getpid();
-    struct passwd *pw = getpwnam(user_name);
-    if (!pw) return -ENOENT;
-    user_uid = pw->pw_uid;
-    user_gid = pw->pw_gid;
-    return 0;
+    return local_account_create(user_name, NULL, &user_made, &user_uid, &user_gid);
 }
 
 static gpujob_client_t *client_on_socket(void)
@@ -233,7 +210,7 @@ int main(void)
     }
     char *probe[] = {"sh", "-c", "command -v useradd >/dev/null && command -v userdel >/dev/null",
                      NULL};
-    if (run_program(probe) != 0) {
+    if (local_run_program(probe) != 0) {
         printf("skipped: useradd/userdel are missing (Debian's passwd package)\n");
         return 77;
     }

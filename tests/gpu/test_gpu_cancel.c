@@ -20,6 +20,7 @@
 #include "support/daemon_harness.h"
 #include "support/gpu_daemon.h"
 #include "support/gpu_support.h"
+#include "support/run_suite.h"
 
 /* The cancelled sleep: far longer than the test waits for anything. */
 #define LONG_MS 10000
@@ -261,9 +262,5 @@ int main(void)
     tcase_add_test(tc, test_batch_mates_of_a_job_dropped_from_a_launch_keep_their_results);
     tcase_add_test(tc, test_a_dropped_kernel_is_charged_until_its_launch_ends);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(s);
 }

@@ -8,6 +8,7 @@
 
 #include "kernels/conv2d.h"
 #include "support/gpu_support.h"
+#include "support/run_suite.h"
 
 static op_cuda_ctx_t *ctx;
 
@@ -240,12 +241,7 @@ int main(void)
     tcase_add_test(tc, test_gpu_conv2d_batched_calls_each_match_cpu);
     tcase_add_test(tc, test_gpu_conv2d_empty_batch_queues_nothing);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    /* One process: the CUDA context is made once, before any fork could break it. */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = run_suite_nofork(s);
     gpu_ctx_free(ctx);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return status;
 }

@@ -11,6 +11,7 @@
 #include "kernels/debug.h"
 #include "support/gpu_support.h"
 #include "support/op_test.h"
+#include "support/run_suite.h"
 
 static op_cuda_ctx_t *ctx;
 
@@ -83,11 +84,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_debug_sleep_copies_x_and_spins_at_least_ms);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = run_suite_nofork(s);
     gpu_ctx_free(ctx);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return status;
 }

@@ -12,6 +12,7 @@
 
 #include "kernels/op.h"
 #include "support/gpu_support.h"
+#include "support/run_suite.h"
 
 #define MAX_CALLS 8
 
@@ -503,11 +504,7 @@ int main(void)
     tcase_add_test(tc, test_dequantize_matches_cpu_exactly_single_and_batched);
     tcase_add_test(tc, test_quantize_and_dequantize_unaligned_tensors_match_cpu);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = run_suite_nofork(s);
     gpu_ctx_free(ctx);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return status;
 }

@@ -23,6 +23,7 @@
 #include "kernels/op.h"
 #include "kernels/sort.h"
 #include "support/gpu_support.h"
+#include "support/run_suite.h"
 
 #define MAX_CALLS 8
 /* The default limits.max_tensor_bytes, and the largest f64 tensor it allows. */
@@ -766,12 +767,7 @@ int main(void)
     tcase_add_test(tc, test_f64_sort_batch_of_mixed_shapes_bit_identical);
     tcase_add_test(tc, test_f64_sort_largest_tensor_is_the_stable_order);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    /* One process: the CUDA context is made once, before any fork. */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = run_suite_nofork(s);
     gpu_ctx_free(ctx);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return status;
 }

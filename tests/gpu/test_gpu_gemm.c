@@ -15,6 +15,7 @@
 
 #include "kernels/gemm.h"
 #include "support/gpu_support.h"
+#include "support/run_suite.h"
 
 static op_cuda_ctx_t *ctx;
 static unsigned seed;
@@ -357,11 +358,7 @@ int main(void)
     tcase_add_test(tc, test_gpu_gemm_i8_transposed_copies_at_partial_tiles_match_cpu);
     tcase_add_test(tc, test_gpu_gemm_large_call_matches_cpu_on_samples_twice);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = run_suite_nofork(s);
     gpu_ctx_free(ctx);
-    return failed ? 1 : 0;
+    return status;
 }

@@ -18,47 +18,18 @@
 #include "support/daemon_harness.h"
 #include "support/gpu_daemon.h"
 #include "support/gpu_support.h"
-
-static const char *job_error_code(const json_t *job)
-{
-    const char *s = json_string_value(json_object_get(json_object_get(job, "error"), "code"));
-    return s ? s : "";
-}
-
-/* A timestamp field of a job ("2026-01-02T03:04:05.678901Z") in seconds since the epoch. */
-static double job_time(const json_t *job, const char *key)
-{
-    const char *v = json_string_value(json_object_get(job, key));
-    struct tm tm = {0};
-    int usec = 0;
-    ck_assert_msg(v && sscanf(v, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                              &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &usec) == 7,
-                  "%s is not a time", key);
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    return (double)timegm(&tm) + usec * 1e-6;
-}
-
-static char *submitted_id(e2e_daemon_t *d, json_t *job)
-{
-    char *text = json_dumps(job, JSON_COMPACT);
-    json_t *answer = e2e_json_ok(d, "POST", "/v1/jobs", text, 201);
-    char *id = strdup(json_string_value(json_object_get(answer, "id")));
-    json_decref(answer);
-    free(text);
-    return id;
-}
+#include "support/run_suite.h"
 
 START_TEST(test_a_kernel_past_its_time_limit_fails_and_its_result_is_dropped)
 {
     e2e_daemon_t *d = gpu_daemon_start("");
     json_t *job = e2e_long_job_new(3000);
     json_object_set_new(job, "time_limit_ms", json_integer(500));
-    char *id = submitted_id(d, job);
+    char *id = e2e_submit_ok(d, job);
     json_t *failed = e2e_wait_final_ok(d, id, 30);
     ck_assert_str_eq(e2e_job_state(failed), "failed");
-    ck_assert_str_eq(job_error_code(failed), "time_limit");
-    double ran = job_time(failed, "finished_at") - job_time(failed, "started_at");
+    ck_assert_str_eq(e2e_error_code(failed), "time_limit");
+    double ran = e2e_job_time_ok(failed, "finished_at") - e2e_job_time_ok(failed, "started_at");
     ck_assert_msg(ran >= 0.45 && ran < 2.0, "failed %.3f s after its start", ran);
     ck_assert_int_eq(json_object_size(json_object_get(failed, "outputs")), 0);
     json_decref(failed);
@@ -87,7 +58,7 @@ START_TEST(test_a_job_whose_estimate_passes_its_time_limit_is_refused_at_submiss
     json_decref(refused);
     free(text);
     json_object_del(job, "time_limit_ms");
-    char *id = submitted_id(d, job);
+    char *id = e2e_submit_ok(d, job);
     json_t *done = e2e_wait_final_ok(d, id, 60);
     ck_assert_str_eq(e2e_job_state(done), "succeeded");
     json_decref(done);
@@ -109,9 +80,9 @@ START_TEST(test_a_batch_the_pool_cannot_serve_waits_for_device_memory)
     json_t *job = json_pack("{s:s, s:{s:i}, s:{s:{s:s}}}", "op", "debug_sleep", "params", "ms",
                             2000, "inputs", "x", "buffer",
                             json_string_value(json_object_get(buf, "id")));
-    char *first = submitted_id(d, job);
+    char *first = e2e_submit_ok(d, job);
     e2e_wait_state_ok(d, first, "running", 30);
-    char *second = submitted_id(d, job);
+    char *second = e2e_submit_ok(d, job);
     double until = e2e_now() + 10;
     for (;;) {
         json_t *got = e2e_get_job_ok(d, second);
@@ -132,7 +103,7 @@ START_TEST(test_a_batch_the_pool_cannot_serve_waits_for_device_memory)
     json_t *a = e2e_wait_final_ok(d, first, 60), *b = e2e_wait_final_ok(d, second, 60);
     ck_assert_str_eq(e2e_job_state(a), "succeeded");
     ck_assert_str_eq(e2e_job_state(b), "succeeded");
-    ck_assert_msg(job_time(b, "started_at") >= job_time(a, "finished_at"),
+    ck_assert_msg(e2e_job_time_ok(b, "started_at") >= e2e_job_time_ok(a, "finished_at"),
                   "the second job started before the first gave its memory back");
     json_decref(a);
     json_decref(b);
@@ -155,9 +126,5 @@ int main(void)
     tcase_add_test(tc, test_a_job_whose_estimate_passes_its_time_limit_is_refused_at_submission);
     tcase_add_test(tc, test_a_batch_the_pool_cannot_serve_waits_for_device_memory);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(s);
 }

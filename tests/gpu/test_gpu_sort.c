@@ -11,6 +11,7 @@
 
 #include "kernels/sort.h"
 #include "support/gpu_support.h"
+#include "support/run_suite.h"
 
 static op_cuda_ctx_t *ctx;
 static unsigned seed;
@@ -283,12 +284,7 @@ int main(void)
     tcase_add_test(tc, test_gpu_sort_batched_calls_of_different_sizes_match_cpu);
     tcase_add_test(tc, test_gpu_sort_scalar_and_empty_keys);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    /* One process: the CUDA context is made once, before any fork. */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = run_suite_nofork(s);
     gpu_ctx_free(ctx);
-    return failed ? 1 : 0;
+    return status;
 }

@@ -726,6 +726,26 @@ const char *e2e_error_field(const json_t *body)
     return s ? s : "";
 }
 
+double e2e_job_time(const json_t *job, const char *key)
+{
+    const char *v = json_string_value(json_object_get(job, key));
+    struct tm tm = {0};
+    int usec = 0;
+    if (!v || sscanf(v, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                     &tm.tm_min, &tm.tm_sec, &usec) != 7)
+        return -1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (double)timegm(&tm) + usec * 1e-6;
+}
+
+double e2e_job_time_ok(const json_t *job, const char *key)
+{
+    double t = e2e_job_time(job, key);
+    ck_assert_msg(t >= 0, "%s is not a time", key);
+    return t;
+}
+
 static long flatten_into(const json_t *v, double *out, long cap, long n)
 {
     if (n < 0) return n;

@@ -148,9 +148,15 @@ const char *e2e_caller_name(void);
 
 /* The string of job["state"], or "" when absent; a borrowed string. */
 const char *e2e_job_state(const json_t *job);
-/* The error object's code and field of an error response ("" when absent); borrowed. */
+/* The error object's code and field of an error response, or of a failed job ("" when
+ * absent); borrowed. */
 const char *e2e_error_code(const json_t *body);
 const char *e2e_error_field(const json_t *body);
+/* A timestamp field of a job ("2026-01-02T03:04:05.678901Z", as the API writes it) in
+ * seconds since the epoch, or -1 when absent or not in that form. */
+double e2e_job_time(const json_t *job, const char *key);
+/* e2e_job_time() that fails the test when the field is absent or not a time. */
+double e2e_job_time_ok(const json_t *job, const char *key);
 /* Flattens a nested or flat JSON array of numbers into out (at most cap values); returns the
  * number of leaves, or -1 when a leaf is not a number. */
 long e2e_json_flatten(const json_t *data, double *out, long cap);

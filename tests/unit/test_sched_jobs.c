@@ -112,6 +112,19 @@ static int64_t rollup_gpu_ns(const char *owner)
     return ns;
 }
 
+/* Submits a lone job of alice and cancels it after it has run 50 ms: its submission in box,
+ * the cancel's reply in c. */
+static void cancel_after_50_ms(sched_test_box_t *box, sched_test_box_t *c)
+{
+    job_t *job = sched_test_lone_job("alice", 10);
+    sched_test_submit(box, &job, 1);
+    fake_exec_wait_batches(sched_test_fake, 1);
+    usleep(50 * 1000);
+    sched_test_box_init(c);
+    sched_cancel(sched_test_sched, "alice", box->ids[0], sched_test_on_reply, c);
+    sched_test_box_wait(c);
+}
+
 /* A job cancelled after running 50 ms is charged at least that in its record and the rollup at
  * once; when its launch returns, 50 ms later, it is charged what the launch measured, in both.
  * That spends alice's budget of 0.00001 GPU-hours (36 ms) a day: her next submission is
@@ -124,15 +137,8 @@ START_TEST(test_a_job_cancelled_while_running_is_charged_and_spends_its_users_bu
         0);
     sched_test_policy_apply();
     sched_test_fake->slots = 1;
-    job_t *job = sched_test_lone_job("alice", 10);
-    sched_test_box_t box;
-    sched_test_submit(&box, &job, 1);
-    fake_exec_wait_batches(sched_test_fake, 1);
-    usleep(50 * 1000);
-    sched_test_box_t c;
-    sched_test_box_init(&c);
-    sched_cancel(sched_test_sched, "alice", box.ids[0], sched_test_on_reply, &c);
-    sched_test_box_wait(&c);
+    sched_test_box_t box, c;
+    cancel_after_50_ms(&box, &c);
     ck_assert_int_eq(c.states[0], JOB_CANCELLED);
     int64_t at_cancel = stored_gpu_ns(box.ids[0]);
     ck_assert_int_ge(at_cancel, INT64_C(50000000));
@@ -166,15 +172,8 @@ END_TEST
 START_TEST(test_a_late_charge_the_store_refused_is_written_later)
 {
     sched_test_fake->slots = 2;
-    job_t *job = sched_test_lone_job("alice", 10);
-    sched_test_box_t box;
-    sched_test_submit(&box, &job, 1);
-    fake_exec_wait_batches(sched_test_fake, 1);
-    usleep(50 * 1000);
-    sched_test_box_t c;
-    sched_test_box_init(&c);
-    sched_cancel(sched_test_sched, "alice", box.ids[0], sched_test_on_reply, &c);
-    sched_test_box_wait(&c);
+    sched_test_box_t box, c;
+    cancel_after_50_ms(&box, &c);
     char id[ID_SIZE];
     snprintf(id, sizeof id, "%s", box.ids[0]);
     int64_t at_cancel = stored_gpu_ns(id);
