@@ -27,7 +27,7 @@ typedef struct api_auth {
  * over the sockets in inherited (NULL: none) instead of binding. Logs the address it serves
  * ("listening on http://127.0.0.1:PORT"), port 0 resolved. gpu_metrics, the GPU gauges
  * /metrics adds, is borrowed and must outlive the server; NULL for none. auth decides who
- * each request's user is (api/http_server.c). */
+ * each request's user is (api/http_identity.c). */
 int api_server_start(const config_t *cfg, sched_t *sched, gpu_metrics_t *gpu_metrics,
                      const api_auth_t *auth, const api_listeners_t *inherited, api_server_t **ret);
 /* Applies a reloaded configuration: each request that begins from now on reads cfg (copied)

@@ -29,7 +29,7 @@
 #define API_MAX_EXTRA_HEADERS 4
 #define API_STATUS_MAX 600
 
-/* Who sent a request (http_server.c decides). An empty name: nobody was identified, and err
+/* Who sent a request (http_identity.c decides). An empty name: nobody was identified, and err
  * says why; only the anonymous routes (/healthz, /readyz) answer such a request. */
 typedef struct api_user {
     char name[OWNER_SIZE];

@@ -1,16 +1,15 @@
 /* The HTTP adapter: the only file of gpujobd that includes libmicrohttpd.
  *
  * It listens (TCP, and a Unix socket when configured) with a pool of MHD threads, collects
- * each request's body under the size limit, decides who the user is, hands a plain
- * api_request_t to the router and writes the api_response_t back. A handler that posts to the
- * scheduler suspends its connection; the scheduler's reply callback (loop thread) fills the
- * response and resumes it, and MHD then calls on_request() once more to send it.
+ * each request's body under the size limit, asks http_identity.c who the user is, hands a
+ * plain api_request_t to the router and writes the api_response_t back. A handler that posts
+ * to the scheduler suspends its connection; the scheduler's reply callback (loop thread) fills
+ * the response and resumes it, and MHD then calls on_request() once more to send it.
  *
  * Lifetime: a request context lives from the first on_request() of a request to MHD's
  * completion notice. A suspended connection is never timed out or completed by MHD, so a
  * pending scheduler reply always finds its context; this holds until api_server_free(), which
  * therefore must run after sched_stop() has answered every request (daemon/main.c does). */
-#define _GNU_SOURCE /* getpwuid_r */
 #include "api.h"
 
 #include <arpa/inet.h>
@@ -22,7 +21,6 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
-#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,13 +30,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "api_internal.h"
 #include "conn_watch.h"
 #include "http_body.h"
-#include "http_origin.h"
+#include "http_identity.h"
 #include "http_strict.h"
 #include "http_tls.h"
 #include "json_write.h"
@@ -99,10 +96,7 @@ struct api_server {
  * socket surely existed (auth_peer_uid). */
 typedef struct conn_state {
     conn_watch_entry_t *watched; /* NULL if none */
-    /* 0: peer_uid is the kernel's answer; else its error, or -ENOKEY when it was not asked (a
-     * TCP connection that began while the settings named no TCP peers). */
-    int peer_err;
-    uid_t peer_uid;
+    http_peer_t peer;
 } conn_state_t;
 
 /* Made by the URI log callback (on_uri), as each request's line is parsed; the rest is filled
@@ -163,124 +157,6 @@ static store_reader_t *thread_reader(api_env_t *env)
     tls_reader.generation = srv->generation;
     tls_reader.rd = rd;
     return rd;
-}
-
-/* --- users --- */
-
-/* The user of uid, as the kernel names a peer: its login name (or "uid:N" when the host has
- * no name for it). Uid 0 is an admin, as are the users the settings name. */
-static void uid_user(uid_t uid, const auth_settings_t *auth, api_user_t *user)
-{
-    struct passwd pw, *found = NULL;
-    char buf[4096];
-    if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found &&
-        strlen(found->pw_name) < sizeof user->name)
-        snprintf(user->name, sizeof user->name, "%s", found->pw_name);
-    else
-        snprintf(user->name, sizeof user->name, "uid:%u", (unsigned)uid);
-    user->admin = uid == 0 || (auth && auth_settings_is_admin(auth, user->name));
-}
-
-/* The account at the other end of the connection, as the kernel named it when the
- * connection began: the Unix socket's peer, or a loopback TCP client's socket owner. 0, or
- * auth_peer_uid's error (-ENOMEM when the connection has no state). */
-static int peer_user(const conn_state_t *cs, const auth_settings_t *auth, api_user_t *user)
-{
-    if (!cs) return -ENOMEM;
-    if (cs->peer_err < 0) return cs->peer_err;
-    uid_user(cs->peer_uid, auth, user);
-    return 0;
-}
-
-/* The owner of the request's Bearer token; user->err says why there is none. */
-static void token_user(struct MHD_Connection *conn, const api_env_t *env,
-                       const auth_settings_t *auth, api_user_t *user)
-{
-    const char *h =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    user->err = -ENOKEY;
-    if (!h) return;
-    user->err = -EACCES;
-    if (strncasecmp(h, "Bearer ", 7) != 0 || !auth_settings_tokens(auth) || !env->tokens) return;
-    h += 7 + strspn(h + 7, " ");
-    auth_token_info_t info;
-    int r = auth_token_check(env->tokens, h, (int64_t)time(NULL), &info);
-    if (r < 0) {
-        user->err = r;
-        return;
-    }
-    snprintf(user->name, sizeof user->name, "%s", info.owner);
-    user->admin = auth_settings_is_admin(auth, user->name);
-    user->by_token = true;
-    user->err = 0;
-}
-
-/* A loopback TCP client by its socket's owner; user->err says why there is none. A peer
- * beyond loopback has no owner the kernel can name (only a token says who it is); a lookup
- * that finds nothing is refused, never guessed. */
-static void loopback_user(api_server_t *srv, const conn_state_t *cs, const auth_settings_t *auth,
-                          api_user_t *user)
-{
-    int r = peer_user(cs, auth, user);
-    if (r == 0) return;
-    user->err = r == -EREMOTE ? -ENOKEY : -ESRCH;
-    if (r == -EREMOTE || r == -ENOENT || r == -ENOKEY) return;
-    /* The kernel could not be asked: a sandbox without AF_NETLINK, say. */
-    pthread_mutex_lock(&srv->log_lock);
-    long held = 0;
-    bool pass = conn_ratelimit_pass(&srv->peer_log, mono_us(), &held);
-    pthread_mutex_unlock(&srv->log_lock);
-    if (pass)
-        log_warn("Failed to ask the kernel who owns a loopback client's socket: %s; such "
-                 "requests answer 401 (%ld more like it)",
-                 strerror(-r), held);
-}
-
-/* Whether a request that no token identifies may come from another site's page in a browser
- * (http_origin.h): such a request is not taken as the browser's user. */
-static bool request_cross_site(struct MHD_Connection *conn)
-{
-    return http_cross_site(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"),
-                           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
-                           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-Fetch-Site"));
-}
-
-/* Who is asking: the one place that decides. With mode = none, the Unix socket's peer, and
- * over TCP the user "local" (an admin only when [auth] admins names it). Otherwise, over the
- * Unix socket the peer's uid, unless the mode is token alone; over TCP a Bearer token where
- * tokens are on and one is sent, else with peercred the owner of a loopback client's socket.
- * A TCP request that no token identifies and that another site's page may have sent is taken
- * as nobody's (err -EXDEV). Then an account that allow_users and allow_groups keep out is refused. An empty name when
- * nobody is identified (ret->err says why: the router answers 401, or 403 for a refused
- * account). 0, or a negative errno when the Unix socket peer's credentials cannot be read. */
-static int api_request_user(api_server_t *srv, struct MHD_Connection *conn, const conn_state_t *cs,
-                            bool over_unix, const auth_settings_t *auth, api_user_t *ret)
-{
-    api_user_t user = {.over_unix = over_unix};
-    bool open = !auth || auth_settings_open(auth);
-    bool peercred = auth && auth_settings_peercred(auth);
-    bool bearer = auth && auth_settings_tokens(auth) &&
-                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (over_unix && (open || peercred)) {
-        int r = peer_user(cs, auth, &user);
-        if (r < 0) return r;
-    } else if (!over_unix && (open || (peercred && !bearer)) && request_cross_site(conn)) {
-        user.err = -EXDEV;
-    } else if (open) {
-        snprintf(user.name, sizeof user.name, "local");
-        user.admin = auth && auth_settings_is_admin(auth, user.name);
-    } else if (!over_unix && peercred && !bearer) {
-        loopback_user(srv, cs, auth, &user);
-    } else {
-        token_user(conn, &srv->env, auth, &user);
-    }
-    if (user.name[0] && !open && !user.admin && !auth_settings_allows(auth, user.name)) {
-        memcpy(user.refused, user.name, sizeof user.refused);
-        user.name[0] = '\0';
-        user.err = -EPERM;
-    }
-    *ret = user;
-    return 0;
 }
 
 /* --- settings --- */
@@ -601,7 +477,18 @@ static enum MHD_Result request_begin(listener_t *l, struct MHD_Connection *conn,
                            mono_us() + (int64_t)l->srv->env.cfg->body_timeout_s * 1000000) < 0)
         return respond_too_many_in_flight(ctx);
     if (request_malformed(ctx, method, url, version)) return send_response(ctx);
-    int r = api_request_user(l->srv, conn, cs, l->is_unix, ctx->req.auth, &ctx->req.user);
+    http_caller_t caller = {
+        .over_unix = l->is_unix,
+        .peer = cs ? &cs->peer : NULL,
+        .authorization =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        .host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"),
+        .origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
+        .sec_fetch_site = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-Fetch-Site"),
+    };
+    http_peer_log_t peer_log = {&l->srv->log_lock, &l->srv->peer_log};
+    int r =
+        http_request_user(&caller, ctx->req.auth, l->srv->env.tokens, &peer_log, &ctx->req.user);
     if (r < 0) {
         log_warn("Failed to identify a Unix socket peer: %s", strerror(-r));
         ctx->dispatched = true;
@@ -745,17 +632,6 @@ static const char *client_address(struct MHD_Connection *conn, char *buf, size_t
     return in ? inet_ntop(sa->sa_family, in, buf, (socklen_t)size) : NULL;
 }
 
-/* Whether the settings in force take a loopback TCP client as its socket's owner (peercred):
- * only then is the kernel asked, a round trip over netlink, when such a client connects. */
-static bool tcp_peers_named(api_server_t *srv)
-{
-    api_settings_t *st = settings_take(srv);
-    const auth_settings_t *auth = api_settings_auth(st);
-    bool named = auth && auth_settings_peercred(auth);
-    api_settings_unref(st);
-    return named;
-}
-
 /* MHD_OPTION_NOTIFY_CONNECTION: a connection opens (the watch lets it in, or not, and its
  * headers get their deadline; the kernel names the account at its other end) or closes (before libmicrohttpd closes its socket, so the watch
  * lets the socket go first). */
@@ -783,11 +659,11 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         char addr[INET6_ADDRSTRLEN];
         const char *client = l->is_unix ? NULL : client_address(conn, addr, sizeof addr);
         (void)conn_watch_add(l->watch, ci->connect_fd, client, deadline, &cs->watched);
-        cs->peer_err = l->is_unix || tcp_peers_named(srv)
-                           ? auth_peer_uid(ci->connect_fd, &cs->peer_uid)
-                           : -ENOKEY;
+        api_settings_t *st = l->is_unix ? NULL : settings_take(srv);
+        http_peer_lookup(ci->connect_fd, l->is_unix, st ? api_settings_auth(st) : NULL, &cs->peer);
+        api_settings_unref(st);
     } else if (cs) {
-        cs->peer_err = -EIO;
+        cs->peer.err = -EIO;
     }
     *socket_context = cs;
 }
