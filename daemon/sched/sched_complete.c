@@ -350,8 +350,7 @@ void end_batches(sched_t *s, queue_t *ended, bool start_next)
     while (any && (q = queue_pop(ended)))
         release_ended(s, queue_data(q, sched_batch_t, ended));
     round_settle_refused(s, &rd);
-    if (start_next && !cut) dispatch(s);
-    stop_if_drained(s);
+    if (start_next && !cut) s->want.dispatch = true;
 }
 
 /* Ends one batch, starting nothing. */
@@ -495,12 +494,25 @@ void batch_retry(sched_t *s, sched_batch_t *sb)
     batch_free(sb);
 }
 
-/* A batch the executor gave back rather than finished; the others on_wake ends together. */
+/* A batch the executor gave back rather than finished (the others join s->ended: batch_ended);
+ * the round dispatches after it. */
 void handle_given_back(sched_t *s, msg_t *m)
 {
     sched_batch_t *sb = m->batch->sched_priv;
     sb->done_msg = NULL; /* m itself, which the caller frees */
     batch_retry(s, sb);
-    stop_if_drained(s);
-    dispatch(s);
+    s->want.dispatch = true;
+}
+
+/* A batch the executor finished (m, its done message, which this frees) joins s->ended, for
+ * the round to record with the others: true. False for a batch given back (handle_given_back). */
+bool batch_ended(sched_t *s, msg_t *m)
+{
+    if (m->kind != MSG_DONE || m->batch->retry != EXEC_RETRY_NONE) return false;
+    sched_batch_t *sb = m->batch->sched_priv;
+    STAMP(COMPLETION);
+    sb->done_msg = NULL;
+    msg_free(m);
+    queue_insert_tail(&s->ended, &sb->ended);
+    return true;
 }

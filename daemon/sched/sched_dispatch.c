@@ -200,9 +200,12 @@ static int batch_fit(sched_t *s, sched_batch_t *sb, entry_t *top, int64_t now)
     return r;
 }
 
+/* A held batch's wait is over, or the jobs recovered at start wait: the round dispatches. */
 static void on_dispatch_timer(uv_timer_t *t)
 {
-    dispatch(t->data);
+    sched_t *s = t->data;
+    s->want.dispatch = true;
+    sched_round(s, false);
 }
 
 /* Cuts batches while the executor has free slots, into rd (rd->n of them). A partial batch may
@@ -211,6 +214,7 @@ static void on_dispatch_timer(uv_timer_t *t)
 void round_cut(sched_t *s, round_t *rd)
 {
     rd->n = 0;
+    s->want.dispatch = false; /* whoever asked for a cut has it */
     if (s->stopping || !s->ex) return;
     s->round++;
     int64_t hold_until = 0;
@@ -343,13 +347,6 @@ void round_settle_refused(sched_t *s, const round_t *rd)
                                                    : strerror(-refusal));
         }
     }
-}
-
-/* Starts what the executor has room for, outside a group commit (a held batch's wait is
- * over, a group commit failed before its cut, a batch was given back). */
-void dispatch(sched_t *s)
-{
-    end_batches(s, NULL, true);
 }
 
 /* Starts what the executor has room for once the loop runs (the jobs recovered at start). */
