@@ -209,8 +209,8 @@ static void on_dispatch_timer(uv_timer_t *t)
 }
 
 /* Cuts batches while the executor has free slots, into rd (rd->n of them). A partial batch may
- * be held back for company (batch_waits_for_company): the dispatch timer then runs the next
- * round when the first such wait ends. */
+ * be held back for company (batch_waits_for_company): the round's timers phase then arms the
+ * dispatch timer for when the first such wait ends (s->want.hold_until_us). */
 void round_cut(sched_t *s, round_t *rd)
 {
     rd->n = 0;
@@ -246,11 +246,18 @@ void round_cut(sched_t *s, round_t *rd)
         }
         rd->ready[rd->n++] = sb;
     }
-    if (hold_until) {
-        int64_t wait_us = hold_until - now_us();
-        uv_timer_start(&s->dispatch_timer, on_dispatch_timer,
-                       wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
-    }
+    if (hold_until && (!s->want.hold_until_us || hold_until < s->want.hold_until_us))
+        s->want.hold_until_us = hold_until;
+}
+
+/* The round's timers phase: the dispatch timer runs the next round when the earliest wait for
+ * company that this round's cuts held back ends. */
+void dispatch_timer_arm(sched_t *s)
+{
+    int64_t wait_us = s->want.hold_until_us - now_us();
+    s->want.hold_until_us = 0;
+    uv_timer_start(&s->dispatch_timer, on_dispatch_timer,
+                   wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
 }
 
 /* ------------------------------------------------------------------ starting them */

@@ -234,10 +234,13 @@ struct sched {
     queue_t pending; /* of msg_t, awaiting the group commit */
     /* What the handlers ask of the round (sched_round.c), which runs the phases they name:
      * commit: the pending messages' group commit, due once commit_timer is not running;
-     * dispatch: a cut of what the executor has room for. ended: the finished batches (of
+     * dispatch: a cut of what the executor has room for; and the timers it arms at its end.
+ * ended: the finished batches (of
      * sched_batch_t, through ended) whose ends the round records next. */
     struct {
         bool commit, dispatch;
+        bool deadlines;        /* the earliest deadline changed: deadline_arm */
+        int64_t hold_until_us; /* the earliest end of a partial batch's wait for company, or 0 */
     } want;
     queue_t ended;
     strmap_t *entries, *users, *keyqs;
@@ -414,6 +417,7 @@ void discard_inputs(sched_t *s, const job_t *job);
 /* sched_dispatch.c: cutting batches and starting them. round_cut is the cut of every phase
  * that starts jobs; it answers s->want.dispatch. */
 void dispatch_soon(sched_t *s);
+void dispatch_timer_arm(sched_t *s);
 void round_cut(sched_t *s, round_t *rd);
 int round_record_starts(sched_t *s, const round_t *rd, uint64_t taken_from);
 void round_launch(sched_t *s, round_t *rd, bool recorded);

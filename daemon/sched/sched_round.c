@@ -15,7 +15,9 @@
  *   4. dispatch  a cut, when one is still wanted: a batch was given back, the watchdog or a
  *                time limit freed a worker, a held batch's wait is over, a commit failed
  *                before its cut (end_batches without ends);
- *   5. drain     while stopping, the loop ends once no batch runs (stop_if_drained).
+ *   5. timers    the deadline timer, when the earliest deadline changed, and the dispatch
+ *                timer, when a cut held a partial batch back for company;
+ *   6. drain     while stopping, the loop ends once no batch runs (stop_if_drained).
  *
  * Ends come before the commit so that the commit's cut sees the slots and running counts
  * they free. Any cut answers s->want.dispatch (round_cut), so phase 4 costs nothing after a
@@ -81,5 +83,7 @@ void sched_round(sched_t *s, bool inbox)
     round_complete(s);
     round_group_commit(s);
     round_dispatch(s);
+    if (s->want.deadlines) deadline_arm(s);
+    if (s->want.hold_until_us) dispatch_timer_arm(s);
     stop_if_drained(s);
 }
