@@ -1,6 +1,6 @@
 /* The scheduler's life cycle, its loop thread, and the messages between threads: the inbox
- * other threads post to, the loop's wake-up that takes them, and the dispatch of each message
- * to the file of its concern (sched_internal.h describes the whole). */
+ * other threads post to, the loop's wake-up that runs the round (sched_round.c), and the
+ * hand-off of each message to the file of its concern (sched_internal.h describes the whole). */
 #include "scheduler.h"
 
 #include <errno.h>
