@@ -311,12 +311,13 @@ static void record_lost_ends(sched_t *s, queue_t *ended, const round_t *rd, int 
     round_mark_starts_lost(s, rd);
 }
 
-/* Records the ends of the finished batches (a list through sched_batch_t.ended; NULL or empty
- * for none) and, when start_next, the starts of what the executor has room for then, in one
- * transaction: one commit per completion instead of two. The new batches go out before the
- * commit, as in a group commit, and the ended jobs' waiters are answered after it (waited
- * submissions whose answers carry their results before it, to leave once it is over:
- * answer_waited_ends). An end or
+/* The round's complete and dispatch phases (sched_round.c): records the ends of the finished
+ * batches (a list through sched_batch_t.ended; NULL or empty for none) and, when start_next,
+ * the starts of what the executor has room for then, in one transaction: one commit per
+ * completion instead of two. A cut it could not make (the transaction failed first) is left
+ * to the round (s->want.dispatch). The new batches go out before the commit, as in a group
+ * commit, and the ended jobs' waiters are answered after it (waited submissions whose answers
+ * carry their results before it, to leave once it is over: answer_waited_ends). An end or
  * start lost to a power loss makes the job run again (at least once, never lost): nothing
  * here waits for an fsync. */
 void end_batches(sched_t *s, queue_t *ended, bool start_next)
@@ -353,7 +354,8 @@ void end_batches(sched_t *s, queue_t *ended, bool start_next)
     if (start_next && !cut) s->want.dispatch = true;
 }
 
-/* Ends one batch, starting nothing. */
+/* Ends one batch that is not to run (again), starting nothing: its own transaction, never a
+ * cut, so that settling a round's refused batches asks nothing of the round. */
 static void end_batch(sched_t *s, sched_batch_t *sb)
 {
     queue_t one;

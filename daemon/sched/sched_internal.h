@@ -235,8 +235,8 @@ struct sched {
     /* What the handlers ask of the round (sched_round.c), which runs the phases they name:
      * commit: the pending messages' group commit, due once commit_timer is not running;
      * dispatch: a cut of what the executor has room for; and the timers it arms at its end.
- * ended: the finished batches (of
-     * sched_batch_t, through ended) whose ends the round records next. */
+     * ended: the finished batches (of sched_batch_t, through ended) whose ends the round
+     * records next. */
     struct {
         bool commit, dispatch;
         bool deadlines;        /* the earliest deadline changed: deadline_arm */
