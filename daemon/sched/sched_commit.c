@@ -82,27 +82,22 @@ static bool submission_admitted(sched_t *s, msg_t *m)
     return true;
 }
 
+/* The window is over: the round commits. */
 static void on_commit_timer(uv_timer_t *t)
 {
-    commit_pending(t->data);
+    sched_round(t->data, false);
 }
 
+/* Asks the round for a group commit. libuv timers have millisecond resolution: a window under
+ * 1 ms, or none while stopping (the loop is about to end), commits as soon as the round has
+ * taken in every message of its wake, which groups everything that arrived meanwhile without
+ * a loop iteration more; a longer one runs on commit_timer. */
 static void schedule_commit(sched_t *s)
 {
-    if (s->commit_scheduled) return;
-    s->commit_scheduled = true;
-    /* libuv timers have millisecond resolution: a window under 1 ms commits as soon as the
-     * wake that brought the submission has taken in every message that came with it
-     * (commit_after_wake), which groups everything that arrived meanwhile without a loop
-     * iteration more. */
-    if (s->cfg->commit_delay_us < 1000) return;
+    if (s->want.commit) return;
+    s->want.commit = true;
+    if (s->cfg->commit_delay_us < 1000 || s->stopping) return;
     uv_timer_start(&s->commit_timer, on_commit_timer, (uint64_t)s->cfg->commit_delay_us / 1000, 0);
-}
-
-/* The end of a wake of the loop: a commit due without a window (schedule_commit) runs now. */
-void commit_after_wake(sched_t *s)
-{
-    if (s->commit_scheduled && !uv_is_active((uv_handle_t *)&s->commit_timer)) commit_pending(s);
 }
 
 /* A submission or buffer upload joins the next group commit (m is the loop's from now on). */
@@ -111,10 +106,7 @@ void handle_submission(sched_t *s, msg_t *m)
     STAMP(LOOP_TAKEN);
     if (m->kind == MSG_SUBMIT && !submission_admitted(s, m)) return;
     queue_insert_tail(&s->pending, &m->node);
-    if (s->stopping)
-        commit_pending(s); /* the loop is about to end: no window */
-    else
-        schedule_commit(s);
+    schedule_commit(s);
 }
 
 /* ------------------------------------------------------------- inside the transaction */
@@ -528,7 +520,7 @@ static void take_pending(sched_t *s, queue_t *round)
  * answers them (once durable, when the store makes commits durable later). */
 void commit_pending(sched_t *s)
 {
-    s->commit_scheduled = false;
+    s->want.commit = false;
     queue_t pending, unsynced; /* unsynced: committed, answered once durable */
     queue_init(&pending);
     queue_init(&unsynced);
@@ -551,7 +543,7 @@ void commit_pending(sched_t *s)
     }
     round_mark_starts_lost(s, &rd);
     round_settle_refused(s, &rd);
-    if (!cut) dispatch(s); /* the transaction failed before its cut: start what was queued */
+    if (!cut) s->want.dispatch = true; /* the transaction failed before its cut */
     for (queue_t *q; (q = queue_pop(&unsynced));) {
         msg_t *m = queue_data(q, msg_t, node);
         m->synced.done = answer_synced;

@@ -311,12 +311,13 @@ static void record_lost_ends(sched_t *s, queue_t *ended, const round_t *rd, int 
     round_mark_starts_lost(s, rd);
 }
 
-/* Records the ends of the finished batches (a list through sched_batch_t.ended; NULL or empty
- * for none) and, when start_next, the starts of what the executor has room for then, in one
- * transaction: one commit per completion instead of two. The new batches go out before the
- * commit, as in a group commit, and the ended jobs' waiters are answered after it (waited
- * submissions whose answers carry their results before it, to leave once it is over:
- * answer_waited_ends). An end or
+/* The round's complete and dispatch phases (sched_round.c): records the ends of the finished
+ * batches (a list through sched_batch_t.ended; NULL or empty for none) and, when start_next,
+ * the starts of what the executor has room for then, in one transaction: one commit per
+ * completion instead of two. A cut it could not make (the transaction failed first) is left
+ * to the round (s->want.dispatch). The new batches go out before the commit, as in a group
+ * commit, and the ended jobs' waiters are answered after it (waited submissions whose answers
+ * carry their results before it, to leave once it is over: answer_waited_ends). An end or
  * start lost to a power loss makes the job run again (at least once, never lost): nothing
  * here waits for an fsync. */
 void end_batches(sched_t *s, queue_t *ended, bool start_next)
@@ -350,11 +351,11 @@ void end_batches(sched_t *s, queue_t *ended, bool start_next)
     while (any && (q = queue_pop(ended)))
         release_ended(s, queue_data(q, sched_batch_t, ended));
     round_settle_refused(s, &rd);
-    if (start_next && !cut) dispatch(s);
-    stop_if_drained(s);
+    if (start_next && !cut) s->want.dispatch = true;
 }
 
-/* Ends one batch, starting nothing. */
+/* Ends one batch that is not to run (again), starting nothing: its own transaction, never a
+ * cut, so that settling a round's refused batches asks nothing of the round. */
 static void end_batch(sched_t *s, sched_batch_t *sb)
 {
     queue_t one;
@@ -495,12 +496,25 @@ void batch_retry(sched_t *s, sched_batch_t *sb)
     batch_free(sb);
 }
 
-/* A batch the executor gave back rather than finished; the others on_wake ends together. */
+/* A batch the executor gave back rather than finished (the others join s->ended: batch_ended);
+ * the round dispatches after it. */
 void handle_given_back(sched_t *s, msg_t *m)
 {
     sched_batch_t *sb = m->batch->sched_priv;
     sb->done_msg = NULL; /* m itself, which the caller frees */
     batch_retry(s, sb);
-    stop_if_drained(s);
-    dispatch(s);
+    s->want.dispatch = true;
+}
+
+/* A batch the executor finished (m, its done message, which this frees) joins s->ended, for
+ * the round to record with the others: true. False for a batch given back (handle_given_back). */
+bool batch_ended(sched_t *s, msg_t *m)
+{
+    if (m->kind != MSG_DONE || m->batch->retry != EXEC_RETRY_NONE) return false;
+    sched_batch_t *sb = m->batch->sched_priv;
+    STAMP(COMPLETION);
+    sb->done_msg = NULL;
+    msg_free(m);
+    queue_insert_tail(&s->ended, &sb->ended);
+    return true;
 }

@@ -200,17 +200,21 @@ static int batch_fit(sched_t *s, sched_batch_t *sb, entry_t *top, int64_t now)
     return r;
 }
 
+/* A held batch's wait is over, or the jobs recovered at start wait: the round dispatches. */
 static void on_dispatch_timer(uv_timer_t *t)
 {
-    dispatch(t->data);
+    sched_t *s = t->data;
+    s->want.dispatch = true;
+    sched_round(s, false);
 }
 
 /* Cuts batches while the executor has free slots, into rd (rd->n of them). A partial batch may
- * be held back for company (batch_waits_for_company): the dispatch timer then runs the next
- * round when the first such wait ends. */
+ * be held back for company (batch_waits_for_company): the round's timers phase then arms the
+ * dispatch timer for when the first such wait ends (s->want.hold_until_us). */
 void round_cut(sched_t *s, round_t *rd)
 {
     rd->n = 0;
+    s->want.dispatch = false; /* whoever asked for a cut has it */
     if (s->stopping || !s->ex) return;
     s->round++;
     int64_t hold_until = 0;
@@ -242,11 +246,18 @@ void round_cut(sched_t *s, round_t *rd)
         }
         rd->ready[rd->n++] = sb;
     }
-    if (hold_until) {
-        int64_t wait_us = hold_until - now_us();
-        uv_timer_start(&s->dispatch_timer, on_dispatch_timer,
-                       wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
-    }
+    if (hold_until && (!s->want.hold_until_us || hold_until < s->want.hold_until_us))
+        s->want.hold_until_us = hold_until;
+}
+
+/* The round's timers phase: the dispatch timer runs the next round when the earliest wait for
+ * company that this round's cuts held back ends. */
+void dispatch_timer_arm(sched_t *s)
+{
+    int64_t wait_us = s->want.hold_until_us - now_us();
+    s->want.hold_until_us = 0;
+    uv_timer_start(&s->dispatch_timer, on_dispatch_timer,
+                   wait_us > 0 ? (uint64_t)(wait_us + 999) / 1000 : 0, 0);
 }
 
 /* ------------------------------------------------------------------ starting them */
@@ -343,13 +354,6 @@ void round_settle_refused(sched_t *s, const round_t *rd)
                                                    : strerror(-refusal));
         }
     }
-}
-
-/* Starts what the executor has room for, outside a group commit (a held batch's wait is
- * over, a group commit failed before its cut, a batch was given back). */
-void dispatch(sched_t *s)
-{
-    end_batches(s, NULL, true);
 }
 
 /* Starts what the executor has room for once the loop runs (the jobs recovered at start). */

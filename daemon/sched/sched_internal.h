@@ -232,7 +232,17 @@ struct sched {
 
     /* Loop thread only. */
     queue_t pending; /* of msg_t, awaiting the group commit */
-    bool commit_scheduled;
+    /* What the handlers ask of the round (sched_round.c), which runs the phases they name:
+     * commit: the pending messages' group commit, due once commit_timer is not running;
+     * dispatch: a cut of what the executor has room for; and the timers it arms at its end.
+     * ended: the finished batches (of sched_batch_t, through ended) whose ends the round
+     * records next. */
+    struct {
+        bool commit, dispatch;
+        bool deadlines;        /* the earliest deadline changed: deadline_arm */
+        int64_t hold_until_us; /* the earliest end of a partial batch's wait for company, or 0 */
+    } want;
+    queue_t ended;
     strmap_t *entries, *users, *keyqs;
     keyq_t *keyq_last;      /* the FIFO last appended to, while it exists (keyq_append) */
     heap_t deadlines;       /* queued entries with a deadline, earliest first */
@@ -317,6 +327,8 @@ void reply_refused(sched_reply_fn reply, void *token, int err, const char *messa
 void reply_jobs(sched_reply_fn reply, void *token, job_t *const *jobs, size_t n);
 void reply_stopping(sched_reply_fn reply, void *token);
 void inbox_push(sched_t *s, msg_t *m);
+void inbox_take(sched_t *s, queue_t *list);
+void handle_msg(sched_t *s, msg_t *m);
 void msg_post(sched_t *s, msg_t *m);
 void msg_free(msg_t *m);
 
@@ -390,15 +402,22 @@ int sched_explain_entries(sched_t *s, explained_t *es, size_t n);
 int sched_explain_copies(sched_t *s, job_t *const *jobs, size_t n);
 void handle_explain(sched_t *s, msg_t *m);
 
-/* sched_commit.c: group commit of submissions and buffers. */
+/* sched_round.c: the round, the one function that runs the phases below in their order,
+ * from the flags (s->want) and the queue of ended batches (s->ended) that the handlers fill.
+ * inbox says whether it takes the inbox's messages first (the wake); a timer's callback sets
+ * its flag and runs the round without them. */
+void sched_round(sched_t *s, bool inbox);
+
+/* sched_commit.c: group commit of submissions and buffers. commit_pending is the round's
+ * commit phase. */
 void handle_submission(sched_t *s, msg_t *m);
 void commit_pending(sched_t *s);
-void commit_after_wake(sched_t *s);
 void discard_inputs(sched_t *s, const job_t *job);
 
-/* sched_dispatch.c: cutting batches and starting them. */
-void dispatch(sched_t *s);
+/* sched_dispatch.c: cutting batches and starting them. round_cut is the cut of every phase
+ * that starts jobs; it answers s->want.dispatch. */
 void dispatch_soon(sched_t *s);
+void dispatch_timer_arm(sched_t *s);
 void round_cut(sched_t *s, round_t *rd);
 int round_record_starts(sched_t *s, const round_t *rd, uint64_t taken_from);
 void round_launch(sched_t *s, round_t *rd, bool recorded);
@@ -408,8 +427,11 @@ void round_mark_starts_lost(sched_t *s, const round_t *rd);
 void round_settle_refused(sched_t *s, const round_t *rd);
 void batch_free(sched_batch_t *sb);
 
-/* sched_complete.c: ends of batches, retries and re-queues. */
+/* sched_complete.c: ends of batches, retries and re-queues. end_batches is the round's phase
+ * that records ends and cuts (start_next) in one transaction; it asks for a dispatch when the
+ * transaction could not take the cut. */
 void on_batch_done(exec_batch_t *batch, void *ud);
+bool batch_ended(sched_t *s, msg_t *m);
 void end_batches(sched_t *s, queue_t *ended, bool start_next);
 void batch_fail(sched_t *s, sched_batch_t *sb, const char *why);
 void batch_retry(sched_t *s, sched_batch_t *sb);
@@ -471,6 +493,8 @@ void timers_start(sched_t *s);
 void fair_state_save(sched_t *s);
 /* Loads the saved usage, decayed over the time since it was saved, before anything runs. */
 int fair_state_load(sched_t *s);
+/* The stop, once the round has committed what was pending: answers the waiters and starts
+ * the drain timer; stop_if_drained, the round's last phase, ends the loop once drained. */
 void handle_stop(sched_t *s);
 void stop_if_drained(sched_t *s);
 

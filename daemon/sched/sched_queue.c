@@ -217,7 +217,7 @@ static int keyq_append(sched_t *s, entry_t *e, const char *batch_key)
 static int deadline_push(sched_t *s, entry_t *e)
 {
     int r = heap_push(&s->deadlines, e);
-    if (r >= 0 && heap_min(&s->deadlines) == e) deadline_arm(s);
+    if (r >= 0 && heap_min(&s->deadlines) == e) s->want.deadlines = true;
     return r;
 }
 

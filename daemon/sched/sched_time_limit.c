@@ -100,7 +100,9 @@ static void on_time_limit_timer(uv_timer_t *t)
         if (due < next) next = due;
     }
     if (next != INT64_MAX) time_limit_arm(s, next, now);
-    if (replaced) dispatch(s); /* the replacement worker takes work */
+    if (!replaced) return;
+    s->want.dispatch = true; /* the replacement worker takes work */
+    sched_round(s, false);
 }
 
 static void time_limit_arm(sched_t *s, int64_t due, int64_t now)

@@ -99,14 +99,12 @@ static void on_drain_timer(uv_timer_t *t)
     uv_stop(&s->loop);
 }
 
-/* The stop: accepted submissions are committed (they run after a restart), waiters are
- * answered with their jobs as they stand, and the loop ends when the running batches have
- * finished or drain_timeout_ms has passed. */
+/* The stop, once the round has committed the accepted submissions (they run after a
+ * restart): waiters are answered with their jobs as they stand, and the loop ends when the
+ * running batches have finished (stop_if_drained, the round's last phase) or
+ * drain_timeout_ms has passed. */
 void handle_stop(sched_t *s)
 {
-    s->stopping = true;
-    commit_pending(s);
     waiters_answer_all(s);
     uv_timer_start(&s->drain_timer, on_drain_timer, (uint64_t)s->cfg->drain_timeout_ms, 0);
-    stop_if_drained(s);
 }

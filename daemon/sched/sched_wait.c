@@ -630,6 +630,7 @@ static void on_deadline_timer(uv_timer_t *t)
 /* Sets the deadline timer for the earliest deadline, or stops it when there is none. */
 void deadline_arm(sched_t *s)
 {
+    s->want.deadlines = false;
     entry_t *first = heap_min(&s->deadlines);
     if (!first) {
         uv_timer_stop(&s->deadline_timer);

@@ -97,7 +97,7 @@ static sched_batch_t *first_overdue(sched_t *s, int64_t now)
 }
 
 /* Expires every overdue batch, one at a time (an expiry may end or add batches), then lets
- * the capacity the executor got back take work. */
+ * the round give the capacity the executor got back work. */
 static void on_batch_watchdog_timer(uv_timer_t *t)
 {
     sched_t *s = t->data;
@@ -106,8 +106,8 @@ static void on_batch_watchdog_timer(uv_timer_t *t)
     for (sched_batch_t *sb; (sb = first_overdue(s, now)); any = true)
         batch_expire(s, sb, now);
     if (!any) return;
-    stop_if_drained(s);
-    dispatch(s);
+    s->want.dispatch = true;
+    sched_round(s, false);
 }
 
 /* Starts looking for stuck batches, unless scheduler.watchdog_min_ms is 0. */

@@ -1,6 +1,6 @@
 /* The scheduler's life cycle, its loop thread, and the messages between threads: the inbox
- * other threads post to, the loop's wake-up that takes them, and the dispatch of each message
- * to the file of its concern (sched_internal.h describes the whole). */
+ * other threads post to, the loop's wake-up that runs the round (sched_round.c), and the
+ * hand-off of each message to the file of its concern (sched_internal.h describes the whole). */
 #include "scheduler.h"
 
 #include <errno.h>
@@ -82,7 +82,7 @@ void msg_post(sched_t *s, msg_t *m)
 }
 
 /* Takes everything in the inbox into list (the caller's). */
-static void inbox_take(sched_t *s, queue_t *list)
+void inbox_take(sched_t *s, queue_t *list)
 {
     pthread_mutex_lock(&s->lock);
     queue_move(&s->inbox, list);
@@ -103,8 +103,9 @@ static void handle_buffer_delete(sched_t *s, msg_t *m)
 }
 
 /* Hands a message to its handler; frees it, but for the submissions and uploads that join the
- * group commit, which owns them from then on. */
-static void handle_msg(sched_t *s, msg_t *m)
+ * group commit, which owns them from then on. Finished batches (batch_ended) and the stop are
+ * the round's to deal with (sched_round.c). */
+void handle_msg(sched_t *s, msg_t *m)
 {
     switch (m->kind) {
     case MSG_SUBMIT:
@@ -129,49 +130,18 @@ static void handle_msg(sched_t *s, msg_t *m)
     case MSG_BUF_DELETE:
         handle_buffer_delete(s, m);
         break;
-    case MSG_DONE: /* a batch given back: on_wake ends the others */
+    case MSG_DONE: /* a batch given back: the round ends the others */
         handle_given_back(s, m);
         break;
     case MSG_STOP:
-        handle_stop(s);
         break;
     }
     msg_free(m);
 }
 
-/* Whether handling m must see the batches that ended before it: a wait that answers at once
- * (no timeout, or the loop is stopping) must, a longer one is answered by their end anyway;
- * a submission or upload looks at no running job. */
-static bool sees_ends(const sched_t *s, const msg_t *m)
-{
-    return m->kind != MSG_SUBMIT && m->kind != MSG_BUF_PUT &&
-           (m->kind != MSG_WAIT || m->timeout_ms <= 0 || s->stopping);
-}
-
-/* The batches that ended since the last wake are recorded together, with the starts that
- * follow them. Messages whose handling looks at running jobs' ends come after those. */
 static void on_wake(uv_async_t *a)
 {
-    sched_t *s = a->data;
-    queue_t msgs, ended;
-    queue_init(&msgs);
-    queue_init(&ended);
-    inbox_take(s, &msgs);
-    for (queue_t *q; (q = queue_pop(&msgs));) {
-        msg_t *m = queue_data(q, msg_t, node);
-        if (m->kind == MSG_DONE && m->batch->retry == EXEC_RETRY_NONE) {
-            sched_batch_t *sb = m->batch->sched_priv;
-            STAMP(COMPLETION);
-            sb->done_msg = NULL;
-            msg_free(m);
-            queue_insert_tail(&ended, &sb->ended);
-            continue;
-        }
-        if (!queue_empty(&ended) && sees_ends(s, m)) end_batches(s, &ended, true);
-        handle_msg(s, m);
-    }
-    if (!queue_empty(&ended)) end_batches(s, &ended, true);
-    commit_after_wake(s);
+    sched_round(a->data, true);
 }
 
 static void *loop_thread(void *arg)
@@ -223,6 +193,7 @@ int sched_new(const config_t *cfg, store_t *st, sched_t **ret)
     s->st = st;
     queue_init(&s->inbox);
     queue_init(&s->pending);
+    queue_init(&s->ended);
     queue_init(&s->in_flight);
     queue_init(&s->submit_waiters);
     int r = sched_policy_init(s);
