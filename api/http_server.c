@@ -633,8 +633,8 @@ static const char *client_address(struct MHD_Connection *conn, char *buf, size_t
 }
 
 /* MHD_OPTION_NOTIFY_CONNECTION: a connection opens (the watch lets it in, or not, and its
- * headers get their deadline; the kernel names the account at its other end) or closes (before libmicrohttpd closes its socket, so the watch
- * lets the socket go first). */
+ * headers get their deadline; the kernel names the account at its other end) or closes (before
+ * libmicrohttpd closes its socket, so the watch lets the socket go first). */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {

@@ -496,18 +496,18 @@ static int run_parse_options(cli_t *cli, int argc, char **argv, run_options_t *o
         "  --device N              run on GPU N\n"
         "  --deadline MS           fail the job if it has not started within MS ms\n"
         "  --time-limit MS         fail the job if it runs longer than MS ms (time_limit)\n";
-    static const struct option opts[] = {COMMON_LONG_OPTIONS,
-                                         {"param", required_argument, NULL, 'p'},
-                                         {"input", required_argument, NULL, 'i'},
-                                         {"output", required_argument, NULL, 'o'},
-                                         {"wait", no_argument, NULL, 'w'},
-                                         {"timeout", required_argument, NULL, RUN_OPT_TIMEOUT},
-                                         {"priority", required_argument, NULL, RUN_OPT_PRIORITY},
-                                         {"device", required_argument, NULL, RUN_OPT_DEVICE},
-                                         {"deadline", required_argument, NULL, RUN_OPT_DEADLINE},
-                                         {"time-limit", required_argument, NULL,
-                                          RUN_OPT_TIME_LIMIT},
-                                         {0}};
+    static const struct option opts[] = {
+        COMMON_LONG_OPTIONS,
+        {"param", required_argument, NULL, 'p'},
+        {"input", required_argument, NULL, 'i'},
+        {"output", required_argument, NULL, 'o'},
+        {"wait", no_argument, NULL, 'w'},
+        {"timeout", required_argument, NULL, RUN_OPT_TIMEOUT},
+        {"priority", required_argument, NULL, RUN_OPT_PRIORITY},
+        {"device", required_argument, NULL, RUN_OPT_DEVICE},
+        {"deadline", required_argument, NULL, RUN_OPT_DEADLINE},
+        {"time-limit", required_argument, NULL, RUN_OPT_TIME_LIMIT},
+        {0}};
     int opt;
     *ret_help = false;
     while ((opt = getopt_long(argc, argv, "hp:i:o:w", opts, NULL)) != -1) {

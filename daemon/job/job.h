@@ -59,7 +59,7 @@ typedef struct job {
      * room in its launch's memory (exec_job_device_bytes). Set at submission; not stored (a job
      * read back from the store counts every input). */
     uint16_t resident_inputs;
-    int64_t deadline_us;  /* absolute wall-clock µs, 0 for none */
+    int64_t deadline_us; /* absolute wall-clock µs, 0 for none */
     /* The longest it may run, in ms, 0 for no limit: counted from the start of its own run in
      * the executor (run_started_us), past it the job fails with `time_limit`. */
     int64_t time_limit_ms;

@@ -1,9 +1,10 @@
 /* Group commit: submissions and buffer uploads wait up to commit_delay_us, then go to the
  * store in one transaction. Within it, idempotent retries are told from first submissions,
- * resident buffers are held to their owners' quotas, the rows are spread over the store's
- * shards, and what can start is cut and launched before the commit (its starts recorded in
- * the same transaction). The answers go out once the commit is durable: at once, or from the
- * store's durability thread when it makes the commits durable while the loop goes on. */
+ * resident buffers are held to their owners' quotas, the store places the rows
+ * (store_jobs_place), and what can start is cut and launched before the commit (its starts
+ * recorded in the same transaction). The answers go out once the commit is durable: at once,
+ * or from the store's durability thread when it makes the commits durable while the loop goes
+ * on. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -284,7 +285,7 @@ static void take_submitted(sched_t *s, msg_t *m)
  * a new row reads the job's inputs and sets their locators, while the executor, once it has
  * the batch, reads in (into the tensor) every input whose bytes are not in memory, a blob's
  * or a buffer's, and sets the job's device; the update that records an older job's start
- * (deferred, with several shards, to store_flush) reads that device. With only such new jobs
+ * (which the store may defer to store_flush) reads that device. With only such new jobs
  * the writes and the executor touch nothing in common but what both only read. */
 static bool launch_before_rows(sched_t *s, const round_t *rd, uint64_t taken_from)
 {
@@ -317,7 +318,7 @@ static int cut_and_launch(sched_t *s, queue_t *pending, round_t *rd)
         if (is_live_submission(m)) take_submitted(s, m);
     }
     round_cut(s, rd);
-    /* The shards of the store write the rows side by side (store_defer_writes). */
+    /* The store may write the rows side by side (store_defer_writes). */
     store_defer_writes(s->st);
     int r = round_record_starts(s, rd, taken_from);
     bool first = launch_before_rows(s, rd, taken_from);

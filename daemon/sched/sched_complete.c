@@ -292,8 +292,9 @@ static int place_ended_outputs(sched_t *s, queue_t *ended)
     return r;
 }
 
-/* The round's transaction is lost, in some shards or all: each end there is recorded on its
- * own, so that no job is answered as ended while the store still says running. */
+/* The round's transaction is lost, in part or whole (store_job_committed): each end it lost
+ * is recorded on its own, so that no job is answered as ended while the store still says
+ * running. */
 static void record_lost_ends(sched_t *s, queue_t *ended, const round_t *rd, int err)
 {
     bool any = ended && !queue_empty(ended);
@@ -327,8 +328,8 @@ void end_batches(sched_t *s, queue_t *ended, bool start_next)
     sched_gate_t *gate = any ? answer_waited_ends(s, ended, now) : NULL;
     int r = any ? store_begin_relaxed(s->st) : 0;
     if (r >= 0 && any) r = place_ended_outputs(s, ended);
-    /* The shards of the store write the ends and starts side by side (store_defer_writes);
-     * an end they refuse is dealt with by end_unrecorded. */
+    /* The store may write the ends and starts side by side (store_defer_writes); an end it
+     * refuses is dealt with by end_unrecorded. */
     if (r >= 0 && any) store_defer_writes(s->st);
     queue_t *q;
     if (any) queue_foreach(q, ended) end_jobs(s, queue_data(q, sched_batch_t, ended), now, r >= 0);

@@ -322,9 +322,9 @@ bool round_job_committed(const round_t *rd, const job_t *job)
     return store_job_committed(&rd->committed, job->id, NULL);
 }
 
-/* After a round that failed in some shards: the starts it recorded in the others went down
- * with it, so the rows of the jobs it cut that were committed before still say queued. Their
- * ends record the start first (record_end); a re-queue leaves them as they are
+/* After a round the store did not keep whole (store_job_committed): the starts it recorded
+ * may be lost with it, so the rows of the jobs it cut that were committed before still say
+ * queued. Their ends record the start first (record_end); a re-queue leaves them as they are
  * (requeue_batch). */
 void round_mark_starts_lost(sched_t *s, const round_t *rd)
 {

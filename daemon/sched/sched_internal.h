@@ -127,18 +127,18 @@ struct entry {
     /* Its result is thrown away when its launch returns: it was cancelled while running, or
      * its submission's commit failed after it had gone out. */
     bool discard_result;
-    bool unstored;       /* went out in a group commit that failed: it has no row */
-    bool start_lost;     /* cut in a group commit that failed: its row still says queued */
-    bool answered;       /* its submissions' waiters had its end before it was written */
+    bool unstored;   /* went out in a group commit that failed: it has no row */
+    bool start_lost; /* cut in a group commit that failed: its row still says queued */
+    bool answered;   /* its submissions' waiters had its end before it was written */
     /* Why it was last held back for device memory (memory_wait_t), until it starts. */
     uint8_t memory_wait;
     uint16_t resident_inputs; /* its job's (job.h), kept while the job is stowed */
-    uint32_t rank_slot;  /* in its user's level of its priority while queued (sched_rank.c) */
-    size_t queue_pos;    /* in user->queue, HEAP_ABSENT when not queued */
-    size_t deadline_pos; /* in s->deadlines, HEAP_ABSENT when none */
-    keyq_t *keyq;        /* while queued with a batch key */
+    uint32_t rank_slot;       /* in its user's level of its priority while queued (sched_rank.c) */
+    size_t queue_pos;         /* in user->queue, HEAP_ABSENT when not queued */
+    size_t deadline_pos;      /* in s->deadlines, HEAP_ABSENT when none */
+    keyq_t *keyq;             /* while queued with a batch key */
     queue_t keyq_node;
-    queue_t waiters; /* of waiter_t */
+    queue_t waiters;   /* of waiter_t */
     double charged_us; /* what fair share was charged for it: an estimate, then its gpu_ns */
     /* The device time its record and the rollup were charged (entry_charge); for a job ended
      * while its launch goes on (running_record): when it ended, and whether what the launch
@@ -202,7 +202,7 @@ typedef struct msg {
     /* A committed submission's answer, given once its commit is durable: */
     job_t **shown;    /* submit: the jobs as accepted (or as first created, when replayed); owned */
     bool shown_taken; /* the answer's callee took shown (sched_result_t.take_jobs) */
-    bool all_replayed;        /* every job's idempotency key was known */
+    bool all_replayed;           /* every job's idempotency key was known */
     store_durable_wait_t synced; /* handed to the store, whose durability thread answers it */
 } msg_t;
 

@@ -514,9 +514,9 @@ struct store {
     int n_shards;
     bool in_txn;
     bool relaxed;
-    bool deferring;     /* job writes wait for store_flush (store_defer_writes) */
-    bool parallel_txn;  /* the open transaction's writes ran side by side: so does its commit */
-    unsigned committed; /* the shards whose part the last store_commit committed */
+    bool deferring;      /* job writes wait for store_flush (store_defer_writes) */
+    bool parallel_txn;   /* the open transaction's writes ran side by side: so does its commit */
+    unsigned committed;  /* the shards whose part the last store_commit committed */
     unsigned next_shard; /* for the next round of few jobs (store_jobs_place) */
     /* The shards' threads: lock guards their go flags, running (how many still run) and
      * stopping. */
@@ -551,7 +551,7 @@ struct store {
     /* The integrity check after an unclean stop (store_check.c): its thread, and check_lock
      * guarding check_db (the connection it reads with, for an interrupt), check_stop and
      * damage (what it found, once damaged is set). */
-    bool check_due; /* the previous run stopped uncleanly: recovery starts the check */
+    bool check_due;   /* the previous run stopped uncleanly: recovery starts the check */
     bool wal_dropped; /* a shard's WAL lost whole commits at open (kept in quarantine/) */
     pthread_t check_thread;
     bool check_started;

@@ -73,12 +73,12 @@ typedef struct config {
     uint64_t max_stored_bytes_per_user;   /* buffers of one owner in the store; 0: no limit */
     int requests_per_s_per_user;          /* a user's request rate (token bucket); 0: no limit */
     int request_burst_per_user;           /* requests a user may make at once above the rate */
-    int max_job_cost_ms; /* largest single job by its estimated run time; 0: no limit */
+    int max_job_cost_ms;       /* largest single job by its estimated run time; 0: no limit */
     int default_time_limit_ms; /* time limit of jobs that give none; 0: max_time_limit_ms */
     int max_time_limit_ms;     /* longest time limit a job may ask for; 0: no bound */
     int device_memory_percent_per_user; /* of the device pool, resident + running; 0: none */
-    uint64_t max_inline_output_bytes; /* outputs up to this are inlined in job JSON */
-    int max_wait_ms;                  /* longest long-poll a client may ask for */
+    uint64_t max_inline_output_bytes;   /* outputs up to this are inlined in job JSON */
+    int max_wait_ms;                    /* longest long-poll a client may ask for */
     /* GPU-time budgets of one user per UTC day and month, in µs (the file gives hours:
      * daemon/util/budget.h); 0: none. */
     uint64_t gpu_hours_per_day_per_user;

@@ -186,7 +186,8 @@ START_TEST(test_slow_clients_are_cut_and_lock_nobody_out)
     usleep(300 * 1000);
 
     /* Another client over TCP, and one over the Unix socket, are served meanwhile. */
-    static const char healthz[] = "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    static const char healthz[] =
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     ck_assert_int_eq(tcp_request(d, "127.0.0.2", healthz, NULL, 0), 200);
     int ufd = unix_connect(sock_path);
     ck_assert_int_eq(exchange(ufd, healthz, strlen(healthz), 5, NULL, 0), 200);
@@ -443,7 +444,8 @@ START_TEST(test_thousands_of_slow_sockets_lock_no_client_out)
     slowloris_t *sl = slowloris_start(d, SLOW_SOCKETS, false);
 
     /* A client's requests, each on a new TCP connection, while the slowloris runs. */
-    static const char info[] = "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    static const char info[] =
+        "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     int failed = 0;
     long first_failure = 0;
     double begin = e2e_now();
@@ -572,8 +574,8 @@ START_TEST(test_ambiguous_requests_answer_400)
     ck_assert_int_eq(tcp_request(d, "127.0.0.1", request, reply, sizeof reply), 200);
     static const char *const suffixes[] = {"%00junk", "%0a", "%1F", "%7f"};
     for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        snprintf(request, sizeof request, "GET /v1/jobs/%s%s HTTP/1.1\r\nHost: localhost\r\n\r\n", id,
-                 suffixes[i]);
+        snprintf(request, sizeof request, "GET /v1/jobs/%s%s HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                 id, suffixes[i]);
         ck_assert_msg(tcp_request(d, "127.0.0.1", request, reply, sizeof reply) == 400, "%s: %s",
                       suffixes[i], reply);
         ck_assert_ptr_nonnull(strstr(reply, "\"field\":\"path\""));
@@ -621,26 +623,34 @@ START_TEST(test_nul_and_control_bytes_in_a_request_answer_400)
     static const raw_case_t cases[] = {
         RAW("a NUL in the target", "GET /v1/info\0junk HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
         RAW("a NUL in the method", "GET\0X /v1/info HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
-        RAW("a control byte in the method", "G\x01T /v1/info HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
+        RAW("a control byte in the method", "G\x01T /v1/info HTTP/1.1\r\nHost: localhost\r\n\r\n",
+            400),
         RAW("a space in the target", "GET /v1/info x HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
-        RAW("two spaces after the method", "GET  /v1/info HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
-        RAW("a control byte in a name", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A\x01: 1\r\n\r\n",
+        RAW("two spaces after the method", "GET  /v1/info HTTP/1.1\r\nHost: localhost\r\n\r\n",
             400),
-        RAW("a space before the colon", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A : 1\r\n\r\n", 400),
+        RAW("a control byte in a name",
+            "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A\x01: 1\r\n\r\n", 400),
+        RAW("a space before the colon",
+            "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A : 1\r\n\r\n", 400),
         RAW("a NUL in a name", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-\0A: 1\r\n\r\n", 400),
-        RAW("a control byte in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\x01z\r\n\r\n",
+        RAW("a control byte in a value",
+            "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\x01z\r\n\r\n", 400),
+        RAW("a DEL in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\x7f\r\n\r\n",
             400),
-        RAW("a DEL in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\x7f\r\n\r\n", 400),
-        RAW("a bare CR in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\rz\r\n\r\n", 400),
-        RAW("a NUL in a value", "GET /v1/info HTTP/1.1\r\nX-A: a\0z\r\nHost: localhost\r\n\r\n", 400),
-        RAW("a NUL in the last value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\0z\r\n\r\n",
+        RAW("a bare CR in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\rz\r\n\r\n",
             400),
-        RAW("a NUL ending the last value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\0\r\n\r\n",
+        RAW("a NUL in a value", "GET /v1/info HTTP/1.1\r\nX-A: a\0z\r\nHost: localhost\r\n\r\n",
             400),
+        RAW("a NUL in the last value",
+            "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\0z\r\n\r\n", 400),
+        RAW("a NUL ending the last value",
+            "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\0\r\n\r\n", 400),
         RAW("a NUL in Host", "GET /v1/info HTTP/1.1\r\nHost: x\0evil\r\n\r\n", 400),
-        RAW("a folded value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\r\n b\r\n\r\n", 400),
+        RAW("a folded value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\r\n b\r\n\r\n",
+            400),
         /* Well-formed, however spelled: a tab in a value, bare LFs, empty and 8-bit values. */
-        RAW("a tab in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\tz\r\n\r\n", 200),
+        RAW("a tab in a value", "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A: a\tz\r\n\r\n",
+            200),
         RAW("bare LF line ends", "GET /v1/info HTTP/1.1\nHost: localhost\nX-A: a\n\n", 200),
         RAW("empty and 8-bit values",
             "GET /v1/info HTTP/1.1\r\nHost: localhost\r\nX-A:\r\nX-B:   \xc3\xa9t\xc3\xa9  \r\n"

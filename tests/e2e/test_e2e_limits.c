@@ -170,8 +170,10 @@ START_TEST(test_time_limits_are_bounded_by_the_users_policy)
 
     /* A user's own section decides before [limits], and is named. */
     char config[256], field[128];
-    snprintf(config, sizeof config, "[limits]\nmax_time_limit_ms = 1000\n[user.%s]\n"
-             "max_time_limit_ms = 5000\n", e2e_caller_name());
+    snprintf(config, sizeof config,
+             "[limits]\nmax_time_limit_ms = 1000\n[user.%s]\n"
+             "max_time_limit_ms = 5000\n",
+             e2e_caller_name());
     snprintf(field, sizeof field, "user.%s.max_time_limit_ms", e2e_caller_name());
     d = e2e_daemon_start_ok(config);
     text = sleep_job_text(0, 5000);
@@ -187,8 +189,8 @@ START_TEST(test_time_limits_are_bounded_by_the_users_policy)
 END_TEST
 
 /* A gemm estimated at about 6 ms (2 x 512^3 flops at 100 GFLOP/s, and its 3 MiB at 1 GB/s) with
- * a limit of 1 ms: the CPU backend takes it and keeps the limit by stopping it; the CUDA backend, which
- * could not stop its kernel, refuses it at submission, naming the field. */
+ * a limit of 1 ms: the CPU backend takes it and keeps the limit by stopping it; the CUDA backend,
+ * which could not stop its kernel, refuses it at submission, naming the field. */
 START_TEST(test_a_limit_under_the_cost_estimate_is_refused_only_where_jobs_cannot_be_stopped)
 {
     e2e_daemon_t *d = e2e_daemon_start_ok("");

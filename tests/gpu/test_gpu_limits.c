@@ -77,9 +77,9 @@ START_TEST(test_a_batch_the_pool_cannot_serve_waits_for_device_memory)
     enum { N = 6 << 20 }; /* 24 MiB of f32: x and out take 48 MiB */
     float *x = calloc(N, sizeof *x);
     json_t *buf = e2e_upload_ok(d, "f32", "6291456", x, sizeof(float) * N, false, 201);
-    json_t *job = json_pack("{s:s, s:{s:i}, s:{s:{s:s}}}", "op", "debug_sleep", "params", "ms",
-                            2000, "inputs", "x", "buffer",
-                            json_string_value(json_object_get(buf, "id")));
+    json_t *job =
+        json_pack("{s:s, s:{s:i}, s:{s:{s:s}}}", "op", "debug_sleep", "params", "ms", 2000,
+                  "inputs", "x", "buffer", json_string_value(json_object_get(buf, "id")));
     char *first = e2e_submit_ok(d, job);
     e2e_wait_state_ok(d, first, "running", 30);
     char *second = e2e_submit_ok(d, job);
@@ -95,8 +95,8 @@ START_TEST(test_a_batch_the_pool_cannot_serve_waits_for_device_memory)
             json_decref(got);
             break;
         }
-        ck_assert_msg(e2e_now() < until, "the second job is %s, waiting for %s",
-                      e2e_job_state(got), reason ? reason : "nothing");
+        ck_assert_msg(e2e_now() < until, "the second job is %s, waiting for %s", e2e_job_state(got),
+                      reason ? reason : "nothing");
         json_decref(got);
         usleep(20000);
     }

@@ -9,14 +9,26 @@
 
 START_TEST(test_loopback_hosts_pass_and_others_do_not)
 {
-    const char *loopback[] = {"localhost", "LocalHost:8080", "app.localhost:1", "127.0.0.1",
-                              "127.0.0.1:8080", "127.5.6.7:65535", "[::1]", "[::1]:8080"};
+    const char *loopback[] = {"localhost",      "LocalHost:8080",  "app.localhost:1", "127.0.0.1",
+                              "127.0.0.1:8080", "127.5.6.7:65535", "[::1]",           "[::1]:8080"};
     for (size_t i = 0; i < sizeof loopback / sizeof loopback[0]; i++)
         ck_assert_msg(!http_cross_site(loopback[i], NULL, NULL), "%s", loopback[i]);
-    const char *foreign[] = {"attacker.example", "attacker.example:8080", "localhost.example",
-                             "notlocalhost", "128.0.0.1:8080", "10.0.0.1", "[::2]:8080",
-                             "[::1", "[::1]x", "127.0.0.1:", "127.0.0.1:808080",
-                             "127.0.0.1:80a", "", ":8080", "0x7f.0.0.1", "127.1"};
+    const char *foreign[] = {"attacker.example",
+                             "attacker.example:8080",
+                             "localhost.example",
+                             "notlocalhost",
+                             "128.0.0.1:8080",
+                             "10.0.0.1",
+                             "[::2]:8080",
+                             "[::1",
+                             "[::1]x",
+                             "127.0.0.1:",
+                             "127.0.0.1:808080",
+                             "127.0.0.1:80a",
+                             "",
+                             ":8080",
+                             "0x7f.0.0.1",
+                             "127.1"};
     for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++)
         ck_assert_msg(http_cross_site(foreign[i], NULL, NULL), "%s", foreign[i]);
     ck_assert(!http_cross_site(NULL, NULL, NULL));
